@@ -1,0 +1,33 @@
+# Two commands for a new user: `make report` (every claim check, then the report) and `make test`.
+PY      ?= python3.11
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+OUT     ?= results
+PROFILE ?= quick
+STAMP   := $(VENV)/.installed
+
+.PHONY: report check test test-all bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	# torch first and pinned (a CPU build; a loose spec would pull CUDA wheels)
+	$(BIN)/python -m pip install torch==2.13.0
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $(STAMP)
+
+report: $(STAMP)
+	$(BIN)/kvbounds check --profile $(PROFILE) --out $(OUT)
+	$(BIN)/kvbounds report --out $(OUT)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q -m ''
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_balancekv.py
+
+clean:
+	rm -rf $(VENV) $(OUT)

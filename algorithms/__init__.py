@@ -1,0 +1,5 @@
+"""Reference implementations of the algorithms of the seeds, one module per algorithm.
+
+Every function takes arrays of any array-API backend (numpy, torch, cupy) and returns arrays of the
+same backend; numpy is the reference the others are tested against.
+"""

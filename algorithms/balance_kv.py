@@ -1,0 +1,144 @@
+"""BalanceKV, the streaming attention estimator (001 Alg. 1, Thm 3.1; 000 alg:main, thm:main-theorem).
+
+Claims: BKV.attention, BKV.memory.
+
+Alg. 1 (001 line numbers)::
+
+    5-6  send (k_j, v_j) to MR-Numerator_i with 2^{i-1} <= ||v_j|| <= 2^i   (bucket by value norm)
+    7    vmax <- max(||v_j||, vmax)
+    8    erase every MR-Numerator_i with 2^i <= eps/(2n) e^{-r^2/sqrt d} vmax
+    11   send (k_j, 1) to MR-Denominator
+    13   z_j = sum_l 2^l sum_{V^l} e^{<k,q>/sqrt d} v / sum_l 2^l sum_{K^l} e^{<k,q>/sqrt d}
+
+(000 line 4 writes the bucket as 2^i <= ||v|| <= 2^{i-1}, an empty interval; 001 fixes it.)
+The proof in 001 A.1 uses the threshold 2^i <= eps/sqrt(n) vmax instead of line 8's: both are
+available through ``erase_rule`` so claim BKV.memory can compare them. A value of norm 0 contributes
+nothing to the numerator and goes to the denominator only.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from gpu.backend import array_namespace
+
+from .merge_and_reduce import MergeAndReduce, _check_levels
+from .validation import InputError, check_array, check_positive, check_probability
+
+ERASE_RULES = ("alg1", "proof001", "none")
+
+
+def erase_threshold(rule: str, *, eps: float, n: int, r: float, d: int, vmax: float) -> float:
+    """Buckets with 2^i <= threshold are erased: Alg. 1 line 8 ("alg1"), 001 A.1's proof ("proof001")."""
+    if rule == "alg1":
+        return eps / (2 * n) * math.exp(-r**2 / math.sqrt(d)) * vmax
+    if rule == "proof001":
+        return eps / math.sqrt(n) * vmax
+    if rule == "none":
+        return 0.0
+    raise InputError(f"erase_rule must be one of {ERASE_RULES}, got {rule!r}")
+
+
+def bucket_index(norm: float) -> int:
+    """i with 2^{i-1} < ||v|| <= 2^i (Alg. 1 line 5; boundaries go to the lower bucket)."""
+    return math.ceil(math.log2(norm))
+
+
+class BalanceKV:
+    """Streaming BalanceKV.
+
+    ``batch_size`` (t) and ``levels`` (T) configure every MergeAndReduce; ``eps`` enters the erase rule;
+    ``r`` bounds the query and key norms; ``delta`` is each SoftmaxBalance call's failure probability;
+    ``n`` is the stream-length bound in the erase rule (default: tokens seen so far)."""
+
+    def __init__(self, d: int, *, batch_size: int, levels: int, eps: float, r: float, delta: float = 1e-3,
+                 seed: int | None = 0, s: int | None = None, n: int | None = None, erase_rule: str = "alg1"):
+        check_positive(d, "d", integer=True)
+        check_positive(eps, "eps")
+        check_positive(r, "r")
+        check_probability(delta, "delta")
+        _check_levels(levels)
+        if not isinstance(batch_size, int) or batch_size < 2 or batch_size % 2:
+            raise InputError(f"batch_size must be an even integer >= 2, got {batch_size!r}")
+        if n is not None:
+            check_positive(n, "n", integer=True)
+        erase_threshold(erase_rule, eps=eps, n=1, r=r, d=d, vmax=0.0)  # validates the rule
+        self.d, self.t, self.T, self.eps, self.r, self.delta = d, batch_size, levels, eps, r, delta
+        self.s, self.n_bound, self.erase_rule = s, n, erase_rule
+        self.rng = np.random.default_rng(seed)
+        self.scale = 1.0 / math.sqrt(d)
+        self.j = 0
+        self.vmax = 0.0
+        self.numerators: dict[int, MergeAndReduce] = {}
+        self.denominator: MergeAndReduce | None = None
+        self.erased: set[int] = set()
+        self.erased_tokens = 0
+        self._one = None
+
+    def _mr(self, s: int) -> MergeAndReduce:
+        return MergeAndReduce(self.d, s, t=self.t, T=self.T, delta=self.delta, rng=self.rng,
+                              r_key=self.r, scale=self.scale)
+
+    def update(self, k, v) -> None:
+        check_array(k, "k", ndim=1, last_dim=self.d)
+        if self.s is None:
+            check_array(v, "v", ndim=1)
+            self.s = int(v.shape[0])
+        check_array(v, "v", ndim=1, last_dim=self.s)
+        xp = array_namespace(k, v)
+        knorm = float(xp.linalg.vector_norm(k))
+        if knorm > self.r * (1 + 1e-9):
+            raise InputError(f"key norm {knorm:.6g} exceeds r = {self.r} (Thm 3.1 assumes ||k|| <= r)")
+        self.j += 1
+        vnorm = float(xp.linalg.vector_norm(v))
+        if vnorm > 0:
+            i = bucket_index(vnorm)                                    # lines 5-6
+            if i not in self.numerators:
+                self.numerators[i] = self._mr(self.s)
+            self.numerators[i]._push(k, v)
+        self.vmax = max(self.vmax, vnorm)                              # line 7
+        n = self.n_bound or self.j
+        thr = erase_threshold(self.erase_rule, eps=self.eps, n=n, r=self.r, d=self.d, vmax=self.vmax)
+        for i in [i for i in self.numerators if 2.0**i <= thr]:        # line 8
+            self.erased_tokens += self.numerators[i].j
+            self.erased.add(i)
+            del self.numerators[i]
+        if self.denominator is None:
+            self.denominator = self._mr(1)
+            self._one = xp.ones((1,), dtype=k.dtype, device=_dev(k))
+        self.denominator._push(k, self._one)                           # line 11
+
+    def num_stored(self) -> int:
+        """Key/value pairs held: every numerator cell plus the denominator's keys."""
+        return sum(mr.num_stored() for mr in self.numerators.values()) + (
+            self.denominator.num_stored() if self.denominator else 0)
+
+    def memory_floats(self) -> int:
+        num = sum(mr.num_stored() for mr in self.numerators.values()) * (self.d + self.s)
+        den = self.denominator.num_stored() * (self.d + 1) if self.denominator else 0
+        return num + den
+
+    def num_buckets(self) -> int:
+        return len(self.numerators)
+
+    def query(self, q):
+        """z_j (line 13), the estimate of Attn(q, K_j, V_j) over every token seen so far."""
+        if self.denominator is None:
+            raise InputError("query on an empty stream: call update() first")
+        check_array(q, "q", ndim=1, last_dim=self.d)
+        xp = array_namespace(q)
+        m_den, den = self.denominator.estimate(q)
+        parts = [mr.estimate(q) for mr in self.numerators.values()]
+        parts = [(m, u) for m, u in parts if m > -math.inf]
+        if not parts:
+            return xp.zeros((self.s,), dtype=q.dtype, device=_dev(q))
+        m = max(m_den, max(p[0] for p in parts))
+        num = sum(math.exp(mi - m) * u for mi, u in parts)
+        return num / (math.exp(m_den - m) * den[0])
+
+
+def _dev(x):
+    from array_api_compat import device
+    return device(x)

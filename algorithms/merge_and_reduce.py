@@ -1,0 +1,153 @@
+"""MergeAndReduce (001 Alg. 4, Thm 3.4; 000 alg:merge_reduce, thm:MergeAndReduce).
+
+Claims: MR.error, MR.memory.
+
+The binary-counter tree over batches of t tokens: cell C^0 collects tokens; every t tokens the
+carry propagates (Alg. 4 lines 11-17)::
+
+    p <- j/t, i <- 0
+    while p is an integer and i < T:
+        C^{i+1} <- C^{i+1} u SoftmaxBalance(C^i);  C^i <- {};  i <- i+1;  p <- p/2
+
+and the estimate at step j is z_j = sum_i 2^i sum_{(k,v) in C^i} exp(<k, q_j>/sqrt d) v.
+(Alg. 4 line 6 tests "p is not a multiple of t" before p is defined; the intent, and what we do,
+is "j is not a multiple of t".) C^T is never reduced: it keeps what survived T halvings.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from gpu.backend import array_namespace
+
+from .softmax_balance import softmax_balance
+from .validation import InputError, check_array, check_positive, check_probability
+
+MAX_LEVELS = 48
+
+
+def _check_levels(T: int) -> None:
+    if isinstance(T, bool) or not isinstance(T, int) or T < 0:
+        raise InputError(f"levels T must be a non-negative integer, got {T!r}")
+    if T > MAX_LEVELS:
+        raise InputError(f"levels T = {T} is too large (2^T would exceed any stream; at most {MAX_LEVELS})")
+
+
+class MergeAndReduce:
+    """Streaming MergeAndReduce on pairs (k in R^d, v in R^s).
+
+    ``t``: batch size (even, >= 2); ``T``: number of levels (compression 2^-T); ``delta``: failure
+    probability of each SoftmaxBalance call (c = 30 log(t/delta)); ``r_key``/``r_value``: radii passed
+    to SoftmaxBalance (default: the largest norms in the cell being reduced)."""
+
+    def __init__(self, d: int, s: int, *, t: int, T: int, delta: float, rng: np.random.Generator,
+                 r_key: float | None = None, r_value: float | None = None, scale: float | None = None):
+        check_positive(d, "d", integer=True)
+        check_positive(s, "s", integer=True)
+        check_positive(t, "batch size t", integer=True)
+        if t < 2 or t % 2:
+            raise InputError(f"batch size t must be an even integer >= 2, got {t}")
+        _check_levels(T)
+        check_probability(delta, "delta")
+        self.d, self.s, self.t, self.T, self.delta = d, s, t, T, delta
+        self.rng, self.r_key, self.r_value = rng, r_key, r_value
+        self.scale = 1.0 / math.sqrt(d) if scale is None else scale
+        self.j = 0
+        self.cells_k: list[Any] = [None] * (T + 1)   # C^i keys (m_i, d) or None when empty
+        self.cells_v: list[Any] = [None] * (T + 1)
+        self._buf_k: list[Any] = []                   # C^0 rows, concatenated when reduced
+        self._buf_v: list[Any] = []
+        self.fail_count = 0
+        self.balance_calls = 0
+
+    # -- streaming -------------------------------------------------------------------------------
+    def update(self, k, v) -> None:
+        check_array(k, "k", ndim=1, last_dim=self.d)
+        check_array(v, "v", ndim=1, last_dim=self.s)
+        self._push(k, v)
+
+    def _push(self, k, v) -> None:
+        self.j += 1
+        self._buf_k.append(k)
+        self._buf_v.append(v)
+        if self.j % self.t:                       # line 6: not a multiple of t
+            return
+        xp = array_namespace(k)
+        self.cells_k[0] = xp.stack(self._buf_k)
+        self.cells_v[0] = xp.stack(self._buf_v)
+        self._buf_k, self._buf_v = [], []
+        p, i = self.j // self.t, 0
+        while i < self.T:                         # lines 11-17
+            self._reduce_into_next(i)
+            i += 1
+            if p % 2:
+                break
+            p //= 2
+
+    def _reduce_into_next(self, i: int) -> None:
+        K, V = self.cells_k[i], self.cells_v[i]
+        xp = array_namespace(K)
+        res = softmax_balance(K, V, delta=self.delta, rng=self.rng, r_key=self.r_key, r_value=self.r_value,
+                              n=max(self.t, K.shape[0]), scale=self.scale, on_fail="continue")
+        self.balance_calls += 1
+        self.fail_count += int(np.asarray(res.walk.failed).any())
+        keep = xp.nonzero(res.keep)[0]
+        Kk, Vk = xp.take(K, keep, axis=0), xp.take(V, keep, axis=0)
+        if self.cells_k[i + 1] is None:
+            self.cells_k[i + 1], self.cells_v[i + 1] = Kk, Vk
+        else:
+            self.cells_k[i + 1] = xp.concat([self.cells_k[i + 1], Kk])
+            self.cells_v[i + 1] = xp.concat([self.cells_v[i + 1], Vk])
+        self.cells_k[i] = self.cells_v[i] = None
+
+    # -- state -----------------------------------------------------------------------------------
+    def cells(self) -> list[tuple[Any, Any]]:
+        """[(K_i, V_i)] for i = 0..T (C^0 includes the tokens not yet reduced); empty cells are None."""
+        out = []
+        for i in range(self.T + 1):
+            if i == 0 and self._buf_k:
+                xp = array_namespace(self._buf_k[0])
+                out.append((xp.stack(self._buf_k), xp.stack(self._buf_v)))
+            else:
+                out.append((self.cells_k[i], self.cells_v[i]))
+        return [(k, v) if k is not None and k.shape[0] > 0 else (None, None) for k, v in out]
+
+    def cell_sizes(self) -> list[int]:
+        return [0 if k is None else int(k.shape[0]) for k, _ in self.cells()]
+
+    def num_stored(self) -> int:
+        return sum(self.cell_sizes())
+
+    def weighted_tokens(self):
+        """(K, V, log-weights) of every stored token: weight 2^i for C^i; None when empty."""
+        Ks, Vs, Ws = [], [], []
+        for i, (k, v) in enumerate(self.cells()):
+            if k is None:
+                continue
+            xp = array_namespace(k)
+            Ks.append(k)
+            Vs.append(v)
+            Ws.append(xp.full((k.shape[0],), i * math.log(2.0), dtype=k.dtype, device=_dev(k)))
+        if not Ks:
+            return None
+        xp = array_namespace(Ks[0])
+        return xp.concat(Ks), xp.concat(Vs), xp.concat(Ws)
+
+    def estimate(self, q):
+        """z_j of Thm 3.4 as (m, u) with z_j = e^m u (finite for any norms); m = -inf when empty."""
+        check_array(q, "q", ndim=1, last_dim=self.d)
+        wt = self.weighted_tokens()
+        xp = array_namespace(q)
+        if wt is None:
+            return -math.inf, xp.zeros((self.s,), dtype=q.dtype, device=_dev(q))
+        K, V, logw = wt
+        logits = xp.matmul(K, q) * self.scale + logw
+        m = xp.max(logits)
+        return float(m), xp.sum(xp.exp(logits - m)[:, None] * V, axis=0)
+
+
+def _dev(x):
+    from array_api_compat import device
+    return device(x)

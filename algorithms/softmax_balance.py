@@ -1,0 +1,91 @@
+"""SoftmaxBalance (001 Alg. 2, Thm 3.3; 000 alg:BALANCE-V, thm:BALANCE-vectors).
+
+Claims: SB.discrepancy, SB.cost.
+
+The walk of Alg. 3 run in the feature space of phi(k) (x) v, where <phi(k_i) (x) v_i, phi(k_j) (x) v_j>
+= exp(<k_i, k_j>/sqrt d) <v_i, v_j> (the kernel identity, claim SBW.kernel-identity). Alg. 2 line 2
+sets R = exp(r_key^2 / (2 sqrt d)) r_value and compares y^T eta with c R^2. We never form R or y:
+the walk only needs y / R^2, whose entries are
+
+    exp((<k_i, k_j> - r_key^2) / sqrt d) * <v_i, v_j> / r_value^2,
+
+and the exponent is <= 0 because |<k_i, k_j>| <= r_key^2. So key norms of 50+ at d = 64 (R^2 ~ e^312)
+neither overflow nor lose the walk's decisions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from gpu.backend import array_namespace, like
+
+from .self_balancing_walk import WalkResult, gram_walk, smaller_side, walk_constant
+from .validation import InputError, check_array, check_positive, check_probability
+
+
+@dataclasses.dataclass
+class SoftmaxBalanceResult:
+    keep: Any            # (..., n) bool mask of C' (|C'| <= |C|/2)
+    signs: Any           # (..., n) the walk's eta in {+1, -1}
+    walk: WalkResult
+    r_key: float
+    r_value: float
+    c: float
+
+
+def normalized_kernel_gram(K, V, r_key: float, r_value: float, *, scale: float | None = None):
+    """y / R^2 of Alg. 2 line 6 for all pairs, (..., n, n); overflow-free for any key norms."""
+    xp = array_namespace(K, V)
+    scale = 1.0 / math.sqrt(K.shape[-1]) if scale is None else scale
+    KK = xp.matmul(K, xp.matrix_transpose(K))
+    VV = xp.matmul(V, xp.matrix_transpose(V))
+    return xp.exp((KK - r_key**2) * scale) * (VV / r_value**2)
+
+
+def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: float | None = None,
+                    r_value: float | None = None, n: int | None = None, scale: float | None = None,
+                    on_fail: str = "raise") -> SoftmaxBalanceResult:
+    """Alg. 2 on keys ``K`` (..., n, d) and values ``V`` (..., n, s); batched over leading dimensions.
+
+    ``r_key``/``r_value`` default to the largest norms present (Alg. 2 line 1 only needs upper bounds);
+    ``n`` is the stream-length bound in c = 30 log(n/delta), default the number of rows.
+    Returns the mask of C', the smaller side of the signs (lines 12-16)."""
+    check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1)
+    check_array(V, "V", ndim=K.ndim)
+    if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
+        raise InputError(f"K and V must agree in all but the last dimension, got {tuple(K.shape)} and {tuple(V.shape)}")
+    check_probability(delta, "delta")
+    xp = array_namespace(K, V)
+    rows = K.shape[-2]
+    kmax = float(xp.max(xp.linalg.vector_norm(K, axis=-1)))
+    vmax = float(xp.max(xp.linalg.vector_norm(V, axis=-1)))
+    r_key = kmax if r_key is None else r_key
+    r_value = (vmax if vmax > 0 else 1.0) if r_value is None else r_value
+    check_positive(r_key, "r_key", allow_zero=True)
+    check_positive(r_value, "r_value")
+    if kmax > r_key * (1 + 1e-12) or vmax > r_value * (1 + 1e-12):
+        raise InputError(f"radii below the data: max||k|| = {kmax:.6g} (r_key = {r_key}), "
+                         f"max||v|| = {vmax:.6g} (r_value = {r_value})")
+    n = rows if n is None else n
+    if n < rows:
+        raise InputError(f"stream-length bound n = {n} is below the number of rows {rows}")
+    c = walk_constant(n, delta)
+    G = normalized_kernel_gram(K, V, r_key, r_value, scale=scale)
+    uniforms = like(rng.random(tuple(K.shape[:-1])), K)
+    walk = gram_walk(G, uniforms, c, on_fail=on_fail)
+    return SoftmaxBalanceResult(smaller_side(walk.signs), walk.signs, walk, r_key, r_value, c)
+
+
+def signed_kernel_sum(K, V, signs, q, *, scale: float | None = None):
+    """sum_i eta_i exp(<k_i, q> * scale) v_i computed as (shift m, vector u) with the sum = e^m u.
+
+    The left side of Thm 3.3 is ||e^m u||; returning the shift keeps it finite for large norms."""
+    xp = array_namespace(K, V, q)
+    scale = 1.0 / math.sqrt(K.shape[-1]) if scale is None else scale
+    logits = xp.matmul(K, q) * scale
+    m = xp.max(logits, axis=-1, keepdims=True)
+    w = xp.exp(logits - m) * signs
+    return m[..., 0], xp.sum(w[..., None] * V, axis=-2)

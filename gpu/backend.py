@@ -1,0 +1,126 @@
+"""The backend layer: name -> array namespace and device, via ``array-api-compat``.
+
+Backend names: ``numpy`` (the reference), ``torch`` (CUDA when present, else CPU), ``torch:cpu``,
+``torch:cuda``, ``cupy``. Algorithms receive arrays and call ``array_namespace(*arrays)``; they never
+import a backend themselves. Randomness is drawn with a numpy ``Generator`` and moved to the backend
+(:func:`asarray`), so a seed gives the same draws, hence the same result, on every backend.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+from array_api_compat import array_namespace as _array_namespace
+from array_api_compat import device as _device
+from array_api_compat import is_numpy_array, is_torch_array, is_cupy_array
+
+BACKENDS = ("numpy", "torch", "torch:cpu", "torch:cuda", "cupy")
+
+
+class BackendUnavailable(RuntimeError):
+    pass
+
+
+@functools.cache
+def _torch():
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - torch is a declared dependency of the Makefile set-up
+        raise BackendUnavailable("backend 'torch' needs torch (pip install torch==2.13.0)") from e
+    return torch
+
+
+@functools.cache
+def _cupy():
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        raise BackendUnavailable(f"backend 'cupy' is unavailable here: {type(e).__name__}: {e}") from e
+    return cupy
+
+
+def why_unavailable(name: str) -> str | None:
+    """None when the backend can run here, else the reason (used for test skips)."""
+    try:
+        validate_backend(name)
+        resolve(name)
+    except (BackendUnavailable, ValueError) as e:
+        return str(e)
+    return None
+
+
+def available_backends() -> list[str]:
+    return [b for b in ("numpy", "torch:cpu", "torch:cuda", "cupy") if why_unavailable(b) is None]
+
+
+def validate_backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return name
+
+
+def resolve(name: str) -> tuple[Any, Any]:
+    """(namespace, device) of a backend name."""
+    validate_backend(name)
+    if name == "numpy":
+        return _array_namespace(np.empty(0)), "cpu"
+    if name.startswith("torch"):
+        torch = _torch()
+        if name == "torch:cuda" or (name == "torch" and torch.cuda.is_available()):
+            if not torch.cuda.is_available():
+                raise BackendUnavailable("backend 'torch:cuda' needs a CUDA device; none is visible")
+            dev = torch.device("cuda")
+        else:
+            dev = torch.device("cpu")
+        return _array_namespace(torch.empty(0)), dev
+    cp = _cupy()
+    return _array_namespace(cp.empty(0)), cp.cuda.Device()
+
+
+def asarray(x: Any, backend: str = "numpy", dtype: str = "float64") -> Any:
+    """Move a numpy array (or nested list) to a backend with the named dtype."""
+    xp, dev = resolve(backend)
+    arr = np.asarray(x)
+    dt = getattr(xp, dtype)
+    if backend == "numpy":
+        return arr.astype(dt, copy=False)
+    if backend.startswith("torch"):
+        return _torch().as_tensor(np.ascontiguousarray(arr), dtype=dt, device=dev)
+    return xp.asarray(arr, dtype=dt)
+
+
+def like(x_np: Any, ref: Any) -> Any:
+    """Move a numpy array to the namespace, device and float dtype of ``ref``."""
+    xp = _array_namespace(ref)
+    arr = np.asarray(x_np)
+    if is_numpy_array(ref):
+        return arr.astype(ref.dtype if arr.dtype.kind == "f" else arr.dtype, copy=False)
+    if is_torch_array(ref):
+        torch = _torch()
+        dt = ref.dtype if arr.dtype.kind == "f" else None
+        return torch.as_tensor(np.ascontiguousarray(arr), device=ref.device, dtype=dt)
+    return xp.asarray(arr, dtype=ref.dtype if arr.dtype.kind == "f" else None, device=_device(ref))
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    if is_numpy_array(x) or np.isscalar(x):
+        return np.asarray(x)
+    if is_torch_array(x):
+        return x.detach().cpu().numpy()
+    if is_cupy_array(x):
+        return x.get()
+    return np.asarray(x)
+
+
+def backend_of(x: Any) -> str:
+    if is_torch_array(x):
+        return "torch:cuda" if x.is_cuda else "torch:cpu"
+    if is_cupy_array(x):
+        return "cupy"
+    return "numpy"
+
+
+def array_namespace(*xs: Any) -> Any:
+    return _array_namespace(*xs)

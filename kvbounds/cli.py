@@ -1,0 +1,84 @@
+"""Command line: ``kvbounds list | check | report``."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .registry import CLAIMS
+from .runner import PROFILES
+
+
+def _cmd_list(args) -> int:
+    from .records import ResultStore
+    done = {}
+    if args.out:
+        for r in ResultStore(args.out).load():
+            done.setdefault(r.claim, 0)
+            done[r.claim] += 1
+    width = max(map(len, CLAIMS))
+    for c in CLAIMS.values():
+        status = "check" if c.has_check else "no check yet"
+        if c.id in done:
+            status += f", {done[c.id]} record(s)"
+        print(f"{c.id:<{width}}  {c.family:<18} {status:<26} {c.source}")
+    return 0
+
+
+def _cmd_check(args) -> int:
+    from .runner import run_checks
+    from .registry import get_claim
+    for cid in args.claims:
+        try:
+            get_claim(cid)
+        except KeyError as e:
+            print(f"kvbounds: {e.args[0]}", file=sys.stderr)
+            return 2
+    try:
+        recs = run_checks(args.claims or None, profile=args.profile, seed=args.seed, backend=args.backend,
+                          out=args.out, executor=_executor(args.workers), progress=not args.quiet)
+    except (ValueError, RuntimeError) as e:
+        print(f"kvbounds: {e}", file=sys.stderr)
+        return 2
+    bad = sum(not r.holds and not r.control for r in recs)
+    print(f"kvbounds: wrote {len(recs)} record(s) to {args.out}/results.jsonl; {bad} outside their bound "
+          f"(findings, listed by `kvbounds report`)")
+    return 0
+
+
+def _executor(workers):
+    if workers is None:
+        return None
+    from .runner import default_executor
+    return default_executor(workers)
+
+
+def _cmd_report(args) -> int:
+    from .report import write_report, build_verdicts, render_terminal
+    from .records import ResultStore
+    html = write_report(args.out)
+    print(render_terminal(build_verdicts(ResultStore(args.out).load())))
+    print(f"\nreport: {html}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kvbounds", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pl = sub.add_parser("list", help="list registered claims and their status")
+    pl.add_argument("--out", default=None, help="also count records in DIR/results.jsonl")
+    pc = sub.add_parser("check", help="run claim checks, appending records to DIR/results.jsonl")
+    pc.add_argument("claims", nargs="*", metavar="CLAIM_ID")
+    pc.add_argument("--profile", choices=PROFILES, default="quick")
+    pc.add_argument("--backend", default="numpy", help="numpy | torch | torch:cpu | torch:cuda | cupy")
+    pc.add_argument("--seed", type=int, default=0)
+    pc.add_argument("--out", default="results")
+    pc.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    pc.add_argument("--quiet", action="store_true")
+    pr = sub.add_parser("report", help="turn the records into report.html + figures + terminal summary")
+    pr.add_argument("--out", default="results")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return {"list": _cmd_list, "check": _cmd_check, "report": _cmd_report}[args.cmd](args)

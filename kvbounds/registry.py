@@ -1,0 +1,143 @@
+"""The claim registry: one entry per claim id of ``../shared/CLAIMS.md``.
+
+A claim is data: its statement, its source (seed file and theorem), the dotted path of its bound
+function in ``theory/`` and the dotted path of its check module in ``proofs_checks/``. An entry with
+an empty ``check`` is listed as "no check yet".
+
+A check module exposes
+    ``CLAIM``                          the claim id it checks,
+    ``trials(profile) -> list[dict]``  the parameter grid of the profile ("smoke", "quick", "full"),
+    ``run_trial(params, seed, backend) -> Record | list[Record]``,
+    ``summarize(records) -> Verdict``  the claim-level verdict from all its records.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from types import ModuleType
+from typing import Callable
+
+SEEDS = {
+    "000": "000_54b4e1352ae92379.txt (BalanceKV, early version)",
+    "001": "001_0d3d682c7516b587.txt (BalanceKV, later version)",
+    "002": "002_c0f804644c13f6b5.txt (SubGen)",
+    "003": "003_d11e1a2aa3a7a37b.txt (ClusterGen)",
+    "004": "004_2e7c083f2670118d.txt (subspace projection + Frequent Directions)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    id: str
+    family: str
+    statement: str
+    source: str
+    bound: str = ""   # "module:function" in theory/
+    check: str = ""   # module in proofs_checks/
+
+    def bound_function(self) -> Callable | None:
+        if not self.bound:
+            return None
+        mod, _, fn = self.bound.partition(":")
+        return getattr(importlib.import_module(mod), fn)
+
+    def check_module(self) -> ModuleType | None:
+        return importlib.import_module(self.check) if self.check else None
+
+    @property
+    def has_check(self) -> bool:
+        return bool(self.check)
+
+
+_BKV = "BalanceKV"
+_SG = "SubGen/ClusterGen"
+_FD = "Subspace/FD"
+
+CLAIMS: dict[str, Claim] = {c.id: c for c in [
+    Claim("SBW.balance", _BKV,
+          "Self-balancing walk with c = 30 log(n/delta): for any fixed u, |sum_{U'}<u_i,u> - sum_{not U'}<u_i,u>| "
+          "<= O(log(n/delta) max||u_i|| ||u||) w.p. >= 1-delta; FAIL (|<w,u_i>| > c r^2) w.p. <= delta; "
+          "growth in n vs independent random signs (sqrt n).",
+          "001 Thm A.1, Alg. 3 (Self-Balancing Walk); 000 Thm thm:BALANCE-ALS21",
+          "theory.balancekv:sbw_discrepancy_shape", "proofs_checks.sbw_balance"),
+    Claim("SBW.kernel-identity", _BKV,
+          "phi(k) = ((k/d^{1/4})^{(x)i}/sqrt(i!))_i satisfies <phi(k),phi(q)> = exp(<k,q>/sqrt d) and "
+          "||phi(k)||^2 = exp(||k||^2/sqrt d); explicit tail bound for truncations.",
+          "001 A.2 (proof of Thm 3.3); 000 sec:appendix_softmax_balance",
+          "theory.kernel_identity:truncation_tail_bound", "proofs_checks.sbw_kernel_identity"),
+    Claim("SB.discrepancy", _BKV,
+          "SoftmaxBalance: |C'| <= |C|/2 and for any q w.p. >= 1-delta, ||sum_{C'} e^{<k,q>/sqrt d} v - sum_{C\\C'} ...|| "
+          "<= O(sqrt(s) log(ns/delta) e^{||q||^2/(2 sqrt d)} e^{max||k||^2/(2 sqrt d)} max||v||).",
+          "001 Thm 3.3, Alg. 2; 000 thm:BALANCE-vectors",
+          "theory.balancekv:softmax_balance_shape", "proofs_checks.sb_discrepancy"),
+    Claim("SB.cost", _BKV,
+          "SoftmaxBalance runs in O((d+s) n^2) time and O((d+s) n) memory.",
+          "001 Thm 3.3; 000 thm:BALANCE-vectors",
+          "theory.balancekv:softmax_balance_cost", "proofs_checks.sb_cost"),
+    Claim("MR.error", _BKV,
+          "MergeAndReduce with t = O~(sqrt(s) e^{2r^2/sqrt d}/eps) (001) or O*(e^{2r^2/sqrt d}/eps) (000), T = log2(n/t): "
+          "at every j, ||sum_{i<=j} e^{<k_i,q_j>/sqrt d} v_i - z_j|| <= eps j e^{-r^2/sqrt d} max||v||.",
+          "001 Thm 3.4, Alg. 4; 000 thm:MergeAndReduce",
+          "theory.balancekv:merge_reduce_error_bound", "proofs_checks.mr_error"),
+    Claim("MR.memory", _BKV,
+          "At most log2(n/t) cells occupied, each |C^i| <= t; total memory O(d t log(n/t)); per-step time "
+          "O~(d s e^{4r^2/sqrt d}/eps^2).",
+          "001 Thm 3.4, Alg. 4; 000 thm:MergeAndReduce",
+          "theory.balancekv:merge_reduce_memory_bound", "proofs_checks.mr_memory"),
+    Claim("BKV.attention", _BKV,
+          "BalanceKV: at every j, ||z_j - Attn(q_j,K_j,V_j)|| <= eps ||softmax(K_j q_j/sqrt d)|| ||V_j||_F "
+          "w.p. >= 1 - 1/poly(n), for ||q||,||k|| <= r.",
+          "001 Thm 3.1, Alg. 1; 000 thm:main-theorem, alg:main",
+          "theory.balancekv:balance_kv_error_bound", "proofs_checks.bkv_attention"),
+    Claim("BKV.memory", _BKV,
+          "Total memory O~(d sqrt(d) e^{2r^2/sqrt d}/eps) (001) / O*(e^{2r^2/sqrt d}/eps) (000); O(log n) live value-norm "
+          "buckets; erased small-norm buckets contribute at most their share of the error (Alg. 1 line 8 vs 001 A.1).",
+          "001 Thm 3.1, Alg. 1 line 8, A.1; 000 thm:main-theorem",
+          "theory.balancekv:balance_kv_memory_shape", "proofs_checks.bkv_memory"),
+    Claim("BKV.vs-uniform", _BKV,
+          "Empirical: at equal memory, BalanceKV's relative attention error is lower than independent uniform sampling "
+          "(first/last tokens kept, middle compressed by 2^-T, T = 1..4).",
+          "001 Sec. 4.1, Fig. 1, App. B.1"),
+    Claim("BKV.ablation", _BKV,
+          "Empirical: error falls and runtime rises as batch size grows.", "001 Fig. 3, App. B.1"),
+    Claim("LB.index", _BKV,
+          "Space lower bound Omega(min{1/eps^2, d e^{2r^2/sqrt d}}) for r^2 <= d via INDEX; Lemmas C.3-C.6 and the game.",
+          "001 Thm 3.2, App. C"),
+    Claim("NORM.bounded", _BKV,
+          "Empirical: q/k/v norms concentrate and do not grow with sequence length.", "001 Table 3; 003 Table 1"),
+    Claim("SG.reservoir", _SG,
+          "After n tokens, M holds s i.i.d. samples with Pr[M(j) = (k_i,v_i)] = ||v_i||^2 / sum ||v_l||^2 "
+          "(003 prose says ||k_i||^2).", "002 Lemma 1; 003 Lemma 2.2"),
+    Claim("SG.clusters", _SG, "Streaming clustering invariants (1)-(5) and m' <= m for (m,delta)-clusterable keys.",
+          "002 Lemma 2; 003 Lemma 2.3"),
+    Claim("SG.partition", _SG, "With t = Omega(eps^-2 e^{2 delta r} log n), tau in (1 +- eps/3) sum_j exp(<k_j,q>) w.p. >= 0.995.",
+          "002 Thm 1; 003 Thm 2.4"),
+    Claim("SG.matprod", _SG, "With s = Omega(eps^-2 d), ||z - exp(Kq)^T V|| <= (eps/3) ||exp(Kq)|| ||V||_op w.p. >= 0.995.",
+          "002 Thm 1; 003 Thm 2.4"),
+    Claim("SG.attention", _SG, "||z/tau - Attn|| <= eps ||softmax(Kq)|| ||V||_op w.p. >= 0.99; memory and time O(d(mt+s)).",
+          "002 Thm 1; 003 Thm 2.4"),
+    Claim("SG.clusterability", _SG, "Empirical: keys more clusterable than values; RoPE keys more than absolute-position keys.",
+          "003 Table 1, Fig. 1"),
+    Claim("FD.covariance", _FD, "FD sketch: 0 <= A^T A - S^T S and ||A^T A - S^T S|| <= ||A - A_r||_F^2/(l - r).",
+          "004 (Liberty 2013; GLPW 2016)"),
+    Claim("FD.residual", _FD, "||A(I-P)||_op <= sqrt(eps) + eta (Davis-Kahan).", "004 draft"),
+    Claim("SUB.softmax-sensitivity", _FD, "||alpha - alpha_hat||_1 <= 2 tanh(||l - l_hat||_inf/2); tightness.", "004 draft"),
+    Claim("SUB.logit-error", _FD, "||l - l_hat||_inf <= (gamma_B/sqrt d) ||Delta K||_op ||q||.", "004 draft"),
+    Claim("SUB.output-error", _FD, "||o - o_hat|| <= 2 tanh(||l-l_hat||_inf/2) max||v_i|| + ||Delta V||_op; multi-chunk.",
+          "004 draft"),
+    Claim("SUB.blockwise", _FD, "One-pass blockwise softmax across chunks equals softmax over the concatenation; stable.",
+          "004 draft"),
+    Claim("SUB.cost", _FD, "Per-token FLOPs/bytes model vs measurement.", "004 draft"),
+    Claim("SUB.lowrank", _FD, "Empirical low-rank KV hypothesis and its four falsifiers.", "004 draft"),
+]}
+
+
+def get_claim(claim_id: str) -> Claim:
+    try:
+        return CLAIMS[claim_id]
+    except KeyError:
+        raise KeyError(f"unknown claim id {claim_id!r}; known ids: {', '.join(CLAIMS)}") from None
+
+
+def checked_claims() -> list[Claim]:
+    return [c for c in CLAIMS.values() if c.has_check]

@@ -1,0 +1,156 @@
+"""Claim-level verdicts built from records, and the shared rules for reaching them.
+
+Statuses:
+  * ``holds``                    every trial within the stated bound (constants as proven),
+  * ``holds (fitted constant)``  an O(.) claim: the ratio measured/shape is bounded and does not grow
+                                 along the swept parameter; the fitted constant is reported,
+  * ``fails``                    some trial violates the bound; the smallest such input is a finding,
+  * ``inconclusive``             a negative control passed (the check has no power), or no trials,
+  * ``no check`` / ``not run``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from .records import Record
+
+HOLDS = "holds"
+HOLDS_FITTED = "holds (fitted constant)"
+FAILS = "fails"
+INCONCLUSIVE = "inconclusive"
+NO_CHECK = "no check"
+NOT_RUN = "not run"
+
+# An O(.) claim asserts measured/shape stays bounded along the sweep. We call it growth when the
+# log-log slope of that ratio against the swept parameter has a bootstrap 95% lower bound above this.
+GROWTH_TOL = 0.15
+
+
+@dataclasses.dataclass
+class Finding:
+    claim: str
+    title: str
+    detail: str
+    smallest_input: dict = dataclasses.field(default_factory=dict)
+    kind: str = "bound fails"   # "bound fails" | "versions disagree" | "erratum"
+
+
+@dataclasses.dataclass
+class FigureSpec:
+    """Measured vs bound along one swept parameter (drawn by the report with seaborn)."""
+    title: str
+    x: str                      # params key on the x axis
+    check: str | None = None    # restrict to records of this sub-check
+    hue: str | None = None      # params key (or "check") for colour
+    y: str = "measured"         # "measured" | "ratio"
+    show_bound: bool = True
+    logx: bool = True
+    logy: bool = True
+
+
+@dataclasses.dataclass
+class Verdict:
+    claim: str
+    status: str
+    summary: str
+    constant: float | None = None
+    constant_spread: tuple[float, float] | None = None
+    constant_kind: str | None = None   # "proven" | "fitted"
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+    figures: list[FigureSpec] = dataclasses.field(default_factory=list)
+    n_records: int = 0
+
+
+def param_size(params: dict, keys: Sequence[str] = ("n", "d", "s", "t", "T")) -> tuple:
+    """Order inputs by size so the smallest counterexample can be named."""
+    return tuple(float(params.get(k, 0)) if isinstance(params.get(k, 0), (int, float)) else 0 for k in keys)
+
+
+def smallest_failure(records: Iterable[Record], size: Callable[[dict], Any] = param_size) -> Record | None:
+    bad = [r for r in records if not r.holds and not r.control]
+    return min(bad, key=lambda r: (size(r.params), -r.ratio)) if bad else None
+
+
+def controls_rejected(records: Iterable[Record]) -> tuple[int, int]:
+    ctl = [r for r in records if r.control]
+    return sum(not r.holds for r in ctl), len(ctl)
+
+
+def loglog_slope(x: Sequence[float], y: Sequence[float], *, n_boot: int = 400, seed: int = 0) -> tuple[float, float, float]:
+    """Least-squares slope of log y on log x with a bootstrap 95% interval (over points)."""
+    lx, ly = np.log(np.asarray(x, float)), np.log(np.maximum(np.asarray(y, float), 1e-300))
+    if len(np.unique(lx)) < 2:
+        return 0.0, 0.0, 0.0
+    slope = float(np.polyfit(lx, ly, 1)[0])
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        idx = rng.integers(0, len(lx), len(lx))
+        if len(np.unique(lx[idx])) < 2:
+            continue
+        boots.append(np.polyfit(lx[idx], ly[idx], 1)[0])
+    lo, hi = (np.percentile(boots, [2.5, 97.5]) if boots else (slope, slope))
+    return slope, float(lo), float(hi)
+
+
+def standard_verdict(claim: str, records: Sequence[Record], *, figures: Sequence[FigureSpec] = (),
+                     sweep: str | None = None, label: str = "") -> Verdict:
+    """The default rule: controls must be rejected; a-priori/exact/certificate bounds must hold in every
+    trial; ``shape`` records give a fitted constant (max ratio) and must not grow along ``sweep``."""
+    figures = list(figures)
+    if not records:
+        return Verdict(claim, NOT_RUN, "no records", figures=figures)
+    main = [r for r in records if not r.control]
+    rejected, n_ctl = controls_rejected(records)
+    findings: list[Finding] = []
+    parts: list[str] = []
+    status = HOLDS
+    fail = smallest_failure(main)
+    if fail is not None:
+        status = FAILS
+        n_bad = sum(not r.holds for r in main)
+        findings.append(Finding(claim, f"{claim}{(' [' + fail.check + ']') if fail.check else ''}: bound violated "
+                                f"in {n_bad}/{len(main)} trials",
+                                f"measured {fail.measured:.4g} > bound {fail.bound:.4g} (ratio {fail.ratio:.3g}; "
+                                f"{fail.bound_kind} bound, {fail.source})", fail.params))
+    shape = [r for r in main if r.bound_kind in ("shape", "fitted")]
+    const = spread = None
+    if shape:
+        ratios = np.array([r.ratio for r in shape])
+        const, spread = float(ratios.max()), (float(np.percentile(ratios, 5)), float(np.median(ratios)))
+        parts.append(f"fitted constant C = max(measured/shape) = {const:.3g} (5%/50%: {spread[0]:.3g}/{spread[1]:.3g})")
+        if sweep:
+            xs = [float(r.params[sweep]) for r in shape if sweep in r.params]
+            if len(set(xs)) >= 2:
+                slope, lo, hi = loglog_slope(xs, [r.ratio for r in shape if sweep in r.params])
+                parts.append(f"ratio vs {sweep}: log-log slope {slope:+.3f} [95% {lo:+.3f}, {hi:+.3f}]")
+                if lo > GROWTH_TOL:
+                    status = FAILS
+                    findings.append(Finding(claim, f"{claim}: measured/shape grows with {sweep}",
+                                            f"log-log slope {slope:.3f} (95% CI {lo:.3f}..{hi:.3f}) > {GROWTH_TOL}: "
+                                            f"the O(.) shape does not capture the growth in {sweep}",
+                                            min(shape, key=lambda r: param_size(r.params)).params))
+        if status == HOLDS:
+            status = HOLDS_FITTED
+    n_ok = sum(r.holds for r in main)
+    parts.insert(0, f"{n_ok}/{len(main)} trials within bound; max ratio {max(r.ratio for r in main):.3g}")
+    if n_ctl:
+        parts.append(f"negative controls rejected {rejected}/{n_ctl}")
+        if rejected < n_ctl and status != FAILS:
+            status = INCONCLUSIVE
+            findings.append(Finding(claim, f"{claim}: negative control not rejected",
+                                    "a deliberately broken variant passed the check, so the check lacks power",
+                                    next(r.params for r in records if r.control and r.holds), kind="erratum"))
+    if label:
+        parts.insert(0, label)
+    return Verdict(claim, status, "; ".join(parts), constant=const, constant_spread=spread,
+                   constant_kind="fitted" if const is not None else "proven", findings=findings,
+                   figures=figures, n_records=len(records))
+
+
+def finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -1,0 +1,65 @@
+"""Helpers shared by the checks: profile grids, trial RNGs, record construction, failure tolerances."""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Iterable
+
+import numpy as np
+from scipy import stats
+
+from kvbounds.records import Record
+
+
+def grid(**axes: Iterable[Any]) -> list[dict]:
+    """Cartesian product of parameter axes as a list of dicts."""
+    keys = list(axes)
+    return [dict(zip(keys, vals)) for vals in itertools.product(*(list(axes[k]) for k in keys))]
+
+
+def pick(profile: str, *, smoke, quick, full):
+    """The value for a profile: "smoke" (tests, notebooks), "quick" (the main job), "full"."""
+    return {"smoke": smoke, "quick": quick, "full": full}[profile]
+
+
+def rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def make_record(claim: str, params: dict, *, measured: float, bound: float, holds: bool | None = None,
+                bound_kind: str = "a-priori", check: str = "", control: bool = False, source: str = "",
+                trials: int = 1, **extra) -> Record:
+    """A record; ``holds`` defaults to measured <= bound."""
+    measured, bound = float(measured), float(bound)
+    if holds is None:
+        holds = measured <= bound
+    return Record(claim=claim, params=dict(params), seed=0, backend="", measured=measured, bound=bound,
+                  holds=bool(holds), bound_kind=bound_kind, check=check, control=control, source=source,
+                  trials=trials, extra=extra)
+
+
+def failure_rate_ok(failures: int, trials: int, p_claimed: float, *, alpha: float = 1e-3) -> tuple[bool, float]:
+    """Is an observed failure count consistent with a claimed failure probability <= p_claimed?
+
+    One-sided exact binomial test at level ``alpha``: the claim is rejected only when seeing this many
+    failures would have probability < alpha if the true rate were p_claimed. Returns (ok, p-value)."""
+    if trials == 0:
+        return True, 1.0
+    p = float(stats.binom.sf(failures - 1, trials, p_claimed)) if failures > 0 else 1.0
+    return p >= alpha, p
+
+
+def clopper_pearson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
+    a = 1 - conf
+    lo = 0.0 if k == 0 else float(stats.beta.ppf(a / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(stats.beta.ppf(1 - a / 2, k + 1, n - k))
+    return lo, hi
+
+
+def unit_directions(rng: np.random.Generator, m: int, d: int) -> np.ndarray:
+    x = rng.standard_normal((m, d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def log2_int(x: float) -> float:
+    return math.log2(x)
