@@ -47,12 +47,18 @@ def normalized_kernel_gram(K, V, r_key: float, r_value: float, *, scale: float |
 
 def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: float | None = None,
                     r_value: float | None = None, n: int | None = None, scale: float | None = None,
-                    on_fail: str = "raise") -> SoftmaxBalanceResult:
+                    on_fail: str = "raise", repeats: int | None = None, c: float | None = None,
+                    memory: str = "gram") -> SoftmaxBalanceResult:
     """Alg. 2 on keys ``K`` (..., n, d) and values ``V`` (..., n, s); batched over leading dimensions.
 
     ``r_key``/``r_value`` default to the largest norms present (Alg. 2 line 1 only needs upper bounds);
-    ``n`` is the stream-length bound in c = 30 log(n/delta), default the number of rows.
-    Returns the mask of C', the smaller side of the signs (lines 12-16)."""
+    ``n`` is the stream-length bound in c = 30 log(n/delta), default the number of rows; ``c`` overrides
+    that constant (for experiments with a practical walk; FAIL then becomes likelier).
+    ``memory="gram"`` materialises the n x n Gram matrix (fastest); ``memory="rows"`` computes the row y
+    of line 6 at each step from the stored pairs, the O((d+s) n) memory of Thm 3.3 (claim SB.cost).
+    ``repeats``: run that many independent walks on the same data (a leading axis on the outputs;
+    the Gram matrix is computed once and shared). Returns the mask of C', the smaller side of the
+    signs (lines 12-16)."""
     check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1)
     check_array(V, "V", ndim=K.ndim)
     if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
@@ -72,11 +78,48 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
     n = rows if n is None else n
     if n < rows:
         raise InputError(f"stream-length bound n = {n} is below the number of rows {rows}")
-    c = walk_constant(n, delta)
-    G = normalized_kernel_gram(K, V, r_key, r_value, scale=scale)
-    uniforms = like(rng.random(tuple(K.shape[:-1])), K)
-    walk = gram_walk(G, uniforms, c, on_fail=on_fail)
+    c = walk_constant(n, delta) if c is None else float(c)
+    check_positive(c, "c")
+    if memory not in ("gram", "rows"):
+        raise InputError(f"memory must be 'gram' or 'rows', got {memory!r}")
+    batch = tuple(K.shape[:-1])
+    if repeats is not None:
+        check_positive(repeats, "repeats", integer=True)
+        batch = (repeats,) + batch
+    uniforms = like(rng.random(batch), K)
+    if memory == "rows":
+        walk = _row_walk(K, V, r_key, r_value, uniforms, c, scale, on_fail)
+    else:
+        G = normalized_kernel_gram(K, V, r_key, r_value, scale=scale)
+        if repeats is not None:
+            G = xp.broadcast_to(G, batch + (rows,))
+        walk = gram_walk(G, uniforms, c, on_fail=on_fail)
     return SoftmaxBalanceResult(smaller_side(walk.signs), walk.signs, walk, r_key, r_value, c)
+
+
+def _row_walk(K, V, r_key, r_value, uniforms, c, scale, on_fail) -> WalkResult:
+    """Alg. 2 lines 5-11 literally: y_i = exp(<k_i,k_j>/sqrt d) <v_i,v_j> / R^2 for i < j, x = y^T eta."""
+    from .self_balancing_walk import _choose, _finish
+    xp = array_namespace(K, V)
+    scale = 1.0 / math.sqrt(K.shape[-1]) if scale is None else scale
+    n = K.shape[-2]
+    eta = xp.zeros(uniforms.shape, dtype=K.dtype, device=_device(K))
+    fails, ratios = [], []
+    for j in range(n):
+        kj, vj = K[..., j:j + 1, :], V[..., j:j + 1, :]
+        y = xp.exp((xp.sum(K[..., :j, :] * kj, axis=-1) - r_key**2) * scale) * (
+            xp.sum(V[..., :j, :] * vj, axis=-1) / r_value**2)
+        x = xp.sum(y * eta[..., :j], axis=-1)
+        fail, e = _choose(xp, x, uniforms[..., j], c)
+        eta[..., j] = e
+        fails.append(fail)
+        ratios.append(xp.abs(x) / c)
+    return _finish(xp, eta, fails, ratios, on_fail)
+
+
+def _device(x):
+    from array_api_compat import device
+    return device(x)
 
 
 def signed_kernel_sum(K, V, signs, q, *, scale: float | None = None):
