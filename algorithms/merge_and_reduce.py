@@ -40,10 +40,12 @@ class MergeAndReduce:
 
     ``t``: batch size (even, >= 2); ``T``: number of levels (compression 2^-T); ``delta``: failure
     probability of each SoftmaxBalance call (c = 30 log(t/delta)); ``r_key``/``r_value``: radii passed
-    to SoftmaxBalance (default: the largest norms in the cell being reduced)."""
+    to SoftmaxBalance (default: the largest norms in the cell being reduced); ``c``: the walk constant
+    (default 30 log(t/delta), the paper's)."""
 
     def __init__(self, d: int, s: int, *, t: int, T: int, delta: float, rng: np.random.Generator,
-                 r_key: float | None = None, r_value: float | None = None, scale: float | None = None):
+                 r_key: float | None = None, r_value: float | None = None, scale: float | None = None,
+                 c: float | None = None):
         check_positive(d, "d", integer=True)
         check_positive(s, "s", integer=True)
         check_positive(t, "batch size t", integer=True)
@@ -52,7 +54,7 @@ class MergeAndReduce:
         _check_levels(T)
         check_probability(delta, "delta")
         self.d, self.s, self.t, self.T, self.delta = d, s, t, T, delta
-        self.rng, self.r_key, self.r_value = rng, r_key, r_value
+        self.rng, self.r_key, self.r_value, self.c = rng, r_key, r_value, c
         self.scale = 1.0 / math.sqrt(d) if scale is None else scale
         self.j = 0
         self.cells_k: list[Any] = [None] * (T + 1)   # C^i keys (m_i, d) or None when empty
@@ -88,9 +90,12 @@ class MergeAndReduce:
 
     def _reduce_into_next(self, i: int) -> None:
         K, V = self.cells_k[i], self.cells_v[i]
+        if K is None or K.shape[0] == 0:    # an empty cell reduces to nothing (SoftmaxBalance may keep 0 of a cell)
+            self.cells_k[i] = self.cells_v[i] = None
+            return
         xp = array_namespace(K)
         res = softmax_balance(K, V, delta=self.delta, rng=self.rng, r_key=self.r_key, r_value=self.r_value,
-                              n=max(self.t, K.shape[0]), scale=self.scale, on_fail="continue")
+                              n=max(self.t, K.shape[0]), scale=self.scale, on_fail="continue", c=self.c)
         self.balance_calls += 1
         self.fail_count += int(np.asarray(res.walk.failed).any())
         keep = xp.nonzero(res.keep)[0]
@@ -115,7 +120,9 @@ class MergeAndReduce:
         return [(k, v) if k is not None and k.shape[0] > 0 else (None, None) for k, v in out]
 
     def cell_sizes(self) -> list[int]:
-        return [0 if k is None else int(k.shape[0]) for k, _ in self.cells()]
+        sizes = [0 if k is None else int(k.shape[0]) for k in self.cells_k]
+        sizes[0] += len(self._buf_k)
+        return sizes
 
     def num_stored(self) -> int:
         return sum(self.cell_sizes())
