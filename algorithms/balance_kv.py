@@ -30,6 +30,13 @@ from .validation import InputError, check_array, check_positive, check_probabili
 ERASE_RULES = ("alg1", "proof001", "none")
 
 
+class DegenerateEstimate(RuntimeError):
+    """z_j is undefined: the denominator estimate is 0 because every MR-Denominator cell is empty.
+
+    This happens: Alg. 2 keeps the *smaller* sign class (lines 12-16), so a cell of one token, or of
+    tokens that all drew the same sign, reduces to nothing, while level i keeps its weight 2^i."""
+
+
 def erase_threshold(rule: str, *, eps: float, n: int, r: float, d: int, vmax: float) -> float:
     """Buckets with 2^i <= threshold are erased: Alg. 1 line 8 ("alg1"), 001 A.1's proof ("proof001")."""
     if rule == "alg1":
@@ -130,6 +137,10 @@ class BalanceKV:
         check_array(q, "q", ndim=1, last_dim=self.d)
         xp = array_namespace(q)
         m_den, den = self.denominator.estimate(q)
+        if m_den == -math.inf or not float(den[0]) > 0:
+            raise DegenerateEstimate(
+                f"denominator estimate is 0 at step {self.j}: every MR-Denominator cell is empty "
+                f"(cell sizes {self.denominator.cell_sizes()}); SoftmaxBalance kept the empty sign class")
         parts = [mr.estimate(q) for mr in self.numerators.values()]
         parts = [(m, u) for m, u in parts if m > -math.inf]
         if not parts:

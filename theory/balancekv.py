@@ -91,8 +91,13 @@ def balance_kv_memory_shape(d: int, r: float, eps: float, *, version: str = "001
 
 
 def balance_kv_bucket_count_bound(n: int, eps: float, r: float, d: int, *, rule: str = "alg1") -> float:
-    """Live value-norm buckets: log2(2n e^{r^2/sqrt d}/eps) + 1 under Alg. 1 line 8 (000's proof),
-    log2(sqrt(n)/eps) + 1 under the threshold of 001 A.1's proof."""
+    """Live value-norm buckets as the proofs count them [stated]: log2(2n e^{r^2/sqrt d}/eps) for Alg. 1 line 8
+    (000's proof of thm:main-theorem), log2(sqrt(n)/eps) for the threshold of 001 A.1's proof."""
     if rule == "alg1":
-        return math.log2(2 * n * math.exp(r**2 / math.sqrt(d)) / eps) + 1
-    return math.log2(math.sqrt(n) / eps) + 1
+        return math.log2(2 * n * math.exp(r**2 / math.sqrt(d)) / eps)
+    return math.log2(math.sqrt(n) / eps)
+
+
+def balance_kv_bucket_count_exact(vmax_over_threshold: float) -> int:
+    """The most integers i with threshold < 2^i and 2^{i-1} < vmax: floor(log2(vmax/threshold)) + 2 [derived]."""
+    return math.floor(math.log2(vmax_over_threshold)) + 2
