@@ -77,9 +77,13 @@ class MergeAndReduce:
         if self.j % self.t:                       # line 6: not a multiple of t
             return
         xp = array_namespace(k)
-        self.cells_k[0] = xp.stack(self._buf_k)
-        self.cells_v[0] = xp.stack(self._buf_v)
+        Kb, Vb = xp.stack(self._buf_k), xp.stack(self._buf_v)
         self._buf_k, self._buf_v = [], []
+        if self.cells_k[0] is None:
+            self.cells_k[0], self.cells_v[0] = Kb, Vb
+        else:                                     # T = 0: C^0 is the top cell and accumulates
+            self.cells_k[0] = xp.concat([self.cells_k[0], Kb])
+            self.cells_v[0] = xp.concat([self.cells_v[0], Vb])
         p, i = self.j // self.t, 0
         while i < self.T:                         # lines 11-17
             self._reduce_into_next(i)

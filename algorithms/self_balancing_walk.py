@@ -59,15 +59,17 @@ def _choose(xp, x, u, c):
     return fail, xp.where(u < p, one, -one)
 
 
-def _finish(xp, signs, fails, ratios, on_fail):
+def _finish(xp, signs, fails, ratios, on_fail, scale=1.0):
     # kept on the device during the walk and moved once here (no per-step synchronisation)
     failed_np = _to_np(xp.stack(fails, axis=-1))
+    ratio_np = _to_np(xp.stack(ratios, axis=-1))
     any_fail = failed_np.any(axis=-1)
     first = np.where(any_fail, failed_np.argmax(axis=-1), -1)
-    max_ratio = _to_np(xp.max(xp.stack(ratios, axis=-1), axis=-1))
+    max_ratio = ratio_np.max(axis=-1)
     if on_fail == "raise" and np.any(any_fail):
         idx = int(np.min(first[any_fail]))
-        raise WalkFailed(idx, float(np.max(max_ratio)), 1.0)
+        at = np.argwhere(failed_np[..., idx])[0]          # the first batch entry failing at that step
+        raise WalkFailed(idx, float(ratio_np[tuple(at)][idx]) * scale, scale)
     return WalkResult(signs, any_fail, first, max_ratio)
 
 
@@ -111,7 +113,7 @@ def self_balancing_walk_result(U, *, delta: float, rng: np.random.Generator, r: 
         cols.append(eps)
         fails.append(fail)
         ratios.append(xp.abs(x) / c)
-    return _finish(xp, xp.stack(cols, axis=-1), fails, ratios, on_fail)
+    return _finish(xp, xp.stack(cols, axis=-1), fails, ratios, on_fail, scale=c * r * r)
 
 
 def self_balancing_walk(U, *, delta: float, rng: np.random.Generator, r: float | None = None,
@@ -122,6 +124,7 @@ def self_balancing_walk(U, *, delta: float, rng: np.random.Generator, r: float |
 
 def gram_walk(G, uniforms, c: float, *, on_fail: str = "raise") -> WalkResult:
     """The walk in a kernel's feature space, given the Gram matrix divided by R^2 (001 Alg. 2 lines 5-11).
+    A WalkFailed from here reports |y^T eta| and c R^2 in units of R^2.
 
     ``G`` (..., n, n) with ``G[i, j] = <phi_i, phi_j> / R^2``; the walk's inner product at step i is
     ``x_i = sum_{j<i} eta_j G[i, j]``, maintained incrementally in O(n) per step."""
@@ -136,7 +139,7 @@ def gram_walk(G, uniforms, c: float, *, on_fail: str = "raise") -> WalkResult:
         cols.append(eta)
         fails.append(fail)
         ratios.append(xp.abs(x) / c)
-    return _finish(xp, xp.stack(cols, axis=-1), fails, ratios, on_fail)
+    return _finish(xp, xp.stack(cols, axis=-1), fails, ratios, on_fail, scale=c)
 
 
 def smaller_side(signs):

@@ -114,7 +114,7 @@ def _row_walk(K, V, r_key, r_value, uniforms, c, scale, on_fail) -> WalkResult:
         eta[..., j] = e
         fails.append(fail)
         ratios.append(xp.abs(x) / c)
-    return _finish(xp, eta, fails, ratios, on_fail)
+    return _finish(xp, eta, fails, ratios, on_fail, scale=c)
 
 
 def _device(x):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from gpu.backend import array_namespace
@@ -25,13 +26,15 @@ def check_array(x: Any, name: str, *, ndim: int | tuple[int, ...], last_dim: int
         raise InputError(f"{name} has last dimension {x.shape[-1]}, expected {last_dim} (shape {tuple(x.shape)})")
     if x.ndim >= 2 and x.shape[-2] < min_rows:
         raise InputError(f"{name} has {x.shape[-2]} rows; at least {min_rows} needed (empty stream?)")
+    if min_rows and any(int(n) == 0 for n in x.shape):
+        raise InputError(f"{name} is empty (shape {tuple(x.shape)})")
     if not bool(xp.all(xp.isfinite(x))):
         raise InputError(f"{name} contains NaN or Inf")
     return x
 
 
 def check_positive(value: float, name: str, *, integer: bool = False, allow_zero: bool = False) -> None:
-    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    ok_type = isinstance(value, numbers.Integral) if integer else isinstance(value, numbers.Real)
     if isinstance(value, bool) or not ok_type:
         raise InputError(f"{name} must be a{'n integer' if integer else ' number'}, got {value!r}")
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
@@ -39,5 +42,5 @@ def check_positive(value: float, name: str, *, integer: bool = False, allow_zero
 
 
 def check_probability(value: float, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < 1):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < 1):
         raise InputError(f"{name} must be in (0, 1), got {value!r}")

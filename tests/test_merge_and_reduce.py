@@ -1,0 +1,83 @@
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from algorithms.merge_and_reduce import MergeAndReduce
+from algorithms.validation import InputError
+from gpu.backend import asarray, to_numpy
+
+
+def _mr(t=4, T=3, d=3, s=2, seed=0, **kw):
+    return MergeAndReduce(d, s, t=t, T=T, delta=0.1, rng=np.random.default_rng(seed), **kw)
+
+
+@settings(max_examples=25, deadline=None)
+@given(t=st.sampled_from([2, 4, 8]), T=st.integers(0, 5), n=st.integers(1, 200), seed=st.integers(0, 1000))
+def test_cell_invariants(t, T, n, seed):
+    rng = np.random.default_rng(seed)
+    mr = _mr(t=t, T=T, seed=seed)
+    for j in range(n):
+        mr.update(rng.standard_normal(3), rng.standard_normal(2))
+        sizes = mr.cell_sizes()
+        assert len(sizes) == T + 1
+        assert max(sizes[:T] or [0]) <= t                     # |C^i| <= t below the top
+        if n <= t * 2**T:
+            assert sizes[T] <= t                               # C^T too, within the theorem's n <= t 2^T
+        assert sum(s > 0 for s in sizes) <= T + 1
+        assert mr.num_stored() == sum(sizes) <= j + 1
+
+
+def test_estimate_is_exact_before_first_reduction(rng):
+    mr = _mr(t=8, T=2)
+    K, V = rng.standard_normal((7, 3)), rng.standard_normal((7, 2))
+    for k, v in zip(K, V):
+        mr.update(k, v)
+    q = rng.standard_normal(3)
+    m, u = mr.estimate(q)
+    np.testing.assert_allclose(math.exp(m) * u, (np.exp(K @ q / math.sqrt(3))[:, None] * V).sum(0), rtol=1e-12)
+
+
+def test_T0_keeps_everything(rng):
+    mr = _mr(t=4, T=0)
+    for _ in range(13):
+        mr.update(rng.standard_normal(3), rng.standard_normal(2))
+    assert mr.num_stored() == 13 and mr.balance_calls == 0
+
+
+def test_weights_are_powers_of_two(rng):
+    mr = _mr(t=16, T=2)
+    for _ in range(52):
+        mr.update(rng.standard_normal(3), rng.standard_normal(2))
+    K, V, logw = mr.weighted_tokens()
+    assert set(np.round(np.exp(logw)).astype(int)) <= {1, 2, 4, 8}
+
+
+def test_backend_agreement(backend, rng):
+    K, V = rng.standard_normal((40, 3)), rng.standard_normal((40, 2))
+    ref, out = _mr(seed=5), _mr(seed=5)
+    for k, v in zip(K, V):
+        ref.update(k, v)
+        out.update(asarray(k, backend), asarray(v, backend))
+    assert ref.cell_sizes() == out.cell_sizes()
+    q = rng.standard_normal(3)
+    m1, u1 = ref.estimate(q)
+    m2, u2 = out.estimate(asarray(q, backend))
+    np.testing.assert_allclose(math.exp(m2) * to_numpy(u2), math.exp(m1) * u1, rtol=1e-10)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(t=3), "even"), (dict(t=0), "t"), (dict(T=-1), "levels"), (dict(T=100), "too large"),
+])
+def test_bad_parameters(kw, match):
+    with pytest.raises(InputError, match=match):
+        _mr(**kw)
+
+
+def test_bad_tokens():
+    mr = _mr()
+    with pytest.raises(InputError, match="NaN"):
+        mr.update(np.array([1.0, np.inf, 0.0]), np.ones(2))
+    with pytest.raises(InputError, match="last dimension"):
+        mr.update(np.ones(4), np.ones(2))

@@ -1,0 +1,66 @@
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from algorithms.softmax_balance import normalized_kernel_gram, softmax_balance
+from algorithms.validation import InputError
+from gpu.backend import asarray, to_numpy
+
+
+@given(n=st.integers(1, 40), d=st.integers(1, 6), s=st.integers(1, 4), seed=st.integers(0, 10**6))
+def test_half_property(n, d, s, seed):
+    rng = np.random.default_rng(seed)
+    res = softmax_balance(rng.standard_normal((n, d)), rng.standard_normal((n, s)), delta=0.1, rng=rng,
+                          on_fail="continue")
+    assert 2 * int(res.keep.sum()) <= n                       # |C'| <= |C|/2
+    assert set(np.unique(res.signs)) <= {-1.0, 1.0}
+
+
+def test_gram_is_kernel_over_R2(rng):
+    K, V = rng.standard_normal((7, 4)), rng.standard_normal((7, 3))
+    rk, rv = np.linalg.norm(K, axis=1).max(), np.linalg.norm(V, axis=1).max()
+    G = normalized_kernel_gram(K, V, rk, rv)
+    direct = np.exp(K @ K.T / 2.0) * (V @ V.T) / (np.exp(rk**2 / 2.0) * rv**2)
+    np.testing.assert_allclose(G, direct, rtol=1e-12)
+
+
+def test_huge_key_norms_do_not_overflow(rng):
+    K = rng.standard_normal((64, 64))
+    K = 60 * K / np.linalg.norm(K, axis=1, keepdims=True)    # R^2 = e^{3600/8}: would overflow if formed
+    res = softmax_balance(K, rng.standard_normal((64, 8)), delta=0.01, rng=rng)
+    assert np.all(np.isfinite(res.signs)) and not res.walk.failed.any()
+
+
+def test_rows_mode_matches_gram_mode(rng):
+    K, V = rng.standard_normal((50, 5)), rng.standard_normal((50, 2))
+    a = softmax_balance(K, V, delta=0.01, rng=np.random.default_rng(3), c=2.0, on_fail="continue")
+    b = softmax_balance(K, V, delta=0.01, rng=np.random.default_rng(3), c=2.0, on_fail="continue", memory="rows")
+    np.testing.assert_array_equal(a.signs, b.signs)
+
+
+def test_backend_agreement(backend, rng):
+    K, V = rng.standard_normal((3, 40, 6)), rng.standard_normal((3, 40, 2))
+    ref = softmax_balance(K, V, delta=0.01, rng=np.random.default_rng(9), c=3.0, on_fail="continue")
+    out = softmax_balance(asarray(K, backend), asarray(V, backend), delta=0.01, rng=np.random.default_rng(9),
+                          c=3.0, on_fail="continue")
+    np.testing.assert_array_equal(to_numpy(out.signs), ref.signs)
+    np.testing.assert_array_equal(to_numpy(out.keep), ref.keep)
+
+
+@pytest.mark.parametrize("K,V,kw,match", [
+    (np.full((4, 2), np.nan), np.ones((4, 1)), {}, "NaN"),
+    (np.ones((4, 2)), np.ones((3, 1)), {}, "agree"),
+    (np.ones(4), np.ones((4, 1)), {}, "dimension"),
+    (np.ones((0, 2)), np.ones((0, 1)), {}, "empty"),
+    (np.ones((4, 2), dtype=np.int64), np.ones((4, 1)), {}, "floating"),
+    (np.ones((4, 2)), np.ones((4, 1)), {"delta": 0.0}, "delta"),
+    (np.ones((4, 2)), np.ones((4, 1)), {"r_key": 0.1}, "radii"),
+    (np.ones((4, 2)), np.ones((4, 1)), {"memory": "disk"}, "memory"),
+])
+def test_bad_inputs(K, V, kw, match):
+    args = dict(delta=0.1, rng=np.random.default_rng(0))
+    args.update(kw)
+    with pytest.raises(InputError, match=match):
+        softmax_balance(K, V, **args)
