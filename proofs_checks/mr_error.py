@@ -119,8 +119,8 @@ def summarize(records) -> Verdict:
                     CLAIM, f"[{check}] the fitted constant grows with {key}",
                     f"eps_hat * t / shape has log-log slope {slope:.2f} (95% CI {lo:.2f}..{hi:.2f}) in {key}: "
                     f"the stated t = O(.../eps) does not capture the error's dependence on {key}"
-                    + (f" (eps_hat ~ t^{slope - 1:.2f}, the rate of random signs, not t^-1: at these t the walk's "
-                       f"drift, of order 1/c, is too weak to balance; its O(1/t) regime needs t >> d_eff c^2)"
+                    + (f" (eps_hat ~ t^{slope - 1:.2f}, not t^-1; independent random signs give t^-0.5: at these t the "
+                       f"walk's drift, of order 1/c, is too weak to balance; its O(1/t) regime needs t >> d_eff c^2)"
                        if key == "t" else "")
                     + (" (c = log(t/delta) variant, for comparison)" if check.endswith("c=log") else ""),
                     min(sub, key=lambda r: r.params[key]).params, kind=kind))
