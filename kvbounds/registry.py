@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 from types import ModuleType
 from typing import Callable
 
@@ -39,14 +40,17 @@ class Claim:
         if not self.bound:
             return None
         mod, _, fn = self.bound.partition(":")
-        return getattr(importlib.import_module(mod), fn)
+        if importlib.util.find_spec(mod) is None:
+            return None
+        return getattr(importlib.import_module(mod), fn, None)
 
     def check_module(self) -> ModuleType | None:
-        return importlib.import_module(self.check) if self.check else None
+        return importlib.import_module(self.check) if self.has_check else None
 
     @property
     def has_check(self) -> bool:
-        return bool(self.check)
+        """The check module named by ``check`` exists (entries name their planned module up front)."""
+        return bool(self.check) and importlib.util.find_spec(self.check) is not None
 
 
 _BKV = "BalanceKV"
@@ -97,38 +101,56 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim("BKV.vs-uniform", _BKV,
           "Empirical: at equal memory, BalanceKV's relative attention error is lower than independent uniform sampling "
           "(first/last tokens kept, middle compressed by 2^-T, T = 1..4).",
-          "001 Sec. 4.1, Fig. 1, App. B.1"),
+          "001 Sec. 4.1, Fig. 1, App. B.1",
+          "theory.empirical:relative_error", "proofs_checks.bkv_vs_uniform"),
     Claim("BKV.ablation", _BKV,
-          "Empirical: error falls and runtime rises as batch size grows.", "001 Fig. 3, App. B.1"),
+          "Empirical: error falls and runtime rises as batch size grows.", "001 Fig. 3, App. B.1",
+          "theory.empirical:relative_error", "proofs_checks.bkv_ablation"),
     Claim("LB.index", _BKV,
           "Space lower bound Omega(min{1/eps^2, d e^{2r^2/sqrt d}}) for r^2 <= d via INDEX; Lemmas C.3-C.6 and the game.",
-          "001 Thm 3.2, App. C"),
+          "001 Thm 3.2, App. C",
+          "theory.lower_bound:space_lower_bound", "proofs_checks.lb_index"),
     Claim("NORM.bounded", _BKV,
-          "Empirical: q/k/v norms concentrate and do not grow with sequence length.", "001 Table 3; 003 Table 1"),
+          "Empirical: q/k/v norms concentrate and do not grow with sequence length.", "001 Table 3; 003 Table 1",
+          "theory.empirical:norm_interval", "proofs_checks.norm_bounded"),
     Claim("SG.reservoir", _SG,
           "After n tokens, M holds s i.i.d. samples with Pr[M(j) = (k_i,v_i)] = ||v_i||^2 / sum ||v_l||^2 "
-          "(003 prose says ||k_i||^2).", "002 Lemma 1; 003 Lemma 2.2"),
+          "(003 prose says ||k_i||^2).", "002 Lemma 1; 003 Lemma 2.2",
+          "theory.subgen:reservoir_probability", "proofs_checks.sg_reservoir"),
     Claim("SG.clusters", _SG, "Streaming clustering invariants (1)-(5) and m' <= m for (m,delta)-clusterable keys.",
-          "002 Lemma 2; 003 Lemma 2.3"),
+          "002 Lemma 2; 003 Lemma 2.3",
+          "theory.subgen:cluster_count_bound", "proofs_checks.sg_clusters"),
     Claim("SG.partition", _SG, "With t = Omega(eps^-2 e^{2 delta r} log n), tau in (1 +- eps/3) sum_j exp(<k_j,q>) w.p. >= 0.995.",
-          "002 Thm 1; 003 Thm 2.4"),
+          "002 Thm 1; 003 Thm 2.4",
+          "theory.subgen:partition_bound", "proofs_checks.sg_partition"),
     Claim("SG.matprod", _SG, "With s = Omega(eps^-2 d), ||z - exp(Kq)^T V|| <= (eps/3) ||exp(Kq)|| ||V||_op w.p. >= 0.995.",
-          "002 Thm 1; 003 Thm 2.4"),
+          "002 Thm 1; 003 Thm 2.4",
+          "theory.subgen:matprod_bound", "proofs_checks.sg_matprod"),
     Claim("SG.attention", _SG, "||z/tau - Attn|| <= eps ||softmax(Kq)|| ||V||_op w.p. >= 0.99; memory and time O(d(mt+s)).",
-          "002 Thm 1; 003 Thm 2.4"),
+          "002 Thm 1; 003 Thm 2.4",
+          "theory.subgen:attention_bound", "proofs_checks.sg_attention"),
     Claim("SG.clusterability", _SG, "Empirical: keys more clusterable than values; RoPE keys more than absolute-position keys.",
-          "003 Table 1, Fig. 1"),
+          "003 Table 1, Fig. 1",
+          "theory.subgen:kcenter_radius", "proofs_checks.sg_clusterability"),
     Claim("FD.covariance", _FD, "FD sketch: 0 <= A^T A - S^T S and ||A^T A - S^T S|| <= ||A - A_r||_F^2/(l - r).",
-          "004 (Liberty 2013; GLPW 2016)"),
-    Claim("FD.residual", _FD, "||A(I-P)||_op <= sqrt(eps) + eta (Davis-Kahan).", "004 draft"),
-    Claim("SUB.softmax-sensitivity", _FD, "||alpha - alpha_hat||_1 <= 2 tanh(||l - l_hat||_inf/2); tightness.", "004 draft"),
-    Claim("SUB.logit-error", _FD, "||l - l_hat||_inf <= (gamma_B/sqrt d) ||Delta K||_op ||q||.", "004 draft"),
+          "004 (Liberty 2013; GLPW 2016)",
+          "theory.frequent_directions:covariance_bound", "proofs_checks.fd_covariance"),
+    Claim("FD.residual", _FD, "||A(I-P)||_op <= sqrt(eps) + eta (Davis-Kahan).", "004 draft",
+          "theory.frequent_directions:residual_bound", "proofs_checks.fd_residual"),
+    Claim("SUB.softmax-sensitivity", _FD, "||alpha - alpha_hat||_1 <= 2 tanh(||l - l_hat||_inf/2); tightness.", "004 draft",
+          "theory.subspace:softmax_sensitivity_bound", "proofs_checks.sub_softmax_sensitivity"),
+    Claim("SUB.logit-error", _FD, "||l - l_hat||_inf <= (gamma_B/sqrt d) ||Delta K||_op ||q||.", "004 draft",
+          "theory.subspace:logit_error_bound", "proofs_checks.sub_logit_error"),
     Claim("SUB.output-error", _FD, "||o - o_hat|| <= 2 tanh(||l-l_hat||_inf/2) max||v_i|| + ||Delta V||_op; multi-chunk.",
-          "004 draft"),
+          "004 draft",
+          "theory.subspace:output_error_bound", "proofs_checks.sub_output_error"),
     Claim("SUB.blockwise", _FD, "One-pass blockwise softmax across chunks equals softmax over the concatenation; stable.",
-          "004 draft"),
-    Claim("SUB.cost", _FD, "Per-token FLOPs/bytes model vs measurement.", "004 draft"),
-    Claim("SUB.lowrank", _FD, "Empirical low-rank KV hypothesis and its four falsifiers.", "004 draft"),
+          "004 draft",
+          "theory.subspace:blockwise_softmax_identity", "proofs_checks.sub_blockwise"),
+    Claim("SUB.cost", _FD, "Per-token FLOPs/bytes model vs measurement.", "004 draft",
+          "theory.subspace:cost_model", "proofs_checks.sub_cost"),
+    Claim("SUB.lowrank", _FD, "Empirical low-rank KV hypothesis and its four falsifiers.", "004 draft",
+          "theory.subspace:energy_at_rank", "proofs_checks.sub_lowrank"),
 ]}
 
 

@@ -1,0 +1,313 @@
+"""Blockwise (parallel) BalanceKV, the practical variant of 001 Appendix B; the B.1 cache set-up.
+
+Claim: BKV.vs-uniform (001 Sec 4.1, App. B.1), against :mod:`algorithms.uniform_sampling`.
+
+001 App. B ("Implementation Detail"): view the n cached embeddings as blocks of length b, run the
+SoftmaxBalance walk (Alg. 2) on all blocks in parallel, pad with zeros when b does not divide n, and
+after the sign assignment "strictly select n/2 embeddings"; repeat T times. Here, per level:
+
+1. pad the m current tokens with zero rows to a multiple of b and reshape to (..., m_pad/b, b, d);
+2. per block, the normalized Gram y / R^2 of Alg. 2 line 6 (see
+   :func:`algorithms.softmax_balance.normalized_kernel_gram`)::
+
+       G[i, j] = exp((<k_i, k_j> - r_key^2) / sqrt d) * <w_i, w_j> / r_w^2
+
+   with r_key, r_w the largest key / w norms *within the block* (the exponent is <= 0, so key norms
+   of 50+ at d = 64 cannot overflow; far-apart keys underflow to 0, which is the exact value to
+   double precision relative to R^2). ``value_kernel="value"``: w = v, the numerator's kernel.
+   ``value_kernel="value+1"`` (default): w = [v, 1], so <w_i, w_j> = <v_i, v_j> + 1 and the walk
+   balances the feature vectors phi(k) (x) [v, 1] -- i.e. the numerator sum e^{<k,q>/sqrt d} v and the
+   denominator sum e^{<k,q>/sqrt d} at once, so one selection serves both halves of the estimator
+   (Alg. 1 runs separate MergeAndReduce instances for them; a cache keeps one subset of tokens).
+   Padded rows have k = 0 and w = 0 (the 1 included): their Gram rows vanish, so they never move the walk;
+3. the walk (:func:`algorithms.self_balancing_walk.gram_walk`, c = 30 log(b/delta) by default, coin
+   flips drawn from the numpy ``rng`` and moved with :func:`gpu.backend.like`) on all blocks at once;
+   a FAIL (|x| > c) does not stop it: p is clipped, as in ``on_fail="continue"``;
+4. strict halving: block j keeps floor(v_j / 2) of its v_j real tokens (b/2 for every full block): first
+   the tokens of the block's minority sign (the +1 side on a tie, as in ``smaller_side``), in random
+   priority order, then majority-sign tokens in random priority order until the quota is filled.
+   Padded rows rank below every real token and the quota never exceeds the real tokens, so they are
+   never kept. Only the last block can be partial, so a level keeps exactly floor(m/2) tokens: with
+   n a multiple of 2^T b this is exactly n/2 per level, and in general n // 2^T after T levels
+   (the remainder token of an odd level is dropped from the partial last block, at random).
+
+The kept tokens of a level are re-blocked contiguously (in original order) for the next level.
+Random draws per level: the walk's uniforms (batch + (blocks, b)), then the priorities; both are numpy
+draws, so a seed gives the same indices on every backend (up to the walk's float rounding, i.e. exactly
+for float64 inputs).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpu.backend import array_namespace, like, to_numpy
+
+from .self_balancing_walk import gram_walk, walk_constant
+from .uniform_sampling import _check_int, _check_rng, _gather_rows, uniform_select
+from .validation import InputError, check_array, check_positive, check_probability
+
+VALUE_KERNELS = ("value", "value+1")
+METHODS = ("balance", "uniform")
+
+
+def _check_meta(x, name: str, *, ndim, min_rows: int = 0):
+    """check_array without the finiteness pass (same messages)."""
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise InputError(f"{name} must be an array (numpy, torch or cupy), got {type(x).__name__}")
+    ndims = (ndim,) if isinstance(ndim, int) else ndim
+    if x.ndim not in ndims:
+        raise InputError(f"{name} must have {' or '.join(map(str, ndims))} dimension(s), got shape {tuple(x.shape)}")
+    if not array_namespace(x).isdtype(x.dtype, "real floating"):
+        raise InputError(f"{name} must have a real floating dtype (float32/float64), got {x.dtype}")
+    if x.ndim >= 2 and x.shape[-2] < min_rows:
+        raise InputError(f"{name} has {x.shape[-2]} rows; at least {min_rows} needed (empty stream?)")
+
+
+def _check_kv(K, V, *, finite: bool = True):
+    check = check_array if finite else _check_meta
+    check(K, "K", ndim=tuple(range(2, 8)), min_rows=1)
+    check(V, "V", ndim=K.ndim)
+    if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
+        raise InputError(f"K and V must agree in all but the last dimension, got {tuple(K.shape)} and {tuple(V.shape)}")
+    if K.dtype != V.dtype:
+        raise InputError(f"K and V must have the same dtype, got {K.dtype} and {V.dtype}")
+
+
+def _check_levels(levels, n: int) -> int:
+    levels = _check_int(levels, "levels", minimum=0)
+    if levels > 62 or n >> levels < 1:
+        raise InputError(f"T too large: levels = {levels} would leave n // 2^T = 0 of n = {n} tokens")
+    return levels
+
+
+def _check_block(block_size) -> int:
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 2 \
+            or block_size % 2:
+        raise InputError(f"block_size must be an even integer >= 2, got {block_size!r}")
+    return int(block_size)
+
+
+def _dev(x):
+    from array_api_compat import device
+    return device(x)
+
+
+def block_gram(Kb, Wb, *, scale: float):
+    """Per-block normalized Gram y / R^2 (..., b, b) of keys Kb (..., b, d) and w's Wb (..., b, e).
+
+    Equal to ``normalized_kernel_gram(Kb, Wb, r_key, r_w)`` with r_key, r_w the largest norms of each
+    block (last two axes), computed with fewer passes over the (b, b) arrays: keys are pre-scaled by
+    sqrt(scale) and w's by 1/r_w, so G = exp(<k'_i, k'_j> - max ||k'||^2) * <w'_i, w'_j>. The exponent
+    is <= 0 up to rounding; a block whose w's are all 0 (padding) gets G = 0."""
+    xp = array_namespace(Kb, Wb)
+    Ks = Kb * math.sqrt(scale)
+    return _gram(Ks, Wb, xp.sum(Ks * Ks, axis=-1), xp.sum(Wb * Wb, axis=-1))
+
+
+def _gram(Ks, Wb, nk2, nw2):
+    """block_gram from pre-scaled keys Ks (..., b, d), Wb (..., b, e) and their squared norms (..., b)."""
+    xp = array_namespace(Ks, Wb)
+    rk2 = xp.max(nk2, axis=-1)[..., None, None]                                 # scale * r_key^2 per block
+    rw2 = xp.max(nw2, axis=-1)[..., None, None]                                 # r_w^2 per block
+    Ws = Wb / xp.sqrt(xp.where(rw2 > 0, rw2, xp.ones_like(rw2)))
+    # in-place updates (array API semantics) save two allocations of (..., b, b) per level
+    E = xp.matmul(Ks, xp.matrix_transpose(Ks))
+    E -= rk2
+    G = xp.exp(E)
+    del E
+    G *= xp.matmul(Ws, xp.matrix_transpose(Ws))
+    return G
+
+
+def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generator):
+    """One level on the current tokens: pre-scaled keys Kc (B, m, d), Wc (B, m, e) (B = flattened heads)
+    and their squared norms nk2, nw2 (B, m).
+
+    Returns the numpy int64 positions (m // 2,) per batch entry, shape (B, m // 2), sorted, and the
+    number of blocks whose walk hit FAIL."""
+    xp = array_namespace(Kc, Wc)
+    B, m, d = Kc.shape
+    e = Wc.shape[-1]
+    nb = -(-m // b)
+    pad = nb * b - m
+    if pad:
+        Kc = xp.concat([Kc, xp.zeros((B, pad, d), dtype=Kc.dtype, device=_dev(Kc))], axis=1)
+        Wc = xp.concat([Wc, xp.zeros((B, pad, e), dtype=Wc.dtype, device=_dev(Wc))], axis=1)
+        nk2 = xp.concat([nk2, xp.zeros((B, pad), dtype=nk2.dtype, device=_dev(nk2))], axis=1)
+        nw2 = xp.concat([nw2, xp.zeros((B, pad), dtype=nw2.dtype, device=_dev(nw2))], axis=1)
+    G = _gram(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
+              xp.reshape(nk2, (B, nb, b)), xp.reshape(nw2, (B, nb, b)))        # (B, nb, b, b)
+    walk = gram_walk(G, like(rng.random((B, nb, b)), Kc), c, on_fail="continue")
+    # strict halving: integer scores, exact on every backend. score = 2b*[minority] + b*[real] + priority
+    valid_np = np.ones(nb * b, dtype=bool)
+    valid_np[m:] = False
+    valid = like(valid_np.reshape(nb, b), Kc)                                  # (nb, b) bool
+    plus = walk.signs > 0
+    n_plus = xp.sum(xp.astype(plus & valid, xp.int64), axis=-1, keepdims=True)
+    n_real = xp.sum(xp.astype(valid, xp.int64), axis=-1, keepdims=True)
+    minority = xp.where(2 * n_plus <= n_real, plus, ~plus) & valid
+    prio = like(np.argsort(rng.random((B, nb, b)), axis=-1).astype(np.int64), Kc)   # random permutation
+    score = 2 * b * xp.astype(minority, xp.int64) + b * xp.astype(valid, xp.int64) + prio
+    order = xp.argsort(score, axis=-1, descending=True, stable=True)[..., : b // 2]   # (B, nb, b/2)
+    offsets = like((np.arange(nb, dtype=np.int64) * b)[:, None], Kc)
+    pos = xp.reshape(order + offsets, (B, nb * (b // 2)))[:, : m // 2]   # last block: top floor(v/2) only
+    return xp.sort(pos, axis=-1), int(np.sum(walk.failed))
+
+
+def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.random.Generator,
+                             delta: float = 0.01, c: float | None = None, value_kernel: str = "value+1"):
+    """Indices (..., n // 2**levels) of the tokens kept by T = ``levels`` rounds of blockwise BalanceKV.
+
+    ``K`` (..., n, d), ``V`` (..., n, s), any array-API backend; leading dimensions (heads) are
+    independent and processed in the same array operations. Indices are integer arrays of the input's
+    backend, sorted ascending along the last axis. ``c`` defaults to 30 log(block_size/delta) (the
+    paper's constant, applied per block); ``value_kernel`` is "value" or "value+1" (module docstring).
+    ``levels = 0`` keeps everything."""
+    _check_kv(K, V, finite=False)   # finiteness: checked below on the squared norms (one pass fewer)
+    b = _check_block(block_size)
+    n = K.shape[-2]
+    T = _check_levels(levels, n)
+    _check_rng(rng)
+    check_probability(delta, "delta")
+    if value_kernel not in VALUE_KERNELS:
+        raise InputError(f"value_kernel must be one of {VALUE_KERNELS}, got {value_kernel!r}")
+    c = walk_constant(b, delta) if c is None else c
+    check_positive(c, "c")
+    xp = array_namespace(K, V)
+    lead = tuple(K.shape[:-2])
+    B = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    d = K.shape[-1]
+    scale = 1.0 / math.sqrt(d)
+    Kf = xp.reshape(K, (B, n, d)) * math.sqrt(scale)     # keys pre-scaled once: <k', k''> = <k, k''>/sqrt d
+    Wf = xp.reshape(V, (B, n, V.shape[-1]))
+    nk2, nw2 = xp.sum(Kf * Kf, axis=-1), xp.sum(Wf * Wf, axis=-1)
+    # a NaN/Inf entry makes its row's squared norm non-finite; so does a norm whose square overflows,
+    # which would overflow the Gram too: both are bad input
+    for name, nrm in (("K", nk2), ("V", nw2)):
+        if not bool(xp.all(xp.isfinite(nrm))):
+            raise InputError(f"{name} contains NaN or Inf (or a row whose squared norm overflows {K.dtype})")
+    if value_kernel == "value+1":
+        Wf = xp.concat([Wf, xp.ones((B, n, 1), dtype=V.dtype, device=_dev(V))], axis=-1)
+        nw2 = nw2 + 1.0
+    idx = xp.broadcast_to(xp.arange(n, dtype=xp.int64, device=_dev(K))[None, :], (B, n))
+    Kc, Wc, kc2, wc2 = Kf, Wf, nk2, nw2
+    if T == 0:
+        idx = xp.asarray(idx, copy=True)
+    for level in range(T):
+        pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=rng)
+        idx = _take_cols(idx, pos)
+        if level + 1 < T:
+            Kc, Wc = _gather_dev(Kf, idx), _gather_dev(Wf, idx)
+            kc2, wc2 = _take_cols(nk2, idx), _take_cols(nw2, idx)
+    return xp.reshape(idx, lead + (idx.shape[-1],))
+
+
+def _flat(idx, n):
+    xp = array_namespace(idx)
+    B = idx.shape[0]
+    return xp.reshape(idx + xp.arange(B, dtype=idx.dtype, device=_dev(idx))[:, None] * n, (-1,))
+
+
+def _take_cols(idx, pos):
+    """idx (B, m), pos (B, m') integer (same backend) -> idx[b, pos[b, j]]."""
+    xp = array_namespace(idx)
+    B, m = idx.shape
+    return xp.reshape(xp.take(xp.reshape(idx, (-1,)), _flat(pos, m), axis=0), pos.shape)
+
+
+def _gather_dev(X, idx):
+    """X (B, n, e), idx (B, m) integer array of X's backend -> (B, m, e)."""
+    xp = array_namespace(X)
+    B, n, e = X.shape
+    out = xp.take(xp.reshape(X, (B * n, e)), _flat(idx, n), axis=0)
+    return xp.reshape(out, (B, idx.shape[-1], e))
+
+
+def compress_cache(K, V, *, sink: int, window: int, levels: int, block_size: int, rng: np.random.Generator,
+                   method: str = "balance", delta: float = 0.01, c: float | None = None,
+                   value_kernel: str = "value+1"):
+    """The 001 B.1 cache: tokens [0, sink) and the last ``window`` kept exactly, the middle compressed.
+
+    The middle [sink, n - window) is reduced to n_mid // 2^levels tokens by :func:`blockwise_balance_select`
+    (``method="balance"``) or by uniform sampling without replacement, drawn independently per head
+    (``method="uniform"``, the paper's baseline). Returns ``(indices, log_weights)``, both (..., n_kept)
+    on K's backend: indices sorted ascending (int64), log-weight 0 for the exact tokens and
+    levels * log 2 for the kept middle tokens (the 2^T of the estimator; when 2^T does not divide n_mid
+    the exact scale would be log(n_mid / kept), which differs by a factor 1 + O(2^T / n_mid))."""
+    _check_kv(K, V)
+    n = K.shape[-2]
+    sink = _check_int(sink, "sink")
+    window = _check_int(window, "window")
+    if sink + window > n:
+        raise InputError(f"sink + window = {sink} + {window} exceeds the cache length n = {n}")
+    if method not in METHODS:
+        raise InputError(f"method must be one of {METHODS}, got {method!r}")
+    b = _check_block(block_size)
+    _check_rng(rng)
+    levels = _check_int(levels, "levels")
+    xp = array_namespace(K, V)
+    lead = tuple(K.shape[:-2])
+    n_mid = n - sink - window
+    dev = _dev(K)
+    if n_mid == 0:
+        mid = xp.zeros(lead + (0,), dtype=xp.int64, device=dev)
+    else:
+        _check_levels(levels, n_mid)
+        m = n_mid >> levels
+        if method == "balance":
+            mid = blockwise_balance_select(K[..., sink:n - window, :], V[..., sink:n - window, :], block_size=b,
+                                           levels=levels, rng=rng, delta=delta, c=c, value_kernel=value_kernel)
+        else:
+            mid = like(uniform_select(n_mid, m, rng, batch=lead), K)
+        mid = mid + sink
+    head = xp.broadcast_to(xp.arange(sink, dtype=xp.int64, device=dev), lead + (sink,))
+    tail = xp.broadcast_to(xp.arange(n - window, n, dtype=xp.int64, device=dev), lead + (window,))
+    idx = xp.concat([head, xp.astype(mid, xp.int64), tail], axis=-1)
+    logw_np = np.concatenate([np.zeros(sink), np.full(mid.shape[-1], levels * math.log(2.0)), np.zeros(window)])
+    logw = xp.broadcast_to(like(logw_np, K), idx.shape)
+    return idx, logw
+
+
+def weighted_attention(q, K, V, idx, logw, *, scale: float | None = None):
+    """The cache estimator sum_i w_i e^{<k_i,q>/sqrt d} v_i / sum_i w_i e^{<k_i,q>/sqrt d} over the kept keys.
+
+    ``q`` (..., d) or (..., nq, d); ``K`` (..., n, d), ``V`` (..., n, s); ``idx`` (..., m) integer
+    indices (numpy or K's backend; a 1-D ``idx`` is shared by all heads); ``logw`` (..., m) or (m,) the
+    log-weights (log 2^T for compressed tokens, 0 for exact ones). Computed as a softmax over logits
+    <k, q>/sqrt d + log w (max-shifted: no overflow). Returns (..., s) or (..., nq, s)."""
+    _check_kv(K, V)
+    check_array(q, "q", ndim=(K.ndim - 1, K.ndim), last_dim=K.shape[-1])
+    lead = tuple(K.shape[:-2])
+    if tuple(q.shape[:len(lead)]) != lead:
+        raise InputError(f"q's leading dimensions {tuple(q.shape)} must match K's {tuple(K.shape)}")
+    xp = array_namespace(q, K, V)
+    n, d = K.shape[-2], K.shape[-1]
+    if not hasattr(idx, "shape") or not hasattr(idx, "dtype"):
+        raise InputError(f"idx must be an integer array, got {type(idx).__name__}")
+    ixp = array_namespace(idx)
+    if not ixp.isdtype(idx.dtype, "integral"):
+        raise InputError(f"idx must have an integer dtype, got {idx.dtype}")
+    if idx.ndim not in (1, len(lead) + 1) or (idx.ndim > 1 and tuple(idx.shape[:-1]) != lead) or idx.shape[-1] < 1:
+        raise InputError(f"idx must have shape (m,) or {lead + ('m',)} with m >= 1, got {tuple(idx.shape)}")
+    if int(ixp.min(idx)) < 0 or int(ixp.max(idx)) >= n:
+        raise InputError(f"idx has entries outside [0, {n})")
+    m = idx.shape[-1]
+    check_array(logw, "logw", ndim=(1, len(lead) + 1), last_dim=m)
+    if logw.ndim > 1 and tuple(logw.shape[:-1]) != lead:
+        raise InputError(f"logw must have shape (m,) or {lead + (m,)}, got {tuple(logw.shape)}")
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    B = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    idx_d = like(to_numpy(idx), K) if ixp is not xp else idx
+    idx_d = xp.reshape(xp.broadcast_to(xp.astype(idx_d, xp.int64), lead + (m,)), (B, m))
+    Ks = xp.reshape(_gather_dev(xp.reshape(K, (B, n, d)), idx_d), lead + (m, d))
+    Vs = xp.reshape(_gather_dev(xp.reshape(V, (B, n, V.shape[-1])), idx_d), lead + (m, V.shape[-1]))
+    lw = xp.astype(logw if array_namespace(logw) is xp else like(to_numpy(logw), K), K.dtype)
+    lw = xp.broadcast_to(lw, lead + (m,))
+    had_axis = q.ndim == K.ndim
+    qq = q if had_axis else xp.expand_dims(q, axis=-2)
+    logits = xp.matmul(qq, xp.matrix_transpose(Ks)) * scale + lw[..., None, :]         # (..., nq, m)
+    w = xp.exp(logits - xp.max(logits, axis=-1, keepdims=True))
+    out = xp.matmul(w / xp.sum(w, axis=-1, keepdims=True), Vs)
+    return out if had_axis else out[..., 0, :]
