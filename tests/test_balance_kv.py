@@ -35,9 +35,14 @@ def test_bucket_bookkeeping(norms, seed):
         k = rng.standard_normal(d)
         v = rng.standard_normal(d)
         b.update(k / np.linalg.norm(k), v / np.linalg.norm(v) * x)
-    expected = {bucket_index(np.float64(x)) for x in np.array([np.linalg.norm(rng.standard_normal(d)) for _ in []])}
+    # every token went to the bucket of its value norm (2^{i-1} < ||v|| <= 2^i), and to the denominator
     assert set(b.numerators) == {bucket_index(float(np.linalg.norm(np.float64(x) * np.ones(1)))) for x in norms}
     assert sum(mr.j for mr in b.numerators.values()) == len(norms) == b.denominator.j
+    for i, mr in b.numerators.items():
+        for k, v in mr.cells():
+            if v is not None:
+                nv = np.linalg.norm(v, axis=1)
+                assert np.all((2.0 ** (i - 1) < nv * (1 + 1e-12)) & (nv <= 2.0**i * (1 + 1e-12)))
 
 
 def test_bucket_index_bounds():
