@@ -76,9 +76,22 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--quiet", action="store_true")
     pr = sub.add_parser("report", help="turn the records into report.html + figures + terminal summary")
     pr.add_argument("--out", default="results")
+    traces_cli = _traces_cli()
+    if traces_cli is not None:
+        traces_cli.add_parser(sub)          # `kvbounds traces extract ...` (real Q/K/V from real models)
     return p
+
+
+def _traces_cli():
+    import importlib.util
+    if importlib.util.find_spec("traces.cli") is None:
+        return None
+    import traces.cli
+    return traces.cli
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.cmd == "traces":
+        return _traces_cli().run(args)
     return {"list": _cmd_list, "check": _cmd_check, "report": _cmd_report}[args.cmd](args)
