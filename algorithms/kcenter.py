@@ -1,0 +1,185 @@
+"""Greedy k-center (Gonzalez 1985; Dyer-Frieze 1985) and the clusterability measures built on it.
+
+Seeds: 002 Sec. 3.1-3.2, Fig. 1 ("greedy k-center algorithm [8]", k = 16); 003 Sec. 3.1, 4.1, Fig. 1,
+Table 1-2 ("greedy k-center (Dyer & Frieze, 1985)"). Claims: SG.clusterability, and the practical
+variant the papers evaluate (003 Sec. 4.1: keep the most recent l tokens plus k greedy k-center centers
+of the remaining tokens, at budget l + k; applied once to the whole cache).
+
+* :func:`greedy_k_center` - farthest-first traversal: start at a point, repeatedly add the point
+  farthest from the chosen centers. Its radius after k centers is at most twice the optimal k-center
+  radius (Gonzalez). Batched over leading (head) dimensions; one O(n d) pass per center.
+* :func:`covering_radius_curve` - the measure of clusterability used by SG.clusterability: the greedy
+  covering radius r(k) for k = 1..k_max of an (n, d) array (real traces call the same function).
+* :func:`stream_cluster_counts` - the number of delta-clusters SubGen's UpdateSoftmaxNormalizer opens
+  after each prefix of a stream (002 Alg. 1 lines 11-23 without the samples): m'(n).
+* :func:`recent_plus_centers` - the practical variant's token indices.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from gpu.backend import array_namespace, like, to_numpy
+
+from .validation import InputError, check_array, check_positive
+
+
+@dataclasses.dataclass
+class KCenterResult:
+    centers: Any       # (..., k) int64 indices in the order chosen, input backend
+    radii: np.ndarray  # (..., k) covering radius after 1, 2, ..., k centers (numpy float64)
+    assignment: Any    # (..., n) index (0..k-1) of the nearest chosen center, input backend
+
+
+def _dev(x):
+    from array_api_compat import device
+    return device(x)
+
+
+def _check_k(k, n: int, name: str = "k") -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"{name} must be an integer >= 1, got {k!r}")
+    if k > n:
+        raise InputError(f"{name} = {k} exceeds the number of points n = {n}")
+    return int(k)
+
+
+def greedy_k_center(X, k: int, *, start: int = 0) -> KCenterResult:
+    """Farthest-first traversal of the rows of ``X`` (..., n, d): ``k`` centers, first one ``start``.
+
+    Ties go to the lowest index. Distances use ||x||^2 - 2<x, c> + ||c||^2 (one matrix-vector product
+    per center, no (n, d) temporary), clamped at 0; the radii are exact to ~1e-8 relative to ||x||."""
+    check_array(X, "X", ndim=tuple(range(2, 8)), min_rows=1)
+    xp = array_namespace(X)
+    lead, n, d = tuple(X.shape[:-2]), X.shape[-2], X.shape[-1]
+    k = _check_k(k, n)
+    if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or not 0 <= start < n:
+        raise InputError(f"start must be an index in [0, {n}), got {start!r}")
+    B = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    Xf = xp.reshape(X, (B, n, d))
+    sq = xp.sum(Xf * Xf, axis=-1)                                             # (B, n)
+    rows = xp.arange(B, device=_dev(X)) * n
+    flat = xp.reshape(Xf, (B * n, d))
+    c = xp.full((B,), int(start), dtype=xp.int64, device=_dev(X))
+    mind = xp.full((B, n), math.inf, dtype=X.dtype, device=_dev(X))
+    assign = xp.zeros((B, n), dtype=xp.int64, device=_dev(X))
+    centers, radii = [], []
+    for j in range(k):
+        centers.append(c)
+        xc = xp.take(flat, rows + c, axis=0)                                   # (B, d)
+        d2 = sq - 2.0 * xp.matmul(Xf, xc[:, :, None])[..., 0] + xp.sum(xc * xc, axis=-1)[:, None]
+        d2 = xp.where(d2 > 0, d2, xp.zeros_like(d2))
+        closer = d2 < mind
+        assign = xp.where(closer, xp.full_like(assign, j), assign)
+        mind = xp.where(closer, d2, mind)
+        # a chosen center is at distance 0 from itself even where rounding says otherwise
+        mind = _set_cols(xp, mind, c, 0.0)
+        assign = _set_cols(xp, assign, c, j)
+        radii.append(xp.sqrt(xp.max(mind, axis=-1)))
+        c = xp.argmax(mind, axis=-1)
+    C = xp.stack(centers, axis=-1)
+    r = np.stack([to_numpy(x) for x in radii], axis=-1).astype(np.float64)
+    return KCenterResult(xp.reshape(C, lead + (k,)), r.reshape(lead + (k,)), xp.reshape(assign, lead + (n,)))
+
+
+def _set_cols(xp, A, cols, value):
+    """A (B, n) with A[b, cols[b]] = value."""
+    B, n = A.shape
+    hit = xp.arange(n, device=_dev(A))[None, :] == cols[:, None]
+    return xp.where(hit, xp.full_like(A, value), A)
+
+
+def covering_radius_curve(X, k_max: int, *, start: int = 0) -> np.ndarray:
+    """r(k), k = 1..k_max: the greedy k-center covering radius of the rows of an (n, d) array.
+
+    The clusterability measure of SG.clusterability (003 Fig. 1 uses k = 16). Scale-free variants divide
+    by r(1) (see :func:`normalized_radius`)."""
+    check_array(X, "X", ndim=2, min_rows=1)
+    return greedy_k_center(X, min(_check_k(k_max, X.shape[0], "k_max"), X.shape[0]), start=start).radii
+
+
+def normalized_radius(X, k: int = 16) -> float:
+    """r(k) / r(1): 1 for a structureless cloud at small k, near 0 for k >= the number of tight clusters."""
+    r = covering_radius_curve(X, k)
+    return float(r[-1] / r[0]) if r[0] > 0 else 0.0
+
+
+def stream_cluster_counts(X, delta: float) -> np.ndarray:
+    """m'(j) for j = 1..n: clusters opened by SubGen's UpdateSoftmaxNormalizer (threshold ``delta``)
+    after the first j rows of ``X`` (n, d). Same distance computation as :class:`algorithms.subgen.SubGen`."""
+    check_array(X, "X", ndim=2, min_rows=1)
+    check_positive(delta, "delta")
+    xp = array_namespace(X)
+    n, d = X.shape
+    reps = xp.zeros((min(n, 64), d), dtype=X.dtype, device=_dev(X))
+    m, out = 0, np.zeros(n, dtype=np.int64)
+    for j in range(n):
+        x = X[j]
+        if m == 0 or float(xp.min(xp.linalg.vector_norm(reps[:m, :] - x, axis=-1))) > delta:
+            if m == reps.shape[0]:
+                reps = xp.concat([reps, xp.zeros(reps.shape, dtype=reps.dtype, device=_dev(reps))], axis=0)
+            reps[m, :] = x
+            m += 1
+        out[j] = m
+    return out
+
+
+def recent_plus_centers(K, *, window: int, k: int, start: str = "first") -> tuple[Any, Any]:
+    """The practical variant (003 Sec. 4.1): the last ``window`` tokens plus ``k`` greedy k-center centers
+    of the keys before them. Returns ``(indices, cluster_sizes)`` of shape (..., k + window) on K's
+    backend: indices sorted ascending, and for each kept token the number of tokens it represents
+    (its cluster's size for a center, 1 for a window token)."""
+    check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1)
+    xp = array_namespace(K)
+    n = K.shape[-2]
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
+        raise InputError(f"window must be an integer >= 0, got {window!r}")
+    if window > n:
+        raise InputError(f"window = {window} exceeds the number of tokens n = {n}")
+    rest = n - int(window)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise InputError(f"k must be an integer >= 0, got {k!r}")
+    k = _check_k(k, rest, "k") if k else 0
+    if start not in ("first", "last"):
+        raise InputError(f"start must be 'first' or 'last', got {start!r}")
+    lead = tuple(K.shape[:-2])
+    dev = _dev(K)
+    tail = xp.broadcast_to(xp.arange(rest, n, dtype=xp.int64, device=dev), lead + (int(window),))
+    ones = xp.ones(lead + (int(window),), dtype=K.dtype, device=dev)
+    if k == 0:
+        return xp.asarray(tail, copy=True), ones
+    res = greedy_k_center(K[..., :rest, :], k, start=0 if start == "first" else rest - 1)
+    lab = to_numpy(res.assignment).reshape(-1, rest)
+    B = lab.shape[0]
+    counts = np.bincount((lab + (np.arange(B) * k)[:, None]).ravel(), minlength=B * k).reshape(lead + (k,))
+    sizes = like(counts.astype(np.float64), K)                                         # (..., k)
+    order = xp.argsort(res.centers, axis=-1)
+    idx = xp.take_along_axis(res.centers, order, axis=-1)
+    sizes = xp.take_along_axis(sizes, order, axis=-1)
+    return xp.concat([idx, tail], axis=-1), xp.concat([sizes, ones], axis=-1)
+
+
+def clusterability(X, *, k: int = 16, delta_rel: float = 0.25, checkpoints: int = 4) -> dict:
+    """The clusterability measures of SG.clusterability for the rows of an (n, d) array (a key or value
+    stream, synthetic or real):
+
+    * ``radius_curve``: greedy k-center covering radius r(j), j = 1..k (003 Fig. 1 uses k = 16), and
+      ``normalized_radius`` = r(k) / r(1) (near 0: k centres cover the stream tightly; near 1: no structure);
+    * ``cluster_counts``: clusters m'(n_i) that SubGen's UpdateSoftmaxNormalizer opens with threshold
+      delta = ``delta_rel`` r(1) after prefixes n_i = n / 2^(checkpoints-1), ..., n, and ``count_slope``, the
+      log-log slope of m' against n (about 0 for (m, delta)-clusterable streams, 1 when every key opens a
+      cluster; Thm 1 needs m = n^(1 - Omega(1)))."""
+    check_array(X, "X", ndim=2, min_rows=2)
+    n = X.shape[0]
+    r = covering_radius_curve(X, min(k, n))
+    delta = float(delta_rel * r[0]) if r[0] > 0 else 1.0
+    counts = stream_cluster_counts(X, delta)
+    ns = sorted({max(2, n >> i) for i in range(checkpoints)})
+    ms = [int(counts[j - 1]) for j in ns]
+    lx, ly = np.log(ns), np.log(ms)
+    slope = float(np.polyfit(lx, ly, 1)[0]) if len(ns) >= 2 else 0.0
+    return {"radius_curve": r.tolist(), "normalized_radius": float(r[-1] / r[0]) if r[0] > 0 else 0.0,
+            "delta": delta, "checkpoints": ns, "cluster_counts": ms, "count_slope": slope}

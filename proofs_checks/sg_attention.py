@@ -1,0 +1,261 @@
+"""SG.attention: ||z/tau - Attn|| <= eps ||softmax(K q)||_2 ||V||_op with probability >= 0.99; memory and per-step
+time O(d (m t + s)) (002 Thm 1 / 003 Thm 2.4; paper convention exp(<q, k>)).
+
+Sub-checks:
+  * ``proven``  t and s with the explicit constants of :func:`theory.subgen.partition_t_proven` and
+    :func:`theory.subgen.matprod_s_proven` (0.005 each, union bound 0.01): the failure rate of the
+    attention bound over ``replicas`` runs must be consistent with <= 0.01 (exact binomial test, level
+    1e-3) [a-priori].
+  * ``lambda sweep``  t = lambda C_t eps^-2 e^{2 delta r} ln n and s = lambda C_s d / eps^2 with
+    (C_t, C_s) = (1/4, 32), the constants from which SG.partition and SG.matprod pass in their quick
+    sweeps; the failure rate against lambda (how it grows as t and s shrink below the formulas).
+    Stream: the adversarial clusters of SG.partition with flat values (both halves at their worst).
+  * ``eps sweep``  t and s at lambda = 1 for several eps: the failure rate (<= 0.01) and the eps each run
+    attains, ||z/tau - Attn|| / (||softmax|| ||V||_op), whose 0.99-quantile must fall below eps.
+  * ``combination``  Thm 1's last step: (5) and (6) imply (4) exactly when eps <= 1. The worst ratio
+    ||z/tau - Attn|| / (eps ||softmax|| ||V||_op) over all z, tau meeting (5), (6) is (2/3)/(1 - eps/3),
+    attained on a one-token stream (computed here with rationals) [exact]. For eps > 1 the proof's step
+    fails (an erratum; the theorem can still hold with larger hidden constants).
+  * ``memory`` / ``step time``  floats held and the median seconds per step (update + query) against
+    the shape d (m t + s), swept along n, m, t and s on (m, delta)-clusterable streams; the ratio must not
+    grow along any of them (flat in n). ``memory isotropic``: a non-clusterable stream, where m' (and the
+    memory) grows with n; its ratio uses m = m' (the claim's m is at least m').
+"""
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+
+import numpy as np
+
+from algorithms.subgen import SubGen
+from gpu.backend import asarray, to_numpy
+from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS, HOLDS_FITTED, FigureSpec, Finding, Verdict, \
+    loglog_slope
+from theory.subgen import (ATTENTION_FAIL, attention_bound, combination_factor, matprod_s, matprod_s_proven,
+                           memory_shape, partition_t, partition_t_proven)
+from traces.synthetic import make_trace
+
+from .common import failure_rate_ok, make_record, pick
+from .sg_partition import fitted_constant, run_stream, theorem_stream
+
+CLAIM = "SG.attention"
+SOURCE = "002 Thm 1 / 003 Thm 2.4"
+C_T, C_S = 0.25, 32.0
+COST_SWEEPS = ("n", "m", "t", "s")
+# floats = m'(d(1 + t) + 1) + s(d + dv + 1) + 1 <= 3 d (m t + s) for dv = d, t, d >= 1 and m' <= m (Lemma 2 + Thm 1)
+MEMORY_CONSTANT = 3.0
+
+
+# -------------------------------------------------------------------------------------- accuracy
+
+def ts_for(params) -> tuple[int, int]:
+    eps, delta, r, n, d, m = (params[k] for k in ("eps", "delta", "r", "n", "d", "m"))
+    if params["rule"] == "proven":
+        return partition_t_proven(eps, delta, r, m), matprod_s_proven(eps, d)
+    lam = params["lam"]
+    return partition_t(eps, delta, r, n, C=lam * C_T), matprod_s(eps, d, C=lam * C_S)
+
+
+def accuracy_trial(params, seed, backend):
+    n, d, m, delta, r, eps, R = (params[k] for k in ("n", "d", "m", "delta", "r", "eps", "replicas"))
+    rng = np.random.default_rng(seed + 1)
+    K, V, Q = theorem_stream(rng, n, d, m, delta, r, structure="adversarial", values="flat")
+    t, s = ts_for(params)
+    sg = run_stream(K, V, d=d, delta=delta, s=s, t=t, R=R, seed=seed, backend=backend)
+    est = to_numpy(sg.query(asarray(Q, backend)))                                # (R, nq, dv)
+    L = Q @ K.T
+    W = np.exp(L - L.max(axis=1, keepdims=True))
+    W /= W.sum(axis=1, keepdims=True)                                            # softmax(K q), (nq, n)
+    exact = W @ V
+    v_op = float(np.linalg.norm(V, 2))
+    bound = np.array([attention_bound(eps, float(np.linalg.norm(w)), v_op) for w in W])
+    err = np.linalg.norm(est - exact[None], axis=-1)
+    fails = np.sum(err > bound[None, :], axis=0)
+    tests = [failure_rate_ok(int(f), R, ATTENTION_FAIL) for f in fails]
+    worst = int(np.argmax(fails))
+    rule = params["rule"]
+    implied = (err / (bound[None] / eps)).max(axis=1)                  # the eps each run attains, worst query
+    check = {"proven": "proven", "lambda": "lambda sweep", "eps": "eps sweep"}[rule]
+    return make_record(CLAIM, params, measured=fails[worst] / R, bound=ATTENTION_FAIL, holds=all(ok for ok, _ in tests),
+                       bound_kind="a-priori" if rule == "proven" else "fitted", check=check, source=SOURCE, trials=R,
+                       eps_hat_q99=float(np.quantile(implied, 0.99)), eps_hat_median=float(np.median(implied)),
+                       failures=int(fails[worst]), p_value=min(p for _, p in tests), t=t, s=s,
+                       rates=(fails / R).tolist(), clusters=sg.num_clusters(),
+                       q99_err_over_bound=float(np.quantile((err / bound[None]).max(axis=1), 0.99)))
+
+
+def combination_trial(params, seed, backend):
+    """The one-token stream: a = e^{<k,q>}, v = 1, Attn = 1, ||softmax|| = ||V||_op = 1;
+    z = (1 + eps/3) a v and tau = (1 - eps/3) a satisfy (5) and (6) with equality."""
+    eps = Fraction(params["eps"]).limit_denominator(1000)
+    z, tau = 1 + eps / 3, 1 - eps / 3
+    ratio = (z / tau - 1) / eps
+    assert ratio == Fraction(combination_factor(float(eps))).limit_denominator(10**6) or eps >= 3
+    return make_record(CLAIM, params, measured=float(ratio), bound=1.0, bound_kind="exact", check="combination",
+                       source="002 Thm 1 proof, last step ((5) + (6) => (4))", ratio=str(ratio))
+
+
+# ------------------------------------------------------------------------------------------ cost
+
+def cost_trial(params, seed, backend):
+    n, d, m, t, s = (params[k] for k in ("n", "d", "m", "t", "s"))
+    iso = params["stream"] == "isotropic"
+    if iso:
+        tr = make_trace("gaussian", n=n, d=d, seed=seed)
+        delta = 0.5
+    else:
+        tr = make_trace("clustered", n=n, d=d, seed=seed, m=m, r=1.0, spread=0.05)
+        delta = 0.5
+    sg = SubGen(d, delta=delta, s=s, t=t, seed=seed + 1)
+    K, V, Q = (asarray(x, backend) for x in (tr.K, tr.V, tr.Q))
+    times = []
+    max_floats = 0
+    for j in range(n):
+        t0 = time.perf_counter()
+        sg.update(K[j], V[j])
+        if not iso:
+            sg.query(Q[j])
+        times.append(time.perf_counter() - t0)
+        max_floats = max(max_floats, sg.memory_floats())
+    m_eff = sg.num_clusters() if iso else m
+    shape = memory_shape(d, m_eff, t, s)
+    steady = np.asarray(times[n // 2:])
+    common = dict(clusters=sg.num_clusters(), m_shape=m_eff)
+    recs = [make_record(CLAIM, params, measured=max_floats, bound=shape, holds=True, bound_kind="shape",
+                        check="memory isotropic" if iso else "memory", source=SOURCE + " (memory)", **common)]
+    if not iso:
+        recs.append(make_record(CLAIM, params, measured=float(np.median(steady)), bound=shape * 1e-9, holds=True,
+                                bound_kind="shape", check="step time", source=SOURCE + " (per-step time)",
+                                mean_step_s=float(steady.mean()), p90_step_s=float(np.quantile(steady, 0.9)), **common))
+        recs.append(make_record(CLAIM, params, measured=sg.num_clusters(), bound=m, bound_kind="exact",
+                                check="m' <= m", source="002 Thm 1 (memory)", **common))
+    return recs
+
+
+# ---------------------------------------------------------------------------------------- protocol
+
+def trials(profile: str) -> list[dict]:
+    R = pick(profile, smoke=60, quick=400, full=2000)
+    base = dict(kind="accuracy", d=4, m=4, delta=0.5, r=1.0, eps=1.0, n=pick(profile, smoke=64, quick=256, full=1024))
+    out = [dict(base, d=2, m=2, n=pick(profile, smoke=32, quick=128, full=256), rule="proven", lam=None,
+                replicas=pick(profile, smoke=10, quick=100, full=400))]
+    out += [dict(base, rule="lambda", lam=lam, replicas=R)
+            for lam in pick(profile, smoke=(0.25, 1.0), quick=(1 / 8, 1 / 4, 1 / 2, 1.0, 2.0),
+                            full=(1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0, 4.0))]
+    out += [dict(base, rule="eps", lam=1.0, eps=e, replicas=R // 2)
+            for e in pick(profile, smoke=(0.5,), quick=(0.25, 0.5, 1.0), full=(0.125, 0.25, 0.5, 1.0))]
+    out += [dict(kind="combination", eps=e) for e in (0.25, 0.5, 1.0, 1.5, 2.0, 2.9)]
+    cb = dict(kind="cost", stream="clusterable", d=16, m=8, t=32, s=128, n=pick(profile, smoke=256, quick=2048, full=4096))
+    sweeps = {"n": pick(profile, smoke=(128, 512), quick=(1024, 4096, 8192), full=(1024, 4096, 16384, 65536)),
+              "m": pick(profile, smoke=(), quick=(4, 16, 64), full=(4, 16, 64, 128)),
+              "t": pick(profile, smoke=(), quick=(8, 32, 128), full=(8, 32, 128, 512)),
+              "s": pick(profile, smoke=(), quick=(32, 128, 512), full=(32, 128, 512, 2048))}
+    for key, vals in sweeps.items():
+        out += [dict(cb, **{key: v}, sweep=key) for v in vals]
+    out += [dict(cb, stream="isotropic", t=4, s=16, n=n, sweep="n")
+            for n in pick(profile, smoke=(64, 128), quick=(256, 1024, 2048), full=(256, 1024, 4096))]
+    return out
+
+
+def run_trial(params: dict, seed: int, backend: str):
+    kind = params["kind"]
+    if kind == "accuracy":
+        return accuracy_trial(params, seed, backend)
+    if kind == "combination":
+        return combination_trial(params, seed, backend)
+    return cost_trial(params, seed, backend)
+
+
+def summarize(records) -> Verdict:
+    figs = [FigureSpec("failure rate of the attention bound vs lambda (claimed <= 0.01)", x="lam",
+                       check="lambda sweep", logy=False),
+            FigureSpec("floats held vs n, clusterable stream (bound: d(mt+s))", x="n", check="memory"),
+            FigureSpec("floats held vs n, isotropic stream (m' grows with n)", x="n", check="memory isotropic"),
+            FigureSpec("seconds per step / d(mt+s) along each sweep", x="n", check="step time", y="ratio")]
+    if not records:
+        return Verdict(CLAIM, "not run", "no records", figures=figs)
+    parts, findings, status = [], [], HOLDS
+    proven = [r for r in records if r.check == "proven"]
+    if proven:
+        r0 = proven[0]
+        bad = [r for r in proven if not r.holds]
+        parts.append(f"proven t = {r0.extra['t']}, s = {r0.extra['s']}: failure rate {max(r.measured for r in proven):.3g} "
+                     f"over {r0.trials} runs x 4 queries ({'consistent' if not bad else 'INCONSISTENT'} with <= 0.01)")
+        if bad:
+            status = FAILS
+            findings.append(Finding(CLAIM, "the attention bound fails more often than 0.01 at the proven t, s",
+                                    f"{bad[0].extra['failures']}/{bad[0].trials}", bad[0].params))
+    lam, rates = fitted_constant(records, "lambda sweep", "lam")
+    const = None
+    if rates:
+        parts.append("failure rate by lambda: " + ", ".join(f"{c:g}: {x:.3g}" for c, x in rates.items()))
+        if lam is not None:
+            const = lam
+            parts.append(f"passes from lambda = {lam:g} on, i.e. t = {lam * C_T:g} eps^-2 e^(2 delta r) ln n and "
+                         f"s = {lam * C_S:g} d / eps^2")
+            if status == HOLDS:
+                status = HOLDS_FITTED
+    es = sorted((r for r in records if r.check == "eps sweep"), key=lambda r: r.params["eps"])
+    if es:
+        parts.append("eps sweep (lambda = 1): " + ", ".join(
+            f"eps {r.params['eps']:g}: rate {r.measured:.3g}, eps_hat(0.99) {r.extra['eps_hat_q99']:.3g}" for r in es))
+        bad = [r for r in es if not r.holds]
+        if bad:
+            status = FAILS
+            findings.append(Finding(CLAIM, "with t, s at lambda = 1 the failure rate exceeds 0.01 for some eps: the "
+                                    "eps^-2 shapes do not carry the constant fitted at eps = 1",
+                                    f"rate {bad[0].measured:.3g}", min(bad, key=lambda r: r.params["eps"]).params))
+    comb = [r for r in records if r.check == "combination"]
+    if comb:
+        ok = [r for r in comb if r.params["eps"] <= 1]
+        over = sorted((r for r in comb if r.params["eps"] > 1), key=lambda r: r.params["eps"])
+        if any(r.measured > 1 for r in ok):
+            status = FAILS
+            findings.append(Finding(CLAIM, "(5) and (6) do not imply (4) for some eps <= 1", "", ok[0].params))
+        parts.append(f"(5)+(6) => (4): worst ratio {max(r.measured for r in ok):.3g} for eps <= 1"
+                     + (f", {over[0].measured:.3g} at eps = {over[0].params['eps']:g}" if over else ""))
+        if over and over[0].measured > 1:
+            r = over[0]
+            findings.append(Finding(
+                CLAIM, "Thm 1's final step ((5) + (6) => (4)) needs eps <= 1; the theorem says 'for any eps > 0'",
+                f"(5) and (6) give ||z/tau - Attn|| <= (2 eps/3)/(1 - eps/3) ||softmax|| ||V||_op, which is <= eps "
+                f"||softmax|| ||V||_op iff eps <= 1 (and tau may be 0 for eps >= 3). Smallest input: the one-token "
+                f"stream at eps = {r.params['eps']:g} with z = (1 + eps/3) a v, tau = (1 - eps/3) a: ratio {r.extra['ratio']} "
+                f"= {r.measured:.4g} > 1. With eps replaced by min(eps, 1) in t and s the statement is restored.",
+                r.params, kind="erratum"))
+    for check in ("memory", "step time"):
+        for key in COST_SWEEPS:
+            rs = [r for r in records if r.check == check and r.params.get("sweep") == key]
+            if len({r.params[key] for r in rs}) < 2:
+                continue
+            slope, lo, hi = loglog_slope([r.params[key] for r in rs], [r.ratio for r in rs])
+            parts.append(f"{check}/d(mt+s) vs {key}: slope {slope:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+            # memory along m, t, s: the ratio moves between the layout's constants (an M slot holds a key, a
+            # value and a weight: 2d + 1 floats against the shape's d), so it is judged by its bound below
+            if lo > GROWTH_TOL and (check == "step time" or key == "n"):
+                status = FAILS
+                findings.append(Finding(CLAIM, f"{check} grows faster than d(mt+s) along {key}", f"slope {slope:.2f}",
+                                        min(rs, key=lambda r: r.params[key]).params))
+    mem = [r for r in records if r.check == "memory"]
+    if mem:
+        worst = max(mem, key=lambda r: r.ratio)
+        parts.append(f"memory: floats <= {worst.ratio:.3g} d(mt+s) (layout bound {MEMORY_CONSTANT:g})")
+        if worst.ratio > MEMORY_CONSTANT:
+            status = FAILS
+            findings.append(Finding(CLAIM, "memory exceeds 3 d(mt+s)", f"ratio {worst.ratio:.3g}", worst.params))
+    iso = sorted((r for r in records if r.check == "memory isotropic"), key=lambda r: r.params["n"])
+    if len(iso) >= 2:
+        sl = loglog_slope([r.params["n"] for r in iso], [r.measured for r in iso])[0]
+        parts.append(f"isotropic stream: clusters m' = {', '.join(str(r.extra['clusters']) for r in iso)} at n = "
+                     f"{', '.join(str(r.params['n']) for r in iso)} (memory slope {sl:.2f} in n: not sublinear)")
+    mm = [r for r in records if r.check == "m' <= m" and not r.holds]
+    if mm:
+        status = FAILS
+        findings.append(Finding(CLAIM, "more clusters than the stream's m", f"m' = {mm[0].measured:g}", mm[0].params))
+    step = [r.ratio for r in records if r.check == "step time"]
+    v = Verdict(CLAIM, status, "; ".join(parts), constant=const, constant_kind="fitted" if const is not None else None,
+                findings=findings, figures=figs, n_records=len(records))
+    if step:
+        v.summary += f"; per-step seconds <= {max(step) * 1e-9:.3g} x d(mt+s) (fitted)"
+    return v

@@ -1,0 +1,186 @@
+"""SG.matprod: with s = Omega(eps^-2 d), ||z - exp(K q)^T V|| <= (eps/3) ||exp(K q)||_2 ||V||_op with probability
+>= 0.995 (002 Thm 1 eq. (6) / 003 Thm 2.4; z of Alg. 1 line 29, paper convention).
+
+Values: ``flat`` (rows cycle through an orthonormal basis: ||V||_F^2 = d ||V||_op^2, the worst case for an
+op-norm bound, since l2 sampling controls the error by ||V||_F) and ``heavy`` (Pareto value norms).
+Failure probability over ``replicas`` independent reservoirs, per query, against 0.005 with the exact
+binomial test (level 1e-3). Sub-checks:
+
+  * ``s proven``  s = 9 d / (0.005 eps^2) (:func:`theory.subgen.matprod_s_proven` with the stable rank
+    bounded by d: Drineas-Kannan's second moment + Markov) [a-priori].
+  * ``s = C shape``  s = ceil(C d / eps^2) for a sweep of C; fitted constant = smallest C from which on
+    every rate passes. Along n at fixed C the rate must not grow: 002/003's introductions quote
+    O(eps^-2 d log n) samples, the theorem eps^-2 d.
+  * ``second moment``  the mean of ||z - a^T V||^2 over the replicas against the exact
+    E = (||a||^2 ||V||_F^2 - ||a^T V||^2) / s of l2 sampling (:func:`theory.subgen.matprod_error_second_moment`):
+    |mean - E| <= 5 standard errors [exact identity, sampling tolerance].
+  * control ``key sampling``: the prose's ||k||^2 sampling (``reservoir_norm="key"``) on the ``mismatch``
+    stream (:func:`mismatch_stream`) at C = 64 must fail, while ||v||^2 sampling on the same stream passes.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpu.backend import asarray, to_numpy
+from kvbounds.verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, FigureSpec, Finding, Verdict, \
+    controls_rejected
+from theory.subgen import MATPROD_FAIL, matprod_bound, matprod_error_second_moment, matprod_s, matprod_s_proven
+
+from .common import failure_rate_ok, make_record, pick
+from .sg_partition import fitted_constant, run_stream, theorem_stream
+
+CLAIM = "SG.matprod"
+SOURCE = "002 Thm 1 eq. (6) / 003 Thm 2.4"
+C_GRID = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+
+
+def mismatch_stream(rng: np.random.Generator, n: int, d: int, r: float):
+    """Where the two sampling laws part: even tokens have short keys (norm 0.1) and long values (10 e_0 plus
+    noise), odd tokens long keys (-3 u, u the first query's direction) and short values (norm 0.1). The
+    short-key tokens carry both the attention mass and the value mass, and ||k||^2 sampling almost never
+    draws them."""
+    u = np.eye(d)[0]
+    K = rng.standard_normal((n, d)) * 0.1 / math.sqrt(d)
+    V = rng.standard_normal((n, d)) * 0.1 / math.sqrt(d)
+    even = np.arange(n) % 2 == 0
+    V[even, 1] += 10.0
+    K[~even] += -3.0 * u
+    Q = rng.standard_normal((4, d))
+    Q[0] = u
+    return K, V, Q / np.linalg.norm(Q, axis=1, keepdims=True) * r
+
+
+def s_for(params) -> int:
+    if params["s_rule"] == "proven":
+        return matprod_s_proven(params["eps"], params["d"])
+    return matprod_s(params["eps"], params["d"], C=params["C"])
+
+
+def trials(profile: str) -> list[dict]:
+    R = pick(profile, smoke=100, quick=400, full=2000)
+    n = pick(profile, smoke=64, quick=256, full=1024)
+    base = dict(n=n, d=8, m=4, delta=0.5, r=1.0, replicas=R)
+    out = [dict(base, d=2, m=2, n=pick(profile, smoke=32, quick=128, full=512), eps=1.0, values="flat",
+                s_rule="proven", C=None, replicas=pick(profile, smoke=20, quick=200, full=1000))]
+    grid = pick(profile, smoke=(4.0, 32.0), quick=C_GRID, full=C_GRID + (128.0,))
+    out += [dict(base, eps=1.0, values=vals, s_rule="C shape", C=C)
+            for vals in pick(profile, smoke=("flat",), quick=("flat", "heavy"), full=("flat", "heavy", "mismatch"))
+            for C in grid]
+    out += [dict(base, n=128, eps=0.5, values="flat", s_rule="C shape", C=C)
+            for C in pick(profile, smoke=(), quick=(8.0, 32.0), full=C_GRID)]
+    out += [dict(base, n=nn, eps=1.0, values="flat", s_rule="C shape n", C=64.0, replicas=R // 2)
+            for nn in pick(profile, smoke=(), quick=(64, 512), full=(64, 256, 4096))]
+    ctl = dict(base, n=pick(profile, smoke=64, quick=256, full=1024), eps=1.0, values="mismatch", s_rule="mismatch",
+               C=64.0)
+    out += [ctl, dict(ctl, sampling="key")]
+    return out
+
+
+def run_trial(params: dict, seed: int, backend: str):
+    n, d, m, delta, r, eps, R = (params[k] for k in ("n", "d", "m", "delta", "r", "eps", "replicas"))
+    rng = np.random.default_rng(seed + 1)
+    if params["values"] == "mismatch":
+        K, V, Q = mismatch_stream(rng, n, d, r)
+    else:
+        K, V, Q = theorem_stream(rng, n, d, m, delta, r, structure="ball", values=params["values"])
+    s = s_for(params)
+    key = params.get("sampling") == "key"
+    sg = run_stream(K, V, d=d, delta=delta, s=s, t=1, R=R, seed=seed, backend=backend,
+                    reservoir_norm="key" if key else "value")
+    zshift, z, _ = sg.query_parts(asarray(Q, backend))
+    L = Q @ K.T                                                                  # (nq, n)
+    Lmax = L.max(axis=1)
+    A = np.exp(L - Lmax[:, None])                                                # a / e^{Lmax}
+    Y = A @ V                                                                    # (nq, dv)
+    Z = to_numpy(z) * np.exp(to_numpy(zshift) - Lmax[None, :])[..., None]        # (R, nq, dv)
+    err = np.linalg.norm(Z - Y[None], axis=-1)                                   # (R, nq)
+    v_op = float(np.linalg.norm(V, 2))
+    bound = np.array([matprod_bound(eps, float(np.linalg.norm(a)), v_op) for a in A])
+    fails = np.sum(err > bound[None, :], axis=0)
+    tests = [failure_rate_ok(int(f), R, MATPROD_FAIL) for f in fails]
+    worst = int(np.argmax(fails))
+    stable_rank = float(np.sum(V**2) / v_op**2)
+    check = {"proven": "s proven", "C shape": "s = C shape", "C shape n": "s = C shape (n sweep)",
+             "mismatch": "mismatch ||v||^2"}[params["s_rule"]]
+    if key:
+        check = "key sampling"
+    common = dict(s=s, stable_rank=stable_rank, rates=(fails / R).tolist(),
+                  q99_err_over_bound=float(np.quantile((err / bound[None, :]).max(axis=1), 0.99)))
+    recs = [make_record(CLAIM, params, measured=fails[worst] / R, bound=MATPROD_FAIL, holds=all(ok for ok, _ in tests),
+                        bound_kind="a-priori" if check == "s proven" else "fitted", check=check, control=key,
+                        source=SOURCE if not key else "002 Sec. 2.2 / 003 Sec. 2.2 prose (||k||^2 sampling)",
+                        trials=R, failures=int(fails[worst]), p_value=min(p for _, p in tests), **common)]
+    if not key and params["s_rule"] in ("C shape", "mismatch") and params["values"] in ("flat", "mismatch"):
+        probs = np.sum(V**2, axis=1) / np.sum(V**2)
+        worst_z = 0.0
+        for qi in range(Q.shape[0]):
+            e2 = err[:, qi] ** 2
+            expect = matprod_error_second_moment(A[qi], V, probs, s)
+            z_score = abs(e2.mean() - expect) / (e2.std(ddof=1) / math.sqrt(R))
+            worst_z = max(worst_z, z_score)
+        recs.append(make_record(CLAIM, params, measured=worst_z, bound=5.0, bound_kind="exact", check="second moment",
+                                source="Drineas-Kannan l2 sampling identity (002 Thm 1 proof)", trials=R, s=s))
+    return recs
+
+
+def summarize(records) -> Verdict:
+    figs = [FigureSpec("failure rate of (6) vs C in s = C d / eps^2 (claimed <= 0.005)", x="C", check="s = C shape",
+                       hue="values", logy=False),
+            FigureSpec("failure rate vs n at C = 64", x="n", check="s = C shape (n sweep)", logy=False)]
+    if not records:
+        return Verdict(CLAIM, "not run", "no records", figures=figs)
+    parts, findings, status = [], [], HOLDS
+    for check in ("s proven", "second moment"):
+        rs = [r for r in records if r.check == check]
+        bad = [r for r in rs if not r.holds]
+        if not rs:
+            continue
+        if check == "s proven":
+            parts.append(f"s proven (s = {rs[0].extra['s']}): worst-query failure rate {max(r.measured for r in rs):.3g} "
+                         f"over {rs[0].trials} runs ({'consistent' if not bad else 'INCONSISTENT'} with <= 0.005)")
+        else:
+            parts.append(f"second moment vs the l2-sampling identity: max |z-score| {max(r.measured for r in rs):.2f} (<= 5)")
+        if bad:
+            status = FAILS
+            findings.append(Finding(CLAIM, f"[{check}] fails", f"measured {bad[0].measured:.3g} vs {bad[0].bound:.3g}",
+                                    bad[0].params))
+    C, rates = fitted_constant(records, "s = C shape")
+    const = None
+    if rates:
+        parts.append("worst failure rate by C: " + ", ".join(f"{c:g}: {x:.3g}" for c, x in rates.items()))
+        if C is not None:
+            const = C
+            parts.append(f"fitted constant: s = C d / eps^2 passes from C = {C:g} on (proven Markov constant: 1800)")
+            if status == HOLDS:
+                status = HOLDS_FITTED
+        else:
+            parts.append("no swept C reaches <= 0.005")
+    ns = [r for r in records if r.check == "s = C shape (n sweep)"]
+    if len({r.params["n"] for r in ns}) >= 2:
+        parts.append("n sweep at C = 64: rates " + ", ".join(f"n={r.params['n']}: {r.measured:.3g}"
+                                                             for r in sorted(ns, key=lambda r: r.params["n"])))
+        if not all(r.holds for r in ns):
+            bad = min((r for r in ns if not r.holds), key=lambda r: r.params["n"])
+            findings.append(Finding(CLAIM, "the failure rate at s = 64 d/eps^2 grows with n",
+                                    f"rate {bad.measured:.3g} at n = {bad.params['n']}: a log n factor may be needed",
+                                    bad.params))
+            status = FAILS
+        else:
+            parts.append("no log n factor needed (the introductions' O(eps^-2 d log n) is loose)")
+    mis = [r for r in records if r.check == "mismatch ||v||^2"]
+    for r in mis:
+        parts.append(f"mismatch stream at C = {r.params['C']:g}: ||v||^2 sampling rate {r.measured:.3g}")
+        if not r.holds:
+            status = FAILS
+            findings.append(Finding(CLAIM, "||v||^2 sampling fails on the mismatch stream", f"rate {r.measured:.3g}", r.params))
+    rej, n_ctl = controls_rejected(records)
+    if n_ctl:
+        ctl = [r for r in records if r.control]
+        parts.append(f"||k||^2-sampling control (the prose's law) rejected {rej}/{n_ctl} (rate {max(r.measured for r in ctl):.3g})")
+        if rej < n_ctl and status != FAILS:
+            status = INCONCLUSIVE
+    return Verdict(CLAIM, status, "; ".join(parts), constant=const,
+                   constant_kind="fitted" if const is not None else None, findings=findings, figures=figs,
+                   n_records=len(records))

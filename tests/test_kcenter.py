@@ -1,0 +1,107 @@
+"""Greedy k-center (Gonzalez / Dyer-Frieze), the clusterability measures, the practical variant's indices."""
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from algorithms.kcenter import (clusterability, covering_radius_curve, greedy_k_center, normalized_radius,
+                                recent_plus_centers, stream_cluster_counts)
+from algorithms.subgen import SubGen
+from algorithms.validation import InputError
+from gpu.backend import asarray, to_numpy
+from traces.synthetic import make_trace
+
+
+def _opt_radius(X, k):
+    """Brute-force optimal k-center radius with centres among the points."""
+    D = np.linalg.norm(X[:, None] - X[None], axis=-1)
+    return min(D[:, list(c)].min(axis=1).max() for c in itertools.combinations(range(len(X)), k))
+
+
+@given(n=st.integers(2, 9), k=st.integers(1, 3), d=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_greedy_is_a_2_approximation_and_radii_decrease(n, k, d, seed):
+    k = min(k, n)
+    X = np.random.default_rng(seed).standard_normal((n, d))
+    res = greedy_k_center(X, k)
+    assert np.all(np.diff(res.radii) <= 1e-12)
+    assert len(set(to_numpy(res.centers).tolist())) == k or res.radii[-1] < 1e-12
+    assert res.radii[-1] <= 2 * _opt_radius(X, k) + 1e-9
+    C = X[to_numpy(res.centers)]
+    D = np.linalg.norm(X[:, None] - C[None], axis=-1)
+    np.testing.assert_allclose(D.min(axis=1).max(), res.radii[-1], atol=1e-7)
+    assert np.all(D[np.arange(n), to_numpy(res.assignment)] <= D.min(axis=1) + 1e-7)
+
+
+def test_farthest_first_order_and_heads():
+    X = np.array([[0.0], [1.0], [10.0], [4.0]])
+    res = greedy_k_center(X, 3)
+    assert to_numpy(res.centers).tolist() == [0, 2, 3]
+    np.testing.assert_allclose(res.radii, [10.0, 4.0, 1.0])
+    rng = np.random.default_rng(0)
+    H = rng.standard_normal((3, 40, 5))
+    batched = greedy_k_center(H, 6)
+    for h in range(3):
+        single = greedy_k_center(H[h], 6)
+        assert to_numpy(batched.centers[h]).tolist() == to_numpy(single.centers).tolist()
+        np.testing.assert_allclose(batched.radii[h], single.radii)
+
+
+def test_radius_curve_drops_at_the_number_of_clusters():
+    tr = make_trace("clustered", n=600, d=8, seed=1, m=5, spread=0.01)
+    r = covering_radius_curve(tr.K, 8)
+    assert r[4] < 0.1 * r[3]
+    assert normalized_radius(tr.K, 8) < 0.05
+    assert normalized_radius(make_trace("gaussian", n=600, d=8, seed=1).K, 8) > 0.5
+
+
+def test_stream_cluster_counts_match_subgen():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((80, 2))
+    counts = stream_cluster_counts(X, 0.7)
+    sg = SubGen(2, delta=0.7, s=1, t=1)
+    for j in range(80):
+        sg.update(X[j], np.ones(1))
+        assert sg.num_clusters() == counts[j]
+
+
+def test_clusterability_separates_clustered_from_isotropic():
+    a = clusterability(make_trace("clustered", n=1024, d=16, seed=0, m=8, spread=0.05).K)
+    b = clusterability(make_trace("gaussian", n=1024, d=16, seed=0).K)
+    assert a["count_slope"] < 0.2 and b["count_slope"] > 0.8
+    assert a["normalized_radius"] < 0.3 < b["normalized_radius"]
+    assert len(a["radius_curve"]) == 16 and a["cluster_counts"][-1] == 8
+
+
+def test_recent_plus_centers():
+    rng = np.random.default_rng(0)
+    K = rng.standard_normal((2, 50, 3))
+    idx, sizes = recent_plus_centers(K, window=10, k=7)
+    idx, sizes = to_numpy(idx), to_numpy(sizes)
+    assert idx.shape == (2, 17)
+    assert np.all(np.diff(idx, axis=-1) > 0)
+    assert np.all(idx[:, -10:] == np.arange(40, 50))
+    np.testing.assert_allclose(sizes.sum(axis=-1), 50)
+    only, ones = recent_plus_centers(K[0], window=5, k=0)
+    assert to_numpy(only).tolist() == list(range(45, 50))
+
+
+def test_backend_agreement(backend):
+    X = np.random.default_rng(5).standard_normal((2, 60, 4))
+    ref = greedy_k_center(X, 9)
+    res = greedy_k_center(asarray(X, backend), 9)
+    assert to_numpy(res.centers).tolist() == to_numpy(ref.centers).tolist()
+    np.testing.assert_allclose(res.radii, ref.radii, rtol=1e-10)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda X: greedy_k_center(X, 0), "k must"), (lambda X: greedy_k_center(X, 11), "exceeds"),
+    (lambda X: greedy_k_center(X, 2, start=10), "start"), (lambda X: greedy_k_center(X[0], 1), "dimension"),
+    (lambda X: stream_cluster_counts(X, 0.0), "delta"), (lambda X: recent_plus_centers(X, window=-1, k=1), "window"),
+    (lambda X: recent_plus_centers(X, window=8, k=3), "exceeds"),
+])
+def test_bad_input(call, match):
+    with pytest.raises(InputError, match=match):
+        call(np.random.default_rng(0).standard_normal((10, 2)))
+    with pytest.raises(InputError, match="NaN"):
+        greedy_k_center(np.full((4, 2), np.nan), 1)
