@@ -86,7 +86,12 @@ def _completed_keys(store: ResultStore) -> set[str]:
 
 
 def _single_thread_worker() -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    """One BLAS/OpenMP thread per worker process: the pool already uses every core. Setting
+    OMP_NUM_THREADS here is too late for a forked worker whose numpy has loaded OpenBLAS, so the
+    limit goes through threadpoolctl (and torch's own setting)."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(1)
     try:
         import torch
         torch.set_num_threads(1)

@@ -1,0 +1,351 @@
+"""SUB.lowrank: the draft's Low-Rank KV Cache Hypothesis and its four falsifiers, on real traces (seed 004).
+
+Draft (004 Sec. 1, 11, 12): keys and values of each head concentrate in low-dimensional subspaces; "many
+heads show >= 90% energy at r ~ d/4"; under RoPE this holds locally within chunks. Measured here on
+SmolLM2 (RoPE; pre- and post-RoPE keys) and MiniLM (absolute positions), per layer and KV head:
+
+  * ``energy K post`` / ``energy K pre`` / ``energy K`` (MiniLM) / ``energy V``: share of ||X||_F^2 in the top
+    r = d/4 singular values (``theory.subspace.energy_at_rank`` when importable, else
+    :func:`theory.empirical.energy_at_rank`); bound 0.9, holds = energy >= 0.9 (the draft's threshold).
+    The normalised singular values are in extra (the decay curves). "Many heads" is read as at least half
+    of SmolLM2's post-RoPE key heads (what the cache holds); the verdict reports every share.
+  * ``chunk residual``: for chunks of 256 tokens, the residual share 1 - energy of the chunk's own top-d/4
+    basis (local), and of the first chunk's basis (anchored) applied to the chunk, vs position.
+
+The four falsifiers (004 Sec. 11 "Falsifiers"), each evaluated and reported:
+  1) "No r << d achieves <= 1% PPL increase": SmolLM2's perplexity on the trace text with every layer's keys
+     (post-RoPE) and values projected onto static rank-r bases, r in {d/8, d/4, d/2}, calibrated on the next
+     n tokens of the corpus (held-out text); gamma_B = 1 (the calibrated choice; the draft's default sqrt(r/d)
+     is SUB.logit-error's subject). Fires if no r <= d/4 stays within +1%.
+  2) "Adaptive underperforms Static at matched r": attention output error of the last 128 queries with
+     keys/values projected per chunk of 256 tokens onto the top-r basis of a Frequent Directions sketch
+     (l = 2r, :class:`algorithms.frequent_directions.FrequentDirections`; exact chunk SVD if the module is
+     absent) vs one static basis calibrated on the first half of the trace. Fires if adaptive's mean error
+     exceeds static's at matched r.
+  3) "Error degrades sharply with context length despite chunking": the adaptive error of the last 128
+     queries of prefixes n = 512 .. n_max. Fires if its log-log slope in n has a bootstrap 95% lower bound
+     above GROWTH_TOL (the package's growth rule).
+  4) "FD eps and operator-norm residuals fail to predict observed errors": across (layer, head, r, method)
+     units, Spearman correlation of the bound (||Delta K||_op max||q|| / sqrt d) with the observed
+     ||l - l_hat||_inf, of the output bound (2 tanh(.) max||v|| + ||Delta V||_op) with the observed output
+     error, and of the FD certificate sqrt(Delta) with the observed error. Fires if a correlation is below 0.5
+     or not significant (p >= 0.01).
+Falsifiers 1-4 are evaluated on SmolLM2 only (a decoder, like the draft's models); MiniLM enters the
+spectra. Without the model packages the traces are synthetic (params name them) and the verdict says so.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS, NOT_RUN, FigureSpec, Finding, Verdict, loglog_slope
+from theory import empirical
+from traces.real import single_blas_thread, MODEL_INFO, available, default_text, kv_heads, layer_heads, parse_spec, \
+    real_or_synthetic_spec
+
+from .common import make_record, pick
+
+CLAIM = "SUB.lowrank"
+SOURCE = "004 Sec. 1 (hypothesis), Sec. 11 (falsifiers), Sec. 12"
+CHUNK = 256
+N_QUERIES = 128
+ENERGY_THRESHOLD = 0.9
+CORR_MIN = 0.5
+
+
+def energy_at_rank(X, r: int) -> float:
+    try:
+        from theory.subspace import energy_at_rank as f
+    except Exception:   # noqa: BLE001 - the shared helper is optional; the local one computes the same share
+        f = empirical.energy_at_rank
+    return float(f(X, r))
+
+
+def trials(profile: str) -> list[dict]:
+    plans = pick(profile,
+                 smoke=[("minilm", 512, [0, 5], [256, 512])],
+                 quick=[("smollm2", 2048, [0, 5, 10, 15, 20, 25, 29], [512, 1024, 2048]), ("minilm", 2048, [0, 2, 5], [])],
+                 full=[("smollm2", 8192, list(range(30)), [512, 1024, 2048, 4096, 8192]),
+                       ("minilm", 8192, list(range(6)), [])])
+    out = []
+    for model, n, layers, lengths in plans:
+        for l in layers:
+            spec, why = real_or_synthetic_spec(f"{model}:L{l}:{n}", kind="low_rank")
+            out.append(dict(kind="spectra", trace=spec, model=model, layer=l, lengths=lengths, fallback=why or ""))
+    n_ppl = pick(profile, smoke=0, quick=512, full=2048)
+    if n_ppl and available("smollm2") is None:
+        out.append(dict(kind="ppl", trace=f"smollm2:L0-29:{n_ppl}", model="smollm2", ranks=[8, 16, 32],
+                        calibration=f"tokens [{n_ppl}, {2 * n_ppl}) of the corpus", gamma=1.0, fallback=""))
+    return out
+
+
+# ------------------------------------------------------------------------------------ bases
+
+def top_basis(X: np.ndarray, r: int) -> np.ndarray:
+    """(r, d) orthonormal rows: the top-r right singular vectors of X."""
+    return np.linalg.svd(X, full_matrices=False)[2][:r]
+
+
+def fd_basis(X: np.ndarray, r: int) -> tuple[np.ndarray, float, str]:
+    """Top-r right singular vectors of a Frequent Directions sketch of X's rows (l = 2r), its certificate Delta."""
+    try:
+        from algorithms.frequent_directions import FrequentDirections
+    except Exception:   # noqa: BLE001 - optional module: fall back to the exact chunk SVD (FD with l = n)
+        return top_basis(X, r), 0.0, "exact chunk SVD (algorithms.frequent_directions not importable)"
+    fd = FrequentDirections(X.shape[1], min(2 * r, X.shape[1])).update(X)
+    S = np.asarray(fd.sketch())
+    return top_basis(S, r), float(fd.certificate()), "frequent directions, l = 2r"
+
+
+def project_chunks(X: np.ndarray, r: int, chunk: int, *, fd: bool) -> tuple[np.ndarray, list[float], str]:
+    """X with each chunk of rows projected onto its own rank-r basis."""
+    out, deltas, how = np.empty_like(X), [], "exact chunk SVD"
+    for s in range(0, X.shape[0], chunk):
+        C = X[s:s + chunk]
+        B, delta, how = fd_basis(C, r) if fd else (top_basis(C, r), 0.0, how)
+        out[s:s + chunk] = C @ B.T @ B
+        deltas.append(delta)
+    return out, deltas, how
+
+
+def attention(Qw, qpos, K, V):
+    """Causal attention of the queries Qw (w, d) at positions qpos over K, V (n, d): (w, d), float64."""
+    lg = Qw @ K.T / math.sqrt(K.shape[1])
+    lg = np.where(np.arange(K.shape[0])[None, :] <= qpos[:, None], lg, -np.inf)
+    w = np.exp(lg - lg.max(axis=1, keepdims=True))
+    return (w / w.sum(axis=1, keepdims=True)) @ V
+
+
+def projected_errors(Q, K, V, Kh, Vh, L: int) -> dict:
+    """Observed and bounded errors for the last N_QUERIES queries of the prefix [0, L)."""
+    qpos = np.arange(max(L - N_QUERIES, 0), L)
+    Qw, Kp, Vp, Khp, Vhp = Q[qpos], K[:L], V[:L], Kh[:L], Vh[:L]
+    o, oh = attention(Qw, qpos, Kp, Vp), attention(Qw, qpos, Khp, Vhp)
+    d = K.shape[1]
+    lg_err = np.abs(Qw @ (Kp - Khp).T / math.sqrt(d))
+    lg_err = float(np.max(np.where(np.arange(L)[None, :] <= qpos[:, None], lg_err, 0.0)))
+    dk, dv = float(np.linalg.norm(Kp - Khp, 2)), float(np.linalg.norm(Vp - Vhp, 2))
+    lg_bound = dk * float(np.linalg.norm(Qw, axis=1).max()) / math.sqrt(d)
+    return {"out_err": float(np.mean(np.linalg.norm(oh - o, axis=1) / np.linalg.norm(o, axis=1))),
+            "logit_err": lg_err, "logit_bound": lg_bound, "dK_op": dk, "dV_op": dv,
+            "out_bound_abs": 2 * math.tanh(lg_bound / 2) * float(np.linalg.norm(Vp, axis=1).max()) + dv,
+            "out_err_abs": float(np.linalg.norm(oh - o, axis=1).max())}
+
+
+# ------------------------------------------------------------------------------------ trials
+
+def _spectra_trial(params: dict) -> list:
+    Kpost, V, meta = kv_heads(params["trace"])
+    p = parse_spec(params["trace"])
+    model = params["model"]
+    d = Kpost.shape[-1]
+    r = d // 4
+    sets = {"K post" if model == "smollm2" else "K": Kpost, "V": V}
+    if model == "smollm2" and p["model"] != "synthetic":
+        Kpre, _, _ = kv_heads(params["trace"] + ":pre")
+        sets = {"K post": Kpost, "K pre": Kpre, "V": V}
+    common = dict(model=meta["model"], fallback=params.get("fallback", ""), n=int(Kpost.shape[1]))
+    recs = []
+    for name, X in sets.items():
+        for h in range(X.shape[0]):
+            sv = np.linalg.svd(X[h], compute_uv=False)
+            en = {str(k): energy_at_rank(X[h], k) for k in (d // 8, d // 4, d // 2)}
+            recs.append(make_record(CLAIM, dict(params, head=h), measured=en[str(r)], bound=ENERGY_THRESHOLD,
+                                    holds=en[str(r)] >= ENERGY_THRESHOLD, check=f"energy {name}",
+                                    source="004 Sec. 12 (>= 90% energy at r = d/4 for many heads)",
+                                    energies=en, r=r, sv=(sv / sv[0]).tolist(),
+                                    energy_centered=energy_at_rank(X[h] - X[h].mean(0), r), **common))
+    # chunk-local residuals of the keys the cache holds (post-RoPE for SmolLM2)
+    for h in range(Kpost.shape[0]):
+        X = Kpost[h]
+        B0 = top_basis(X[:CHUNK], r)
+        for s in range(0, X.shape[0] - CHUNK + 1, CHUNK):
+            C = X[s:s + CHUNK]
+            local = 1 - energy_at_rank(C, r)
+            anchored = float(np.linalg.norm(C - C @ B0.T @ B0) ** 2 / np.linalg.norm(C) ** 2)
+            recs.append(make_record(CLAIM, dict(params, head=h, position=s + CHUNK), measured=local, bound=anchored,
+                                    holds=local <= anchored + 1e-12, bound_kind="exact", check="chunk residual",
+                                    source="004 Sec. 1 (locally low-rank within chunks under RoPE)",
+                                    anchored=anchored, **common))
+    if model == "smollm2":
+        recs += _falsifier_units(params, meta, common)
+    return recs
+
+
+def _falsifier_units(params: dict, meta: dict, common: dict) -> list:
+    Q, K, V, _ = layer_heads(params["trace"])          # per query head (K, V repeated for GQA)
+    n, d = K.shape[1], K.shape[2]
+    p = parse_spec(params["trace"])
+    rep = 1 if p["model"] == "synthetic" else MODEL_INFO["smollm2"]["n_heads"] // MODEL_INFO["smollm2"]["n_kv_heads"]
+    recs = []
+    for kv in range(K.shape[0] // rep):
+        h = kv * rep                                    # the first query head of each KV group
+        Kh, Vh = K[h], V[h]
+        for r in (d // 8, d // 4, d // 2):
+            Bs, Es = top_basis(Kh[: n // 2], r), top_basis(Vh[: n // 2], r)     # static: calibrated on the first half
+            st = projected_errors(Q[h], Kh, Vh, Kh @ Bs.T @ Bs, Vh @ Es.T @ Es, n)
+            Ka, deltas, how = project_chunks(Kh, r, CHUNK, fd=True)
+            Va, _, _ = project_chunks(Vh, r, CHUNK, fd=True)
+            ad = projected_errors(Q[h], Kh, Vh, Ka, Va, n)
+            ad["fd_eps"] = math.sqrt(max(deltas)) if deltas else 0.0
+            recs.append(make_record(CLAIM, dict(params, head=h, r=r), measured=ad["out_err"], bound=st["out_err"],
+                                    holds=ad["out_err"] <= st["out_err"], bound_kind="exact",
+                                    check="F2 adaptive vs static", source="004 Sec. 11 falsifier 2",
+                                    adaptive=ad, static=st, adaptive_basis=how, **common))
+            if r == d // 4:
+                errs = []
+                for L in params["lengths"]:
+                    if L <= n:
+                        errs.append((L, projected_errors(Q[h], Kh, Vh, Ka, Va, L)["out_err"]))
+                for L, e in errs:
+                    env = errs[0][1] * (L / errs[0][0]) ** GROWTH_TOL
+                    recs.append(make_record(CLAIM, dict(params, head=h, r=r, position=L), measured=e, bound=env,
+                                            bound_kind="fitted", check="F3 error vs length",
+                                            source="004 Sec. 11 falsifier 3 (no-growth envelope)", **common))
+    return recs
+
+
+def _ppl_trial(params: dict) -> list:
+    import torch
+    from traces.real import _load_model, _torch_threads
+    from traces.smollm2 import perplexity
+    m = _load_model("smollm2")
+    n = int(params["trace"].rsplit(":", 1)[1])
+    ids = m.encode(default_text())
+    ev, cal = ids[:n], ids[n:2 * n]
+    with _torch_threads():
+        _, caps = m.forward(cal, capture=range(m.cfg.n_layers), logits=False)
+        base = perplexity(m.forward(ev)[0])
+        recs = []
+        for r in params["ranks"]:
+            P = {}
+            for l, c in caps.items():
+                Pk = np.stack([(lambda B: B.T @ B)(top_basis(c["k_post"][:, j].astype(np.float64), r))
+                               for j in range(c["k_post"].shape[1])])
+                Pv = np.stack([(lambda B: B.T @ B)(top_basis(c["v"][:, j].astype(np.float64), r))
+                               for j in range(c["v"].shape[1])])
+                P[l] = (torch.as_tensor(Pk, dtype=torch.float32), torch.as_tensor(Pv, dtype=torch.float32))
+
+            def hook(l, q, k, v, P=P, g=float(params["gamma"])):
+                return q * g, torch.einsum("nhd,hde->nhe", k, P[l][0]), torch.einsum("nhd,hde->nhe", v, P[l][1])
+
+            ppl = perplexity(m.forward(ev, attn_hook=hook)[0])
+            inc = (ppl - base) / base
+            recs.append(make_record(CLAIM, dict(params, r=r), measured=inc, bound=0.01, holds=inc <= 0.01,
+                                    check="F1 ppl increase", source="004 Sec. 11 falsifier 1 (<= 1% PPL increase)",
+                                    ppl=ppl, ppl_base=base, model="smollm2", fallback=""))
+    return recs
+
+
+def run_trial(params: dict, seed: int, backend: str):
+    with single_blas_thread():
+        return _run_trial(params, seed, backend)
+
+
+def _run_trial(params: dict, seed: int, backend: str):
+    return _ppl_trial(params) if params["kind"] == "ppl" else _spectra_trial(params)
+
+
+# ------------------------------------------------------------------------------------ verdict
+
+def _spearman(x, y):
+    if len(x) < 3:
+        return float("nan"), 1.0
+    res = stats.spearmanr(x, y)
+    return float(res.statistic), float(res.pvalue)
+
+
+def summarize(records) -> Verdict:
+    figs = [FigureSpec("SmolLM2 post-RoPE keys: energy at r = d/4 per layer (line: 90%)", x="layer",
+                       check="energy K post", logx=False, logy=False),
+            FigureSpec("SmolLM2 pre-RoPE keys: energy at r = d/4 per layer (line: 90%)", x="layer",
+                       check="energy K pre", logx=False, logy=False),
+            FigureSpec("MiniLM keys (absolute positions): energy at r = d/4 per layer", x="layer",
+                       check="energy K", logx=False, logy=False),
+            FigureSpec("values: energy at r = d/4 per layer (hue: model)", x="layer", check="energy V", hue="model",
+                       logx=False, logy=False),
+            FigureSpec("chunk-local residual share of keys (rank d/4) vs position", x="position", check="chunk residual",
+                       hue="model", logy=False),
+            FigureSpec("falsifier 3: adaptive-subspace output error vs context length", x="position",
+                       check="F3 error vs length", hue="layer", show_bound=False),
+            FigureSpec("falsifier 1: SmolLM2 perplexity increase vs rank (bound 1%)", x="r", check="F1 ppl increase",
+                       logy=False)]
+    if not records:
+        return Verdict(CLAIM, NOT_RUN, "no records", figures=figs)
+    parts, findings = [], []
+    fallback = sorted({r.extra.get("fallback", "") for r in records} - {""})
+    if fallback:
+        parts.append("SYNTHETIC FALLBACK (real model unavailable: " + "; ".join(fallback) + ")")
+    status = HOLDS
+    # energy at d/4
+    for check in sorted({r.check for r in records if r.check.startswith("energy")}):
+        for model in sorted({r.extra["model"] for r in records if r.check == check}):
+            rs = [r for r in records if r.check == check and r.extra["model"] == model]
+            share = sum(r.holds for r in rs) / len(rs)
+            parts.append(f"{model} {check[7:]}: {sum(r.holds for r in rs)}/{len(rs)} heads >= 90% energy at d/4 "
+                         f"(median {np.median([r.measured for r in rs]):.3f}, min {min(r.measured for r in rs):.3f})")
+            if check in ("energy K post",) and share < 0.5:
+                status = FAILS
+                findings.append(Finding(CLAIM, f"fewer than half of {model}'s post-RoPE key heads reach 90% energy at r = d/4",
+                                        f"{sum(r.holds for r in rs)}/{len(rs)} heads; median energy "
+                                        f"{np.median([r.measured for r in rs]):.3f}",
+                                        min(rs, key=lambda r: r.measured).params))
+    ch = [r for r in records if r.check == "chunk residual"]
+    if ch:
+        for model in sorted({r.extra["model"] for r in ch}):
+            rs = [r for r in ch if r.extra["model"] == model]
+            sl = loglog_slope([r.params["position"] for r in rs], [r.measured for r in rs], n_boot=0)[0]
+            parts.append(f"{model} chunk-local key residual at d/4: median {np.median([r.measured for r in rs]):.3g} "
+                         f"(anchored first-chunk basis {np.median([r.extra['anchored'] for r in rs]):.3g}); slope vs position {sl:+.2f}")
+    fired = []
+    f1 = [r for r in records if r.check == "F1 ppl increase"]
+    if f1:
+        small = [r for r in f1 if r.params["r"] <= 16]
+        ok = [r for r in small if r.holds]
+        txt = ", ".join(f"r={r.params['r']}: {100 * r.measured:+.1f}%" for r in sorted(f1, key=lambda r: r.params["r"]))
+        parts.append(f"F1 PPL increase (base {f1[0].extra['ppl_base']:.3g}): {txt}")
+        if not ok:
+            fired.append(("1", f"no r <= d/4 keeps SmolLM2's perplexity within +1% ({txt})", min(small, key=lambda r: r.measured).params))
+    else:
+        parts.append("F1 not evaluated (SmolLM2 unavailable or smoke profile)")
+    f2 = [r for r in records if r.check == "F2 adaptive vs static"]
+    if f2:
+        per_r = {}
+        for r in f2:
+            per_r.setdefault(r.params["r"], []).append(r)
+        txt = []
+        for rr, rs in sorted(per_r.items()):
+            a, s = np.mean([r.measured for r in rs]), np.mean([r.bound for r in rs])
+            txt.append(f"r={rr}: adaptive {a:.3g} vs static {s:.3g}")
+            if a > s:
+                fired.append(("2", f"adaptive subspace error above static at r = {rr}: {a:.3g} vs {s:.3g}", rs[0].params))
+        parts.append("F2 " + "; ".join(txt) + f" ({f2[0].extra['adaptive_basis']})")
+        # F4: do the bounds predict the observed errors?
+        units = [(r.extra[k]["logit_bound"], r.extra[k]["logit_err"], r.extra[k]["out_bound_abs"], r.extra[k]["out_err_abs"])
+                 for r in f2 for k in ("adaptive", "static")]
+        rho_l, p_l = _spearman([u[0] for u in units], [u[1] for u in units])
+        rho_o, p_o = _spearman([u[2] for u in units], [u[3] for u in units])
+        fd = [(r.extra["adaptive"]["fd_eps"], r.extra["adaptive"]["logit_err"]) for r in f2 if r.extra["adaptive"]["fd_eps"] > 0]
+        rho_f, p_f = _spearman([u[0] for u in fd], [u[1] for u in fd]) if fd else (float("nan"), 1.0)
+        held = sum(u[1] <= u[0] * (1 + 1e-9) for u in units)
+        parts.append(f"F4 Spearman(bound, observed): logit {rho_l:.2f} (p {p_l:.1g}), output {rho_o:.2f} (p {p_o:.1g})"
+                     + (f", FD sqrt(Delta) vs logit error {rho_f:.2f} (p {p_f:.1g})" if fd else "")
+                     + f"; logit bound held in {held}/{len(units)}")
+        for name, rho, p in (("logit", rho_l, p_l), ("output", rho_o, p_o)) + ((("FD eps", rho_f, p_f),) if fd else ()):
+            if not (rho >= CORR_MIN and p < 0.01):
+                fired.append(("4", f"{name} bound does not predict the observed error: Spearman {rho:.2f} (p {p:.2g}) "
+                                   f"< {CORR_MIN} or not significant", f2[0].params))
+    f3 = [r for r in records if r.check == "F3 error vs length"]
+    if f3 and len({r.params["position"] for r in f3}) > 1:
+        sl, lo, hi = loglog_slope([r.params["position"] for r in f3], [r.measured for r in f3])
+        parts.append(f"F3 adaptive error vs context length: slope {sl:+.3f} [95% {lo:+.3f}, {hi:+.3f}]")
+        if lo > GROWTH_TOL:
+            fired.append(("3", f"adaptive error grows with context length: slope {sl:.3f} (95% lower {lo:.3f} > {GROWTH_TOL})",
+                          min(f3, key=lambda r: r.params["position"]).params))
+    parts.append("falsifiers fired: " + (", ".join(sorted({f[0] for f in fired})) if fired else "none"))
+    for k, detail, params in fired:
+        status = FAILS
+        findings.append(Finding(CLAIM, f"falsifier {k} of the low-rank KV hypothesis fires", detail, params))
+    return Verdict(CLAIM, status, "; ".join(parts), findings=findings, figures=figs, n_records=len(records))
