@@ -114,13 +114,12 @@ class MergeAndReduce:
     # -- state -----------------------------------------------------------------------------------
     def cells(self) -> list[tuple[Any, Any]]:
         """[(K_i, V_i)] for i = 0..T (C^0 includes the tokens not yet reduced); empty cells are None."""
-        out = []
-        for i in range(self.T + 1):
-            if i == 0 and self._buf_k:
-                xp = array_namespace(self._buf_k[0])
-                out.append((xp.stack(self._buf_k), xp.stack(self._buf_v)))
-            else:
-                out.append((self.cells_k[i], self.cells_v[i]))
+        out = [(self.cells_k[i], self.cells_v[i]) for i in range(self.T + 1)]
+        if self._buf_k:   # tokens of the batch in progress belong to C^0 (which holds more when T = 0)
+            xp = array_namespace(self._buf_k[0])
+            bk, bv = xp.stack(self._buf_k), xp.stack(self._buf_v)
+            k0, v0 = out[0]
+            out[0] = (bk, bv) if k0 is None else (xp.concat([k0, bk]), xp.concat([v0, bv]))
         return [(k, v) if k is not None and k.shape[0] > 0 else (None, None) for k, v in out]
 
     def cell_sizes(self) -> list[int]:

@@ -41,9 +41,15 @@ def test_estimate_is_exact_before_first_reduction(rng):
 
 def test_T0_keeps_everything(rng):
     mr = _mr(t=4, T=0)
-    for _ in range(13):
-        mr.update(rng.standard_normal(3), rng.standard_normal(2))
+    K, V = rng.standard_normal((13, 3)), rng.standard_normal((13, 2))
+    for k, v in zip(K, V):
+        mr.update(k, v)
     assert mr.num_stored() == 13 and mr.balance_calls == 0
+    Kc, Vc = mr.cells()[0]                     # C^0 = the carried batches plus the batch in progress
+    np.testing.assert_array_equal(Kc, K)
+    q = rng.standard_normal(3)
+    m, u = mr.estimate(q)
+    np.testing.assert_allclose(math.exp(m) * u, (np.exp(K @ q / math.sqrt(3))[:, None] * V).sum(0), rtol=1e-12)
 
 
 def test_weights_are_powers_of_two(rng):
