@@ -29,7 +29,7 @@ test-all: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q -m ''
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_balancekv.py
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) $(OUT)
