@@ -1,0 +1,152 @@
+"""Frequent Directions with the 2l-row buffer (Liberty 2013; Ghashami, Liberty, Phillips, Woodruff 2016, Alg. 2).
+
+Seed 004 (Sec. 5, Sec. 8 "FD linkage") uses FD sketches of the keys and values; claims FD.covariance and
+FD.residual. GLPW16 Alg. 2, for a stream of rows a_i in R^d and sketch size l::
+
+    B <- 0^{2l x d}
+    for each row a_i:
+        insert a_i into a zero-valued row of B
+        if B has no zero-valued row:
+            [U, Sigma, V] = SVD(B);  delta = sigma_l^2            (the l-th squared singular value)
+            B <- sqrt(max(Sigma^2 - delta I, 0)) V^T               (rows l..2l are now zero)
+
+Guarantee (GLPW16 Thm 1.1 and its proof): with Delta the total shrinkage (sum of the deltas),
+``0 <= A^T A - B^T B <= Delta I`` and ``Delta <= ||A - A_r||_F^2 / (l - r)`` for every r < l. The sketch's
+own certificate is Delta: :meth:`FrequentDirections.certificate`.
+
+Three places where public FD code breaks this guarantee, and how this module avoids each:
+  * ``sketch()`` returns every row currently held, the buffered ones included (dropping rows inserted since
+    the last shrink would under-report A^T A by their Gram matrix, which Delta does not cover);
+  * the shrink never takes the square root of a possibly negative number: the new singular values are
+    sigma_i sqrt(max(0, (1 - t_i)(1 + t_i))) with t_i = sigma_l / sigma_i in [0, 1] (this also cannot
+    overflow where sigma_i^2 would), and rows l..2l are set to exact zeros;
+  * rows are copied from the input block by explicit counts, so a stream whose length is not a multiple of
+    the buffer never re-reads rows of an earlier block.
+
+Arrays of any array-API backend; the buffer lives in the namespace, device and dtype of the first rows seen.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from array_api_compat import device as _device
+
+from gpu.backend import array_namespace
+
+from .validation import InputError, check_array, check_positive
+
+
+class FrequentDirections:
+    """Streaming FD sketch of the rows of A (n x d) with sketch size ``ell`` (buffer of 2 ell rows).
+
+    ``update(rows)``  one row (d,) or a block (m, d);
+    ``sketch()``      the rows held now (buffered ones included): S^T S estimates A^T A at any moment;
+    ``sketch(compact=True)``  at most ``ell`` rows (one extra shrink on a copy, by sigma_{ell+1}^2);
+    ``certificate()`` Delta, with 0 <= A^T A - S^T S <= Delta I (``compact=True`` for the compact sketch);
+    ``merge(other)``  absorb another sketch of the same (d, ell) (GLPW16 Sec. 3: mergeable).
+    """
+
+    def __init__(self, d: int, ell: int):
+        check_positive(d, "d", integer=True)
+        check_positive(ell, "ell", integer=True)
+        self.d, self.ell = int(d), int(ell)
+        self._buf = None          # (2 ell, d) once the first rows arrive
+        self._next = 0            # rows 0.._next-1 are (possibly) non-zero, the rest are exact zeros
+        self._delta = 0.0         # total shrinkage Delta
+        self.n_rows = 0           # rows seen
+        self.n_shrinks = 0
+
+    # -- stream --------------------------------------------------------------------------------------
+    def update(self, rows: Any) -> "FrequentDirections":
+        check_array(rows, "rows", ndim=(1, 2), last_dim=self.d)
+        xp = array_namespace(rows)
+        if rows.ndim == 1:
+            rows = xp.reshape(rows, (1, self.d))
+        if rows.shape[0] == 0:
+            return self
+        self._ensure_buffer(rows)
+        amax = float(xp.max(xp.abs(rows)))
+        if amax * math.sqrt(self.d) > math.sqrt(float(xp.finfo(rows.dtype).max)):
+            raise InputError(f"rows too large (max |entry| {amax:.3g}): squared row norms overflow {rows.dtype}")
+        rows = xp.astype(rows, self._buf.dtype) if rows.dtype != self._buf.dtype else rows
+        m, i = rows.shape[0], 0
+        while i < m:                                  # GLPW16 Alg. 2 lines 3-4, a block at a time
+            k = min(2 * self.ell - self._next, m - i)
+            self._buf[self._next:self._next + k, :] = rows[i:i + k, :]
+            self._next += k
+            i += k
+            if self._next == 2 * self.ell:            # no zero-valued row left: shrink (lines 5-7)
+                self._shrink()
+        self.n_rows += m
+        return self
+
+    def _ensure_buffer(self, rows) -> None:
+        xp = array_namespace(rows)
+        if self._buf is None:
+            self._buf = xp.zeros((2 * self.ell, self.d), dtype=rows.dtype, device=_device(rows))
+        elif array_namespace(self._buf) is not xp:
+            raise InputError("rows come from a different array backend than the sketch's earlier rows")
+
+    def _shrink(self) -> None:
+        self._buf, self._next, delta = shrunk(self._buf[:self._next, :], self.ell, keep=self.ell - 1,
+                                              out_rows=2 * self.ell)
+        self._delta += delta
+        self.n_shrinks += 1
+
+    # -- queries -------------------------------------------------------------------------------------
+    def sketch(self, compact: bool = False):
+        """S: the rows held now (buffered rows included), or at most ``ell`` rows if ``compact``."""
+        if self._buf is None:
+            raise InputError("empty stream: the sketch has seen no rows yet")
+        S = self._buf[:self._next, :]
+        if compact and self._next > self.ell:
+            S, _, _ = shrunk(S, self.ell, keep=self.ell, out_rows=self.ell)
+        return S
+
+    def certificate(self, compact: bool = False) -> float:
+        """Delta, the total shrinkage: ||A^T A - S^T S||_op <= Delta (GLPW16 Lemma 2.2/Thm 1.1)."""
+        if compact and self._buf is not None and self._next > self.ell:
+            return self._delta + shrunk(self._buf[:self._next, :], self.ell, keep=self.ell, out_rows=self.ell)[2]
+        return self._delta
+
+    def merge(self, other: "FrequentDirections") -> "FrequentDirections":
+        """Absorb ``other``'s sketch (same d and ell): the result sketches [A; A_other] with
+        certificate Delta + Delta_other (+ the shrinks the insertion causes)."""
+        if not isinstance(other, FrequentDirections) or (other.d, other.ell) != (self.d, self.ell):
+            raise InputError("merge needs a FrequentDirections sketch with the same d and ell")
+        n_rows = self.n_rows + other.n_rows
+        if other._buf is not None and other._next:
+            self.update(other._buf[:other._next, :])
+        self.n_rows, self._delta = n_rows, self._delta + other._delta
+        return self
+
+    def __repr__(self) -> str:
+        return (f"FrequentDirections(d={self.d}, ell={self.ell}, rows_seen={self.n_rows}, rows_held={self._next}, "
+                f"shrinks={self.n_shrinks}, Delta={self._delta:.4g})")
+
+
+def shrunk(B, ell: int, *, keep: int, out_rows: int):
+    """FD shrink of the rows B (m x d) (GLPW16 Alg. 2 lines 5-7).
+
+    ``keep = ell - 1``: delta = sigma_ell^2 (the 2l-buffer step; sigma_ell becomes 0, so ell - 1 rows stay);
+    ``keep = ell``:     delta = sigma_{ell+1}^2 (compaction to an ell-row sketch).
+    Returns (new buffer of ``out_rows`` rows, number of leading non-zero rows, delta)."""
+    xp = array_namespace(B)
+    m, d = B.shape
+    out = xp.zeros((out_rows, d), dtype=B.dtype, device=_device(B))
+    if m == 0:
+        return out, 0, 0.0
+    _, s, Vt = xp.linalg.svd(B, full_matrices=False)  # s descending, length min(m, d)
+    k = s.shape[0]
+    if k <= keep:                                      # rank <= keep: rotate, no shrinkage needed
+        out[:k, :] = s[:, None] * Vt
+        return out, k, 0.0
+    s_cut = s[keep]                                    # sigma_{keep+1} (1-indexed)
+    top = s[:keep]
+    t = xp.where(top > 0, s_cut / xp.where(top > 0, top, xp.ones_like(top)), xp.zeros_like(top))
+    t = xp.clip(t, 0.0, 1.0)                           # t <= 1 by sorting; clip guards rounding
+    scale = xp.sqrt(xp.clip((1.0 - t) * (1.0 + t), 0.0, 1.0))   # clamp before the square root
+    out[:keep, :] = (top * scale)[:, None] * Vt[:keep, :]
+    s_cut = float(s_cut)
+    return out, keep, s_cut * s_cut

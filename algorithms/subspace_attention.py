@@ -1,0 +1,388 @@
+"""Coefficient-space attention (seed 004 Secs. 4-6, 10): static and adaptive (FD-sketched) subspaces.
+
+Claims: SUB.logit-error, SUB.output-error, SUB.blockwise, SUB.cost.
+
+Sec. 4 (one basis): B (r, d), E (r_v, d) with orthonormal rows; key coefficients C = K B^T, value coefficients
+D = V E^T, projected query q~ = B q; projected logits l^_i = gamma_B q~ . c_i / sqrt(d) = gamma_B q^T P_B k_i / sqrt(d);
+alpha^ = softmax(l^ + mask); output o^ = (alpha^T D) E.
+gamma_B: the draft's default sqrt(trace(P_B)/d) = sqrt(r/d), 1, or a scalar calibrated on held-out data
+(:func:`calibrate_gamma`, least squares of l on q^T P_B k / sqrt d). Only gamma_B = 1 makes the projected logits
+exact when the keys lie in the subspace (see theory/subspace.py).
+
+Sec. 5 (adaptive), per token k_t, v_t, with FD sketches S_K (ell_k rows), S_V (ell_v rows)::
+    1. res_k = ||(I - P_Bj) k_t||, res_v = ||(I - P_Ej) v_t||
+    2. if res_k > tau_k or res_v > tau_v or L_j = L: close chunk j, snapshot B, E = top-r / top-r_v right
+       singular vectors of S_K, S_V, open chunk j+1
+    3. append c_t = B_j k_t, d_t = E_j v_t
+    4. update S_K, S_V with k_t, v_t
+The first token opens the first chunk (bases from ``init_bases``, else the first coordinate axes: the sketch
+is still empty). The sketches cover the whole stream (the draft's S_K, S_V are never reset), and the token that
+triggers a snapshot is not yet in the sketch (step 4 comes after step 2), so when the sketch's top-r space
+misses the incoming keys (RoPE with energy in fast-rotating pairs) every token opens a chunk (J ~ T).
+Sec. 6: decode aggregates the chunks with the one-pass blockwise softmax (:mod:`algorithms.blockwise_softmax`).
+
+:func:`coefficient_decode` / :func:`exact_decode` are the batched one-step kernels the SUB.cost check times and
+whose operations it counts (through an :class:`OpCounter`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+from array_api_compat import device as _device
+
+from gpu.backend import array_namespace
+
+from .blockwise_softmax import OnlineSoftmax
+from .frequent_directions import FrequentDirections
+from .validation import InputError, check_array, check_positive
+
+GAMMA_CHOICES = ("sqrt(r/d)", "1", "calibrated")
+
+
+# -- gamma_B -------------------------------------------------------------------------------------------
+
+def draft_gamma(r: int, d: int) -> float:
+    """The draft's default gamma_B = sqrt(trace(P_B)/d) = sqrt(r/d) (004 Sec. 4)."""
+    return math.sqrt(r / d)
+
+
+def calibrate_gamma(Q, K, B) -> float:
+    """The scalar gamma minimising sum_{q,k} (q.k - gamma q^T P_B k)^2 over held-out (Q, K) (004 Sec. 4)."""
+    check_array(K, "K", ndim=2, min_rows=1)
+    check_array(Q, "Q", ndim=2, last_dim=K.shape[1], min_rows=1)
+    check_array(B, "B", ndim=2, last_dim=K.shape[1])
+    xp = array_namespace(Q, K, B)
+    L = xp.matmul(Q, xp.matrix_transpose(K))
+    Lp = xp.matmul(xp.matmul(Q, xp.matrix_transpose(B)), xp.matrix_transpose(xp.matmul(K, xp.matrix_transpose(B))))
+    den = float(xp.sum(Lp * Lp))
+    if den == 0:
+        raise InputError("calibration keys/queries have no component in the subspace: gamma undefined")
+    return float(xp.sum(L * Lp)) / den
+
+
+def resolve_gamma(gamma: Any, r: int, d: int, calibrated: float | None = None) -> float:
+    """gamma given as a number or one of GAMMA_CHOICES."""
+    if isinstance(gamma, str):
+        if gamma == "sqrt(r/d)":
+            return draft_gamma(r, d)
+        if gamma == "1":
+            return 1.0
+        if gamma == "calibrated":
+            if calibrated is None:
+                raise InputError("gamma='calibrated' needs a calibrated value (see calibrate_gamma)")
+            return float(calibrated)
+        raise InputError(f"gamma must be a positive number or one of {GAMMA_CHOICES}, got {gamma!r}")
+    check_positive(gamma, "gamma")
+    return float(gamma)
+
+
+# -- bases ---------------------------------------------------------------------------------------------
+
+def top_basis(X, r: int):
+    """(r, d) orthonormal rows: the top-r right singular vectors of X (m, d), completed with coordinate axes
+    (Gram-Schmidt through QR) when X has fewer than r rows."""
+    xp = array_namespace(X)
+    d = X.shape[1]
+    if not 1 <= r <= d:
+        raise InputError(f"rank must be in [1, d] = [1, {d}], got {r}")
+    k = 0
+    if X.shape[0]:
+        Vt = xp.linalg.svd(X, full_matrices=False)[2]
+        k = Vt.shape[0]
+        if k >= r:
+            return Vt[:r, :]
+    eye = xp.eye(d, dtype=X.dtype, device=_device(X))
+    M = xp.concat([xp.matrix_transpose(Vt), eye], axis=1) if k else eye
+    Qm = xp.linalg.qr(M)[0]                          # first k columns span Vt's rows
+    return xp.matrix_transpose(Qm[:, :r])
+
+
+def _check_orthonormal(B, name: str) -> None:
+    xp = array_namespace(B)
+    G = xp.matmul(B, xp.matrix_transpose(B))
+    err = float(xp.max(xp.abs(G - xp.eye(B.shape[0], dtype=B.dtype, device=_device(B)))))
+    tol = 1e-8 if B.dtype == xp.float64 else 1e-4
+    if err > tol:
+        raise InputError(f"{name} must have orthonormal rows ({name} {name}^T = I); max deviation {err:.3g}")
+
+
+@dataclasses.dataclass
+class Chunk:
+    """One chunk j: bases B_j (r, d), E_j (r_v, d), coefficients C_j (L_j, r), D_j (L_j, r_v), tokens [start, stop)."""
+    B: Any
+    E: Any
+    C: Any
+    D: Any
+    start: int
+    stop: int
+    reason: str = ""
+
+    @property
+    def length(self) -> int:
+        return self.stop - self.start
+
+
+def _chunk_logits(q, ch: Chunk, gamma: float, d: int):
+    xp = array_namespace(q, ch.B)
+    qt = xp.matmul(q, xp.matrix_transpose(ch.B))              # q~_j = B_j q
+    return xp.matmul(qt, xp.matrix_transpose(ch.C)) * (gamma / math.sqrt(d))
+
+
+def aggregate(q, chunks, gamma: float, d: int, mask=None):
+    """o^ for q (d,) or (m, d) over chunks (004 Sec. 6); mask: boolean (..., T) over all tokens, False = masked."""
+    acc = OnlineSoftmax()
+    for ch in chunks:
+        mk = None if mask is None else mask[..., ch.start:ch.stop]
+        acc.add(_chunk_logits(q, ch, gamma, d), ch.D, ch.E, mk)
+    return acc.result()
+
+
+# -- static subspace (Sec. 4, Sec. 10) -------------------------------------------------------------------
+
+class StaticSubspaceAttention:
+    """Coefficient-space attention with one basis pair (B, E), e.g. from calibration traces."""
+
+    def __init__(self, B, E, *, gamma: Any = "sqrt(r/d)", calibrated_gamma: float | None = None):
+        check_array(B, "B", ndim=2)
+        check_array(E, "E", ndim=2)
+        _check_orthonormal(B, "B")
+        _check_orthonormal(E, "E")
+        self.B, self.E = B, E
+        self.r, self.d = B.shape
+        self.r_v, self.d_v = E.shape
+        self.gamma = resolve_gamma(gamma, self.r, self.d, calibrated_gamma)
+        self._C, self._D, self.n = [], [], 0
+
+    @classmethod
+    def from_calibration(cls, K_cal, V_cal, r: int, r_v: int, *, gamma: Any = "sqrt(r/d)", Q_cal=None):
+        """Bases = top right singular vectors of calibration K, V (004 Sec. 10 "Static Subspace"); gamma
+        'calibrated' is fitted on (Q_cal, K_cal)."""
+        check_array(K_cal, "K_cal", ndim=2, min_rows=1)
+        check_array(V_cal, "V_cal", ndim=2, min_rows=1)
+        B, E = top_basis(K_cal, r), top_basis(V_cal, r_v)
+        cal = None
+        if gamma == "calibrated":
+            if Q_cal is None:
+                raise InputError("gamma='calibrated' needs calibration queries Q_cal")
+            cal = calibrate_gamma(Q_cal, K_cal, B)
+        return cls(B, E, gamma=gamma, calibrated_gamma=cal)
+
+    def extend(self, K, V) -> "StaticSubspaceAttention":
+        check_array(K, "K", ndim=2, last_dim=self.d)
+        check_array(V, "V", ndim=2, last_dim=self.d_v)
+        if K.shape[0] != V.shape[0]:
+            raise InputError(f"K and V must have the same number of rows, got {K.shape[0]} and {V.shape[0]}")
+        xp = array_namespace(K, V)
+        self._C.append(xp.matmul(K, xp.matrix_transpose(self.B)))
+        self._D.append(xp.matmul(V, xp.matrix_transpose(self.E)))
+        self.n += K.shape[0]
+        return self
+
+    @property
+    def chunks(self) -> list[Chunk]:
+        if not self.n:
+            return []
+        xp = array_namespace(self._C[0])
+        if len(self._C) > 1:
+            self._C, self._D = [xp.concat(self._C, axis=0)], [xp.concat(self._D, axis=0)]
+        return [Chunk(self.B, self.E, self._C[0], self._D[0], 0, self.n, "static")]
+
+    def attend(self, q, mask=None):
+        check_array(q, "q", ndim=(1, 2), last_dim=self.d)
+        if not self.n:
+            raise InputError("empty cache: no tokens to attend to")
+        return aggregate(q, self.chunks, self.gamma, self.d, mask)
+
+    def logits(self, q):
+        return _chunk_logits(q, self.chunks[0], self.gamma, self.d)
+
+
+# -- adaptive subspace (Sec. 5) ------------------------------------------------------------------------
+
+class AdaptiveSubspaceAttention:
+    """Residual-triggered chunking with FD-sketched bases (004 Sec. 5) and blockwise decode (Sec. 6)."""
+
+    def __init__(self, d: int, r: int, r_v: int, *, ell_k: int, ell_v: int, tau_k: float, tau_v: float, L: int,
+                 gamma: Any = "sqrt(r/d)", calibrated_gamma: float | None = None, d_v: int | None = None,
+                 init_bases: tuple | None = None):
+        for name, val in (("d", d), ("r", r), ("r_v", r_v), ("ell_k", ell_k), ("ell_v", ell_v), ("L", L)):
+            check_positive(val, name, integer=True)
+        d_v = d_v or d
+        if r > d or r_v > d_v:
+            raise InputError(f"need r <= d and r_v <= d_v, got r={r}, d={d}, r_v={r_v}, d_v={d_v}")
+        if ell_k < r or ell_v < r_v:
+            raise InputError(f"sketch sizes must be at least the ranks (004 Sec. 5: ell >= r + Delta), got ell_k={ell_k}, "
+                             f"r={r}, ell_v={ell_v}, r_v={r_v}")
+        for name, tau in (("tau_k", tau_k), ("tau_v", tau_v)):     # math.inf: chunks end at length L only
+            if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau >= 0:
+                raise InputError(f"{name} must be a number >= 0 (inf allowed), got {tau!r}")
+        self.d, self.d_v, self.r, self.r_v, self.L = d, d_v, r, r_v, L
+        self.tau_k, self.tau_v = float(tau_k), float(tau_v)
+        self.gamma = resolve_gamma(gamma, r, d, calibrated_gamma)
+        self.fd_k, self.fd_v = FrequentDirections(d, ell_k), FrequentDirections(d_v, ell_v)
+        self.init_bases = init_bases
+        self.closed: list[Chunk] = []
+        self._active: dict | None = None
+        self.t = 0
+        self.triggers: list[tuple[int, str, float, float]] = []   # (token, reason, res_k, res_v)
+
+    # step 2's snapshot
+    def _snapshot(self, like):
+        xp = array_namespace(like)
+        if self.fd_k.n_rows and self.fd_v.n_rows:
+            B, E = top_basis(self.fd_k.sketch(), self.r), top_basis(self.fd_v.sketch(), self.r_v)
+        elif self.init_bases is not None:
+            B, E = self.init_bases
+        else:
+            B = top_basis(xp.zeros((0, self.d), dtype=like.dtype, device=_device(like)), self.r)
+            E = top_basis(xp.zeros((0, self.d_v), dtype=like.dtype, device=_device(like)), self.r_v)
+        return B, E
+
+    def _open(self, like, reason: str) -> None:
+        xp = array_namespace(like)
+        B, E = self._snapshot(like)
+        z = lambda m: xp.zeros((self.L, m), dtype=like.dtype, device=_device(like))
+        self._active = dict(B=B, E=E, C=z(self.r), D=z(self.r_v), start=self.t, n=0, reason=reason)
+
+    def _close(self) -> None:
+        a = self._active
+        self.closed.append(Chunk(a["B"], a["E"], a["C"][:a["n"], :], a["D"][:a["n"], :], a["start"],
+                                 a["start"] + a["n"], a["reason"]))
+        self._active = None
+
+    def step(self, k, v) -> "AdaptiveSubspaceAttention":
+        """Steps 1-4 of 004 Sec. 5 for one token."""
+        xp = array_namespace(k, v)
+        if self._active is None:
+            self._open(k, "start")
+            self.triggers.append((self.t, "start", math.nan, math.nan))
+        else:
+            a = self._active
+            res_k = float(xp.linalg.vector_norm(k - xp.matmul(xp.matmul(a["B"], k), a["B"])))      # step 1
+            res_v = float(xp.linalg.vector_norm(v - xp.matmul(xp.matmul(a["E"], v), a["E"])))
+            reason = ("tau_k" if res_k > self.tau_k else "tau_v" if res_v > self.tau_v
+                      else "L" if a["n"] == self.L else "")
+            if reason:                                                                             # step 2
+                self._close()
+                self._open(k, reason)
+                self.triggers.append((self.t, reason, res_k, res_v))
+        a = self._active
+        a["C"][a["n"], :] = xp.matmul(a["B"], k)                                                  # step 3
+        a["D"][a["n"], :] = xp.matmul(a["E"], v)
+        a["n"] += 1
+        self.fd_k.update(k)                                                                        # step 4
+        self.fd_v.update(v)
+        self.t += 1
+        return self
+
+    def extend(self, K, V) -> "AdaptiveSubspaceAttention":
+        check_array(K, "K", ndim=2, last_dim=self.d)
+        check_array(V, "V", ndim=2, last_dim=self.d_v)
+        if K.shape[0] != V.shape[0]:
+            raise InputError(f"K and V must have the same number of rows, got {K.shape[0]} and {V.shape[0]}")
+        for i in range(K.shape[0]):
+            self.step(K[i, :], V[i, :])
+        return self
+
+    @property
+    def chunks(self) -> list[Chunk]:
+        out = list(self.closed)
+        if self._active is not None and self._active["n"]:
+            a = self._active
+            out.append(Chunk(a["B"], a["E"], a["C"][:a["n"], :], a["D"][:a["n"], :], a["start"], a["start"] + a["n"],
+                             a["reason"]))
+        return out
+
+    def attend(self, q, mask=None):
+        check_array(q, "q", ndim=(1, 2), last_dim=self.d)
+        if not self.t:
+            raise InputError("empty cache: no tokens to attend to")
+        return aggregate(q, self.chunks, self.gamma, self.d, mask)
+
+    def logits(self, q):
+        xp = array_namespace(q)
+        return xp.concat([_chunk_logits(q, ch, self.gamma, self.d) for ch in self.chunks], axis=-1)
+
+    def memory_floats(self) -> dict:
+        """Floats held (004 Sec. 5): coefficients T (r + r_v), bases J (r d + r_v d_v), sketches 2 ell (d + d_v)."""
+        J = len(self.chunks)
+        return dict(coefficients=self.t * (self.r + self.r_v), bases=J * (self.r * self.d + self.r_v * self.d_v),
+                    sketches=2 * self.fd_k.ell * self.d + 2 * self.fd_v.ell * self.d_v, chunks=J)
+
+
+# -- one decode step, batched over chunks, with operation counts (SUB.cost) ----------------------------
+
+class OpCounter:
+    """Runs array operations and tallies floating-point operations (a multiply-add is 2) and bytes read
+    from the cache (``load``) or written (``store``)."""
+
+    def __init__(self, xp, count: bool = True):
+        self.xp, self.count = xp, count
+        self.flops = 0
+        self.bytes = 0
+
+    def _n(self, x) -> int:
+        return int(math.prod(x.shape))
+
+    def load(self, x):
+        if self.count:
+            self.bytes += self._n(x) * x.dtype.itemsize if hasattr(x.dtype, "itemsize") else 0
+        return x
+
+    def store(self, x):
+        return self.load(x)
+
+    def matmul(self, a, b):
+        out = self.xp.matmul(a, b)
+        if self.count:
+            k = a.shape[-1]
+            self.flops += 2 * k * self._n(out)
+        return out
+
+    def elementwise(self, fn, *xs):
+        out = fn(*xs)
+        if self.count:
+            self.flops += self._n(out)
+        return out
+
+    def reduce(self, fn, x, **kw):
+        if self.count:
+            self.flops += self._n(x)
+        return fn(x, **kw)
+
+
+def coefficient_decode(q, B, E, C, D, *, gamma: float, ops: OpCounter | None = None):
+    """One decode step over J equal-length chunks: q (d,), B (J, r, d), E (J, r_v, d), and the coefficients in
+    coefficient-major layout C (J, r, L), D (J, r_v, L) (row c of C_j^T holds coefficient c of every token of chunk
+    j, contiguous: the layout a fused kernel streams). Equals the one-pass blockwise softmax of Sec. 6 (here every
+    chunk's max is known before the weights are formed, so the rescaling factors are 1)."""
+    xp = array_namespace(q, C)
+    ops = ops or OpCounter(xp, count=False)
+    d = q.shape[0]
+    J, r = B.shape[0], B.shape[1]
+    qt = xp.reshape(ops.matmul(xp.reshape(ops.load(B), (J * r, d)), ops.load(q)), (J, r))   # one GEMV: 2 J r d
+    qt = ops.elementwise(lambda x: x * (gamma / math.sqrt(d)), qt)               # J r
+    logits = ops.matmul(qt[:, None, :], ops.load(C))                             # (J, 1, L)     2 T r
+    m = ops.reduce(xp.max, logits)                                               # T
+    w = ops.elementwise(xp.exp, ops.elementwise(lambda a: a - m, logits))        # 2 T
+    Z = ops.reduce(xp.sum, w)                                                    # T
+    n = ops.matmul(ops.load(D), xp.matrix_transpose(w))[..., 0]                  # (J, r_v)      2 T r_v
+    o = ops.matmul(xp.reshape(n, (1, -1)), xp.reshape(ops.load(E), (-1, E.shape[-1])))[0]   # 2 J r_v d
+    return ops.store(ops.elementwise(lambda a: a / Z, o))                        # d
+
+
+def exact_decode(q, K, V, *, ops: OpCounter | None = None):
+    """One decode step of exact attention softmax(K q / sqrt d)^T V with the same operation accounting."""
+    xp = array_namespace(q, K)
+    ops = ops or OpCounter(xp, count=False)
+    d = q.shape[0]
+    logits = ops.matmul(ops.load(K), ops.load(q))                                # 2 T d
+    logits = ops.elementwise(lambda x: x * (1.0 / math.sqrt(d)), logits)         # T
+    m = ops.reduce(xp.max, logits)                                               # T
+    w = ops.elementwise(xp.exp, ops.elementwise(lambda a: a - m, logits))        # 2 T
+    Z = ops.reduce(xp.sum, w)                                                    # T
+    o = ops.matmul(w, ops.load(V))                                               # 2 T d
+    return ops.store(ops.elementwise(lambda a: a / Z, o))                        # d
