@@ -18,7 +18,6 @@ nothing to the numerator and goes to the denominator only.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 

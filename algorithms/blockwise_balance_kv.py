@@ -45,8 +45,8 @@ import numpy as np
 
 from gpu.backend import array_namespace, like, to_numpy
 
-from .self_balancing_walk import gram_walk, walk_constant
-from .uniform_sampling import _check_int, _check_rng, _gather_rows, uniform_select
+from .self_balancing_walk import walk_constant
+from .uniform_sampling import _check_int, _check_rng, uniform_select
 from .validation import InputError, check_array, check_positive, check_probability
 
 VALUE_KERNELS = ("value", "value+1")

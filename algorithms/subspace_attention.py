@@ -30,7 +30,6 @@ import dataclasses
 import math
 from typing import Any
 
-import numpy as np
 from array_api_compat import device as _device
 
 from gpu.backend import array_namespace

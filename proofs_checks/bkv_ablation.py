@@ -21,7 +21,8 @@ import numpy as np
 
 from kvbounds.verdict import FAILS, HOLDS, NOT_RUN, FigureSpec, Finding, Verdict
 from theory.empirical import mean_and_spread
-from traces.real import single_blas_thread, layer_heads, real_or_synthetic_spec
+from gpu.backend import single_blas_thread
+from traces.real import layer_heads, real_or_synthetic_spec
 
 from .bkv_vs_uniform import run_experiment
 from .common import make_record, pick

@@ -33,7 +33,8 @@ from scipy import stats
 from algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.verdict import FAILS, HOLDS, INCONCLUSIVE, NOT_RUN, FigureSpec, Finding, Verdict
 from theory.empirical import mean_and_spread
-from traces.real import single_blas_thread, layer_heads, real_or_synthetic_spec
+from gpu.backend import single_blas_thread
+from traces.real import layer_heads, real_or_synthetic_spec
 
 from .common import make_record, pick
 

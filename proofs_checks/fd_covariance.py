@@ -26,15 +26,12 @@ each run on an input that triggers it; the check must reject each one:
 """
 from __future__ import annotations
 
-import contextlib
-import functools
-import importlib.util
 import math
 
 import numpy as np
 
-from algorithms.frequent_directions import FrequentDirections, shrunk
-from gpu.backend import asarray, to_numpy
+from algorithms.frequent_directions import FrequentDirections
+from gpu.backend import asarray, single_blas_thread, to_numpy
 from kvbounds.verdict import FigureSpec, Verdict, standard_verdict
 from theory.frequent_directions import covariance_bound_from_sv, covariance_error, singular_values
 from traces.rope import rope_trace
@@ -46,21 +43,6 @@ CLAIM = "FD.covariance"
 SOURCE = "004 Sec. 8 (Liberty 2013; GLPW16 Thm 1.1)"
 KINDS = ("gaussian", "low_rank", "power_law", "rank_deficient", "repeated", "zero_rows", "huge", "tiny", "rope")
 CONTROLS = ("drop-buffer", "unclamped-sqrt", "stale-rows")
-
-
-def single_blas_thread(fn):
-    """Run a check's ``run_trial`` with BLAS limited to one thread (threadpoolctl, when installed). The runner's
-    process-pool workers inherit OpenBLAS thread pools started before the pool set OMP_NUM_THREADS, and the many
-    small SVDs of these checks then oversubscribe the cores (30x slower on a loaded 2-core machine)."""
-    @functools.wraps(fn)
-    def wrapped(*args, **kwargs):
-        ctx = contextlib.nullcontext()
-        if importlib.util.find_spec("threadpoolctl") is not None:
-            from threadpoolctl import threadpool_limits
-            ctx = threadpool_limits(limits=1, user_api="blas")
-        with ctx:
-            return fn(*args, **kwargs)
-    return wrapped
 
 
 # -- the three broken variants (negative controls; also used by tests/test_frequent_directions.py) --------
@@ -229,7 +211,7 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-@single_blas_thread
+@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     kind, n, d, ell, variant = params["kind"], params["n"], params["d"], params["ell"], params["variant"]
     A = make_matrix(kind, n, d, seed)

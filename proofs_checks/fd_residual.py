@@ -24,14 +24,14 @@ import math
 import numpy as np
 
 from algorithms.frequent_directions import FrequentDirections
-from gpu.backend import asarray, to_numpy
+from gpu.backend import asarray, single_blas_thread, to_numpy
 from kvbounds.verdict import FAILS, FigureSpec, Finding, Verdict, standard_verdict
 from theory.frequent_directions import (covariance_bound_from_sv, covariance_error, davis_kahan_eta, measured_eta,
                                         residual, residual_adversarial_stream, residual_bound_tight,
                                         residual_certificate, singular_values, top_right_projector)
 
 from .common import make_record, pick
-from .fd_covariance import make_matrix, single_blas_thread
+from .fd_covariance import make_matrix
 
 CLAIM = "FD.residual"
 SOURCE = "004 Sec. 8 (FD linkage)"
@@ -70,7 +70,7 @@ def _matrix(params: dict, seed: int) -> np.ndarray:
     return make_matrix(kind, params["n"], params["d"], seed)
 
 
-@single_blas_thread
+@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     A = _matrix(params, seed)
     ell, r = params["ell"], params["r"]

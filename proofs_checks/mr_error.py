@@ -18,7 +18,7 @@ import numpy as np
 
 from algorithms.merge_and_reduce import MergeAndReduce
 from gpu.backend import asarray, to_numpy
-from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS, HOLDS_FITTED, FigureSpec, Finding, Verdict, loglog_slope, \
+from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS_FITTED, FigureSpec, Finding, Verdict, loglog_slope, \
     standard_verdict
 from theory.balancekv import merge_reduce_eps_implied
 

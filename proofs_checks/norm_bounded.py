@@ -25,7 +25,8 @@ import numpy as np
 
 from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS, INCONCLUSIVE, NOT_RUN, FigureSpec, Finding, Verdict, loglog_slope
 from theory.empirical import norm_interval
-from traces.real import single_blas_thread, MODEL_INFO, layer_heads, parse_spec, real_or_synthetic_spec
+from gpu.backend import single_blas_thread
+from traces.real import MODEL_INFO, layer_heads, parse_spec, real_or_synthetic_spec
 
 from .common import make_record, pick
 

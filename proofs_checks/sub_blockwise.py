@@ -27,10 +27,10 @@ from algorithms.blockwise_softmax import blockwise_softmax, blockwise_softmax_li
 from algorithms.subspace_attention import top_basis
 from algorithms.validation import InputError
 from gpu.backend import asarray, to_numpy
+from gpu.backend import single_blas_thread
 from kvbounds.verdict import FAILS, FigureSpec, Finding, Verdict, standard_verdict
 from theory.subspace import blockwise_softmax_identity
 
-from .fd_covariance import single_blas_thread
 from .common import make_record, pick
 
 CLAIM = "SUB.blockwise"
@@ -105,7 +105,7 @@ def _err(o, ref, vmax) -> float:
     return float(np.abs(o - ref).max() / vmax)
 
 
-@single_blas_thread
+@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     kind = params["kind"]
     if kind == "symbolic":

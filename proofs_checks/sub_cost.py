@@ -12,23 +12,17 @@ The model is :func:`theory.subspace.cost_model` (formulas term by term). Sub-che
                                        repetitions) / the model's FLOP ratio: the fitted roofline constant; must not grow
                                        with T [shape];
   * ``fd update``                      measured FD update time per row (blocks of 64 rows) / (d l): must not grow with d l [shape].
-Timings run with one BLAS thread: under threadpoolctl when installed, else in a subprocess with
-OMP/MKL/OPENBLAS_NUM_THREADS=1 set before numpy is imported.
+Timings run with numpy's BLAS limited to one thread (:class:`gpu.backend.single_blas_thread`).
 """
 from __future__ import annotations
 
-import importlib.util
-import json
-import math
-import os
-import subprocess
-import sys
-from pathlib import Path
+import time
 
 import numpy as np
 
-from algorithms.subspace_attention import OpCounter, coefficient_decode, exact_decode
-from gpu.backend import asarray
+from algorithms.frequent_directions import FrequentDirections
+from algorithms.subspace_attention import OpCounter, coefficient_decode, exact_decode, top_basis
+from gpu.backend import asarray, single_blas_thread
 from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS_FITTED, FigureSpec, Finding, Verdict, loglog_slope, \
     standard_verdict
 from theory.subspace import cost_model
@@ -37,8 +31,6 @@ from .common import make_record, pick
 
 CLAIM = "SUB.cost"
 SOURCE = "004 Secs. 4, 9 (cost model)"
-ROOT = Path(__file__).resolve().parents[1]
-SINGLE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
 def trials(profile: str) -> list[dict]:
@@ -53,15 +45,7 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-# The timing code runs in a fresh interpreter (``python -c TIMING_SCRIPT kind json``) with one BLAS thread; it
-# imports numpy and algorithms.* only, so the interpreter starts in a fraction of a second.
-TIMING_SCRIPT = r"""
-import json, sys, time
-import numpy as np
-from algorithms.frequent_directions import FrequentDirections
-from algorithms.subspace_attention import coefficient_decode, exact_decode, top_basis
-
-
+# -- timing (one BLAS thread) --------------------------------------------------------------------------------
 def decode_inputs(T, d, R, L, seed, dtype=np.float32):
     rng = np.random.default_rng(seed)
     L = T if L == "T" else int(L)
@@ -108,32 +92,12 @@ def time_fd(d, ell, n, block=64, seed=0):
     return dict(us_per_row_block=blk * 1e6, us_per_row_single=(time.perf_counter() - t) / m * 1e6)
 
 
-if __name__ == "__main__" and len(sys.argv) > 2:
-    kind, p = sys.argv[1], json.loads(sys.argv[2])
-    res = (time_decode(p["T"], p["d"], p["R"], p["L"], p["reps"], p["seed"]) if kind == "decode"
-           else time_fd(p["d"], p["ell"], p["n"], seed=p["seed"]))
-    print(json.dumps(res))
-"""
-_timing: dict = {}
-exec(compile(TIMING_SCRIPT, "<sub_cost timing>", "exec"), _timing)   # the same functions, in this process
-decode_inputs, time_decode, time_fd = _timing["decode_inputs"], _timing["time_decode"], _timing["time_fd"]
-
-
-def timed_single_thread(kind: str, params: dict, timeout: float = 120.0) -> dict:
-    """time_decode / time_fd with one BLAS thread: in this process under threadpoolctl when it is installed, else in a
-    fresh interpreter with OMP/MKL/OPENBLAS_NUM_THREADS=1 set before numpy is imported."""
-    if importlib.util.find_spec("threadpoolctl") is not None:
-        from threadpoolctl import threadpool_limits
-        with threadpool_limits(limits=1, user_api="blas"):
-            if kind == "decode":
-                return time_decode(params["T"], params["d"], params["R"], params["L"], params["reps"], params["seed"])
-            return time_fd(params["d"], params["ell"], params["n"], seed=params["seed"])
-    env = {**os.environ, **SINGLE_THREAD_ENV}
-    cmd = [sys.executable, "-c", TIMING_SCRIPT, kind, json.dumps(params)]
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    if out.returncode != 0:
-        raise RuntimeError(f"timing subprocess failed: {out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def timed_single_thread(kind: str, params: dict) -> dict:
+    """time_decode / time_fd with numpy's BLAS limited to one thread."""
+    with single_blas_thread():
+        if kind == "decode":
+            return time_decode(params["T"], params["d"], params["R"], params["L"], params["reps"], params["seed"])
+        return time_fd(params["d"], params["ell"], params["n"], seed=params["seed"])
 
 
 # -- protocol ----------------------------------------------------------------------------------------------

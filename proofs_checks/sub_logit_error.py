@@ -21,13 +21,13 @@ from algorithms.attention import exact_attention
 from algorithms.subspace_attention import (GAMMA_CHOICES, AdaptiveSubspaceAttention, StaticSubspaceAttention,
                                            calibrate_gamma, resolve_gamma, top_basis)
 from gpu.backend import asarray, to_numpy
+from gpu.backend import single_blas_thread
 from kvbounds.verdict import FAILS, FigureSpec, Finding, Verdict, standard_verdict
-from theory.subspace import logit_error_bound, logit_error_exact_bound, output_error_bound, \
+from theory.subspace import logit_error_bound, output_error_bound, \
     output_error_bound_corrected, output_error_bound_multichunk, softmax_sensitivity_bound
 from traces.rope import rope_trace
 from traces.synthetic import make_trace
 
-from .fd_covariance import single_blas_thread
 from .common import make_record, pick
 
 CLAIM = "SUB.logit-error"
@@ -170,7 +170,7 @@ def worst(rows, key, tol_key="tol", measured="linf"):
     return max(rows, key=lambda x: x[measured] / (x[key] + x[tol_key]) if x[key] + x[tol_key] > 0 else math.inf)
 
 
-@single_blas_thread
+@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     ev = evaluate(params, seed, backend)
     recs = []

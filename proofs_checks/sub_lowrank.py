@@ -5,8 +5,7 @@ heads show >= 90% energy at r ~ d/4"; under RoPE this holds locally within chunk
 SmolLM2 (RoPE; pre- and post-RoPE keys) and MiniLM (absolute positions), per layer and KV head:
 
   * ``energy K post`` / ``energy K pre`` / ``energy K`` (MiniLM) / ``energy V``: share of ||X||_F^2 in the top
-    r = d/4 singular values (``theory.subspace.energy_at_rank`` when importable, else
-    :func:`theory.empirical.energy_at_rank`); bound 0.9, holds = energy >= 0.9 (the draft's threshold).
+    r = d/4 singular values (:func:`theory.subspace.energy_at_rank`); bound 0.9, holds = energy >= 0.9 (the draft's threshold).
     The normalised singular values are in extra (the decay curves). "Many heads" is read as at least half
     of SmolLM2's post-RoPE key heads (what the cache holds); the verdict reports every share.
   * ``chunk residual``: for chunks of 256 tokens, the residual share 1 - energy of the chunk's own top-d/4
@@ -41,8 +40,10 @@ import numpy as np
 from scipy import stats
 
 from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS, NOT_RUN, FigureSpec, Finding, Verdict, loglog_slope
-from theory import empirical
-from traces.real import single_blas_thread, MODEL_INFO, available, default_text, kv_heads, layer_heads, parse_spec, \
+from algorithms.frequent_directions import FrequentDirections
+from theory.subspace import energy_at_rank
+from gpu.backend import single_blas_thread
+from traces.real import MODEL_INFO, available, default_text, kv_heads, layer_heads, parse_spec, \
     real_or_synthetic_spec
 
 from .common import make_record, pick
@@ -53,14 +54,6 @@ CHUNK = 256
 N_QUERIES = 128
 ENERGY_THRESHOLD = 0.9
 CORR_MIN = 0.5
-
-
-def energy_at_rank(X, r: int) -> float:
-    try:
-        from theory.subspace import energy_at_rank as f
-    except Exception:   # noqa: BLE001 - the shared helper is optional; the local one computes the same share
-        f = empirical.energy_at_rank
-    return float(f(X, r))
 
 
 def trials(profile: str) -> list[dict]:
@@ -90,10 +83,6 @@ def top_basis(X: np.ndarray, r: int) -> np.ndarray:
 
 def fd_basis(X: np.ndarray, r: int) -> tuple[np.ndarray, float, str]:
     """Top-r right singular vectors of a Frequent Directions sketch of X's rows (l = 2r), its certificate Delta."""
-    try:
-        from algorithms.frequent_directions import FrequentDirections
-    except Exception:   # noqa: BLE001 - optional module: fall back to the exact chunk SVD (FD with l = n)
-        return top_basis(X, r), 0.0, "exact chunk SVD (algorithms.frequent_directions not importable)"
     fd = FrequentDirections(X.shape[1], min(2 * r, X.shape[1])).update(X)
     S = np.asarray(fd.sketch())
     return top_basis(S, r), float(fd.certificate()), "frequent directions, l = 2r"

@@ -12,12 +12,11 @@ For each gamma_B choice, with the worst query of the trial (largest measured/bou
 """
 from __future__ import annotations
 
-import math
 
+from gpu.backend import single_blas_thread
 from kvbounds.verdict import FAILS, FigureSpec, Finding, Verdict, standard_verdict
 from algorithms.subspace_attention import GAMMA_CHOICES
 
-from .fd_covariance import single_blas_thread
 from .common import make_record
 from .sub_logit_error import evaluate, settings, worst
 
@@ -29,7 +28,7 @@ def trials(profile: str) -> list[dict]:
     return settings(profile)
 
 
-@single_blas_thread
+@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     ev = evaluate(params, seed, backend)
     recs, mode = [], params["mode"]

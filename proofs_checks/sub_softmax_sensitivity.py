@@ -20,7 +20,7 @@ import numpy as np
 from kvbounds.verdict import FigureSpec, Verdict, standard_verdict
 from theory.subspace import softmax_sensitivity_bound, softmax_sensitivity_extremal, softmax_sensitivity_symbolic
 
-from .fd_covariance import single_blas_thread
+from gpu.backend import single_blas_thread
 from .common import make_record, pick
 
 CLAIM = "SUB.softmax-sensitivity"
@@ -56,7 +56,7 @@ def _worst_prefix(l, t) -> np.ndarray:
     return delta
 
 
-@single_blas_thread
+@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     kind = params["kind"]
     if kind == "symbolic":

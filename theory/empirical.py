@@ -16,7 +16,8 @@ import math
 
 import numpy as np
 
-from algorithms.validation import InputError, check_array
+from algorithms.validation import InputError
+from theory.subspace import energy_at_rank  # noqa: F401 - the one definition, re-exported for the empirical checks
 
 
 def relative_error(z, exact, *, axis=None) -> float | np.ndarray:
@@ -55,19 +56,6 @@ def norm_interval(x, *, conf: float = 0.95) -> dict:
     sd = float(x.std(ddof=1)) if x.size > 1 else 0.0
     return {"mean": float(x.mean()), "ci_half": zq * sd / math.sqrt(x.size), "lo": float(np.quantile(x, a)),
             "hi": float(np.quantile(x, 1 - a)), "std": sd, "max": float(x.max()), "n": int(x.size)}
-
-
-def energy_at_rank(X, r: int) -> float:
-    """sum_{i<=r} sigma_i^2 / sum_i sigma_i^2 for X (n, d): the share of ||X||_F^2 a rank-r projection keeps."""
-    check_array(X, "X", ndim=2, min_rows=1)
-    X = np.asarray(X, dtype=np.float64)
-    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 0:
-        raise InputError(f"r must be a non-negative integer, got {r!r}")
-    s2 = np.linalg.svd(X, compute_uv=False) ** 2
-    tot = s2.sum()
-    if tot == 0:
-        raise InputError("energy_at_rank: X is zero")
-    return float(s2[:r].sum() / tot)
 
 
 def mean_and_spread(values) -> dict:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
-import math
 import os
 from pathlib import Path
 

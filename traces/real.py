@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from algorithms.validation import InputError
+from gpu.backend import single_blas_thread  # noqa: F401 - re-exported for the real-trace checks
 
 from .smollm2 import ModelUnavailable
 from .synthetic import Trace, make_trace
@@ -638,16 +639,3 @@ def kv_heads(spec: str) -> tuple[np.ndarray, np.ndarray, dict]:
     return K[::rep], V[::rep], meta
 
 
-@contextlib.contextmanager
-def single_blas_thread():
-    """Limit numpy's BLAS/LAPACK to one thread (threadpoolctl) inside the block.
-
-    Small SVDs and matmuls (64-wide heads) gain nothing from threads, and with two pool workers on two
-    cores a multi-threaded OpenBLAS spins against the other worker (measured here: 20x slower SVDs)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        yield
-        return
-    with threadpool_limits(1, user_api="blas"):
-        yield
