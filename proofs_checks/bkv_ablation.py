@@ -25,7 +25,7 @@ from gpu.backend import single_blas_thread
 from traces.real import layer_heads, real_or_synthetic_spec
 
 from .bkv_vs_uniform import run_experiment
-from .common import make_record, pick
+from .common import fallback_notes, make_record, pick
 
 CLAIM = "BKV.ablation"
 SOURCE = "001 Sec. 4.1, Fig. 3, App. B.1"
@@ -47,12 +47,8 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
+@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
-    with single_blas_thread():
-        return _run_trial(params, seed, backend)
-
-
-def _run_trial(params: dict, seed: int, backend: str):
     Q, K, V, meta = layer_heads(params["trace"])
     seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(params["seeds"])]
     rows = []
@@ -85,9 +81,7 @@ def summarize(records) -> Verdict:
     if not records:
         return Verdict(CLAIM, NOT_RUN, "no records", figures=figs)
     parts, findings = [], []
-    fallback = sorted({r.extra.get("fallback", "") for r in records} - {""})
-    if fallback:
-        parts.append("SYNTHETIC FALLBACK (real model unavailable: " + "; ".join(fallback) + ")")
+    parts += fallback_notes(records)
     status = HOLDS
     for check, word in (("error", "falls"), ("runtime", "rises")):
         rs = [r for r in records if r.check == check]

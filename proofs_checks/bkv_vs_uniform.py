@@ -36,7 +36,7 @@ from theory.empirical import mean_and_spread
 from gpu.backend import single_blas_thread
 from traces.real import layer_heads, real_or_synthetic_spec
 
-from .common import make_record, pick
+from .common import fallback_notes, make_record, pick
 
 CLAIM = "BKV.vs-uniform"
 SOURCE = "001 Sec. 4.1, Fig. 1, App. B.1"
@@ -146,12 +146,8 @@ def run_experiment(Q, K, V, *, T: int, sink: int, window: int, block_size: int, 
     return {"errors": errs, "balance_times": times, "budget": budget}
 
 
+@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
-    with single_blas_thread():
-        return _run_trial(params, seed, backend)
-
-
-def _run_trial(params: dict, seed: int, backend: str):
     Q, K, V, meta = layer_heads(params["trace"])
     T, sink, window = params["T"], params["sink"], params["window"]
     seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(params["seeds"])]
@@ -190,9 +186,7 @@ def summarize(records) -> Verdict:
     main = [r for r in records if r.check == "error balance"]
     ctl = [r for r in records if r.control]
     findings, parts = [], []
-    fallback = sorted({r.extra.get("fallback", "") for r in records} - {""})
-    if fallback:
-        parts.append("SYNTHETIC FALLBACK (real model unavailable: " + "; ".join(fallback) + ")")
+    parts += fallback_notes(records)
     ok = [r for r in main if r.holds]
     parts.append(f"BalanceKV below uniform sampling at equal memory in {len(ok)}/{len(main)} (layer, T) cells")
     if main:

@@ -63,3 +63,9 @@ def unit_directions(rng: np.random.Generator, m: int, d: int) -> np.ndarray:
 
 def log2_int(x: float) -> float:
     return math.log2(x)
+
+
+def fallback_notes(records) -> list[str]:
+    """The summary line for records whose real trace was unavailable (extra["fallback"] names why)."""
+    why = sorted({r.extra.get("fallback", "") for r in records} - {""})
+    return ["SYNTHETIC FALLBACK (real model unavailable: " + "; ".join(why) + ")"] if why else []

@@ -28,7 +28,7 @@ from theory.empirical import norm_interval
 from gpu.backend import single_blas_thread
 from traces.real import MODEL_INFO, layer_heads, parse_spec, real_or_synthetic_spec
 
-from .common import make_record, pick
+from .common import fallback_notes, make_record, pick
 
 CLAIM = "NORM.bounded"
 SOURCE = "001 Table 3; 003 Table 1"
@@ -64,12 +64,8 @@ def _series(X: np.ndarray, lengths, centered: bool = False) -> list[dict]:
     return out
 
 
+@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
-    with single_blas_thread():
-        return _run_trial(params, seed, backend)
-
-
-def _run_trial(params: dict, seed: int, backend: str):
     Q, K, V, meta = layer_heads(params["trace"])
     p = parse_spec(params["trace"])
     if p["model"] != "synthetic":          # K/V come repeated per query head (GQA): keep the distinct KV heads
@@ -107,9 +103,7 @@ def summarize(records) -> Verdict:
     main = [r for r in records if not r.control]
     ctl = [r for r in records if r.control]
     parts, findings = [], []
-    fallback = sorted({r.extra.get("fallback", "") for r in records} - {""})
-    if fallback:
-        parts.append("SYNTHETIC FALLBACK (real model unavailable: " + "; ".join(fallback) + ")")
+    parts += fallback_notes(records)
     bad = [r for r in main if not r.holds]
     parts.append(f"{len(main) - len(bad)}/{len(main)} (layer, kind, n) within the no-growth envelope "
                  f"(n^{GROWTH_TOL} above the smallest n)")

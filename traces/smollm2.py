@@ -46,11 +46,12 @@ def model_file() -> Path:
     raise ModelUnavailable(f"package {PIP_NAME!r} is installed but has no {GGUF_NAME}")
 
 
-def _require(module: str, pip_name: str):
+def _require(module: str, pip_name: str, model: str = "SmolLM2"):
+    """Import a package a model needs, or raise ModelUnavailable saying which and how to install it."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ModelUnavailable(f"SmolLM2 needs the Python package {pip_name!r} ({e}); pip install {pip_name}") from None
+        raise ModelUnavailable(f"{model} needs the Python package {pip_name!r} ({e}); pip install {pip_name}") from None
 
 
 @dataclasses.dataclass(frozen=True)
