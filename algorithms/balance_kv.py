@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from gpu.backend import array_namespace
+from gpu.backend import array_namespace, device as _dev
 
 from .merge_and_reduce import MergeAndReduce, _check_levels
 from .validation import InputError, check_array, check_positive, check_probability
@@ -148,7 +148,3 @@ class BalanceKV:
         num = sum(math.exp(mi - m) * u for mi, u in parts)
         return num / (math.exp(m_den - m) * den[0])
 
-
-def _dev(x):
-    from array_api_compat import device
-    return device(x)

@@ -43,7 +43,7 @@ import math
 
 import numpy as np
 
-from gpu.backend import array_namespace, like, to_numpy
+from gpu.backend import array_namespace, like, to_numpy, device as _dev
 
 from .self_balancing_walk import walk_constant
 from .uniform_sampling import _check_int, _check_rng, uniform_select
@@ -89,10 +89,6 @@ def _check_block(block_size) -> int:
         raise InputError(f"block_size must be an even integer >= 2, got {block_size!r}")
     return int(block_size)
 
-
-def _dev(x):
-    from array_api_compat import device
-    return device(x)
 
 
 def block_gram(Kb, Wb, *, scale: float):

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.backend import array_namespace, like, to_numpy
+from gpu.backend import array_namespace, like, to_numpy, device as _dev
 
 from .validation import InputError, check_array, check_positive
 
@@ -33,10 +33,6 @@ class KCenterResult:
     radii: np.ndarray  # (..., k) covering radius after 1, 2, ..., k centers (numpy float64)
     assignment: Any    # (..., n) index (0..k-1) of the nearest chosen center, input backend
 
-
-def _dev(x):
-    from array_api_compat import device
-    return device(x)
 
 
 def _check_k(k, n: int, name: str = "k") -> int:

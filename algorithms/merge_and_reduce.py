@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.backend import array_namespace
+from gpu.backend import array_namespace, device as _dev
 
 from .softmax_balance import softmax_balance
 from .validation import InputError, check_array, check_positive, check_probability
@@ -157,7 +157,3 @@ class MergeAndReduce:
         m = xp.max(logits)
         return float(m), xp.sum(xp.exp(logits - m)[:, None] * V, axis=0)
 
-
-def _dev(x):
-    from array_api_compat import device
-    return device(x)

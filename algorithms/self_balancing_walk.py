@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.backend import array_namespace, like
+from gpu.backend import array_namespace, like, to_numpy, device as _dev
 
 from .validation import InputError, check_array, check_positive, check_probability
 
@@ -61,8 +61,8 @@ def _choose(xp, x, u, c):
 
 def _finish(xp, signs, fails, ratios, on_fail, scale=1.0):
     # kept on the device during the walk and moved once here (no per-step synchronisation)
-    failed_np = _to_np(xp.stack(fails, axis=-1))
-    ratio_np = _to_np(xp.stack(ratios, axis=-1))
+    failed_np = to_numpy(xp.stack(fails, axis=-1))
+    ratio_np = to_numpy(xp.stack(ratios, axis=-1))
     any_fail = failed_np.any(axis=-1)
     first = np.where(any_fail, failed_np.argmax(axis=-1), -1)
     max_ratio = ratio_np.max(axis=-1)
@@ -71,11 +71,6 @@ def _finish(xp, signs, fails, ratios, on_fail, scale=1.0):
         at = np.argwhere(failed_np[..., idx])[0]          # the first batch entry failing at that step
         raise WalkFailed(idx, float(ratio_np[tuple(at)][idx]) * scale, scale)
     return WalkResult(signs, any_fail, first, max_ratio)
-
-
-def _to_np(x):
-    from gpu.backend import to_numpy
-    return to_numpy(x)
 
 
 def self_balancing_walk_result(U, *, delta: float, rng: np.random.Generator, r: float | None = None,
@@ -150,7 +145,3 @@ def smaller_side(signs):
     keep_plus = 2 * n_plus <= n
     return xp.where(keep_plus, signs > 0, signs < 0)
 
-
-def _dev(x):
-    from array_api_compat import device
-    return device(x)

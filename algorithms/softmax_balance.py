@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.backend import array_namespace, like
+from gpu.backend import array_namespace, like, device as _device
 
 from .self_balancing_walk import WalkResult, gram_walk, smaller_side, walk_constant
 from .validation import InputError, check_array, check_positive, check_probability
@@ -116,10 +116,6 @@ def _row_walk(K, V, r_key, r_value, uniforms, c, scale, on_fail) -> WalkResult:
         ratios.append(xp.abs(x) / c)
     return _finish(xp, eta, fails, ratios, on_fail, scale=c)
 
-
-def _device(x):
-    from array_api_compat import device
-    return device(x)
 
 
 def signed_kernel_sum(K, V, signs, q, *, scale: float | None = None):

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.backend import array_namespace, like, to_numpy
+from gpu.backend import array_namespace, like, to_numpy, device as _dev
 
 from .validation import InputError, check_array, check_positive
 
@@ -100,10 +100,6 @@ def _check_count(value, name: str) -> int:
         raise InputError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
 
-
-def _dev(x):
-    from array_api_compat import device
-    return device(x)
 
 
 class SubGen:

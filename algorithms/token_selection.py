@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from gpu.backend import array_namespace, like, to_numpy
+from gpu.backend import array_namespace, like, to_numpy, device as _dev
 
 from .blockwise_balance_kv import compress_cache, weighted_attention
 from .kcenter import recent_plus_centers
@@ -54,10 +54,6 @@ def _check_kv(K, V):
     if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
         raise InputError(f"K and V must agree in all but the last dimension, got {tuple(K.shape)} and {tuple(V.shape)}")
 
-
-def _dev(x):
-    from array_api_compat import device
-    return device(x)
 
 
 class TokenSelector(abc.ABC):

@@ -127,6 +127,11 @@ def array_namespace(*xs: Any) -> Any:
     return _array_namespace(*xs)
 
 
+def device(x: Any) -> Any:
+    """The device an array lives on (array-API ``device``), for allocating alongside it."""
+    return _device(x)
+
+
 class single_blas_thread(contextlib.ContextDecorator):
     """Limit numpy's BLAS/LAPACK to one thread inside a block (``with single_blas_thread():``) or a
     function (``@single_blas_thread()``). Small SVDs and matmuls gain nothing from threads, and with one
