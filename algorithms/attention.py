@@ -5,7 +5,7 @@ import math
 
 from array_api_compat import device as _device
 
-from gpu.backend import array_namespace
+from kvbounds.gpu.backend import array_namespace
 
 from .validation import InputError, check_array
 

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from gpu.backend import array_namespace, device as _dev
+from kvbounds.gpu.backend import array_namespace, device as _dev
 
 from .merge_and_reduce import MergeAndReduce, _check_levels
 from .validation import InputError, check_array, check_positive, check_probability

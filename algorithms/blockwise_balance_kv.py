@@ -1,6 +1,6 @@
 """Blockwise (parallel) BalanceKV, the practical variant of 001 Appendix B; the B.1 cache set-up.
 
-Claim: BKV.vs-uniform (001 Sec 4.1, App. B.1), against :mod:`algorithms.uniform_sampling`.
+Claim: BKV.vs-uniform (001 Sec 4.1, App. B.1), against :mod:`kvbounds.algorithms.uniform_sampling`.
 
 001 App. B ("Implementation Detail"): view the n cached embeddings as blocks of length b, run the
 SoftmaxBalance walk (Alg. 2) on all blocks in parallel, pad with zeros when b does not divide n, and
@@ -8,7 +8,7 @@ after the sign assignment "strictly select n/2 embeddings"; repeat T times. Here
 
 1. pad the m current tokens with zero rows to a multiple of b and reshape to (..., m_pad/b, b, d);
 2. per block, the normalized Gram y / R^2 of Alg. 2 line 6 (see
-   :func:`algorithms.softmax_balance.normalized_kernel_gram`)::
+   :func:`kvbounds.algorithms.softmax_balance.normalized_kernel_gram`)::
 
        G[i, j] = exp((<k_i, k_j> - r_key^2) / sqrt d) * <w_i, w_j> / r_w^2
 
@@ -20,9 +20,9 @@ after the sign assignment "strictly select n/2 embeddings"; repeat T times. Here
    denominator sum e^{<k,q>/sqrt d} at once, so one selection serves both halves of the estimator
    (Alg. 1 runs separate MergeAndReduce instances for them; a cache keeps one subset of tokens).
    Padded rows have k = 0 and w = 0 (the 1 included): their Gram rows vanish, so they never move the walk;
-3. the walk (:func:`panel_walk`: :func:`algorithms.self_balancing_walk.gram_walk`'s walk, computing only the
+3. the walk (:func:`panel_walk`: :func:`kvbounds.algorithms.self_balancing_walk.gram_walk`'s walk, computing only the
    lower-triangle column panels of G that the walk reads, ~56% of the Gram work; c = 30 log(b/delta) by default, coin
-   flips drawn from the numpy ``rng`` and moved with :func:`gpu.backend.like`) on all blocks at once;
+   flips drawn from the numpy ``rng`` and moved with :func:`kvbounds.gpu.backend.like`) on all blocks at once;
    a FAIL (|x| > c) does not stop it: p is clipped, as in ``on_fail="continue"``;
 4. strict halving: block j keeps floor(v_j / 2) of its v_j real tokens (b/2 for every full block): first
    the tokens of the block's minority sign (the +1 side on a tie, as in ``smaller_side``), in random
@@ -43,7 +43,7 @@ import math
 
 import numpy as np
 
-from gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
 from .self_balancing_walk import walk_constant
 from .uniform_sampling import _check_int, _check_rng, uniform_select
@@ -119,7 +119,7 @@ def _gram(Ks, Wb, nk2, nw2):
 
 
 def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None):
-    """The walk of :func:`algorithms.self_balancing_walk.gram_walk` on per-block Gram matrices that are
+    """The walk of :func:`kvbounds.algorithms.self_balancing_walk.gram_walk` on per-block Gram matrices that are
     never formed in full: the walk reads only the strictly lower triangle (x_i = sum_{j<i} eta_j G[i,j],
     and after choosing eta_i it adds eta_i G[j,i] to s_j for j > i), so we compute G column panel by
     column panel, rows from the panel's first column down: sum_p (b - p m) m of the b^2 entries, a

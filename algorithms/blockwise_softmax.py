@@ -26,7 +26,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from array_api_compat import device as _device
 
-from gpu.backend import array_namespace
+from kvbounds.gpu.backend import array_namespace
 
 from .validation import InputError, check_array
 

@@ -1,10 +1,10 @@
 """KV-cache compressors as INDEX-game players (claim LB.index, 001 Thm 3.2, App. C.1).
 
-Alice streams U (:meth:`algorithms.index_reduction.IndexInstance.stream`) into a compressor; its state is
-the message; Bob queries q_i = k_i and decodes with :func:`algorithms.index_reduction.bob_decode`.
+Alice streams U (:meth:`kvbounds.algorithms.index_reduction.IndexInstance.stream`) into a compressor; its state is
+the message; Bob queries q_i = k_i and decodes with :func:`kvbounds.algorithms.index_reduction.bob_decode`.
 Every adapter exposes ``consume(K, V)``, ``query(q) -> (d,)``, ``num_stored()`` (key/value pairs held)
 and ``state_bits(n)``: an upper bound on the bits its state can carry about Alice's x, which the
-Fano ceiling (:func:`theory.lower_bound.fano_success_ceiling`) turns into a bound on Bob's success.
+Fano ceiling (:func:`kvbounds.theory.lower_bound.fano_success_ceiling`) turns into a bound on Bob's success.
 A stored pair (k_i, v_i) names its slot pi(i), i.e. bit i, given the public coins: log2 n bits.
 
 * :class:`UniformSampling`   M pairs of U uniformly without replacement (algorithms/uniform_sampling.py);
@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from theory.lower_bound import log2_binomial
+from kvbounds.theory.lower_bound import log2_binomial
 
 from .attention import exact_attention
 from .balance_kv import BalanceKV, DegenerateEstimate
@@ -35,7 +35,7 @@ COMPRESSORS = ("uniform", "balancekv", "blockwise", "subgen")
 def subgen_class():
     """SubGen if algorithms/subgen.py imports (another engineer's module), else None."""
     try:
-        return importlib.import_module("algorithms.subgen").SubGen
+        return importlib.import_module("kvbounds.algorithms.subgen").SubGen
     except (ImportError, AttributeError):
         return None
 

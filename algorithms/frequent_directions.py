@@ -32,7 +32,7 @@ from typing import Any
 
 from array_api_compat import device as _device
 
-from gpu.backend import array_namespace
+from kvbounds.gpu.backend import array_namespace
 
 from .validation import InputError, check_array, check_positive
 

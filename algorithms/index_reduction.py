@@ -10,7 +10,7 @@ Alice holds bits x in {0,1}^n (Def. C.1), n a multiple of d. Public coins (share
 Bit i gets the key k_i = k~_{pi(i)_1} and the value v_i = sigma_i e_{pi(i)_2}; Alice streams
 U = {(k_i, v_i) : x_i = 1} (in the order of i) into the attention approximator. Bob queries q_i = k_i
 and reads the value written in the only non-zero coordinate of v_i; he says 1 when it exceeds
-(1/40) e^a / max{d e^a, |U|}, a = r^2/sqrt d (:func:`theory.lower_bound.bob_threshold`).
+(1/40) e^a / max{d e^a, |U|}, a = r^2/sqrt d (:func:`kvbounds.theory.lower_bound.bob_threshold`).
 
 "The value written in the coordinate" is read three ways (``DECODERS``): ``"abs"`` |z_c| (the lemmas
 bound |sum_U exp(<k,q_i>/sqrt d) <v, v_i>|), ``"signed"`` sigma_i z_c (= <z, v_i>), ``"literal"`` z_c
@@ -33,8 +33,8 @@ import math
 
 import numpy as np
 
-from gpu.backend import array_namespace, asarray, like, to_numpy
-from theory.lower_bound import bob_threshold, check_length, check_radius, exponent
+from kvbounds.gpu.backend import array_namespace, asarray, like, to_numpy
+from kvbounds.theory.lower_bound import bob_threshold, check_length, check_radius, exponent
 
 from .validation import InputError
 

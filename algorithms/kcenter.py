@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
 from .validation import InputError, check_array, check_positive
 
@@ -105,7 +105,7 @@ def normalized_radius(X, k: int = 16) -> float:
 
 def stream_cluster_counts(X, delta: float) -> np.ndarray:
     """m'(j) for j = 1..n: clusters opened by SubGen's UpdateSoftmaxNormalizer (threshold ``delta``)
-    after the first j rows of ``X`` (n, d). Same distance computation as :class:`algorithms.subgen.SubGen`."""
+    after the first j rows of ``X`` (n, d). Same distance computation as :class:`kvbounds.algorithms.subgen.SubGen`."""
     check_array(X, "X", ndim=2, min_rows=1)
     check_positive(delta, "delta")
     xp = array_namespace(X)

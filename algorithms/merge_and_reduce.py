@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.backend import array_namespace, device as _dev
+from kvbounds.gpu.backend import array_namespace, device as _dev
 
 from .softmax_balance import softmax_balance
 from .validation import InputError, check_array, check_positive, check_probability

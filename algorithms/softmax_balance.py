@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.backend import array_namespace, like, device as _device
+from kvbounds.gpu.backend import array_namespace, like, device as _device
 
 from .self_balancing_walk import WalkResult, gram_walk, smaller_side, walk_constant
 from .validation import InputError, check_array, check_positive, check_probability

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
 from .validation import InputError, check_array, check_positive
 

@@ -19,7 +19,7 @@ The first token opens the first chunk (bases from ``init_bases``, else the first
 is still empty). The sketches cover the whole stream (the draft's S_K, S_V are never reset), and the token that
 triggers a snapshot is not yet in the sketch (step 4 comes after step 2), so when the sketch's top-r space
 misses the incoming keys (RoPE with energy in fast-rotating pairs) every token opens a chunk (J ~ T).
-Sec. 6: decode aggregates the chunks with the one-pass blockwise softmax (:mod:`algorithms.blockwise_softmax`).
+Sec. 6: decode aggregates the chunks with the one-pass blockwise softmax (:mod:`kvbounds.algorithms.blockwise_softmax`).
 
 :func:`coefficient_decode` / :func:`exact_decode` are the batched one-step kernels the SUB.cost check times and
 whose operations it counts (through an :class:`OpCounter`).
@@ -32,7 +32,7 @@ from typing import Any
 
 from array_api_compat import device as _device
 
-from gpu.backend import array_namespace
+from kvbounds.gpu.backend import array_namespace
 
 from .blockwise_softmax import OnlineSoftmax
 from .frequent_directions import FrequentDirections

@@ -5,8 +5,8 @@ log-weights the log of each kept token's multiplicity in the estimator
 
     Attn_hat(q) = sum_i w_i e^{<k_i,q> scale} v_i / sum_i w_i e^{<k_i,q> scale}     (i over kept tokens)
 
-- the form of :func:`algorithms.blockwise_balance_kv.compress_cache`, so every method is evaluated by
-the same :func:`algorithms.blockwise_balance_kv.weighted_attention` (re-exported as :func:`estimate`) on
+- the form of :func:`kvbounds.algorithms.blockwise_balance_kv.compress_cache`, so every method is evaluated by
+the same :func:`kvbounds.algorithms.blockwise_balance_kv.weighted_attention` (re-exported as :func:`estimate`) on
 the same trace at the same budget. Leading dimensions (heads) are independent.
 
 Methods (``SELECTORS``):
@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
 from .blockwise_balance_kv import compress_cache, weighted_attention
 from .kcenter import recent_plus_centers

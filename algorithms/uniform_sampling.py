@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from gpu.backend import array_namespace, like
+from kvbounds.gpu.backend import array_namespace, like
 
 from .validation import InputError, check_array
 

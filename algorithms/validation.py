@@ -5,7 +5,7 @@ import math
 import numbers
 from typing import Any
 
-from gpu.backend import array_namespace
+from kvbounds.gpu.backend import array_namespace
 
 
 class InputError(ValueError):

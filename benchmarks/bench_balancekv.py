@@ -1,12 +1,12 @@
 """BalanceKV timing and memory figures (a script, not a test).
 
-(a) Blockwise BalanceKV (001 App. B, :mod:`algorithms.blockwise_balance_kv`) compression time for a
+(a) Blockwise BalanceKV (001 App. B, :mod:`kvbounds.algorithms.blockwise_balance_kv`) compression time for a
     cache of 8 heads x 8192 tokens x d = 128 (b = 256, T = 2) on torch CPU float32, as a ratio to exact
     causal attention over the same cache (torch SDPA, is_causal=True, input (1, 8, 8192, 128)) measured
     in the same run with the repetitions interleaved; median of >= 5 repetitions each. Target: <= 0.2.
     Also numpy float64 (reference implementation) and a naive per-block Python-loop walk, timed on one
     head and extrapolated to all heads.
-(b) Streaming :class:`algorithms.balance_kv.BalanceKV` (d = 16, batch 64, levels 10, keys in the unit
+(b) Streaming :class:`kvbounds.algorithms.balance_kv.BalanceKV` (d = 16, batch 64, levels 10, keys in the unit
     ball, Gaussian values): per-token update time and num_stored at n = 2^12 .. 2^16. One stream is
     run to the largest n and read at each checkpoint: the state after n tokens is the state of a run
     of length n with the same seed (the erase rule uses the tokens seen so far).
@@ -34,10 +34,10 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from algorithms.balance_kv import BalanceKV  # noqa: E402
-from algorithms.blockwise_balance_kv import block_gram, blockwise_balance_select  # noqa: E402
-from algorithms.self_balancing_walk import gram_walk, walk_constant  # noqa: E402
-from gpu.backend import like  # noqa: E402
+from kvbounds.algorithms.balance_kv import BalanceKV  # noqa: E402
+from kvbounds.algorithms.blockwise_balance_kv import block_gram, blockwise_balance_select  # noqa: E402
+from kvbounds.algorithms.self_balancing_walk import gram_walk, walk_constant  # noqa: E402
+from kvbounds.gpu.backend import like  # noqa: E402
 
 TARGET_RATIO = 0.2
 

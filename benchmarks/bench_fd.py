@@ -1,13 +1,13 @@
 """Frequent Directions and coefficient-space decode timings (a script, not a test; claims FD.covariance, SUB.cost).
 
 (a) FD update cost in microseconds per row at d = 512, l = 32, one BLAS thread, float64, for
-    * ours: :class:`algorithms.frequent_directions.FrequentDirections` (2l-row buffer, one SVD per l + 1 rows),
+    * ours: :class:`kvbounds.algorithms.frequent_directions.FrequentDirections` (2l-row buffer, one SVD per l + 1 rows),
       fed blocks of 64 rows and fed one row per call;
     * a plain reference written here: after every row, an SVD of the 2l buffer (shrinking when it is full),
     in the same run, repetitions interleaved. Target: ours at least 3x faster than the reference.
-(b) One decode step of coefficient-space attention (:func:`algorithms.subspace_attention.coefficient_decode`, float32)
-    vs exact attention (:func:`algorithms.subspace_attention.exact_decode`) at T = 16384, d = 64, r + r_v = 32, for
-    J = 32 chunks (L = 512) and one static basis (J = 1), against :func:`theory.subspace.cost_model`: target ratio
+(b) One decode step of coefficient-space attention (:func:`kvbounds.algorithms.subspace_attention.coefficient_decode`, float32)
+    vs exact attention (:func:`kvbounds.algorithms.subspace_attention.exact_decode`) at T = 16384, d = 64, r + r_v = 32, for
+    J = 32 chunks (L = 512) and one static basis (J = 1), against :func:`kvbounds.theory.subspace.cost_model`: target ratio
     near (r + r_v)/(2d) = 0.25 plus the stated overhead (the model's FLOP and byte ratios). The O(T) softmax part
     (exp, max, sum over the T logits) costs the same in both and is reported separately.
 
@@ -43,9 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from algorithms.frequent_directions import FrequentDirections  # noqa: E402
-from proofs_checks.sub_cost import time_decode  # noqa: E402
-from theory.subspace import cost_model  # noqa: E402
+from kvbounds.algorithms.frequent_directions import FrequentDirections  # noqa: E402
+from kvbounds.proofs_checks.sub_cost import time_decode  # noqa: E402
+from kvbounds.theory.subspace import cost_model  # noqa: E402
 
 TARGET_FD_SPEEDUP = 3.0
 

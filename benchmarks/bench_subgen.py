@@ -1,7 +1,7 @@
 """SubGen streaming throughput and memory vs exact attention (a script, not a test).
 
 One clusterable stream (make_trace "clustered": m = 32 clusters of keys, d = 64, Gaussian values) is decoded
-token by token with :class:`algorithms.subgen.SubGen` (002 Alg. 1: update, then the query of that step).
+token by token with :class:`kvbounds.algorithms.subgen.SubGen` (002 Alg. 1: update, then the query of that step).
 At n = 2^12 .. 2^17 the table reports SubGen's per-token time (mean over the steps in (n/2, n]), its
 throughput and the floats it holds, next to exact attention's per-token decode cost at the same steps
 (softmax(K_j q_j) V_j over the j cached tokens, the KV cache preallocated) and its cache size, and the
@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from algorithms.subgen import SubGen  # noqa: E402
-from gpu.backend import array_namespace, asarray  # noqa: E402
-from traces.synthetic import make_trace  # noqa: E402
+from kvbounds.algorithms.subgen import SubGen  # noqa: E402
+from kvbounds.gpu.backend import array_namespace, asarray  # noqa: E402
+from kvbounds.traces.synthetic import make_trace  # noqa: E402
 
 
 def exact_step(xp, K, V, j, q):

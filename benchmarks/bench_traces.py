@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from traces import real  # noqa: E402
+from kvbounds.traces import real  # noqa: E402
 
 
 def bench_model(model: str, lengths: list[int]) -> dict:
@@ -58,7 +58,7 @@ def bench_model(model: str, lengths: list[int]) -> dict:
         ver = time.perf_counter() - t
         row = {"n": n, "forward_s": fwd, "s_per_1000_tokens": fwd / n * 1000, "verify_all_layers_s": ver}
         if model == "smollm2":
-            from traces.smollm2 import perplexity
+            from kvbounds.traces.smollm2 import perplexity
             row["perplexity"] = perplexity(res[0])
         out["runs"].append(row)
         print(f"{model:8s} n={n:5d}: forward {fwd:6.2f} s = {row['s_per_1000_tokens']:5.2f} s / 1000 tokens"

@@ -84,10 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _traces_cli():
     import importlib.util
-    if importlib.util.find_spec("traces.cli") is None:
+    if importlib.util.find_spec("kvbounds.traces.cli") is None:
         return None
-    import traces.cli
-    return traces.cli
+    import kvbounds.traces.cli
+    return kvbounds.traces.cli
 
 
 def main(argv=None) -> int:

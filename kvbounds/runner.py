@@ -129,7 +129,7 @@ def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed:
 
     Returns the records written by this call (finished ones from earlier runs stay in the store)."""
     from .registry import checked_claims
-    from gpu.backend import validate_backend
+    from kvbounds.gpu.backend import validate_backend
     validate_backend(backend)
     claims = [get_claim(c) for c in claim_ids] if claim_ids else checked_claims()
     missing = [c.id for c in claims if not c.has_check]

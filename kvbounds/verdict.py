@@ -52,10 +52,59 @@ class FigureSpec:
     logy: bool = True
 
 
+# ------------------------------------------------------------------ verdict dimensions (issue 9)
+# A claim's verdict has separate dimensions, each decided by the shared rules of this module.
+STATEMENT_VALUES = ("holds", "holds-fitted", "false", "not-refuted", "inconclusive", "not-run", "no-check")
+PROOF_VALUES = ("sound", "errata", "n/a")
+RATE_VALUES = ("observed", "not-reached", "n/a")
+REPRODUCTION_VALUES = ("reproduced", "partial", "not-reproduced", "reversed", "n/a")
+POWER_VALUES = ("shown", "low", "n/a")
+CLAIM_KINDS = ("theorem", "lemma", "algorithm property", "cost", "empirical")
+
+
+@dataclasses.dataclass
+class Erratum:
+    """An error in a proof step (or in the pseudocode) that does not by itself refute the statement."""
+    where: str                      # "001 Lemma C.3, step 2"
+    what: str                       # what is wrong
+    smallest_input: dict = dataclasses.field(default_factory=dict)
+    corrected: str = ""             # the corrected step, when known
+
+
+@dataclasses.dataclass
+class Constant:
+    """A constant of a bound: ``proven`` (the paper's, e.g. the walk's c = 30 log(n/delta)) or ``fitted``
+    (max measured/shape over the sweep). ``what`` says which constant and which factors it includes."""
+    value: float
+    kind: str                       # "proven" | "fitted"
+    what: str = ""
+    spread: tuple[float, float] | None = None   # (5th percentile, median) for fitted constants
+
+
+@dataclasses.dataclass
+class RateInfo:
+    """A stated rate (an exponent in a swept parameter) against the measured one."""
+    param: str                      # the swept parameter, e.g. "t"
+    tested_range: tuple[float, float]
+    stated_exponent: float
+    measured_exponent: float
+    ci: tuple[float, float]
+    sets_in: str = ""               # where the stated rate should set in, and how that was estimated
+
+
+@dataclasses.dataclass
+class Reproduction:
+    """One empirical claim's reproduction for one variant of the method on one setup."""
+    variant: str                    # "pseudocode" | "released" | ...
+    status: str                     # one of REPRODUCTION_VALUES
+    setup: str                      # model, layers, n, and how it differs from the paper's
+    detail: str = ""
+
+
 @dataclasses.dataclass
 class Verdict:
     claim: str
-    status: str
+    status: str                     # legacy single label; ``statement`` and the dimensions below replace it
     summary: str
     constant: float | None = None
     constant_spread: tuple[float, float] | None = None
@@ -63,6 +112,22 @@ class Verdict:
     findings: list[Finding] = dataclasses.field(default_factory=list)
     figures: list[FigureSpec] = dataclasses.field(default_factory=list)
     n_records: int = 0
+    # the dimensions (issue 9); filled by the shared rules, rendered by the report
+    kind: str = ""                  # CLAIM_KINDS, from the registry
+    statement: str = ""             # STATEMENT_VALUES
+    proof: str = "n/a"              # PROOF_VALUES
+    rate: str = "n/a"               # RATE_VALUES
+    reproduction: str = "n/a"       # REPRODUCTION_VALUES
+    power: str = "n/a"              # POWER_VALUES
+    headline: str = ""              # one short label derived from the dimensions
+    counterexample: dict | None = None   # for statement == "false": params (+ measured, bound) of the smallest input
+    corrected: str = ""             # for statement == "false": the corrected statement, when proven or measured
+    errata: list[Erratum] = dataclasses.field(default_factory=list)
+    rate_info: RateInfo | None = None
+    reproductions: list[Reproduction] = dataclasses.field(default_factory=list)
+    power_detail: str = ""
+    proven_constant: Constant | None = None
+    fitted_constant: Constant | None = None
 
 
 def param_size(params: dict, keys: Sequence[str] = ("n", "d", "s", "t", "T")) -> tuple:

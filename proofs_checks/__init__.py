@@ -1,2 +1,2 @@
 """One check module per claim id. Each exposes CLAIM, trials(profile), run_trial(params, seed, backend)
-and summarize(records); see :mod:`kvbounds.registry` for the protocol and :mod:`proofs_checks.common`."""
+and summarize(records); see :mod:`kvbounds.registry` for the protocol and :mod:`kvbounds.proofs_checks.common`."""

@@ -1,6 +1,6 @@
 """BKV.ablation: BalanceKV's error falls and its runtime rises as the batch (block) size grows (001 Fig. 3).
 
-The single-layer experiment of :mod:`proofs_checks.bkv_vs_uniform` (001 App. B.1: first ``sink`` and last
+The single-layer experiment of :mod:`kvbounds.proofs_checks.bkv_vs_uniform` (001 App. B.1: first ``sink`` and last
 ``window`` tokens exact, the middle compressed by 2^-T with blockwise BalanceKV) on real SmolLM2 layers
 (the paper: Llama-3.1-8B layers 1 and 15), for batch sizes b in {64, 128, 256} and 2^-T in {1/2, 1/4, 1/8},
 10 seeds of the compression randomness per cell. Measured per (layer, T, b): the mean relative error over
@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from kvbounds.verdict import FAILS, HOLDS, NOT_RUN, FigureSpec, Finding, Verdict
-from theory.empirical import mean_and_spread
-from gpu.backend import single_blas_thread
-from traces.real import layer_heads, real_or_synthetic_spec
+from kvbounds.theory.empirical import mean_and_spread
+from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
 from .bkv_vs_uniform import run_experiment
 from .common import fallback_notes, make_record, pick

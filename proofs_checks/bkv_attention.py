@@ -18,9 +18,9 @@ import math
 
 import numpy as np
 
-from algorithms.attention import attention_weights, exact_attention
-from algorithms.balance_kv import BalanceKV, DegenerateEstimate
-from gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.attention import attention_weights, exact_attention
+from kvbounds.algorithms.balance_kv import BalanceKV, DegenerateEstimate
+from kvbounds.gpu.backend import asarray, to_numpy
 from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS_FITTED, FigureSpec, Finding, Verdict, loglog_slope, \
     standard_verdict
 

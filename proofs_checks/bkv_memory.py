@@ -18,12 +18,12 @@ import math
 
 import numpy as np
 
-from algorithms.attention import attention_weights
-from algorithms.balance_kv import BalanceKV, bucket_index, erase_threshold
-from gpu.backend import asarray
+from kvbounds.algorithms.attention import attention_weights
+from kvbounds.algorithms.balance_kv import BalanceKV, bucket_index, erase_threshold
+from kvbounds.gpu.backend import asarray
 from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS_FITTED, FigureSpec, Finding, Verdict, loglog_slope, \
     standard_verdict
-from theory.balancekv import balance_kv_bucket_count_bound, balance_kv_bucket_count_exact, balance_kv_memory_shape
+from kvbounds.theory.balancekv import balance_kv_bucket_count_bound, balance_kv_bucket_count_exact, balance_kv_memory_shape
 
 from .bkv_attention import formula_t, spread_values
 from .common import make_record, pick, unit_directions

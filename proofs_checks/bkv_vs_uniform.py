@@ -1,9 +1,9 @@
 """BKV.vs-uniform: at equal memory, BalanceKV's relative attention error is lower than uniform sampling's.
 
-The single-layer experiment of 001 Sec. 4.1 / App. B.1 on real SmolLM2 traces (``traces.real``): for one
+The single-layer experiment of 001 Sec. 4.1 / App. B.1 on real SmolLM2 traces (``kvbounds.traces.real``): for one
 layer, every query head h (with the KV head it reads, h // 3), the cache keeps the first ``sink`` tokens
 and the last ``window`` tokens exactly and compresses the middle [sink, n - window) by 2^-T (T = 1..4)
-with blockwise BalanceKV (:func:`algorithms.blockwise_balance_kv.compress_cache`, ``method="balance"``)
+with blockwise BalanceKV (:func:`kvbounds.algorithms.blockwise_balance_kv.compress_cache`, ``method="balance"``)
 or by independent uniform sampling (``method="uniform"``), same number of kept tokens. For the last
 ``window`` queries j the estimate z_j uses the kept tokens <= j (causal), and the error is
 ||z_j - Attn(q_j, K_j, V_j)|| / ||Attn(q_j, K_j, V_j)||, averaged over queries and heads; 10 seeds of
@@ -12,7 +12,7 @@ extraction of fixed text). The paper uses sink = window = 256 and Llama-3.1-8B l
 quick profile scales down to n = 2048, sink = window = 128 (the full profile uses 256/256 at 4096).
 
 Also at the same memory (informational, not part of the claim): every selector of
-:mod:`algorithms.token_selection` that is importable at run time (StreamingLLM, H2O, k-center), each
+:mod:`kvbounds.algorithms.token_selection` that is importable at run time (StreamingLLM, H2O, k-center), each
 with its own rule for the same budget sink + window + n_mid // 2^T.
 
 Records (one trial = one layer and one T): ``error <method>`` with measured = the method's mean error
@@ -30,11 +30,11 @@ import time
 import numpy as np
 from scipy import stats
 
-from algorithms.blockwise_balance_kv import compress_cache
+from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.verdict import FAILS, HOLDS, INCONCLUSIVE, NOT_RUN, FigureSpec, Finding, Verdict
-from theory.empirical import mean_and_spread
-from gpu.backend import single_blas_thread
-from traces.real import layer_heads, real_or_synthetic_spec
+from kvbounds.theory.empirical import mean_and_spread
+from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
 from .common import fallback_notes, make_record, pick
 
@@ -96,9 +96,9 @@ def _rel(z, exact) -> float:
 
 
 def other_selectors(sink: int, window: int) -> dict:
-    """Every token-selection method of algorithms.token_selection importable now (besides uniform/balance)."""
+    """Every token-selection method of kvbounds.algorithms.token_selection importable now (besides uniform/balance)."""
     try:
-        from algorithms import token_selection as ts
+        from kvbounds.algorithms import token_selection as ts
     except Exception:   # noqa: BLE001 - the module is optional: absent or broken means "no other methods"
         return {}
     kw = {"streaming_llm": dict(sink=sink), "h2o": dict(), "kcenter": dict(window=window)}

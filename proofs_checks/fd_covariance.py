@@ -30,12 +30,12 @@ import math
 
 import numpy as np
 
-from algorithms.frequent_directions import FrequentDirections
-from gpu.backend import asarray, single_blas_thread, to_numpy
+from kvbounds.algorithms.frequent_directions import FrequentDirections
+from kvbounds.gpu.backend import asarray, single_blas_thread, to_numpy
 from kvbounds.verdict import FigureSpec, Verdict, standard_verdict
-from theory.frequent_directions import covariance_bound_from_sv, covariance_error, singular_values
-from traces.rope import rope_trace
-from traces.synthetic import make_trace
+from kvbounds.theory.frequent_directions import covariance_bound_from_sv, covariance_error, singular_values
+from kvbounds.traces.rope import rope_trace
+from kvbounds.traces.synthetic import make_trace
 
 from .common import make_record, pick
 

@@ -15,7 +15,7 @@ Sub-checks (``check``):
                               adversarial streams it must fail, which shows the Delta term is needed.
 Inputs: a sweep of kinds (Gaussian, low-rank, power-law, RoPE keys, rank-8 data with r below the rank),
 r in {1, l/4, l/2, l-1}, n from "no shrink yet" to 50 l; the adversarial streams of
-:func:`theory.frequent_directions.residual_adversarial_stream`; and the minimal grid A = diag(M, 1) (n = d = 2).
+:func:`kvbounds.theory.frequent_directions.residual_adversarial_stream`; and the minimal grid A = diag(M, 1) (n = d = 2).
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ import math
 
 import numpy as np
 
-from algorithms.frequent_directions import FrequentDirections
-from gpu.backend import asarray, single_blas_thread, to_numpy
+from kvbounds.algorithms.frequent_directions import FrequentDirections
+from kvbounds.gpu.backend import asarray, single_blas_thread, to_numpy
 from kvbounds.verdict import FAILS, FigureSpec, Finding, Verdict, standard_verdict
-from theory.frequent_directions import (covariance_bound_from_sv, covariance_error, davis_kahan_eta, measured_eta,
+from kvbounds.theory.frequent_directions import (covariance_bound_from_sv, covariance_error, davis_kahan_eta, measured_eta,
                                         residual, residual_adversarial_stream, residual_bound_tight,
                                         residual_certificate, singular_values, top_right_projector)
 

@@ -42,12 +42,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from algorithms.compressor_adapters import play, subgen_class
-from algorithms.index_reduction import (SlotBatch, collisions, decode_group, draw_slot_batch, eq2_error,
+from kvbounds.algorithms.compressor_adapters import play, subgen_class
+from kvbounds.algorithms.index_reduction import (SlotBatch, collisions, decode_group, draw_slot_batch, eq2_error,
                                         group_attention, lemma_sum)
 from kvbounds.verdict import (FAILS, GROWTH_TOL, HOLDS, HOLDS_FITTED, INCONCLUSIVE, FigureSpec, Finding, Verdict,
                               loglog_slope)
-from theory import lower_bound as lb
+from kvbounds.theory import lower_bound as lb
 
 from .common import clopper_pearson, failure_rate_ok, make_record, pick
 

@@ -16,11 +16,11 @@ import math
 
 import numpy as np
 
-from algorithms.merge_and_reduce import MergeAndReduce
-from gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
+from kvbounds.gpu.backend import asarray, to_numpy
 from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS_FITTED, FigureSpec, Finding, Verdict, loglog_slope, \
     standard_verdict
-from theory.balancekv import merge_reduce_eps_implied
+from kvbounds.theory.balancekv import merge_reduce_eps_implied
 
 from .common import make_record, pick, unit_directions
 

@@ -15,10 +15,10 @@ import time
 
 import numpy as np
 
-from algorithms.merge_and_reduce import MergeAndReduce
-from gpu.backend import asarray
+from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
+from kvbounds.gpu.backend import asarray
 from kvbounds.verdict import FAILS, GROWTH_TOL, FigureSpec, Finding, Verdict, loglog_slope, standard_verdict
-from theory.balancekv import merge_reduce_memory_bound
+from kvbounds.theory.balancekv import merge_reduce_memory_bound
 
 from .common import make_record, pick, unit_directions
 

@@ -2,11 +2,11 @@
 
 001 Table 3 (and 003 Table 1) report the mean and 95% CI of ||q||, ||k - mean(k)|| and ||v|| for prompts of
 growing length; BalanceKV's bounds are stated for ||q||, ||k|| <= r, so r must not grow with n. Here, on real
-traces (``traces.real``: SmolLM2 with RoPE, MiniLM with absolute positions), per layer, pooled over heads,
+traces (``kvbounds.traces.real``: SmolLM2 with RoPE, MiniLM with absolute positions), per layer, pooled over heads,
 for the prefixes [0, n) of one extraction with n = 512 .. n_max (a causal model's prefix is exactly the
 shorter run; MiniLM's 512-position segments are independent, so its prefixes of whole segments are too):
 mean, the 95% confidence half-width of the mean (Table 3's column), and the central 95% interval
-(2.5%..97.5% quantiles) of the norms (:func:`theory.empirical.norm_interval`) of
+(2.5%..97.5% quantiles) of the norms (:func:`kvbounds.theory.empirical.norm_interval`) of
   * ``q``           queries (post-RoPE; RoPE is a rotation, so pre- and post-RoPE norms are equal),
   * ``k``           keys (post-RoPE),
   * ``k_centered``  keys minus their mean over the prefix (as 001 Table 3: attention is invariant to it),
@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS, INCONCLUSIVE, NOT_RUN, FigureSpec, Finding, Verdict, loglog_slope
-from theory.empirical import norm_interval
-from gpu.backend import single_blas_thread
-from traces.real import MODEL_INFO, layer_heads, parse_spec, real_or_synthetic_spec
+from kvbounds.theory.empirical import norm_interval
+from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.traces.real import MODEL_INFO, layer_heads, parse_spec, real_or_synthetic_spec
 
 from .common import fallback_notes, make_record, pick
 

@@ -17,10 +17,10 @@ import tracemalloc
 
 import numpy as np
 
-from algorithms.softmax_balance import softmax_balance
-from gpu.backend import asarray
+from kvbounds.algorithms.softmax_balance import softmax_balance
+from kvbounds.gpu.backend import asarray
 from kvbounds.verdict import FigureSpec, Verdict, standard_verdict, loglog_slope, GROWTH_TOL, INCONCLUSIVE, FAILS
-from theory.balancekv import softmax_balance_cost
+from kvbounds.theory.balancekv import softmax_balance_cost
 
 from .common import make_record, pick
 

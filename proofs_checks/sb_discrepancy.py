@@ -19,12 +19,12 @@ import math
 
 import numpy as np
 
-from algorithms.self_balancing_walk import smaller_side
-from algorithms.softmax_balance import softmax_balance
-from gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.self_balancing_walk import smaller_side
+from kvbounds.algorithms.softmax_balance import softmax_balance
+from kvbounds.gpu.backend import asarray, to_numpy
 from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS, HOLDS_FITTED, INCONCLUSIVE, FigureSpec, Finding, Verdict, \
     loglog_slope, standard_verdict
-from theory.balancekv import log_softmax_balance_shape, walk_constant
+from kvbounds.theory.balancekv import log_softmax_balance_shape, walk_constant
 
 from .common import make_record, pick, unit_directions
 

@@ -19,11 +19,11 @@ import math
 
 import numpy as np
 
-from algorithms.self_balancing_walk import self_balancing_walk_result
-from gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.self_balancing_walk import self_balancing_walk_result
+from kvbounds.gpu.backend import asarray, to_numpy
 from kvbounds.verdict import (FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, GROWTH_TOL, FigureSpec, Finding, Verdict,
                               loglog_slope, standard_verdict)
-from theory.balancekv import sbw_discrepancy_shape, walk_constant
+from kvbounds.theory.balancekv import sbw_discrepancy_shape, walk_constant
 
 from .common import failure_rate_ok, make_record, pick, unit_directions
 

@@ -21,7 +21,7 @@ from fractions import Fraction
 import numpy as np
 
 from kvbounds.verdict import FigureSpec, Verdict, standard_verdict
-from theory.kernel_identity import (feature_dim, symbolic_residuals, tensor_power_inner, tensor_powers,
+from kvbounds.theory.kernel_identity import (feature_dim, symbolic_residuals, tensor_power_inner, tensor_powers,
                                     truncated_feature_map, truncated_inner_is_taylor, truncation_tail_bound)
 
 from .common import grid, make_record, pick, unit_directions

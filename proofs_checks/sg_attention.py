@@ -2,8 +2,8 @@
 time O(d (m t + s)) (002 Thm 1 / 003 Thm 2.4; paper convention exp(<q, k>)).
 
 Sub-checks:
-  * ``proven``  t and s with the explicit constants of :func:`theory.subgen.partition_t_proven` and
-    :func:`theory.subgen.matprod_s_proven` (0.005 each, union bound 0.01): the failure rate of the
+  * ``proven``  t and s with the explicit constants of :func:`kvbounds.theory.subgen.partition_t_proven` and
+    :func:`kvbounds.theory.subgen.matprod_s_proven` (0.005 each, union bound 0.01): the failure rate of the
     attention bound over ``replicas`` runs must be consistent with <= 0.01 (exact binomial test, level
     1e-3) [a-priori].
   * ``lambda sweep``  t = lambda C_t eps^-2 e^{2 delta r} ln n and s = lambda C_s d / eps^2 with
@@ -28,13 +28,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from algorithms.subgen import SubGen
-from gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.subgen import SubGen
+from kvbounds.gpu.backend import asarray, to_numpy
 from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS, HOLDS_FITTED, FigureSpec, Finding, Verdict, \
     loglog_slope
-from theory.subgen import (ATTENTION_FAIL, attention_bound, combination_factor, matprod_s, matprod_s_proven,
+from kvbounds.theory.subgen import (ATTENTION_FAIL, attention_bound, combination_factor, matprod_s, matprod_s_proven,
                            memory_shape, partition_t, partition_t_proven)
-from traces.synthetic import make_trace
+from kvbounds.traces.synthetic import make_trace
 
 from .common import failure_rate_ok, make_record, pick
 from .sg_partition import fitted_constant, run_stream, theorem_stream

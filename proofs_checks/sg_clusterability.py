@@ -1,7 +1,7 @@
 """SG.clusterability: keys are more clusterable than values; RoPE models' keys more than absolute-position
 models' (002 Sec. 3.1, Fig. 1; 003 Sec. 3.1, Table 1, Fig. 1). Empirical.
 
-The measure (:func:`algorithms.kcenter.clusterability`, usable on any (n, d) array, real traces included):
+The measure (:func:`kvbounds.algorithms.kcenter.clusterability`, usable on any (n, d) array, real traces included):
 the greedy k-center covering radius r(j) for j = 1..16, summarised by r(16) / r(1), and the number of
 delta-clusters m'(n) SubGen's clustering opens (delta = r(1) / 4) along the stream, summarised by the log-log
 slope of m' in n. Decision rules, fixed before any run:
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from algorithms.kcenter import clusterability
+from kvbounds.algorithms.kcenter import clusterability
 from kvbounds.verdict import FAILS, INCONCLUSIVE, FigureSpec, Finding, Verdict, controls_rejected, \
     standard_verdict
-from traces.real import available, trace_from_spec
-from traces.synthetic import make_trace
+from kvbounds.traces.real import available, trace_from_spec
+from kvbounds.traces.synthetic import make_trace
 
 from .common import make_record, pick
 

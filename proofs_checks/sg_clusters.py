@@ -15,7 +15,7 @@ Sub-checks:
     clusters m'_j is at most the number of parts met so far m_j [exact].
   * ``(5) exact``  one cluster of 4 members, t = 2: every coin outcome of the implementation enumerated
     (exact rationals); the joint law of the two slots must be uniform on C_i x C_i [exact], and the law
-    propagated through lines 16-17 (:func:`theory.subgen.exact_cluster_slot_distribution`) uniform.
+    propagated through lines 16-17 (:func:`kvbounds.theory.subgen.exact_cluster_slot_distribution`) uniform.
   * ``(5) gof``  one cluster of 40 members, R replicas x t slots: chi-square of the slot histogram against
     uniform, and of slot pairs against the product (independence), alpha = 1e-3.
   * control ``diameter 2 delta``: parts of diameter 2 delta fed with threshold delta violate m' <= m, so
@@ -28,10 +28,10 @@ from fractions import Fraction
 import numpy as np
 from scipy import stats
 
-from algorithms.subgen import SubGen
-from gpu.backend import asarray
+from kvbounds.algorithms.subgen import SubGen
+from kvbounds.gpu.backend import asarray
 from kvbounds.verdict import FigureSpec, Verdict, standard_verdict
-from theory.subgen import cluster_count_bound, exact_cluster_slot_distribution
+from kvbounds.theory.subgen import cluster_count_bound, exact_cluster_slot_distribution
 
 from .common import make_record, pick
 from .sg_reservoir import ALPHA, chi_square, enumerate_coins, _law_distance

@@ -6,13 +6,13 @@ op-norm bound, since l2 sampling controls the error by ||V||_F) and ``heavy`` (P
 Failure probability over ``replicas`` independent reservoirs, per query, against 0.005 with the exact
 binomial test (level 1e-3). Sub-checks:
 
-  * ``s proven``  s = 9 d / (0.005 eps^2) (:func:`theory.subgen.matprod_s_proven` with the stable rank
+  * ``s proven``  s = 9 d / (0.005 eps^2) (:func:`kvbounds.theory.subgen.matprod_s_proven` with the stable rank
     bounded by d: Drineas-Kannan's second moment + Markov) [a-priori].
   * ``s = C shape``  s = ceil(C d / eps^2) for a sweep of C; fitted constant = smallest C from which on
     every rate passes. Along n at fixed C the rate must not grow: 002/003's introductions quote
     O(eps^-2 d log n) samples, the theorem eps^-2 d.
   * ``second moment``  the mean of ||z - a^T V||^2 over the replicas against the exact
-    E = (||a||^2 ||V||_F^2 - ||a^T V||^2) / s of l2 sampling (:func:`theory.subgen.matprod_error_second_moment`):
+    E = (||a||^2 ||V||_F^2 - ||a^T V||^2) / s of l2 sampling (:func:`kvbounds.theory.subgen.matprod_error_second_moment`):
     |mean - E| <= 5 standard errors [exact identity, sampling tolerance].
   * control ``key sampling``: the prose's ||k||^2 sampling (``reservoir_norm="key"``) on the ``mismatch``
     stream (:func:`mismatch_stream`) at C = 64 must fail, while ||v||^2 sampling on the same stream passes.
@@ -23,10 +23,10 @@ import math
 
 import numpy as np
 
-from gpu.backend import asarray, to_numpy
+from kvbounds.gpu.backend import asarray, to_numpy
 from kvbounds.verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, FigureSpec, Finding, Verdict, \
     controls_rejected
-from theory.subgen import MATPROD_FAIL, matprod_bound, matprod_error_second_moment, matprod_s, matprod_s_proven
+from kvbounds.theory.subgen import MATPROD_FAIL, matprod_bound, matprod_error_second_moment, matprod_s, matprod_s_proven
 
 from .common import failure_rate_ok, make_record, pick
 from .sg_partition import fitted_constant, run_stream, theorem_stream

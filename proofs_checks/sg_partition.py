@@ -9,11 +9,11 @@ cluster centres lie orthogonal to u, so every cluster carries the same share of 
 uniform in the delta-ball of their representative) and random query directions are the benign case.
 
 Failure probability: ``replicas`` independent copies of the reservoirs on the same clustering (each
-distributed as its own run, see :class:`algorithms.subgen.SubGen`); per query the failure count is
+distributed as its own run, see :class:`kvbounds.algorithms.subgen.SubGen`); per query the failure count is
 tested against the claimed 0.005 with the exact one-sided binomial test at level 1e-3
-(:func:`proofs_checks.common.failure_rate_ok`). Sub-checks:
+(:func:`kvbounds.proofs_checks.common.failure_rate_ok`). Sub-checks:
 
-  * ``t proven``  t = 27 e^{2 delta r} log(2 m / 0.005) / eps^2 (:func:`theory.subgen.partition_t_proven`,
+  * ``t proven``  t = 27 e^{2 delta r} log(2 m / 0.005) / eps^2 (:func:`kvbounds.theory.subgen.partition_t_proven`,
     multiplicative Chernoff + union bound): the rate must be consistent with <= 0.005 [a-priori].
   * ``t = C shape``  t = ceil(C eps^-2 e^{2 delta r} ln n) for a sweep of C: the failure rate against C;
     the fitted constant is the smallest C from which on every rate passes the test.
@@ -25,11 +25,11 @@ import math
 
 import numpy as np
 
-from algorithms.subgen import SubGen
-from gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.subgen import SubGen
+from kvbounds.gpu.backend import asarray, to_numpy
 from kvbounds.verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, FigureSpec, Finding, Verdict, \
     controls_rejected
-from theory.subgen import PARTITION_FAIL, partition_bound, partition_t, partition_t_proven, partition_t_shape
+from kvbounds.theory.subgen import PARTITION_FAIL, partition_bound, partition_t, partition_t_proven, partition_t_shape
 
 from .common import failure_rate_ok, make_record, pick
 

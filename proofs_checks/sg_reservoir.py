@@ -8,7 +8,7 @@ algorithm. Sub-checks:
   * ``exact enumeration``  small integer streams: every coin outcome of the implementation is enumerated
     (scripted uniforms 0 / 1 - 2^-53 realise success / failure; each path weighted by its exact rational
     probability); the resulting joint law of the s slots must equal the law propagated through the
-    pseudocode with rationals (:func:`theory.subgen.exact_reservoir_distribution`) [exact].
+    pseudocode with rationals (:func:`kvbounds.theory.subgen.exact_reservoir_distribution`) [exact].
   * ``exact lemma ||v||^2``  that law must equal the product of ||v_i||^2 / sum ||v_l||^2 over the slots:
     the lemma's marginal and independence across slots [exact].
   * ``exact prose ||k||^2``  the same against ||k_i||^2 / sum ||k_l||^2 (the prose) - decides the
@@ -30,10 +30,10 @@ from typing import Callable
 import numpy as np
 from scipy import stats
 
-from algorithms.subgen import SubGen
-from gpu.backend import asarray
+from kvbounds.algorithms.subgen import SubGen
+from kvbounds.gpu.backend import asarray
 from kvbounds.verdict import FAILS, FigureSpec, Finding, Verdict, standard_verdict
-from theory.subgen import exact_reservoir_distribution, reservoir_probability
+from kvbounds.theory.subgen import exact_reservoir_distribution, reservoir_probability
 
 from .common import make_record, pick
 
@@ -47,7 +47,7 @@ PROSE = ("exact prose ||k||^2", "gof prose ||k||^2")
 # ------------------------------------------------------------------------- exact coin enumeration
 
 class ScriptedCoins:
-    """A coin source for :class:`algorithms.subgen.SubGen`: request i gets the outcomes ``prefix[i]``
+    """A coin source for :class:`kvbounds.algorithms.subgen.SubGen`: request i gets the outcomes ``prefix[i]``
     (True = success) as uniforms 0 / 1 - 2^-53, later requests all-success; every request is logged."""
 
     def __init__(self, prefix):

@@ -4,7 +4,7 @@ concatenated logits, and is numerically stable, masks included (004 Sec. 6).
 Sub-checks (``check``):
   * ``symbolic``            sympy runs the recurrence with symbolic logits, values and arbitrary reference points
                             (every branch of ``if m_j > m``): N_J/Z_J - softmax^T v simplifies to 0 [exact];
-  * ``ours vs mpmath``      :func:`algorithms.blockwise_softmax.blockwise_softmax` (guarded) against a 40-digit
+  * ``ours vs mpmath``      :func:`kvbounds.algorithms.blockwise_softmax.blockwise_softmax` (guarded) against a 40-digit
                             mpmath softmax of the same float64 logits: max-abs error / max||v_i|| <= 16 eps (n + J + s)
                             (each weight's rounding contributes <= eps |x| e^{-x} <= eps/e) [exact];
   * ``concat vs mpmath``    the plain two-pass softmax over the concatenation, same tolerance (reference) [exact];
@@ -23,13 +23,13 @@ import math
 import mpmath as mp
 import numpy as np
 
-from algorithms.blockwise_softmax import blockwise_softmax, blockwise_softmax_literal, softmax_concat
-from algorithms.subspace_attention import top_basis
-from algorithms.validation import InputError
-from gpu.backend import asarray, to_numpy
-from gpu.backend import single_blas_thread
+from kvbounds.algorithms.blockwise_softmax import blockwise_softmax, blockwise_softmax_literal, softmax_concat
+from kvbounds.algorithms.subspace_attention import top_basis
+from kvbounds.algorithms.validation import InputError
+from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.verdict import FAILS, FigureSpec, Finding, Verdict, standard_verdict
-from theory.subspace import blockwise_softmax_identity
+from kvbounds.theory.subspace import blockwise_softmax_identity
 
 from .common import make_record, pick
 

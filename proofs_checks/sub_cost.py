@@ -1,9 +1,9 @@
 """SUB.cost: per-token FLOPs and bytes of coefficient-space decode vs exact attention, and the FD update cost
 (004 Secs. 4, 9): baseline O(T d) vs O(T (r + r_v)) + O((r + r_v) d) + O(d (l_k + l_v)).
 
-The model is :func:`theory.subspace.cost_model` (formulas term by term). Sub-checks:
+The model is :func:`kvbounds.theory.subspace.cost_model` (formulas term by term). Sub-checks:
   * ``flops exact`` / ``flops ours``   operations counted while :func:`exact_decode` / :func:`coefficient_decode` run
-                                       (an :class:`~algorithms.subspace_attention.OpCounter` tallies every matmul,
+                                       (an :class:`~kvbounds.algorithms.subspace_attention.OpCounter` tallies every matmul,
                                        elementwise op and reduction from the operand shapes) against the model [exact];
   * ``bytes exact`` / ``bytes ours``   bytes read from the cache and written, counted the same way, against the model [exact];
   * ``draft flop shape``               counted FLOPs / the draft's shape T(r+r_v) + (r+r_v)d + d(l_k+l_v): the fitted
@@ -12,7 +12,7 @@ The model is :func:`theory.subspace.cost_model` (formulas term by term). Sub-che
                                        repetitions) / the model's FLOP ratio: the fitted roofline constant; must not grow
                                        with T [shape];
   * ``fd update``                      measured FD update time per row (blocks of 64 rows) / (d l): must not grow with d l [shape].
-Timings run with numpy's BLAS limited to one thread (:class:`gpu.backend.single_blas_thread`).
+Timings run with numpy's BLAS limited to one thread (:class:`kvbounds.gpu.backend.single_blas_thread`).
 """
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ import time
 
 import numpy as np
 
-from algorithms.frequent_directions import FrequentDirections
-from algorithms.subspace_attention import OpCounter, coefficient_decode, exact_decode, top_basis
-from gpu.backend import asarray, single_blas_thread
+from kvbounds.algorithms.frequent_directions import FrequentDirections
+from kvbounds.algorithms.subspace_attention import OpCounter, coefficient_decode, exact_decode, top_basis
+from kvbounds.gpu.backend import asarray, single_blas_thread
 from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS_FITTED, FigureSpec, Finding, Verdict, loglog_slope, \
     standard_verdict
-from theory.subspace import cost_model
+from kvbounds.theory.subspace import cost_model
 
 from .common import make_record, pick
 

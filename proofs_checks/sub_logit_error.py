@@ -17,16 +17,16 @@ import math
 
 import numpy as np
 
-from algorithms.attention import exact_attention
-from algorithms.subspace_attention import (GAMMA_CHOICES, AdaptiveSubspaceAttention, StaticSubspaceAttention,
+from kvbounds.algorithms.attention import exact_attention
+from kvbounds.algorithms.subspace_attention import (GAMMA_CHOICES, AdaptiveSubspaceAttention, StaticSubspaceAttention,
                                            calibrate_gamma, resolve_gamma, top_basis)
-from gpu.backend import asarray, to_numpy
-from gpu.backend import single_blas_thread
+from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.verdict import FAILS, FigureSpec, Finding, Verdict, standard_verdict
-from theory.subspace import logit_error_bound, output_error_bound, \
+from kvbounds.theory.subspace import logit_error_bound, output_error_bound, \
     output_error_bound_corrected, output_error_bound_multichunk, softmax_sensitivity_bound
-from traces.rope import rope_trace
-from traces.synthetic import make_trace
+from kvbounds.traces.rope import rope_trace
+from kvbounds.traces.synthetic import make_trace
 
 from .common import make_record, pick
 

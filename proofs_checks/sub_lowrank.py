@@ -5,7 +5,7 @@ heads show >= 90% energy at r ~ d/4"; under RoPE this holds locally within chunk
 SmolLM2 (RoPE; pre- and post-RoPE keys) and MiniLM (absolute positions), per layer and KV head:
 
   * ``energy K post`` / ``energy K pre`` / ``energy K`` (MiniLM) / ``energy V``: share of ||X||_F^2 in the top
-    r = d/4 singular values (:func:`theory.subspace.energy_at_rank`); bound 0.9, holds = energy >= 0.9 (the draft's threshold).
+    r = d/4 singular values (:func:`kvbounds.theory.subspace.energy_at_rank`); bound 0.9, holds = energy >= 0.9 (the draft's threshold).
     The normalised singular values are in extra (the decay curves). "Many heads" is read as at least half
     of SmolLM2's post-RoPE key heads (what the cache holds); the verdict reports every share.
   * ``chunk residual``: for chunks of 256 tokens, the residual share 1 - energy of the chunk's own top-d/4
@@ -18,7 +18,7 @@ The four falsifiers (004 Sec. 11 "Falsifiers"), each evaluated and reported:
      is SUB.logit-error's subject). Fires if no r <= d/4 stays within +1%.
   2) "Adaptive underperforms Static at matched r": attention output error of the last 128 queries with
      keys/values projected per chunk of 256 tokens onto the top-r basis of a Frequent Directions sketch
-     (l = 2r, :class:`algorithms.frequent_directions.FrequentDirections`; exact chunk SVD if the module is
+     (l = 2r, :class:`kvbounds.algorithms.frequent_directions.FrequentDirections`; exact chunk SVD if the module is
      absent) vs one static basis calibrated on the first half of the trace. Fires if adaptive's mean error
      exceeds static's at matched r.
   3) "Error degrades sharply with context length despite chunking": the adaptive error of the last 128
@@ -40,10 +40,10 @@ import numpy as np
 from scipy import stats
 
 from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS, NOT_RUN, FigureSpec, Finding, Verdict, loglog_slope
-from algorithms.frequent_directions import FrequentDirections
-from theory.subspace import energy_at_rank
-from gpu.backend import single_blas_thread
-from traces.real import MODEL_INFO, available, default_text, kv_heads, layer_heads, parse_spec, \
+from kvbounds.algorithms.frequent_directions import FrequentDirections
+from kvbounds.theory.subspace import energy_at_rank
+from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.traces.real import MODEL_INFO, available, default_text, kv_heads, layer_heads, parse_spec, \
     real_or_synthetic_spec
 
 from .common import fallback_notes, make_record, pick
@@ -198,8 +198,8 @@ def _falsifier_units(params: dict, meta: dict, common: dict) -> list:
 
 def _ppl_trial(params: dict) -> list:
     import torch
-    from traces.real import _load_model, _torch_threads
-    from traces.smollm2 import perplexity
+    from kvbounds.traces.real import _load_model, _torch_threads
+    from kvbounds.traces.smollm2 import perplexity
     m = _load_model("smollm2")
     n = int(params["trace"].rsplit(":", 1)[1])
     ids = m.encode(default_text())

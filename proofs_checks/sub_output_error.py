@@ -1,5 +1,5 @@
 """SUB.output-error: ||o - o^|| <= 2 tanh(||l - l^||_inf/2) max||v_i|| + ||Delta V||_op, and the multi-chunk version
-(004 Sec. 8). Same settings as SUB.logit-error (:func:`proofs_checks.sub_logit_error.settings`): the static basis
+(004 Sec. 8). Same settings as SUB.logit-error (:func:`kvbounds.proofs_checks.sub_logit_error.settings`): the static basis
 (``single``), the adaptive chunked variant on RoPE traces (``multi``), and the minimal input (d = 2, n = 2).
 
 For each gamma_B choice, with the worst query of the trial (largest measured/bound):
@@ -13,9 +13,9 @@ For each gamma_B choice, with the worst query of the trial (largest measured/bou
 from __future__ import annotations
 
 
-from gpu.backend import single_blas_thread
+from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.verdict import FAILS, FigureSpec, Finding, Verdict, standard_verdict
-from algorithms.subspace_attention import GAMMA_CHOICES
+from kvbounds.algorithms.subspace_attention import GAMMA_CHOICES
 
 from .common import make_record
 from .sub_logit_error import evaluate, settings, worst

@@ -18,9 +18,9 @@ import mpmath as mp
 import numpy as np
 
 from kvbounds.verdict import FigureSpec, Verdict, standard_verdict
-from theory.subspace import softmax_sensitivity_bound, softmax_sensitivity_extremal, softmax_sensitivity_symbolic
+from kvbounds.theory.subspace import softmax_sensitivity_bound, softmax_sensitivity_extremal, softmax_sensitivity_symbolic
 
-from gpu.backend import single_blas_thread
+from kvbounds.gpu.backend import single_blas_thread
 from .common import make_record, pick
 
 CLAIM = "SUB.softmax-sensitivity"

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from algorithms.attention import attention_weights, causal_attention, exact_attention
-from algorithms.validation import InputError
-from gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.attention import attention_weights, causal_attention, exact_attention
+from kvbounds.algorithms.validation import InputError
+from kvbounds.gpu.backend import asarray, to_numpy
 
 
 def test_matches_definition(rng):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from gpu.backend import (BackendUnavailable, asarray, available_backends, backend_of, resolve, to_numpy,
+from kvbounds.gpu.backend import (BackendUnavailable, asarray, available_backends, backend_of, resolve, to_numpy,
                          validate_backend, why_unavailable)
 
 

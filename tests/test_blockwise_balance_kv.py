@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from algorithms.attention import exact_attention
-from algorithms.blockwise_balance_kv import (block_gram, blockwise_balance_select, compress_cache,
+from kvbounds.algorithms.attention import exact_attention
+from kvbounds.algorithms.blockwise_balance_kv import (block_gram, blockwise_balance_select, compress_cache,
                                              weighted_attention)
-from algorithms.softmax_balance import normalized_kernel_gram
-from algorithms.validation import InputError
-from gpu.backend import asarray, to_numpy
-from traces import make_trace
+from kvbounds.algorithms.softmax_balance import normalized_kernel_gram
+from kvbounds.algorithms.validation import InputError
+from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.traces import make_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +70,7 @@ def test_padding_rows_never_selected_even_when_attractive():
 @pytest.mark.parametrize("seed", range(10))
 def test_minority_side_kept_first(seed):
     # replay the documented draws (walk uniforms, then priorities) for one level on one block of 16
-    from algorithms.self_balancing_walk import gram_walk, walk_constant
+    from kvbounds.algorithms.self_balancing_walk import gram_walk, walk_constant
     K, V = _kv(seed, (), 16, 3, 2, knorm=2.0)
     idx = blockwise_balance_select(K, V, block_size=16, levels=1, rng=np.random.default_rng(seed), c=2.0)
     u = np.random.default_rng(seed).random((1, 1, 16))

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms.blockwise_softmax import OnlineSoftmax, blockwise_softmax, blockwise_softmax_literal, softmax_concat
-from algorithms.validation import InputError
-from gpu.backend import asarray, to_numpy
-from proofs_checks.sub_blockwise import mp_reference
+from kvbounds.algorithms.blockwise_softmax import OnlineSoftmax, blockwise_softmax, blockwise_softmax_literal, softmax_concat
+from kvbounds.algorithms.validation import InputError
+from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.proofs_checks.sub_blockwise import mp_reference
 
 EPS = np.finfo(float).eps
 

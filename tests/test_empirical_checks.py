@@ -1,4 +1,4 @@
-"""The empirical claims' statistics (theory.empirical) and checks (NORM.bounded, BKV.vs-uniform, BKV.ablation,
+"""The empirical claims' statistics (kvbounds.theory.empirical) and checks (NORM.bounded, BKV.vs-uniform, BKV.ablation,
 SUB.lowrank) on small synthetic traces, so they run without the model packages; the real-trace runs are in
 the checks' smoke profile (tests/test_checks.py) and tests/test_real_traces.py."""
 from __future__ import annotations
@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from algorithms.blockwise_balance_kv import compress_cache, weighted_attention
-from algorithms.validation import InputError
+from kvbounds.algorithms.blockwise_balance_kv import compress_cache, weighted_attention
+from kvbounds.algorithms.validation import InputError
 from kvbounds.verdict import FAILS, HOLDS, INCONCLUSIVE
-from proofs_checks import bkv_ablation, bkv_vs_uniform, norm_bounded, sub_lowrank
-from theory.empirical import energy_at_rank, mean_and_spread, norm_interval, relative_error
+from kvbounds.proofs_checks import bkv_ablation, bkv_vs_uniform, norm_bounded, sub_lowrank
+from kvbounds.theory.empirical import energy_at_rank, mean_and_spread, norm_interval, relative_error
 
 
-# ----------------------------------------------------------------------------------- theory.empirical
+# ----------------------------------------------------------------------------------- kvbounds.theory.empirical
 
 def test_relative_error_basic_and_bad_input():
     assert relative_error([3.0, 4.0], [3.0, 4.0]) == 0.0

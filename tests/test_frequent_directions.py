@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms.frequent_directions import FrequentDirections
-from algorithms.validation import InputError
-from gpu.backend import asarray, to_numpy
-from proofs_checks.fd_covariance import (BROKEN, DropBufferedFD, StaleRowsFD, UnclampedSqrtFD, feed, make_matrix,
+from kvbounds.algorithms.frequent_directions import FrequentDirections
+from kvbounds.algorithms.validation import InputError
+from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.proofs_checks.fd_covariance import (BROKEN, DropBufferedFD, StaleRowsFD, UnclampedSqrtFD, feed, make_matrix,
                                          measure, violations)
-from theory.frequent_directions import covariance_bound, covariance_bound_from_sv
+from kvbounds.theory.frequent_directions import covariance_bound, covariance_bound_from_sv
 
 ROOT = Path(__file__).resolve().parents[1]
 

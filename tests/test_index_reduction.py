@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given, strategies as st
 from scipy import stats
 
-from algorithms.attention import exact_attention
-from algorithms.compressor_adapters import make_compressor, play, subgen_class
-from algorithms.index_reduction import (DECODERS, SlotBatch, bob_decode, bob_value, build_instance, collisions,
+from kvbounds.algorithms.attention import exact_attention
+from kvbounds.algorithms.compressor_adapters import make_compressor, play, subgen_class
+from kvbounds.algorithms.index_reduction import (DECODERS, SlotBatch, bob_decode, bob_value, build_instance, collisions,
                                         decode_group, draw_public_coins, draw_slot_batch, eq2_error, group_attention,
                                         lemma_sum, random_instance)
-from algorithms.validation import InputError
-from theory.lower_bound import bob_threshold
+from kvbounds.algorithms.validation import InputError
+from kvbounds.theory.lower_bound import bob_threshold
 
 sizes = st.tuples(st.integers(1, 6), st.integers(1, 5), st.sampled_from([0.25, 0.5, 1.0]), st.integers(0, 2**16))
 

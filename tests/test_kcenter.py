@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from algorithms.kcenter import (clusterability, covering_radius_curve, greedy_k_center, normalized_radius,
+from kvbounds.algorithms.kcenter import (clusterability, covering_radius_curve, greedy_k_center, normalized_radius,
                                 recent_plus_centers, stream_cluster_counts)
-from algorithms.subgen import SubGen
-from algorithms.validation import InputError
-from gpu.backend import asarray, to_numpy
-from traces.synthetic import make_trace
+from kvbounds.algorithms.subgen import SubGen
+from kvbounds.algorithms.validation import InputError
+from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.traces.synthetic import make_trace
 
 
 def _opt_radius(X, k):

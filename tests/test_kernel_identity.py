@@ -9,11 +9,11 @@ import pytest
 import sympy as sp
 
 from kvbounds.registry import get_claim
-from proofs_checks import sbw_kernel_identity as check
-from theory.kernel_identity import (exact_tensor_power, exact_truncated_inner, exp_taylor,
+from kvbounds.proofs_checks import sbw_kernel_identity as check
+from kvbounds.theory.kernel_identity import (exact_tensor_power, exact_truncated_inner, exp_taylor,
                                     feature_dim, symbolic_residuals, tensor_power_inner, terms_needed,
                                     truncated_feature_map, truncated_inner_is_taylor, truncation_tail_bound)
-from theory.sbw_exact import exact_sign_distribution, sign_probability, walk_branches
+from kvbounds.theory.sbw_exact import exact_sign_distribution, sign_probability, walk_branches
 
 F = Fraction
 

@@ -1,4 +1,4 @@
-"""theory.lower_bound: the shape of Thm 3.2, Lemma C.3 exactly, the proof's constants (claim LB.index, 001 App. C)."""
+"""kvbounds.theory.lower_bound: the shape of Thm 3.2, Lemma C.3 exactly, the proof's constants (claim LB.index, 001 App. C)."""
 import itertools
 import math
 from fractions import Fraction
@@ -8,8 +8,8 @@ import pytest
 import sympy as sp
 from hypothesis import given, strategies as st
 
-from algorithms.validation import InputError
-from theory import lower_bound as lb
+from kvbounds.algorithms.validation import InputError
+from kvbounds.theory import lower_bound as lb
 
 
 def test_space_lower_bound_shape_and_errors():

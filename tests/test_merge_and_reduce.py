@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from algorithms.merge_and_reduce import MergeAndReduce
-from algorithms.validation import InputError
-from gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
+from kvbounds.algorithms.validation import InputError
+from kvbounds.gpu.backend import asarray, to_numpy
 
 
 def _mr(t=4, T=3, d=3, s=2, seed=0, **kw):

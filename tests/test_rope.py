@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms.validation import InputError
-from theory.subspace import energy_at_rank
-from traces.rope import apply_rope, rope_frequencies, rope_trace
-from traces.synthetic import Trace
+from kvbounds.algorithms.validation import InputError
+from kvbounds.theory.subspace import energy_at_rank
+from kvbounds.traces.rope import apply_rope, rope_frequencies, rope_trace
+from kvbounds.traces.synthetic import Trace
 
 
 def test_frequencies():

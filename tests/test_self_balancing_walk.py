@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from algorithms.self_balancing_walk import (WalkFailed, self_balancing_walk, self_balancing_walk_result,
+from kvbounds.algorithms.self_balancing_walk import (WalkFailed, self_balancing_walk, self_balancing_walk_result,
                                             smaller_side)
-from algorithms.validation import InputError
-from gpu.backend import asarray, to_numpy
-from theory.sbw_exact import exact_sign_distribution, walk_branches
+from kvbounds.algorithms.validation import InputError
+from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.theory.sbw_exact import exact_sign_distribution, walk_branches
 
 F = Fraction
 

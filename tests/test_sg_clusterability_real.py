@@ -1,8 +1,8 @@
 """SG.clusterability on real caches: the real-trace trials run, and say so when a model package is missing."""
 import pytest
 
-from proofs_checks import sg_clusterability as check
-from traces.real import available
+from kvbounds.proofs_checks import sg_clusterability as check
+from kvbounds.traces.real import available
 
 
 def test_real_trials_are_in_the_main_profile():

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from algorithms.subgen import SubGen
-from algorithms.validation import InputError
-from gpu.backend import asarray, to_numpy
-from proofs_checks.sg_clusters import ORDERS, clusterable_stream, invariant_violations, part_diameters
-from proofs_checks.sg_reservoir import chi_square, enumerate_coins, matrix_request_prob
-from theory.subgen import exact_reservoir_distribution, reservoir_probability
+from kvbounds.algorithms.subgen import SubGen
+from kvbounds.algorithms.validation import InputError
+from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.proofs_checks.sg_clusters import ORDERS, clusterable_stream, invariant_violations, part_diameters
+from kvbounds.proofs_checks.sg_reservoir import chi_square, enumerate_coins, matrix_request_prob
+from kvbounds.theory.subgen import exact_reservoir_distribution, reservoir_probability
 
 ROOT = Path(__file__).resolve().parents[1]
 

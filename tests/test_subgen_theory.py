@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from theory.subgen import (combination_factor, exact_cluster_slot_distribution, exact_reservoir_distribution,
+from kvbounds.theory.subgen import (combination_factor, exact_cluster_slot_distribution, exact_reservoir_distribution,
                            kcenter_radius, matprod_bound, matprod_error_second_moment, matprod_s, matprod_s_proven,
                            memory_shape, partition_bound, partition_t, partition_t_proven, reservoir_probability)
 

@@ -7,15 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms.attention import exact_attention
-from algorithms.subspace_attention import (AdaptiveSubspaceAttention, Chunk, OpCounter, StaticSubspaceAttention,
+from kvbounds.algorithms.attention import exact_attention
+from kvbounds.algorithms.subspace_attention import (AdaptiveSubspaceAttention, Chunk, OpCounter, StaticSubspaceAttention,
                                            aggregate, calibrate_gamma, coefficient_decode, draft_gamma, exact_decode,
                                            resolve_gamma, top_basis)
-from algorithms.validation import InputError
-from gpu.backend import asarray, to_numpy
-from theory.subspace import cost_model
-from traces.rope import rope_trace
-from traces.synthetic import make_trace
+from kvbounds.algorithms.validation import InputError
+from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.theory.subspace import cost_model
+from kvbounds.traces.rope import rope_trace
+from kvbounds.traces.synthetic import make_trace
 
 
 def test_full_rank_static_with_gamma_1_is_exact(backend):
@@ -75,7 +75,7 @@ def test_zero_threshold_opens_a_chunk_per_token_and_draft_step_order():
     att = AdaptiveSubspaceAttention(6, 2, 2, ell_k=3, ell_v=3, tau_k=0.0, tau_v=0.0, L=100).extend(K, V)
     assert len(att.chunks) == 12 and all(c.length == 1 for c in att.chunks)
     ch = att.chunks[5]
-    from algorithms.frequent_directions import FrequentDirections
+    from kvbounds.algorithms.frequent_directions import FrequentDirections
     expect = top_basis(FrequentDirections(6, 3).update(K[:5]).sketch(), 2)
     np.testing.assert_allclose(np.abs(ch.B @ expect.T), np.eye(2), atol=1e-9)   # same basis up to signs
     np.testing.assert_allclose(ch.C, K[5:6] @ ch.B.T, atol=1e-12)

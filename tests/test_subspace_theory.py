@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms.frequent_directions import FrequentDirections
-from algorithms.subspace_attention import top_basis
-from algorithms.validation import InputError
-from theory.frequent_directions import (davis_kahan_eta, draft_counterexample, measured_eta, residual,
+from kvbounds.algorithms.frequent_directions import FrequentDirections
+from kvbounds.algorithms.subspace_attention import top_basis
+from kvbounds.algorithms.validation import InputError
+from kvbounds.theory.frequent_directions import (davis_kahan_eta, draft_counterexample, measured_eta, residual,
                                         residual_adversarial_stream, residual_bound, residual_bound_tight,
                                         residual_certificate, residual_lower_bound, top_right_projector)
-from theory.subspace import (blockwise_softmax_identity, cost_model, energy_at_rank, logit_error_bound,
+from kvbounds.theory.subspace import (blockwise_softmax_identity, cost_model, energy_at_rank, logit_error_bound,
                              logit_error_bound_corrected, logit_error_counterexample, logit_error_exact_bound,
                              output_error_bound, softmax_sensitivity_bound, softmax_sensitivity_extremal,
                              softmax_sensitivity_symbolic)

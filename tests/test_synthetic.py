@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from algorithms.validation import InputError
-from traces import GENERATORS, make_trace
+from kvbounds.algorithms.validation import InputError
+from kvbounds.traces import GENERATORS, make_trace
 
 
 @pytest.mark.parametrize("kind", list(GENERATORS))

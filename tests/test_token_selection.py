@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from algorithms.attention import exact_attention
-from algorithms.blockwise_balance_kv import compress_cache, weighted_attention
-from algorithms.kcenter import greedy_k_center
-from algorithms.token_selection import (H2O, SELECTORS, BalanceKV, KCenter, StreamingLLM, Uniform, estimate,
+from kvbounds.algorithms.attention import exact_attention
+from kvbounds.algorithms.blockwise_balance_kv import compress_cache, weighted_attention
+from kvbounds.algorithms.kcenter import greedy_k_center
+from kvbounds.algorithms.token_selection import (H2O, SELECTORS, BalanceKV, KCenter, StreamingLLM, Uniform, estimate,
                                         make_selector, relative_error)
-from algorithms.validation import InputError
-from gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.validation import InputError
+from kvbounds.gpu.backend import asarray, to_numpy
 
 CONFIGS = [("streaming_llm", {}), ("h2o", {}), ("uniform", dict(sink=2, window=4)), ("kcenter", dict(window=4)),
            ("kcenter", dict(window=4, weights="cluster_size")), ("balancekv", dict(sink=2, window=4, block_size=8))]

@@ -8,7 +8,7 @@ in one place so checks, notebooks and tests compute them the same way.
   * :func:`norm_interval`   mean, 95% confidence half-width of the mean (001 Table 3's "95% CI") and the
                             2.5%..97.5% quantile interval of a set of norms (NORM.bounded; 001 Table 3, 003 Table 1).
   * :func:`energy_at_rank`  share of ||X||_F^2 in the top r singular values (SUB.lowrank, 004 Sec. 12);
-                            the check prefers ``theory.subspace.energy_at_rank`` when it exists.
+                            the check prefers ``kvbounds.theory.subspace.energy_at_rank`` when it exists.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import math
 
 import numpy as np
 
-from algorithms.validation import InputError
-from theory.subspace import energy_at_rank  # noqa: F401 - the one definition, re-exported for the empirical checks
+from kvbounds.algorithms.validation import InputError
+from kvbounds.theory.subspace import energy_at_rank  # noqa: F401 - the one definition, re-exported for the empirical checks
 
 
 def relative_error(z, exact, *, axis=None) -> float | np.ndarray:

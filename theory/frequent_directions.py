@@ -148,7 +148,7 @@ def residual_adversarial_stream(ell: int, *, top: float = 10.0, noise: float = 1
     for _ in range(rounds * 2 * ell):
         rows.append(noise * np.eye(d)[noise_axes[k % len(noise_axes)]])
         k += 1
-    from algorithms.frequent_directions import FrequentDirections
+    from kvbounds.algorithms.frequent_directions import FrequentDirections
     fd = FrequentDirections(d, ell).update(np.array(rows))
     S = fd.sketch()
     e1_mass = float(np.sum((S @ np.eye(d)[0]) ** 2))

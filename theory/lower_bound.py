@@ -22,7 +22,7 @@ import mpmath
 import sympy as sp
 from scipy import stats
 
-from algorithms.validation import InputError
+from kvbounds.algorithms.validation import InputError
 
 SOURCE = "001 Thm 3.2, App. C"
 INDEX_SUCCESS = 0.8            # Bob's success probability claimed in the proof of Thm 3.2

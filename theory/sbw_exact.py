@@ -7,7 +7,7 @@ with ``w = sum_{U+} u - sum_{U-} u`` over the vectors already placed,
     p_i = 1/2 - <w, u_i> / (2 c r^2)             (line 8)
     eps_i = +1 with probability p_i, else -1     (line 9)
 
-Used by the tests as the reference for the sampled walk of ``algorithms.self_balancing_walk``.
+Used by the tests as the reference for the sampled walk of ``kvbounds.algorithms.self_balancing_walk``.
 The enumeration has up to 2^n leaves: keep n small (n <= 16).
 """
 from __future__ import annotations

@@ -46,7 +46,7 @@ def exact_reservoir_distribution(weights: Sequence[Fraction], s: int) -> dict[tu
     """The joint law of M's s slots (stream indices) after the whole stream, propagated through the
     pseudocode with exact rationals: 002 Alg. 1 lines 5-6 and 24-28 (slot i <- token j with probability
     w_j / (mu + w_j), mu the sum of the earlier weights; p = 1 while mu + w_j = 0, as in
-    :class:`algorithms.subgen.SubGen`). Each slot's coin is independent, so the propagation is per
+    :class:`kvbounds.algorithms.subgen.SubGen`). Each slot's coin is independent, so the propagation is per
     slot and the joint law is assembled as the product; the check compares the assembled law with an
     enumeration of the implementation's coins."""
     slot: dict[int, Fraction] = {}
@@ -167,6 +167,6 @@ def memory_shape(d: int, m: int, t: int, s: int) -> float:
 def kcenter_radius(X, k: int) -> dict:
     """Greedy k-center on the rows of X (n, d): its covering radius r_k and the interval
     [r_k / 2, r_k] that contains the optimal k-center radius (Gonzalez's 2-approximation)."""
-    from algorithms.kcenter import covering_radius_curve
+    from kvbounds.algorithms.kcenter import covering_radius_curve
     r = float(covering_radius_curve(X, k)[-1])
     return {"radius": r, "opt_lower": r / 2.0, "opt_upper": r}

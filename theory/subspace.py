@@ -32,7 +32,7 @@ SUB.blockwise [proven; :func:`blockwise_softmax_identity` checks it symbolically
   Z_j = sum_{i in chunks <= j} e^{l_i - m_j} and N_j = sum e^{l_i - m_j} v_i for *any* reference m_j (the update
   multiplies by e^{m_{j-1} - m_j}), so N_J / Z_J = softmax(l)^T v whatever the branches took; with m_j the running
   max (the draft) every exponent is <= 0. The literal pseudocode's m_j = -inf case (a fully masked leading chunk)
-  is 0/0 and needs the guard of :mod:`algorithms.blockwise_softmax`.
+  is 0/0 and needs the guard of :mod:`kvbounds.algorithms.blockwise_softmax`.
 
 SUB.cost: :func:`cost_model`, the operation and byte counts of one decode step, term by term.
 """
@@ -191,7 +191,7 @@ def cost_model(T: int, d: int, r: int, r_v: int, *, J: int = 1, ell_k: int = 0, 
 def energy_at_rank(X, r: int) -> float:
     """Fraction of ||X||_F^2 captured by the top-r singular values of X (n, d): sum_{i<=r} s_i^2 / sum_i s_i^2
     (1.0 once r >= rank X). Bad input (not 2-D, empty, NaN/Inf, negative r, X = 0) raises InputError."""
-    from algorithms.validation import InputError, check_array
+    from kvbounds.algorithms.validation import InputError, check_array
     check_array(X, "X", ndim=2, min_rows=1)
     if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 0:
         raise InputError(f"r must be a non-negative integer, got {r!r}")

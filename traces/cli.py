@@ -1,4 +1,4 @@
-"""``kvbounds traces extract``: extract real q/k/v traces into the cache (see :mod:`traces.real`).
+"""``kvbounds traces extract``: extract real q/k/v traces into the cache (see :mod:`kvbounds.traces.real`).
 
     kvbounds traces extract --model smollm2 --tokens 2048 [--layers 0,3,5-7|all] [--text FILE] [--cache-dir DIR]
     kvbounds traces list [--cache-dir DIR]
@@ -31,7 +31,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from algorithms.validation import InputError
+    from kvbounds.algorithms.validation import InputError
 
     from . import real
     if args.traces_cmd == "list":

@@ -2,8 +2,8 @@
 
 Models (both shipped inside PyPI packages; nothing is downloaded):
   * ``smollm2``  SmolLM2-135M-Instruct, a Llama decoder with RoPE and grouped-query attention
-                 (:mod:`traces.smollm2`): q (n, 9, 64), k/v (n, 3, 64); query head h reads KV head h // 3.
-  * ``minilm``   all-MiniLM-L6-v2, a BERT encoder with absolute positions (:mod:`traces.minilm`): q/k/v (n, 12, 32).
+                 (:mod:`kvbounds.traces.smollm2`): q (n, 9, 64), k/v (n, 3, 64); query head h reads KV head h // 3.
+  * ``minilm``   all-MiniLM-L6-v2, a BERT encoder with absolute positions (:mod:`kvbounds.traces.minilm`): q/k/v (n, 12, 32).
 
 Text: Python's own documentation topics (``pydoc_data.topics``, about 0.5 MB of English, stdlib, so
 always offline), or any text file. The first n tokens are used: greedy, deterministic, no sampling.
@@ -24,7 +24,7 @@ the default text at 2048 tokens); MiniLM's sentence similarities must be sane.
 
 Trace specs (what checks put in their params): ``"smollm2:L3:H0:1024"`` (post-RoPE, the default),
 ``"smollm2:L3:H0:1024:pre"``, ``"minilm:L2:H5:512"``; ``"synthetic:<kind>:<n>:<d>[:<seed>]"`` names a
-:func:`traces.synthetic.make_trace` trace (the fallback when a model package is missing).
+:func:`kvbounds.traces.synthetic.make_trace` trace (the fallback when a model package is missing).
 """
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from algorithms.validation import InputError
-from gpu.backend import single_blas_thread  # noqa: F401 - re-exported for the real-trace checks
+from kvbounds.algorithms.validation import InputError
+from kvbounds.gpu.backend import single_blas_thread  # noqa: F401 - re-exported for the real-trace checks
 
 from .smollm2 import ModelUnavailable
 from .synthetic import Trace, make_trace
@@ -495,7 +495,7 @@ def _head_arrays(model: str, arrays: dict, head: int, rope: str):
 
 def load_trace(model: str, layer: int, head: int, n_tokens: int, *, rope: str = "post", text=None,
                cache_dir=None) -> Trace:
-    """One (layer, query head) trace as a :class:`traces.synthetic.Trace`: Q (n, d) of query head ``head``,
+    """One (layer, query head) trace as a :class:`kvbounds.traces.synthetic.Trace`: Q (n, d) of query head ``head``,
     K, V (n, d) of the KV head it reads (h // 3 for SmolLM2), float64. ``rope``: "post" (what attention
     sees; default) or "pre" for SmolLM2; ignored for MiniLM (absolute positions: meta says "none")."""
     _check_model(model)

@@ -8,14 +8,14 @@ The rotation makes <R_m q, R_n k> depend on m - n only; it spreads a low-rank ke
 directions globally, while within a short window of positions the set stays close to low-rank. That is
 what the adaptive subspace's residual-triggered chunking (004 Sec. 5) is meant to follow.
 
-:func:`rope_trace` returns a :class:`traces.synthetic.Trace` whose ``meta`` carries the pre-RoPE keys and
+:func:`rope_trace` returns a :class:`kvbounds.traces.synthetic.Trace` whose ``meta`` carries the pre-RoPE keys and
 queries, the positions and the key/value bases, so checks can compare pre- and post-RoPE spectra.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from algorithms.validation import InputError, check_positive
+from kvbounds.algorithms.validation import InputError, check_positive
 
 from .synthetic import Trace
 

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from algorithms.validation import InputError, check_positive
+from kvbounds.algorithms.validation import InputError, check_positive
 
 
 @dataclasses.dataclass

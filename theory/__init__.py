@@ -1,0 +1,1 @@
+"""Bounds of each claim as functions of their parameters; symbolic lemmas; cost models."""
