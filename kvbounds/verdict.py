@@ -229,3 +229,25 @@ def standard_verdict(claim: str, records: Sequence[Record], *, figures: Sequence
 
 def finite(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def reproduction_status(better: int, worse: int, cells: int) -> str:
+    """The shared rule for a comparative empirical claim, per variant of the method and per setup.
+
+    Over ``cells`` independent cells (e.g. layer x compression level), ``better`` cells show the claimed
+    direction significantly (a one-sided test at the check's level) and ``worse`` cells the opposite
+    direction significantly:
+      * ``reproduced``      better >= 3/4 of the cells and no cell significantly the other way,
+      * ``reversed``        worse >= 3/4 of the cells and no cell significantly in the claimed direction,
+      * ``partial``         at least one significant cell in the claimed direction, short of ``reproduced``,
+      * ``not-reproduced``  otherwise (no significant cell in the claimed direction).
+    """
+    if cells <= 0:
+        return "n/a"
+    if better >= math.ceil(0.75 * cells) and worse == 0:
+        return "reproduced"
+    if worse >= math.ceil(0.75 * cells) and better == 0:
+        return "reversed"
+    if better >= 1:
+        return "partial"
+    return "not-reproduced"
