@@ -538,8 +538,10 @@ def standard_verdict(claim: str, records: Sequence[Record], *, figures: Sequence
         parts.append(f"negative controls rejected {rejected}/{n_ctl}")
     if label:
         parts.insert(0, label)
-    return decide(claim, records, summary="; ".join(parts), figures=figures, findings=findings,
-                  fitted=rules.pop("fitted", fitted), rate=rate, **rules)
+    v = decide(claim, records, summary="; ".join(parts), figures=figures, findings=findings,
+               fitted=rules.pop("fitted", fitted), rate=rate, **rules)
+    v.constant_kind = v.constant_kind or "proven"   # legacy: no fitted constant means the bounds' own constants
+    return v
 
 
 def finite(x: float) -> bool:
