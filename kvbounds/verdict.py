@@ -296,8 +296,8 @@ def decide_statement(records: Sequence[Record], *, kind: str = "theorem", refuta
     if cx is not None:
         return "false", cx
     main = [r for r in records if not r.control]
-    if any(r.bound_kind in ("shape", "fitted") for r in main):
-        return "holds-fitted", None
+    if any(r.bound_kind in ("shape", "fitted") or r.extra.get("reading") for r in main):
+        return "holds-fitted", None     # an O(.) statement: holds with a fitted (or read) constant
     if any(is_decisive(r, proof_steps) for r in main):
         return "holds", None
     return "not-refuted", None
@@ -350,14 +350,21 @@ def rate_label(param: str, exponent: float) -> str:
 
 def decide_rate(g: Growth | None, *, stated_exponent: float, sets_in: str = "",
                 label: str = "") -> tuple[str, RateInfo | None]:
-    """The rate of a quantity stated to scale as x^stated_exponent, from the growth ``g`` of measured/x^stated.
-    ``observed`` when that ratio does not grow (CI lower end <= GROWTH_TOL), ``not-reached`` otherwise."""
+    """The rate of a quantity stated to scale as x^stated_exponent, from the growth ``g`` of measured/x^stated:
+    ``not-reached`` when that ratio grows (95% CI lower end > GROWTH_TOL), ``observed`` when its CI upper end is
+    <= GROWTH_TOL, else ``n/a`` (undetermined in the tested range; the RateInfo is still returned)."""
     if g is None:
         return "n/a", None
     info = RateInfo(g.param, g.x_range, stated_exponent, stated_exponent + g.slope,
                     (stated_exponent + g.lo, stated_exponent + g.hi), sets_in,
                     label or rate_label(g.param, stated_exponent) + " rate")
-    return ("not-reached" if g.grows else "observed"), info
+    return ("not-reached" if g.grows else "observed" if g.hi <= GROWTH_TOL else "n/a"), info
+
+
+def mark(records: Iterable[Record], pred: Callable[[Record], bool], **extra) -> list[Record]:
+    """Copies of the records, with ``extra`` added to those matching ``pred`` (e.g. ``reading=...`` or
+    ``proof_step=...`` for records stored before a check named them so)."""
+    return [dataclasses.replace(r, extra={**r.extra, **extra}) if pred(r) else r for r in records]
 
 
 def fitted_constant(records: Iterable[Record], what: str = "max measured/shape",
