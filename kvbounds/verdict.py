@@ -204,6 +204,7 @@ class Growth:
     x_range: tuple[float, float]
     n_points: int
     smallest: dict                  # params of the record with the smallest x
+    key: Any = None                 # the raw group key (``group`` is its str)
 
     @property
     def grows(self) -> bool:
@@ -233,7 +234,7 @@ def growth(records: Iterable[Record], param: str, *, value: Callable[[Record], f
             continue
         slope, lo, hi = loglog_slope(xs, [value(r) for r in rs])
         small = min(rs, key=lambda r: (float(r.params[param]), record_sort_key(r)))
-        out.append(Growth(str(g), param, slope, lo, hi, (min(xs), max(xs)), len(rs), dict(small.params)))
+        out.append(Growth(str(g), param, slope, lo, hi, (min(xs), max(xs)), len(rs), dict(small.params), g))
     return out
 
 
@@ -536,10 +537,16 @@ def standard_verdict(claim: str, records: Sequence[Record], *, figures: Sequence
                 parts.append(f"ratio vs {sweep}: log-log slope {g.slope:+.3f} [95% {g.lo:+.3f}, {g.hi:+.3f}]")
                 if rate[0] == "n/a":
                     rate = decide_rate(g, stated_exponent=0.0, label="stated O(.) shape")
-    n_ok = sum(r.holds for r in main)
-    bounded = [r for r in main if r.bound_kind not in ("shape", "fitted")]
-    parts.insert(0, f"{n_ok}/{len(main)} trials within bound"
-                 + (f"; max measured/bound {max(r.ratio for r in bounded):.3g}" if bounded else ""))
+    steps = set(rules.get("proof_steps", ()))
+    is_step = lambda r: bool(r.extra.get("proof_step")) or r.check in steps
+    stmt = [r for r in main if not is_step(r)]
+    bounded = [r for r in stmt if r.bound_kind not in ("shape", "fitted")]
+    head = f"{sum(r.holds for r in stmt)}/{len(stmt)} trials within bound" + (
+        f"; max measured/bound {max(r.ratio for r in bounded):.3g}" if bounded else "")
+    step_recs = [r for r in main if is_step(r)]
+    if step_recs:
+        head += f"; proof-step records within bound {sum(r.holds for r in step_recs)}/{len(step_recs)}"
+    parts.insert(0, head)
     rejected, n_ctl = controls_rejected(records)
     if n_ctl:
         parts.append(f"negative controls rejected {rejected}/{n_ctl}")
