@@ -48,6 +48,7 @@ import numpy as np
 from kvbounds.algorithms.compressor_adapters import play, subgen_class
 from kvbounds.algorithms.index_reduction import (SlotBatch, collisions, decode_group, draw_slot_batch, eq2_error,
                                         group_attention, lemma_sum)
+from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.verdict import (FAILS, GROWTH_TOL, HOLDS, HOLDS_FITTED, INCONCLUSIVE, Constant, Control, FigureSpec,
                               Finding, Verdict, controls_from_records, decide, erratum_from_finding, finalize,
                               loglog_slope)
@@ -481,6 +482,7 @@ TASKS = {"c3 exact": _c3_exact, "c3 bounds": _c3_bounds, "c4": _c4, "c5": _c5, "
          "ranges": _ranges, "game exact": _game_exact, "game eq2": _game_eq2, "game compressor": _game_compressor}
 
 
+@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     task = params.get("task")
     if task not in TASKS:
