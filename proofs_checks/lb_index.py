@@ -591,8 +591,10 @@ def summarize(records) -> Verdict:
     fitted = Constant(max(const), "fitted", "C in n_max = d e^{2a}/C, the longest string the exact-attention game "
                       "decodes at 80% (decoder |z_c|)", (min(const), float(np.median(const)))) if const else None
     controls = [c for c in controls_from_records([r for r in records if r.bound_kind != "shape"])] + growth_controls
+    proven = Constant(lb.proof_constant_case1(), "proven", "C/c implied by the proof's own constants in App. C "
+                      "(case 1/eps >= sqrt(d) e^a), n = (c/C) d e^{2a}")
     return decide(CLAIM, records, summary=" | ".join([lead] + parts), figures=figs, findings=rest, errata=errata,
-                  refutable=False, proof_checked=True, controls=controls, fitted=fitted)
+                  refutable=False, proof_checked=True, controls=controls, fitted=fitted, proven=proven)
 
 
 # the corrected step for each erratum (by the finding's title), as the checks above establish it
