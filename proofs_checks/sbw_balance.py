@@ -28,7 +28,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant,
-                              growth)
+                              growth, mark)
 from kvbounds.theory.balancekv import sbw_discrepancy_shape, walk_constant
 
 from .common import failure_rate_ok, make_record, pick, unit_directions
@@ -150,13 +150,18 @@ def summarize(records) -> Verdict:
             FigureSpec("random signs: discrepancy vs n by d (dashed: paper-c bound)", x="n", check="random-signs",
                        hue="d"),
             FigureSpec("FAIL frequency vs n", x="n", check="fail-rate", logy=False)]
+    # records of sub-checks this version no longer runs (e.g. "walk c=log" from an older results store) are left out;
+    # older walk records lack the reading flag
+    records = mark([r for r in records if r.check in VARIANTS + ("fail-rate",)],
+                   lambda r: r.check in VARIANTS and "reading" not in r.extra, reading=READING)
     walks, rands = _by_d(records, "walk c=30log"), _by_d(records, "random-signs")
     parts, findings, controls = [], [], []
     fr = [r for r in records if r.check == "fail-rate"]
     if fr:
-        parts.append(f"FAIL in {sum(r.extra['failures'] for r in fr)}/{sum(r.trials for r in fr)} walks "
-                     f"(max |<w,u_i>|/c = {max(r.extra['max_inner_over_c'] for r in fr):.3g}); "
-                     f"fail-rate test holds in {sum(r.holds for r in fr)}/{len(fr)} trials")
+        tops = [r.extra["max_inner_over_c"] for r in fr if "max_inner_over_c" in r.extra]
+        parts.append(f"FAIL in {sum(r.extra['failures'] for r in fr)}/{sum(r.trials for r in fr)} walks"
+                     + (f" (max |<w,u_i>|/c = {max(tops):.3g})" if tops else "")
+                     + f"; fail-rate test holds in {sum(r.holds for r in fr)}/{len(fr)} trials")
     walk_all = [r for rs in walks.values() for r in rs]
     if walk_all:
         parts.append(f"paper-c walk: max quantile/c = {max(r.ratio for r in walk_all):.3g}")
@@ -169,7 +174,7 @@ def summarize(records) -> Verdict:
         cross.append(x)
         above = [r for r in wr if r.params["n"] >= 4 * x["n_cross"]]
         regime += above
-        viol = [r for r in rr if not r.holds]
+        viol = [r for r in rr if r.measured > walk_constant(r.params["n"], r.params["delta"])]   # the paper-c bound
         nmax = max(r.params["n"] for r in wr)
         w_top, r_top = wr[-1], max(rr, key=lambda r: r.params["n"])
         parts.append(f"d={d}: at n={nmax} walk {w_top.measured:.3g} vs random signs {r_top.measured:.3g} "
