@@ -30,7 +30,7 @@ from scipy import stats
 
 from kvbounds.algorithms.subgen import SubGen
 from kvbounds.gpu.backend import asarray
-from kvbounds.verdict import FigureSpec, Verdict, standard_verdict
+from kvbounds.verdict import FigureSpec, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subgen import cluster_count_bound, exact_cluster_slot_distribution
 
 from .common import make_record, pick
@@ -264,6 +264,7 @@ def run_trial(params: dict, seed: int, backend: str):
 def summarize(records) -> Verdict:
     figs = [FigureSpec("max over prefixes of m'_j / m_j (bound 1)", x="order", check="m' <= m", hue="shape",
                        logx=False, logy=False)]
+    records = canonical_order(records)
     v = standard_verdict(CLAIM, records, figures=figs)
     mm = [r for r in records if r.check == "m' <= m"]
     if mm:
