@@ -159,6 +159,8 @@ def summarize(records) -> Verdict:
     proven = Constant(1.0, "proven", "Theorem R's constant (no hidden factor)"
                       + (f"; max measured/bound {max(tight):.6f} (attained)" if tight else ""))
     v = standard_verdict(CLAIM, records, figures=figs, findings=findings, proven=proven, corrected=CORRECTED)
+    if findings:   # the specific findings above name each failing reading; drop the generic one
+        v.findings = [f for f in v.findings if f in findings]
     cx = counterexample(by("draft (DK eta)"), size=_input_size)
     if v.statement == "false" and cx is not None:
         v.counterexample = dict(cx, reading="eta = ||A|| min(1, 2 eps/gap), the largest Davis-Kahan allows")

@@ -208,5 +208,7 @@ def summarize(records) -> Verdict:
         findings.append(Finding(CLAIM, f"[{w.check}] the guarded implementation fails", f"{w.measured:.3g} > {w.bound:.3g}",
                                 w.params))
     v = standard_verdict(CLAIM, records, figures=figs, findings=findings, corrected=CORRECTED)
+    if findings:   # the specific findings above name each failing reading; drop the generic one
+        v.findings = [f for f in v.findings if f in findings]
     v.summary = "; ".join([v.summary] + parts)
     return v

@@ -250,5 +250,7 @@ def summarize(records) -> Verdict:
             f"shrinks the logits the wrong way for an isotropy argument (that would give sqrt(d/r)).",
             w.params, kind="versions disagree"))
     v = standard_verdict(CLAIM, records, figures=figs, findings=findings, corrected=CORRECTED)
+    if findings:   # the specific findings above name each failing reading; drop the generic one
+        v.findings = [f for f in v.findings if f in findings]
     v.summary = "; ".join([v.summary] + parts)
     return v

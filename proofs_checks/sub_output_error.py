@@ -129,5 +129,7 @@ def summarize(records) -> Verdict:
                 f"{w.extra['dV_op']:.3g}, measured ||l - l^||_inf = {w.extra['linf']:.3g}): ||o - o^|| = {w.measured:.4g} > "
                 f"{w.bound:.4g}: {why}.", w.params))
     v = standard_verdict(CLAIM, records, figures=figs, findings=findings, corrected=CORRECTED)
+    if findings:   # the specific findings above name each failing reading; drop the generic one
+        v.findings = [f for f in v.findings if f in findings]
     v.summary = "; ".join([v.summary] + parts)
     return v
