@@ -204,6 +204,7 @@ class Growth:
     x_range: tuple[float, float]
     n_points: int
     smallest: dict                  # params of the record with the smallest x
+    key: Any = None                 # the raw group key (``group`` is its str)
 
     @property
     def grows(self) -> bool:
@@ -233,7 +234,7 @@ def growth(records: Iterable[Record], param: str, *, value: Callable[[Record], f
             continue
         slope, lo, hi = loglog_slope(xs, [value(r) for r in rs])
         small = min(rs, key=lambda r: (float(r.params[param]), record_sort_key(r)))
-        out.append(Growth(str(g), param, slope, lo, hi, (min(xs), max(xs)), len(rs), dict(small.params)))
+        out.append(Growth(str(g), param, slope, lo, hi, (min(xs), max(xs)), len(rs), dict(small.params), g))
     return out
 
 
@@ -296,8 +297,8 @@ def decide_statement(records: Sequence[Record], *, kind: str = "theorem", refuta
     if cx is not None:
         return "false", cx
     main = [r for r in records if not r.control]
-    if any(r.bound_kind in ("shape", "fitted") for r in main):
-        return "holds-fitted", None
+    if any(r.bound_kind in ("shape", "fitted") or r.extra.get("reading") for r in main):
+        return "holds-fitted", None     # an O(.) statement: holds with a fitted (or read) constant
     if any(is_decisive(r, proof_steps) for r in main):
         return "holds", None
     return "not-refuted", None
@@ -350,14 +351,21 @@ def rate_label(param: str, exponent: float) -> str:
 
 def decide_rate(g: Growth | None, *, stated_exponent: float, sets_in: str = "",
                 label: str = "") -> tuple[str, RateInfo | None]:
-    """The rate of a quantity stated to scale as x^stated_exponent, from the growth ``g`` of measured/x^stated.
-    ``observed`` when that ratio does not grow (CI lower end <= GROWTH_TOL), ``not-reached`` otherwise."""
+    """The rate of a quantity stated to scale as x^stated_exponent, from the growth ``g`` of measured/x^stated:
+    ``not-reached`` when that ratio grows (95% CI lower end > GROWTH_TOL), ``observed`` when its CI upper end is
+    <= GROWTH_TOL, else ``n/a`` (undetermined in the tested range; the RateInfo is still returned)."""
     if g is None:
         return "n/a", None
     info = RateInfo(g.param, g.x_range, stated_exponent, stated_exponent + g.slope,
                     (stated_exponent + g.lo, stated_exponent + g.hi), sets_in,
                     label or rate_label(g.param, stated_exponent) + " rate")
-    return ("not-reached" if g.grows else "observed"), info
+    return ("not-reached" if g.grows else "observed" if g.hi <= GROWTH_TOL else "n/a"), info
+
+
+def mark(records: Iterable[Record], pred: Callable[[Record], bool], **extra) -> list[Record]:
+    """Copies of the records, with ``extra`` added to those matching ``pred`` (e.g. ``reading=...`` or
+    ``proof_step=...`` for records stored before a check named them so)."""
+    return [dataclasses.replace(r, extra={**r.extra, **extra}) if pred(r) else r for r in records]
 
 
 def fitted_constant(records: Iterable[Record], what: str = "max measured/shape",
@@ -529,10 +537,16 @@ def standard_verdict(claim: str, records: Sequence[Record], *, figures: Sequence
                 parts.append(f"ratio vs {sweep}: log-log slope {g.slope:+.3f} [95% {g.lo:+.3f}, {g.hi:+.3f}]")
                 if rate[0] == "n/a":
                     rate = decide_rate(g, stated_exponent=0.0, label="stated O(.) shape")
-    n_ok = sum(r.holds for r in main)
-    bounded = [r for r in main if r.bound_kind not in ("shape", "fitted")]
-    parts.insert(0, f"{n_ok}/{len(main)} trials within bound"
-                 + (f"; max measured/bound {max(r.ratio for r in bounded):.3g}" if bounded else ""))
+    steps = set(rules.get("proof_steps", ()))
+    is_step = lambda r: bool(r.extra.get("proof_step")) or r.check in steps
+    stmt = [r for r in main if not is_step(r)]
+    bounded = [r for r in stmt if r.bound_kind not in ("shape", "fitted")]
+    head = f"{sum(r.holds for r in stmt)}/{len(stmt)} trials within bound" + (
+        f"; max measured/bound {max(r.ratio for r in bounded):.3g}" if bounded else "")
+    step_recs = [r for r in main if is_step(r)]
+    if step_recs:
+        head += f"; proof-step records within bound {sum(r.holds for r in step_recs)}/{len(step_recs)}"
+    parts.insert(0, head)
     rejected, n_ctl = controls_rejected(records)
     if n_ctl:
         parts.append(f"negative controls rejected {rejected}/{n_ctl}")

@@ -28,7 +28,7 @@ def test_a_reading_of_an_O_with_a_chosen_constant_is_not_a_counterexample():
     r = rec(9, 1, n=8)
     r.extra["reading"] = "O~ with constant 1"
     assert counterexample([r]) is None
-    assert decide_statement([r, rec(1, 2, n=8)])[0] == "holds"
+    assert decide_statement([r, rec(1, 2, n=8)])[0] == "holds-fitted"   # an O(.) read with a constant
 
 
 def test_proof_step_failures_are_not_counterexamples():
@@ -136,3 +136,9 @@ def test_standard_verdict_dimensions():
     assert v.statement == "holds-fitted" and v.rate == "not-reached" and v.power == "shown"
     assert v.fitted_constant.kind == "fitted" and v.headline.startswith("holds with fitted constant")
     assert controls_from_records(_records_for_order_test())[0].rejected
+
+
+def test_undetermined_rate_is_na_with_its_info():
+    pts = [rec(y, 1.0, kind="shape", t=t) for t, y in [(16, 1.0), (32, 3.0), (64, 0.5), (128, 2.0)]]
+    status, info = decide_rate(growth(pts, "t")[0], stated_exponent=-1.0)
+    assert status == "n/a" and info is not None and info.ci[0] < -1 < info.ci[1]
