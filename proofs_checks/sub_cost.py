@@ -190,7 +190,8 @@ def summarize(records) -> Verdict:
             FigureSpec("FD update us/row / (d l) vs d", x="d", check="fd update", hue="ell", y="ratio")]
     exact = [r for r in records if r.bound_kind == "exact" and not r.control]
     findings = []
-    parts = [f"{sum(r.holds for r in records)}/{len(records)} records within bound; counted operations = model exactly "
+    main = [r for r in records if not r.control]
+    parts = [f"{sum(r.holds for r in main)}/{len(main)} records within bound; counted operations = model exactly "
              f"in {sum(r.holds for r in exact)}/{len(exact)} (flops and bytes, exact and coefficient decode)"]
     key_of = {"draft flop shape": "T", "time ratio": "T", "fd update": "ell"}
     gs = []
