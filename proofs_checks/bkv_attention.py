@@ -25,7 +25,7 @@ import numpy as np
 
 from kvbounds.algorithms.attention import attention_weights, exact_attention
 from kvbounds.algorithms.balance_kv import BalanceKV, DegenerateEstimate
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
 from kvbounds.verdict import FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth, mark
 
 from .common import make_record, pick, unit_directions
@@ -59,6 +59,7 @@ def spread_values(rng, n, s):
     return dirs * (10.0 ** rng.uniform(-6, 0, n))[:, None]
 
 
+@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     n, d, r, t, eps, delta = (params[k] for k in ("n", "d", "r", "t", "eps", "delta"))
     rng = np.random.default_rng(seed)

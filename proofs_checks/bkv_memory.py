@@ -23,7 +23,7 @@ import numpy as np
 
 from kvbounds.algorithms.attention import attention_weights
 from kvbounds.algorithms.balance_kv import BalanceKV, bucket_index, erase_threshold
-from kvbounds.gpu.backend import asarray
+from kvbounds.gpu.backend import asarray, single_blas_thread
 from kvbounds.verdict import Erratum, FigureSpec, Finding, Verdict, fitted_constant, growth, mark, standard_verdict
 from kvbounds.theory.balancekv import balance_kv_bucket_count_bound, balance_kv_bucket_count_exact, balance_kv_memory_shape
 
@@ -52,6 +52,7 @@ def erased_share(Q, K, V, j, thr):
     return float(contrib / (np.linalg.norm(w) * np.linalg.norm(V[:j]))), int(erased.sum())
 
 
+@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     n, d, r, eps, rule = params["n"], params["d"], params["r"], params["eps"], params["rule"]
     rng = np.random.default_rng(seed)

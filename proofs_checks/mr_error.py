@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
 from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth
 from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rate_onset, walk_constant
 
@@ -74,6 +74,7 @@ def exact_numerator_log(K, V, q, j):
     return float(m), (np.exp(logits - m)[:, None] * V[:j]).sum(0)
 
 
+@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     n, d, s, r, t, delta = (params[k] for k in ("n", "d", "s", "r", "t", "delta"))
     if params["sweep"] == "t-large" and t > CPU_T_MAX and not backend.endswith("cuda") and backend != "cupy":
