@@ -28,6 +28,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.algorithms.subgen import SubGen
 from kvbounds.gpu.backend import asarray, to_numpy
 from kvbounds.verdict import Constant, Control, Erratum, FigureSpec, Finding, Verdict, canonical_order, decide, decide_rate, \
@@ -158,6 +159,7 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
+@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     kind = params["kind"]
     if kind == "accuracy":

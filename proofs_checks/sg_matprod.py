@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.gpu.backend import asarray, to_numpy
 from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_order, controls_rejected, decide, \
     standard_verdict
@@ -78,6 +79,7 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
+@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     n, d, m, delta, r, eps, R = (params[k] for k in ("n", "d", "m", "delta", "r", "eps", "replicas"))
     rng = np.random.default_rng(seed + 1)
