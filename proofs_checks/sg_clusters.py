@@ -28,9 +28,10 @@ from fractions import Fraction
 import numpy as np
 from scipy import stats
 
+from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.algorithms.subgen import SubGen
 from kvbounds.gpu.backend import asarray
-from kvbounds.verdict import FigureSpec, Verdict, standard_verdict
+from kvbounds.verdict import FigureSpec, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subgen import cluster_count_bound, exact_cluster_slot_distribution
 
 from .common import make_record, pick
@@ -252,6 +253,7 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
+@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     kind = params["kind"]
     if kind == "invariants":
@@ -264,6 +266,7 @@ def run_trial(params: dict, seed: int, backend: str):
 def summarize(records) -> Verdict:
     figs = [FigureSpec("max over prefixes of m'_j / m_j (bound 1)", x="order", check="m' <= m", hue="shape",
                        logx=False, logy=False)]
+    records = canonical_order(records)
     v = standard_verdict(CLAIM, records, figures=figs)
     mm = [r for r in records if r.check == "m' <= m"]
     if mm:
