@@ -13,6 +13,7 @@ A check module exposes
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import importlib.util
 import re
@@ -258,10 +259,16 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
 
 
 def get_claim(claim_id: str) -> Claim:
-    try:
+    """The claim with this id; ids match case-insensitively, and an unknown id names the closest ones."""
+    if claim_id in CLAIMS:
         return CLAIMS[claim_id]
-    except KeyError:
-        raise KeyError(f"unknown claim id {claim_id!r}; known ids: {', '.join(CLAIMS)}") from None
+    folded = {cid.lower(): c for cid, c in CLAIMS.items()}
+    if claim_id.lower() in folded:
+        return folded[claim_id.lower()]
+    close = difflib.get_close_matches(claim_id.lower(), list(folded), n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(folded[c].id for c in close)}?" if close else \
+        f"; known ids: {', '.join(CLAIMS)} (`kvbounds list`)"
+    raise KeyError(f"unknown claim id {claim_id!r}{hint}") from None
 
 
 def checked_claims() -> list[Claim]:
