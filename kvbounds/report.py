@@ -319,7 +319,12 @@ def _card(cid: str, v: Verdict, figures: list) -> dict:
 
 def _draw_all(verdicts: dict[str, Verdict], records: Sequence[Record], fig_dir: Path) -> dict[str, list]:
     """Per claim: up to MAX_FIGURES drawn figures (src, title, caption) and notes for the ones skipped."""
-    from .report_figures import draw_figure
+    try:
+        from .report_figures import draw_figure
+    except ImportError as e:   # the `report` extra (matplotlib, seaborn, pandas) is not installed
+        return {cid: [{"src": None, "title": spec.title, "caption": "",
+                       "note": f"no figures without {e.name}: pip install 'kvbounds[report]'"} for spec in v.figures]
+                for cid, v in verdicts.items()}
     by_claim: dict[str, list[Record]] = defaultdict(list)
     for r in records:
         by_claim[r.claim].append(r)
@@ -398,7 +403,10 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
     board_fig = None
     if board:
         from .report_leaderboard import draw_board
-        board_fig = draw_board(board, out / FIG_DIR / "leaderboard.png") and f"{FIG_DIR}/leaderboard.png"
+        try:
+            board_fig = draw_board(board, out / FIG_DIR / "leaderboard.png") and f"{FIG_DIR}/leaderboard.png"
+        except ImportError:
+            board_fig = None
     (out / "summary.json").write_text(summary_json(verdicts), encoding="utf-8")
     path = out / "report.html"
     meta = run_metadata(records, verdicts, out)
