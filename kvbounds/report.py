@@ -328,6 +328,9 @@ def _draw_all(verdicts: dict[str, Verdict], records: Sequence[Record], fig_dir: 
     by_claim: dict[str, list[Record]] = defaultdict(list)
     for r in records:
         by_claim[r.claim].append(r)
+    if fig_dir.is_dir():       # figures of an earlier report must not outlive it
+        for old in fig_dir.glob("*.png"):
+            old.unlink()
     out: dict[str, list] = {}
     for cid, v in verdicts.items():
         out[cid] = []

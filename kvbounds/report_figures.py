@@ -44,11 +44,11 @@ def param_label(key: str) -> str:
     return PARAM_LABELS.get(key, key)
 
 
-def y_label(spec: FigureSpec) -> str:
+def y_label(spec: FigureSpec, shaped: bool = False) -> str:
     if spec.ylabel:
         return spec.ylabel
     if spec.y == "ratio":
-        return "measured / bound (1 = at the bound)"
+        return "measured / O(.) shape (its max: the fitted C)" if shaped else "measured / bound (1 = at the bound)"
     head = spec.title.split(" vs ")[0].strip()
     return head if 0 < len(head) <= 60 else "measured (units of its bound)"
 
@@ -162,10 +162,16 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
     df = df[np.isfinite(y) & ((y > 0) if spec.logy else True)].copy()
     if df.empty:
         return f"every value of {spec.y} is non-finite{' or <= 0 on a log axis' if spec.logy else ''}", ""
+    logy = spec.logy
+    if not logy and spec.hue == "check" and bool((df[spec.y] > 0).all()):
+        med = df.groupby("check")[spec.y].median()
+        if len(med) > 1 and med.max() > 30 * med.min():   # sub-checks in different units: a linear axis hides all but one
+            logy = True
+            caption_units = "log y axis: the sub-checks differ by orders of magnitude"
     numeric_x = pd.api.types.is_numeric_dtype(df[spec.x])
     logx = spec.logx and numeric_x and bool((df[spec.x] > 0).all()) and df[spec.x].nunique() > 1
 
-    caption = []
+    caption = [caption_units] if logy != spec.logy else []
     hue_col, order, palette = None, [None], {None: sns.color_palette("colorblind")[0]}
     if spec.hue:
         levels = _levels(df[spec.hue])
@@ -193,7 +199,7 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
         for lvl in order:
             sub = main if lvl is None else main[main[hue_col] == lvl]
             med = sub.groupby(spec.x)["bound"].median().sort_index()
-            med = med[np.isfinite(med) & ((med > 0) if spec.logy else True)]
+            med = med[np.isfinite(med) & ((med > 0) if logy else True)]
             if len(med):
                 ax.plot(med.index, med.values, ls="--", lw=1.3, color=palette[lvl])
         if main["shaped"].any():
@@ -205,15 +211,18 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
         if (~main["shaped"]).any():
             ax.axhline(1.0, ls=":", lw=1.3, color="k")
             extra.append(Line2D([], [], ls=":", color="k", label="bound (ratio = 1)"))
-        for c in sorted({consts[k] for k in main.loc[main["shaped"], "check"] if k in consts}):
-            ax.axhline(c, ls="--", lw=1.2, color="0.35")
-            extra.append(Line2D([], [], ls="--", color="0.35", label=f"fitted C = {c:.3g} (max ratio)"))
+        shaped_checks = sorted({k for k in main.loc[main["shaped"], "check"] if k in consts})
+        for k in shaped_checks:
+            colour = palette.get(k, "0.35") if spec.hue == "check" else "0.35"
+            label = f"fitted C = {consts[k]:.3g}" + (f" ({k})" if len(shaped_checks) > 1 else " (max ratio)")
+            ax.axhline(consts[k], ls="--", lw=1.2, color=colour)
+            extra.append(Line2D([], [], ls="--", color=colour, label=label))
     if logx:
         ax.set_xscale("log")
-    if spec.logy:
+    if logy:
         ax.set_yscale("log")
     _ticks(ax, "x", df[spec.x].to_numpy(dtype=float) if numeric_x else np.array([]), logx)
-    _ticks(ax, "y", df[spec.y].to_numpy(dtype=float), spec.logy)
+    _ticks(ax, "y", df[spec.y].to_numpy(dtype=float), logy)
     leg = ax.get_legend()
     handles = list(leg.legend_handles) if leg else []
     labels = [t.get_text().strip() for t in leg.texts] if leg else []
@@ -222,7 +231,7 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
                   title=spec.hue if hue_col and not style else None, title_fontsize=8)
     ax.set_title(spec.title, fontsize=10)
     ax.set_xlabel(spec.xlabel or param_label(spec.x))
-    ax.set_ylabel(y_label(spec))
+    ax.set_ylabel(y_label(spec, bool(len(main)) and bool(main["shaped"].all())))
     ax.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
