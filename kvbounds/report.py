@@ -224,27 +224,27 @@ def git_commit() -> str:
 
 
 def infer_profile(records: Sequence[Record]) -> str:
-    """The smallest profile whose trial grids contain every record's parameters (records do not store it)."""
+    """The smallest profile whose trials produced every record (records store their trial's key, not the
+    profile): a record's key is one of the profile's trial keys for its claim, seed and backend."""
+    from .records import trial_key
     from .runner import PROFILES
-    by_claim: dict[str, set] = defaultdict(set)
-    for r in records:
-        if r.claim in registry.CLAIMS:
-            by_claim[r.claim].add(canonical(r.params))
-    if not by_claim:
+    runs = {(r.claim, r.seed, r.backend) for r in records if r.claim in registry.CLAIMS}
+    keys = {r.key for r in records if r.claim in registry.CLAIMS}
+    if not keys:
         return "unknown"
-    grids: dict[str, dict[str, set]] = {}
+    covered: dict[str, set] = {}
     for prof in PROFILES:
-        grids[prof] = {}
-        for cid in by_claim:
+        covered[prof] = set()
+        for cid, seed, backend in runs:
             try:
                 mod = registry.CLAIMS[cid].check_module()
-                grids[prof][cid] = {canonical(p) for p in mod.trials(prof)} if mod else set()
+                covered[prof] |= {trial_key(cid, dict(p), seed, backend) for p in (mod.trials(prof) if mod else [])}
             except Exception:  # noqa: BLE001
-                grids[prof][cid] = set()
+                pass
     for prof in PROFILES:
-        if all(ps <= grids[prof][cid] for cid, ps in by_claim.items()):
+        if keys <= covered[prof]:
             return prof
-    used = [p for p in PROFILES if any(ps & grids[p][cid] for cid, ps in by_claim.items())]
+    used = [p for p in PROFILES if keys & covered[p]]
     return " + ".join(used) if used else "unknown"
 
 
