@@ -24,6 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, LogLocator, NullFormatter, NullLocator
 
 from .records import Record
+from .registry import cite
 from .verdict import FigureSpec
 
 MAX_HUES = 6
@@ -180,9 +181,9 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
             caption.append(f"{len(shown)} of {len(levels)} values of {spec.hue} shown")
             df = df[df[spec.hue].isin(shown)]
         hue_col = f"{spec.hue} "            # a separate column, so hue == x still works
-        df[hue_col] = df[spec.hue].map(str)
-        order = [str(v) for v in shown]
-        palette = _palette(shown)
+        df[hue_col] = df[spec.hue].map(lambda v: cite(str(v)))        # papers by name, not by label
+        order = [cite(str(v)) for v in shown]
+        palette = dict(zip(order, _palette(shown).values()))
     style = "control" if df["control"].nunique() > 1 else None
     bands = ("pi", 90) if len(order) <= 3 else None
 
@@ -213,8 +214,8 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
             extra.append(Line2D([], [], ls=":", color="k", label="bound (ratio = 1)"))
         shaped_checks = sorted({k for k in main.loc[main["shaped"], "check"] if k in consts})
         for k in shaped_checks:
-            colour = palette.get(k, "0.35") if spec.hue == "check" else "0.35"
-            label = f"fitted C = {consts[k]:.3g}" + (f" ({k})" if len(shaped_checks) > 1 else " (max ratio)")
+            colour = palette.get(cite(k), "0.35") if spec.hue == "check" else "0.35"
+            label = f"fitted C = {consts[k]:.3g}" + (f" ({cite(k)})" if len(shaped_checks) > 1 else " (max ratio)")
             ax.axhline(consts[k], ls="--", lw=1.2, color=colour)
             extra.append(Line2D([], [], ls="--", color=colour, label=label))
     if logx:
@@ -229,7 +230,7 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
     if handles or extra:
         ax.legend(handles + extra, labels + [h.get_label() for h in extra], fontsize=8, framealpha=0.85,
                   title=spec.hue if hue_col and not style else None, title_fontsize=8)
-    ax.set_title(spec.title, fontsize=10)
+    ax.set_title(cite(spec.title), fontsize=10)
     ax.set_xlabel(spec.xlabel or param_label(spec.x))
     ax.set_ylabel(y_label(spec, bool(len(main)) and bool(main["shaped"].all())))
     ax.grid(True, which="major", alpha=0.3)
