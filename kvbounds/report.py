@@ -104,6 +104,15 @@ def tone(value: str) -> str:
     return "warn"
 
 
+def evidence(v: Verdict, n: int = EVIDENCE_CHARS) -> str:
+    """One readable line: for a failing claim its first finding (the reason), else the summary's first clause."""
+    if tone(headline(v)) == "bad" and v.findings:
+        f = v.findings[0]
+        title = f.title.split(": ", 1)[1] if f.title.startswith(v.claim + ":") else f.title
+        return one_line(title + (f" (+{len(v.findings) - 1} more)" if len(v.findings) > 1 else ""), n)
+    return one_line(v.summary, n)
+
+
 def one_line(s: str, n: int = EVIDENCE_CHARS) -> str:
     s = " ".join(registry.cite(s).split())
     first = re.split(r"(?<=;) ", s)[0].rstrip(";")
@@ -119,10 +128,10 @@ def render_terminal(verdicts: dict[str, Verdict]) -> str:
     rows = []
     for cid, v in verdicts.items():
         d = dimensions(v)
-        ev = one_line(v.summary, 60)
+        ev = evidence(v, 60)
         if v.constant is not None and "C=" not in ev:
             ev += f"  C={v.constant:.3g} ({v.constant_kind or 'fitted'})"
-        rows.append((cid, headline(v)[:34], *(d[k] for k in short), ev))
+        rows.append((cid, headline(v)[:34], *(d[k].replace("n/a", "-") for k in short), ev))
     w = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(len(head) - 1)]
     fmt = lambda r: "  ".join(f"{c:<{w[i]}}" for i, c in enumerate(r[:-1])) + "  " + r[-1]
     lines = [fmt(head), "-" * (sum(w) + 2 * len(w) + 8)] + [fmt(r).rstrip() for r in rows]
@@ -303,7 +312,7 @@ def _card(cid: str, v: Verdict, figures: list) -> dict:
         "kind": v.kind or c.kind, "statement": c.statement, "source": c.source,
         "papers": [p.citation() for p in registry.papers_in(c.source)],
         "headline": headline(v), "tone": tone(headline(v)), "dims": dimensions(v),
-        "evidence": one_line(v.summary), "summary": registry.cite(v.summary), "n_records": v.n_records,
+        "evidence": evidence(v), "summary": registry.cite(v.summary), "n_records": v.n_records,
         "constants": _constant_rows(v),
         "counterexample": canonical(v.counterexample) if v.counterexample else "",
         "corrected": registry.cite(v.corrected),
