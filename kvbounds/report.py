@@ -222,7 +222,7 @@ def _card(cid: str, v: Verdict, figures: list) -> dict:
 def _draw_all(verdicts: dict[str, Verdict], records: Sequence[Record], fig_dir: Path) -> dict[str, list]:
     """Per claim: up to MAX_FIGURES drawn figures (src, title, caption) and notes for the ones skipped."""
     try:
-        from .report_figures import draw_figure
+        from .report_figures import draw_figure, select_records
     except ImportError as e:   # the `report` extra (matplotlib, seaborn, pandas) is not installed
         return {cid: [{"src": None, "title": spec.title, "caption": "",
                        "note": f"no figures without {e.name}: pip install 'kvbounds[report]'"} for spec in v.figures]
@@ -237,9 +237,16 @@ def _draw_all(verdicts: dict[str, Verdict], records: Sequence[Record], fig_dir: 
     for cid, v in verdicts.items():
         out[cid] = []
         const = v.fitted_constant.value if v.fitted_constant else (v.constant if v.constant_kind == "fitted" else None)
+        seen = set()
         for i, spec in enumerate(v.figures):
             if sum(1 for f in out[cid] if f["src"]) >= MAX_FIGURES:
                 break
+            sig = (spec.x, spec.y, spec.hue, tuple(id(r) for r in select_records(spec, by_claim.get(cid, []))))
+            if sig in seen:
+                out[cid].append({"src": None, "title": registry.cite(spec.title), "caption": "",
+                                 "note": "the same records as a figure above"})
+                continue
+            seen.add(sig)
             name = re.sub(r"[^A-Za-z0-9._-]", "_", f"{cid}_{i}") + ".png"
             try:
                 note, caption = draw_figure(spec, by_claim.get(cid, []), fig_dir / name, const)

@@ -12,6 +12,7 @@ Rules, so a figure cannot misinform:
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -54,9 +55,22 @@ def y_label(spec: FigureSpec, shaped: bool = False) -> str:
     return head if 0 < len(head) <= 60 else "measured (units of its bound)"
 
 
+def title_checks(spec: FigureSpec, checks: set[str]) -> set[str]:
+    """For a spec coloured by sub-check with no sub-check named: the sub-checks whose name shares a word with
+    what the title says is measured ("peak memory / ..." -> "memory gram", "memory rows"), so quantities in
+    different units are not drawn on one axis. All of them when none or all match."""
+    head = re.split(r"\s+vs\.?\s+", spec.title)[0].lower()
+    words = {w for w in re.findall(r"[a-z][a-z-]{3,}", head)}
+    hit = {c for c in checks if words & set(re.findall(r"[a-z][a-z-]{3,}", c.lower()))}
+    return hit if hit and hit != checks else checks
+
+
 def select_records(spec: FigureSpec, records: Sequence[Record]) -> list[Record]:
-    """The records a spec draws: its sub-check, and one sweep only."""
+    """The records a spec draws: its sub-check (or the sub-checks its title names), and one sweep only."""
     recs = [r for r in records if spec.check is None or r.check == spec.check]
+    if spec.check is None and spec.hue == "check":
+        keep = title_checks(spec, {r.check for r in recs})
+        recs = [r for r in recs if r.check in keep]
     sweep = spec.sweep
     if sweep is None and any(r.params.get("sweep") == spec.x for r in recs):
         sweep = spec.x   # the sweep along this figure's x axis, not the others' centre points

@@ -223,3 +223,10 @@ def test_figure_sweep_filter_and_fitted_bound(tmp_path):
     assert note is None and caption == "6 of 9 values of l shown"
     inf = [Record("X", {"n": n}, 0, "numpy", float("inf"), 1.0, False) for n in (8, 16)]
     assert "non-finite" in report_figures.draw_figure(FigureSpec("x", x="n"), inf, tmp_path / "h.png")[0]
+
+
+def test_figure_keeps_to_the_quantity_its_title_names():
+    checks = {"time gram", "time rows", "memory gram", "memory rows"}
+    spec = FigureSpec("peak memory / (8 (d+s) n bytes) vs n", x="n", hue="check", y="ratio")
+    assert report_figures.title_checks(spec, checks) == {"memory gram", "memory rows"}
+    assert report_figures.title_checks(FigureSpec("eps_hat vs t", x="t", hue="check"), checks) == checks
