@@ -106,7 +106,7 @@ def evidence(v: Verdict, n: int = EVIDENCE_CHARS) -> str:
     """One readable line: for a failing claim its first finding (the reason), else the summary's first clause."""
     if tone(headline(v)) == "bad" and v.findings:
         f = v.findings[0]
-        title = f.title.split(": ", 1)[1] if f.title.startswith(v.claim + ":") else f.title
+        title = re.sub(rf"^{re.escape(v.claim)}\s*:?\s*", "", f.title) or f.title
         return one_line(title + (f" (+{len(v.findings) - 1} more)" if len(v.findings) > 1 else ""), n)
     return one_line(v.summary, n)
 
