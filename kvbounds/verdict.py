@@ -68,6 +68,9 @@ class FigureSpec:
     show_bound: bool = True
     logx: bool = True
     logy: bool = True
+    sweep: str | None = None    # restrict to records with params["sweep"] == sweep (default: the sweep named x, if any)
+    xlabel: str = ""            # axis labels with units (default: the report's label for the params key)
+    ylabel: str = ""
 
 
 # ------------------------------------------------------------------ verdict dimensions (issue 9)

@@ -22,3 +22,47 @@ def test_unknown_claim_and_backend(tmp_path, capsys):
     assert main(["check", "NOPE.x", "--out", str(tmp_path)]) == 2
     assert "unknown claim" in capsys.readouterr().err
     assert main(["check", "MR.memory", "--backend", "tpu", "--out", str(tmp_path)]) == 2
+
+
+def test_version(capsys):
+    import pytest
+    from kvbounds import __version__
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"kvbounds {__version__}"
+
+
+def test_list_has_header_and_statements(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "CLAIM" in out and "KIND" in out and "SOURCE" in out
+    assert "Frequent Directions" in out and "arXiv" not in out.splitlines()[0]
+    assert main(["list", "--brief"]) == 0
+    assert "Frequent Directions" not in capsys.readouterr().out
+
+
+def test_show_and_did_you_mean(tmp_path, capsys):
+    assert main(["show", "mr.MEMORY", "--out", str(tmp_path)]) == 0      # case-insensitive
+    out = capsys.readouterr().out
+    assert out.startswith("MR.memory") and "BalanceKV-NeurIPS Thm 3.4" in out and "2502.07861" in out
+    assert "theory/balancekv.py: merge_reduce_memory_bound" in out and "proofs_checks/mr_memory.py" in out
+    assert "verdict: not run" in out
+    assert main(["check", "MR.memory", "--profile", "smoke", "--out", str(tmp_path), "--workers", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["show", "MR.memory", "--out", str(tmp_path)]) == 0
+    assert "records in" in capsys.readouterr().out
+    assert main(["show", "MR.memroy"]) == 2
+    assert "did you mean MR.memory" in capsys.readouterr().err
+    assert main(["report", "MR.memroy", "--out", str(tmp_path)]) == 2
+    assert "did you mean MR.memory" in capsys.readouterr().err
+    assert main(["report", "mr.memory", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "MR.memory" in out and "SG.attention" not in out
+
+
+def test_report_on_missing_or_empty_dir_is_an_error(tmp_path, capsys):
+    assert main(["report", "--out", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["report", "--out", str(tmp_path)]) == 2
+    assert "no records" in capsys.readouterr().err
+    assert not (tmp_path / "report.html").exists()

@@ -48,9 +48,10 @@ def test_notebook_runs_on_smoke(path: Path, tmp_path: Path, kernel_specs: Kernel
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_committed_without_outputs(path: Path):
+def test_committed_notebook_has_no_error_output(path: Path):
+    """Notebooks ship executed (``make notebooks``) so a reader sees the figures; none may carry an error."""
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
-    dirty = [i for i, c in enumerate(nb.cells)
-             if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count") is not None)]
-    assert not dirty, f"{path.name}: clear the outputs of cell(s) {dirty} before committing"
+    errors = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, f"{path.name}: cell(s) {errors} end in an error; rerun `make notebooks`"

@@ -1,15 +1,18 @@
 """The report end to end on a fake registry: statuses, findings, summary.json, html and figures."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import textwrap
+import types
 
 import pytest
 
-from kvbounds import registry, report
+from kvbounds import registry, report, report_figures
 from kvbounds.records import Record, ResultStore
-from kvbounds.verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_RUN
+from kvbounds.verdict import (FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_RUN, Constant, Erratum,
+                              FigureSpec, Finding, RateInfo, Reproduction, Verdict)
 
 CHECK_SRC = '''
 from kvbounds.records import Record
@@ -93,13 +96,18 @@ def test_build_verdicts_statuses(results, fake_claims):
 def test_write_report(results, fake_claims):
     path = report.write_report(results)
     assert path == results / "report.html" and path.exists()
-    summary = json.loads((results / "summary.json").read_text())
+    raw = (results / "summary.json").read_bytes()
+    summary = json.loads(raw)
     assert {k: s["status"] for k, s in summary.items()} == {
         "A.ok": HOLDS, "B.fail": FAILS, "C.notrun": NOT_RUN, "D.raises": INCONCLUSIVE, "E.nocheck": NO_CHECK,
         "F.fitted": HOLDS_FITTED}
-    assert summary["B.fail"]["findings"][0]["smallest_input"] == {"n": 16, "d": 4}
+    fields = {f.name for f in dataclasses.fields(Verdict)} - {"figures"}
+    assert all(set(s) == fields for s in summary.values())
+    assert summary["B.fail"]["findings"][0]["smallest_input"] == {"d": 4, "n": 16}
     assert summary["A.ok"]["constant_kind"] == "proven"
     assert summary["F.fitted"]["constant_kind"] == "fitted" and len(summary["F.fitted"]["constant_spread"]) == 2
+    report.write_report(results)
+    assert (results / "summary.json").read_bytes() == raw          # deterministic: same records, same bytes
 
     figs = sorted(p.name for p in (results / "figures").glob("*.png"))
     assert figs == ["A.ok_0.png", "A.ok_1.png", "B.fail_0.png", "B.fail_1.png", "F.fitted_0.png", "F.fitted_1.png"]
@@ -107,19 +115,26 @@ def test_write_report(results, fake_claims):
 
     text = path.read_text()
     for cid in fake_claims:
-        assert f">{cid}<" in text
+        assert f">{cid}</a>" in text
     assert 'src="figures/A.ok_0.png"' in text
-    assert "skipped: x key &#x27;nope&#x27;" in text
     assert "statement of A.ok &lt;b&gt;" in text  # escaped
-    assert "{&quot;d&quot;:4,&quot;n&quot;:16}" in text  # the finding's smallest input, compact JSON
+    assert "{&#34;d&#34;:4,&#34;n&#34;:16}" in text  # the finding's smallest input, compact JSON
     assert "Z.unregistered" in text  # named as ignored in the metadata
-    assert "0.3 (fitted)" in text
+    assert "fitted</b> C = 0.3" in text
+    assert 'id="matrix"' in text and "totals" in text
 
 
-def test_empty_results_dir(tmp_path, fake_claims):
-    path = report.write_report(tmp_path / "empty")
-    summary = json.loads((tmp_path / "empty" / "summary.json").read_text())
-    assert path.exists() and summary["A.ok"]["status"] == NOT_RUN and summary["E.nocheck"]["status"] == NO_CHECK
+def test_missing_or_empty_results_dir_is_an_error(tmp_path, fake_claims):
+    with pytest.raises(report.ReportError, match="does not exist"):
+        report.write_report(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(report.ReportError, match="no records"):
+        report.write_report(tmp_path / "empty")
+
+
+def test_report_filtered_to_claims(results, fake_claims):
+    report.write_report(results, claims=["B.fail"])
+    assert list(json.loads((results / "summary.json").read_text())) == ["B.fail"]
 
 
 def test_render_terminal(results, fake_claims):
@@ -136,3 +151,82 @@ def test_planned_but_missing_check_module_is_no_check(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "CLAIMS", {"X": registry.Claim("X", "F", "s", "src", check="no_such_module_xyz")})
     v = report.build_verdicts([_rec("X", 8, 1.0)])
     assert v["X"].status == NO_CHECK
+
+
+def _full_verdict(cid):
+    """A hand-made verdict with every dimension field filled."""
+    return Verdict(
+        cid, FAILS, "3/10 trials within bound; max measured/bound 2.5; more detail after the first clause",
+        constant=1.5, constant_kind="fitted", constant_spread=(0.5, 1.0),
+        findings=[Finding(cid, "bound violated", "measured 2.5 > bound 1", {"n": 8}),
+                  Finding(cid, "proof step wrong", "001 Lemma C.3 step 2", {}, kind="erratum")],
+        figures=[FigureSpec("measured vs n", x="n")], n_records=10, kind="theorem", statement="false",
+        proof="errata", rate="not-reached", reproduction="partial", power="shown",
+        headline="false as stated", counterexample={"n": 8, "measured": 2.5, "bound": 1.0},
+        corrected="holds with constant 3 instead of 1",
+        errata=[Erratum("001 Lemma C.3, step 2", "sign error", {"d": 2}, "flip the sign")],
+        rate_info=RateInfo("t", (8.0, 64.0), -1.0, -0.5, (-0.6, -0.4), "sets in beyond t = 1e4 (extrapolated)"),
+        reproductions=[Reproduction("released", "not-reproduced", "SmolLM2, 4 layers, n = 512", "2/8 cells")],
+        power_detail="controls rejected 4/4", proven_constant=Constant(30.0, "proven", "c = 30 log(n/delta)"),
+        fitted_constant=Constant(1.5, "fitted", "max measured/shape", (0.5, 1.0)))
+
+
+def test_every_dimension_field_rendered(results, fake_claims, tmp_path):
+    recs = ResultStore(results).load()
+    verdicts = report.build_verdicts(recs)
+    verdicts["B.fail"] = _full_verdict("B.fail")
+    html = report.render_html(verdicts, recs, {})
+    for text in ("false as stated", "statement: false", "proof: errata", "rate: not-reached",
+                 "reproduction: partial", "power: shown", "counterexample", "{&#34;bound&#34;:1.0,",
+                 "holds with constant 3 instead of 1", "BalanceKV-NeurIPS Lemma C.3, step 2", "sign error",
+                 "flip the sign", "stated exponent -1.0", "sets in beyond t = 1e4", "released: not-reproduced",
+                 "SmolLM2, 4 layers", "controls rejected 4/4", "<b>proven</b> C = 30", "c = 30 log(n/delta)",
+                 "<b>fitted</b> C = 1.5", "3/10 trials within bound",
+                 "erratum</b> (1)", "bound violated"):
+        assert text in html, text
+    # legacy verdicts (no dimensions) fall back to their status
+    assert report.dimensions(verdicts["A.ok"])["statement"] == "holds"
+    s = json.loads(report.summary_json({"B.fail": verdicts["B.fail"]}))["B.fail"]
+    assert s["rate_info"]["stated_exponent"] == -1.0 and s["errata"][0]["corrected"] == "flip the sign"
+    assert s["proven_constant"]["value"] == 30.0 and "figures" not in s
+
+
+def test_error_records_and_leaderboard_rendered(results, fake_claims, monkeypatch):
+    errors = [{"claim": "A.ok", "params": {"n": 8}, "seed": 0, "backend": "numpy",
+               "error": "ValueError: boom in trial", "traceback": "Traceback ...\nValueError: boom in trial"}]
+    monkeypatch.setattr(ResultStore, "load_errors", lambda self: errors, raising=False)
+    rows = [dict(method=m, source=src, budget=b, memory_floats=int(1000 * b), metric=metric, value=v * b,
+                 ci_low=v * b - 0.1, ci_high=v * b + 0.1, n=20, note="")
+            for (m, src, v) in (("balancekv", "kvbounds", 1.0), ("snapkv", "kvpress", 0.8))
+            for b in (0.25, 0.5) for metric in ("passkey accuracy", "perplexity")]
+    fake = types.ModuleType("kvbounds.e2e.leaderboard")
+    fake.leaderboard_rows = lambda records: rows
+    monkeypatch.setitem(sys.modules, "kvbounds.e2e", types.ModuleType("kvbounds.e2e"))
+    monkeypatch.setitem(sys.modules, "kvbounds.e2e.leaderboard", fake)
+    text = report.write_report(results).read_text()
+    assert "Trials that raised (1)" in text and "boom in trial" in text
+    assert "End-to-end leaderboard" in text and "snapkv" in text and "kvpress" in text and "budget 0.25" in text
+    assert (results / "figures" / "leaderboard.png").stat().st_size > 1000
+
+
+def test_figure_sweep_filter_and_fitted_bound(tmp_path):
+    recs = [Record("X", {"sweep": sw, "n": n, "t": t}, 0, "numpy", 2.0 * n, n, True, bound_kind="shape", check="c")
+            for sw, ns, ts in (("n", (8, 16, 32), (4,)), ("t", (16,), (2, 4, 8))) for n in ns for t in ts]
+    spec = FigureSpec("measured vs n", x="n")
+    sel = report_figures.select_records(spec, recs)
+    assert {r.params["sweep"] for r in sel} == {"n"} and len(sel) == 3       # the t sweep is not pooled in
+    assert report_figures.fitted_constants(recs) == {"c": pytest.approx(2.0)}
+    note, _ = report_figures.draw_figure(spec, recs, tmp_path / "f.png")
+    assert note is None and (tmp_path / "f.png").exists()
+    many = [Record("X", {"n": n, "l": l}, 0, "numpy", 1.0, 2.0, True) for n in (8, 16) for l in range(9)]
+    note, caption = report_figures.draw_figure(FigureSpec("x", x="n", hue="l"), many, tmp_path / "g.png")
+    assert note is None and caption == "6 of 9 values of l shown"
+    inf = [Record("X", {"n": n}, 0, "numpy", float("inf"), 1.0, False) for n in (8, 16)]
+    assert "non-finite" in report_figures.draw_figure(FigureSpec("x", x="n"), inf, tmp_path / "h.png")[0]
+
+
+def test_figure_keeps_to_the_quantity_its_title_names():
+    checks = {"time gram", "time rows", "memory gram", "memory rows"}
+    spec = FigureSpec("peak memory / (8 (d+s) n bytes) vs n", x="n", hue="check", y="ratio")
+    assert report_figures.title_checks(spec, checks) == {"memory gram", "memory rows"}
+    assert report_figures.title_checks(FigureSpec("eps_hat vs t", x="t", hue="check"), checks) == checks

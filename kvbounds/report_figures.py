@@ -1,0 +1,254 @@
+"""The report's figures: one FigureSpec drawn as measured against its bound, with seaborn on a plain
+``matplotlib.figure.Figure`` (Agg canvas; pyplot's global state is never touched).
+
+Rules, so a figure cannot misinform:
+  * one sweep per figure: a spec's ``sweep`` (or, by default, the sweep named like its x key) filters the
+    records, so records of other sweeps at the centre point are not pooled in;
+  * the bound is drawn at the constant the verdict used: an ``a-priori``/``certificate``/``exact`` bound as
+    recorded; a ``shape``/``fitted`` bound times the fitted constant (one per sub-check, as the verdict
+    rule fits it), labelled as such;
+  * axes say what they measure (units where a parameter has one); log ticks carry no overlapping minor labels;
+  * at most ``MAX_HUES`` colours (evenly chosen levels otherwise, said in the caption); bands only for few hues.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FixedLocator, LogLocator, NullFormatter, NullLocator
+
+from .records import Record
+from .registry import cite
+from .verdict import FigureSpec
+
+MAX_HUES = 6
+SHAPE_KINDS = ("shape", "fitted")
+
+# params keys with one meaning across the checks, and their units
+PARAM_LABELS = {
+    "n": "n (tokens in the stream)", "d": "d (head dimension)", "t": "t (batch size, tokens)",
+    "eps": "ε (target error)", "delta": "δ (failure probability)", "r": "r (norm bound or rank)",
+    "T": "T (levels; 2^-T of the middle kept)", "J": "J (chunks)", "position": "position (tokens)",
+    "layer": "layer", "block_size": "batch size (tokens)", "ell": "ℓ (sketch rows)", "l": "ℓ (sketch rows)",
+    "lam": "λ (multiple of the stated sample size)", "C": "C (multiple of the stated shape)",
+    "M_over_n": "M / n (memory per bit)", "eps_sqrt_n": "ε √n", "m": "m", "s": "s",
+}
+
+
+def param_label(key: str) -> str:
+    return PARAM_LABELS.get(key, key)
+
+
+def y_label(spec: FigureSpec, shaped: bool = False) -> str:
+    if spec.ylabel:
+        return spec.ylabel
+    if spec.y == "ratio":
+        return "measured / O(.) shape (its max: the fitted C)" if shaped else "measured / bound (1 = at the bound)"
+    head = spec.title.split(" vs ")[0].strip()
+    return head if 0 < len(head) <= 60 else "measured (units of its bound)"
+
+
+def title_checks(spec: FigureSpec, checks: set[str]) -> set[str]:
+    """For a spec coloured by sub-check with no sub-check named: the sub-checks whose name shares a word with
+    what the title says is measured ("peak memory / ..." -> "memory gram", "memory rows"), so quantities in
+    different units are not drawn on one axis. All of them when none or all match."""
+    head = re.split(r"\s+vs\.?\s+", spec.title)[0].lower()
+    words = {w for w in re.findall(r"[a-z][a-z-]{3,}", head)}
+    hit = {c for c in checks if words & set(re.findall(r"[a-z][a-z-]{3,}", c.lower()))}
+    return hit if hit and hit != checks else checks
+
+
+def select_records(spec: FigureSpec, records: Sequence[Record]) -> list[Record]:
+    """The records a spec draws: its sub-check (or the sub-checks its title names), and one sweep only."""
+    recs = [r for r in records if spec.check is None or r.check == spec.check]
+    if spec.check is None and spec.hue == "check":
+        keep = title_checks(spec, {r.check for r in recs})
+        recs = [r for r in recs if r.check in keep]
+    sweep = spec.sweep
+    if sweep is None and any(r.params.get("sweep") == spec.x for r in recs):
+        sweep = spec.x   # the sweep along this figure's x axis, not the others' centre points
+    if sweep is not None:
+        recs = [r for r in recs if r.params.get("sweep", sweep) == sweep]
+    return recs
+
+
+def fitted_constants(records: Sequence[Record], verdict_constant: float | None = None) -> dict[str, float]:
+    """Per sub-check: the fitted constant of its shape records, max measured/shape (the verdict rule's C).
+    When the verdict reports one constant and there is one shape sub-check, that constant is used."""
+    out: dict[str, float] = {}
+    for r in records:
+        if r.bound_kind in SHAPE_KINDS and not r.control and np.isfinite(r.ratio):
+            out[r.check] = max(out.get(r.check, 0.0), r.ratio)
+    if verdict_constant is not None and len(out) == 1:
+        out = {k: float(verdict_constant) for k in out}
+    return out
+
+
+def _frame(records: Sequence[Record], consts: dict[str, float]) -> pd.DataFrame:
+    rows = []
+    for r in records:
+        c = consts.get(r.check, 1.0) if r.bound_kind in SHAPE_KINDS else 1.0
+        rows.append({**{k: v for k, v in r.params.items() if k not in ("measured", "bound", "ratio")},
+                     "measured": r.measured, "bound": r.bound * c, "ratio": r.ratio, "check": r.check,
+                     "control": "negative control" if r.control else "main", "shaped": r.bound_kind in SHAPE_KINDS})
+    return pd.DataFrame(rows)
+
+
+def _levels(values) -> list:
+    levels = list(pd.Series(values).dropna().unique())
+    try:
+        levels.sort()
+    except TypeError:
+        levels.sort(key=str)
+    return levels
+
+
+def _thin(levels: list, k: int = MAX_HUES) -> list:
+    if len(levels) <= k:
+        return levels
+    idx = np.unique(np.round(np.linspace(0, len(levels) - 1, k)).astype(int))
+    return [levels[i] for i in idx]
+
+
+def _palette(levels: list) -> dict:
+    numeric = all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in levels)
+    if numeric and len(levels) > 2:   # ordered values: a dark-to-mid sequential ramp, no near-white end
+        cmap = sns.color_palette("viridis", as_cmap=True)
+        cols = [cmap(x) for x in np.linspace(0.0, 0.8, len(levels))]
+    else:
+        cols = sns.color_palette("colorblind", n_colors=max(len(levels), 1))
+    return dict(zip([str(v) for v in levels], cols))
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if 1000 <= abs(v) < 1e7 else f"{v:.3g}"
+
+
+def _nice_ticks(lo: float, hi: float, k: int = 4) -> np.ndarray:
+    vals = np.geomspace(lo, hi, k)
+    return np.unique([float(f"{v:.2g}") for v in vals])
+
+
+def _ticks(ax, axis: str, values: np.ndarray, log: bool) -> None:
+    a = ax.xaxis if axis == "x" else ax.yaxis
+    if not log:
+        return
+    uniq = np.unique(values[np.isfinite(values) & (values > 0)])
+    if not len(uniq):
+        return
+    a.set_minor_formatter(NullFormatter())
+    lo, hi = (ax.get_xlim() if axis == "x" else ax.get_ylim())
+    if axis == "x" and 1 < len(uniq) <= 8:          # few swept values: tick exactly at them
+        a.set_major_locator(FixedLocator(uniq))
+        a.set_minor_locator(NullLocator())
+        a.set_major_formatter(lambda v, _pos: _num(v))
+    elif hi / max(lo, 1e-300) < 30:                 # under ~1.5 decades: a few round values, no 10^k gaps
+        a.set_major_locator(FixedLocator(_nice_ticks(lo, hi)))
+        a.set_minor_locator(NullLocator())
+        a.set_major_formatter(lambda v, _pos: _num(v))
+    else:
+        a.set_major_locator(LogLocator(base=10, numticks=6))
+        a.set_minor_locator(LogLocator(base=10, subs=np.arange(2, 10) * 0.1, numticks=12))
+
+
+def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
+                verdict_constant: float | None = None) -> tuple[str | None, str]:
+    """Draw one spec to ``path``. Returns (note why it was skipped or None, caption addition)."""
+    consts = fitted_constants(records, verdict_constant)   # over all sweeps of each sub-check, as the verdict fits
+    recs = select_records(spec, records)
+    if not recs:
+        return f"no records{' for sub-check ' + repr(spec.check) if spec.check else ''}", ""
+    if not any(spec.x in r.params for r in recs):
+        return f"x key {spec.x!r} not in the records' params", ""
+    df = _frame(recs, consts)
+    df = df[df[spec.x].notna()]
+    if spec.hue and spec.hue not in df.columns:
+        return f"hue key {spec.hue!r} not in the records", ""
+    if spec.y not in df.columns:
+        return f"y {spec.y!r} is neither 'measured' nor 'ratio'", ""
+    y = pd.to_numeric(df[spec.y], errors="coerce").astype(float)
+    df = df[np.isfinite(y) & ((y > 0) if spec.logy else True)].copy()
+    if df.empty:
+        return f"every value of {spec.y} is non-finite{' or <= 0 on a log axis' if spec.logy else ''}", ""
+    logy = spec.logy
+    if not logy and spec.hue == "check" and bool((df[spec.y] > 0).all()):
+        med = df.groupby("check")[spec.y].median()
+        if len(med) > 1 and med.max() > 30 * med.min():   # sub-checks in different units: a linear axis hides all but one
+            logy = True
+            caption_units = "log y axis: the sub-checks differ by orders of magnitude"
+    numeric_x = pd.api.types.is_numeric_dtype(df[spec.x])
+    logx = spec.logx and numeric_x and bool((df[spec.x] > 0).all()) and df[spec.x].nunique() > 1
+
+    caption = [caption_units] if logy != spec.logy else []
+    hue_col, order, palette = None, [None], {None: sns.color_palette("colorblind")[0]}
+    if spec.hue:
+        levels = _levels(df[spec.hue])
+        shown = _thin(levels)
+        if len(shown) < len(levels):
+            caption.append(f"{len(shown)} of {len(levels)} values of {spec.hue} shown")
+            df = df[df[spec.hue].isin(shown)]
+        hue_col = f"{spec.hue} "            # a separate column, so hue == x still works
+        df[hue_col] = df[spec.hue].map(lambda v: cite(str(v)))        # papers by name, not by label
+        order = [cite(str(v)) for v in shown]
+        palette = dict(zip(order, _palette(shown).values()))
+    style = "control" if df["control"].nunique() > 1 else None
+    bands = ("pi", 90) if len(order) <= 3 else None
+
+    fig = Figure(figsize=(6.4, 4.0))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    sns.lineplot(data=df, x=spec.x, y=spec.y, hue=hue_col, hue_order=order if hue_col else None,
+                 palette=palette if hue_col else None, color=None if hue_col else palette[None],
+                 estimator="median", errorbar=bands, ax=ax,
+                 **(dict(style=style, markers=True, dashes=False) if style else dict(marker="o")))
+    extra = []
+    main = df[df["control"] == "main"]
+    if spec.show_bound and spec.y == "measured":
+        for lvl in order:
+            sub = main if lvl is None else main[main[hue_col] == lvl]
+            med = sub.groupby(spec.x)["bound"].median().sort_index()
+            med = med[np.isfinite(med) & ((med > 0) if logy else True)]
+            if len(med):
+                ax.plot(med.index, med.values, ls="--", lw=1.3, color=palette[lvl])
+        if main["shaped"].any():
+            cs = ", ".join(f"{c:.3g}" for c in sorted({consts.get(k, 1.0) for k in main.loc[main['shaped'], 'check']}))
+            extra.append(Line2D([], [], ls="--", color="0.3", label=f"bound: fitted C = {cs} × shape"))
+        else:
+            extra.append(Line2D([], [], ls="--", color="0.3", label="bound (the paper's constants)"))
+    if spec.y == "ratio":
+        if (~main["shaped"]).any():
+            ax.axhline(1.0, ls=":", lw=1.3, color="k")
+            extra.append(Line2D([], [], ls=":", color="k", label="bound (ratio = 1)"))
+        shaped_checks = sorted({k for k in main.loc[main["shaped"], "check"] if k in consts})
+        for k in shaped_checks:
+            colour = palette.get(cite(k), "0.35") if spec.hue == "check" else "0.35"
+            label = f"fitted C = {consts[k]:.3g}" + (f" ({cite(k)})" if len(shaped_checks) > 1 else " (max ratio)")
+            ax.axhline(consts[k], ls="--", lw=1.2, color=colour)
+            extra.append(Line2D([], [], ls="--", color=colour, label=label))
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    _ticks(ax, "x", df[spec.x].to_numpy(dtype=float) if numeric_x else np.array([]), logx)
+    _ticks(ax, "y", df[spec.y].to_numpy(dtype=float), logy)
+    leg = ax.get_legend()
+    handles = list(leg.legend_handles) if leg else []
+    labels = [t.get_text().strip() for t in leg.texts] if leg else []
+    if handles or extra:
+        ax.legend(handles + extra, labels + [h.get_label() for h in extra], fontsize=8, framealpha=0.85,
+                  title=spec.hue if hue_col and not style else None, title_fontsize=8)
+    ax.set_title(cite(spec.title), fontsize=10)
+    ax.set_xlabel(spec.xlabel or param_label(spec.x))
+    ax.set_ylabel(y_label(spec, bool(len(main)) and bool(main["shaped"].all())))
+    ax.grid(True, which="major", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return None, "; ".join(caption)

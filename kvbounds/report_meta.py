@@ -1,0 +1,120 @@
+"""The report's inputs besides the verdicts: records of trials that raised, the end-to-end leaderboard's rows,
+and the run's metadata (package version, git commit, profile, seeds, backends, duration)."""
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Sequence
+
+from . import __version__, registry
+from .records import Record, ResultStore, canonical
+from .verdict import Verdict
+
+
+def one_line(s: str, n: int) -> str:
+    s = " ".join(registry.cite(s).split())
+    return s if len(s) <= n else s[: n - 1] + "\u2026"
+
+
+def load_error_records(out_dir) -> list:
+    """Records of trials that raised, if the store knows them (``ResultStore.load_errors``)."""
+    store = ResultStore(out_dir)
+    if not hasattr(store, "load_errors"):
+        return []
+    try:
+        return list(store.load_errors())
+    except Exception:  # noqa: BLE001 - an unreadable error log must not lose the report
+        return []
+
+
+def _field(obj, name, default=""):
+    return obj.get(name, default) if isinstance(obj, dict) else getattr(obj, name, default)
+
+
+def error_rows(errors: Sequence) -> list[dict]:
+    rows = []
+    for e in errors:
+        msg = _field(e, "error") or _field(e, "message") or _field(e, "exception")
+        tb = _field(e, "traceback")
+        rows.append({"claim": _field(e, "claim"), "params": canonical(_field(e, "params", {})),
+                     "seed": _field(e, "seed"), "backend": _field(e, "backend"),
+                     "error": one_line(str(msg), 160), "detail": str(tb or msg)})
+    return rows
+
+
+def leaderboard(records: Sequence[Record]) -> list[dict] | None:
+    """Rows of the end-to-end leaderboard, when ``kvbounds.e2e.leaderboard`` is installed."""
+    try:
+        mod = importlib.import_module("kvbounds.e2e.leaderboard")
+    except ImportError:
+        return None
+    fn = getattr(mod, "leaderboard_rows", None)
+    if fn is None:
+        return None
+    try:
+        rows = list(fn(records))
+    except Exception:  # noqa: BLE001
+        return None
+    return rows or None
+
+
+def git_commit() -> str:
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return out.stdout.strip() + (" (uncommitted changes)" if dirty else "") if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def infer_profile(records: Sequence[Record]) -> str:
+    """The smallest profile whose trials produced every record (records store their trial's key, not the
+    profile): a record's key is one of the profile's trial keys for its claim, seed and backend."""
+    from .records import trial_key
+    from .runner import PROFILES
+    runs = {(r.claim, r.seed, r.backend) for r in records if r.claim in registry.CLAIMS}
+    keys = {r.key for r in records if r.claim in registry.CLAIMS}
+    if not keys:
+        return "unknown"
+    covered: dict[str, set] = {}
+    for prof in PROFILES:
+        covered[prof] = set()
+        for cid, seed, backend in runs:
+            try:
+                mod = registry.CLAIMS[cid].check_module()
+                covered[prof] |= {trial_key(cid, dict(p), seed, backend) for p in (mod.trials(prof) if mod else [])}
+            except Exception:  # noqa: BLE001
+                pass
+    for prof in PROFILES:
+        if keys <= covered[prof]:
+            return prof
+    used = [p for p in PROFILES if keys & covered[p]]
+    return " + ".join(used) if used else "unknown"
+
+
+def run_metadata(records: Sequence[Record], verdicts: dict[str, Verdict], out_dir: Path) -> dict:
+    run_file = out_dir / "run.json"
+    run = {}
+    if run_file.exists():
+        try:
+            run = json.loads(run_file.read_text())
+        except (OSError, ValueError):
+            run = {}
+    trial_time = sum(r.time_s for r in records if r.extra.get("trial_size", 1) and r.time_s) if records else 0.0
+    return {
+        "version": __version__, "commit": git_commit(),
+        "profile": run.get("profile") or infer_profile(records),
+        "seeds": ", ".join(map(str, sorted({r.seed for r in records}))) or "-",
+        "backends": ", ".join(sorted({r.backend for r in records})) or "-",
+        "records": len(records), "claims": len(verdicts),
+        "duration": run.get("duration_s") and f"{float(run['duration_s']):.0f} s wall clock",
+        "trial_time": f"{trial_time:.0f} s (sum over records of the time of their trial)",
+        "generated": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "orphans": ", ".join(sorted({r.claim for r in records} - set(registry.CLAIMS))),
+    }

@@ -1,0 +1,42 @@
+"""Packaging: the wheel installs one top-level package, ``kvbounds`` (the repository's folders become its
+subpackages), and carries the report's templates."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_has_only_kvbounds_at_top_level(tmp_path):
+    # --no-build-isolation: build with this interpreter's setuptools, nothing fetched
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(ROOT),
+                    "-w", str(tmp_path)], check=True, cwd=tmp_path, capture_output=True)
+    (wheel,) = tmp_path.glob("kvbounds-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"kvbounds"}, top
+    for sub in ("algorithms", "theory", "proofs_checks", "gpu", "traces"):
+        assert f"kvbounds/{sub}/__init__.py" in names, sub
+    assert "kvbounds/templates/report.html.j2" in names
+    meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    text = zipfile.ZipFile(wheel).read(meta).decode()
+    for extra in ("report", "notebooks", "dask", "gpu", "models", "dev"):
+        assert f"Provides-Extra: {extra}" in text, extra
+    core = [l.split(":", 1)[1].strip() for l in text.splitlines()
+            if l.startswith("Requires-Dist:") and "extra ==" not in l]
+    assert not [r for r in core if r.split(">")[0].split("=")[0].strip().lower()
+                in ("matplotlib", "seaborn", "pandas", "gguf", "tokenizers", "safetensors", "torch")], core
+
+
+def test_no_path_outside_the_repository_in_package_or_readme():
+    """The package cites papers as a reader finds them; no file of the research notes is named."""
+    import re
+    pattern = re.compile(r"\.\./shared|shared/seeds|seeds/|CLAIMS\.md|\b00[0-4]_[0-9a-f]{6}")
+    files = [ROOT / "README.md"] + [p for d in ("kvbounds", "algorithms", "theory", "proofs_checks", "gpu", "traces",
+                                                "notebooks")
+                                    for p in (ROOT / d).rglob("*") if p.suffix in (".py", ".ipynb", ".j2", ".md")]
+    hits = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files for m in pattern.finditer(p.read_text(errors="replace"))]
+    assert not hits, hits

@@ -1,0 +1,59 @@
+"""The README's Python examples run as written and print what the README shows.
+
+Each ```python block runs in a fresh interpreter; when a ```text block follows it directly, that is the
+output it must print: the same words, integers equal, decimals within 25% (or 0.02), so a faster
+implementation that draws the same numbers in another order does not break the README."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"```python\n(.*?)```(?:\s*```text\n(.*?)```)?", re.S)
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def examples() -> list[tuple[str, str | None]]:
+    return [(m.group(1), m.group(2)) for m in BLOCK.finditer((ROOT / "README.md").read_text())]
+
+
+def same_output(got: str, want: str) -> bool:
+    g, w = got.strip().splitlines(), want.strip().splitlines()
+    if len(g) != len(w):
+        return False
+    for a, b in zip(g, w):
+        if NUMBER.sub("#", a).split() != NUMBER.sub("#", b).split():
+            return False
+        for x, y in zip(NUMBER.findall(a), NUMBER.findall(b)):
+            if "." not in y and "e" not in y:
+                if x != y:
+                    return False
+            elif abs(float(x) - float(y)) > max(0.25 * abs(float(y)), 0.02):
+                return False
+    return True
+
+
+def test_readme_has_an_example_per_family():
+    code = "\n".join(c for c, _ in examples())
+    for name in ("BalanceKV", "SubGen", "FrequentDirections", "SubspaceAttention", "make_selector"):
+        assert name in code, name
+    assert all(out for _, out in examples()), "every example shows its output"
+
+
+@pytest.mark.parametrize("i", range(len(examples())))
+def test_readme_example_runs(i, tmp_path):
+    code, want = examples()[i]
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stderr
+    if want is not None:
+        assert same_output(res.stdout, want), f"printed:\n{res.stdout}\nREADME shows:\n{want}"
+
+
+def test_same_output_tolerance():
+    assert same_output("kept 268 of 1024; error 0.18", "kept 268 of 1024; error 0.2")
+    assert not same_output("kept 267 of 1024; error 0.18", "kept 268 of 1024; error 0.18")
+    assert not same_output("error 0.5", "error 0.18")
