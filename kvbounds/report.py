@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 from . import registry
 from .records import Record, ResultStore, _jsonable, canonical
 from .report_meta import error_rows, leaderboard, load_error_records, run_metadata
-from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_RUN, Verdict
+from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, Verdict, finalize
 
 FIG_DIR = "figures"
 MAX_FIGURES = 2          # per claim card
@@ -32,7 +32,7 @@ DIMENSIONS = ("statement", "proof", "rate", "reproduction", "power")
 
 # legacy single status -> the statement dimension
 LEGACY_STATEMENT = {HOLDS: "holds", HOLDS_FITTED: "holds-fitted", FAILS: "fails", INCONCLUSIVE: "inconclusive",
-                    NO_CHECK: "no-check", NOT_RUN: "not-run"}
+                    NO_CHECK: "no-check", NOT_RUN: "not-run", NOT_REFUTED: "not-refuted"}
 # colour class of a dimension value: good / bad / warn / none
 TONE = {"holds": "good", "holds-fitted": "good", "sound": "good", "observed": "good", "reproduced": "good",
         "shown": "good", "false": "bad", "fails": "bad", "reversed": "bad", "not-reproduced": "bad",
@@ -73,7 +73,10 @@ def build_verdicts(records: Sequence[Record], claims: Iterable[str] | None = Non
                 v = Verdict(cid, INCONCLUSIVE, f"summarize raised {type(e).__name__}: {e}")
             v.n_records = v.n_records or len(recs)
         v.kind = v.kind or claim.kind
-        out[cid] = v
+        try:   # dimensions, headline and legacy status by the shared rules, for every verdict
+            out[cid] = finalize(v)
+        except ValueError as e:   # a check that set an invalid dimension: say so instead of failing the report
+            out[cid] = finalize(Verdict(cid, INCONCLUSIVE, f"invalid verdict from the check: {e}", kind=claim.kind))
     return out
 
 
