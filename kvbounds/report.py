@@ -125,19 +125,16 @@ def one_line(s: str, n: int = EVIDENCE_CHARS) -> str:
 def render_terminal(verdicts: dict[str, Verdict]) -> str:
     """Plain-text verdict matrix: one row per claim (headline, dimensions, one line of evidence), totals, findings."""
     short = {"statement": "statement", "proof": "proof", "rate": "rate", "reproduction": "repro", "power": "power"}
-    head = ("claim", "headline", *short.values(), "evidence")
+    head = ("claim", *short.values(), "headline")
     rows = []
     for cid, v in verdicts.items():
         d = dimensions(v)
-        ev = evidence(v, 60)
-        if v.constant is not None and "C=" not in ev:
-            ev += f"  C={v.constant:.3g} ({v.constant_kind or 'fitted'})"
-        rows.append((cid, headline(v)[:34], *(d[k].replace("n/a", "-") for k in short), ev))
+        rows.append((cid, *(d[k].replace("n/a", "-") for k in short), headline(v)))
     w = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(len(head) - 1)]
     fmt = lambda r: "  ".join(f"{c:<{w[i]}}" for i, c in enumerate(r[:-1])) + "  " + r[-1]
     lines = [fmt(head), "-" * (sum(w) + 2 * len(w) + 8)] + [fmt(r).rstrip() for r in rows]
-    counts = Counter(headline(v) for v in verdicts.values())
-    lines += ["", "Totals: " + ", ".join(f"{k} {n}" for k, n in counts.most_common())]
+    counts = Counter(dimensions(v)["statement"] for v in verdicts.values())
+    lines += ["", "Statements: " + ", ".join(f"{k} {n}" for k, n in counts.most_common())]
     findings = [f for v in verdicts.values() for f in v.findings]
     lines += ["", f"Findings ({len(findings)})" if findings else "Findings: none"]
     for kind, fs in _group_findings(verdicts).items():
