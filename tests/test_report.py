@@ -142,7 +142,7 @@ def test_render_terminal(results, fake_claims):
     for cid in fake_claims:
         assert cid in out
     assert "Findings (1)" in out and '{"d":4,"n":16}' in out
-    assert "C=0.3 (fitted)" in out
+    assert "fitted constant C = 0.3" in out
     assert all(len(line) < 200 for line in out.splitlines() if line.startswith("A.ok"))
 
 
