@@ -212,6 +212,12 @@ def _gram_ok(buf, m: int) -> bool:
     return type(buf) is np.ndarray and m <= buf.shape[1]
 
 
+def _times_pow2(X, k: int):
+    """X * 2^k, exact (two factors, so that 2^k itself need not be representable)."""
+    h = k // 2
+    return (X * math.ldexp(1.0, h)) * math.ldexp(1.0, k - h)
+
+
 def shrunk_gram(B: np.ndarray, ell: int, *, keep: int, out_rows: int):
     """:func:`shrunk` for numpy B (m x d, m <= d) through the eigendecomposition of B B^T (module docstring).
 
@@ -224,11 +230,11 @@ def shrunk_gram(B: np.ndarray, ell: int, *, keep: int, out_rows: int):
     if amax == 0.0:                                    # all-zero rows: rank 0, nothing to shrink
         return out, min(m, keep), 0.0
     e = math.frexp(amax)[1]                           # B = 2^e Bs with max |Bs| in [1/2, 1): exact scaling
-    Bs = np.ldexp(B.astype(np.float64, copy=False), -e)
+    Bs = _times_pow2(B.astype(np.float64, copy=False), -e)
     U = np.linalg.eigh(Bs @ Bs.T)[1][:, ::-1]        # eigenvectors, eigenvalues descending
     R = U.T @ Bs                                      # rotated rows: R R^T = U^T B B^T U (B^T B = R^T R)
     if m <= keep:                                     # rank <= keep: rotate, no shrinkage needed
-        out[:m, :] = np.ldexp(R, e)
+        out[:m, :] = _times_pow2(R, e)
         return out, m, 0.0
     # the squared norms of the rotated rows, not the eigenvalues: an eigenvalue carries an absolute error
     # ~ eps ||B||^2, but a row's norm is accurate to ~ eps ||B|| (the eigenvectors are accurate to eps/gap),
@@ -238,5 +244,5 @@ def shrunk_gram(B: np.ndarray, ell: int, *, keep: int, out_rows: int):
     top = n2[:keep]
     t2 = np.divide(cut, top, out=np.ones_like(top), where=top > 0)
     scale = np.sqrt(np.clip(1.0 - t2, 0.0, 1.0))
-    out[:keep, :] = np.ldexp(scale[:, None] * R[:keep, :], e)
+    out[:keep, :] = _times_pow2(scale, e)[:, None] * R[:keep, :]
     return out, keep, math.ldexp(cut, 2 * e)

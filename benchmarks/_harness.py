@@ -1,0 +1,102 @@
+"""Shared measurement plumbing for benchmarks/bench_*.py (not a baseline: every baseline lives in its own bench file).
+
+* :func:`threads` fixes the thread count of every BLAS/OpenMP pool (threadpoolctl) and of torch's intra-op pool;
+* :func:`paired` runs the candidates in interleaved repetitions (the order rotates every repetition, so a drift in
+  machine load hits all alike) and reports, per candidate, the median time and the median of the *paired*
+  per-repetition ratios to the baseline with its spread (25th/75th percentiles, min/max);
+* :func:`target` turns a measured value and a target into a line saying met / NOT met;
+* :func:`load` records the machine's load average next to each measurement; :func:`write` writes the JSON.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    """Every BLAS/OpenMP pool and torch's intra-op pool limited to ``n`` threads inside the block."""
+    from threadpoolctl import threadpool_limits
+    torch = sys.modules.get("torch")
+    old = torch.get_num_threads() if torch is not None else None
+    with threadpool_limits(limits=n):
+        if torch is not None:
+            torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            if torch is not None:
+                torch.set_num_threads(old)
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _spread(x) -> dict:
+    x = np.asarray(x, float)
+    return dict(median=float(np.median(x)), q25=float(np.percentile(x, 25)), q75=float(np.percentile(x, 75)),
+                min=float(x.min()), max=float(x.max()))
+
+
+def paired(fns: dict, *, baseline: str, reps: int, warmup: int = 1, per_call: dict | None = None) -> dict:
+    """Time every ``fns[name]()`` ``reps`` times, interleaved (rotating order); ``per_call[name]`` divides a
+    candidate's time (e.g. rows or tokens per call, for a per-unit cost). Returns {name: {time: spread of seconds
+    per unit, ratio: spread of the paired ratios to ``baseline`` (per unit)}, ..., "load": [before, after]}."""
+    names = list(fns)
+    per_call = per_call or {}
+    for _ in range(warmup):
+        for k in names:
+            fns[k]()
+    ts = {k: [] for k in names}
+    load0 = load()
+    for r in range(reps):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for k in order:
+            t0 = time.perf_counter()
+            fns[k]()
+            ts[k].append((time.perf_counter() - t0) / per_call.get(k, 1))
+    out = {}
+    base = np.asarray(ts[baseline])
+    for k in names:
+        out[k] = dict(time=_spread(ts[k]), ratio=_spread(np.asarray(ts[k]) / base), times=ts[k])
+    out["load"] = [load0, load()]
+    return out
+
+
+def fmt_ratio(r: dict) -> str:
+    """'0.123 [0.110-0.130]' : median of the paired ratios [25th-75th percentile]."""
+    return f"{r['median']:.3f} [{r['q25']:.3f}-{r['q75']:.3f}]"
+
+
+def target(name: str, value: float, op: str, goal: float, spread: dict | None = None, note: str = "") -> dict:
+    """A target line: ``value op goal`` (op '<=' or '>='), printed as met / NOT met."""
+    met = bool(value <= goal) if op == "<=" else bool(value >= goal)
+    sp = f" [{spread['q25']:.3g}-{spread['q75']:.3g}]" if spread else ""
+    print(f"  TARGET {name}: {value:.3g}{sp} {op} {goal:g}: {'met' if met else 'NOT met'}{'  (' + note + ')' if note else ''}")
+    return dict(name=name, value=float(value), op=op, goal=goal, met=met, spread=spread, note=note)
+
+
+def meta(**kw) -> dict:
+    torch = sys.modules.get("torch")
+    return dict(python=platform.python_version(), numpy=np.__version__,
+                torch=getattr(torch, "__version__", None), machine=platform.machine(), cpu_count=os.cpu_count(),
+                time=time.strftime("%Y-%m-%dT%H:%M:%S"), load=load(), **kw)
+
+
+def write(name: str, quick: bool, data: dict, out: Path | None = None) -> Path:
+    out = Path(out) if out else RESULTS / (f"{name}_quick.json" if quick else f"{name}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2, default=float))
+    print(f"wrote {out}")
+    return out
