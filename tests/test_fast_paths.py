@@ -159,3 +159,55 @@ def test_balance_kv_fast_query_sees_state_changed_behind_its_back():
     b.denominator._buf_k, b.denominator._buf_v = [], []
     with pytest.raises(DegenerateEstimate):
         b.query(np.array([1.0, 0.0]))
+
+
+# -- SubGen: numpy query/cluster search vs the generic path -----------------------------------------------
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 200), st.integers(0, 2**31 - 1), st.sampled_from([None, 3]), st.booleans(),
+       st.sampled_from([0.05, 0.5, 2.0]), st.sampled_from([np.float64, np.float32]))
+def test_subgen_fast_equals_reference(n, seed, replicas, scaled, delta, dtype):
+    from kvbounds.algorithms.subgen import SubGen
+    from kvbounds.traces.synthetic import make_trace
+    tr = make_trace("clustered", n=n, d=8, seed=seed % 1000, m=4, r=1.0, spread=0.1)
+    K, V, Q = (x.astype(dtype) for x in (tr.K, tr.V, tr.Q))
+    fast = SubGen(8, delta=delta, s=16, t=4, seed=seed, replicas=replicas, scaled=scaled)
+    ref = SubGen(8, delta=delta, s=16, t=4, seed=seed, replicas=replicas, scaled=scaled)
+    ref.fast = False
+    rtol = 1e-9 if dtype == np.float64 else 1e-4
+    for j in range(n):
+        fast.update(K[j], V[j])
+        ref.update(K[j], V[j])
+        if j % 3 == 0 or j == n - 1:
+            want = ref.query(Q[j])
+            got = fast.query(Q[j])
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * float(np.abs(want).max() + 1e-30))
+    a, b = fast.state(), ref.state()
+    for f in ("representatives", "rep_index", "counts", "sample_index", "samples", "matrix_index", "matrix_keys",
+              "matrix_values"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    assert a.mu == b.mu
+
+
+def test_subgen_fast_query_falls_back_on_bad_q():
+    from kvbounds.algorithms.subgen import SubGen
+    from kvbounds.algorithms.validation import InputError
+    sg = SubGen(2, delta=0.5, s=4, t=2, seed=0)
+    sg.update(np.array([1.0, 0.0]), np.array([1.0, 2.0]))
+    with pytest.raises(InputError):
+        sg.query(np.array([np.nan, 0.0]))
+    ref = SubGen(2, delta=0.5, s=4, t=2, seed=0)
+    ref.fast = False
+    ref.update(np.array([1.0, 0.0]), np.array([1.0, 2.0]))
+    for sub in (sg, ref):
+        sub.update(np.array([0.0, 1.0]), np.array([1e-300, 0.0]))
+    for scale in (1.0, 1e2, 1e3, 1e5):                  # up to logits far beyond the float range
+        q = np.array([-1.0, 1.0]) * scale
+        try:
+            want = ref.query(q)
+        except InputError as e:
+            with pytest.raises(InputError, match=str(e)[:20]):
+                sg.query(q)
+            continue
+        np.testing.assert_allclose(sg.query(q), want, rtol=1e-9)
