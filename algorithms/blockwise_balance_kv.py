@@ -119,7 +119,59 @@ def _gram(Ks, Wb, nk2, nw2):
 
 
 def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None):
-    """The walk of :func:`kvbounds.algorithms.self_balancing_walk.gram_walk` on per-block Gram matrices that are
+    """The walk of :func:`panel_walk_stepwise` (same arguments, same Gram panels, same signs up to rounding),
+    organised for speed: within a column panel of m steps, each step updates only the m entries of s in its
+    panel; the panel's signs then reach every later s_j in one batched product s_j += sum_l eta_l G[l, j]. The
+    per-step array operations thus touch (blocks x m) entries, below the size at which torch splits an
+    operation across threads (32768 elements; the panel shrinks for many blocks), so the ~4 b small operations
+    per level never wait on a descheduled thread; the products are large and run multi-threaded. The coin test
+    u_i < 1/2 - x/(2c) is evaluated as x < c (1 - 2 u_i) (precomputed), and the FAIL flags are read at the end
+    (s_i is final once step i has read it). Returns (signs (..., b), failed (...,) numpy bool)."""
+    xp = array_namespace(Kb, Wb)
+    b = Kb.shape[-2]
+    blocks = int(np.prod(Kb.shape[:-2], dtype=np.int64)) if Kb.ndim > 2 else 1
+    m = panel if b % panel == 0 else b
+    while m > 8 and m % 2 == 0 and b % (m // 2) == 0 and blocks * m > 16384:
+        m //= 2
+    rk2 = xp.max(nk2, axis=-1)[..., None, None]
+    rw2 = xp.max(nw2, axis=-1)[..., None, None]
+    inv_rw2 = 1.0 / xp.where(rw2 > 0, rw2, xp.ones_like(rw2))
+    s = xp.zeros(tuple(Kb.shape[:-1]), dtype=Kb.dtype, device=_dev(Kb))
+    thr = c * (1.0 - 2.0 * uniforms)                 # eta_i = +1 iff x_i < thr_i  (u_i < 1/2 - x_i/(2c))
+    one = xp.ones_like(s[..., 0])
+    neg = -one
+    cols = []
+    for start in range(0, b, m):
+        Kr, Wr = Kb[..., start:, :], Wb[..., start:, :]
+        P = xp.matmul(Kr[..., :m, :], xp.matrix_transpose(Kr))          # (..., m, b - start), as panel_walk_stepwise
+        P -= rk2
+        P = xp.exp(P)
+        Wp = xp.matmul(Wr[..., :m, :], xp.matrix_transpose(Wr))
+        if plus_one and ones is None:
+            Wp += 1.0
+        elif plus_one:
+            Wp += ones[..., start:start + m, None] * ones[..., None, start:]
+        Wp *= inv_rw2
+        P *= Wp
+        del Wp
+        etas = []
+        for l in range(m):
+            i = start + l
+            eta = xp.where(s[..., i] < thr[..., i], one, neg)
+            etas.append(eta)
+            if l + 1 < m:
+                s[..., i + 1:start + m] += eta[..., None] * P[..., l, l + 1:m]
+        E = xp.stack(etas, axis=-1)                                       # (..., m)
+        cols.append(E)
+        if start + m < b:
+            s[..., start + m:] += xp.matmul(E[..., None, :], P[..., :, m:])[..., 0, :]
+    failed = to_numpy(xp.any(xp.abs(s) > c, axis=-1))
+    return xp.concat(cols, axis=-1), failed
+
+
+def panel_walk_stepwise(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None):
+    """The reference for :func:`panel_walk` (tests compare them): after each step, eta_i G[i, j] is added to every
+    later s_j at once. The walk of :func:`kvbounds.algorithms.self_balancing_walk.gram_walk` on per-block Gram matrices that are
     never formed in full: the walk reads only the strictly lower triangle (x_i = sum_{j<i} eta_j G[i,j],
     and after choosing eta_i it adds eta_i G[j,i] to s_j for j > i), so we compute G column panel by
     column panel, rows from the panel's first column down: sum_p (b - p m) m of the b^2 entries, a

@@ -95,8 +95,51 @@ def meta(**kw) -> dict:
 
 
 def write(name: str, quick: bool, data: dict, out: Path | None = None) -> Path:
-    out = Path(out) if out else RESULTS / (f"{name}_quick.json" if quick else f"{name}.json")
+    out = Path(out) if out else RESULTS / (f"{name}_{quick}.json" if quick else f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2, default=float))
     print(f"wrote {out}")
     return out
+
+
+def stream_vs_exact(est, K, V, Q, exact_step, exps, chunk: int = 256) -> list[dict]:
+    """Streaming estimator ``est`` (update(k, v) then query(q) per token) against ``exact_step(q, K[:m], V[:m])``:
+    the stream runs in chunks of ``chunk`` tokens; after each chunk one exact step at the current length is
+    timed (median of 3), so each chunk gives a paired ratio (mean per-token cost over the chunk / exact step).
+    For each n = 2^e: the amortised (mean) per-token cost over (n/2, n] and over [1, n], the exact step's
+    median time there, and the median of the chunks' paired ratios in (n/2, n] with its spread."""
+    n_max = 2 ** exps[-1]
+    t_all = np.empty(n_max)
+    chunks = []
+    for start in range(0, n_max, chunk):
+        t0 = time.perf_counter()
+        for j in range(start, start + chunk):
+            est.update(K[j], V[j])
+            est.query(Q[j])
+        t_tok = (time.perf_counter() - t0) / chunk
+        t_all[start:start + chunk] = t_tok
+        m = start + chunk
+        ts = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            exact_step(Q[m - 1], K[:m], V[:m])
+            ts.append(time.perf_counter() - t0)
+        chunks.append((m, t_tok, float(np.median(ts))))
+    rows = []
+    for e in exps:
+        n = 2 ** e
+        sel = [(t, x) for m, t, x in chunks if n // 2 < m <= n]
+        ratios = np.array([t / x for t, x in sel])
+        rows.append(dict(n=n, mean_us_per_token=float(np.mean([t for t, _ in sel]) * 1e6),
+                         mean_us_per_token_all=float(t_all[:n].mean() * 1e6),
+                         exact_step_us=float(np.median([x for _, x in sel]) * 1e6), ratio=_spread(ratios),
+                         chunks=len(sel), load=load()))
+    return rows
+
+
+def print_stream(rows) -> None:
+    print(f"  {'n':>7} {'mean us/tok (n/2,n]':>20} {'mean us/tok [1,n]':>18} {'exact step us':>14} "
+          f"{'ratio [q25-q75]':>24}  load")
+    for r in rows:
+        print(f"  {r['n']:>7} {r['mean_us_per_token']:>20.1f} {r['mean_us_per_token_all']:>18.1f} "
+              f"{r['exact_step_us']:>14.1f} {fmt_ratio(r['ratio']):>24}  {r['load']}")

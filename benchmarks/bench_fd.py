@@ -68,7 +68,7 @@ class StandardFD:
 
 def bench_fd(quick: bool) -> dict:
     d, ell = 512, 32
-    n = 2048 if quick else 20000
+    n = {"smoke": 256, "quick": 2048}.get(quick, 20000)
     reps = 3 if quick else 5
     A = np.random.default_rng(0).standard_normal((n, d))
 
@@ -129,7 +129,7 @@ def decode_inputs(T, d, R, L, seed=0, dtype=np.float32):
 
 def bench_decode(quick: bool) -> dict:
     T, d, R = 16384, 64, 32
-    reps = 50 if quick else 400
+    reps = {"smoke": 5, "quick": 50}.get(quick, 400)
     rows = []
     for L in (512, T):
         x = decode_inputs(T, d, R, L)
@@ -159,8 +159,10 @@ def bench_decode(quick: bool) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="short run (n = 2048 rows, fewer repetitions)")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds (for the tests)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    args.quick = "smoke" if args.smoke else ("quick" if args.quick else False)
     targets = []
     with threads(1):
         print(f"load before: {load()}")
