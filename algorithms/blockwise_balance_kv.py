@@ -39,7 +39,9 @@ for float64 inputs).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 
 import numpy as np
 
@@ -218,6 +220,33 @@ def panel_walk_stepwise(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32
     return xp.stack(cols, axis=-1), failed
 
 
+def _torch_cpu_threads(x) -> int:
+    """torch's intra-op thread count if x is a torch CPU tensor, else 1."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor) or x.device.type != "cpu":
+        return 1
+    return torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def _single_threaded(x):
+    """torch CPU: run the block single-threaded. The select's large operations (the panels' products and
+    exponentials, sorts, gathers: ~150 per call) would otherwise be split across torch's threads, each split
+    ending at a barrier that waits for every thread; on a loaded machine a descheduled thread stalls each barrier
+    for a time slice, and the select took 2-6x longer at 2 threads than at 1. (The walk's per-step operations
+    are kept below torch's parallel threshold by the panel size.) Same arithmetic, same result."""
+    if _torch_cpu_threads(x) <= 1:
+        yield
+        return
+    import torch
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
 def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generator, plus_one: bool = False):
     """One level on the current tokens: pre-scaled keys Kc (B, m, d), Wc (B, m, e) (B = flattened heads)
     and their squared norms nk2, nw2 (B, m) (with ``plus_one``, w carries an implicit extra coordinate 1,
@@ -296,12 +325,13 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     Kc, Wc, kc2, wc2 = Kf, Wf, nk2, nw2
     if T == 0:
         idx = xp.asarray(idx, copy=True)
-    for level in range(T):
-        pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=rng, plus_one=plus_one)
-        idx = _take_cols(idx, pos)
-        if level + 1 < T:
-            Kc, Wc = _gather_dev(Kf, idx), _gather_dev(Wf, idx)
-            kc2, wc2 = _take_cols(nk2, idx), _take_cols(nw2, idx)
+    with _single_threaded(K):                # see _single_threaded: no collapse on a loaded machine
+        for level in range(T):
+            pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=rng, plus_one=plus_one)
+            idx = _take_cols(idx, pos)
+            if level + 1 < T:
+                Kc, Wc = _gather_dev(Kf, idx), _gather_dev(Wf, idx)
+                kc2, wc2 = _take_cols(nk2, idx), _take_cols(nw2, idx)
     return xp.reshape(idx, lead + (idx.shape[-1],))
 
 

@@ -211,3 +211,33 @@ def test_subgen_fast_query_falls_back_on_bad_q():
                 sg.query(q)
             continue
         np.testing.assert_allclose(sg.query(q), want, rtol=1e-9)
+
+
+# -- blockwise BalanceKV: panel-local walk vs the stepwise panel walk -------------------------------------
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([(1, 8), (3, 32), (2, 64), (1, 48)]), st.booleans(),
+       st.sampled_from([0.5, 5.0, 60.0]), st.sampled_from(["numpy", "torch:cpu"]))
+def test_panel_walk_equals_stepwise(seed, shape, plus_one, c, backend):
+    from kvbounds.algorithms.blockwise_balance_kv import panel_walk, panel_walk_stepwise
+    from kvbounds.gpu.backend import asarray, to_numpy
+    blocks, b = shape
+    rng = np.random.default_rng(seed)
+    d, e = 5, 3
+    Kb = rng.standard_normal((2, blocks, b, d)) * 0.4
+    Wb = rng.standard_normal((2, blocks, b, e))
+    nk2, nw2 = (Kb ** 2).sum(-1), (Wb ** 2).sum(-1) + (1.0 if plus_one else 0.0)
+    ones = None
+    if plus_one and b > 8:                                 # padded rows at the end of the last block
+        o = np.ones((blocks, b))
+        o[-1, b - 3:] = 0.0
+        Kb[:, -1, b - 3:] = Wb[:, -1, b - 3:] = 0.0
+        nk2, nw2 = (Kb ** 2).sum(-1), (Wb ** 2).sum(-1) + o
+        ones = asarray(o, backend)
+    u = rng.random((2, blocks, b))
+    args = [asarray(x, backend) for x in (Kb, Wb, nk2, nw2, u)]
+    for panel in (32, 8):
+        s1, f1 = panel_walk(*args, c, panel=panel, plus_one=plus_one, ones=ones)
+        s2, f2 = panel_walk_stepwise(*args, c, panel=panel, plus_one=plus_one, ones=ones)
+        np.testing.assert_array_equal(to_numpy(s1), to_numpy(s2))
+        np.testing.assert_array_equal(f1, f2)
