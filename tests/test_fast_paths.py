@@ -241,3 +241,20 @@ def test_panel_walk_equals_stepwise(seed, shape, plus_one, c, backend):
         s2, f2 = panel_walk_stepwise(*args, c, panel=panel, plus_one=plus_one, ones=ones)
         np.testing.assert_array_equal(to_numpy(s1), to_numpy(s2))
         np.testing.assert_array_equal(f1, f2)
+
+
+# -- coefficient-space decode: uncounted numpy path vs the counted path -----------------------------------
+
+@pytest.mark.parametrize("T,L", [(256, 64), (256, 256), (96, 32)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_coefficient_decode_numpy_equals_counted(T, L, dtype):
+    from kvbounds.algorithms.subspace_attention import OpCounter, coefficient_decode
+    rng = np.random.default_rng(T + L)
+    J, r, d = T // L, 4, 16
+    B, E = rng.standard_normal((J, r, d)).astype(dtype), rng.standard_normal((J, r, d)).astype(dtype)
+    C, D = rng.standard_normal((J, r, L)).astype(dtype) * 3, rng.standard_normal((J, r, L)).astype(dtype)
+    q = rng.standard_normal(d).astype(dtype)
+    fast = coefficient_decode(q, B, E, C, D, gamma=0.7)
+    ref = coefficient_decode(q, B, E, C, D, gamma=0.7, ops=OpCounter(np, count=False))
+    assert fast.dtype == ref.dtype and fast.shape == ref.shape
+    np.testing.assert_allclose(fast, ref, rtol=1e-10 if dtype == np.float64 else 1e-4)
