@@ -234,10 +234,12 @@ class SubGen:
                 self._counts[i] += 1                                         # line 14
                 self._logc[i] = math.log(self._counts[i] / self.t)
                 u = self._coins.draw("cluster", (self.R, self.t))
-                mask = self._mask(u < 1.0 / self._counts[i])                 # lines 16-17: all t slots
-                Si, Sidx = self._S[i, ...], self._Sidx[i, ...]
-                Si[mask] = k
-                Sidx[mask] = j
+                hit = u < 1.0 / self._counts[i]                              # lines 16-17: all t slots
+                if hit.any() or not self.fast:                               # (no slot: nothing to write)
+                    mask = self._mask(hit)
+                    Si, Sidx = self._S[i, ...], self._Sidx[i, ...]
+                    Si[mask] = k
+                    Sidx[mask] = j
                 if self.track:
                     self._labels.append(i)
                 return
@@ -258,7 +260,10 @@ class SubGen:
         total = self.mu + w2
         p = w2 / total if total > 0 else 1.0                                 # line 26 (p = 1 while mu = 0)
         u = self._coins.draw("matrix", (self.R, self.s))
-        mask = self._mask(u < p)
+        hit = u < p
+        if self.fast and not hit.any():                                      # no slot flips: nothing to write
+            return
+        mask = self._mask(hit)
         self._Mk[mask] = k
         self._Mv[mask] = v
         self._Mlogw[mask] = math.log(w2) if w2 > 0 else math.inf
