@@ -4,7 +4,8 @@ FD.covariance, SUB.cost). A script, not a test.
 (a) :class:`kvbounds.algorithms.frequent_directions.FrequentDirections` against the standard Frequent Directions
     written below (:class:`StandardFD`: a buffer of 2l rows, an SVD when it is full, shrink by the l-th squared
     singular value -- Liberty 2013 / Ghashami, Liberty, Phillips, Woodruff 2016 Alg. 2, as ~20 lines of numpy),
-    n = 20000 rows, d = 512, l = 32, float64, one thread. Ours is fed one row per call and in blocks of 64; the
+    n = 20000 rows, d = 512, l = 32, float64, one thread (timed in the thread's CPU time, so other processes on a
+    loaded machine do not enter the ratios). Ours is fed one row per call and in blocks of 64; the
     standard one row per call. Interleaved repetitions; per-row cost = wall time / n (amortised, shrinks
     included); the median of the paired ratios standard / ours with its spread. Equal accuracy: both sketch the
     same rows with the same shrink schedule, so ||A^T A - S^T S||_2 and the certificate Delta are compared.
@@ -91,7 +92,7 @@ def bench_fd(quick: bool) -> dict:
         return fd
 
     fns = dict(standard=standard, ours_rows=ours_rows, ours_blocks=ours_blocks)
-    res = paired(fns, baseline="standard", reps=reps, warmup=0, per_call={k: n for k in fns})
+    res = paired(fns, baseline="standard", reps=reps, warmup=0, per_call={k: n for k in fns}, clock="cpu")
     G = A.T @ A
     acc = {}
     for k, f in fns.items():
@@ -144,7 +145,7 @@ def bench_decode(quick: bool) -> dict:
                    part_logits=lambda: np.matmul(qt[:, None, :], C),
                    part_values=lambda: np.matmul(D, np.swapaxes(w, -1, -2)),
                    part_exp=lambda: np.exp(logits - logits.max()))
-        res = paired(fns, baseline="exact", reps=reps, warmup=3)
+        res = paired(fns, baseline="exact", reps=reps, warmup=3, clock="cpu")
         m = cost_model(T, d, r, R - r, J=J, ell_k=R, ell_v=R, bytes_per_float=4)
         model = max(m["flops_ratio"], m["bytes_ratio"])
         floor = sum(res[k]["time"]["median"] for k in ("part_logits", "part_values", "part_exp"))
@@ -169,7 +170,7 @@ def main(argv=None) -> int:
         fd = bench_fd(args.quick)
         t = fd["timing"]
         print(f"(a) Frequent Directions, n = {fd['n']}, d = {fd['d']}, l = {fd['ell']}, float64, 1 thread, "
-              f"{fd['reps']} interleaved reps (load {t['load']})")
+              f"{fd['reps']} interleaved reps, the thread's CPU time (load {t['load']})")
         print(f"    {'implementation':<40}{'us/row (mean)':>14}{'ratio to standard':>26}{'||A^TA-S^TS||':>15}{'Delta':>12}")
         for k, label in (("standard", "standard FD (SVD per full buffer)"), ("ours_rows", "ours, one row per call"),
                          ("ours_blocks", "ours, blocks of 64 rows")):
@@ -186,8 +187,8 @@ def main(argv=None) -> int:
         fd["equal_accuracy"] = bool(same)
         print(f"    equal accuracy (error and Delta within 1e-9 relative of the standard FD): {same}")
         dec = bench_decode(args.quick)
-    print(f"(b) one decode step, float32, 1 thread, {dec['reps']} interleaved reps: coefficient space vs one exact "
-          f"decode step")
+    print(f"(b) one decode step, float32, 1 thread, {dec['reps']} interleaved reps, the thread's CPU time: coefficient "
+          f"space vs one exact decode step (load {dec['rows'][-1]['timing']['load']})")
     print(f"    {'J':>3} {'L':>6} {'exact us':>9} {'ours us':>8} {'ratio [q25-q75]':>22} {'model':>6} "
           f"{'ratio/model':>11} {'C us':>6} {'D us':>6} {'exp us':>7} {'floor ratio':>11}")
     for r in dec["rows"]:

@@ -5,8 +5,9 @@
     that step; delta = 0.5, t = 32, s = 256), one thread, numpy float64, against one exact decode step over the j
     cached tokens written below (:func:`exact_decode_step`, the paper's convention softmax(K q)^T V). The stream
     runs in chunks of 256 tokens, each followed by a timed exact step at the current length: each chunk gives a
-    paired ratio. At n = 2^12, 2^14 (2^16 in the full run): the amortised (mean) per-token cost over (n/2, n],
-    the exact step's time, the median of the paired ratios and their spread; and the memory ratio.
+    paired ratio (the thread's CPU time; wall-clock ratios alongside, see _harness.stream_vs_exact). At n = 2^12,
+    2^14 (2^16 in the full run): the amortised (mean) per-token cost over (n/2, n], the exact step's time, the
+    median of the paired ratios and their spread; and the memory ratio.
     Target: <= 0.1x at 2^14.
 (b) Accuracy on a stream where the metric means something: a real SmolLM2 trace (kvbounds.traces.real, if cached;
     else the clustered stream), SubGen with exp(<q,k>/sqrt d) (``scaled=True``, the model's own attention) and
