@@ -126,7 +126,8 @@ def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_on
     panel; the panel's signs then reach every later s_j in one batched product s_j += sum_l eta_l G[l, j]. The
     per-step array operations thus touch (blocks x m) entries, below the size at which torch splits an
     operation across threads (32768 elements; the panel shrinks for many blocks), so the ~4 b small operations
-    per level never wait on a descheduled thread; the products are large and run multi-threaded. The coin test
+    per level never wait on a descheduled thread (and :func:`blockwise_balance_select` runs the whole level loop
+    single-threaded on torch CPU, see :func:`_single_threaded`). The coin test
     u_i < 1/2 - x/(2c) is evaluated as x < c (1 - 2 u_i) (precomputed), and the FAIL flags are read at the end
     (s_i is final once step i has read it). Returns (signs (..., b), failed (...,) numpy bool)."""
     xp = array_namespace(Kb, Wb)
@@ -173,7 +174,9 @@ def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_on
 
 def panel_walk_stepwise(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None):
     """The reference for :func:`panel_walk` (tests compare them): after each step, eta_i G[i, j] is added to every
-    later s_j at once. The walk of :func:`kvbounds.algorithms.self_balancing_walk.gram_walk` on per-block Gram matrices that are
+    later s_j at once.
+
+    The walk of :func:`kvbounds.algorithms.self_balancing_walk.gram_walk` on per-block Gram matrices that are
     never formed in full: the walk reads only the strictly lower triangle (x_i = sum_{j<i} eta_j G[i,j],
     and after choosing eta_i it adds eta_i G[j,i] to s_j for j > i), so we compute G column panel by
     column panel, rows from the panel's first column down: sum_p (b - p m) m of the b^2 entries, a

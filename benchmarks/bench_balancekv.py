@@ -239,7 +239,8 @@ def _print_blockwise(a, targets) -> None:
           f"T = {a['levels']}, torch CPU f32, {a['reps']} interleaved reps; medians of paired ratios [q25-q75]")
     for nt, res in a["by_threads"].items():
         ms = lambda k: res[k]["time"]["median"] * 1e3
-        print(f"  {nt} thread(s), {res['clock']} clock, load {res['load']}: SDPA {ms('sdpa'):.1f} ms, released walk {ms('released'):.1f} ms, "
+        print(f"  {nt} thread(s), {res['clock']} clock, load {res['load']}: SDPA {ms('sdpa'):.1f} ms, "
+              f"released walk {ms('released'):.1f} ms, "
               f"ours {ms('ours'):.1f} ms; ours/released {fmt_ratio(res['ours_over_released'])}, ours/SDPA "
               f"{fmt_ratio(res['ours']['ratio'])}, released/SDPA {fmt_ratio(res['released']['ratio'])}")
         targets.append(target(f"blockwise / released walk, {nt} thread(s)", res["ours_over_released"]["median"], "<=",
