@@ -14,6 +14,14 @@ Alg. 1 (001 line numbers)::
 The proof in 001 A.1 uses the threshold 2^i <= eps/sqrt(n) vmax instead of line 8's: both are
 available through ``erase_rule`` so claim BKV.memory can compare them. A value of norm 0 contributes
 nothing to the numerator and goes to the denominator only.
+
+Speed (numpy streams; issue 13): ``query`` reads one cached slab holding every stored token of every
+MergeAndReduce, K (m, d) with W = [v, 0] for numerator tokens, [0, 1] for denominator tokens and [v, 1] for a
+token still buffered in both, and log-weights i log 2: one matrix-vector product, one exp and one more
+product give numerator and denominator together (the same sums as the per-instance estimates, summed in
+another order). The slab is rebuilt only when a batch completes or a bucket is erased; tokens in between are
+appended. Anything unusual (another backend, an empty or underflowing denominator, non-finite output, a state
+changed behind the slab's back) takes the generic path, which stays the reference (tests compare them).
 """
 from __future__ import annotations
 
@@ -57,7 +65,10 @@ class BalanceKV:
 
     ``batch_size`` (t) and ``levels`` (T) configure every MergeAndReduce; ``eps`` enters the erase rule;
     ``r`` bounds the query and key norms; ``delta`` is each SoftmaxBalance call's failure probability;
-    ``n`` is the stream-length bound in the erase rule (default: tokens seen so far)."""
+    ``n`` is the stream-length bound in the erase rule (default: tokens seen so far).
+    ``fast = False`` (attribute) forces the generic array-API path (the reference; tests compare the two)."""
+
+    fast = True
 
     def __init__(self, d: int, *, batch_size: int, levels: int, eps: float, r: float, delta: float = 1e-3,
                  seed: int | None = 0, s: int | None = None, n: int | None = None, erase_rule: str = "alg1"):
@@ -82,12 +93,16 @@ class BalanceKV:
         self.erased: set[int] = set()
         self.erased_tokens = 0
         self._one = None
+        self._slab = None            # numpy fast path of query(): see the module docstring
 
     def _mr(self, s: int) -> MergeAndReduce:
         return MergeAndReduce(self.d, s, t=self.t, T=self.T, delta=self.delta, rng=self.rng,
                               r_key=self.r, scale=self.scale)
 
     def update(self, k, v) -> None:
+        if self.fast and self._plain_numpy(k, v) and self._update_numpy(k, v):
+            return
+        self._slab = None
         check_array(k, "k", ndim=1, last_dim=self.d)
         if self.s is None:
             check_array(v, "v", ndim=1)
@@ -116,6 +131,119 @@ class BalanceKV:
             self._one = xp.ones((1,), dtype=k.dtype, device=_dev(k))
         self.denominator._push(k, self._one)                           # line 11
 
+    # -- numpy fast path -------------------------------------------------------------------------------
+    def _plain_numpy(self, k, v) -> bool:
+        return (type(k) is np.ndarray and type(v) is np.ndarray and k.dtype == v.dtype
+                and k.dtype in (np.float32, np.float64) and k.shape == (self.d,) and v.shape == (self.s,))
+
+    def _update_numpy(self, k, v) -> bool:
+        """update() for numpy k, v whose squared norms are finite (False: let the generic path check and run).
+        Same state as the generic path: the norms are computed as numpy's vector_norm computes them."""
+        k2, v2 = float(np.add.reduce(k * k)), float(np.add.reduce(v * v))
+        if not (math.isfinite(k2) and math.isfinite(v2)):
+            return False
+        knorm = math.sqrt(k2)
+        if knorm > self.r * (1 + 1e-9):
+            return False                                               # the generic path raises
+        self.j += 1
+        vnorm = math.sqrt(v2)
+        num = None
+        if vnorm > 0:
+            i = bucket_index(vnorm)                                    # lines 5-6
+            if i not in self.numerators:
+                self.numerators[i] = self._mr(self.s)
+            num = self.numerators[i]
+            num._push(k, v)
+        self.vmax = max(self.vmax, vnorm)                              # line 7
+        n = self.n_bound or self.j
+        thr = erase_threshold(self.erase_rule, eps=self.eps, n=n, r=self.r, d=self.d, vmax=self.vmax)
+        erased = [i for i in self.numerators if 2.0**i <= thr]
+        for i in erased:                                               # line 8
+            self.erased_tokens += self.numerators[i].j
+            self.erased.add(i)
+            del self.numerators[i]
+        if self.denominator is None:
+            self.denominator = self._mr(1)
+            self._one = np.ones((1,), dtype=k.dtype)
+        self.denominator._push(k, self._one)                           # line 11
+        self._append_to_slab(k, v if num is not None and not erased else None, num, erased)
+        return True
+
+    def _slab_key(self):
+        return tuple((i, mr.version) for i, mr in self.numerators.items()) + (self.denominator.version,)
+
+    def _append_to_slab(self, k, v, num, erased) -> None:
+        sl = self._slab
+        if sl is None:
+            return
+        if erased or sl["n"] == sl["K"].shape[0] or sl["key"] != self._slab_key() or sl["dtype"] != k.dtype:
+            self._slab = None                                          # rebuilt at the next query
+            return
+        r = sl["n"]
+        sl["K"][r] = k
+        if v is not None:
+            sl["W"][r, :self.s] = v
+            sl["counts"][id(num)] = sl["counts"].get(id(num), 0) + 1
+        else:
+            sl["W"][r, :self.s] = 0.0
+        sl["W"][r, self.s] = 1.0
+        sl["L"][r] = 0.0
+        sl["counts"][id(self.denominator)] += 1
+        sl["n"] = r + 1
+
+    def _slab_valid(self) -> bool:
+        sl = self._slab
+        if sl is None or sl["key"] != self._slab_key():
+            return False
+        counts = sl["counts"]
+        mrs = [*self.numerators.values(), self.denominator]
+        return all(len(mr._buf_k) == counts.get(id(mr), 0) for mr in mrs)
+
+    def _build_slab(self, dtype) -> None:
+        Ks, Ws, Ls, counts, s = [], [], [], {}, self.s
+        for mr, col in [*((mr, "num") for mr in self.numerators.values()), (self.denominator, "den")]:
+            counts[id(mr)] = len(mr._buf_k)
+            for lvl, (kk, vv) in enumerate(mr.cells()):
+                if kk is None:
+                    continue
+                w = np.zeros((kk.shape[0], s + 1), dtype=dtype)
+                if col == "num":
+                    w[:, :s] = vv
+                else:
+                    w[:, s] = vv[:, 0]
+                Ks.append(kk)
+                Ws.append(w)
+                Ls.append(np.full(kk.shape[0], lvl * math.log(2.0), dtype=dtype))
+        m = sum(x.shape[0] for x in Ks)
+        cap = m + 2 * self.t + 8
+        K = np.empty((cap, self.d), dtype=dtype)
+        W = np.empty((cap, s + 1), dtype=dtype)
+        L = np.empty(cap, dtype=dtype)
+        if Ks:
+            np.concatenate(Ks, axis=0, out=K[:m])
+            np.concatenate(Ws, axis=0, out=W[:m])
+            np.concatenate(Ls, axis=0, out=L[:m])
+        self._slab = dict(key=self._slab_key(), K=K, W=W, L=L, n=m, counts=counts, dtype=dtype)
+
+    def _query_numpy(self, q):
+        """query() from the slab; None when the generic path must decide (it raises or computes)."""
+        if not self._slab_valid():
+            self._build_slab(q.dtype)
+        sl = self._slab
+        n = sl["n"]
+        if n == 0 or sl["dtype"] != q.dtype:
+            return None
+        logits = sl["K"][:n] @ q
+        logits *= self.scale
+        logits += sl["L"][:n]
+        logits -= logits.max()
+        np.exp(logits, out=logits)
+        out = logits @ sl["W"][:n]
+        den = float(out[self.s])
+        if not (den > 0 and math.isfinite(den)) or not np.all(np.isfinite(out)):
+            return None
+        return out[:self.s] / den
+
     def num_stored(self) -> int:
         """Key/value pairs held: every numerator cell plus the denominator's keys."""
         return sum(mr.num_stored() for mr in self.numerators.values()) + (
@@ -133,6 +261,10 @@ class BalanceKV:
         """z_j (line 13), the estimate of Attn(q, K_j, V_j) over every token seen so far."""
         if self.denominator is None:
             raise InputError("query on an empty stream: call update() first")
+        if self.fast and type(q) is np.ndarray and q.shape == (self.d,) and q.dtype in (np.float32, np.float64):
+            out = self._query_numpy(q)
+            if out is not None:
+                return out
         check_array(q, "q", ndim=1, last_dim=self.d)
         xp = array_namespace(q)
         m_den, den = self.denominator.estimate(q)

@@ -24,12 +24,24 @@ Three places where public FD code breaks this guarantee, and how this module avo
     the buffer never re-reads rows of an earlier block.
 
 Arrays of any array-API backend; the buffer lives in the namespace, device and dtype of the first rows seen.
+
+Speed (numpy buffers; issue 13): the shrink factors B B^T (2l x 2l) by a symmetric eigendecomposition instead of
+the SVD of B (2l x d): with B B^T = U diag(lambda) U^T, the rotated rows u_i^T B have norms sigma_i and
+directions v_i, so the shrunk rows are sqrt(1 - delta/sigma_i^2) u_i^T B -- the same sketch, from a 2l x 2l
+factorisation (:func:`shrunk_gram`). The sigma_i^2 are taken as the rotated rows' squared norms, not as the
+eigenvalues: those carry an absolute error ~ eps ||B||^2 (sqrt(eps) ||B|| in singular-value units, visible on
+rank-deficient streams), the row norms ~ eps ||B||, as the SVD. B is scaled by a power of two (exact) first, so
+the Gram neither overflows nor underflows; it is formed in float64. Tests compare this path with the SVD path
+(:func:`shrunk`, the reference, used for every other backend). numpy rows also get a
+fused check: one dot product is finite and small iff there is no NaN/Inf and no squared-norm overflow; any
+doubt falls through to the generic checks, which raise the same errors as before.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
+import numpy as np
 from array_api_compat import device as _device
 
 from kvbounds.gpu.backend import array_namespace
@@ -47,6 +59,8 @@ class FrequentDirections:
     ``merge(other)``  absorb another sketch of the same (d, ell) (GLPW16 Sec. 3: mergeable).
     """
 
+    fast = True          # False: the generic array-API path (SVD shrinks), the reference the tests compare with
+
     def __init__(self, d: int, ell: int):
         check_positive(d, "d", integer=True)
         check_positive(ell, "ell", integer=True)
@@ -59,6 +73,8 @@ class FrequentDirections:
 
     # -- stream --------------------------------------------------------------------------------------
     def update(self, rows: Any) -> "FrequentDirections":
+        if self.fast and _plain_numpy_rows(rows, self.d) and self._update_numpy(rows):
+            return self
         check_array(rows, "rows", ndim=(1, 2), last_dim=self.d)
         xp = array_namespace(rows)
         if rows.ndim == 1:
@@ -81,6 +97,35 @@ class FrequentDirections:
         self.n_rows += m
         return self
 
+    def _update_numpy(self, rows: np.ndarray) -> bool:
+        """update() for numpy rows that pass the fused check (False: let the generic path check and run)."""
+        if self._buf is not None and type(self._buf) is not np.ndarray:
+            return False                               # mixed backends: the generic path raises
+        flat = rows.reshape(-1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            ss = float(np.dot(flat, flat))             # NaN/Inf in -> NaN/Inf out; >= max |entry|^2
+        if not ss * self.d < 0.5 * float(np.finfo(rows.dtype).max):
+            return False
+        m = rows.shape[0] if rows.ndim == 2 else 1
+        if m == 0:
+            return True
+        if rows.ndim == 1:
+            rows = rows.reshape(1, self.d)
+        if self._buf is None:
+            self._buf = np.zeros((2 * self.ell, self.d), dtype=rows.dtype)
+        elif rows.dtype != self._buf.dtype:
+            rows = rows.astype(self._buf.dtype)
+        i, cap = 0, 2 * self.ell
+        while i < m:                                   # as in update()
+            k = min(cap - self._next, m - i)
+            self._buf[self._next:self._next + k, :] = rows[i:i + k, :]
+            self._next += k
+            i += k
+            if self._next == cap:
+                self._shrink()
+        self.n_rows += m
+        return True
+
     def _ensure_buffer(self, rows) -> None:
         xp = array_namespace(rows)
         if self._buf is None:
@@ -89,7 +134,8 @@ class FrequentDirections:
             raise InputError("rows come from a different array backend than the sketch's earlier rows")
 
     def _shrink(self) -> None:
-        self._buf, self._next, delta = shrunk(self._buf[:self._next, :], self.ell, keep=self.ell - 1,
+        shrink = shrunk_gram if self.fast and _gram_ok(self._buf, self._next) else shrunk
+        self._buf, self._next, delta = shrink(self._buf[:self._next, :], self.ell, keep=self.ell - 1,
                                               out_rows=2 * self.ell)
         self._delta += delta
         self.n_shrinks += 1
@@ -101,13 +147,15 @@ class FrequentDirections:
             raise InputError("empty stream: the sketch has seen no rows yet")
         S = self._buf[:self._next, :]
         if compact and self._next > self.ell:
-            S, _, _ = shrunk(S, self.ell, keep=self.ell, out_rows=self.ell)
+            shrink = shrunk_gram if self.fast and _gram_ok(self._buf, self._next) else shrunk
+            S, _, _ = shrink(S, self.ell, keep=self.ell, out_rows=self.ell)
         return S
 
     def certificate(self, compact: bool = False) -> float:
         """Delta, the total shrinkage: ||A^T A - S^T S||_op <= Delta (GLPW16 Lemma 2.2/Thm 1.1)."""
         if compact and self._buf is not None and self._next > self.ell:
-            return self._delta + shrunk(self._buf[:self._next, :], self.ell, keep=self.ell, out_rows=self.ell)[2]
+            shrink = shrunk_gram if self.fast and _gram_ok(self._buf, self._next) else shrunk
+            return self._delta + shrink(self._buf[:self._next, :], self.ell, keep=self.ell, out_rows=self.ell)[2]
         return self._delta
 
     def merge(self, other: "FrequentDirections") -> "FrequentDirections":
@@ -150,3 +198,53 @@ def shrunk(B, ell: int, *, keep: int, out_rows: int):
     out[:keep, :] = (top * scale)[:, None] * Vt[:keep, :]
     s_cut = float(s_cut)
     return out, keep, s_cut * s_cut
+
+
+_FAST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _plain_numpy_rows(rows, d: int) -> bool:
+    """numpy float32/float64 rows of shape (d,) or (m, d): eligible for the fused check of update()."""
+    return (type(rows) is np.ndarray and rows.dtype in _FAST_DTYPES and 1 <= rows.ndim <= 2
+            and rows.shape[-1] == d)
+
+
+def _gram_ok(buf, m: int) -> bool:
+    """The eigendecomposition path applies: a numpy buffer whose held rows are no more than its columns."""
+    return type(buf) is np.ndarray and m <= buf.shape[1]
+
+
+def _times_pow2(X, k: int):
+    """X * 2^k, exact (two factors, so that 2^k itself need not be representable)."""
+    h = k // 2
+    return (X * math.ldexp(1.0, h)) * math.ldexp(1.0, k - h)
+
+
+def shrunk_gram(B: np.ndarray, ell: int, *, keep: int, out_rows: int):
+    """:func:`shrunk` for numpy B (m x d, m <= d) through the eigendecomposition of B B^T (module docstring).
+
+    Same contract and, up to rounding, the same result (tests compare the two paths)."""
+    m, d = B.shape
+    out = np.zeros((out_rows, d), dtype=B.dtype)
+    if m == 0:
+        return out, 0, 0.0
+    amax = float(np.max(np.abs(B)))
+    if amax == 0.0:                                    # all-zero rows: rank 0, nothing to shrink
+        return out, min(m, keep), 0.0
+    e = math.frexp(amax)[1]                           # B = 2^e Bs with max |Bs| in [1/2, 1): exact scaling
+    Bs = _times_pow2(B.astype(np.float64, copy=False), -e)
+    U = np.linalg.eigh(Bs @ Bs.T)[1][:, ::-1]        # eigenvectors, eigenvalues descending
+    R = U.T @ Bs                                      # rotated rows: R R^T = U^T B B^T U (B^T B = R^T R)
+    if m <= keep:                                     # rank <= keep: rotate, no shrinkage needed
+        out[:m, :] = _times_pow2(R, e)
+        return out, m, 0.0
+    # the squared norms of the rotated rows, not the eigenvalues: an eigenvalue carries an absolute error
+    # ~ eps ||B||^2, but a row's norm is accurate to ~ eps ||B|| (the eigenvectors are accurate to eps/gap),
+    # so singular values far below ||B|| (rank-deficient rows) keep the accuracy of the SVD path
+    n2 = np.einsum("ij,ij->i", R, R)
+    cut = float(np.max(n2[keep:]))                    # sigma_{keep+1}^2 (1-indexed), in units of 4^e
+    top = n2[:keep]
+    t2 = np.divide(cut, top, out=np.ones_like(top), where=top > 0)
+    scale = np.sqrt(np.clip(1.0 - t2, 0.0, 1.0))
+    out[:keep, :] = _times_pow2(scale, e)[:, None] * R[:keep, :]
+    return out, keep, math.ldexp(cut, 2 * e)

@@ -63,6 +63,8 @@ class MergeAndReduce:
         self._buf_v: list[Any] = []
         self.fail_count = 0
         self.balance_calls = 0
+        self.version = 0                              # bumped whenever a batch completes (the cells C^i change)
+        self._wt_cache = None                         # ((version, buffered tokens), weighted_tokens())
 
     # -- streaming -------------------------------------------------------------------------------
     def update(self, k, v) -> None:
@@ -91,6 +93,7 @@ class MergeAndReduce:
             if p % 2:
                 break
             p //= 2
+        self.version += 1
 
     def _reduce_into_next(self, i: int) -> None:
         K, V = self.cells_k[i], self.cells_v[i]
@@ -131,7 +134,14 @@ class MergeAndReduce:
         return sum(self.cell_sizes())
 
     def weighted_tokens(self):
-        """(K, V, log-weights) of every stored token: weight 2^i for C^i; None when empty."""
+        """(K, V, log-weights) of every stored token: weight 2^i for C^i; None when empty.
+        Cached until the next update (the concatenation dominated a query's time)."""
+        key = (self.version, len(self._buf_k))
+        if self._wt_cache is None or self._wt_cache[0] != key:
+            self._wt_cache = (key, self._weighted_tokens())
+        return self._wt_cache[1]
+
+    def _weighted_tokens(self):
         Ks, Vs, Ws = [], [], []
         for i, (k, v) in enumerate(self.cells()):
             if k is None:

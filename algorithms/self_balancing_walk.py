@@ -63,6 +63,10 @@ def _finish(xp, signs, fails, ratios, on_fail, scale=1.0):
     # kept on the device during the walk and moved once here (no per-step synchronisation)
     failed_np = to_numpy(xp.stack(fails, axis=-1))
     ratio_np = to_numpy(xp.stack(ratios, axis=-1))
+    return _finish_np(signs, failed_np, ratio_np, on_fail, scale)
+
+
+def _finish_np(signs, failed_np, ratio_np, on_fail, scale):
     any_fail = failed_np.any(axis=-1)
     first = np.where(any_fail, failed_np.argmax(axis=-1), -1)
     max_ratio = ratio_np.max(axis=-1)
@@ -123,6 +127,13 @@ def gram_walk(G, uniforms, c: float, *, on_fail: str = "raise") -> WalkResult:
 
     ``G`` (..., n, n) with ``G[i, j] = <phi_i, phi_j> / R^2``; the walk's inner product at step i is
     ``x_i = sum_{j<i} eta_j G[i, j]``, maintained incrementally in O(n) per step."""
+    if type(G) is np.ndarray and G.ndim == 2 and type(uniforms) is np.ndarray:
+        return _gram_walk_numpy(G, uniforms, float(c), on_fail)
+    return _gram_walk_array(G, uniforms, c, on_fail)
+
+
+def _gram_walk_array(G, uniforms, c, on_fail):
+    """gram_walk on any array-API backend, batched: the reference path."""
     xp = array_namespace(G)
     n = G.shape[-1]
     s = xp.zeros(G.shape[:-1], dtype=G.dtype, device=_dev(G))   # s[..., i] = sum_{j chosen} eta_j G[j, i]
@@ -135,6 +146,33 @@ def gram_walk(G, uniforms, c: float, *, on_fail: str = "raise") -> WalkResult:
         fails.append(fail)
         ratios.append(xp.abs(x) / c)
     return _finish(xp, xp.stack(cols, axis=-1), fails, ratios, on_fail, scale=c)
+
+
+def _gram_walk_numpy(G: np.ndarray, uniforms: np.ndarray, c: float, on_fail: str) -> WalkResult:
+    """gram_walk for one numpy Gram matrix (n, n): the per-step scalar work (x, the FAIL test, p, the coin) in
+    plain Python floats, the update s += eta_i G[i, :] as one numpy operation. The same floating-point
+    operations in the same order as the array-API loop, so the same signs and the same state (a test
+    compares them)."""
+    n = G.shape[-1]
+    s = np.zeros(n, dtype=G.dtype)
+    signs = np.empty(n, dtype=G.dtype)
+    failed = np.zeros(n, dtype=bool)
+    ratios = np.empty(n, dtype=G.dtype)
+    u = uniforms.tolist()
+    two_c = 2.0 * c
+    for i in range(n):
+        x = s[i]                                   # numpy float scalar: G's dtype, as in the array loop
+        p = 0.5 - x / two_c
+        p = 0.0 if p < 0.0 else (1.0 if p > 1.0 else p)
+        eta = 1.0 if u[i] < p else -1.0
+        failed[i] = abs(x) > c
+        ratios[i] = abs(x) / c
+        signs[i] = eta
+        if eta > 0:
+            s += G[i]
+        else:
+            s -= G[i]
+    return _finish_np(signs, failed, ratios, on_fail, c)
 
 
 def smaller_side(signs):

@@ -44,6 +44,12 @@ Coins: per update, ``draw("cluster", (R, t))`` when the key joins a cluster (lin
 ``draw("matrix", (R, s))`` (lines 25-26). ``seed`` may be an int, a numpy Generator, or any object with a
 ``draw(kind, shape) -> ndarray of uniforms`` method (the exact checks script the coins that way).
 
+Speed (numpy, one query vector; issue 13): ``query`` reshapes the cluster samples S (m', R, t, d) and M's keys
+(R, s, d) to matrices, so each of lines 29-30 is one matrix-vector product instead of a stack of m' R tiny
+ones, and the nearest-representative distances are computed as numpy's vector_norm computes them, without
+its dispatch. Same clusters and coins (the same floats decide them); the query's sums run in another order
+(tests compare with the generic path, ``fast = False``).
+
 Degenerate values: while mu = 0 (every value so far is 0), line 26's p = 0/0; we take p = 1, so M holds
 copies of the latest pair (the prose's "populated with s copies of the first key and value"), and z = 0.
 """
@@ -109,6 +115,8 @@ class SubGen:
     cluster; ``s`` >= 1 l2 samples for the value product; ``seed`` the coins (see module docstring).
     The value dimension is taken from the first ``update``; state lives on the first key's backend.
     ``track=True`` also records the cluster label of every token (O(n) memory; for invariant checks)."""
+
+    fast = True          # False: the generic array-API path everywhere (the reference the tests compare with)
 
     def __init__(self, d: int, *, delta: float, s: int, t: int, seed: Any = 0, scaled: bool = False,
                  replicas: int | None = None, reservoir_norm: str = "value", track: bool = False):
@@ -216,16 +224,22 @@ class SubGen:
         """UpdateSoftmaxNormalizer (lines 11-23)."""
         j = self.n
         if self.m:
-            dist = xp.linalg.vector_norm(self._X[:self.m, :] - k, axis=-1)   # line 12: all clusters at once
+            if self._is_numpy and self.fast:                                 # numpy's vector_norm, undispatched
+                diff = self._X[:self.m, :] - k
+                dist = np.sqrt(np.add.reduce(diff * diff, axis=-1))
+            else:
+                dist = xp.linalg.vector_norm(self._X[:self.m, :] - k, axis=-1)   # line 12: all clusters at once
             i = int(xp.argmin(dist))
             if float(dist[i]) <= self.delta:                                 # line 13
                 self._counts[i] += 1                                         # line 14
                 self._logc[i] = math.log(self._counts[i] / self.t)
                 u = self._coins.draw("cluster", (self.R, self.t))
-                mask = self._mask(u < 1.0 / self._counts[i])                 # lines 16-17: all t slots
-                Si, Sidx = self._S[i, ...], self._Sidx[i, ...]
-                Si[mask] = k
-                Sidx[mask] = j
+                hit = u < 1.0 / self._counts[i]                              # lines 16-17: all t slots
+                if hit.any() or not self.fast:                               # (no slot: nothing to write)
+                    mask = self._mask(hit)
+                    Si, Sidx = self._S[i, ...], self._Sidx[i, ...]
+                    Si[mask] = k
+                    Sidx[mask] = j
                 if self.track:
                     self._labels.append(i)
                 return
@@ -246,7 +260,10 @@ class SubGen:
         total = self.mu + w2
         p = w2 / total if total > 0 else 1.0                                 # line 26 (p = 1 while mu = 0)
         u = self._coins.draw("matrix", (self.R, self.s))
-        mask = self._mask(u < p)
+        hit = u < p
+        if self.fast and not hit.any():                                      # no slot flips: nothing to write
+            return
+        mask = self._mask(hit)
         self._Mk[mask] = k
         self._Mv[mask] = v
         self._Mlogw[mask] = math.log(w2) if w2 > 0 else math.inf
@@ -303,6 +320,11 @@ class SubGen:
 
     def query(self, q):
         """z / tau (line 31): the estimate of Attn(q, K_n, V_n) (paper convention exp(<q,k>) unless ``scaled``)."""
+        if self.fast and self._is_numpy and type(q) is np.ndarray and q.shape == (self.d,) \
+                and q.dtype == self._X.dtype and self.mu > 0:
+            out = self._query_numpy(q)
+            if out is not None:
+                return out
         zshift, z, log_tau = self.query_parts(q)
         if self.mu == 0:
             return z
@@ -312,6 +334,49 @@ class SubGen:
             raise InputError("the estimate overflows: logits of M's keys exceed those of the cluster samples "
                              "by more than the float range")
         return z * factor[..., None]
+
+    def _query_numpy(self, q):
+        """query() for one numpy q with mu > 0: lines 29-31 as two matrix-vector products; None when q is not
+        finite or the estimate overflows (the generic path then raises its error)."""
+        R, m, d = self.R, self.m, self.d
+        qs = q * self.scale if self.scale != 1.0 else q
+        if R == 1:                                                          # flat arrays: the common case
+            lz = self._Mk[0] @ qs
+            lz += math.log(self.mu / self.s)
+            lz -= self._Mlogw[0]                                            # line 29, log domain
+            zshift = lz.max()
+            lz -= zshift
+            np.exp(lz, out=lz)
+            z = lz @ self._Mv[0]
+            lS = (self._S[:m].reshape(m * self.t, d) @ qs).reshape(m, self.t)
+            lS += self._logc[:m, None]                                      # line 30
+            tshift = lS.max()
+            lS -= tshift
+            np.exp(lS, out=lS)
+            ex = float(zshift) - (float(tshift) + math.log(float(lS.sum())))
+            if not ex < 700.0:                                              # overflow or NaN: generic path
+                return None
+            factor = math.exp(ex)
+            out = z * factor
+            return out if math.isfinite(factor) and math.isfinite(float(out.sum())) else None
+        lz = (self._Mk.reshape(R * self.s, d) @ qs).reshape(R, self.s)
+        lz += math.log(self.mu / self.s)
+        lz -= self._Mlogw                                                   # line 29, log domain
+        zshift = lz.max(axis=1)
+        lz -= zshift[:, None]
+        np.exp(lz, out=lz)
+        z = np.einsum("rs,rsv->rv", lz, self._Mv)
+        lS = (self._S[:m].reshape(m * R * self.t, d) @ qs).reshape(m, R, self.t)
+        lS += self._logc[:m, None, None]                                    # line 30
+        tshift = lS.max(axis=(0, 2))
+        lS -= tshift[None, :, None]
+        np.exp(lS, out=lS)
+        log_tau = tshift + np.log(lS.sum(axis=(0, 2)))
+        factor = np.exp(zshift - log_tau)
+        if not (np.all(np.isfinite(factor)) and np.all(np.isfinite(z))):
+            return None
+        out = z * factor[:, None]
+        return out if self.replicas is not None else out[0]
 
     def stream(self, K, V, Q):
         """Run Alg. 1 over a whole stream: update with (k_j, v_j), then z_j = query(q_j); returns (n, ...)."""

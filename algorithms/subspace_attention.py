@@ -30,6 +30,7 @@ import dataclasses
 import math
 from typing import Any
 
+import numpy as np
 from array_api_compat import device as _device
 
 from kvbounds.gpu.backend import array_namespace
@@ -358,6 +359,8 @@ def coefficient_decode(q, B, E, C, D, *, gamma: float, ops: OpCounter | None = N
     coefficient-major layout C (J, r, L), D (J, r_v, L) (row c of C_j^T holds coefficient c of every token of chunk
     j, contiguous: the layout a fused kernel streams). Equals the one-pass blockwise softmax of Sec. 6 (here every
     chunk's max is known before the weights are formed, so the rescaling factors are 1)."""
+    if ops is None and all(type(x) is np.ndarray for x in (q, B, E, C, D)):
+        return _coefficient_decode_numpy(q, B, E, C, D, gamma)
     xp = array_namespace(q, C)
     ops = ops or OpCounter(xp, count=False)
     d = q.shape[0]
@@ -371,6 +374,23 @@ def coefficient_decode(q, B, E, C, D, *, gamma: float, ops: OpCounter | None = N
     n = ops.matmul(ops.load(D), xp.matrix_transpose(w))[..., 0]                  # (J, r_v)      2 T r_v
     o = ops.matmul(xp.reshape(n, (1, -1)), xp.reshape(ops.load(E), (-1, E.shape[-1])))[0]   # 2 J r_v d
     return ops.store(ops.elementwise(lambda a: a / Z, o))                        # d
+
+
+def _coefficient_decode_numpy(q, B, E, C, D, gamma: float):
+    """coefficient_decode for numpy arrays without operation counting: the same operations, the O(T) ones in
+    place (no temporaries of T floats); the reference is the counted path (tests compare them)."""
+    d = q.shape[0]
+    J, r = B.shape[0], B.shape[1]
+    qt = (B.reshape(J * r, d) @ q).reshape(J, 1, r)
+    qt *= gamma / math.sqrt(d)
+    w = np.matmul(qt, C)                                                         # (J, 1, L)
+    w -= w.max()
+    np.exp(w, out=w)
+    n = np.matmul(D, w.transpose(0, 2, 1))                                       # (J, r_v, 1)
+    o = n.reshape(1, -1) @ E.reshape(-1, E.shape[-1])
+    o = o[0]
+    o /= w.sum()
+    return o
 
 
 def exact_decode(q, K, V, *, ops: OpCounter | None = None):

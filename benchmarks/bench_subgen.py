@@ -1,117 +1,129 @@
-"""SubGen streaming throughput and memory vs exact attention (a script, not a test).
+"""SubGen against what a user would pick instead: one exact decode step (issue 13; claims SG.attention). A script.
 
-One clusterable stream (make_trace "clustered": m = 32 clusters of keys, d = 64, Gaussian values) is decoded
-token by token with :class:`kvbounds.algorithms.subgen.SubGen` (002 Alg. 1: update, then the query of that step).
-At n = 2^12 .. 2^17 the table reports SubGen's per-token time (mean over the steps in (n/2, n]), its
-throughput and the floats it holds, next to exact attention's per-token decode cost at the same steps
-(softmax(K_j q_j) V_j over the j cached tokens, the KV cache preallocated) and its cache size, and the
-ratios. Exact attention is timed on a subsample of the steps in (n/2, n] (``--exact-samples`` per
-checkpoint, default 64): decoding every step exactly would cost O(n^2 d) (hours at 2^17 on 2 cores).
-SubGen's per-token cost should be flat in n; exact attention's grows linearly (log-log slopes printed).
+(a) Speed. A clusterable stream (make_trace "clustered": m = 32 clusters of keys, d = 64, Gaussian values) is
+    decoded token by token with :class:`kvbounds.algorithms.subgen.SubGen` (002 Alg. 1: update, then the query of
+    that step; delta = 0.5, t = 32, s = 256), one thread, numpy float64, against one exact decode step over the j
+    cached tokens written below (:func:`exact_decode_step`, the paper's convention softmax(K q)^T V). The stream
+    runs in chunks of 256 tokens, each followed by a timed exact step at the current length: each chunk gives a
+    paired ratio (the thread's CPU time; wall-clock ratios alongside, see _harness.stream_vs_exact). At n = 2^12,
+    2^14 (2^16 in the full run): the amortised (mean) per-token cost over (n/2, n], the exact step's time, the
+    median of the paired ratios and their spread; and the memory ratio.
+    Target: <= 0.1x at 2^14.
+(b) Accuracy on a stream where the metric means something: a real SmolLM2 trace (kvbounds.traces.real, if cached;
+    else the clustered stream), SubGen with exp(<q,k>/sqrt d) (``scaled=True``, the model's own attention) and
+    delta = a quarter of the largest key norm. At sampled steps: the relative error ||z - Attn|| / ||Attn||, the
+    error in SG.attention's units ||z - Attn|| / (||softmax||_2 ||V||_op), and the all-zero estimator's error
+    in the same units (the yardstick).
 
-Usage: python benchmarks/bench_subgen.py [--quick] [--out PATH] [--backend numpy|torch:cpu] [--exact-samples N]
-Writes JSON to benchmarks/results/bench_subgen.json (--quick: bench_subgen_quick.json, n = 2^9 .. 2^11).
+Usage: python benchmarks/bench_subgen.py [--quick] [--out PATH]
+Writes JSON to benchmarks/results/bench_subgen.json (--quick: bench_subgen_quick.json).
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
+import math
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for p in (str(ROOT), str(ROOT / "benchmarks")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+from _harness import load, meta, print_stream, stream_vs_exact, target, threads, write  # noqa: E402
 
 from kvbounds.algorithms.subgen import SubGen  # noqa: E402
-from kvbounds.gpu.backend import array_namespace, asarray  # noqa: E402
 from kvbounds.traces.synthetic import make_trace  # noqa: E402
 
-
-def exact_step(xp, K, V, j, q):
-    """One exact decode step over the first j cached tokens (paper convention, no 1/sqrt(d))."""
-    logits = xp.matmul(K[:j], q)
-    w = xp.exp(logits - xp.max(logits))
-    return xp.matmul(w / xp.sum(w), V[:j])
+TARGET_STREAM = 0.1
 
 
-def run(quick: bool, backend: str, exact_samples: int) -> dict:
-    logs = list(range(9, 12)) if quick else list(range(12, 18))
-    N = 2 ** logs[-1]
-    d, m, delta, t, s = (16, 8, 0.5, 16, 64) if quick else (64, 32, 0.5, 32, 256)
-    tr = make_trace("clustered", n=N, d=d, seed=0, m=m, r=1.0, spread=0.05)
-    K, V, Q = (asarray(x, backend) for x in (tr.K, tr.V, tr.Q))
-    xp = array_namespace(K)
+def exact_decode_step(q, K, V):
+    """One exact decode step in SubGen's convention (no 1/sqrt d), as a user would write it: softmax(K q)^T V."""
+    s = K @ q
+    s -= s.max()
+    np.exp(s, out=s)
+    return (s @ V) / s.sum()
+
+
+def bench_speed(quick: bool) -> dict:
+    exps = {"smoke": [8, 9], "quick": [10, 12]}.get(quick, [12, 14, 16])
+    n_max = 2 ** exps[-1]
+    d, m, delta, t, s = 64, 32, 0.5, 32, 256
+    tr = make_trace("clustered", n=n_max, d=d, seed=0, m=m, r=1.0, spread=0.05)
     sg = SubGen(d, delta=delta, s=s, t=t, seed=1)
-    step = np.zeros(N)
-    checkpoints = {2**k for k in logs}
-    memory, clusters = {}, {}
-    for j in range(N):
-        t0 = time.perf_counter()
-        sg.update(K[j], V[j])
-        sg.query(Q[j])
-        step[j] = time.perf_counter() - t0
-        if j + 1 in checkpoints:
-            memory[j + 1], clusters[j + 1] = sg.memory_floats(), sg.num_clusters()
-    rng = np.random.default_rng(2)
-    rows = []
-    for k in logs:
-        n = 2**k
-        js = np.unique(rng.integers(n // 2 + 1, n + 1, exact_samples))
-        ex = []
-        for j in js:
-            t0 = time.perf_counter()
-            exact_step(xp, K, V, int(j), Q[int(j) - 1])
-            ex.append(time.perf_counter() - t0)
-        sub_us = float(step[n // 2: n].mean() * 1e6)
-        ex_us = float(np.mean(ex) * 1e6)
-        exact_floats = n * (d + V.shape[1])
-        rows.append(dict(n=n, subgen_us_per_token=sub_us, subgen_tokens_per_s=1e6 / sub_us,
-                         exact_us_per_token=ex_us, exact_tokens_per_s=1e6 / ex_us, exact_steps_timed=int(len(js)),
-                         time_ratio=sub_us / ex_us, subgen_floats=int(memory[n]), exact_floats=int(exact_floats),
-                         memory_ratio=memory[n] / exact_floats, clusters=int(clusters[n])))
-    ns = [r["n"] for r in rows]
-    slope = lambda key: float(np.polyfit(np.log(ns), np.log([r[key] for r in rows]), 1)[0])
-    return dict(params=dict(d=d, m=m, delta=delta, t=t, s=s, backend=backend, trace="clustered", spread=0.05,
-                            exact_samples_per_checkpoint=exact_samples),
-                rows=rows, slopes=dict(subgen_per_token=slope("subgen_us_per_token"),
-                                       exact_per_token=slope("exact_us_per_token")))
+    rows = stream_vs_exact(sg, tr.K, tr.V, tr.Q, exact_decode_step, exps)
+    for r in rows:
+        r["exact_floats"] = r["n"] * 2 * d
+    rows[-1]["subgen_floats"] = sg.memory_floats()
+    return dict(d=d, m=m, delta=delta, t=t, s=s, clusters=sg.num_clusters(), rows=rows, load=load())
+
+
+def accuracy_stream(n):
+    try:
+        from kvbounds.traces.real import trace_from_spec
+        tr = trace_from_spec(f"smollm2:L3:H0:{n}", missing="none")
+    except Exception:          # no model package or no cached trace: the clustered synthetic stream
+        tr = None
+    return tr if tr is not None else make_trace("clustered", n=n, d=64, seed=0, m=32, r=1.0, spread=0.05)
+
+
+def bench_accuracy(quick: bool) -> dict:
+    n = {"smoke": 128, "quick": 512}.get(quick, 2048)
+    tr = accuracy_stream(n)
+    K, V, Q = tr.K, tr.V, tr.Q
+    d = K.shape[1]
+    delta = 0.25 * float(np.linalg.norm(K, axis=1).max())
+    sg = SubGen(d, delta=delta, s=256, t=32, seed=1, scaled=True)
+    steps = set(np.linspace(n // 8, n, 16, dtype=int).tolist())
+    rel, paper, zero = [], [], []
+    for j in range(1, n + 1):
+        sg.update(K[j - 1], V[j - 1])
+        if j in steps:
+            z = sg.query(Q[j - 1])
+            s = K[:j] @ Q[j - 1] / math.sqrt(d)
+            p = np.exp(s - s.max())
+            p /= p.sum()
+            a = p @ V[:j]
+            unit = float(np.linalg.norm(p) * np.linalg.norm(V[:j], 2))
+            err = float(np.linalg.norm(z - a))
+            rel.append(err / float(np.linalg.norm(a)))
+            paper.append(err / unit)
+            zero.append(float(np.linalg.norm(a)) / unit)
+    return dict(trace=tr.meta.get("spec", tr.meta.get("kind")), n=n, delta=delta, clusters=sg.num_clusters(),
+                relative_error_median=float(np.median(rel)), paper_units_median=float(np.median(paper)),
+                zero_estimator_paper_units_median=float(np.median(zero)), relative_error=rel, paper_units=paper,
+                zero_estimator_paper_units=zero, steps=sorted(steps))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="n = 2^9 .. 2^11, d = 16 (smoke test, seconds)")
+    ap.add_argument("--quick", action="store_true", help="n up to 2^12 (a short run)")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds (for the tests)")
     ap.add_argument("--out", type=Path, default=None, help="JSON output path")
-    ap.add_argument("--backend", default="numpy", help="numpy (float64, default) or torch:cpu")
-    ap.add_argument("--exact-samples", type=int, default=64, help="exact-attention steps timed per checkpoint")
     args = ap.parse_args(argv)
-    out = args.out or ROOT / "benchmarks" / "results" / ("bench_subgen_quick.json" if args.quick else "bench_subgen.json")
-    t0 = time.perf_counter()
-    res = run(args.quick, args.backend, args.exact_samples)
-    res["meta"] = dict(python=platform.python_version(), numpy=np.__version__, machine=platform.machine(),
-                       cpus=os.cpu_count(), wall_s=time.perf_counter() - t0, quick=args.quick)
-    p = res["params"]
-    print(f"SubGen streaming decode (update + query per token) vs exact attention, clustered stream: d = {p['d']}, "
-          f"m = {p['m']} clusters, delta = {p['delta']}, t = {p['t']}, s = {p['s']}, backend {p['backend']}")
-    print(f"exact attention timed on {p['exact_samples_per_checkpoint']} sampled steps in (n/2, n] per row; SubGen on every step")
-    head = f"{'n':>7} {'SubGen us/tok':>13} {'tokens/s':>9} {'exact us/tok':>12} {'tokens/s':>9} {'time ratio':>10} " \
-           f"{'SubGen floats':>13} {'exact floats':>12} {'mem ratio':>9} {'clusters':>8}"
-    print(head)
-    for r in res["rows"]:
-        print(f"{r['n']:>7} {r['subgen_us_per_token']:>13.1f} {r['subgen_tokens_per_s']:>9.0f} {r['exact_us_per_token']:>12.1f} "
-              f"{r['exact_tokens_per_s']:>9.0f} {r['time_ratio']:>10.3f} {r['subgen_floats']:>13} {r['exact_floats']:>12} "
-              f"{r['memory_ratio']:>9.4f} {r['clusters']:>8}")
-    sl = res["slopes"]
-    print(f"log-log slope of per-token time in n: SubGen {sl['subgen_per_token']:+.2f} (flat = 0), "
-          f"exact attention {sl['exact_per_token']:+.2f} (linear = 1)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2))
-    print(f"wrote {out}")
+    args.quick = "smoke" if args.smoke else ("quick" if args.quick else False)
+    print(f"load before: {load()}")
+    with threads(1):
+        sp = bench_speed(args.quick)
+        acc = bench_accuracy(args.quick)
+    print(f"(a) SubGen (delta = {sp['delta']}, t = {sp['t']}, s = {sp['s']}; {sp['clusters']} clusters) update + query "
+          f"per token vs one exact decode step, clustered stream d = {sp['d']}, numpy float64, 1 thread")
+    print_stream(sp["rows"])
+    last = sp["rows"][-1]
+    print(f"  memory at n = {last['n']}: SubGen {last['subgen_floats']} floats, exact cache {last['exact_floats']} "
+          f"({last['subgen_floats'] / last['exact_floats']:.3f}x)")
+    row = next(r for r in sp["rows"] if r["n"] == 2 ** 14) if not args.quick else sp["rows"][-1]
+    n_t = row["n"]
+    targets = [target(f"streaming SubGen / exact decode step at n = {n_t}", row["ratio"]["median"], "<=", TARGET_STREAM,
+                      row["ratio"], note=f"{args.quick} run: n = {n_t}, not the target's 2^14" if args.quick else "")]
+    print(f"(b) accuracy on {acc['trace']} (n = {acc['n']}, delta = {acc['delta']:.3g}, {acc['clusters']} clusters): "
+          f"median relative error {acc['relative_error_median']:.3g}; SG.attention units (||softmax|| ||V||_op): "
+          f"{acc['paper_units_median']:.3g}, the all-zero estimator {acc['zero_estimator_paper_units_median']:.3g}")
+    write("bench_subgen", args.quick, dict(meta=meta(quick=args.quick, threads=1), speed=sp, accuracy=acc,
+                                           targets=targets), args.out)
     return 0
 
 

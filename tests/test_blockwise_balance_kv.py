@@ -1,9 +1,5 @@
 """Blockwise BalanceKV (001 App. B) and the B.1 cache set-up: selection invariants, estimator, backends."""
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +12,6 @@ from kvbounds.algorithms.softmax_balance import normalized_kernel_gram
 from kvbounds.algorithms.validation import InputError
 from kvbounds.gpu.backend import asarray, to_numpy
 from kvbounds.traces import make_trace
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _kv(seed, lead, n, d, s, knorm=1.0):
@@ -250,16 +244,3 @@ def _bad_calls():
 def test_bad_input_raises(case):
     with pytest.raises(InputError):
         _bad_calls()[case]()
-
-
-# -- benchmark smoke --------------------------------------------------------------------------------
-
-def test_benchmark_quick_smoke(tmp_path):
-    out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_balancekv.py"), "--quick", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(out.read_text())
-    assert data["blockwise"]["kept"] == data["blockwise"]["n"] // 4
-    assert [r["n"] for r in data["streaming"]["rows"]] == [256, 512, 1024]
-    assert "ratio" in proc.stdout

@@ -1,10 +1,6 @@
 """Frequent Directions (GLPW16 Alg. 2; claim FD.covariance): the guarantee on hypothesis-generated streams
 (rank-deficient, repeated rows, huge and tiny scales, n not a multiple of the buffer), the three known
 implementation mistakes as negative controls, merging, backends, bad input, and the benchmark's smoke run."""
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +13,6 @@ from kvbounds.gpu.backend import asarray, to_numpy
 from kvbounds.proofs_checks.fd_covariance import (BROKEN, DropBufferedFD, StaleRowsFD, UnclampedSqrtFD, feed, make_matrix,
                                          measure, violations)
 from kvbounds.theory.frequent_directions import covariance_bound, covariance_bound_from_sv
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @st.composite
@@ -188,19 +182,3 @@ def test_bad_input_raises(case):
     }
     with pytest.raises(InputError):
         calls[case]()
-
-
-# -- benchmark smoke ---------------------------------------------------------------------------------------
-
-def test_benchmark_quick_smoke(tmp_path):
-    out = tmp_path / "bench_fd.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_fd.py"), "--quick", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(out.read_text())
-    fd = data["fd"]
-    assert fd["d"] == 512 and fd["ell"] == 32
-    assert fd["covariance_error_ours"] <= fd["certificate_ours"] * (1 + 1e-9)
-    assert fd["covariance_error_reference"] <= fd["certificate_reference"] * (1 + 1e-9)
-    assert {r["J"] for r in data["decode"]["rows"]} == {1, 32}
-    assert "speedup ratio" in proc.stdout and "ratio" in proc.stdout

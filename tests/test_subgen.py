@@ -1,10 +1,6 @@
 """SubGen (002 Alg. 1 / 003 Alg. 1): invariants, exact reservoir laws, estimator, bad input, backends."""
-import json
 import math
-import subprocess
-import sys
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +12,6 @@ from kvbounds.gpu.backend import asarray, to_numpy
 from kvbounds.proofs_checks.sg_clusters import ORDERS, clusterable_stream, invariant_violations, part_diameters
 from kvbounds.proofs_checks.sg_reservoir import chi_square, enumerate_coins, matrix_request_prob
 from kvbounds.theory.subgen import exact_reservoir_distribution, reservoir_probability
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(K, V, **kw):
@@ -241,13 +235,3 @@ def test_backend_agreement(backend):
     np.testing.assert_allclose(to_numpy(sg.query(asarray(Q, backend))), ref.query(Q), rtol=1e-10)
     with pytest.raises(InputError):
         sg.query(np.ones(4) if backend != "numpy" else asarray(np.ones(4), "torch:cpu"))
-
-
-def test_benchmark_quick_runs(tmp_path):
-    path = tmp_path / "bench.json"
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_subgen.py"), "--quick", "--out", str(path)],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert out.returncode == 0, out.stderr
-    data = json.loads(path.read_text())
-    assert data["rows"] and all(r["subgen_us_per_token"] > 0 and r["exact_us_per_token"] > 0 for r in data["rows"])
-    assert "tokens/s" in out.stdout

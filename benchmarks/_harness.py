@@ -1,0 +1,155 @@
+"""Shared measurement plumbing for benchmarks/bench_*.py (not a baseline: every baseline lives in its own bench file).
+
+* :func:`threads` fixes the thread count of every BLAS/OpenMP pool (threadpoolctl) and of torch's intra-op pool;
+* :func:`paired` runs the candidates in interleaved repetitions (the order rotates every repetition, so a drift in
+  machine load hits all alike) and reports, per candidate, the median time and the median of the *paired*
+  per-repetition ratios to the baseline with its spread (25th/75th percentiles, min/max);
+* :func:`target` turns a measured value and a target into a line saying met / NOT met;
+* :func:`load` records the machine's load average next to each measurement; :func:`write` writes the JSON.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    """Every BLAS/OpenMP pool and torch's intra-op pool limited to ``n`` threads inside the block."""
+    from threadpoolctl import threadpool_limits
+    torch = sys.modules.get("torch")
+    old = torch.get_num_threads() if torch is not None else None
+    with threadpool_limits(limits=n):
+        if torch is not None:
+            torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            if torch is not None:
+                torch.set_num_threads(old)
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _spread(x) -> dict:
+    x = np.asarray(x, float)
+    return dict(median=float(np.median(x)), q25=float(np.percentile(x, 25)), q75=float(np.percentile(x, 75)),
+                min=float(x.min()), max=float(x.max()))
+
+
+def paired(fns: dict, *, baseline: str, reps: int, warmup: int = 1, per_call: dict | None = None,
+           clock: str = "wall") -> dict:
+    """Time every ``fns[name]()`` ``reps`` times, interleaved (rotating order); ``per_call[name]`` divides a
+    candidate's time (e.g. rows or tokens per call, for a per-unit cost). Returns {name: {time: spread of seconds
+    per unit, ratio: spread of the paired ratios to ``baseline`` (per unit)}, ..., "load": [before, after]}.
+    ``clock="cpu"``: the calling thread's CPU time (single-threaded work only): a descheduled stretch on a
+    loaded machine does not count, so short and long candidates are measured alike."""
+    now = time.thread_time if clock == "cpu" else time.perf_counter
+    names = list(fns)
+    per_call = per_call or {}
+    for _ in range(warmup):
+        for k in names:
+            fns[k]()
+    ts = {k: [] for k in names}
+    load0 = load()
+    for r in range(reps):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for k in order:
+            t0 = now()
+            fns[k]()
+            ts[k].append((now() - t0) / per_call.get(k, 1))
+    out = {}
+    base = np.asarray(ts[baseline])
+    for k in names:
+        out[k] = dict(time=_spread(ts[k]), ratio=_spread(np.asarray(ts[k]) / base), times=ts[k])
+    out["load"] = [load0, load()]
+    out["clock"] = clock
+    return out
+
+
+def fmt_ratio(r: dict) -> str:
+    """'0.123 [0.110-0.130]' : median of the paired ratios [25th-75th percentile]."""
+    return f"{r['median']:.3f} [{r['q25']:.3f}-{r['q75']:.3f}]"
+
+
+def target(name: str, value: float, op: str, goal: float, spread: dict | None = None, note: str = "") -> dict:
+    """A target line: ``value op goal`` (op '<=' or '>='), printed as met / NOT met."""
+    met = bool(value <= goal) if op == "<=" else bool(value >= goal)
+    sp = f" [{spread['q25']:.3g}-{spread['q75']:.3g}]" if spread else ""
+    print(f"  TARGET {name}: {value:.3g}{sp} {op} {goal:g}: {'met' if met else 'NOT met'}{'  (' + note + ')' if note else ''}")
+    return dict(name=name, value=float(value), op=op, goal=goal, met=met, spread=spread, note=note)
+
+
+def meta(**kw) -> dict:
+    torch = sys.modules.get("torch")
+    return dict(python=platform.python_version(), numpy=np.__version__,
+                torch=getattr(torch, "__version__", None), machine=platform.machine(), cpu_count=os.cpu_count(),
+                time=time.strftime("%Y-%m-%dT%H:%M:%S"), load=load(), **kw)
+
+
+def write(name: str, quick: bool, data: dict, out: Path | None = None) -> Path:
+    out = Path(out) if out else RESULTS / (f"{name}_{quick}.json" if quick else f"{name}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2, default=float))
+    print(f"wrote {out}")
+    return out
+
+
+def stream_vs_exact(est, K, V, Q, exact_step, exps, chunk: int = 256) -> list[dict]:
+    """Streaming estimator ``est`` (update(k, v) then query(q) per token) against ``exact_step(q, K[:m], V[:m])``:
+    the stream runs in chunks of ``chunk`` tokens; after each chunk the exact step at the current length is timed
+    (mean of 3), so each chunk gives a paired ratio (mean per-token cost over the chunk / exact step). Both
+    clocks: wall time, and the thread's CPU time (the headline: on a loaded machine a 250 ms chunk is
+    descheduled in proportion to the load while a 1 ms exact step often runs uninterrupted, which biases wall
+    ratios against the streaming side; CPU time counts only the work). For each n = 2^e: the amortised (mean)
+    per-token cost over (n/2, n] and over [1, n], the exact step's time there, and the median of the chunks'
+    paired ratios in (n/2, n] with its spread, per clock."""
+    n_max = 2 ** exps[-1]
+    t_all = np.empty(n_max)
+    chunks = []
+    for start in range(0, n_max, chunk):
+        w0, c0 = time.perf_counter(), time.thread_time()
+        for j in range(start, start + chunk):
+            est.update(K[j], V[j])
+            est.query(Q[j])
+        w_tok, c_tok = (time.perf_counter() - w0) / chunk, (time.thread_time() - c0) / chunk
+        t_all[start:start + chunk] = c_tok
+        m = start + chunk
+        w0, c0 = time.perf_counter(), time.thread_time()
+        for _ in range(3):
+            exact_step(Q[m - 1], K[:m], V[:m])
+        chunks.append((m, c_tok, (time.thread_time() - c0) / 3, w_tok, (time.perf_counter() - w0) / 3))
+    rows = []
+    for e in exps:
+        n = 2 ** e
+        sel = [c[1:] for c in chunks if n // 2 < c[0] <= n]
+        rows.append(dict(n=n, mean_us_per_token=float(np.mean([c[0] for c in sel]) * 1e6),
+                         mean_us_per_token_all=float(t_all[:n].mean() * 1e6),
+                         exact_step_us=float(np.median([c[1] for c in sel]) * 1e6),
+                         ratio=_spread([c[0] / c[1] for c in sel]),
+                         wall_mean_us_per_token=float(np.mean([c[2] for c in sel]) * 1e6),
+                         wall_exact_step_us=float(np.median([c[3] for c in sel]) * 1e6),
+                         wall_ratio=_spread([c[2] / c[3] for c in sel]),
+                         chunks=len(sel), load=load()))
+    return rows
+
+
+def print_stream(rows) -> None:
+    print("  CPU time of the thread (wall-clock ratio alongside)")
+    print(f"  {'n':>7} {'mean us/tok (n/2,n]':>20} {'mean us/tok [1,n]':>18} {'exact step us':>14} "
+          f"{'ratio [q25-q75]':>24} {'wall ratio [q25-q75]':>24}  load")
+    for r in rows:
+        print(f"  {r['n']:>7} {r['mean_us_per_token']:>20.1f} {r['mean_us_per_token_all']:>18.1f} "
+              f"{r['exact_step_us']:>14.1f} {fmt_ratio(r['ratio']):>24} {fmt_ratio(r['wall_ratio']):>24}  {r['load']}")

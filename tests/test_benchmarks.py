@@ -1,0 +1,65 @@
+"""The benchmarks (issue 13) run: each bench_*.py --smoke (tiny sizes) writes JSON with its targets, each printed
+as met / NOT met, its baselines measured in the same run, and (streaming) amortised per-token costs and accuracy
+next to the all-zero estimator's."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(name, tmp_path):
+    out = tmp_path / f"{name}.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--smoke", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["targets"] and all(isinstance(t["met"], bool) for t in data["targets"])
+    assert proc.stdout.count("TARGET") == len(data["targets"])
+    assert all(("met" in line) for line in proc.stdout.splitlines() if "TARGET" in line)
+    assert data["meta"]["load"]
+    return data, proc.stdout
+
+
+def test_bench_fd(tmp_path):
+    data, _ = _run("bench_fd", tmp_path)
+    fd = data["fd"]
+    for k in ("standard", "ours_rows", "ours_blocks"):
+        assert fd["accuracy"][k]["covariance_error"] <= fd["accuracy"][k]["certificate"] * (1 + 1e-9)
+        assert fd["timing"][k]["time"]["median"] > 0
+    assert fd["equal_accuracy"]
+    assert {r["J"] for r in data["decode"]["rows"]} == {1, 32}
+
+
+def test_bench_balancekv(tmp_path):
+    data, _ = _run("bench_balancekv", tmp_path)
+    a = data["blockwise"]
+    assert set(a["by_threads"]) == {"1", "2"}
+    for res in a["by_threads"].values():
+        assert {"sdpa", "released", "ours", "ours_over_released"} <= set(res)
+    rows = data["streaming"]["rows"]
+    assert [r["n"] for r in rows] == [256, 512] and all(r["mean_us_per_token"] > 0 for r in rows)
+    acc = data["accuracy"]
+    assert acc["zero_estimator_paper_units_median"] > 0 and acc["paper_units_median"] >= 0
+
+
+def test_bench_subgen(tmp_path):
+    data, _ = _run("bench_subgen", tmp_path)
+    assert [r["n"] for r in data["speed"]["rows"]] == [256, 512]
+    assert data["accuracy"]["zero_estimator_paper_units_median"] > 0
+
+
+def test_released_walk_keeps_half_per_iteration():
+    """The re-implemented released walk keeps n / 2^itrs distinct tokens per head."""
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_balancekv import released_balanced_walk
+    g = torch.Generator().manual_seed(0)
+    K, V = torch.randn(1, 2, 300, 8), torch.randn(1, 2, 300, 8)
+    idx, w = released_balanced_walk(K, V, generator=g, itrs=2, block_size=32)
+    assert idx.shape == (1, 2, 75) and w.shape == (1, 2, 75)
+    for h in range(2):
+        assert len(set(idx[0, h].tolist())) == 75 and int(idx.max()) < 300
