@@ -142,3 +142,20 @@ def test_expand_groups_and_bad_input():
         released_select(K, V, levels=1, block_size=8, rng=None)
     with pytest.raises(InputError):
         compress_cache_released(K, V, sink=40, window=40, levels=1, block_size=8, rng=np.random.default_rng(0))
+
+
+def test_pseudocode_walk_diagnostic():
+    from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select, compress_cache
+    K, V = _kv(n=256, scale=0.3)
+    for c, coin in ((1e-3, False), (1e12, True)):
+        diag = []
+        a = blockwise_balance_select(K, V, block_size=32, levels=2, rng=np.random.default_rng(0), c=c, diagnostics=diag)
+        b = blockwise_balance_select(K, V, block_size=32, levels=2, rng=np.random.default_rng(0), c=c)
+        np.testing.assert_array_equal(a, b)                      # the diagnostic draws nothing
+        assert [dl["level"] for dl in diag] == [1, 2] and diag[0]["tokens"] == 256 and diag[1]["tokens"] == 128
+        assert (max(dl["mean_abs_p_dev"] for dl in diag) < 1e-9) == coin
+        assert (min(dl["clipped"] for dl in diag) > 0.5) == (not coin)
+    diag = []
+    compress_cache(torch.as_tensor(K), torch.as_tensor(V), sink=8, window=8, levels=1, block_size=32,
+                   rng=np.random.default_rng(0), diagnostics=diag)
+    assert len(diag) == 1 and np.isfinite(diag[0]["log10_R2"])
