@@ -67,6 +67,15 @@ def _draw(rng, uniforms, shape, ref):
     return like(rng.random(shape), ref)
 
 
+def _self_gram(X):
+    """X X^T over the last two axes (numpy's stacked matmul takes its BLAS path only for C-contiguous operands)."""
+    xp = array_namespace(X)
+    XT = xp.matrix_transpose(X)
+    if isinstance(X, np.ndarray):
+        XT = np.ascontiguousarray(XT)
+    return xp.matmul(X, XT)
+
+
 def _walk(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, diag_level):
     """Signs (B, nb, b) of the released walk on blocks Kc (B, nb, b, d), weighted values Wc (B, nb, b, s)."""
     xp = array_namespace(Kc)
@@ -74,8 +83,8 @@ def _walk(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, diag_le
     if center:
         Kc = Kc - xp.mean(Kc, axis=-2, keepdims=True)
     with np.errstate(over="ignore", invalid="ignore"):
-        G = xp.exp(temp * xp.matmul(Kc, xp.matrix_transpose(Kc)) / math.sqrt(d) - beta)
-        G = G * (xp.matmul(Wc, xp.matrix_transpose(Wc)) + (kernel_const + KERNEL_EPS))
+        G = xp.exp(temp * _self_gram(Kc) / math.sqrt(d) - beta)
+        G = G * (_self_gram(Wc) + (kernel_const + KERNEL_EPS))
     with np.errstate(over="ignore", invalid="ignore"):    # K_ii, from the vectors
         Kii = xp.exp(temp * xp.sum(Kc * Kc, axis=-1) / math.sqrt(d) - beta) \
             * (xp.sum(Wc * Wc, axis=-1) + (kernel_const + KERNEL_EPS))

@@ -40,6 +40,9 @@ LABELS = {"balance": "pseudocode (App. B / Alg. 2)", "released-t1": "released wa
           "released-t0.1": "released walk, temp 0.1 (Fig. 1/3 notebook)",
           "consistent-t0.1": "released walk, temp 0.1, consistent estimator (log w in both sums)",
           "uniform": "independent uniform sampling"}
+SHORT = {"balance": "the pseudocode", "released-t1": "the released walk at temp 1",
+         "released-t0.1": "the released walk at temp 0.1",
+         "consistent-t0.1": "the released walk with the consistent estimator"}
 
 # the ingredient ablation: from the released recipe (temp 0.1, released estimator) change one thing
 RECIPE = VARIANTS["released-t0.1"]

@@ -34,7 +34,7 @@ from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
-from .bkv_variants import (COIN_NOTE, LABELS, combine, compare, exact_last, finish, per_kv_head, reproduction,
+from .bkv_variants import (COIN_NOTE, LABELS, SHORT, combine, compare, exact_last, finish, per_kv_head, reproduction,
                            run_variants, version_findings, walk_summary)
 from .common import fallback_notes, make_record, pick
 
@@ -191,7 +191,8 @@ def per_variant_text(reps, records) -> str:
         coin = cells and all(c["record"].extra.get("walk_is_coin") for c in cells)
         word = {"reproduced": "reproduced", "partial": "partly reproduced", "not-reproduced": "not reproduced",
                 "reversed": "reversed", "n/a": "n/a"}[rep.status]
-        out.append(f"{word} for {rep.variant} in {b}/{len(cells)} cells" + (" (walk = coin)" if coin else ""))
+        out.append(f"{word} for {SHORT.get(rep.variant, rep.variant)}" + (" (walk = coin)" if coin else "")
+                   + f" in {b}/{len(cells)} cells")
     return "; ".join(out)
 
 
