@@ -1,26 +1,43 @@
-"""Claim-level verdicts built from records, and the shared rules for reaching them.
+"""Claim-level verdicts built from records, and the shared rules that decide them (issue 9).
 
-Statuses:
-  * ``holds``                    every trial within the stated bound (constants as proven),
-  * ``holds (fitted constant)``  an O(.) claim: the ratio measured/shape is bounded and does not grow
-                                 along the swept parameter; the fitted constant is reported,
-  * ``fails``                    some trial violates the bound; the smallest such input is a finding,
-  * ``inconclusive``             a negative control passed (the check has no power), or no trials,
-  * ``no check`` / ``not run``.
+A verdict has separate dimensions, each decided by one rule of this module, the same for every check:
+
+  * ``statement``  (:func:`decide_statement`) ``false`` only from a *counterexample*: a record whose bound is
+    decisive (``a-priori`` / ``exact`` / ``certificate``, the paper's own constants, not a reading of an O(.)
+    with a chosen constant, not a proof step) and is violated; the smallest such input is named and is
+    reproducible from the record's params and seed. O(.) claims with ``shape`` records are ``holds-fitted``;
+    growth of a fitted constant is never ``false``: it feeds ``rate``. A statement that sampling cannot refute
+    (a lower bound, an unsampled quantifier) is at best ``not-refuted``. Empirical claims are decided from
+    ``reproduction`` (:func:`statement_from_reproduction`).
+  * ``proof``      ``errata`` when the list of :class:`Erratum` is non-empty; errata never change ``statement``.
+  * ``rate``       (:func:`decide_rate`) ``not-reached`` when the fitted constant grows along the swept
+    parameter (the measured exponent falls short of the stated one) while no decisive bound fails;
+    :class:`RateInfo` carries the tested range, exponents with a 95% interval and where the rate should set in.
+  * ``power``      (:func:`decide_power`) ``low`` when a negative control is not rejected (including a
+    control that also meets a bound too loose to tell it apart), ``shown`` when every control is rejected.
+  * ``reproduction`` (:func:`combine_reproductions`, :func:`reproduction_status`) for empirical claims.
+
+:func:`decide` applies all rules to a check's records; :func:`finalize` derives ``headline`` and the legacy
+``status`` from the dimensions (so a verdict built by hand gets the same labels). Verdicts are a function of
+the *set* of records: every rule orders records canonically (:func:`canonical_order`) and the bootstrap of
+:func:`loglog_slope` is seeded from its (sorted) points.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .records import Record
+from .records import Record, canonical
 
+# legacy single labels (``Verdict.status``), derived from ``statement`` by :func:`finalize`
 HOLDS = "holds"
 HOLDS_FITTED = "holds (fitted constant)"
 FAILS = "fails"
+NOT_REFUTED = "not refuted"
 INCONCLUSIVE = "inconclusive"
 NO_CHECK = "no check"
 NOT_RUN = "not run"
@@ -28,6 +45,7 @@ NOT_RUN = "not run"
 # An O(.) claim asserts measured/shape stays bounded along the sweep. We call it growth when the
 # log-log slope of that ratio against the swept parameter has a bootstrap 95% lower bound above this.
 GROWTH_TOL = 0.15
+DECISIVE_KINDS = ("a-priori", "exact", "certificate")
 
 
 @dataclasses.dataclass
@@ -36,7 +54,7 @@ class Finding:
     title: str
     detail: str
     smallest_input: dict = dataclasses.field(default_factory=dict)
-    kind: str = "bound fails"   # "bound fails" | "versions disagree" | "erratum"
+    kind: str = "bound fails"   # "bound fails" | "versions disagree" | "erratum" | "rate" | "power" | "finding"
 
 
 @dataclasses.dataclass
@@ -53,13 +71,14 @@ class FigureSpec:
 
 
 # ------------------------------------------------------------------ verdict dimensions (issue 9)
-# A claim's verdict has separate dimensions, each decided by the shared rules of this module.
 STATEMENT_VALUES = ("holds", "holds-fitted", "false", "not-refuted", "inconclusive", "not-run", "no-check")
 PROOF_VALUES = ("sound", "errata", "n/a")
 RATE_VALUES = ("observed", "not-reached", "n/a")
 REPRODUCTION_VALUES = ("reproduced", "partial", "not-reproduced", "reversed", "n/a")
 POWER_VALUES = ("shown", "low", "n/a")
 CLAIM_KINDS = ("theorem", "lemma", "algorithm property", "cost", "empirical")
+LEGACY_STATUS = {"holds": HOLDS, "holds-fitted": HOLDS_FITTED, "false": FAILS, "not-refuted": NOT_REFUTED,
+                 "inconclusive": INCONCLUSIVE, "not-run": NOT_RUN, "no-check": NO_CHECK}
 
 
 @dataclasses.dataclass
@@ -90,6 +109,7 @@ class RateInfo:
     measured_exponent: float
     ci: tuple[float, float]
     sets_in: str = ""               # where the stated rate should set in, and how that was estimated
+    label: str = ""                 # e.g. "O(1/t) rate"; default from the stated exponent
 
 
 @dataclasses.dataclass
@@ -104,7 +124,7 @@ class Reproduction:
 @dataclasses.dataclass
 class Verdict:
     claim: str
-    status: str                     # legacy single label; ``statement`` and the dimensions below replace it
+    status: str                     # legacy single label, derived from ``statement`` by finalize()
     summary: str
     constant: float | None = None
     constant_spread: tuple[float, float] | None = None
@@ -130,28 +150,38 @@ class Verdict:
     fitted_constant: Constant | None = None
 
 
-def param_size(params: dict, keys: Sequence[str] = ("n", "d", "s", "t", "T")) -> tuple:
-    """Order inputs by size so the smallest counterexample can be named."""
-    return tuple(float(params.get(k, 0)) if isinstance(params.get(k, 0), (int, float)) else 0 for k in keys)
+# ------------------------------------------------------------------ order independence
+def record_sort_key(r: Record) -> tuple:
+    return (r.claim, r.check, canonical(r.params), r.seed, r.backend, r.control, r.bound_kind,
+            repr(r.measured), repr(r.bound), canonical(r.extra))
 
 
-def smallest_failure(records: Iterable[Record], size: Callable[[dict], Any] = param_size) -> Record | None:
-    bad = [r for r in records if not r.holds and not r.control]
-    return min(bad, key=lambda r: (size(r.params), -r.ratio)) if bad else None
+def canonical_order(records: Iterable[Record]) -> list[Record]:
+    """Records in a canonical order (claim, check, params, seed, ...), so rules see a set, not a sequence."""
+    return sorted(records, key=record_sort_key)
 
 
-def controls_rejected(records: Iterable[Record]) -> tuple[int, int]:
-    ctl = [r for r in records if r.control]
-    return sum(not r.holds for r in ctl), len(ctl)
+def data_seed(*arrays: Sequence[float]) -> int:
+    """A bootstrap seed computed from the data themselves (same points, same seed)."""
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(np.asarray(a, float)).tobytes())
+    return int.from_bytes(h.digest()[:8], "little")
 
 
-def loglog_slope(x: Sequence[float], y: Sequence[float], *, n_boot: int = 400, seed: int = 0) -> tuple[float, float, float]:
-    """Least-squares slope of log y on log x with a bootstrap 95% interval (over points)."""
+def loglog_slope(x: Sequence[float], y: Sequence[float], *, n_boot: int = 400,
+                 seed: int | None = None) -> tuple[float, float, float]:
+    """Least-squares slope of log y on log x with a bootstrap 95% interval (over points).
+
+    The points are sorted first and, unless ``seed`` is given, the bootstrap is seeded from them, so the
+    result depends only on the set of points."""
     lx, ly = np.log(np.asarray(x, float)), np.log(np.maximum(np.asarray(y, float), 1e-300))
     if len(np.unique(lx)) < 2:
         return 0.0, 0.0, 0.0
+    order = np.lexsort((ly, lx))
+    lx, ly = lx[order], ly[order]
     slope = float(np.polyfit(lx, ly, 1)[0])
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(data_seed(lx, ly) if seed is None else seed)
     boots = []
     for _ in range(n_boot):
         idx = rng.integers(0, len(lx), len(lx))
@@ -162,73 +192,199 @@ def loglog_slope(x: Sequence[float], y: Sequence[float], *, n_boot: int = 400, s
     return slope, float(lo), float(hi)
 
 
-def standard_verdict(claim: str, records: Sequence[Record], *, figures: Sequence[FigureSpec] = (),
-                     sweep: str | None = None, label: str = "") -> Verdict:
-    """The default rule: controls must be rejected; a-priori/exact/certificate bounds must hold in every
-    trial; ``shape`` records give a fitted constant (max ratio) and must not grow along ``sweep``."""
-    figures = list(figures)
+# ------------------------------------------------------------------ growth (one helper for every O(.) check)
+@dataclasses.dataclass
+class Growth:
+    """Log-log slope of a fitted constant (measured/shape by default) along one swept parameter."""
+    group: str                      # the sub-check (or group label) the points belong to
+    param: str
+    slope: float
+    lo: float
+    hi: float
+    x_range: tuple[float, float]
+    n_points: int
+    smallest: dict                  # params of the record with the smallest x
+    key: Any = None                 # the raw group key (``group`` is its str)
+
+    @property
+    def grows(self) -> bool:
+        return self.lo > GROWTH_TOL
+
+    def text(self) -> str:
+        return f"{self.group} vs {self.param}: slope {self.slope:+.2f} [{self.lo:+.2f},{self.hi:+.2f}]"
+
+
+def growth(records: Iterable[Record], param: str, *, value: Callable[[Record], float] = lambda r: r.ratio,
+           group: Callable[[Record], Any] = lambda r: r.check, where: Callable[[Record], bool] | None = None,
+           swept_only: bool = False) -> list[Growth]:
+    """One :class:`Growth` per group with >= 2 distinct values of ``params[param]``.
+
+    ``swept_only``: keep records whose ``params["sweep"] == param`` (checks that sweep one key at a time)."""
+    groups: dict[Any, list[Record]] = {}
+    for r in canonical_order(records):
+        if param not in r.params or (where is not None and not where(r)):
+            continue
+        if swept_only and r.params.get("sweep") != param:
+            continue
+        groups.setdefault(group(r), []).append(r)
+    out = []
+    for g, rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        xs = [float(r.params[param]) for r in rs]
+        if len(set(xs)) < 2:
+            continue
+        slope, lo, hi = loglog_slope(xs, [value(r) for r in rs])
+        small = min(rs, key=lambda r: (float(r.params[param]), record_sort_key(r)))
+        out.append(Growth(str(g), param, slope, lo, hi, (min(xs), max(xs)), len(rs), dict(small.params), g))
+    return out
+
+
+# ------------------------------------------------------------------ statement
+def param_size(params: dict, keys: Sequence[str] = ("n", "d", "s", "t", "T")) -> tuple:
+    """Order inputs by size so the smallest counterexample can be named."""
+    return tuple(float(params.get(k, 0)) if isinstance(params.get(k, 0), (int, float)) else 0 for k in keys)
+
+
+def is_decisive(r: Record, proof_steps: Iterable[str] = ()) -> bool:
+    """Can this record refute the statement as written? Its bound must carry the paper's own constants
+    (a-priori, exact, certificate), it must not be a control, not a reading of an O(.) with a chosen constant
+    (``extra["reading"]``), and not a check of a proof step (``extra["proof_step"]`` or its check named in
+    ``proof_steps``: those failures are errata)."""
+    return (not r.control and r.bound_kind in DECISIVE_KINDS and not r.extra.get("reading")
+            and not r.extra.get("proof_step") and r.check not in set(proof_steps))
+
+
+def smallest_failure(records: Iterable[Record], size: Callable[[dict], Any] = param_size) -> Record | None:
+    bad = [r for r in records if not r.holds and not r.control]
+    return min(bad, key=lambda r: (size(r.params), -r.ratio, record_sort_key(r))) if bad else None
+
+
+def counterexample(records: Iterable[Record], *, proof_steps: Iterable[str] = (),
+                   size: Callable[[dict], Any] = param_size) -> dict | None:
+    """The smallest decisive record that violates its bound, as a dict (params, seed, backend, measured,
+    bound, ...) from which it can be re-run; None when there is none."""
+    records = list(records)
+    dec = [r for r in records if is_decisive(r, proof_steps)]
+    r = smallest_failure(dec, size)
+    if r is None:
+        return None
+    return dict(check=r.check, params=dict(r.params), seed=r.seed, backend=r.backend, measured=r.measured,
+                bound=r.bound, ratio=r.ratio, bound_kind=r.bound_kind, source=r.source,
+                violations=sum(not x.holds for x in dec), decisive_trials=len(dec))
+
+
+def statement_from_reproduction(reproduction: str, *, same_setup: bool = False) -> str:
+    """An empirical claim's statement: ``holds`` when reproduced; a partial, failed or reversed reproduction
+    on a *different* setup (model, size) is ``inconclusive`` (the headline says "not reproduced on <setup>");
+    on the paper's own setup, ``not-reproduced``/``reversed`` make it ``false``."""
+    if reproduction == "reproduced":
+        return "holds"
+    if same_setup and reproduction in ("not-reproduced", "reversed"):
+        return "false"
+    return "inconclusive"
+
+
+def decide_statement(records: Sequence[Record], *, kind: str = "theorem", refutable: bool = True,
+                     reproduction: str = "n/a", same_setup: bool = False,
+                     proof_steps: Iterable[str] = ()) -> tuple[str, dict | None]:
+    """(statement, counterexample) by the rule of the module docstring."""
     if not records:
-        return Verdict(claim, NOT_RUN, "no records", figures=figures)
+        return "not-run", None
+    if kind == "empirical":
+        return statement_from_reproduction(reproduction, same_setup=same_setup), None
+    cx = counterexample(records, proof_steps=proof_steps)
+    if not refutable:
+        return "not-refuted", None
+    if cx is not None:
+        return "false", cx
     main = [r for r in records if not r.control]
-    rejected, n_ctl = controls_rejected(records)
-    findings: list[Finding] = []
-    parts: list[str] = []
-    status = HOLDS
-    fail = smallest_failure(main)
-    if fail is not None:
-        status = FAILS
-        n_bad = sum(not r.holds for r in main)
-        findings.append(Finding(claim, f"{claim}{(' [' + fail.check + ']') if fail.check else ''}: bound violated "
-                                f"in {n_bad}/{len(main)} trials",
-                                f"measured {fail.measured:.4g} > bound {fail.bound:.4g} (ratio {fail.ratio:.3g}; "
-                                f"{fail.bound_kind} bound, {fail.source})", fail.params))
-    shape = [r for r in main if r.bound_kind in ("shape", "fitted")]
-    const = spread = None
-    if shape:
-        groups: dict[str, list[Record]] = {}
-        for r in shape:
+    if any(r.bound_kind in ("shape", "fitted") or r.extra.get("reading") for r in main):
+        return "holds-fitted", None     # an O(.) statement: holds with a fitted (or read) constant
+    if any(is_decisive(r, proof_steps) for r in main):
+        return "holds", None
+    return "not-refuted", None
+
+
+# ------------------------------------------------------------------ power
+@dataclasses.dataclass
+class Control:
+    """A negative control and whether the check's test rejected it."""
+    name: str
+    rejected: bool
+    detail: str = ""
+
+
+def controls_rejected(records: Iterable[Record]) -> tuple[int, int]:
+    ctl = [r for r in records if r.control]
+    return sum(not r.holds for r in ctl), len(ctl)
+
+
+def controls_from_records(records: Iterable[Record], *, rule: str = "all") -> list[Control]:
+    """One :class:`Control` per control sub-check: rejected when ``all`` (or ``any``) of its records fail."""
+    groups: dict[str, list[Record]] = {}
+    for r in canonical_order(records):
+        if r.control:
             groups.setdefault(r.check, []).append(r)
-        for name, rs in sorted(groups.items()):
-            ratios = np.array([r.ratio for r in rs])
-            tag = f"[{name}] " if len(groups) > 1 else ""
-            parts.append(f"{tag}fitted constant C = max(measured/shape) = {ratios.max():.3g} "
-                         f"(5%/50%: {np.percentile(ratios, 5):.3g}/{np.median(ratios):.3g})")
-        if len(groups) == 1:   # one constant only when the shape records share one unit
-            ratios = np.array([r.ratio for r in shape])
-            const, spread = float(ratios.max()), (float(np.percentile(ratios, 5)), float(np.median(ratios)))
-        if sweep:
-            xs = [float(r.params[sweep]) for r in shape if sweep in r.params]
-            if len(set(xs)) >= 2:
-                slope, lo, hi = loglog_slope(xs, [r.ratio for r in shape if sweep in r.params])
-                parts.append(f"ratio vs {sweep}: log-log slope {slope:+.3f} [95% {lo:+.3f}, {hi:+.3f}]")
-                if lo > GROWTH_TOL:
-                    status = FAILS
-                    findings.append(Finding(claim, f"{claim}: measured/shape grows with {sweep}",
-                                            f"log-log slope {slope:.3f} (95% CI {lo:.3f}..{hi:.3f}) > {GROWTH_TOL}: "
-                                            f"the O(.) shape does not capture the growth in {sweep}",
-                                            min(shape, key=lambda r: param_size(r.params)).params))
-        if status == HOLDS:
-            status = HOLDS_FITTED
-    n_ok = sum(r.holds for r in main)
-    bounded = [r for r in main if r.bound_kind not in ("shape", "fitted")]
-    parts.insert(0, f"{n_ok}/{len(main)} trials within bound"
-                 + (f"; max measured/bound {max(r.ratio for r in bounded):.3g}" if bounded else ""))
-    if n_ctl:
-        parts.append(f"negative controls rejected {rejected}/{n_ctl}")
-        if rejected < n_ctl and status != FAILS:
-            status = INCONCLUSIVE
-            findings.append(Finding(claim, f"{claim}: negative control not rejected",
-                                    "a deliberately broken variant passed the check, so the check lacks power",
-                                    next(r.params for r in records if r.control and r.holds), kind="erratum"))
-    if label:
-        parts.insert(0, label)
-    return Verdict(claim, status, "; ".join(parts), constant=const, constant_spread=spread,
-                   constant_kind="fitted" if const is not None else "proven", findings=findings,
-                   figures=figures, n_records=len(records))
+    agg = all if rule == "all" else any
+    return [Control(name, agg(not r.holds for r in rs), f"{sum(not r.holds for r in rs)}/{len(rs)} records rejected")
+            for name, rs in sorted(groups.items())]
 
 
-def finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
+def decide_power(controls: Sequence[Control]) -> tuple[str, str]:
+    """``low`` if any control passes the check (or meets a bound too loose to tell it apart), ``shown`` if
+    every control is rejected, ``n/a`` without controls. Returns (power, detail)."""
+    if not controls:
+        return "n/a", ""
+    passed = [c for c in controls if not c.rejected]
+    text = "; ".join(f"{c.name}: {'rejected' if c.rejected else 'NOT rejected'}" + (f" ({c.detail})" if c.detail else "")
+                     for c in controls)
+    return ("low" if passed else "shown"), text
+
+
+# ------------------------------------------------------------------ rate, constants, reproduction
+def rate_label(param: str, exponent: float) -> str:
+    if exponent == 0:
+        return "O(1)"
+    e = abs(exponent)
+    base = param if e == 1 else f"sqrt({param})" if e == 0.5 else f"{param}^{e:g}"
+    return f"O(1/{base})" if exponent < 0 else f"O({base})"
+
+
+def decide_rate(g: Growth | None, *, stated_exponent: float, sets_in: str = "",
+                label: str = "") -> tuple[str, RateInfo | None]:
+    """The rate of a quantity stated to scale as x^stated_exponent, from the growth ``g`` of measured/x^stated:
+    ``not-reached`` when that ratio grows (95% CI lower end > GROWTH_TOL), ``observed`` when its CI upper end is
+    <= GROWTH_TOL, else ``n/a`` (undetermined in the tested range; the RateInfo is still returned)."""
+    if g is None:
+        return "n/a", None
+    info = RateInfo(g.param, g.x_range, stated_exponent, stated_exponent + g.slope,
+                    (stated_exponent + g.lo, stated_exponent + g.hi), sets_in,
+                    label or rate_label(g.param, stated_exponent) + " rate")
+    return ("not-reached" if g.grows else "observed" if g.hi <= GROWTH_TOL else "n/a"), info
+
+
+def mark(records: Iterable[Record], pred: Callable[[Record], bool], **extra) -> list[Record]:
+    """Copies of the records, with ``extra`` added to those matching ``pred`` (e.g. ``reading=...`` or
+    ``proof_step=...`` for records stored before a check named them so)."""
+    return [dataclasses.replace(r, extra={**r.extra, **extra}) if pred(r) else r for r in records]
+
+
+def fitted_constant(records: Iterable[Record], what: str = "max measured/shape",
+                    value: Callable[[Record], float] = lambda r: r.ratio) -> Constant | None:
+    vals = np.array([value(r) for r in records], float)
+    vals = vals[np.isfinite(vals)]
+    if not vals.size:
+        return None
+    return Constant(float(vals.max()), "fitted", what, (float(np.percentile(vals, 5)), float(np.median(vals))))
+
+
+def combine_reproductions(reps: Sequence[Reproduction]) -> str:
+    """One label over variants/setups: all the same -> that label; any reproduced/partial -> partial."""
+    st = {r.status for r in reps} - {"n/a"}
+    if not st:
+        return "n/a"
+    if len(st) == 1:
+        return st.pop()
+    return "partial" if st & {"reproduced", "partial"} else "not-reproduced"
 
 
 def reproduction_status(better: int, worse: int, cells: int) -> str:
@@ -251,3 +407,156 @@ def reproduction_status(better: int, worse: int, cells: int) -> str:
     if better >= 1:
         return "partial"
     return "not-reproduced"
+
+
+def erratum_from_finding(f: Finding, corrected: str = "") -> Erratum:
+    return Erratum(where=f.title, what=f.detail, smallest_input=dict(f.smallest_input), corrected=corrected)
+
+
+# ------------------------------------------------------------------ headline and the one entry point
+def _claim_kind(claim: str) -> str:
+    try:
+        from .registry import CLAIMS
+        return CLAIMS[claim].kind if claim in CLAIMS else ""
+    except Exception:   # noqa: BLE001 - the registry is optional here
+        return ""
+
+
+def headline(v: Verdict) -> str:
+    """One short label from the dimensions, e.g. "bound holds; O(1/t) rate not reached for t <= 128"."""
+    setups = ", ".join(dict.fromkeys(r.setup for r in v.reproductions if r.setup))
+    parts = []
+    if v.kind == "empirical" and v.reproduction != "n/a":
+        word = {"reproduced": "reproduced", "partial": "partly reproduced", "not-reproduced": "not reproduced",
+                "reversed": "reversed"}[v.reproduction]
+        parts.append(f"{word} on {setups}" if setups else word)
+    elif v.statement == "false":
+        parts.append("false as stated" + ("; corrected bound given" if v.corrected else ""))
+    elif v.statement == "holds-fitted":
+        c = v.fitted_constant
+        parts.append(f"holds with fitted constant C = {c.value:.3g}" if c else "holds with a fitted constant")
+    else:
+        parts.append({"holds": "bound holds", "not-refuted": "not refuted", "inconclusive": "inconclusive",
+                      "not-run": "not run", "no-check": "no check"}.get(v.statement, v.statement))
+    if v.rate_info is not None and v.rate != "n/a":
+        ri = v.rate_info
+        what = ri.label or "stated rate"
+        parts.append(f"{what} not reached for {ri.param} <= {ri.tested_range[1]:g}" if v.rate == "not-reached"
+                     else f"{what} observed")
+    if v.errata:
+        parts.append(f"proof has {len(v.errata)} errat{'um' if len(v.errata) == 1 else 'a'}")
+    if v.power == "low":
+        parts.append("low power (a negative control passes too)")
+    return "; ".join(parts)
+
+
+def finalize(v: Verdict) -> Verdict:
+    """Fill what follows from the dimensions: ``kind`` (registry), ``proof`` from the errata list,
+    ``headline``, the legacy ``status``, and the legacy ``constant`` fields. Idempotent; call last."""
+    v.kind = v.kind or _claim_kind(v.claim)
+    if not v.statement:
+        v.statement = {v_: k for k, v_ in LEGACY_STATUS.items()}.get(v.status, "inconclusive")
+        if v.statement == "false" and v.counterexample is None:
+            v.statement = "inconclusive"   # a legacy "fails" without a counterexample is not a refutation
+    if v.errata:
+        v.proof = "errata"
+    for name, allowed in (("statement", STATEMENT_VALUES), ("proof", PROOF_VALUES), ("rate", RATE_VALUES),
+                          ("reproduction", REPRODUCTION_VALUES), ("power", POWER_VALUES)):
+        if getattr(v, name) not in allowed:
+            raise ValueError(f"{v.claim}: {name} = {getattr(v, name)!r} is not one of {allowed}")
+    if v.statement == "false" and v.counterexample is None:
+        raise ValueError(f"{v.claim}: statement 'false' needs a counterexample")
+    v.headline = headline(v)
+    v.status = LEGACY_STATUS[v.statement]
+    if v.constant is None and (v.fitted_constant or v.proven_constant):
+        c = v.fitted_constant or v.proven_constant
+        v.constant, v.constant_spread, v.constant_kind = c.value, c.spread, c.kind
+    return v
+
+
+def decide(claim: str, records: Sequence[Record], *, summary: str = "", kind: str | None = None,
+           figures: Sequence[FigureSpec] = (), findings: Sequence[Finding] = (), errata: Sequence[Erratum] = (),
+           proof_checked: bool = False, refutable: bool = True, proof_steps: Iterable[str] = (),
+           controls: Sequence[Control] | None = None, rate: tuple[str, RateInfo | None] = ("n/a", None),
+           reproductions: Sequence[Reproduction] = (), same_setup: bool = False,
+           proven: Constant | None = None, fitted: Constant | None = None, corrected: str = "",
+           power_detail: str = "") -> Verdict:
+    """Apply every rule to a check's records and return the finalized :class:`Verdict`.
+
+    ``controls`` defaults to :func:`controls_from_records`; ``rate`` comes from :func:`decide_rate`;
+    ``proof_checked`` says the check examined the proof (so no errata means ``sound``)."""
+    records = canonical_order(records)
+    kind = kind or _claim_kind(claim) or "theorem"
+    repro = combine_reproductions(reproductions) if reproductions else "n/a"
+    statement, cx = decide_statement(records, kind=kind, refutable=refutable, reproduction=repro,
+                                     same_setup=same_setup, proof_steps=proof_steps)
+    power, pdetail = decide_power(controls_from_records(records) if controls is None else controls)
+    v = Verdict(claim, "", summary, findings=list(findings), figures=list(figures), n_records=len(records),
+                kind=kind, statement=statement, proof="errata" if errata else "sound" if proof_checked else "n/a",
+                rate=rate[0], reproduction=repro, power=power, counterexample=cx,
+                corrected=corrected if statement == "false" else "", errata=list(errata), rate_info=rate[1],
+                reproductions=list(reproductions), power_detail=power_detail or pdetail,
+                proven_constant=proven, fitted_constant=fitted)
+    return finalize(v)
+
+
+def standard_verdict(claim: str, records: Sequence[Record], *, figures: Sequence[FigureSpec] = (),
+                     sweep: str | None = None, label: str = "", **rules) -> Verdict:
+    """The default rule set: decisive bounds decide the statement; ``shape`` records give a fitted constant
+    (max ratio) and its growth along ``sweep`` decides ``rate`` (stated: the ratio stays bounded); controls
+    decide ``power``. Extra keyword arguments go to :func:`decide`."""
+    records = canonical_order(records)
+    if not records:
+        return finalize(Verdict(claim, NOT_RUN, "no records", figures=list(figures), statement="not-run"))
+    main = [r for r in records if not r.control]
+    findings: list[Finding] = list(rules.pop("findings", ()))
+    parts: list[str] = []
+    fail = smallest_failure([r for r in main if is_decisive(r, rules.get("proof_steps", ()))])
+    if fail is not None:
+        n_bad = sum(not r.holds for r in main if is_decisive(r, rules.get("proof_steps", ())))
+        findings.append(Finding(claim, f"{claim}{(' [' + fail.check + ']') if fail.check else ''}: bound violated "
+                                f"in {n_bad}/{len(main)} trials",
+                                f"measured {fail.measured:.4g} > bound {fail.bound:.4g} (ratio {fail.ratio:.3g}; "
+                                f"{fail.bound_kind} bound, {fail.source})", fail.params))
+    shape = [r for r in main if r.bound_kind in ("shape", "fitted")]
+    fitted = None
+    rate = rules.pop("rate", ("n/a", None))
+    if shape:
+        groups = sorted({r.check for r in shape})
+        for name in groups:
+            c = fitted_constant([r for r in shape if r.check == name])
+            tag = f"[{name}] " if len(groups) > 1 else ""
+            parts.append(f"{tag}fitted constant C = max(measured/shape) = {c.value:.3g} "
+                         f"(5%/50%: {c.spread[0]:.3g}/{c.spread[1]:.3g})")
+        if len(groups) == 1:   # one constant only when the shape records share one unit
+            fitted = fitted_constant(shape)
+        if sweep:
+            gs = growth(shape, sweep, group=lambda r: "shape")
+            if gs:
+                g = gs[0]
+                parts.append(f"ratio vs {sweep}: log-log slope {g.slope:+.3f} [95% {g.lo:+.3f}, {g.hi:+.3f}]")
+                if rate[0] == "n/a":
+                    rate = decide_rate(g, stated_exponent=0.0, label="stated O(.) shape")
+    steps = set(rules.get("proof_steps", ()))
+    is_step = lambda r: bool(r.extra.get("proof_step")) or r.check in steps
+    stmt = [r for r in main if not is_step(r)]
+    bounded = [r for r in stmt if r.bound_kind not in ("shape", "fitted")]
+    head = f"{sum(r.holds for r in stmt)}/{len(stmt)} trials within bound" + (
+        f"; max measured/bound {max(r.ratio for r in bounded):.3g}" if bounded else "")
+    step_recs = [r for r in main if is_step(r)]
+    if step_recs:
+        head += f"; proof-step records within bound {sum(r.holds for r in step_recs)}/{len(step_recs)}"
+    parts.insert(0, head)
+    rejected, n_ctl = controls_rejected(records)
+    if n_ctl:
+        parts.append(f"negative controls rejected {rejected}/{n_ctl}")
+    if label:
+        parts.insert(0, label)
+    v = decide(claim, records, summary="; ".join(parts), figures=figures, findings=findings,
+               fitted=rules.pop("fitted", fitted), rate=rate, **rules)
+    v.constant_kind = v.constant_kind or "proven"   # legacy: no fitted constant means the bounds' own constants
+    return v
+
+
+def finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -11,6 +11,11 @@ We stream n tokens and evaluate at checkpoints j; ``eps_hat`` = max_j of the lef
                               (the O~ read with constant 1 and no log factors; a reading, not a proven constant)
   * ``001 shape``/``000 shape``  eps_hat against each version's eps(t) shape; fitted constant, growth in t, d, r.
 Values have norms spread over six decades so that several value-norm buckets (and erasures) occur.
+
+Under the shared rules (kvbounds.verdict): the formula records are a *reading* of the O~ (constant 1, no log
+factors), never a counterexample; the statement is ``holds-fitted`` with the 001 fitted constant. When the
+formula's t is so small that SoftmaxBalance empties one-token cells, z_j is undefined (measured = inf): a finding
+about small t, kept in the verdict.
 """
 from __future__ import annotations
 
@@ -20,15 +25,16 @@ import numpy as np
 
 from kvbounds.algorithms.attention import attention_weights, exact_attention
 from kvbounds.algorithms.balance_kv import BalanceKV, DegenerateEstimate
-from kvbounds.gpu.backend import asarray, to_numpy
-from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS_FITTED, FigureSpec, Finding, Verdict, loglog_slope, \
-    standard_verdict
+from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
+from kvbounds.verdict import FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth, mark
 
 from .common import make_record, pick, unit_directions
 from .mr_error import checkpoints
 
 CLAIM = "BKV.attention"
 SOURCE = "001 Thm 3.1, Alg. 1"
+FORMULA = "t from formula (C=1)"
+READING = "O~ of Thm 3.1 read with constant 1 and without its polylog factors"
 
 
 def formula_t(d: int, r: float, eps: float) -> int:
@@ -53,6 +59,7 @@ def spread_values(rng, n, s):
     return dirs * (10.0 ** rng.uniform(-6, 0, n))[:, None]
 
 
+@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     n, d, r, t, eps, delta = (params[k] for k in ("n", "d", "r", "t", "eps", "delta"))
     rng = np.random.default_rng(seed)
@@ -80,8 +87,8 @@ def run_trial(params: dict, seed: int, backend: str):
             worst, worst_j = e, j
     common = dict(worst_j=worst_j, T=T, stored=bkv.num_stored(), buckets=bkv.num_buckets(), degenerate=degenerate)
     if params["sweep"] == "formula":
-        return [make_record(CLAIM, params, measured=worst, bound=eps, check="t from formula (C=1)",
-                            source=SOURCE + " (O~ read with constant 1)", **common)]
+        return [make_record(CLAIM, params, measured=worst, bound=eps, check=FORMULA,
+                            source=SOURCE + " (O~ read with constant 1)", reading=READING, **common)]
     e2 = math.exp(2 * r**2 / math.sqrt(d))
     return [make_record(CLAIM, params, measured=worst, bound=math.sqrt(d) * e2 / t, holds=True, bound_kind="shape",
                         check="001 shape", source=SOURCE, **common),
@@ -91,34 +98,42 @@ def run_trial(params: dict, seed: int, backend: str):
 
 def summarize(records) -> Verdict:
     figs = [FigureSpec("eps_hat vs t (bound: each version's eps(t) shape)", x="t", hue="check", y="ratio"),
-            FigureSpec("eps_hat vs eps with t from the formula", x="eps", check="t from formula (C=1)")]
-    v = standard_verdict(CLAIM, records, figures=figs)
-    parts = [v.summary]
-    status = v.status if v.status == FAILS else HOLDS_FITTED
+            FigureSpec("eps_hat vs eps with t from the formula", x="eps", check=FORMULA)]
+    records = mark(records, lambda r: r.check == FORMULA and "reading" not in r.extra, reading=READING)
+    parts, findings = [], []
+    gs = {}
     for check in ("001 shape", "000 shape"):
+        rs = [r for r in records if r.check == check]
+        if rs:
+            c = fitted_constant(rs)
+            parts.append(f"[{check}] fitted constant C = {c.value:.3g} (5%/50%: {c.spread[0]:.3g}/{c.spread[1]:.3g})")
         for key in ("t", "d", "r"):
-            rs = [r for r in records if r.check == check and r.params.get("sweep") == key]
-            if len({r.params[key] for r in rs}) < 2:
-                continue
-            slope, lo, hi = loglog_slope([r.params[key] for r in rs], [r.ratio for r in rs])
-            parts.append(f"{check} vs {key}: slope {slope:+.2f} [{lo:+.2f},{hi:+.2f}]")
-            if lo > GROWTH_TOL:
-                status = FAILS
-                v.findings.append(Finding(CLAIM, f"[{check}] fitted constant grows with {key}",
-                                          f"eps_hat*t/shape slope {slope:.2f} (95% CI {lo:.2f}..{hi:.2f})",
-                                          min(rs, key=lambda r: r.params[key]).params))
+            for g in growth(rs, key, swept_only=True):
+                gs[(check, key)] = g
+                parts.append(g.text())
+                if g.grows and key != "t":
+                    findings.append(Finding(CLAIM, f"[{check}] fitted constant grows with {key} in the tested range",
+                                            g.text(), g.smallest, kind="rate"))
+    form = [r for r in records if r.check == FORMULA]
+    ok = [r for r in form if r.holds]
+    if form:
+        parts.append(f"t from the formula with constant 1: eps_hat <= eps in {len(ok)}/{len(form)} trials (t = "
+                     f"{', '.join(str(r.params['t']) for r in sorted(form, key=lambda r: r.params['t']))}; a reading of "
+                     f"the O~, not a counterexample)")
     degen = [r for r in records if r.extra.get("degenerate")]
     if degen:
         r = min(degen, key=lambda r: (r.params["t"], r.extra["worst_j"]))
-        v.findings.append(Finding(
-            CLAIM, "z_j undefined: the denominator estimate vanishes (SoftmaxBalance keeps the smaller, possibly empty, side)",
+        findings.append(Finding(
+            CLAIM, f"small t: z_j undefined (the denominator estimate vanishes) for t <= "
+                   f"{max(x.params['t'] for x in degen)}",
             f"{len(degen)} trial(s); first at t = {r.params['t']}, step j = {r.extra['worst_j']}: {r.extra['degenerate']}. "
             f"Alg. 2 lines 12-16 return the smaller sign class, so |C'| < |C|/2 whenever the classes differ and a "
             f"one-token cell reduces to nothing, while Alg. 4 weights level i by exactly 2^i: mass drains from the "
-            f"top levels and can vanish entirely.", r.params))
-    v.status = status
-    c001 = [r.ratio for r in records if r.check == "001 shape"]
-    if c001:
-        v.constant, v.constant_spread, v.constant_kind = max(c001), (min(c001), float(np.median(c001))), "fitted"
-    v.summary = "; ".join(parts)
-    return v
+            f"top levels and can vanish entirely. The theorem's t = O~(.) hides a constant and log factors, so this "
+            f"is a property of small t (the t-sweep from t = 16 has no undefined estimate), not a counterexample.",
+            r.params, kind="finding"))
+    g = gs.get(("001 shape", "t"))
+    rate = decide_rate(g, stated_exponent=-1.0) if g else ("n/a", None)
+    fitted = fitted_constant([r for r in records if r.check == "001 shape"],
+                             "max eps_hat / (sqrt(d) e^{2r^2/sqrt d}/t) (001's t solved for eps; polylog factors in C)")
+    return decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, rate=rate, fitted=fitted)

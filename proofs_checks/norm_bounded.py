@@ -18,12 +18,18 @@ package's growth rule allows (:data:`kvbounds.verdict.GROWTH_TOL`); holds = meas
 also fits the log-log slope of the quantile and of the mean against n per series.
 Negative control (``control``): the keys of the first layer scaled by sqrt(1 + i/256) (norms growing like
 sqrt(position)) must break the envelope. Without the model package the trace is synthetic and the verdict says so.
+
+Verdict (shared rules of kvbounds.verdict, kind "empirical"): one Reproduction per model; ``reproduced`` when
+every (layer, kind) series stays inside the no-growth envelope, ``not-reproduced`` when some series grows.
+The setup names the model, layers and lengths and how they differ from the paper's (001 Table 3: an 8B model,
+TriviaQA prompts of 2281..21274 tokens). A synthetic fallback reproduces nothing (``n/a``).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from kvbounds.verdict import FAILS, GROWTH_TOL, HOLDS, INCONCLUSIVE, NOT_RUN, FigureSpec, Finding, Verdict, loglog_slope
+from kvbounds.verdict import (GROWTH_TOL, NOT_RUN, Control, FigureSpec, Finding, Reproduction, Verdict, decide,
+                              finalize, fitted_constant, loglog_slope)
 from kvbounds.theory.empirical import norm_interval
 from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.traces.real import MODEL_INFO, layer_heads, parse_spec, real_or_synthetic_spec
@@ -33,6 +39,8 @@ from .common import fallback_notes, make_record, pick
 CLAIM = "NORM.bounded"
 SOURCE = "001 Table 3; 003 Table 1"
 KINDS = ("q", "k", "k_centered", "v")
+MODEL_NAMES = {"smollm2": "SmolLM2-135M", "minilm": "all-MiniLM-L6-v2"}
+PAPER_SETUP = "001 Table 3: Llama-3.1-8B-Instruct-class model, TriviaQA prompts of 2281..21274 tokens"
 
 
 def trials(profile: str) -> list[dict]:
@@ -94,22 +102,31 @@ def run_trial(params: dict, seed: int, backend: str):
     return recs
 
 
+def _setup(model: str, rs) -> str:
+    layers = sorted({r.params["layer"] for r in rs})
+    ns = sorted({r.params["n"] for r in rs})
+    name = "synthetic trace (real model unavailable)" if any(r.extra.get("fallback") for r in rs) else \
+        MODEL_NAMES.get(model, model)
+    return f"{name} ({len(layers)} layers in {layers[0]}..{layers[-1]}, n = {ns[0]}..{ns[-1]})"
+
+
 def summarize(records) -> Verdict:
     models = sorted({r.params.get("model") for r in records if not r.control})
     figs = [FigureSpec(f"{m}: {kind} norm, 97.5% quantile vs n (hue: layer)", x="n", check=f"{m} {kind}", hue="layer",
                        show_bound=False) for m in models for kind in ("k", "k_centered", "q", "v")]
     if not records:
-        return Verdict(CLAIM, NOT_RUN, "no records", figures=figs)
+        return finalize(Verdict(CLAIM, NOT_RUN, "no records", figures=figs, statement="not-run"))
     main = [r for r in records if not r.control]
     ctl = [r for r in records if r.control]
-    parts, findings = [], []
+    parts, findings, reps = [], [], []
     parts += fallback_notes(records)
     bad = [r for r in main if not r.holds]
     parts.append(f"{len(main) - len(bad)}/{len(main)} (layer, kind, n) within the no-growth envelope "
                  f"(n^{GROWTH_TOL} above the smallest n)")
     for m in models:
+        mrs = [r for r in main if r.params.get("model") == m]
         for kind in KINDS:
-            rs = [r for r in main if r.check == f"{m} {kind}"]
+            rs = [r for r in mrs if r.check == f"{m} {kind}"]
             if not rs:
                 continue
             nmax = max(r.params["n"] for r in rs)
@@ -118,26 +135,29 @@ def summarize(records) -> Verdict:
             parts.append(f"{m} {kind}: mean {min(r.extra['mean'] for r in top):.3g}..{max(r.extra['mean'] for r in top):.3g} "
                          f"(95% interval up to [{min(r.extra['lo'] for r in top):.3g}, {max(r.extra['hi'] for r in top):.3g}]) "
                          f"at n = {nmax} across layers; q97.5 slope vs n {min(slopes):+.3f}..{max(slopes):+.3f}")
-    status = HOLDS if not bad else FAILS
+        mbad = [r for r in mrs if not r.holds]
+        synthetic = any(r.extra.get("fallback") for r in mrs)
+        status = "n/a" if synthetic else "not-reproduced" if mbad else "reproduced"
+        reps.append(Reproduction("q/k/v norms", status, _setup(m, mrs),
+                                 f"{len(mrs) - len(mbad)}/{len(mrs)} (layer, kind, n) inside the envelope; paper: "
+                                 f"{PAPER_SETUP}; here a smaller model and shorter sequences"))
     if bad:
         r = max(bad, key=lambda r: r.extra["slope_hi"])
         findings.append(Finding(CLAIM, f"norms grow with sequence length in {len({(b.check, b.params['layer']) for b in bad})} "
                                        f"(layer, kind) series",
                                 f"{r.check}, layer {r.params['layer']}: 97.5% quantile {r.measured:.4g} at n = {r.params['n']} "
                                 f"above the envelope {r.bound:.4g}; slope {r.extra['slope_hi']:+.3f} > {GROWTH_TOL}",
-                                min(bad, key=lambda b: b.params["n"]).params))
+                                min(bad, key=lambda b: b.params["n"]).params, kind="finding"))
+    controls = []
     if ctl:
-        series = {(r.check, r.params["trace"]) for r in ctl}
-        rejected = sum(any(not r.holds for r in ctl if (r.check, r.params["trace"]) == s) for s in series)
-        parts.append(f"negative control (keys x sqrt(1 + i/256)) rejected {rejected}/{len(series)}")
-        if rejected < len(series) and status != FAILS:
-            status = INCONCLUSIVE
-            findings.append(Finding(CLAIM, "negative control not rejected",
-                                    "keys with norms growing like sqrt(position) stayed inside the envelope: the lengths "
-                                    "swept are too short for the check to see growth", ctl[0].params, kind="erratum"))
-    keys = [r.extra["hi"] for r in main if r.check.endswith(" k")]
-    const = max(keys) if keys else None
-    if const is not None:
-        parts.append(f"largest key norm 97.5% quantile (the r of 001's bounds) {const:.3g}")
-    return Verdict(CLAIM, status, "; ".join(parts), constant=const, constant_kind="fitted" if const else None,
-                   findings=findings, figures=figs, n_records=len(records))
+        series = sorted({(r.check, r.params["trace"]) for r in ctl})
+        for s in series:
+            rejected = any(not r.holds for r in ctl if (r.check, r.params["trace"]) == s)
+            controls.append(Control(f"{s[0]} ({s[1]})", rejected))
+        parts.append(f"negative control (keys x sqrt(1 + i/256)) rejected {sum(c.rejected for c in controls)}/{len(series)}")
+    keys = [r for r in main if r.check.endswith(" k")]
+    fitted = fitted_constant(keys, "largest key-norm 97.5% quantile (the r of 001's bounds)", value=lambda r: r.extra["hi"])
+    if fitted is not None:
+        parts.append(f"largest key norm 97.5% quantile (the r of 001's bounds) {fitted.value:.3g}")
+    return decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, controls=controls,
+                  reproductions=reps, kind="empirical", fitted=fitted)

@@ -7,7 +7,11 @@ that large norms (e^{r^2/sqrt d} with r = 50, d = 64) stay finite.
 """
 from __future__ import annotations
 
+import functools
 import math
+
+import numpy as np
+from scipy import stats
 
 WALK_C_FACTOR = 30.0          # proven: 001 Alg. 3 line 2, Alg. 2 line 3
 
@@ -101,3 +105,43 @@ def balance_kv_bucket_count_bound(n: int, eps: float, r: float, d: int, *, rule:
 def balance_kv_bucket_count_exact(vmax_over_threshold: float) -> int:
     """The most integers i with threshold < 2^i and 2^{i-1} < vmax: floor(log2(vmax/threshold)) + 2 [derived]."""
     return math.floor(math.log2(vmax_over_threshold)) + 2
+
+
+# ------------------------------------------------------------------ where the walk's regime starts (issue 9)
+def walk_saturation_steps(eigenvalue: float, c: float, R2: float) -> float:
+    """Steps after which the self-balancing walk holds the direction of E[y y^T] with this eigenvalue at its
+    plateau. With E[eps_i | x] = -x/(c R^2) (001 Alg. 3 line 8), E<w,e>^2 grows by lam - 2 lam <w,e>^2/(c R^2)
+    per step: it relaxes to c R^2/2 on a time scale c R^2/(2 lam), while independent signs give n lam.
+    For unit vectors in R^d (lam = 1/d, R = 1) this is c d/2 (SBW.balance). [derived]"""
+    return c * R2 / (2.0 * eigenvalue)
+
+
+@functools.lru_cache(maxsize=32)
+def kernel_feature_spectrum(d: int, s: int, r: float, m: int = 800, seed: int = 0) -> tuple[float, ...]:
+    """Eigenvalues (descending) of E[y y^T] for SoftmaxBalance's vectors y = phi(k) (x) v (001 Alg. 2), with
+    ||k|| = r uniform on the sphere and v ~ N(0, I_s/s) as in MR.error's stream, estimated as the spectrum of
+    the Gram matrix exp(<k_i,k_j>/sqrt d) <v_i,v_j> / m over m samples (same non-zero eigenvalues). [measured]"""
+    from kvbounds.gpu.backend import single_blas_thread
+    rng = np.random.default_rng(seed)
+    K = rng.standard_normal((m, d))
+    K *= r / np.linalg.norm(K, axis=1, keepdims=True)
+    V = rng.standard_normal((m, s)) / math.sqrt(s)
+    with single_blas_thread():    # deterministic and fast on a shared machine
+        lam = np.linalg.eigvalsh(np.exp(K @ K.T / math.sqrt(d)) * (V @ V.T) / m)[::-1]
+    return tuple(float(x) for x in lam[lam > 0])
+
+
+def merge_reduce_rate_onset(d: int, s: int, r: float, delta: float, *, share: float = 0.9) -> dict:
+    """Where MR.error's O(1/t) rate should set in: the batch size t at which the walk inside SoftmaxBalance
+    has saturated the directions of E[y y^T] that hold ``share`` of E||y||^2 (below that, eps_hat falls like
+    random signs, t^-1/2). Fixed point of t = c(t) R^2(t) / (2 lam_share) with c(t) = 30 log(t/delta) and
+    R^2(t) = e^{r^2/sqrt d} max||v||^2, max||v||^2 ~ the (1 - 1/t) quantile of chi^2_s/s. [estimate]"""
+    lam = np.array(kernel_feature_spectrum(d, s, r))
+    k = int(np.searchsorted(np.cumsum(lam) / lam.sum(), share))
+    t = 1e3
+    for _ in range(50):
+        R2 = math.exp(r * r / math.sqrt(d)) * float(stats.chi2.ppf(1 - 1 / t, s)) / s
+        t = walk_saturation_steps(lam[k], walk_constant(int(t), delta), R2)
+    top = walk_saturation_steps(lam[0], walk_constant(int(t), delta), R2)
+    return dict(t_star=t, eigenvalue=float(lam[k]), directions=k + 1, c=walk_constant(int(t), delta), R2=R2,
+                t_top_direction=top, gram_gb=8 * t * t / 1e9)

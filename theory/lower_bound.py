@@ -13,6 +13,7 @@ Step 2 of the chain is ``log cosh(A) >= A^2/4`` with ``A = C r^2/d^{3/2}``; it h
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
@@ -245,6 +246,7 @@ def group_ones_probability(d: int, *, given_bit_one: bool = False) -> Fraction:
     return Fraction(good, 2**m)
 
 
+@functools.lru_cache(maxsize=16)
 def smallest_d_group_ones(target: float = 0.9, *, given_bit_one: bool = False, d_max: int = 512) -> int:
     """The smallest d from which on Pr[|U^i| >= 0.4 d] >= target for every larger d up to d_max
     (the probability is not monotone in d: it drops whenever 0.4 d crosses an integer)."""
