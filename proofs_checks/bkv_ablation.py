@@ -30,7 +30,7 @@ from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
-from .bkv_variants import (INGREDIENTS, LABELS, SHORT, combine, compare, finish, reproduction, run_variants,
+from .bkv_variants import (INGREDIENTS, LABELS, SHORT, WORDS, combine, compare, finish, reproduction, run_variants,
                            version_findings, walk_summary)
 from .common import fallback_notes, make_record, pick
 
@@ -181,8 +181,9 @@ def summarize(records) -> Verdict:
         reps.append(rep)
         rt = [r for r in run.values() if r.extra["previous_block"] != r.params["block_size"]]
         coin = all(r.extra.get("walk_is_coin") for r in err)
-        texts.append(f"{rep.status.replace('-', ' ')} for {SHORT[m]} ({sum(c['better'] for c in cells)}/{len(cells)} doubling "
-                     f"steps with a significant error drop and a longer runtime)" + (" (walk = coin)" if coin else ""))
+        texts.append(f"{WORDS[rep.status]} for {SHORT[m]}" + (" (walk = coin)" if coin else "")
+                     + f" in {sum(c['better'] for c in cells)}/{len(cells)} doubling steps (significant error drop, "
+                       "longer runtime)")
         parts.append(f"{m}: error falls in {sum(r.holds for r in err)}/{len(err)} steps (significantly "
                      f"{sum(bool(r.extra.get('better')) for r in err)}, significantly rises {sum(bool(r.extra.get('worse')) for r in err)}); "
                      f"runtime rises in {sum(r.holds for r in rt)}/{len(rt)}")

@@ -24,7 +24,8 @@ from scipy import stats
 from kvbounds.algorithms.balance_kv_released import FIGURE_TEMP, compress_cache_released, expand_groups, theory_walk_c
 from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.theory.empirical import mean_and_spread
-from kvbounds.verdict import Finding, Reproduction
+from kvbounds.verdict import (Finding, Reproduction, combine_reproductions, finalize, reproduction_status,
+                              statement_from_reproduction)
 
 ALPHA = 0.05
 COIN_NOTE = "the walk is indistinguishable from random signs here; BalanceKV = stratified uniform sampling"
@@ -43,6 +44,8 @@ LABELS = {"balance": "pseudocode (App. B / Alg. 2)", "released-t1": "released wa
 SHORT = {"balance": "the pseudocode", "released-t1": "the released walk at temp 1",
          "released-t0.1": "the released walk at temp 0.1",
          "consistent-t0.1": "the released walk with the consistent estimator"}
+WORDS = {"reproduced": "reproduced", "partial": "partly reproduced", "not-reproduced": "not reproduced",
+         "reversed": "reversed", "n/a": "n/a"}
 
 # the ingredient ablation: from the released recipe (temp 0.1, released estimator) change one thing
 RECIPE = VARIANTS["released-t0.1"]
@@ -184,7 +187,6 @@ def per_kv_head(err: np.ndarray, group: int) -> list[float]:
 
 def reproduction(variant: str, cells: list[dict], setup: str) -> Reproduction:
     """One Reproduction from cells with 'better'/'worse' flags (verdict.reproduction_status)."""
-    from kvbounds.verdict import reproduction_status
     b = sum(c["better"] for c in cells)
     w = sum(c["worse"] for c in cells)
     st = reproduction_status(b, w, len(cells))
@@ -193,35 +195,18 @@ def reproduction(variant: str, cells: list[dict], setup: str) -> Reproduction:
 
 
 def combine(reps) -> str:
-    """One label over variants (verdict.combine_reproductions when present, else the same rule here)."""
-    try:
-        from kvbounds.verdict import combine_reproductions
-        return combine_reproductions(reps)
-    except ImportError:
-        st = {r.status for r in reps} - {"n/a"}
-        if not st:
-            return "n/a"
-        if len(st) == 1:
-            return st.pop()
-        return "partial" if st & {"reproduced", "partial"} else "not-reproduced"
+    """One label over variants (:func:`kvbounds.verdict.combine_reproductions`)."""
+    return combine_reproductions(reps)
 
 
 def finish(v, per_variant: str):
-    """Fill the verdict's derived fields: verdict.finalize when the shared rules are present; the headline then
-    names each variant's reproduction."""
-    try:
-        from kvbounds.verdict import finalize
-    except ImportError:
-        finalize = None
+    """The shared rules fill the derived fields (:func:`kvbounds.verdict.finalize`; the statement of an empirical
+    claim measured on another setup than the paper's follows :func:`statement_from_reproduction`); the headline
+    then names each variant's reproduction."""
     v.kind = "empirical"
-    v.statement = "holds" if v.reproduction == "reproduced" else "inconclusive"   # another setup than the paper's
-    if finalize is not None:
-        finalize(v)
-        v.headline = f"{v.headline}: {per_variant}" if v.headline else per_variant
-    else:
-        from kvbounds.verdict import HOLDS, INCONCLUSIVE
-        v.status = HOLDS if v.statement == "holds" else INCONCLUSIVE
-        v.headline = per_variant
+    v.statement = statement_from_reproduction(v.reproduction)
+    finalize(v)
+    v.headline = f"{v.headline}: {per_variant}" if v.headline else per_variant
     return v
 
 

@@ -34,7 +34,7 @@ from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
-from .bkv_variants import (COIN_NOTE, LABELS, SHORT, combine, compare, exact_last, finish, per_kv_head, reproduction,
+from .bkv_variants import (COIN_NOTE, LABELS, SHORT, WORDS, combine, compare, exact_last, finish, per_kv_head, reproduction,
                            run_variants, version_findings, walk_summary)
 from .common import fallback_notes, make_record, pick
 
@@ -189,8 +189,7 @@ def per_variant_text(reps, records) -> str:
         cells = variant_cells(records, rep.variant)
         b = sum(c["better"] for c in cells)
         coin = cells and all(c["record"].extra.get("walk_is_coin") for c in cells)
-        word = {"reproduced": "reproduced", "partial": "partly reproduced", "not-reproduced": "not reproduced",
-                "reversed": "reversed", "n/a": "n/a"}[rep.status]
+        word = WORDS[rep.status]
         out.append(f"{word} for {SHORT.get(rep.variant, rep.variant)}" + (" (walk = coin)" if coin else "")
                    + f" in {b}/{len(cells)} cells")
     return "; ".join(out)
@@ -218,6 +217,10 @@ def summarize(records) -> Verdict:
         parts.append(f"{m}: below uniform in {sum(c['record'].holds for c in cells)}/{len(cells)} cells, significantly "
                      f"in {sum(c['better'] for c in cells)}/{len(cells)} (worse: {sum(c['worse'] for c in cells)}); "
                      f"ratio to uniform {min(ratios):.3g}..{max(ratios):.3g} (median {np.median(ratios):.3g})")
+    for m in BKV_VARIANTS:
+        cells = variant_cells(records, m)
+        if len(cells) and all(c["record"].extra["stats"]["std"] == 0 and c["record"].trials > 1 for c in cells):
+            parts.append(f"{m} is deterministic here (every p clipped to 0 or 1: the same selection for every seed)")
     coin = [r for r in records if r.check == "error balance" and r.extra.get("walk_is_coin")]
     if coin:
         parts.append(f"pseudocode walk: max mean |p - 1/2| = {max(r.extra['walk_max_abs_p_dev'] for r in coin):.2g} "

@@ -159,3 +159,29 @@ def test_pseudocode_walk_diagnostic():
     compress_cache(torch.as_tensor(K), torch.as_tensor(V), sink=8, window=8, levels=1, block_size=32,
                    rng=np.random.default_rng(0), diagnostics=diag)
     assert len(diag) == 1 and np.isfinite(diag[0]["log10_R2"])
+
+
+def test_vs_uniform_records_every_variant_with_walk_diagnostics_and_findings():
+    from kvbounds.proofs_checks import bkv_variants, bkv_vs_uniform
+    p = dict(trace="synthetic:gaussian:256:16:0", T=2, sink=16, window=16, block_size=32, seeds=3, fallback="test")
+    recs = bkv_vs_uniform.run_trial(p, 1, "numpy")
+    by = {r.check: r for r in recs}
+    for m in bkv_vs_uniform.METHODS:
+        assert f"error {m}" in by and by[f"error {m}"].extra["per_kv_head"]
+    for m in bkv_vs_uniform.BKV_VARIANTS:
+        w = by[f"error {m}"].extra
+        assert len(w["walk"]) == 2 and {"mean_abs_p_dev", "clipped", "log10_R2"} <= set(w["walk"][0])
+        assert w["walk_note"] == (bkv_variants.COIN_NOTE if w["walk_is_coin"] else "")
+    v = bkv_vs_uniform.summarize(recs)
+    assert [r.variant for r in v.reproductions] == list(bkv_vs_uniform.BKV_VARIANTS)
+    assert v.kind == "empirical" and v.reproduction in ("reproduced", "partial", "not-reproduced", "reversed")
+    assert "the pseudocode" in v.headline and "released walk" in v.headline
+    assert sum(f.kind == "versions disagree" for f in v.findings) == 8
+
+
+def test_walk_summary_calls_a_fair_coin_a_coin():
+    from kvbounds.proofs_checks.bkv_variants import COIN_NOTE, walk_summary
+    coin = walk_summary([dict(mean_abs_p_dev=1e-10, clipped=0.0), dict(mean_abs_p_dev=2e-9, clipped=0.0)])
+    assert coin["walk_is_coin"] and coin["walk_note"] == COIN_NOTE
+    greedy = walk_summary([dict(mean_abs_p_dev=0.49, clipped=0.98)])
+    assert not greedy["walk_is_coin"] and greedy["walk_note"] == ""
