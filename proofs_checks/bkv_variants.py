@@ -206,7 +206,8 @@ def finish(v, per_variant: str):
     v.kind = "empirical"
     v.statement = statement_from_reproduction(v.reproduction)
     finalize(v)
-    v.headline = f"{v.headline}: {per_variant}" if v.headline else per_variant
+    if per_variant:
+        v.headline = f"{v.headline}: {per_variant}" if v.headline else per_variant
     return v
 
 
