@@ -250,7 +250,8 @@ def _single_threaded(x):
         torch.set_num_threads(old)
 
 
-def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generator, plus_one: bool = False):
+def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generator, plus_one: bool = False,
+                   diagnostics: list | None = None):
     """One level on the current tokens: pre-scaled keys Kc (B, m, d), Wc (B, m, e) (B = flattened heads)
     and their squared norms nk2, nw2 (B, m) (with ``plus_one``, w carries an implicit extra coordinate 1,
     included in nw2, that padded rows do not have).
@@ -273,6 +274,10 @@ def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generat
     signs, failed = panel_walk(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
                                xp.reshape(nk2, (B, nb, b)), xp.reshape(nw2, (B, nb, b)),
                                like(rng.random((B, nb, b)), Kc), c, plus_one=plus_one, ones=ones)
+    if diagnostics is not None:
+        diagnostics.append(walk_diagnostic(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
+                                           xp.reshape(nk2, (B, nb, b)), xp.reshape(nw2, (B, nb, b)), signs, c, m,
+                                           plus_one=plus_one, ones=ones))
     # strict halving: integer scores, exact on every backend. score = 2b*[minority] + b*[real] + priority
     valid_np = np.ones(nb * b, dtype=bool)
     valid_np[m:] = False
@@ -289,15 +294,38 @@ def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generat
     return xp.sort(pos, axis=-1), int(np.sum(failed))
 
 
+def walk_diagnostic(Kb, Wb, nk2, nw2, signs, c: float, m: int, *, plus_one: bool = False, ones=None) -> dict:
+    """How far the walk of one level is from a fair coin (issue 10): recomputes x_i = sum_{j<i} G_ij eta_j
+    from the signs (the block Gram of :func:`block_gram`), p_i = clip(1/2 - x_i/(2c), 0, 1) over the m real
+    tokens. Returns mean |p - 1/2|, the share of clipped p (|x| >= c), c and the median over blocks of
+    log10 R^2, R^2 = e^{max ||k||^2/sqrt d} max ||w||^2 the normalisation of Alg. 2 line 6."""
+    xp = array_namespace(Kb, Wb)
+    b = Kb.shape[-2]
+    G = _gram(Kb, Wb, nk2, nw2)
+    if plus_one:
+        o = xp.ones_like(nk2) if ones is None else xp.broadcast_to(ones, tuple(nk2.shape))
+        rw2 = xp.max(nw2, axis=-1)[..., None, None]
+        Gk = xp.exp(xp.matmul(Kb, xp.matrix_transpose(Kb)) - xp.max(nk2, axis=-1)[..., None, None])
+        G = G + Gk * (o[..., :, None] * o[..., None, :]) / xp.where(rw2 > 0, rw2, xp.ones_like(rw2))
+    lower = like(np.tril(np.ones((b, b)), -1), Kb)
+    x = to_numpy(xp.matmul(G * lower, xp.astype(signs, Kb.dtype)[..., None])[..., 0])
+    x = x.reshape(x.shape[0], -1)[:, :m]
+    p = np.clip(0.5 - x / (2.0 * c), 0.0, 1.0)
+    log_r2 = (to_numpy(xp.max(nk2, axis=-1)) + np.log(np.maximum(to_numpy(xp.max(nw2, axis=-1)), 1e-300))) / math.log(10)
+    return dict(mean_abs_p_dev=float(np.mean(np.abs(p - 0.5))), clipped=float(np.mean(np.abs(x) >= c)), c=float(c),
+                log10_R2=float(np.median(log_r2)), tokens=int(m))
+
+
 def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.random.Generator,
-                             delta: float = 0.01, c: float | None = None, value_kernel: str = "value+1"):
+                             delta: float = 0.01, c: float | None = None, value_kernel: str = "value+1",
+                             diagnostics: list | None = None):
     """Indices (..., n // 2**levels) of the tokens kept by T = ``levels`` rounds of blockwise BalanceKV.
 
     ``K`` (..., n, d), ``V`` (..., n, s), any array-API backend; leading dimensions (heads) are
     independent and processed in the same array operations. Indices are integer arrays of the input's
     backend, sorted ascending along the last axis. ``c`` defaults to 30 log(block_size/delta) (the
     paper's constant, applied per block); ``value_kernel`` is "value" or "value+1" (module docstring).
-    ``levels = 0`` keeps everything."""
+    ``levels = 0`` keeps everything. ``diagnostics``: a list that receives one :func:`walk_diagnostic` dict per level."""
     _check_kv(K, V, finite=False)   # finiteness: checked below on the squared norms (one pass fewer)
     b = _check_block(block_size)
     n = K.shape[-2]
@@ -331,7 +359,10 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
         idx = xp.asarray(idx, copy=True)
     with _single_threaded(K):                # see _single_threaded: no collapse on a loaded machine
         for level in range(T):
-            pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=rng, plus_one=plus_one)
+            pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=rng, plus_one=plus_one,
+                                    diagnostics=diagnostics)
+            if diagnostics is not None:
+                diagnostics[-1]["level"] = level + 1
             idx = _take_cols(idx, pos)
             if level + 1 < T:
                 Kc, Wc = _gather_dev(Kf, idx), _gather_dev(Wf, idx)
@@ -362,7 +393,7 @@ def _gather_dev(X, idx):
 
 def compress_cache(K, V, *, sink: int, window: int, levels: int, block_size: int, rng: np.random.Generator,
                    method: str = "balance", delta: float = 0.01, c: float | None = None,
-                   value_kernel: str = "value+1"):
+                   value_kernel: str = "value+1", diagnostics: list | None = None):
     """The 001 B.1 cache: tokens [0, sink) and the last ``window`` kept exactly, the middle compressed.
 
     The middle [sink, n - window) is reduced to n_mid // 2^levels tokens by :func:`blockwise_balance_select`
@@ -393,7 +424,8 @@ def compress_cache(K, V, *, sink: int, window: int, levels: int, block_size: int
         m = n_mid >> levels
         if method == "balance":
             mid = blockwise_balance_select(K[..., sink:n - window, :], V[..., sink:n - window, :], block_size=b,
-                                           levels=levels, rng=rng, delta=delta, c=c, value_kernel=value_kernel)
+                                           levels=levels, rng=rng, delta=delta, c=c, value_kernel=value_kernel,
+                                           diagnostics=diagnostics)
         else:
             mid = like(uniform_select(n_mid, m, rng, batch=lead), K)
         mid = mid + sink

@@ -1,34 +1,42 @@
-"""BKV.ablation: BalanceKV's error falls and its runtime rises as the batch (block) size grows (001 Fig. 3).
+"""BKV.ablation: BalanceKV's error falls and its runtime rises as the batch (block) size grows (001 Fig. 3);
+and which ingredients of the authors' released recipe carry its gain over uniform sampling.
 
-The single-layer experiment of :mod:`kvbounds.proofs_checks.bkv_vs_uniform` (001 App. B.1: first ``sink`` and last
-``window`` tokens exact, the middle compressed by 2^-T with blockwise BalanceKV) on real SmolLM2 layers
-(the paper: Llama-3.1-8B layers 1 and 15), for batch sizes b in {64, 128, 256} and 2^-T in {1/2, 1/4, 1/8},
-10 seeds of the compression randomness per cell. Measured per (layer, T, b): the mean relative error over
-the last ``window`` queries and heads, and the median wall time of one ``compress_cache`` call (all heads
-of the layer at once, numpy backend).
+001 = arXiv:2502.07861 v2, Sec. 4.1, Fig. 3, App. B.1. The single-layer experiment of
+:mod:`kvbounds.proofs_checks.bkv_vs_uniform` (first ``sink`` and last ``window`` tokens exact, the middle
+compressed by 2^-T; one selection per KV head shared by its query heads) on real SmolLM2 layers (the paper:
+Llama-3.1-8B layers 1 and 15), for batch sizes b in {64, 128, 256}, 10 seeds of the compression randomness
+per cell, for two variants (:mod:`kvbounds.proofs_checks.bkv_variants`): ``balance`` (the pseudocode of App. B)
+and ``released-t0.1`` (the authors' released walk as the Fig. 3 notebook calls it).
 
-Records (one trial = one layer and one T, all b inside):
-  * ``error``    measured = mean error at b, bound = mean error at the next smaller b (b = 64: itself);
-                 holds = measured <= bound  (the claim: error falls as b grows).
-  * ``runtime``  measured = median seconds at b, bound = median seconds at the next smaller b;
-                 holds = measured >= bound  (the claim: runtime rises as b grows; extra["direction"] says so).
-``bound_kind="exact"``: an inequality between two measurements, no formula. The verdict reports both
-trends, the size of the error change and whether it exceeds the seed-to-seed spread.
+Records of a batch-size trial (one layer, one T, all b inside), per variant:
+  * ``error <variant>``    measured = mean error at b, bound = mean error at the next smaller b (b_min: itself);
+                           holds = measured <= bound; one-sided Mann-Whitney p-values over seeds both ways;
+                           the walk diagnostic of the first seed;
+  * ``runtime <variant>``  measured = median seconds of one selection (all KV heads) at b, bound = the same at
+                           the next smaller b; holds = measured >= bound (extra["direction"] says so).
+Records of the ingredient trial (``ingredients=True``; one layer, one T, the largest b): ``ingredient <name>``:
+starting from the released recipe (temp 0.1, gamma 4, centring, kernel constant 0.025, weights carried into the
+kernel, released estimator) one ingredient is changed; measured = its mean error, bound = the recipe's;
+extra: uniform sampling's error, the share of the recipe's gain over uniform that the change loses
+((err - recipe) / (uniform - recipe)) and one-sided tests against the recipe. An ingredient "carries the gain"
+when changing it is significantly worse than the recipe (p < 0.05) and loses at least half of the gain.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from kvbounds.verdict import FAILS, HOLDS, NOT_RUN, FigureSpec, Finding, Verdict
+from kvbounds.verdict import NOT_RUN, FigureSpec, Finding, Verdict
 from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
-from .bkv_vs_uniform import run_experiment
+from .bkv_variants import (INGREDIENTS, LABELS, SHORT, WORDS, combine, compare, finish, reproduction, run_variants,
+                           version_findings, walk_summary)
 from .common import fallback_notes, make_record, pick
 
 CLAIM = "BKV.ablation"
 SOURCE = "001 Sec. 4.1, Fig. 3, App. B.1"
+SWEEP_VARIANTS = ("balance", "released-t0.1")
 
 
 def trials(profile: str) -> list[dict]:
@@ -39,74 +47,154 @@ def trials(profile: str) -> list[dict]:
     Ts = pick(profile, smoke=[1], quick=[1, 3], full=[1, 2, 3])
     sizes = pick(profile, smoke=[32, 64], quick=[64, 128, 256], full=[64, 128, 256])
     seeds = pick(profile, smoke=3, quick=10, full=10)
+    ing = pick(profile, smoke=[(1, 1)], quick=[(1, 2)], full=[(1, 1), (1, 3), (15, 2)])   # (layer, T)
     out = []
     for l in layers:
         spec, why = real_or_synthetic_spec(f"{model}:L{l}:{n}", kind="gaussian")
         out += [dict(trace=spec, T=T, sink=sink, window=sink, block_sizes=sizes, seeds=seeds, fallback=why or "")
                 for T in Ts]
+    for l, T in ing:
+        spec, why = real_or_synthetic_spec(f"{model}:L{l}:{n}", kind="gaussian")
+        out.append(dict(trace=spec, T=T, sink=sink, window=sink, block_size=max(sizes), seeds=seeds,
+                        fallback=why or "", ingredients=True))
     return out
+
+
+def _group(meta) -> int:
+    return int(meta["n_heads"] // meta["n_kv_heads"]) if meta.get("n_kv_heads") else 1
+
+
+def _seeds(seed: int, k: int) -> list[int]:
+    return [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(k)]
+
+
+def _common(K, meta, params, group):
+    return dict(n=int(K.shape[1]), heads=int(K.shape[0]), group=group, model=meta["model"],
+                fallback=params.get("fallback", ""), layer=meta.get("layer", -1))
 
 
 @single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     Q, K, V, meta = layer_heads(params["trace"])
-    seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(params["seeds"])]
+    group = _group(meta)
+    seeds = _seeds(seed, params["seeds"])
+    if params.get("ingredients"):
+        return _ingredient_trial(Q, K, V, meta, params, seeds, group)
     rows = []
     for b in params["block_sizes"]:
-        res = run_experiment(Q, K, V, T=params["T"], sink=params["sink"], window=params["window"], block_size=b,
-                             seeds=seeds, causal=meta["causal"], methods=("balance",))
-        rows.append((b, np.asarray(res["errors"]["balance"]), np.asarray(res["balance_times"])))
+        res = run_variants(Q, K, V, T=params["T"], sink=params["sink"], window=params["window"], block_size=b,
+                           seeds=seeds, group=group, causal=meta["causal"], methods=SWEEP_VARIANTS)
+        rows.append((b, res))
     recs = []
-    common = dict(n=int(K.shape[1]), heads=int(K.shape[0]), model=meta["model"], fallback=params.get("fallback", ""),
-                  layer=meta.get("layer", -1))
-    for i, (b, err, tm) in enumerate(rows):
-        pb, perr, ptm = rows[max(i - 1, 0)]
-        p = dict(params, block_size=b)
-        recs.append(make_record(CLAIM, p, measured=err.mean(), bound=perr.mean(), holds=bool(err.mean() <= perr.mean()),
-                                bound_kind="exact", check="error", source=SOURCE + " (bound = error at the next smaller b)",
-                                trials=len(err), stats=mean_and_spread(err), previous_block=pb, **common))
-        recs.append(make_record(CLAIM, p, measured=float(np.median(tm)), bound=float(np.median(ptm)),
-                                holds=bool(np.median(tm) >= np.median(ptm)), bound_kind="exact", check="runtime",
-                                source=SOURCE + " (bound = runtime at the next smaller b)", trials=len(tm),
-                                direction="holds when measured >= bound (runtime rises)", times=tm.tolist(),
-                                previous_block=pb, **common))
+    common = _common(K, meta, params, group)
+    for m in SWEEP_VARIANTS:
+        for i, (b, res) in enumerate(rows):
+            pb, pres = rows[max(i - 1, 0)]
+            err, perr = res["errors"][m].mean(axis=1), pres["errors"][m].mean(axis=1)
+            tm, ptm = np.asarray(res["times"][m]), np.asarray(pres["times"][m])
+            p = dict(params, block_size=b)
+            test = compare(err, perr) if pb != b else dict(p_less=None, p_greater=None, better=False, worse=False)
+            recs.append(make_record(CLAIM, p, measured=err.mean(), bound=perr.mean(), holds=bool(err.mean() <= perr.mean()),
+                                    bound_kind="exact", check=f"error {m}", trials=len(err),
+                                    source=SOURCE + " (bound = error at the next smaller b)", method=m,
+                                    variant=LABELS[m], stats=mean_and_spread(err), previous_block=pb, **test,
+                                    **walk_summary(res["diagnostics"].get(m, [])), **common))
+            recs.append(make_record(CLAIM, p, measured=float(np.median(tm)), bound=float(np.median(ptm)),
+                                    holds=bool(np.median(tm) >= np.median(ptm)), bound_kind="exact",
+                                    check=f"runtime {m}", source=SOURCE + " (bound = runtime at the next smaller b)",
+                                    trials=len(tm), method=m, direction="holds when measured >= bound (runtime rises)",
+                                    times=tm.tolist(), previous_block=pb, **common))
     return recs
 
 
+def _ingredient_trial(Q, K, V, meta, params, seeds, group):
+    over = {name: dict(ch) for name, ch in INGREDIENTS.items()}
+    res = run_variants(Q, K, V, T=params["T"], sink=params["sink"], window=params["window"],
+                       block_size=params["block_size"], seeds=seeds, group=group, causal=meta["causal"],
+                       methods=("uniform",), overrides=over)
+    errs = {m: e.mean(axis=1) for m, e in res["errors"].items()}
+    base, unif = errs["recipe"], errs["uniform"]
+    gain = unif.mean() - base.mean()
+    common = _common(K, meta, params, group)
+    recs = []
+    for name in INGREDIENTS:
+        e = errs[name]
+        recs.append(make_record(CLAIM, params, measured=e.mean(), bound=base.mean(), holds=bool(e.mean() <= base.mean()),
+                                bound_kind="exact", check=f"ingredient {name}", trials=len(e),
+                                source="released recipe (ksheth96/BalanceKV) with one ingredient changed; bound = the "
+                                       "recipe's error", ingredient=name, change=INGREDIENTS[name],
+                                stats=mean_and_spread(e), uniform=mean_and_spread(unif), recipe=mean_and_spread(base),
+                                gain=float(gain), gain_lost=float((e.mean() - base.mean()) / gain) if gain else None,
+                                ratio_to_uniform=float(e.mean() / unif.mean()), **compare(e, base),
+                                **walk_summary(res["diagnostics"].get(name, [])), **common))
+    return recs
+
+
+def ingredient_table(records) -> list[dict]:
+    """Per ingredient and cell: error, ratio to uniform, share of the gain lost, significance (for reports)."""
+    out = []
+    for r in sorted((r for r in records if r.check.startswith("ingredient ")),
+                    key=lambda r: (r.params["trace"], r.params["T"], list(INGREDIENTS).index(r.extra["ingredient"])
+                                   if r.extra["ingredient"] in INGREDIENTS else 99)):
+        out.append(dict(trace=r.params["trace"], T=r.params["T"], ingredient=r.extra["ingredient"],
+                        error=r.measured, sd=r.extra["stats"]["std"], recipe=r.bound,
+                        uniform=r.extra["uniform"]["mean"], ratio_to_uniform=r.extra["ratio_to_uniform"],
+                        gain_lost=r.extra["gain_lost"], significantly_worse=bool(r.extra["worse"]),
+                        walk_is_coin=bool(r.extra.get("walk_is_coin"))))
+    return out
+
+
+def _carries(rows) -> dict:
+    per: dict = {}
+    for row in rows:
+        if row["ingredient"] == "recipe":
+            continue
+        per.setdefault(row["ingredient"], []).append(row)
+    return {k: (sum(r["significantly_worse"] and (r["gain_lost"] or 0) >= 0.5 for r in v), len(v),
+                float(np.median([r["gain_lost"] for r in v if r["gain_lost"] is not None] or [np.nan])))
+            for k, v in per.items()}
+
+
 def summarize(records) -> Verdict:
-    figs = [FigureSpec("BalanceKV relative error vs batch size (hue T)", x="block_size", check="error", hue="T",
+    figs = [FigureSpec("relative error vs batch size (hue: variant)", x="block_size", hue="check",
                        show_bound=False),
-            FigureSpec("BalanceKV compression time (s) vs batch size (hue T)", x="block_size", check="runtime", hue="T",
+            FigureSpec("selection time (s) vs batch size (hue: variant)", x="block_size", hue="check",
                        show_bound=False)]
     if not records:
         return Verdict(CLAIM, NOT_RUN, "no records", figures=figs)
-    parts, findings = [], []
-    parts += fallback_notes(records)
-    status = HOLDS
-    for check, word in (("error", "falls"), ("runtime", "rises")):
-        rs = [r for r in records if r.check == check]
-        cells: dict = {}
-        for r in rs:
-            cells.setdefault((r.params["trace"], r.params["T"]), []).append(r)
-        steps = [r for r in rs if r.extra["previous_block"] != r.params["block_size"]]
-        ok = [r for r in steps if r.holds]
-        ends = []
-        for key, cr in cells.items():
-            cr = sorted(cr, key=lambda r: r.params["block_size"])
-            ends.append(cr[-1].measured / cr[0].measured)
-        parts.append(f"{check} {word} with batch size in {len(ok)}/{len(steps)} doubling steps; "
-                     f"{check}(b_max)/{check}(b_min) = {min(ends):.3g}..{max(ends):.3g}")
-        if check == "error":
-            noise = [abs(r.measured - r.bound) / max(r.extra["stats"]["std"], 1e-300) for r in steps]
-            if noise:
-                parts.append(f"error change per doubling / seed std: median {np.median(noise):.2g}")
-        if len(ok) < len(steps):
-            status = FAILS
-            bad = [r for r in steps if not r.holds]
-            r = min(bad, key=lambda r: (r.params["block_size"], r.params["T"]))
-            findings.append(Finding(CLAIM, f"{check} does not {word.rstrip('s')} with batch size in {len(bad)}/{len(steps)} steps",
-                                    f"{r.params['trace']}, T = {r.params['T']}: b {r.extra['previous_block']} -> "
-                                    f"{r.params['block_size']}: {check} {r.bound:.4g} -> {r.measured:.4g}"
-                                    + (f" (a change of {abs(r.measured - r.bound) / max(r.extra['stats']['std'], 1e-300):.2g} "
-                                       f"seed standard deviations)" if check == "error" else ""), r.params))
-    return Verdict(CLAIM, status, "; ".join(parts), findings=findings, figures=figs, n_records=len(records))
+    parts, findings = list(fallback_notes(records)), list(version_findings(CLAIM))
+    models = sorted({r.extra.get("model", "?") for r in records})
+    setup = (f"{'/'.join(models)} layers {sorted({r.extra.get('layer', -1) for r in records})}, "
+             f"n = {'/'.join(map(str, sorted({r.extra.get('n', 0) for r in records})))} "
+             "(paper: Llama-3.1-8B layers 1 and 15)")
+    reps, texts = [], []
+    for m in SWEEP_VARIANTS:
+        err = [r for r in records if r.check == f"error {m}" and r.extra["previous_block"] != r.params["block_size"]]
+        run = {(r.params["trace"], r.params["T"], r.params["block_size"]): r for r in records
+               if r.check == f"runtime {m}"}
+        if not err:
+            continue
+        cells = [dict(better=bool(r.extra.get("better")) and run[(r.params["trace"], r.params["T"],
+                                                                   r.params["block_size"])].holds,
+                      worse=bool(r.extra.get("worse"))) for r in err]
+        rep = reproduction(m, cells, setup)
+        reps.append(rep)
+        rt = [r for r in run.values() if r.extra["previous_block"] != r.params["block_size"]]
+        coin = all(r.extra.get("walk_is_coin") for r in err)
+        texts.append(f"{WORDS[rep.status]} for {SHORT[m]}" + (" (walk = coin)" if coin else "")
+                     + f" in {sum(c['better'] for c in cells)}/{len(cells)} doubling steps (significant error drop, "
+                       "longer runtime)")
+        parts.append(f"{m}: error falls in {sum(r.holds for r in err)}/{len(err)} steps (significantly "
+                     f"{sum(bool(r.extra.get('better')) for r in err)}, significantly rises {sum(bool(r.extra.get('worse')) for r in err)}); "
+                     f"runtime rises in {sum(r.holds for r in rt)}/{len(rt)}")
+    rows = ingredient_table(records)
+    if rows:
+        carry = _carries(rows)
+        yes = [k for k, (c, n, _) in carry.items() if c > n / 2]
+        parts.append("ingredient ablation (share of the released recipe's gain over uniform lost when changed, median "
+                     "over cells): " + ", ".join(f"{k} {g:+.2f}" for k, (_, _, g) in carry.items()))
+        parts.append("ingredients that carry the gain: " + (", ".join(yes) if yes else "none significantly"))
+    text = "; ".join(texts)
+    v = Verdict(CLAIM, "", "; ".join([text] + parts), findings=findings, figures=figs, n_records=len(records),
+                reproductions=reps, reproduction=combine(reps))
+    return finish(v, text)

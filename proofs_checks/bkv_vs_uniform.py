@@ -1,46 +1,48 @@
 """BKV.vs-uniform: at equal memory, BalanceKV's relative attention error is lower than uniform sampling's.
 
-The single-layer experiment of 001 Sec. 4.1 / App. B.1 on real SmolLM2 traces (``kvbounds.traces.real``): for one
-layer, every query head h (with the KV head it reads, h // 3), the cache keeps the first ``sink`` tokens
-and the last ``window`` tokens exactly and compresses the middle [sink, n - window) by 2^-T (T = 1..4)
-with blockwise BalanceKV (:func:`kvbounds.algorithms.blockwise_balance_kv.compress_cache`, ``method="balance"``)
-or by independent uniform sampling (``method="uniform"``), same number of kept tokens. For the last
-``window`` queries j the estimate z_j uses the kept tokens <= j (causal), and the error is
-||z_j - Attn(q_j, K_j, V_j)|| / ||Attn(q_j, K_j, V_j)||, averaged over queries and heads; 10 seeds of
-the compression randomness give the mean and spread (the trace itself is deterministic: greedy
-extraction of fixed text). The paper uses sink = window = 256 and Llama-3.1-8B layers 1, 2, 5; the
-quick profile scales down to n = 2048, sink = window = 128 (the full profile uses 256/256 at 4096).
+The single-layer experiment of 001 (arXiv:2502.07861 v2) Sec. 4.1 / Fig. 1 / App. B.1 on real SmolLM2 traces
+(``kvbounds.traces.real``): for one layer the cache keeps the first ``sink`` and the last ``window`` tokens
+exactly and compresses the middle [sink, n - window) by 2^-T (T = 1..4); for the last ``window`` queries j the
+estimate z_j uses the kept tokens <= j (causal) and the error is ||z_j - Attn_j|| / ||Attn_j||, averaged over
+queries and query heads; ``seeds`` seeds of the compression randomness give mean +- sd (the trace itself is
+deterministic). One selection per KV head, shared by the query heads of its group (GQA, as the released code).
 
-Also at the same memory (informational, not part of the claim): every selector of
-:mod:`kvbounds.algorithms.token_selection` that is importable at run time (StreamingLLM, H2O, k-center), each
-with its own rule for the same budget sink + window + n_mid // 2^T.
+Variants side by side (:mod:`kvbounds.proofs_checks.bkv_variants`): ``balance`` = the pseudocode (App. B's
+blockwise Alg. 2), ``released-t1`` / ``released-t0.1`` = the authors' released walk at temp 1 (run_longbench.py)
+and 0.1 (the notebook behind Fig. 1), ``consistent-t0.1`` = the released walk with the consistent estimator, and
+``uniform`` = independent uniform sampling at equal memory. Also (informational) every other selector of
+:mod:`kvbounds.algorithms.token_selection` (StreamingLLM, H2O, k-center) at the same budget.
 
-Records (one trial = one layer and one T): ``error <method>`` with measured = the method's mean error
-and bound = uniform sampling's mean error at equal memory (``bound_kind="exact"``: the claim is an
-inequality between two measured errors, no formula; holds = measured < bound). Negative control
-``error balance-unweighted``: BalanceKV's selection with the 2^T weights dropped (a broken estimator);
-the check must find it no better than uniform sampling (control records).
+Records (one trial = one layer and one T): ``error <variant>`` with measured = mean error over seeds, bound =
+uniform sampling's mean error (``bound_kind="exact"``: an inequality between two measurements), the ratio,
+one-sided Mann-Whitney p-values both ways over seeds, the per-KV-head errors and, for every BalanceKV variant,
+the walk diagnostic of the first seed (mean |p - 1/2| per level, share of clipped p, c or gamma, R^2) with the
+note "the walk is indistinguishable from random signs here; BalanceKV = stratified uniform sampling" when the
+walk is a fair coin. Negative control ``error balance-unweighted``: the pseudocode's selection with its 2^T
+weights dropped. Each variant's reproduction follows :func:`kvbounds.verdict.reproduction_status` over its
+(layer, T) cells. The paper's sizes (sink = window = 256, n = 4096 here) are in the ``full`` profile.
 When the SmolLM2 package is missing, the trace is synthetic (params name it) and the verdict says so.
 """
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
-from scipy import stats
 
-from kvbounds.algorithms.blockwise_balance_kv import compress_cache
-from kvbounds.verdict import FAILS, HOLDS, INCONCLUSIVE, NOT_RUN, FigureSpec, Finding, Verdict
+from kvbounds.verdict import NOT_RUN, FigureSpec, Finding, Verdict
 from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
+from .bkv_variants import (COIN_NOTE, LABELS, SHORT, WORDS, combine, compare, exact_last, finish, per_kv_head, reproduction,
+                           run_variants, version_findings, walk_summary)
 from .common import fallback_notes, make_record, pick
 
 CLAIM = "BKV.vs-uniform"
 SOURCE = "001 Sec. 4.1, Fig. 1, App. B.1"
 CONTROL = "balance-unweighted"
+METHODS = ("balance", "released-t1", "released-t0.1", "consistent-t0.1", "uniform")
+BKV_VARIANTS = METHODS[:-1]
 
 
 def _spec(model: str, layer: int, n: int) -> tuple[str, str | None]:
@@ -49,6 +51,8 @@ def _spec(model: str, layer: int, n: int) -> tuple[str, str | None]:
 
 def trials(profile: str) -> list[dict]:
     model = pick(profile, smoke="minilm", quick="smollm2", full="smollm2")
+    # quick keeps the cached 2048-token trace at 128/128: the 4096-token trace at the paper's 256/256 costs about
+    # 4x the time per layer (and a second extraction on a cold cache), past the main job's budget on 2 cores
     n = pick(profile, smoke=512, quick=2048, full=4096)
     layers = pick(profile, smoke=[1], quick=[1, 5], full=[1, 2, 5, 15, 29])
     sink = pick(profile, smoke=32, quick=128, full=256)
@@ -81,15 +85,6 @@ def causal_estimate(Qw, qpos, K, V, idx, logw):
     return torch.bmm(torch.softmax(lg, dim=-1), Vs).numpy()
 
 
-def exact_last(Q, K, V, window: int, causal: bool = True):
-    """Exact attention of the last ``window`` queries (H, w, s) and their positions."""
-    n = K.shape[1]
-    qpos = np.arange(n - window, n)
-    if causal:
-        return causal_estimate(Q[:, qpos], qpos, K, V, np.broadcast_to(np.arange(n), (K.shape[0], n)), 0.0), qpos
-    return causal_estimate(Q[:, qpos], np.full(window, n), K, V, np.broadcast_to(np.arange(n), (K.shape[0], n)), 0.0), qpos
-
-
 def _rel(z, exact) -> float:
     """Mean over heads and queries of ||z_j - Attn_j|| / ||Attn_j|| (001 App. B.1)."""
     return float(np.mean(np.linalg.norm(z - exact, axis=-1) / np.linalg.norm(exact, axis=-1)))
@@ -114,109 +109,144 @@ def other_selectors(sink: int, window: int) -> dict:
 
 
 def run_experiment(Q, K, V, *, T: int, sink: int, window: int, block_size: int, seeds, causal: bool = True,
-                   methods=("balance", "uniform", CONTROL), others: dict | None = None) -> dict:
-    """Mean relative error per seed for each method, and BalanceKV's compression time per seed."""
+                   group: int = 1, methods=METHODS + (CONTROL,), others: dict | None = None) -> dict:
+    """Per method, the mean relative error per seed (``errors``) and per seed and query head (``head_errors``);
+    selections per KV head (K[::group]) shared by the group; the walk diagnostics of the first seed."""
+    res = run_variants(Q, K, V, T=T, sink=sink, window=window, block_size=block_size, seeds=seeds, group=group,
+                       causal=causal, methods=tuple(m for m in methods if m != CONTROL),
+                       control="balance" if CONTROL in methods else None)
+    errs = {m: [float(x) for x in e.mean(axis=1)] for m, e in res["errors"].items()}
     exact, qpos = exact_last(Q, K, V, window, causal)
-    Qw = Q[:, qpos]
-    errs: dict[str, list] = {m: [] for m in methods}
-    times = []
-    for s in seeds:
-        rng = np.random.default_rng(s)
-        if "balance" in methods or CONTROL in methods:
-            t0 = time.perf_counter()
-            idx, lw = compress_cache(K, V, sink=sink, window=window, levels=T, block_size=block_size, rng=rng)
-            times.append(time.perf_counter() - t0)
-            if "balance" in methods:
-                errs["balance"].append(_rel(causal_estimate(Qw, qpos, K, V, idx, lw), exact))
-            if CONTROL in methods:
-                errs[CONTROL].append(_rel(causal_estimate(Qw, qpos, K, V, idx, np.zeros(idx.shape)), exact))
-        if "uniform" in methods:
-            idx, lw = compress_cache(K, V, sink=sink, window=window, levels=T, block_size=block_size, rng=rng,
-                                     method="uniform")
-            errs["uniform"].append(_rel(causal_estimate(Qw, qpos, K, V, idx, lw), exact))
-    n = K.shape[1]
-    budget = sink + window + ((n - sink - window) >> T)
     for name, sel in (others or {}).items():
         try:
-            idx, lw = sel.select(K, V, budget=budget, rng=np.random.default_rng(seeds[0]), Q=Q)
-            errs[name] = [_rel(causal_estimate(Qw, qpos, K, V, np.asarray(idx), np.asarray(lw)), exact)]
+            idx, lw = sel.select(K, V, budget=res["budget"], rng=np.random.default_rng(seeds[0]), Q=Q)
+            errs[name] = [_rel(causal_estimate(Q[:, qpos], qpos, K, V, np.asarray(idx), np.asarray(lw)), exact)]
         except Exception as e:   # noqa: BLE001 - an optional baseline failing is reported, not fatal
             errs[name] = []
             errs[f"{name} (failed)"] = [str(e)[:200]]
-    return {"errors": errs, "balance_times": times, "budget": budget}
+    return {"errors": errs, "head_errors": res["errors"], "balance_times": res["times"].get("balance", []),
+            "times": res["times"], "diagnostics": res["diagnostics"], "budget": res["budget"]}
 
 
 @single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     Q, K, V, meta = layer_heads(params["trace"])
+    group = int(meta.get("n_heads", 1) // meta.get("n_kv_heads", 1)) if meta.get("n_kv_heads") else 1
     T, sink, window = params["T"], params["sink"], params["window"]
     seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(params["seeds"])]
     res = run_experiment(Q, K, V, T=T, sink=sink, window=window, block_size=params["block_size"], seeds=seeds,
-                         causal=meta["causal"], others=other_selectors(sink, window))
-    errs = res["errors"]
+                         causal=meta["causal"], group=group, others=other_selectors(sink, window))
+    errs, heads = res["errors"], res["head_errors"]
     unif = np.asarray(errs["uniform"])
-    common = dict(budget=res["budget"], n=int(K.shape[1]), heads=int(K.shape[0]), model=meta["model"],
-                  fallback=params.get("fallback", ""), uniform=mean_and_spread(unif),
-                  layer=meta.get("layer", -1))
+    common = dict(budget=res["budget"], n=int(K.shape[1]), heads=int(K.shape[0]), kv_heads=int(K.shape[0]) // group,
+                  group=group, model=meta["model"], fallback=params.get("fallback", ""), uniform=mean_and_spread(unif),
+                  layer=meta.get("layer", -1),
+                  uniform_per_kv_head=per_kv_head(heads["uniform"], group) if "uniform" in heads else None)
     recs = []
     for name, vals in errs.items():
         if name.endswith("(failed)") or not vals:
             continue
         v = np.asarray(vals, dtype=float)
-        p = float(stats.mannwhitneyu(v, unif, alternative="less").pvalue) if len(v) > 1 and name != "uniform" else None
+        test = compare(v, unif) if name != "uniform" else dict(p_less=None, p_greater=None, better=False, worse=False)
+        extra = dict(method=name, variant=LABELS.get(name, name), stats=mean_and_spread(v), ratio=float(v.mean() / unif.mean()),
+                     seeds_per_trial=len(seeds), **test, **common)
+        if name in heads:
+            pk = per_kv_head(heads[name], group)
+            extra.update(per_kv_head=pk, ratio_per_kv_head=[a / b for a, b in zip(pk, common["uniform_per_kv_head"])])
+        if name in res["diagnostics"]:
+            extra.update(walk_summary(res["diagnostics"][name]))
+        if name in res["times"]:
+            extra["select_seconds"] = float(np.median(res["times"][name]))
         recs.append(make_record(CLAIM, params, measured=v.mean(), bound=unif.mean(),
                                 holds=True if name == "uniform" else bool(v.mean() < unif.mean()),
                                 bound_kind="exact", check=f"error {name}", control=name == CONTROL,
                                 source=SOURCE + " (bound = uniform sampling's error at equal memory)",
-                                trials=len(v), method=name, stats=mean_and_spread(v), p_less=p,
-                                seeds_per_trial=len(seeds), **common))
+                                trials=len(v), **extra))
     fails = {k[:-9]: v[0] for k, v in errs.items() if k.endswith("(failed)")}
     if fails:
         recs[0].extra["failed_methods"] = fails
     return recs
 
 
+def setup_text(records) -> str:
+    models = sorted({r.extra.get("model", "?") for r in records})
+    layers = sorted({r.extra.get("layer", -1) for r in records})
+    ns = sorted({r.extra.get("n", 0) for r in records})
+    sinks = sorted({r.params.get("sink") for r in records})
+    return (f"{'/'.join(models)} layers {layers}, n = {'/'.join(map(str, ns))}, sink = window = "
+            f"{'/'.join(map(str, sinks))} (paper: Llama-3.1-8B / Ministral-8B on TriviaQA, layers 1, 2, 5)")
+
+
+def variant_cells(records, method: str) -> list[dict]:
+    return [dict(better=bool(r.extra.get("better")), worse=bool(r.extra.get("worse")), record=r)
+            for r in records if r.check == f"error {method}"]
+
+
+def per_variant_text(reps, records) -> str:
+    """'not reproduced for the pseudocode (walk = coin); reproduced for the released walk in X/Y cells; ...'"""
+    out = []
+    for rep in reps:
+        cells = variant_cells(records, rep.variant)
+        b = sum(c["better"] for c in cells)
+        coin = cells and all(c["record"].extra.get("walk_is_coin") for c in cells)
+        word = WORDS[rep.status]
+        out.append(f"{word} for {SHORT.get(rep.variant, rep.variant)}" + (" (walk = coin)" if coin else "")
+                   + f" in {b}/{len(cells)} cells")
+    return "; ".join(out)
+
+
 def summarize(records) -> Verdict:
     figs = [FigureSpec("relative error vs compression level T (each method; bound = uniform)", x="T", hue="check",
                        logx=False),
-            FigureSpec("BalanceKV relative error vs T, per layer", x="T", check="error balance", hue="trace",
-                       logx=False)]
+            FigureSpec("error / uniform's error vs T, per BalanceKV variant", x="T", hue="check", y="ratio",
+                       show_bound=False, logx=False),
+            FigureSpec("BalanceKV (pseudocode) relative error vs T, per layer", x="T", check="error balance",
+                       hue="trace", logx=False)]
     if not records:
         return Verdict(CLAIM, NOT_RUN, "no records", figures=figs)
-    main = [r for r in records if r.check == "error balance"]
-    ctl = [r for r in records if r.control]
-    findings, parts = [], []
+    findings, parts = list(version_findings(CLAIM)), []
     parts += fallback_notes(records)
-    ok = [r for r in main if r.holds]
-    parts.append(f"BalanceKV below uniform sampling at equal memory in {len(ok)}/{len(main)} (layer, T) cells")
-    if main:
-        ratio = [r.measured / r.bound for r in main]
-        parts.append(f"error ratio BalanceKV/uniform {min(ratio):.3g}..{max(ratio):.3g} (median {np.median(ratio):.3g})")
-    status = HOLDS if main and len(ok) == len(main) else FAILS
-    bad = [r for r in main if not r.holds]
-    if bad:
-        r = min(bad, key=lambda r: (r.params["T"], r.params["trace"]))
-        findings.append(Finding(CLAIM, f"BalanceKV not below uniform sampling in {len(bad)}/{len(main)} cells",
-                                f"{r.params['trace']}, T = {r.params['T']}: BalanceKV {r.extra['stats']['mean']:.4g} "
-                                f"+- {r.extra['stats']['std']:.2g} vs uniform {r.extra['uniform']['mean']:.4g} "
-                                f"+- {r.extra['uniform']['std']:.2g} over {r.trials} seeds (one-sided Mann-Whitney p "
-                                f"{r.extra['p_less'] if r.extra['p_less'] is not None else float('nan'):.3g})", r.params))
-    sig = [r for r in main if r.extra.get("p_less") is not None and r.extra["p_less"] < 0.05]
-    parts.append(f"significant (Mann-Whitney p < 0.05 over seeds) in {len(sig)}/{len(main)}")
-    for m in sorted({r.extra.get("method") for r in records} - {"balance", "uniform", CONTROL, None}):
+    setup = setup_text(records)
+    reps = []
+    for m in BKV_VARIANTS:
+        cells = variant_cells(records, m)
+        if not cells:
+            continue
+        reps.append(reproduction(m, cells, setup))
+        ratios = [c["record"].ratio for c in cells]
+        parts.append(f"{m}: below uniform in {sum(c['record'].holds for c in cells)}/{len(cells)} cells, significantly "
+                     f"in {sum(c['better'] for c in cells)}/{len(cells)} (worse: {sum(c['worse'] for c in cells)}); "
+                     f"ratio to uniform {min(ratios):.3g}..{max(ratios):.3g} (median {np.median(ratios):.3g})")
+    for m in BKV_VARIANTS:
+        cells = variant_cells(records, m)
+        if len(cells) and all(c["record"].extra["stats"]["std"] == 0 and c["record"].trials > 1 for c in cells):
+            parts.append(f"{m} is deterministic here (every p clipped to 0 or 1: the same selection for every seed)")
+    coin = [r for r in records if r.check == "error balance" and r.extra.get("walk_is_coin")]
+    if coin:
+        parts.append(f"pseudocode walk: max mean |p - 1/2| = {max(r.extra['walk_max_abs_p_dev'] for r in coin):.2g} "
+                     f"in {len(coin)} cells: {COIN_NOTE}")
+    for m in sorted({r.extra.get("method") for r in records} - set(METHODS) - {CONTROL, None}):
         rs = {(r.params["trace"], r.params["T"]): r.measured for r in records if r.extra.get("method") == m}
-        wins = sum(1 for r in main if (r.params["trace"], r.params["T"]) in rs and r.measured < rs[(r.params["trace"], r.params["T"])])
-        parts.append(f"BalanceKV below {m} in {wins}/{len(rs)}")
+        best = [r for r in records if r.check == "error released-t0.1"]
+        wins = sum(1 for r in best if (r.params["trace"], r.params["T"]) in rs and r.measured < rs[(r.params["trace"], r.params["T"])])
+        parts.append(f"released-t0.1 below {m} in {wins}/{len(rs)}")
+    ctl = [r for r in records if r.control]
+    power = "n/a"
     if ctl:
         rej = sum(not r.holds for r in ctl)
         parts.append(f"negative control (2^T weights dropped) rejected {rej}/{len(ctl)}")
-        if rej < len(ctl) and status != FAILS:
-            status = INCONCLUSIVE
+        power = "shown" if rej == len(ctl) else "low"
+        if rej < len(ctl):
             c = next(r for r in ctl if r.holds)
             findings.append(Finding(CLAIM, "negative control not rejected",
                                     "BalanceKV without its 2^T weights was below uniform sampling: the comparison "
                                     "cannot tell a broken estimator apart here", c.params, kind="erratum"))
-    return Verdict(CLAIM, status, "; ".join(parts), constant=float(max(r.measured / r.bound for r in main)) if main else None,
-                   constant_spread=(float(min(r.measured / r.bound for r in main)),
-                                    float(np.median([r.measured / r.bound for r in main]))) if main else None,
-                   constant_kind="fitted", findings=findings, figures=figs, n_records=len(records))
+    text = per_variant_text(reps, records)
+    main = [r for r in records if r.check == "error balance"]
+    ratios = [r.measured / r.bound for r in main]
+    v = Verdict(CLAIM, "", text + "; " + "; ".join(parts), findings=findings, figures=figs, n_records=len(records),
+                constant=float(max(ratios)) if ratios else None,
+                constant_spread=(float(min(ratios)), float(np.median(ratios))) if ratios else None,
+                constant_kind="fitted", reproductions=reps, reproduction=combine(reps), power=power,
+                power_detail=f"negative control rejected {sum(not r.holds for r in ctl)}/{len(ctl)}" if ctl else "")
+    return finish(v, text)

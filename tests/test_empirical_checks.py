@@ -103,10 +103,13 @@ def test_vs_uniform_check_on_a_synthetic_spec():
 def test_ablation_records_both_trends():
     p = dict(trace="synthetic:gaussian:256:16:0", T=1, sink=16, window=16, block_sizes=[16, 32], seeds=2, fallback="")
     recs = bkv_ablation.run_trial(p, 3, "numpy")
-    assert sorted((r.check, r.params["block_size"]) for r in recs) == [("error", 16), ("error", 32),
-                                                                        ("runtime", 16), ("runtime", 32)]
-    v = bkv_ablation.summarize(recs)
-    assert "error" in v.summary and "runtime" in v.summary
+    assert sorted((r.check, r.params["block_size"]) for r in recs) == sorted(
+        (f"{k} {m}", b) for k in ("error", "runtime") for m in bkv_ablation.SWEEP_VARIANTS for b in (16, 32))
+    ing = bkv_ablation.run_trial(dict(p, block_size=32, ingredients=True), 3, "numpy")
+    assert {r.extra["ingredient"] for r in ing} == set(bkv_ablation.INGREDIENTS)
+    v = bkv_ablation.summarize(recs + ing)
+    assert "error" in v.summary and "runtime" in v.summary and "ingredient" in v.summary
+    assert v.reproductions and v.kind == "empirical"
 
 
 # ----------------------------------------------------------------------------------- NORM.bounded

@@ -1,0 +1,270 @@
+"""BalanceKV as its authors ran it: the walk of the released code, beside the pseudocode variant.
+
+Claims: BKV.vs-uniform, BKV.ablation (001 = "BalanceKV: KV Cache Compression through Discrepancy Theory",
+arXiv:2502.07861 v2, Sec. 4.1, Fig. 1/3, App. B). The paper's App. B describes blockwise BalanceKV as
+Alg. 2 (SoftmaxBalance) run per block of b tokens followed by a strict halving
+(:mod:`kvbounds.algorithms.blockwise_balance_kv`). The authors' public code (repository ksheth96/BalanceKV,
+``src/balanced_walk.py``: ``balanced_walk``; ``src/llama_forward.py``: the decode estimator;
+``run_longbench.py``: defaults; ``src/single_layer_approx.ipynb``: the single-layer experiment of
+Fig. 1/3) runs a different walk. This module is our own implementation of what that code does:
+
+per level t = 1..T, on the m tokens still kept (in the order the previous level left them):
+
+1. pad with zero rows to a multiple of b, reshape to blocks (..., m_pad/b, b, d);
+2. centre the keys per block: k~ = k - mean(block), the mean *including* the zero padding rows
+   (``center=False`` switches this off);
+3. kernel  K_ij = exp(temp <k~_i, k~_j>/sqrt d - beta) * (<w_i v_i, w_j v_j> + kernel_const + 1e-8)
+   with w the token weights accumulated by earlier levels (1 at the first level; ``carry_weights=False``
+   uses v alone); padded rows have k = 0, v = 0 but are not masked out (their kernel rows are
+   exp(.)(kernel_const + 1e-8), so they do move the walk, as in the released code);
+4. walk: eta_0 = +1 in every block; for i >= 1, p_i = 1/2 - gamma sum_{j<i} K_ij eta_j and eta_i = +1 iff
+   u_i < p_i (so p is effectively clipped to [0, 1]); gamma = 4 in the released code, with no c or R^2
+   normalisation: p is almost always 0 or 1, a nearly greedy walk. ``walk_c=c`` replaces gamma by the
+   theory's normalisation 1/(2 c R^2), R^2 = max_i K_ii of the block (Alg. 2's p = 1/2 - x/(2c));
+5. selection: one cut over the whole row of m signs: c = max(first index where #(-1) reaches m//2, first
+   index where #(+1) reaches m//2) (an argmax over "never" is 0, as in torch); tokens at or before c
+   whose sign differs from eta_c get weight 2, the others at or before c weight -2, every token after c
+   weight 1; a stable sort by decreasing weight keeps the first m//2 (weight-2 tokens in order, then
+   weight-1 tokens in order: the next level's block order). Weights multiply across levels.
+
+The estimator at decode (``llama_forward.py``): kept middle tokens' values are multiplied by w / 2^T and
+their logits get a bias log 2^T; the first ``sink`` and last ``window`` tokens are exact. So the numerator
+weights token i by w_i and the denominator by 2^T: ``log_w_num = log w``, ``log_w_den = T log 2``
+(``estimator="released"``). The weights of a level sum to c + 1 <= m, not to m, so that estimator is not
+a ratio of two consistent sums; ``estimator="consistent"`` uses log w in both, ``"unweighted"`` T log 2 in both.
+One selection per KV head, shared by the query heads of its group (GQA): pass the KV heads, and expand
+with :func:`expand_groups`.
+
+Randomness: per level one array of uniforms of shape (batch, blocks, b), drawn by ``uniforms(shape)``
+when given (e.g. ``lambda s: torch.rand(s, generator=g)`` to replay the released code's draws exactly),
+else by the numpy ``rng`` and moved to K's backend; so a seed gives the same signs on every backend
+(up to float rounding of the walk's sums).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+
+from .blockwise_balance_kv import _check_block, _check_kv, _check_levels, _gather_dev
+from .self_balancing_walk import walk_constant
+from .uniform_sampling import _check_int
+from .validation import InputError, check_positive
+
+KERNEL_EPS = 1e-8          # the released kernel's additive 1e-8
+ESTIMATORS = ("released", "consistent", "unweighted")
+RELEASED_DEFAULTS = dict(gamma=4.0, temp=1.0, beta=0.0, kernel_const=0.025)   # run_longbench.py
+FIGURE_TEMP = 0.1          # single_layer_approx.ipynb (Fig. 1/3) calls its experiment with temp = 0.1
+
+
+def _draw(rng, uniforms, shape, ref):
+    if uniforms is not None:
+        u = uniforms(shape)
+        return u if array_namespace(u) is array_namespace(ref) else like(to_numpy(u), ref)
+    return like(rng.random(shape), ref)
+
+
+def _self_gram(X):
+    """X X^T over the last two axes (numpy's stacked matmul takes its BLAS path only for C-contiguous operands)."""
+    xp = array_namespace(X)
+    XT = xp.matrix_transpose(X)
+    if isinstance(X, np.ndarray):
+        XT = np.ascontiguousarray(XT)
+    return xp.matmul(X, XT)
+
+
+def _walk(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, diag_level):
+    """Signs (B, nb, b) of the released walk on blocks Kc (B, nb, b, d), weighted values Wc (B, nb, b, s)."""
+    xp = array_namespace(Kc)
+    b, d = Kc.shape[-2], Kc.shape[-1]
+    if center:
+        Kc = Kc - xp.mean(Kc, axis=-2, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore"):
+        G = xp.exp(temp * _self_gram(Kc) / math.sqrt(d) - beta)
+        G = G * (_self_gram(Wc) + (kernel_const + KERNEL_EPS))
+    with np.errstate(over="ignore", invalid="ignore"):    # K_ii, from the vectors
+        Kii = xp.exp(temp * xp.sum(Kc * Kc, axis=-1) / math.sqrt(d) - beta) \
+            * (xp.sum(Wc * Wc, axis=-1) + (kernel_const + KERNEL_EPS))
+    R2 = xp.max(Kii, axis=-1)                                               # (B, nb)
+    # released: p = 1/2 - gamma x; the theory's normalisation: p = 1/2 - x / (2 c R^2)
+    scale = gamma if walk_c is None else 1.0 / (2.0 * walk_c * R2)
+    s = xp.zeros(tuple(Kc.shape[:-1]), dtype=Kc.dtype, device=_dev(Kc))   # s_i = sum_{j < i} K_ij eta_j
+    one = xp.ones_like(s[..., 0])
+    cols, ps = [one], []
+    s = s + G[..., :, 0] * one[..., None]
+    for i in range(1, b):
+        p = 0.5 - scale * s[..., i]
+        eta = xp.where(U[..., i] < p, one, -one)
+        cols.append(eta)
+        ps.append(p)
+        if i + 1 < b:
+            s[..., i + 1:] += eta[..., None] * G[..., i + 1:, i]
+    signs = xp.stack(cols, axis=-1)
+    if diag_level is not None:
+        P = to_numpy(xp.stack(ps, axis=-1)) if ps else np.zeros((1,))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            diag_level.update(mean_abs_p_dev=float(np.mean(np.abs(np.clip(np.nan_to_num(P, nan=0.0), 0, 1) - 0.5))),
+                              clipped=float(np.mean((P <= 0) | (P >= 1) | np.isnan(P))),
+                              log10_R2=float(np.median(np.log10(to_numpy(R2)))),
+                              c=None if walk_c is None else float(walk_c), gamma=None if walk_c is not None else gamma)
+    return signs
+
+
+def cut_weights(signs: np.ndarray) -> np.ndarray:
+    """The released one-cut selection weights (B, m) in {2, 1, -2} of a row of signs (B, m) in {+1, -1}."""
+    B, m = signs.shape
+    half = m // 2
+    cneg = np.argmax(np.cumsum(signs == -1, axis=-1) == half, axis=-1)
+    cpos = np.argmax(np.cumsum(signs == 1, axis=-1) == half, axis=-1)
+    c = np.maximum(cneg, cpos)
+    pos = np.arange(m)[None, :]
+    at_c = signs[np.arange(B), c][:, None]
+    before = pos <= c[:, None]
+    return np.where(before, np.where(signs == at_c, -2, 2), 1).astype(np.int64)
+
+
+def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Generator | None = None,
+                    uniforms: Callable | None = None, gamma: float = 4.0, temp: float = 1.0, beta: float = 0.0,
+                    kernel_const: float = 0.025, center: bool = True, carry_weights: bool = True,
+                    walk_c: float | None = None, diagnostics: list | None = None):
+    """The released code's T-level selection on K (..., n, d), V (..., n, s) (one row per KV head).
+
+    Returns ``(indices, weights)``, both (..., n // 2^T) on K's backend (int64): indices into the n tokens in
+    the order the released code leaves them (not sorted), and the multiplied selection weights (products of
+    2s and 1s). ``diagnostics``: a list that receives one dict per level (mean |p - 1/2|, share of clipped
+    p, median log10 R^2 with R^2 the block's largest kernel diagonal, gamma or c)."""
+    _check_kv(K, V)
+    b = _check_block(block_size)
+    n = K.shape[-2]
+    T = _check_levels(levels, n)
+    if uniforms is None and not isinstance(rng, np.random.Generator):
+        raise InputError(f"rng must be a numpy Generator (or pass uniforms), got {type(rng).__name__}")
+    for name, val in (("gamma", gamma), ("temp", temp), ("kernel_const", kernel_const)):
+        check_positive(val, name, allow_zero=True)
+    if walk_c is not None:
+        check_positive(walk_c, "walk_c")
+    xp = array_namespace(K, V)
+    lead = tuple(K.shape[:-2])
+    B = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    d, e = K.shape[-1], V.shape[-1]
+    Kf, Vf = xp.reshape(K, (B, n, d)), xp.reshape(V, (B, n, e))
+    cur = np.broadcast_to(np.arange(n, dtype=np.int64), (B, n)).copy()      # current tokens, walk order
+    w = np.ones((B, n), dtype=np.int64)
+    rows = np.arange(B)[:, None]
+    for t in range(T):
+        m = cur.shape[1]
+        nb = -(-m // b)
+        pad = nb * b - m
+        cur_d = like(cur, Kf)
+        Kc, Vc = _gather_dev(Kf, cur_d), _gather_dev(Vf, cur_d)
+        if carry_weights and t > 0:
+            Vc = Vc * like(w.astype(np.float64), Kf)[..., None]
+        if pad:
+            Kc = xp.concat([Kc, xp.zeros((B, pad, d), dtype=Kc.dtype, device=_dev(Kc))], axis=1)
+            Vc = xp.concat([Vc, xp.zeros((B, pad, e), dtype=Vc.dtype, device=_dev(Vc))], axis=1)
+        U = _draw(rng, uniforms, (B, nb, b), Kf)
+        dl = None if diagnostics is None else {"level": t + 1, "tokens": m}
+        signs = _walk(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Vc, (B, nb, b, e)), U, temp=temp, beta=beta,
+                      gamma=gamma, kernel_const=kernel_const, center=center, walk_c=walk_c, diag_level=dl)
+        if dl is not None:
+            diagnostics.append(dl)
+        sg = np.rint(to_numpy(xp.reshape(signs, (B, nb * b)))[:, :m]).astype(np.int64)
+        wt = cut_weights(sg)
+        order = np.argsort(-wt, axis=-1, kind="stable")[:, : m // 2]
+        cur = cur[rows, order]
+        w = w[rows, order] * wt[rows, order]
+    return xp.reshape(like(cur, Kf), lead + (cur.shape[1],)), xp.reshape(like(w, Kf), lead + (w.shape[1],))
+
+
+def released_log_weights(weights, levels: int, estimator: str = "released"):
+    """(log_w_num, log_w_den) of the kept middle tokens for an estimator (module docstring)."""
+    if estimator not in ESTIMATORS:
+        raise InputError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    xp = array_namespace(weights)
+    lw = xp.log(xp.astype(weights, xp.float64))
+    flat = xp.full(tuple(weights.shape), levels * math.log(2.0), dtype=xp.float64, device=_dev(weights))
+    if estimator == "released":
+        return lw, flat
+    if estimator == "consistent":
+        return lw, lw
+    return flat, flat
+
+
+def compress_cache_released(K, V, *, sink: int, window: int, levels: int, block_size: int,
+                            rng: np.random.Generator | None = None, uniforms: Callable | None = None,
+                            estimator: str = "released", diagnostics: list | None = None, **walk):
+    """The released B.1 cache: tokens [0, sink) and the last ``window`` exact, the middle reduced by
+    :func:`released_select` (``**walk``: gamma, temp, beta, kernel_const, center, carry_weights, walk_c).
+
+    Returns ``(indices, log_w_num, log_w_den)``, each (..., n_kept) on K's backend, indices sorted
+    ascending; the estimator is sum_i e^{l_i + log_w_num_i} v_i / sum_i e^{l_i + log_w_den_i}
+    (:func:`split_weighted_attention`); 0 for the exact tokens."""
+    _check_kv(K, V)
+    n = K.shape[-2]
+    sink, window = _check_int(sink, "sink"), _check_int(window, "window")
+    levels = _check_int(levels, "levels")
+    if sink + window > n:
+        raise InputError(f"sink + window = {sink} + {window} exceeds the cache length n = {n}")
+    if estimator not in ESTIMATORS:
+        raise InputError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    xp = array_namespace(K, V)
+    lead = tuple(K.shape[:-2])
+    dev = _dev(K)
+    head = xp.broadcast_to(xp.arange(sink, dtype=xp.int64, device=dev), lead + (sink,))
+    tail = xp.broadcast_to(xp.arange(n - window, n, dtype=xp.int64, device=dev), lead + (window,))
+    n_mid = n - sink - window
+    if n_mid == 0:
+        mid = xp.zeros(lead + (0,), dtype=xp.int64, device=dev)
+        lwn = lwd = xp.zeros(lead + (0,), dtype=K.dtype, device=dev)
+    else:
+        mid, wts = released_select(K[..., sink:n - window, :], V[..., sink:n - window, :], levels=levels,
+                                   block_size=block_size, rng=rng, uniforms=uniforms, diagnostics=diagnostics,
+                                   **walk)
+        order = np.argsort(to_numpy(mid), axis=-1)
+        mid = like(np.take_along_axis(to_numpy(mid), order, axis=-1) + sink, K)
+        lwn, lwd = released_log_weights(like(np.take_along_axis(to_numpy(wts), order, axis=-1), K), levels, estimator)
+        lwn, lwd = xp.astype(lwn, K.dtype), xp.astype(lwd, K.dtype)
+    zs = xp.zeros(lead + (sink,), dtype=K.dtype, device=dev)
+    zw = xp.zeros(lead + (window,), dtype=K.dtype, device=dev)
+    idx = xp.concat([head, xp.astype(mid, xp.int64), tail], axis=-1)
+    return idx, xp.concat([zs, lwn, zw], axis=-1), xp.concat([zs, lwd, zw], axis=-1)
+
+
+def expand_groups(x, group: int):
+    """Repeat each KV head's selection for the ``group`` query heads that read it (axis -2 of (..., H_kv, m))."""
+    check_positive(group, "group", integer=True)
+    xp = array_namespace(x)
+    return xp.reshape(xp.broadcast_to(xp.expand_dims(x, axis=-2), tuple(x.shape[:-1]) + (group, x.shape[-1])),
+                      tuple(x.shape[:-2]) + (x.shape[-2] * group, x.shape[-1]))
+
+
+def split_weighted_attention(q, K, V, idx, log_w_num, log_w_den, *, scale: float | None = None):
+    """sum_i e^{s_i + log_w_num_i} v_i / sum_i e^{s_i + log_w_den_i}, s_i = <q, k_i> scale, over kept tokens
+    idx (..., m) of K (..., n, d), V (..., n, e); q (..., d) or (..., nq, d). Computed as the released code does:
+    a softmax over s + log_w_den, times values scaled by e^{log_w_num - log_w_den}."""
+    xp = array_namespace(q, K, V)
+    d = K.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    lead = tuple(K.shape[:-2])
+    m = idx.shape[-1]
+    idx = xp.broadcast_to(idx, lead + (m,))
+    B = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    n, e = K.shape[-2], V.shape[-1]
+    flat = xp.reshape(xp.astype(idx, xp.int64), (B, m))
+    Ks = xp.reshape(_gather_dev(xp.reshape(K, (B, n, d)), flat), lead + (m, d))
+    Vs = xp.reshape(_gather_dev(xp.reshape(V, (B, n, e)), flat), lead + (m, e))
+    Vs = Vs * xp.exp(log_w_num - log_w_den)[..., None]
+    had_axis = q.ndim == K.ndim
+    qq = q if had_axis else xp.expand_dims(q, axis=-2)
+    lg = xp.matmul(qq, xp.matrix_transpose(Ks)) * scale + log_w_den[..., None, :]
+    p = xp.exp(lg - xp.max(lg, axis=-1, keepdims=True))
+    out = xp.matmul(p / xp.sum(p, axis=-1, keepdims=True), Vs)
+    return out if had_axis else out[..., 0, :]
+
+
+def theory_walk_c(block_size: int, delta: float = 0.01) -> float:
+    """The theory's walk constant c = 30 log(b / delta) (001 Alg. 2 line 3), for ``walk_c``."""
+    return walk_constant(block_size, delta)
