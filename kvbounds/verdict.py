@@ -390,6 +390,24 @@ def combine_reproductions(reps: Sequence[Reproduction]) -> str:
     return "partial" if st & {"reproduced", "partial"} else "not-reproduced"
 
 
+def holm_adjust(pvalues: Sequence[float | None]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (a missing test counts as p = 1). The family is every cell of one
+    variant on one setup, so a variant with many cells is not called significant by chance in one of them."""
+    ps = np.array([1.0 if p is None else float(p) for p in pvalues])
+    adj, running = np.empty(len(ps)), 0.0
+    for rank, i in enumerate(np.argsort(ps, kind="stable")):
+        running = max(running, (len(ps) - rank) * ps[i])
+        adj[i] = min(1.0, running)
+    return adj.tolist()
+
+
+def significant_cells(p_better: Sequence[float | None], p_worse: Sequence[float | None],
+                      alpha: float = 0.05) -> tuple[int, int]:
+    """(better, worse) cell counts for :func:`reproduction_status` from per-cell one-sided p-values, each
+    direction Holm-adjusted over the cells (the shared multiple-testing rule of comparative empirical claims)."""
+    return (sum(p < alpha for p in holm_adjust(p_better)), sum(p < alpha for p in holm_adjust(p_worse)))
+
+
 def reproduction_status(better: int, worse: int, cells: int) -> str:
     """The shared rule for a comparative empirical claim, per variant of the method and per setup.
 

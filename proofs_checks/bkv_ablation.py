@@ -31,6 +31,7 @@ from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
 from .bkv_variants import (INGREDIENTS, LABELS, SHORT, WORDS, combine, compare, finish, reproduction, run_variants,
+                           significant_counts,
                            version_findings, walk_summary)
 from .common import fallback_notes, make_record, pick
 
@@ -174,15 +175,14 @@ def summarize(records) -> Verdict:
                if r.check == f"runtime {m}"}
         if not err:
             continue
-        cells = [dict(better=bool(r.extra.get("better")) and run[(r.params["trace"], r.params["T"],
-                                                                   r.params["block_size"])].holds,
-                      worse=bool(r.extra.get("worse"))) for r in err]
+        cells = [dict(p_less=r.extra.get("p_less"), p_greater=r.extra.get("p_greater"),
+                      gate=run[(r.params["trace"], r.params["T"], r.params["block_size"])].holds) for r in err]
         rep = reproduction(m, cells, setup)
         reps.append(rep)
         rt = [r for r in run.values() if r.extra["previous_block"] != r.params["block_size"]]
         coin = all(r.extra.get("walk_is_coin") for r in err)
         texts.append(f"{WORDS[rep.status]} for {SHORT[m]}" + (" (walk = coin)" if coin else "")
-                     + f" in {sum(c['better'] for c in cells)}/{len(cells)} doubling steps (significant error drop, "
+                     + f" in {significant_counts(cells)[0]}/{len(cells)} doubling steps (significant error drop, "
                        "longer runtime)")
         parts.append(f"{m}: error falls in {sum(r.holds for r in err)}/{len(err)} steps (significantly "
                      f"{sum(bool(r.extra.get('better')) for r in err)}, significantly rises {sum(bool(r.extra.get('worse')) for r in err)}); "

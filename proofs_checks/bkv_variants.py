@@ -25,7 +25,7 @@ from kvbounds.algorithms.balance_kv_released import FIGURE_TEMP, compress_cache_
 from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.verdict import (Finding, Reproduction, combine_reproductions, finalize, reproduction_status,
-                              statement_from_reproduction)
+                              holm_adjust, statement_from_reproduction)
 
 ALPHA = 0.05
 COIN_NOTE = "the walk is indistinguishable from random signs here; BalanceKV = stratified uniform sampling"
@@ -185,13 +185,22 @@ def per_kv_head(err: np.ndarray, group: int) -> list[float]:
     return [float(err[:, g * group:(g + 1) * group].mean()) for g in range(max(H // group, 1))]
 
 
+def significant_counts(cells: list[dict]) -> tuple[int, int]:
+    """(better, worse) over a variant's cells: each direction's one-sided p-values Holm-adjusted over the cells
+    (:func:`kvbounds.verdict.holm_adjust`); a cell with ``gate`` False (e.g. runtime did not rise) never counts
+    as better."""
+    adj_b = holm_adjust([c.get("p_less") for c in cells])
+    adj_w = holm_adjust([c.get("p_greater") for c in cells])
+    return (sum(p < ALPHA and c.get("gate", True) for p, c in zip(adj_b, cells)), sum(p < ALPHA for p in adj_w))
+
+
 def reproduction(variant: str, cells: list[dict], setup: str) -> Reproduction:
     """One Reproduction from cells with 'better'/'worse' flags (verdict.reproduction_status)."""
-    b = sum(c["better"] for c in cells)
-    w = sum(c["worse"] for c in cells)
+    b, w = significant_counts(cells)
     st = reproduction_status(b, w, len(cells))
     return Reproduction(variant, st, setup, f"{LABELS.get(variant, variant)}: significantly better in {b}/{len(cells)} "
-                        f"cells, significantly worse in {w}/{len(cells)} (one-sided Mann-Whitney, p < {ALPHA})")
+                        f"cells, significantly worse in {w}/{len(cells)} (one-sided Mann-Whitney, Holm-adjusted over "
+                        f"the {len(cells)} cells, p < {ALPHA})")
 
 
 def combine(reps) -> str:

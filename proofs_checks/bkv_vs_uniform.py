@@ -35,6 +35,7 @@ from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
 from .bkv_variants import (COIN_NOTE, LABELS, SHORT, WORDS, combine, compare, exact_last, finish, per_kv_head, reproduction,
+                           significant_counts,
                            run_variants, version_findings, walk_summary)
 from .common import fallback_notes, make_record, pick
 
@@ -178,7 +179,7 @@ def setup_text(records) -> str:
 
 
 def variant_cells(records, method: str) -> list[dict]:
-    return [dict(better=bool(r.extra.get("better")), worse=bool(r.extra.get("worse")), record=r)
+    return [dict(p_less=r.extra.get("p_less"), p_greater=r.extra.get("p_greater"), record=r)
             for r in records if r.check == f"error {method}"]
 
 
@@ -187,7 +188,7 @@ def per_variant_text(reps, records) -> str:
     out = []
     for rep in reps:
         cells = variant_cells(records, rep.variant)
-        b = sum(c["better"] for c in cells)
+        b = significant_counts(cells)[0]
         coin = cells and all(c["record"].extra.get("walk_is_coin") for c in cells)
         word = WORDS[rep.status]
         out.append(f"{word} for {SHORT.get(rep.variant, rep.variant)}" + (" (walk = coin)" if coin else "")
@@ -214,8 +215,9 @@ def summarize(records) -> Verdict:
             continue
         reps.append(reproduction(m, cells, setup))
         ratios = [c["record"].ratio for c in cells]
+        nb, nw = significant_counts(cells)
         parts.append(f"{m}: below uniform in {sum(c['record'].holds for c in cells)}/{len(cells)} cells, significantly "
-                     f"in {sum(c['better'] for c in cells)}/{len(cells)} (worse: {sum(c['worse'] for c in cells)}); "
+                     f"(Holm-adjusted) in {nb}/{len(cells)} (worse: {nw}); "
                      f"ratio to uniform {min(ratios):.3g}..{max(ratios):.3g} (median {np.median(ratios):.3g})")
     for m in BKV_VARIANTS:
         cells = variant_cells(records, m)

@@ -142,3 +142,12 @@ def test_undetermined_rate_is_na_with_its_info():
     pts = [rec(y, 1.0, kind="shape", t=t) for t, y in [(16, 1.0), (32, 3.0), (64, 0.5), (128, 2.0)]]
     status, info = decide_rate(growth(pts, "t")[0], stated_exponent=-1.0)
     assert status == "n/a" and info is not None and info.ci[0] < -1 < info.ci[1]
+
+
+def test_holm_adjust_and_significant_cells():
+    from kvbounds.verdict import holm_adjust, significant_cells
+    adj = holm_adjust([0.01, 0.04, 0.03, None])
+    assert adj == pytest.approx([0.04, 0.09, 0.09, 1.0])
+    # one cell at p = 0.038 among 12 is not significant once the family is accounted for
+    assert significant_cells([0.038] + [0.5] * 11, [0.9] * 12) == (0, 0)
+    assert significant_cells([0.001] * 12, [0.9] * 12) == (12, 0)
