@@ -35,7 +35,7 @@ def register() -> None:
     _registered = True
 
 
-def weighted_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def weighted_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """query (b, H, L, d), key/value (b, Hkv, M, d) -> (b, L, H, d), None. Reads the log-weights the
     :class:`WeightedCache` attached to ``key``; without them, exact causal attention."""
     import torch
