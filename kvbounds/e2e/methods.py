@@ -7,7 +7,7 @@ the same number of floats per layer and KV head, ``budget * n * 2d`` (keys, valu
 * ``streaming_llm``, ``uniform``, ``kcenter`` (003 Sec. 4.1, weights 1), ``kcenter_sized`` (cluster sizes as
   weights): :mod:`kvbounds.algorithms.token_selection` selections;
 * ``balancekv``: blockwise BalanceKV, the paper's pseudocode (001 = "BalanceKV: KV Cache Compression through
-  Discrepancy Theory", arXiv:2502.07861 v2, App. B.1), T the fewest halvings that fit the budget;
+  Discrepancy Theory", arXiv:2502.07861, later version, App. B.1), T the fewest halvings that fit the budget;
 * ``balancekv_released``: the authors' released walk (helper module ``balance_kv_released``, when present);
 * ``subgen``: SubGen's estimator (002, arXiv:2402.06082, Alg. 1), split numerator/denominator weights;
 * ``subspace``: top-r projection of the middle keys/values (004 draft, SUB.lowrank's falsifier 1).
