@@ -87,13 +87,9 @@ def lm():
     return load_smollm2("cpu")
 
 
-def test_hf_llama_matches_our_forward_pass():
-    pytest.importorskip("transformers")
-    from kvbounds.e2e.checks import hf_missing
-    if hf_missing():
-        pytest.skip(hf_missing())
+def test_hf_llama_matches_our_forward_pass(lm):
     from kvbounds.e2e.model import agreement
-    a = agreement(48)
+    a = agreement(48, sm=lm.reader, lm=lm)
     assert a["max_abs_logit_diff"] < 1e-3, a
     assert abs(a["ppl_hf"] / a["ppl_ours"] - 1) < 1e-5, a
 

@@ -30,6 +30,7 @@ class LoadedModel:
     encode: Callable[[str], np.ndarray]
     name: str
     device: str = "cpu"
+    reader: object = None     # SmolLM2 only: our own GGUF reader and forward pass (agreement checks)
 
     @property
     def config(self):
@@ -99,7 +100,8 @@ def load_smollm2(device: str = "cpu", sm: SmolLM2 | None = None) -> LoadedModel:
     # rotary inv_freq is a non-persistent buffer created on meta: rebuild it
     model.model.rotary_emb = type(model.model.rotary_emb)(config=cfg, device=torch.device("cpu"))
     model = model.to(device).eval()
-    return LoadedModel(model=model, encode=sm.encode, name="SmolLM2-135M-Instruct (Q4_1 GGUF)", device=device)
+    return LoadedModel(model=model, encode=sm.encode, name="SmolLM2-135M-Instruct (Q4_1 GGUF)", device=device,
+                       reader=sm)
 
 
 def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu") -> LoadedModel:
@@ -127,14 +129,15 @@ def token_logprobs(lm: LoadedModel, ids: np.ndarray) -> np.ndarray:
         return torch.log_softmax(logits, -1).gather(1, x[0, 1:, None])[:, 0].cpu().numpy()
 
 
-def agreement(n_tokens: int = 256, text: str | None = None) -> dict:
+def agreement(n_tokens: int = 256, text: str | None = None, *, sm: SmolLM2 | None = None,
+              lm: LoadedModel | None = None) -> dict:
     """HF ``LlamaForCausalLM`` (built from the GGUF) vs our own SmolLM2 forward pass on the same tokens:
     max |logit difference| over every position and vocabulary entry, and both perplexities."""
     import torch
     from kvbounds.traces.real import default_text
     from kvbounds.traces.smollm2 import perplexity
-    sm = SmolLM2.load()
-    lm = load_smollm2("cpu", sm)
+    sm = sm or SmolLM2.load()
+    lm = lm or load_smollm2("cpu", sm)
     ids = sm.encode(text if text is not None else default_text())[:n_tokens]
     with torch.no_grad():
         hf = lm.model(input_ids=torch.as_tensor(ids)[None], use_cache=False).logits[0].double()
