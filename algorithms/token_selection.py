@@ -98,11 +98,17 @@ class CompressedKV:
         return num / den * np.exp(mn - md)
 
 
+def _weight_floats(x: np.ndarray) -> int:
+    """Floats to store one head's weights on one side: none, one if they are all equal, else one per token."""
+    return 0 if x.size == 0 else (1 if np.all(x == x[0]) else int(x.size))
+
+
 def memory_floats(c: CompressedKV) -> int:
-    """Floats a compressed layer holds: a key for every token used on either side, a value for every token
-    in the numerator, and per token its log-weights: none when a = b = 0 (exact tokens), one when a = b or one
-    side is -inf (a representative or a sample: which side is a flag, not a float), two otherwise; subspace
-    methods store ``rank`` coordinates per projected key/value plus ``extra_floats`` (their bases)."""
+    """Floats a compressed layer holds: a key for every token used on either side, a value for every token in
+    the numerator, and the log-weights: none for exact tokens (a = b = 0: the first/last windows, positional),
+    per head and side one float when the weights are constant (uniform sampling, BalanceKV's 2^T), else one per
+    token; a side of -inf is a flag, not a float; a = b is stored once. Subspace methods store ``rank``
+    coordinates per projected key/value plus ``extra_floats`` (their bases)."""
     a, b = c.log_w_num, c.log_w_den
     fa, fb = np.isfinite(a), np.isfinite(b)
     used = fa | fb
@@ -111,9 +117,17 @@ def memory_floats(c: CompressedKV) -> int:
     if c.rank is not None:     # projected tokens: rank coordinates for the key and the value instead of d
         heads = int(np.prod(a.shape[:-1], dtype=np.int64))
         floats -= 2 * heads * c.projected * (width - c.rank)
-    with np.errstate(invalid="ignore"):
-        weights = np.where((a == 0) & (b == 0), 0, np.where((a == b) | ~fa | ~fb, 1, 2))
-    return floats + int(weights[used].sum()) + int(c.extra_floats)
+    A, B = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+    FA, FB, U = fa.reshape(A.shape), fb.reshape(B.shape), used.reshape(A.shape)
+    for h in range(A.shape[0]):
+        w = U[h] & ~((A[h] == 0) & (B[h] == 0))
+        if not w.any():
+            continue
+        if np.array_equal(A[h][w], B[h][w]):
+            floats += _weight_floats(A[h][w])
+        else:
+            floats += _weight_floats(A[h][w & FA[h]]) + _weight_floats(B[h][w & FB[h]])
+    return floats + int(c.extra_floats)
 
 
 def gather_selection(K, V, indices, log_weights) -> CompressedKV:

@@ -29,8 +29,10 @@ def trials(profile: str) -> list[dict]:
     tasks = pick(profile, smoke={"lines": (256, 1)}, quick={"lines": (512, 4)}, full={"lines": (1024, 12)})
     methods = pick(profile, smoke=("uniform", "kcenter", "subgen"), quick=C.M.DEFAULT_METHODS,
                    full=C.M.DEFAULT_METHODS)
-    budgets = pick(profile, smoke=(0.5,), quick=(0.25, 0.5), full=(0.125, 0.25, 0.5))
     sink = pick(profile, smoke=16, quick=32, full=64)
+    n = pick(profile, smoke=256, quick=512, full=1024)
+    # the budgets BalanceKV reaches exactly (T halvings of the middle): every method at the same floats
+    budgets = C.M.balance_budgets(n, sink, pick(profile, smoke=(1,), quick=(3, 2), full=(4, 3, 2)))
     return C.profile_grid(profile, tasks, methods=methods, budgets=budgets, sink=sink, window=sink)
 
 

@@ -29,7 +29,9 @@ def test_selection_contract_full_budget_is_exact_and_counts_floats():
     np.testing.assert_allclose(c.estimate(q), _exact(q, K, V), rtol=1e-5, atol=1e-6)
     assert ts.memory_floats(c) == K.shape[0] * K.shape[1] * 2 * K.shape[2]       # no weights stored
     u = ts.Uniform(sink=4, window=4).compress(K, V, budget=40, rng=np.random.default_rng(0))
-    assert ts.memory_floats(u) == 2 * (8 * 2 * 16 + 32 * (2 * 16 + 1))           # one log-weight per middle token
+    assert ts.memory_floats(u) == 2 * (40 * 2 * 16 + 1)                          # one constant log-weight per head
+    k = ts.KCenter(window=4, weights="cluster_size").compress(K, V, budget=40)
+    assert 2 * 40 * 2 * 16 < ts.memory_floats(k) <= 2 * (40 * 2 * 16 + 36)         # a weight per center (size > 1)
 
 
 def test_split_weights_and_subgen_estimator():

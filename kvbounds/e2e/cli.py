@@ -19,7 +19,8 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="cpu", help="cpu | cuda")
     p.add_argument("--methods", nargs="+", default=list(M.DEFAULT_METHODS),
                    help=f"ours: {' '.join(M.OURS)}; kvpress: {' '.join(M.KVPRESS)}")
-    p.add_argument("--budgets", nargs="+", type=float, default=[0.25, 0.5], help="fractions of the cache's floats")
+    p.add_argument("--budgets", nargs="+", type=float, default=None,
+                   help="fractions of the cache's floats (default: those blockwise BalanceKV reaches with T = 3, 2)")
     p.add_argument("--tasks", nargs="+", default=["ppl", "passkey", "lines"], choices=["ppl", "passkey", "lines"])
     p.add_argument("--n", type=int, default=512, help="context length in tokens")
     p.add_argument("--instances", type=int, default=3, help="instances (windows, passkeys, line sets) per task")
@@ -33,6 +34,9 @@ def run(args) -> int:
     from kvbounds.runner import Trial, execute_trial
     from .checks import profile_grid
     from .leaderboard import leaderboard_rows, timing_rows
+    from .methods import balance_budgets
+    if args.budgets is None:
+        args.budgets = balance_budgets(args.n, args.window)
     unknown = [b for b in args.budgets if not 0 < b < 1]
     if unknown:
         print(f"kvbounds e2e: budgets must lie in (0, 1), got {unknown}", file=sys.stderr)

@@ -76,6 +76,11 @@ def leaderboard_rows(records) -> list[dict]:
                              _cp(sum(hits), len(hits)), len(hits), note))
             rows.append(_row(method, source, budget, mem, f"{task}: answer log-likelihood (nats)", lls.mean(),
                              _t_interval(lls), len(lls), note))
+    snap = {(r["metric"], r["budget"]): r["value"] for r in rows if r["method"] == "kvpress:snapkv"}
+    for r in rows:
+        if r["method"] == "kvpress:pyramidkv" and snap.get((r["metric"], r["budget"])) == r["value"]:
+            r["note"] = ("same as kvpress:snapkv: kvpress's PyramidKV falls back to SnapKV's uniform budget when its "
+                         "pyramid does not fit the context")
     for (method, source, budget), why in sorted(skipped.items()):
         if not any(r["method"] == method and r["budget"] == budget for r in rows):
             rows.append(_row(method, source, budget, 0, "skipped", float("nan"), note=why))

@@ -49,16 +49,23 @@ def kvpress_available() -> str | None:
     return None
 
 
-def balance_levels(n: int, d: int, sink: int, window: int, floats: int, weight_floats: int = 1) -> int:
-    """The fewest halvings T whose blockwise BalanceKV cache (``weight_floats`` log-weights per kept middle
-    token) fits ``floats``."""
+def balance_levels(n: int, d: int, sink: int, window: int, floats: int, per_token_weights: int = 0) -> int:
+    """The fewest halvings T whose blockwise BalanceKV cache fits ``floats`` per head: keys and values of the
+    kept tokens, one constant log-weight (2^T) per head, plus ``per_token_weights`` per kept middle token."""
     n_mid = n - sink - window
     T = 0
-    while (sink + window) * 2 * d + (n_mid >> T) * (2 * d + weight_floats) > floats:
+    while (sink + window + (n_mid >> T)) * 2 * d + (n_mid >> T) * per_token_weights + 1 > floats:
         T += 1
         if n_mid >> T == 0:
             raise InputError(f"budget {floats} floats cannot hold BalanceKV's exact sink + window")
     return T
+
+
+def balance_budgets(n: int, window: int, levels=(3, 2)) -> list[float]:
+    """Budgets (fractions of the cache's floats) that blockwise BalanceKV reaches exactly with ``window`` exact
+    tokens at each end and T halvings of the middle, plus 0.1% slack for its one weight per head: at these
+    budgets every method holds the same memory (BalanceKV's cache sizes are n_mid / 2^T, nothing between)."""
+    return [round((2 * window + ((n - 2 * window) >> T)) / n + 1e-3, 6) for T in levels]
 
 
 def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: np.random.Generator, *,
@@ -68,7 +75,7 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
     if method == "streaming_llm":
         return ts.StreamingLLM(sink=sink).compress(K, V, budget=floats // (2 * d))
     if method == "uniform":
-        return ts.Uniform(sink=sink, window=window).compress(K, V, budget=floats // (2 * d + 1), rng=rng)
+        return ts.Uniform(sink=sink, window=window).compress(K, V, budget=(floats - 1) // (2 * d), rng=rng)
     if method == "kcenter":
         return ts.KCenter(window=window).compress(K, V, budget=floats // (2 * d))
     if method == "kcenter_sized":
@@ -81,7 +88,7 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
         fn = ca.released_balancekv()
         if fn is None:
             raise InputError("balancekv_released needs kvbounds.algorithms.balance_kv_released (not present)")
-        T = balance_levels(n, d, sink, window, floats, weight_floats=2)      # a != b: two log-weights
+        T = balance_levels(n, d, sink, window, floats, per_token_weights=1)   # a = log w per token, b = T log 2
         idx, a, b = fn(K, V, sink=sink, window=window, levels=T, block_size=block_size, rng=rng)
         c = ts.gather_selection(K, V, idx, a)
         c.log_w_den = np.array(np.broadcast_to(np.asarray(b, np.float32), c.log_w_num.shape))

@@ -109,7 +109,8 @@ def lines_task(lm, n: int, seed: int) -> Task:
         total += len(ids)
     j = int(rng.integers(len(lines)))
     name, num, _ = lines[j]
-    ctx = np.concatenate([intro] + [ids for _, _, ids in lines])
+    pad = _filler(lm, n - total, seed)       # exactly n tokens: unrelated text before the record
+    ctx = np.concatenate([pad, intro] + [ids for _, _, ids in lines])
     q = (f"\nNow the record is over. Tell me what is the <REGISTER_CONTENT> in line {name}? I need the number.\n"
          f"Answer: The <REGISTER_CONTENT> in line {name} is <")
     return _answer_task("lines", lm, ctx, q, num, dict(n_lines=len(lines), asked=j, depth=j / len(lines),
