@@ -15,7 +15,7 @@ one-sided paired t-test (per token for perplexity, per instance for passkey) is 
 from __future__ import annotations
 
 from kvbounds.e2e import checks as C
-from kvbounds.verdict import HOLDS, INCONCLUSIVE, NOT_RUN, FigureSpec, Reproduction, Verdict, reproduction_status
+from kvbounds.verdict import HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, reproduction_status
 
 from .common import pick
 
@@ -67,8 +67,7 @@ def compare(records, variants=VARIANTS, baselines=BASELINES, tasks=TASKS):
 
 
 def summarize(records) -> Verdict:
-    figs = [FigureSpec("loss vs exact attention at each budget, per method", x="budget", hue="check", logx=False,
-                       logy=False, show_bound=True)]
+    figs: list = []        # the quality-vs-memory figure is drawn from the leaderboard (kvbounds.e2e.leaderboard)
     if not records:
         return Verdict(CLAIM, NOT_RUN, "no records", figures=figs)
     skipped = C.skipped_notes(records)

@@ -13,7 +13,7 @@ budget; :func:`kvbounds.verdict.reproduction_status` with one-sided paired t-tes
 from __future__ import annotations
 
 from kvbounds.e2e import checks as C
-from kvbounds.verdict import HOLDS, INCONCLUSIVE, NOT_RUN, FigureSpec, Reproduction, Verdict, reproduction_status
+from kvbounds.verdict import HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, reproduction_status
 
 from .bkv_e2e import compare
 from .common import pick
@@ -41,8 +41,7 @@ def run_trial(params: dict, seed: int, backend: str):
 
 
 def summarize(records) -> Verdict:
-    figs = [FigureSpec("answer log-likelihood lost vs exact, per method and budget", x="budget", hue="check",
-                       logx=False, logy=False)]
+    figs: list = []        # the quality-vs-memory figure is drawn from the leaderboard (kvbounds.e2e.leaderboard)
     if not records:
         return Verdict(CLAIM, NOT_RUN, "no records", figures=figs)
     skipped = C.skipped_notes(records)
