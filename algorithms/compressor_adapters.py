@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from kvbounds.gpu.backend import to_numpy
 from kvbounds.theory.lower_bound import log2_binomial
 
 from .attention import exact_attention
@@ -220,3 +221,118 @@ def play(name: str, setting: int, n: int, d: int, r: float, reps: int, rng: np.r
         group_acc.append(np.mean([guesses[j] == int(inst.bits[j]) for j in group]))
     return dict(correct=np.array(correct), group_accuracy=np.array(group_acc), stored=np.array(stored),
                 state_bits=np.array(bits))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Whole-cache compressors in the (K', V', log_w_num, log_w_den) contract (issue 14, the end-to-end harness).
+# Each takes one layer's cache per KV head, K, V (H, n, d) numpy, keeps the first ``sink`` and last ``window``
+# tokens exactly (a = b = 0) and spends ``budget_floats`` per head (sink and window included) on the middle.
+# --------------------------------------------------------------------------------------------------------------
+
+def _exact_part(K, V, lo: int, hi: int):
+    from .token_selection import CompressedKV
+    z = np.zeros(K.shape[:-2] + (hi - lo,), dtype=np.float32)
+    return CompressedKV(K[..., lo:hi, :], V[..., lo:hi, :], z, z.copy())
+
+
+def concat_compressed(parts):
+    """Concatenate :class:`CompressedKV` pieces along the token axis (the same H and d; full-width only)."""
+    from .token_selection import CompressedKV
+    return CompressedKV(np.concatenate([p.keys for p in parts], -2), np.concatenate([p.values for p in parts], -2),
+                        np.concatenate([p.log_w_num for p in parts], -1),
+                        np.concatenate([p.log_w_den for p in parts], -1),
+                        extra_floats=sum(p.extra_floats for p in parts))
+
+
+def _split(K, sink: int, window: int, budget_floats: int):
+    n, d = K.shape[-2], K.shape[-1]
+    if sink + window >= n:
+        raise InputError(f"sink + window = {sink + window} leaves no middle in n = {n} tokens")
+    left = int(budget_floats) - (sink + window) * 2 * d
+    if left <= 0:
+        raise InputError(f"budget {budget_floats} floats does not cover the exact sink + window ({sink + window} tokens)")
+    return n, d, left
+
+
+class SubGenCompressor:
+    """SubGen's estimator (002 = "SubGen: Token Generation in Sublinear Time and Memory", arXiv:2402.06082,
+    Alg. 1) on a prefilled cache: the denominator sum_i e^{l_i} from cluster representatives (greedy
+    k-center centres of the middle keys, 003 Sec. 4.1) weighted by their cluster sizes (b = log count,
+    a = -inf: a representative's value is never used, so it is not stored); the numerator sum_i e^{l_i} v_i
+    from t i.i.d. l2 samples of the middle values (p_i = ||v_i||^2 / sum ||v||^2) with importance weights
+    count_j / (t p_j) (a = log of it, b = -inf). Half the middle's floats each. Claims SG.e2e, SG.*."""
+    name = "subgen"
+
+    def __init__(self, sink: int = 32, window: int = 32, cluster_share: float = 0.5):
+        self.sink, self.window, self.cluster_share = sink, window, cluster_share
+
+    def compress(self, K, V, *, budget_floats: int, rng: np.random.Generator):
+        from .kcenter import greedy_k_center
+        from .token_selection import CompressedKV
+        K, V = np.asarray(K, np.float32), np.asarray(V, np.float32)
+        n, d, left = _split(K, self.sink, self.window, budget_floats)
+        lo, hi = self.sink, n - self.window
+        n_mid = hi - lo
+        k = max(1, min(n_mid, int(left * self.cluster_share) // (d + 1)))
+        t = max(1, int(left * (1 - self.cluster_share)) // (2 * d + 1))
+        H = K.shape[0]
+        Kc, Vc = np.zeros((H, k + t, d), np.float32), np.zeros((H, k + t, V.shape[-1]), np.float32)
+        a, b = np.full((H, k + t), -np.inf, np.float32), np.full((H, k + t), -np.inf, np.float32)
+        Km, Vm = K[:, lo:hi], V[:, lo:hi]
+        res = greedy_k_center(Km, k)
+        centers, lab = np.asarray(to_numpy(res.centers)), np.asarray(to_numpy(res.assignment)).reshape(H, n_mid)
+        for h in range(H):
+            counts = np.bincount(lab[h], minlength=k)
+            Kc[h, :k] = Km[h, centers[h]]
+            b[h, :k] = np.log(np.maximum(counts, 1))
+            b[h, :k][counts == 0] = -np.inf
+            p = (Vm[h].astype(np.float64) ** 2).sum(-1)
+            p = p / p.sum() if p.sum() > 0 else np.full(n_mid, 1.0 / n_mid)
+            draws = rng.choice(n_mid, size=t, p=p)
+            uniq, cnt = np.unique(draws, return_counts=True)
+            j = slice(k, k + len(uniq))
+            Kc[h, j], Vc[h, j] = Km[h, uniq], Vm[h, uniq]
+            a[h, j] = np.log(cnt / (t * p[uniq]))
+        mid = CompressedKV(Kc, Vc, a, b)
+        return concat_compressed([_exact_part(K, V, 0, lo), mid, _exact_part(K, V, hi, n)])
+
+
+class SubspaceCompressor:
+    """Subspace projection (004 draft, falsifier 1 of SUB.lowrank): the middle's keys and values replaced by
+    their projections onto their own top-r right singular subspaces (r per head from the float budget:
+    n_mid r coordinates each plus the r x d bases); sink and window exact; a = b = 0."""
+    name = "subspace"
+
+    def __init__(self, sink: int = 32, window: int = 32):
+        self.sink, self.window = sink, window
+
+    def rank_for(self, n_mid: int, d: int, left: int) -> int:
+        return max(1, min(d, left // (2 * (n_mid + d))))
+
+    def compress(self, K, V, *, budget_floats: int, rng: np.random.Generator | None = None):
+        from .token_selection import CompressedKV
+        K, V = np.asarray(K, np.float32), np.asarray(V, np.float32)
+        n, d, left = _split(K, self.sink, self.window, budget_floats)
+        lo, hi = self.sink, n - self.window
+        r = self.rank_for(hi - lo, d, left)
+
+        def project(X):
+            X = X.astype(np.float64)
+            _, vec = np.linalg.eigh(np.swapaxes(X, -1, -2) @ X)                   # ascending eigenvalues
+            B = vec[..., ::-1][..., :r]                                          # (H, d, r) top-r right singular vectors
+            return (X @ B @ np.swapaxes(B, -1, -2)).astype(np.float32)
+        z = np.zeros((K.shape[0], hi - lo), np.float32)
+        out = concat_compressed([_exact_part(K, V, 0, lo), CompressedKV(project(K[:, lo:hi]), project(V[:, lo:hi]), z, z.copy()),
+                                 _exact_part(K, V, hi, n)])
+        out.extra_floats, out.rank, out.projected = 2 * r * d * K.shape[0], r, hi - lo
+        return out
+
+
+def released_balancekv():
+    """``compress_cache_released`` of helper "released"'s algorithms/balance_kv_released.py when present
+    (the released BalanceKV walk, 001 App. B as run by the authors' code), else None.
+    HOOK: integrated when that module exists; the e2e harness lists the variant as skipped otherwise."""
+    try:
+        return importlib.import_module("kvbounds.algorithms.balance_kv_released").compress_cache_released
+    except (ImportError, AttributeError):
+        return None

@@ -25,6 +25,16 @@ Methods (``SELECTORS``):
 * ``balancekv``  adapter to blockwise BalanceKV (001 App. B.1, :func:`compress_cache`): sink and window
   exact, the middle halved T times; T is the smallest level count whose cache fits the budget (so the
   selection can be smaller than the budget: only sink + window + n_mid // 2^T sizes are reachable).
+
+The compressed-cache contract (issue 14; every method, selection or not): :meth:`TokenSelector.compress`
+returns a :class:`CompressedKV` ``(K', V', log_w_num, log_w_den)`` with
+
+    Attn_hat(q) = sum_i exp(l_i + a_i) v'_i / sum_i exp(l_i + b_i),   l_i = <q, k'_i> scale,
+
+a = log_w_num, b = log_w_den (-inf drops a token from one side; both -inf is padding). Selection methods
+gather K, V at their indices and set a = b = their log-weights. Methods that are not selections
+(:mod:`kvbounds.algorithms.compressor_adapters`: BalanceKV's released walk, SubGen's estimator, subspace
+projection) build a :class:`CompressedKV` directly. :func:`memory_floats` counts the floats it holds.
 """
 from __future__ import annotations
 
@@ -56,10 +66,89 @@ def _check_kv(K, V):
 
 
 
+@dataclasses.dataclass
+class CompressedKV:
+    """One layer's compressed cache, numpy, per KV head: keys/values (..., m, d), log-weights (..., m).
+    ``extra_floats``: floats held besides these arrays (e.g. a subspace basis); ``rank``: the stored
+    coordinates per key/value of the ``projected`` tokens (per head) that live in a subspace (the arrays hold
+    them back in d dimensions for attention)."""
+    keys: np.ndarray
+    values: np.ndarray
+    log_w_num: np.ndarray
+    log_w_den: np.ndarray
+    extra_floats: int = 0
+    rank: int | None = None
+    projected: int = 0
+
+    def __post_init__(self):
+        if self.keys.shape[:-1] != self.values.shape[:-1] or self.log_w_num.shape != self.keys.shape[:-1] \
+                or self.log_w_den.shape != self.keys.shape[:-1]:
+            raise InputError(f"CompressedKV shapes disagree: K {self.keys.shape}, V {self.values.shape}, "
+                             f"a {self.log_w_num.shape}, b {self.log_w_den.shape}")
+
+    def estimate(self, q, *, scale: float | None = None) -> np.ndarray:
+        """Attn_hat(q) for queries q (..., L, d) (no causal mask: every stored token is visible), float64."""
+        q = np.asarray(q, dtype=np.float64)
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        lg = q @ np.swapaxes(self.keys.astype(np.float64), -1, -2) * scale
+        ln, ld = lg + self.log_w_num[..., None, :], lg + self.log_w_den[..., None, :]
+        mn, md = ln.max(-1, keepdims=True), ld.max(-1, keepdims=True)
+        num = np.exp(ln - mn) @ self.values.astype(np.float64)
+        den = np.exp(ld - md).sum(-1, keepdims=True)
+        return num / den * np.exp(mn - md)
+
+
+def _weight_floats(x: np.ndarray) -> int:
+    """Floats to store one head's weights on one side: none, one if they are all equal, else one per token."""
+    return 0 if x.size == 0 else (1 if np.all(x == x[0]) else int(x.size))
+
+
+def memory_floats(c: CompressedKV) -> int:
+    """Floats a compressed layer holds: a key for every token used on either side, a value for every token in
+    the numerator, and the log-weights: none for exact tokens (a = b = 0: the first/last windows, positional),
+    per head and side one float when the weights are constant (uniform sampling, BalanceKV's 2^T), else one per
+    token; a side of -inf is a flag, not a float; a = b is stored once. Subspace methods store ``rank``
+    coordinates per projected key/value plus ``extra_floats`` (their bases)."""
+    a, b = c.log_w_num, c.log_w_den
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    used = fa | fb
+    width = c.keys.shape[-1]
+    floats = int(used.sum()) * width + int(fa.sum()) * width
+    if c.rank is not None:     # projected tokens: rank coordinates for the key and the value instead of d
+        heads = int(np.prod(a.shape[:-1], dtype=np.int64))
+        floats -= 2 * heads * c.projected * (width - c.rank)
+    A, B = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+    FA, FB, U = fa.reshape(A.shape), fb.reshape(B.shape), used.reshape(A.shape)
+    for h in range(A.shape[0]):
+        w = U[h] & ~((A[h] == 0) & (B[h] == 0))
+        if not w.any():
+            continue
+        if np.array_equal(A[h][w], B[h][w]):
+            floats += _weight_floats(A[h][w])
+        else:
+            floats += _weight_floats(A[h][w & FA[h]]) + _weight_floats(B[h][w & FB[h]])
+    return floats + int(c.extra_floats)
+
+
+def gather_selection(K, V, indices, log_weights) -> CompressedKV:
+    """The contract's form of a selection ``(indices, log_weights)``: a = b = the log-weights."""
+    K, V = to_numpy(K), to_numpy(V)
+    idx = np.asarray(to_numpy(indices), dtype=np.int64)
+    lw = np.array(np.broadcast_to(to_numpy(log_weights), idx.shape), dtype=np.float32)
+    Ks = np.take_along_axis(K, idx[..., None], axis=-2)
+    Vs = np.take_along_axis(V, idx[..., None], axis=-2)
+    return CompressedKV(Ks, Vs, lw, lw.copy())
+
+
 class TokenSelector(abc.ABC):
-    """``select(K, V, budget=, rng=, Q=None) -> (indices, log_weights)``; see the module docstring."""
+    """``select(K, V, budget=, rng=, Q=None) -> (indices, log_weights)``; ``compress(...) -> CompressedKV``
+    (the same selection in the contract's form); see the module docstring."""
     name: str = ""
     needs_queries: bool = False
+
+    def compress(self, K, V, *, budget: int, rng: np.random.Generator | None = None, Q=None) -> CompressedKV:
+        idx, lw = self.select(K, V, budget=budget, rng=rng, Q=Q)
+        return gather_selection(K, V, idx, lw)
 
     def select(self, K, V, *, budget: int, rng: np.random.Generator | None = None, Q=None):
         _check_kv(K, V)

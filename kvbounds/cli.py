@@ -157,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     traces_cli = _traces_cli()
     if traces_cli is not None:
         traces_cli.add_parser(sub)          # `kvbounds traces extract ...` (real Q/K/V from real models)
+    import kvbounds.e2e.cli as e2e_cli      # `kvbounds e2e ...` (end-to-end harness; needs the hf extra to run)
+    e2e_cli.add_parser(sub)
     return p
 
 
@@ -172,4 +174,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd == "traces":
         return _traces_cli().run(args)
+    if args.cmd == "e2e":
+        import kvbounds.e2e.cli
+        return kvbounds.e2e.cli.run(args)
     return {"list": _cmd_list, "show": _cmd_show, "check": _cmd_check, "report": _cmd_report}[args.cmd](args)

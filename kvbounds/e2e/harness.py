@@ -1,0 +1,126 @@
+"""The harness: one exact prefill per task instance, shared by every method; compress every layer to a budget;
+score the tail through the compressed cache with the weighted attention (:mod:`kvbounds.e2e.attention`).
+
+``run_cell(lm, task, methods, budgets, ...)`` returns one row per (method, budget) plus the exact row
+(budget 1.0): the per-target log-likelihoods, greedy correctness, the floats held, and the seconds spent
+compressing and scoring. Rows become records in :mod:`kvbounds.proofs_checks.bkv_e2e` / ``sg_e2e`` and in
+``kvbounds e2e``; :mod:`kvbounds.e2e.leaderboard` aggregates them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from kvbounds.algorithms.token_selection import memory_floats
+
+from . import methods as M
+from .attention import WeightedCache
+
+EXACT = "exact"
+
+
+@dataclasses.dataclass
+class Prefill:
+    """The exact prefill of a context: per layer K, V (1, Hkv, n, d) torch and the attention module's
+    inputs (``hidden_states``, ``position_embeddings``, ...) that kvpress's presses read; the time it took."""
+    n: int
+    keys: list
+    values: list
+    attn_kwargs: list
+    seconds: float
+
+
+def prefill(lm, ids: np.ndarray, *, capture_inputs: bool = True) -> Prefill:
+    import torch
+    from transformers import DynamicCache
+    model = lm.model
+    layers = model.model.layers
+    kws: list = [None] * len(layers)
+    hooks = []
+    if capture_inputs:
+        def hook(l):
+            def f(module, args, kwargs):
+                kws[l] = {"hidden_states": kwargs["hidden_states"],
+                          "position_embeddings": kwargs["position_embeddings"],
+                          "cache_position": kwargs.get("cache_position")}
+            return f
+        hooks = [layer.self_attn.register_forward_pre_hook(hook(l), with_kwargs=True) for l, layer in enumerate(layers)]
+    t0 = time.process_time()
+    try:
+        with torch.no_grad():
+            x = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=lm.device)[None]
+            cache = DynamicCache()
+            model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    finally:
+        for h in hooks:
+            h.remove()
+    keys = [cache.layers[l].keys for l in range(len(layers))]
+    values = [cache.layers[l].values for l in range(len(layers))]
+    return Prefill(int(len(ids)), keys, values, kws, time.process_time() - t0)   # CPU seconds (all threads)
+
+
+def score_tail(lm, n: int, layers, tail: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Feed ``tail`` at positions n.. after a cache (list of per-layer (K, V, a, b) torch); returns the
+    log-likelihood of each of the last len(targets) next tokens and whether the argmax equals it."""
+    import torch
+    cache = WeightedCache(layers)
+    m = len(targets)
+    with torch.no_grad():
+        x = torch.as_tensor(np.asarray(tail, dtype=np.int64), device=lm.device)[None]
+        pos = torch.arange(n, n + x.shape[1], device=lm.device)[None]
+        logits = lm.model(input_ids=x, past_key_values=cache, position_ids=pos, use_cache=True,
+                          logits_to_keep=m).logits[0].double()
+        lp = torch.log_softmax(logits, -1)
+        t = torch.as_tensor(np.asarray(targets, dtype=np.int64), device=lm.device)
+        ll = lp.gather(1, t[:, None])[:, 0]
+        hit = lp.argmax(-1) == t
+    return ll.cpu().numpy(), hit.cpu().numpy()
+
+
+def _to_layers(lm, compressed):
+    import torch
+    dev = lm.device
+    dt = next(lm.model.parameters()).dtype
+    out = []
+    for c in compressed:
+        t = lambda a, dtype=dt: torch.as_tensor(np.ascontiguousarray(a), device=dev).to(dtype)[None]
+        weighted = not (np.all(c.log_w_num == 0) and np.all(c.log_w_den == 0))
+        out.append((t(c.keys), t(c.values), t(c.log_w_num, torch.float32) if weighted else None,
+                    t(c.log_w_den, torch.float32) if weighted else None))
+    return out
+
+
+def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, window: int = 32,
+             state: Prefill | None = None) -> list[dict]:
+    """Every (method, budget) on one task instance, sharing one exact prefill. A method that fails (or whose
+    package is missing) gives a row with ``error`` set instead of scores."""
+    state = state or prefill(lm, task.context, capture_inputs=any(m.startswith("kvpress:") for m in methods))
+    exact_floats = lm.n_layers * lm.n_kv_heads * state.n * 2 * lm.head_dim
+    t0 = time.process_time()
+    ll, hit = score_tail(lm, state.n, [(k, v, None, None) for k, v in zip(state.keys, state.values)],
+                         task.tail, task.targets)
+    rows = [dict(method=EXACT, source="kvbounds", budget=1.0, memory_floats=exact_floats, ll=ll.tolist(),
+                 hit=hit.tolist(), compress_s=0.0, score_s=time.process_time() - t0, prefill_s=state.seconds,
+                 error="")]
+    missing = M.kvpress_available()
+    for mi, method in enumerate(methods):
+        for budget in budgets:
+            row = dict(method=method, source=M.source(method), budget=float(budget), error="")
+            if method.startswith("kvpress:") and missing:
+                rows.append(dict(row, error=missing))
+                continue
+            rng = np.random.default_rng([seed, mi, int(round(budget * 1e6))])
+            try:
+                t0 = time.process_time()
+                comp = M.compress_all(method, lm, state, float(budget), rng, sink=sink, window=window, seed=seed)
+                t1 = time.process_time()
+                ll, hit = score_tail(lm, state.n, _to_layers(lm, comp), task.tail, task.targets)
+                t2 = time.process_time()
+            except Exception as e:   # noqa: BLE001 - one method failing is a row with its error, not a crash
+                rows.append(dict(row, error=f"{type(e).__name__}: {e}"[:300]))
+                continue
+            rows.append(dict(row, memory_floats=int(sum(memory_floats(c) for c in comp)) * 1,
+                             ll=ll.tolist(), hit=hit.tolist(), compress_s=t1 - t0, score_s=t2 - t1))
+    return rows

@@ -1,0 +1,142 @@
+"""Every method of the end-to-end harness as ``compress(prefill, budget, rng) -> list[CompressedKV]`` (one per layer).
+
+Ours (``source="kvbounds"``), each keeping the first ``sink`` and last ``window`` tokens exactly and spending
+the same number of floats per layer and KV head, ``budget * n * 2d`` (keys, values and log-weights counted by
+:func:`kvbounds.algorithms.token_selection.memory_floats`):
+
+* ``streaming_llm``, ``uniform``, ``kcenter`` (003 Sec. 4.1, weights 1), ``kcenter_sized`` (cluster sizes as
+  weights): :mod:`kvbounds.algorithms.token_selection` selections;
+* ``balancekv``: blockwise BalanceKV, the paper's pseudocode (001 = "BalanceKV: KV Cache Compression through
+  Discrepancy Theory", arXiv:2502.07861, later version, App. B.1), T the fewest halvings that fit the budget;
+* ``balancekv_released``: the authors' released walk (helper module ``balance_kv_released``, when present);
+* ``subgen``: SubGen's estimator (002, arXiv:2402.06082, Alg. 1), split numerator/denominator weights;
+* ``subspace``: top-r projection of the middle keys/values (004 draft, SUB.lowrank's falsifier 1).
+
+kvpress presses (``source="kvpress"``, NVIDIA kvpress, when installed): ``kvpress:<name>`` with
+``compression_ratio = 1 - budget``; their ``compress`` is called layer by layer on the states captured in the
+shared exact prefill (exactly what kvpress's forward hook does after each attention layer of a prefill).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kvbounds.algorithms import compressor_adapters as ca
+from kvbounds.algorithms import token_selection as ts
+from kvbounds.algorithms.blockwise_balance_kv import compress_cache
+from kvbounds.algorithms.validation import InputError
+
+OURS = ("streaming_llm", "uniform", "kcenter", "kcenter_sized", "balancekv", "balancekv_released", "subgen",
+        "subspace")
+PRESSES = {"streaming_llm": "StreamingLLMPress", "snapkv": "SnapKVPress", "pyramidkv": "PyramidKVPress",
+           "knorm": "KnormPress", "tova": "TOVAPress", "expected_attention": "ExpectedAttentionPress",
+           "random": "RandomPress"}
+KVPRESS = tuple(f"kvpress:{p}" for p in PRESSES)
+DEFAULT_METHODS = OURS + KVPRESS
+
+
+def source(method: str) -> str:
+    return "kvpress" if method.startswith("kvpress:") else "kvbounds"
+
+
+def kvpress_available() -> str | None:
+    """None when kvpress imports, else the reason (the rows are skipped with this note)."""
+    try:
+        import kvpress  # noqa: F401
+    except Exception as e:   # noqa: BLE001 - any import failure means "skip the kvpress rows"
+        return f"kvpress not installed ({type(e).__name__}: {e}); pip install 'kvbounds[hf]'"
+    return None
+
+
+def balance_levels(n: int, d: int, sink: int, window: int, floats: int, per_token_weights: int = 0) -> int:
+    """The fewest halvings T whose blockwise BalanceKV cache fits ``floats`` per head: keys and values of the
+    kept tokens, one constant log-weight (2^T) per head, plus ``per_token_weights`` per kept middle token."""
+    n_mid = n - sink - window
+    T = 0
+    while (sink + window + (n_mid >> T)) * 2 * d + (n_mid >> T) * per_token_weights + 1 > floats:
+        T += 1
+        if n_mid >> T == 0:
+            raise InputError(f"budget {floats} floats cannot hold BalanceKV's exact sink + window")
+    return T
+
+
+def balance_budgets(n: int, window: int, levels=(3, 2)) -> list[float]:
+    """Budgets (fractions of the cache's floats) that blockwise BalanceKV reaches exactly with ``window`` exact
+    tokens at each end and T halvings of the middle, plus 0.1% slack for its one weight per head: at these
+    budgets every method holds the same memory (BalanceKV's cache sizes are n_mid / 2^T, nothing between)."""
+    return [round((2 * window + ((n - 2 * window) >> T)) / n + 1e-3, 6) for T in levels]
+
+
+def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: np.random.Generator, *,
+                  sink: int, window: int, block_size: int = 64) -> ts.CompressedKV:
+    """One layer, K/V (Hkv, n, d) numpy float32, ``floats`` per KV head."""
+    n, d = K.shape[-2], K.shape[-1]
+    if method == "streaming_llm":
+        return ts.StreamingLLM(sink=sink).compress(K, V, budget=floats // (2 * d))
+    if method == "uniform":
+        return ts.Uniform(sink=sink, window=window).compress(K, V, budget=(floats - 1) // (2 * d), rng=rng)
+    if method == "kcenter":
+        return ts.KCenter(window=window).compress(K, V, budget=floats // (2 * d))
+    if method == "kcenter_sized":
+        return ts.KCenter(window=window, weights="cluster_size").compress(K, V, budget=floats // (2 * d + 1))
+    if method == "balancekv":
+        T = balance_levels(n, d, sink, window, floats)
+        idx, lw = compress_cache(K, V, sink=sink, window=window, levels=T, block_size=block_size, rng=rng)
+        return ts.gather_selection(K, V, idx, lw)
+    if method == "balancekv_released":
+        fn = ca.released_balancekv()
+        if fn is None:
+            raise InputError("balancekv_released needs kvbounds.algorithms.balance_kv_released (not present)")
+        T = balance_levels(n, d, sink, window, floats, per_token_weights=1)   # a = log w per token, b = T log 2
+        idx, a, b = fn(K, V, sink=sink, window=window, levels=T, block_size=block_size, rng=rng)
+        c = ts.gather_selection(K, V, idx, a)
+        c.log_w_den = np.array(np.broadcast_to(np.asarray(b, np.float32), c.log_w_num.shape))
+        return c
+    if method == "subgen":
+        return ca.SubGenCompressor(sink=sink, window=window).compress(K, V, budget_floats=floats, rng=rng)
+    if method == "subspace":
+        return ca.SubspaceCompressor(sink=sink, window=window).compress(K, V, budget_floats=floats)
+    raise InputError(f"unknown method {method!r}; ours: {', '.join(OURS)}; kvpress: {', '.join(KVPRESS)}")
+
+
+def make_press(method: str, budget: float, seed: int):
+    import kvpress
+    name = method.split(":", 1)[1]
+    if name not in PRESSES:
+        raise InputError(f"unknown kvpress method {method!r}; choose from {', '.join(KVPRESS)}")
+    cls = getattr(kvpress, PRESSES[name])
+    kw = dict(compression_ratio=float(1.0 - budget))
+    if name == "random":
+        kw["seed"] = int(seed)
+    return cls(**kw)
+
+
+def compress_kvpress(method: str, lm, state, budget: float, seed: int) -> list[ts.CompressedKV]:
+    """Run a kvpress press's ``compress`` on every layer of the shared prefill ``state``."""
+    import torch
+    press = make_press(method, budget, seed)
+    model = lm.model
+    press.post_init_from_model(model)
+    inner = model.model
+    out = []
+    with torch.no_grad():
+        for l, layer in enumerate(inner.layers):
+            module = layer.self_attn
+            module.rotary_emb = inner.rotary_emb
+            kw = dict(state.attn_kwargs[l])
+            k, v = press.compress(module, kw["hidden_states"], state.keys[l], state.values[l], None, kw)
+            k, v = k[0].float().cpu().numpy(), v[0].float().cpu().numpy()
+            z = np.zeros(k.shape[:-1], np.float32)
+            out.append(ts.CompressedKV(k, v, z, z.copy()))
+    return out
+
+
+def compress_all(method: str, lm, state, budget: float, rng: np.random.Generator, *, sink: int, window: int,
+                 seed: int = 0) -> list[ts.CompressedKV]:
+    if method.startswith("kvpress:"):
+        return compress_kvpress(method, lm, state, budget, seed)
+    d = state.keys[0].shape[-1]
+    floats = int(math.floor(budget * state.n * 2 * d))
+    return [compress_ours(method, state.keys[l][0].float().cpu().numpy(), state.values[l][0].float().cpu().numpy(),
+                          floats, rng, sink=sink, window=window) for l in range(len(state.keys))]

@@ -1,0 +1,64 @@
+"""SG.e2e: on LongEval-style line retrieval at equal memory, greedy k-center / ClusterGen keeps the answer better
+than the other methods.
+
+Source: "SubGen: Token Generation in Sublinear Time and Memory" (arXiv:2402.06082), Table 1, and "ClusterGen:
+Token Generation in Sublinear Time and Memory with Clustering KV Cache" (anonymous conference submission),
+Table 2 (greedy k-center beats Sink/H2O/uniform at the same memory on line retrieval).
+Here, through :mod:`kvbounds.e2e` on SmolLM2-135M-Instruct (CPU): lines "line <name>: REGISTER_CONTENT is
+<number>" generated offline, one asked at the end; the teacher-forced log-likelihood of the number (graded) and
+exact match. Variants: ``kcenter`` (weights 1, what the papers keep), ``kcenter_sized`` (cluster sizes as
+weights) and ``subgen`` (SubGen's split estimator). Cells: every other method present (ours and kvpress's) x
+budget; :func:`kvbounds.verdict.reproduction_status` with one-sided paired t-tests over instances at 0.05.
+"""
+from __future__ import annotations
+
+from kvbounds.e2e import checks as C
+from kvbounds.verdict import HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, reproduction_status
+
+from .bkv_e2e import compare
+from .common import pick
+
+CLAIM = "SG.e2e"
+SOURCE = "SubGen (arXiv:2402.06082) Table 1; ClusterGen (anonymous submission) Table 2"
+VARIANTS = {"kcenter": "kcenter", "kcenter_sized": "kcenter_sized", "subgen": "subgen"}
+OTHERS = ("uniform", "streaming_llm", "balancekv", "kvpress:snapkv", "kvpress:pyramidkv", "kvpress:tova",
+          "kvpress:knorm", "kvpress:expected_attention", "kvpress:streaming_llm", "kvpress:random")
+
+
+def trials(profile: str) -> list[dict]:
+    tasks = pick(profile, smoke={"lines": (256, 1)}, quick={"lines": (512, 4)}, full={"lines": (1024, 12)})
+    methods = pick(profile, smoke=("uniform", "kcenter", "subgen"), quick=C.M.DEFAULT_METHODS,
+                   full=C.M.DEFAULT_METHODS)
+    sink = pick(profile, smoke=16, quick=32, full=64)
+    n = pick(profile, smoke=256, quick=512, full=1024)
+    # the budgets BalanceKV reaches exactly (T halvings of the middle): every method at the same floats
+    budgets = C.M.balance_budgets(n, sink, pick(profile, smoke=(1,), quick=(3, 2), full=(4, 3, 2)))
+    return C.profile_grid(profile, tasks, methods=methods, budgets=budgets, sink=sink, window=sink)
+
+
+def run_trial(params: dict, seed: int, backend: str):
+    return C.run_cell_trial(CLAIM, SOURCE, params, seed)
+
+
+def summarize(records) -> Verdict:
+    figs: list = []        # the quality-vs-memory figure is drawn from the leaderboard (kvbounds.e2e.leaderboard)
+    if not records:
+        return Verdict(CLAIM, NOT_RUN, "no records", figures=figs)
+    skipped = C.skipped_notes(records)
+    if all(r.check == "unavailable" for r in records):
+        return Verdict(CLAIM, NOT_RUN, "; ".join(skipped), figures=figs, n_records=len(records))
+    setup = C.setup_line(records)
+    present = {r.extra.get("method") for r in records if "ll" in r.extra}
+    reps, parts = [], [setup]
+    for variant, (better, worse, cells, details) in compare(records, VARIANTS, [m for m in OTHERS if m in present],
+                                                            ("lines",)).items():
+        status = reproduction_status(better, worse, cells)
+        reps.append(Reproduction(variant, status, setup,
+                                 f"{better}/{cells} cells significantly better, {worse} significantly worse; "
+                                 + "; ".join(details) if cells else "not run"))
+        parts.append(f"{variant}: {status} ({better}/{cells} better, {worse} worse)")
+    main = reps[0].status
+    parts += skipped[:3]
+    return Verdict(CLAIM, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
+                   n_records=len(records), kind="empirical", reproduction=main, reproductions=reps,
+                   headline=f"{main} on SmolLM2-135M (CPU)")
