@@ -139,6 +139,30 @@ def single_thread_process() -> None:
 
 
 @contextlib.contextmanager
+def restored_thread_settings():
+    """Put back, on exit, what :func:`single_thread_process` changes in this process (the sweep of
+    ``workers=1`` runs in the caller's process, which should not stay on one thread afterwards)."""
+    global _ONE_THREAD_PROCESS
+    from threadpoolctl import threadpool_limits
+    env = {v: os.environ.get(v) for v in THREAD_VARS}
+    flag, torch = _ONE_THREAD_PROCESS, sys.modules.get("torch")
+    torch_threads = torch.get_num_threads() if torch is not None else None
+    limits = threadpool_limits(limits=None)          # records the current limits, changes nothing
+    try:
+        yield
+    finally:
+        if torch is not None:
+            torch.set_num_threads(torch_threads)
+        limits.restore_original_limits()         # after torch: its setter also changes OpenMP's
+        for v, old in env.items():
+            if old is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = old
+        _ONE_THREAD_PROCESS = flag
+
+
+@contextlib.contextmanager
 def one_thread():
     """One BLAS/OpenMP/torch thread inside the block, restored after (for trials run on an executor
     that did not call :func:`single_thread_process`, e.g. a user's ThreadPoolExecutor or Dask)."""
@@ -269,7 +293,7 @@ class Progress:
         self.bar = None
         if enabled and total and getattr(self.stream, "isatty", lambda: False)():
             from tqdm import tqdm
-            self.bar = tqdm(total=total, file=self.stream, unit="trial", dynamic_ncols=True, leave=True)
+            self.bar = tqdm(total=total, file=self.stream, unit="trial", leave=True)
 
     def note(self, msg: str) -> None:
         if not self.enabled:
@@ -333,12 +357,20 @@ def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed:
 
 
 def _sweep(todo, store, executor, workers, progress, on_record) -> list[Record]:
-    prog = Progress(len(todo), enabled=progress)
-    written: list[Record] = []
     if not todo:
-        return written
+        return []
     own = executor is None
     ex = executor or default_executor(workers)
+    in_process = own and isinstance(ex, cf.ThreadPoolExecutor)
+    with restored_thread_settings() if in_process else contextlib.nullcontext():
+        return _run_all(todo, store, ex, own, progress, on_record)
+
+
+def _run_all(todo, store, ex, own, progress, on_record) -> list[Record]:
+    """Submit every trial, store each one's records as it finishes; on any exit but a normal one
+    (Ctrl-C, SIGTERM, a write error) cancel the rest and end our own pool's workers."""
+    prog = Progress(len(todo), enabled=progress)
+    written: list[Record] = []
     futures: dict[cf.Future, Trial] = {}
     try:
         futures = {ex.submit(execute_trial, t): t for t in todo}

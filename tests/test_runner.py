@@ -17,7 +17,8 @@ from kvbounds import registry
 from kvbounds.cli import main
 from kvbounds.records import ResultStore, StoreLocked, canonical
 from kvbounds.registry import CLAIMS, Claim, get_claim
-from kvbounds.runner import Progress, Trial, default_executor, execute_trial, expand, run_checks, trial_seed
+from kvbounds.runner import (Progress, Trial, default_executor, execute_trial, expand, restored_thread_settings, run_checks,
+                             trial_seed)
 
 FAKE = '''
 import os, time
@@ -253,11 +254,9 @@ def test_records_do_not_depend_on_the_number_of_workers():
     assert trials
 
     def run(n):
-        ex = default_executor(n)
-        try:
-            return [[(r.check, r.measured, r.bound, r.holds) for r in recs] for recs in ex.map(execute_trial, trials)]
-        finally:
-            ex.shutdown()
+        with restored_thread_settings():          # workers=1 runs here: leave this process as it was
+            with default_executor(n) as ex:
+                return [[(r.check, r.measured, r.bound, r.holds) for r in recs] for recs in ex.map(execute_trial, trials)]
     assert run(1) == run(2)
 
 
@@ -390,3 +389,16 @@ def test_torch_in_the_parent_then_workers_with_torch_threads(tmp_path):
         pytest.fail("the workers deadlocked")
     assert proc.returncode == 0, err
     assert len(ResultStore(tmp_path / "out").load()) == 12
+
+
+def test_one_worker_sweep_leaves_the_callers_thread_settings_alone(tmp_path, fake):
+    from threadpoolctl import threadpool_info
+    import kvbounds.runner as runner
+    cid = fake("threads", "assert os.environ['OMP_NUM_THREADS'] == '1'", n=2)
+    state = lambda: (runner._ONE_THREAD_PROCESS, {v: os.environ.get(v) for v in runner.THREAD_VARS},
+                     {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+    before = state()
+    assert len(run_checks([cid], profile="smoke", out=tmp_path, workers=1, progress=False)) == 6
+    assert ResultStore(tmp_path).errors() == []
+    after = state()
+    assert after[:2] == before[:2] and {k: after[2][k] for k in before[2]} == before[2]
