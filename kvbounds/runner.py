@@ -91,19 +91,16 @@ def error_record(trial: Trial, exc: BaseException, time_s: float = 0.0) -> Recor
 
 
 def execute_trial(trial: Trial) -> list[Record]:
-    """Run one trial in the current process (the function the executor calls). Never raises for an
-    error of the check: that becomes one error record (:func:`error_record`)."""
+    """Run one trial in the current process, on one BLAS/OpenMP/torch thread; a check's error raises
+    (the sweep calls :func:`execute_trial_or_error`, which records it instead)."""
     ts = trial_seed(trial.seed, trial.claim, trial.params)
     t0 = time.perf_counter()
-    try:
-        mod = importlib.import_module(trial.module) if trial.module else get_claim(trial.claim).check_module()
-        with one_thread():
-            out = mod.run_trial(dict(trial.params), ts, trial.backend)
-        recs = [out] if isinstance(out, Record) else list(out)
-        if not recs or not all(isinstance(r, Record) for r in recs):
-            raise TypeError(f"run_trial returned {type(out).__name__} {out!r:.80}, not Record(s)")
-    except Exception as e:  # noqa: BLE001 - one failing trial must not abort the sweep
-        return [error_record(trial, e, time.perf_counter() - t0)]
+    mod = importlib.import_module(trial.module) if trial.module else get_claim(trial.claim).check_module()
+    with one_thread():
+        out = mod.run_trial(dict(trial.params), ts, trial.backend)
+    recs = [out] if isinstance(out, Record) else list(out)
+    if not recs or not all(isinstance(r, Record) for r in recs):
+        raise TypeError(f"run_trial returned {type(out).__name__} {out!r:.80}, not Record(s)")
     elapsed = time.perf_counter() - t0
     for r in recs:
         r.key = trial.key
@@ -116,8 +113,18 @@ def execute_trial(trial: Trial) -> list[Record]:
     return recs
 
 
+def execute_trial_or_error(trial: Trial) -> list[Record]:
+    """:func:`execute_trial`, with an error of the check returned as one error record (the function
+    the sweep's executor calls: one failing trial must not abort the sweep)."""
+    t0 = time.perf_counter()
+    try:
+        return execute_trial(trial)
+    except Exception as e:  # noqa: BLE001
+        return [error_record(trial, e, time.perf_counter() - t0)]
+
+
 # --------------------------------------------------------------------- threads and worker processes
-_ONE_THREAD_PROCESS = False   # set where the whole process was put on one thread (workers, workers=1)
+_ONE_THREAD_PROCESS = False   # set in pool workers, which single_thread_process put on one thread
 
 
 def _limit_loaded_libraries() -> None:
@@ -128,9 +135,9 @@ def _limit_loaded_libraries() -> None:
 
 
 def single_thread_process() -> None:
-    """Put this process on one BLAS/OpenMP/torch thread for good: the environment variables for the
-    libraries loaded later (torch reads OMP_NUM_THREADS when it loads), threadpoolctl and torch's own
-    setting for those loaded already. The pool already uses every core."""
+    """Put this (pool worker) process on one BLAS/OpenMP/torch thread for good: the environment
+    variables for the libraries loaded later (torch reads OMP_NUM_THREADS when it loads), threadpoolctl
+    and torch's own setting for those loaded already. The pool already uses every core."""
     global _ONE_THREAD_PROCESS
     for var in THREAD_VARS:
         os.environ[var] = "1"
@@ -139,27 +146,31 @@ def single_thread_process() -> None:
 
 
 @contextlib.contextmanager
-def restored_thread_settings():
-    """Put back, on exit, what :func:`single_thread_process` changes in this process (the sweep of
-    ``workers=1`` runs in the caller's process, which should not stay on one thread afterwards)."""
-    global _ONE_THREAD_PROCESS
+def single_thread_scope():
+    """One BLAS/OpenMP/torch thread in this process while the block runs, everything restored after:
+    the sweep of ``workers=1``, which runs in the caller's process. Enter it in the thread that calls
+    ``run_checks``: threadpoolctl lets one thread at a time set OpenBLAS's process-wide limit, so a
+    limit set from the pool's thread can be silently ignored."""
     from threadpoolctl import threadpool_limits
     env = {v: os.environ.get(v) for v in THREAD_VARS}
-    flag, torch = _ONE_THREAD_PROCESS, sys.modules.get("torch")
+    os.environ.update({v: "1" for v in THREAD_VARS})      # for libraries (torch) first loaded in the sweep
+    torch = sys.modules.get("torch")
     torch_threads = torch.get_num_threads() if torch is not None else None
-    limits = threadpool_limits(limits=None)          # records the current limits, changes nothing
     try:
-        yield
+        with threadpool_limits(1):
+            if torch is not None:
+                torch.set_num_threads(1)
+            try:
+                yield
+            finally:
+                if torch is not None:
+                    torch.set_num_threads(torch_threads)   # before threadpoolctl's restore: it sets OpenMP too
     finally:
-        if torch is not None:
-            torch.set_num_threads(torch_threads)
-        limits.restore_original_limits()         # after torch: its setter also changes OpenMP's
         for v, old in env.items():
             if old is None:
                 os.environ.pop(v, None)
             else:
                 os.environ[v] = old
-        _ONE_THREAD_PROCESS = flag
 
 
 @contextlib.contextmanager
@@ -233,7 +244,7 @@ def default_executor(max_workers: int | None = None) -> cf.Executor:
     if n < 1:
         raise ValueError(f"workers must be >= 1, got {max_workers}")
     if n == 1:
-        return cf.ThreadPoolExecutor(max_workers=1, initializer=single_thread_process)
+        return cf.ThreadPoolExecutor(max_workers=1)      # run_checks wraps it in single_thread_scope()
     ctx = multiprocessing.get_context(_start_method())
     if ctx.get_start_method() == "forkserver":
         # imported once in the fork server, not once per worker (numpy/scipy: no OpenMP threads, fork-safe)
@@ -362,7 +373,7 @@ def _sweep(todo, store, executor, workers, progress, on_record) -> list[Record]:
     own = executor is None
     ex = executor or default_executor(workers)
     in_process = own and isinstance(ex, cf.ThreadPoolExecutor)
-    with restored_thread_settings() if in_process else contextlib.nullcontext():
+    with single_thread_scope() if in_process else contextlib.nullcontext():
         return _run_all(todo, store, ex, own, progress, on_record)
 
 
@@ -373,7 +384,7 @@ def _run_all(todo, store, ex, own, progress, on_record) -> list[Record]:
     written: list[Record] = []
     futures: dict[cf.Future, Trial] = {}
     try:
-        futures = {ex.submit(execute_trial, t): t for t in todo}
+        futures = {ex.submit(execute_trial_or_error, t): t for t in todo}
         for fut in cf.as_completed(futures):
             trial = futures[fut]
             try:

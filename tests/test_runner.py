@@ -17,8 +17,7 @@ from kvbounds import registry
 from kvbounds.cli import main
 from kvbounds.records import ResultStore, StoreLocked, canonical
 from kvbounds.registry import CLAIMS, Claim, get_claim
-from kvbounds.runner import (Progress, Trial, default_executor, execute_trial, expand, restored_thread_settings, run_checks,
-                             trial_seed)
+from kvbounds.runner import Progress, Trial, expand, run_checks, trial_seed
 
 FAKE = '''
 import os, time
@@ -246,18 +245,24 @@ def test_progress_bar_on_a_terminal():
 
 # ------------------------------------------------------------------- threads: records identical
 
-def test_records_do_not_depend_on_the_number_of_workers():
+def test_records_do_not_depend_on_the_number_of_workers(tmp_path, fake):
     """--workers 1 used to skip the one-thread setup: multi-threaded BLAS changed the last bits of
-    SBW.kernel-identity's truncation errors (d = 4, m = 8) relative to the pool workers."""
-    trials = [t for t in expand([get_claim("SBW.kernel-identity")], "quick", 0, "numpy")
-              if t.params.get("check") == "truncation" and t.params["d"] == 4 and t.params["m"] == 8][:3]
-    assert trials
-
-    def run(n):
-        with restored_thread_settings():          # workers=1 runs here: leave this process as it was
-            with default_executor(n) as ex:
-                return [[(r.check, r.measured, r.bound, r.holds) for r in recs] for recs in ex.map(execute_trial, trials)]
-    assert run(1) == run(2)
+    SBW.kernel-identity's truncation errors (quick profile, d = 4, m = 8) relative to the pool workers."""
+    grid = [t.params for t in expand([get_claim("SBW.kernel-identity")], "quick", 0, "numpy")
+            if t.params.get("check") == "truncation" and t.params["d"] == 4 and t.params["m"] == 8][:3]
+    assert grid
+    cid = fake("kernel-identity-subset", n=0)
+    mod = registry.CLAIMS[cid].check
+    (tmp_path / f"{mod}.py").write_text(
+        "from kvbounds.proofs_checks.sbw_kernel_identity import run_trial, summarize\n"
+        f"def trials(profile):\n    return {grid!r}\n")
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=max(os.cpu_count() or 1, 2)):   # this thread owns OpenBLAS's limit, as in pytest
+        for w in (1, 2):
+            run_checks([cid], profile="smoke", out=tmp_path / str(w), workers=w, progress=False)
+    got = [sorted((r.key, r.check, r.measured, r.bound, r.holds) for r in ResultStore(tmp_path / str(w)).load())
+           for w in (1, 2)]
+    assert len(got[0]) == len(grid) and got[0] == got[1]
 
 
 def test_cli_records_identical_for_one_and_two_workers(tmp_path):
