@@ -35,6 +35,7 @@ LOCK_FILE = ".kvbounds.lock"
 WRITE_FIELD = "write"     # per line: [write id, lines in that write]; a write is one trial, kept all or nothing
 
 log = logging.getLogger("kvbounds")
+_WARNED: set[str] = set()     # each distinct warning about a store once per process
 
 
 def _jsonable(x: Any) -> Any:
@@ -175,7 +176,7 @@ class ResultStore:
     and fsynced. A write cut short (crash, ENOSPC) leaves fewer than ``n`` lines with its id: reading
     ignores all of them, so a trial is kept all or nothing, and ``check`` reruns it. A later complete
     run of a trial already stored (two writers before the lock existed) is ignored, so nothing counts
-    twice. Lines that are not records are skipped with one warning (logger ``kvbounds``) per store.
+    twice. Lines that are not records are skipped with one warning (logger ``kvbounds``; once per process).
 
     Writers hold :meth:`lock` (one ``check`` per directory); readers need no lock.
     """
@@ -183,7 +184,6 @@ class ResultStore:
     def __init__(self, out_dir: str | os.PathLike):
         self.dir = Path(out_dir)
         self.path = self.dir / RESULTS_FILE
-        self._warned: set[str] = set()
 
     # ------------------------------------------------------------------------------------- reading
     def read(self) -> StoreContents:
@@ -217,8 +217,8 @@ class ResultStore:
         if c.duplicate_trials:
             parts.append(f"ignored {c.duplicate_trials} duplicate run(s) of stored trials")
         msg = f"kvbounds: warning: {self.path}: " + "; ".join(parts)
-        if parts and msg not in self._warned:
-            self._warned.add(msg)
+        if parts and msg not in _WARNED:
+            _WARNED.add(msg)
             log.warning(msg)
 
     # ------------------------------------------------------------------------------------- writing

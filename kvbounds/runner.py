@@ -240,7 +240,7 @@ def _start_method() -> str:
 
 
 def default_executor(max_workers: int | None = None) -> cf.Executor:
-    n = max_workers or os.cpu_count() or 1
+    n = max_workers if max_workers is not None else (os.cpu_count() or 1)
     if n < 1:
         raise ValueError(f"workers must be >= 1, got {max_workers}")
     if n == 1:
@@ -356,14 +356,18 @@ def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed:
     missing = [c.id for c in claims if not c.has_check]
     if missing:
         raise ValueError(f"no check registered for: {', '.join(missing)}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     trials = expand(claims, profile, seed, backend)
     store = ResultStore(out)
     with store.lock():
-        done = store.done_keys()
+        stored = store.read()
+        done, failed = stored.completed_keys, {e.key for e in stored.errors}
         todo = [t for t in trials if t.key not in done]
         if progress:
-            sys.stderr.write(f"kvbounds: {len(todo)} trial(s) to run ({len(trials) - len(todo)} already "
-                             f"finished in {store.path})\n")
+            retry = sum(t.key in failed for t in todo)
+            sys.stderr.write(f"kvbounds: {len(todo)} trial(s) to run ({len(trials) - len(todo)} already finished in "
+                             f"{store.path}{f'; {retry} failed before, retried' if retry else ''})\n")
         return _sweep(todo, store, executor, workers, progress, on_record)
 
 

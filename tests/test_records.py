@@ -65,12 +65,14 @@ def test_lines_that_are_not_records_are_skipped_with_one_warning(tmp_path, caplo
     assert f"skipped {len(NOT_RECORDS)} line(s) that are not records (first: line 2)" in msg
 
 
-def test_cli_survives_lines_that_are_not_records(tmp_path, capsys):
+def test_cli_survives_lines_that_are_not_records(tmp_path, capsys, caplog):
     from kvbounds.cli import main
     (tmp_path / "results.jsonl").write_bytes(b"\n".join(NOT_RECORDS) + b"\n")
-    assert main(["list", "--out", str(tmp_path)]) == 0
-    assert main(["check", "MR.error", "--profile", "smoke", "--out", str(tmp_path), "--workers", "1", "--quiet"]) == 0
-    assert main(["report", "--out", str(tmp_path)]) == 0
+    with caplog.at_level("WARNING", logger="kvbounds"):
+        assert main(["check", "MR.error", "--profile", "smoke", "--out", str(tmp_path), "--workers", "1", "--quiet"]) == 0
+        assert main(["list", "--out", str(tmp_path)]) == 0
+        assert main(["report", "--out", str(tmp_path)]) == 0
+    assert len([r for r in caplog.records if "not records" in r.getMessage()]) == 1
     assert "MR.error" in capsys.readouterr().out
     assert {r.claim for r in ResultStore(tmp_path).load()} == {"MR.error"}
 
