@@ -127,21 +127,16 @@ def execute_trial_or_error(trial: Trial) -> list[Record]:
 _ONE_THREAD_PROCESS = False   # set in pool workers, which single_thread_process put on one thread
 
 
-def _limit_loaded_libraries() -> None:
-    from threadpoolctl import threadpool_limits
-    threadpool_limits(1)
-    if "torch" in sys.modules:          # importing torch just to limit it would cost every worker ~1 s
-        sys.modules["torch"].set_num_threads(1)
-
-
 def single_thread_process() -> None:
     """Put this (pool worker) process on one BLAS/OpenMP/torch thread for good: the environment
     variables for the libraries loaded later (torch reads OMP_NUM_THREADS when it loads), threadpoolctl
     and torch's own setting for those loaded already. The pool already uses every core."""
     global _ONE_THREAD_PROCESS
-    for var in THREAD_VARS:
-        os.environ[var] = "1"
-    _limit_loaded_libraries()
+    from threadpoolctl import threadpool_limits
+    os.environ.update({v: "1" for v in THREAD_VARS})
+    threadpool_limits(1)
+    if "torch" in sys.modules:          # importing torch just to limit it would cost every worker ~1 s
+        sys.modules["torch"].set_num_threads(1)
     _ONE_THREAD_PROCESS = True
 
 

@@ -358,7 +358,10 @@ def test_workers_die_with_the_main_process(tmp_path, sig):
     pids = []
     try:
         pids = _pids(tmp_path, 2, proc)
-        os.kill(proc.pid, sig)
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)          # Ctrl-C on a terminal: the whole foreground process group
+        else:
+            os.kill(proc.pid, sig)
         out, err = proc.communicate(timeout=60)
         assert _wait_gone(pids) == [], "pool workers outlived the main process"
         if sig != signal.SIGKILL:
@@ -407,3 +410,20 @@ def test_one_worker_sweep_leaves_the_callers_thread_settings_alone(tmp_path, fak
     assert ResultStore(tmp_path).errors() == []
     after = state()
     assert after[:2] == before[:2] and {k: after[2][k] for k in before[2]} == before[2]
+
+
+def test_any_executor_works(tmp_path, fake):
+    """run_checks(executor=...) takes any concurrent.futures.Executor (Dask's Client.get_executor() too)."""
+    class Inline(cf.Executor):
+        def submit(self, fn, *args, **kwargs):
+            fut = cf.Future()
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001
+                fut.set_exception(e)
+            return fut
+    cid = fake("inline", 'if params["i"] == 0:\n    raise ZeroDivisionError("x")', n=3)
+    seen = []
+    written = run_checks([cid], profile="smoke", out=tmp_path, executor=Inline(), progress=False, on_record=seen.append)
+    assert len(written) == 6 and seen == written
+    assert [e.error for e in ResultStore(tmp_path).errors()] == ["ZeroDivisionError: x"]
