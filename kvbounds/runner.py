@@ -358,7 +358,7 @@ def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed:
     with store.lock():
         stored = store.read()
         done, failed = stored.completed_keys, {e.key for e in stored.errors}
-        todo = [t for t in trials if t.key not in done]
+        todo = list({t.key: t for t in trials if t.key not in done}.values())   # a repeated trial runs once
         if progress:
             retry = sum(t.key in failed for t in todo)
             sys.stderr.write(f"kvbounds: {len(todo)} trial(s) to run ({len(trials) - len(todo)} already finished in "
