@@ -88,31 +88,48 @@ def _cmd_show(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from .runner import run_checks
-    from .registry import get_claim
+    """Run the checks, then print the verdict of each claim run. Ctrl-C or SIGTERM: one line saying
+    how to resume, exit 130 / 143. An unusable --out (read-only, a file, full disk, another `check`
+    writing there): one line, exit 1; the trials already written stay valid."""
+    from .records import ResultStore, StoreError
+    from .registry import checked_claims, get_claim
+    from .report import build_verdicts
+    from .runner import Terminated, run_checks, sigterm_raises
     for cid in args.claims:
         try:
             get_claim(cid)
         except KeyError as e:
             print(f"kvbounds: {e.args[0]}", file=sys.stderr)
             return 2
+    resume = f"finished trials are kept in {args.out}/results.jsonl; rerun the same command to resume"
     try:
-        recs = run_checks(args.claims or None, profile=args.profile, seed=args.seed, backend=args.backend,
-                          out=args.out, executor=_executor(args.workers), progress=not args.quiet)
+        with sigterm_raises():
+            recs = run_checks(args.claims or None, profile=args.profile, seed=args.seed, backend=args.backend,
+                              out=args.out, workers=args.workers, progress=not args.quiet)
+    except KeyboardInterrupt:
+        print(f"kvbounds: interrupted; {resume}", file=sys.stderr)
+        return 130
+    except Terminated:
+        print(f"kvbounds: terminated; {resume}", file=sys.stderr)
+        return 143
+    except StoreError as e:
+        print(f"kvbounds: error: {e}", file=sys.stderr)
+        return 1
     except (ValueError, RuntimeError) as e:
         print(f"kvbounds: {e}", file=sys.stderr)
         return 2
-    bad = sum(not r.holds and not r.control for r in recs)
-    print(f"kvbounds: wrote {len(recs)} record(s) to {args.out}/results.jsonl; {bad} outside their bound "
-          f"(findings, listed by `kvbounds report`)")
+    ids = list(dict.fromkeys(args.claims)) or [c.id for c in checked_claims()]
+    store = ResultStore(args.out)
+    verdicts = build_verdicts([r for r in store.load() if r.claim in ids])
+    width = max(map(len, ids))
+    for cid in ids:
+        v = verdicts[cid]
+        text = f"{v.headline or v.status}: {' '.join(v.summary.split())}"
+        print(f"{cid:<{width}}  {text[:110] + '...' if len(text) > 113 else text}")
+    errors = [e for e in store.errors() if e.claim in ids]
+    failed = f"; {len(errors)} trial(s) failed with an error (retried by the next `check`)" if errors else ""
+    print(f"kvbounds: wrote {len(recs)} record(s) to {store.path}{failed}; details: `kvbounds report --out {args.out}`")
     return 0
-
-
-def _executor(workers):
-    if workers is None:
-        return None
-    from .runner import default_executor
-    return default_executor(workers)
 
 
 def _cmd_report(args) -> int:

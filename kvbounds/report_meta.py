@@ -20,12 +20,9 @@ def one_line(s: str, n: int) -> str:
 
 
 def load_error_records(out_dir) -> list:
-    """Records of trials that raised, if the store knows them (``ResultStore.load_errors``)."""
-    store = ResultStore(out_dir)
-    if not hasattr(store, "load_errors"):
-        return []
+    """Error records of the trials that raised and have not succeeded since (``ResultStore.errors``)."""
     try:
-        return list(store.load_errors())
+        return list(ResultStore(out_dir).errors())
     except Exception:  # noqa: BLE001 - an unreadable error log must not lose the report
         return []
 

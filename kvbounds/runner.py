@@ -1,27 +1,42 @@
 """The sweep runner: expands claims into trials, skips finished ones, runs the rest on any Executor.
 
-Resumption: every trial has a key (claim, params, seed, backend); a trial whose records are all in
-``results.jsonl`` is not recomputed. Records are appended as each trial finishes, so an interrupted
-sweep loses at most the trials in flight.
+Resumption: every trial has a key (claim, params, seed, backend); a trial whose records are stored
+(one complete write, see :class:`kvbounds.records.ResultStore`) is not recomputed. Each trial's
+records are appended as it finishes, all or nothing, so an interrupted sweep loses at most the
+trials in flight, and rerunning the same command resumes it without duplicating a record.
 
-Any ``concurrent.futures.Executor`` works (a Dask ``Client.get_executor()`` too); the default is a
-local process pool.
+One ``run_checks`` per output directory at a time: it holds the directory's lock and a second one
+refuses (:class:`kvbounds.records.StoreLocked`). A trial that raises becomes an error record and the
+sweep goes on; the next run retries it.
+
+Any ``concurrent.futures.Executor`` works (a Dask ``Client.get_executor()`` too). The default is a
+process pool whose workers are started by a fork server (never forked from a parent that may hold
+torch/OpenMP threads), run one BLAS/OpenMP/torch thread each, ignore Ctrl-C (the parent ends them)
+and die with their parent, even a parent killed by ``kill -9``. ``workers=1`` runs in-process with the
+same one-thread setup, so a trial's records do not depend on the number of workers.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import hashlib
+import importlib
+import multiprocessing
 import os
+import signal
 import sys
+import threading
 import time
-from collections import Counter
+import traceback
 from typing import Callable, Iterable, Sequence
 
-from .records import Record, ResultStore, trial_key
+from .records import Record, ResultStore, canonical, trial_key
 from .registry import Claim, get_claim
 
 PROFILES = ("smoke", "quick", "full")
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,16 +45,20 @@ class Trial:
     params: dict
     seed: int
     backend: str
+    module: str = ""    # the check module's dotted path (a worker imports it without the registry)
 
     @property
     def key(self) -> str:
         return trial_key(self.claim, self.params, self.seed, self.backend)
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived while :func:`sigterm_raises` was active (handled like Ctrl-C)."""
+
+
 def trial_seed(seed: int, claim: str, params: dict) -> int:
     """The seed a trial's draws come from: a function of the run seed, the claim and the params only,
     so the same trial draws the same numbers on every backend and in every process."""
-    from .records import canonical
     h = hashlib.sha256(canonical([seed, claim, params]).encode()).digest()
     return int.from_bytes(h[:8], "little") & (2**63 - 1)
 
@@ -53,17 +72,35 @@ def expand(claims: Sequence[Claim], profile: str, seed: int, backend: str) -> li
         if mod is None:
             continue
         for params in mod.trials(profile):
-            out.append(Trial(c.id, dict(params), seed, backend))
+            out.append(Trial(c.id, dict(params), seed, backend, c.check))
     return out
 
 
+# ------------------------------------------------------------------------------------ one trial
+
+def error_record(trial: Trial, exc: BaseException, time_s: float = 0.0) -> Record:
+    """The record of a trial that raised: type and message, plus the last three traceback frames."""
+    msg = " ".join(str(exc).split())
+    msg = f"{type(exc).__name__}: {msg[:400]}" if msg else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    rec = Record.failed(trial.claim, trial.params, trial.seed, trial.backend, msg,
+                        "".join(traceback.format_list(frames)), time_s)
+    rec.key = trial.key
+    rec.extra.update(trial_size=1, trial_seed=trial_seed(trial.seed, trial.claim, trial.params))
+    return rec
+
+
 def execute_trial(trial: Trial) -> list[Record]:
-    """Run one trial in the current process (the function the executor calls)."""
-    mod = get_claim(trial.claim).check_module()
+    """Run one trial in the current process, on one BLAS/OpenMP/torch thread; a check's error raises
+    (the sweep calls :func:`execute_trial_or_error`, which records it instead)."""
     ts = trial_seed(trial.seed, trial.claim, trial.params)
     t0 = time.perf_counter()
-    out = mod.run_trial(dict(trial.params), ts, trial.backend)
+    mod = importlib.import_module(trial.module) if trial.module else get_claim(trial.claim).check_module()
+    with one_thread():
+        out = mod.run_trial(dict(trial.params), ts, trial.backend)
     recs = [out] if isinstance(out, Record) else list(out)
+    if not recs or not all(isinstance(r, Record) for r in recs):
+        raise TypeError(f"run_trial returned {type(out).__name__} {out!r:.80}, not Record(s)")
     elapsed = time.perf_counter() - t0
     for r in recs:
         r.key = trial.key
@@ -76,58 +113,237 @@ def execute_trial(trial: Trial) -> list[Record]:
     return recs
 
 
-def _completed_keys(store: ResultStore) -> set[str]:
-    counts: Counter = Counter()
-    sizes: dict[str, int] = {}
-    for r in store.load():
-        counts[r.key] += 1
-        sizes[r.key] = int(r.extra.get("trial_size", 1))
-    return {k for k, n in counts.items() if n >= sizes[k]}
-
-
-def _single_thread_worker() -> None:
-    """One BLAS/OpenMP thread per worker process: the pool already uses every core. Setting
-    OMP_NUM_THREADS here is too late for a forked worker whose numpy has loaded OpenBLAS, so the
-    limit goes through threadpoolctl (and torch's own setting)."""
-    os.environ["OMP_NUM_THREADS"] = "1"
-    from threadpoolctl import threadpool_limits
-    threadpool_limits(1)
+def execute_trial_or_error(trial: Trial) -> list[Record]:
+    """:func:`execute_trial`, with an error of the check returned as one error record (the function
+    the sweep's executor calls: one failing trial must not abort the sweep)."""
+    t0 = time.perf_counter()
     try:
-        import torch
-        torch.set_num_threads(1)
-    except ImportError:
+        return execute_trial(trial)
+    except Exception as e:  # noqa: BLE001
+        return [error_record(trial, e, time.perf_counter() - t0)]
+
+
+# --------------------------------------------------------------------- threads and worker processes
+_ONE_THREAD_PROCESS = False   # set in pool workers, which single_thread_process put on one thread
+
+
+def single_thread_process() -> None:
+    """Put this (pool worker) process on one BLAS/OpenMP/torch thread for good: the environment
+    variables for the libraries loaded later (torch reads OMP_NUM_THREADS when it loads), threadpoolctl
+    and torch's own setting for those loaded already. The pool already uses every core."""
+    global _ONE_THREAD_PROCESS
+    from threadpoolctl import threadpool_limits
+    os.environ.update({v: "1" for v in THREAD_VARS})
+    threadpool_limits(1)
+    if "torch" in sys.modules:          # importing torch just to limit it would cost every worker ~1 s
+        sys.modules["torch"].set_num_threads(1)
+    _ONE_THREAD_PROCESS = True
+
+
+@contextlib.contextmanager
+def single_thread_scope():
+    """One BLAS/OpenMP/torch thread in this process while the block runs, everything restored after:
+    the sweep of ``workers=1``, which runs in the caller's process. Enter it in the thread that calls
+    ``run_checks``: threadpoolctl lets one thread at a time set OpenBLAS's process-wide limit, so a
+    limit set from the pool's thread can be silently ignored."""
+    from threadpoolctl import threadpool_limits
+    env = {v: os.environ.get(v) for v in THREAD_VARS}
+    os.environ.update({v: "1" for v in THREAD_VARS})      # for libraries (torch) first loaded in the sweep
+    torch = sys.modules.get("torch")
+    torch_threads = torch.get_num_threads() if torch is not None else None
+    try:
+        with threadpool_limits(1):
+            if torch is not None:
+                torch.set_num_threads(1)
+            try:
+                yield
+            finally:
+                if torch is not None:
+                    torch.set_num_threads(torch_threads)   # before threadpoolctl's restore: it sets OpenMP too
+    finally:
+        for v, old in env.items():
+            if old is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = old
+
+
+@contextlib.contextmanager
+def one_thread():
+    """One BLAS/OpenMP/torch thread inside the block, restored after (for trials run on an executor
+    that did not call :func:`single_thread_process`, e.g. a user's ThreadPoolExecutor or Dask)."""
+    if _ONE_THREAD_PROCESS:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+    torch = sys.modules.get("torch")
+    old = torch.get_num_threads() if torch is not None else None
+    with threadpool_limits(1):
+        if torch is not None:
+            torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            if torch is not None:
+                torch.set_num_threads(old)
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel sends SIGKILL to this worker when its parent dies: the main process (spawn),
+    or the fork server, which exits once the main process is gone and no worker holds its "alive"
+    pipe; so the worker drops the copy of that pipe it was handed (it starts no processes itself)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)      # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    from multiprocessing import forkserver
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(fd, int) and getattr(server, "_forkserver_pid", 0) is None:   # a worker, not the main process
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        server._forkserver_alive_fd = server._forkserver_address = None     # a nested pool starts its own server
+
+
+def _watch_parent(alive) -> None:
+    """Exit as soon as the main process is gone: it holds the only write end of ``alive``, so the read
+    returns EOF when it dies, however it dies (kill -9 too), even before anyone reaps it."""
+    try:
+        alive.recv_bytes()
+    except (EOFError, OSError):
         pass
+    os._exit(1)
+
+
+def _worker_init(alive) -> None:
+    """Pool worker setup: ignore Ctrl-C (the main process ends the pool), die with the main process
+    (a watchdog thread on the ``alive`` pipe, plus PR_SET_PDEATHSIG on Linux), and one thread for
+    every numerical library."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(alive,), name="kvbounds-parent-watch", daemon=True).start()
+    _die_with_parent()
+    single_thread_process()
+
+
+def _start_method() -> str:
+    """A fork server where there is one (a fresh interpreter forks the workers: nothing inherited from
+    a parent holding torch/OpenMP threads, which deadlocks forked workers), else spawn."""
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
 def default_executor(max_workers: int | None = None) -> cf.Executor:
-    n = max_workers or os.cpu_count() or 1
+    n = max_workers if max_workers is not None else (os.cpu_count() or 1)
+    if n < 1:
+        raise ValueError(f"workers must be >= 1, got {max_workers}")
     if n == 1:
-        return cf.ThreadPoolExecutor(max_workers=1)
-    return cf.ProcessPoolExecutor(max_workers=n, initializer=_single_thread_worker)
+        return cf.ThreadPoolExecutor(max_workers=1)      # run_checks wraps it in single_thread_scope()
+    ctx = multiprocessing.get_context(_start_method())
+    if ctx.get_start_method() == "forkserver":
+        # imported once in the fork server, not once per worker (numpy/scipy: no OpenMP threads, fork-safe)
+        ctx.set_forkserver_preload(["kvbounds.runner", "kvbounds.proofs_checks.common"])
+    alive_r, alive_w = ctx.Pipe(duplex=False)      # workers get the read end only
+    ex = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_init, initargs=(alive_r,))
+    ex._kvbounds_alive = (alive_r, alive_w)        # open as long as the pool lives
+    return ex
+
+
+def _stop_now(ex: cf.Executor) -> None:
+    """Cancel what has not started and end the worker processes of our own pool (Ctrl-C, write error)."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    ex.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """Inside the block, SIGTERM raises :class:`Terminated` in the main thread (so the pool is ended
+    and the command says how to resume) instead of killing the process on the spot."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+# ---------------------------------------------------------------------------------------- progress
+
+def _duration(s: float) -> str:
+    s = max(s, 0.0)
+    if s < 60:
+        return f"{s:.1f}s"
+    m, s = divmod(int(round(s)), 60)
+    return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
 
 
 class Progress:
-    def __init__(self, total: int, stream=sys.stderr, enabled: bool = True):
-        self.total, self.done, self.stream, self.enabled = total, 0, stream, enabled
-        self.t0 = time.perf_counter()
+    """A tqdm bar when the stream is a terminal; otherwise one plain line per finished trial
+    (``[done/total] claim  elapsed ..., eta ...``). Failed trials are announced on their own line."""
 
-    def step(self, trial: Trial, n_fail: int) -> None:
-        self.done += 1
+    def __init__(self, total: int, stream=None, enabled: bool = True):
+        self.total, self.done, self.errors, self.enabled = total, 0, 0, enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.t0 = time.perf_counter()
+        self.bar = None
+        if enabled and total and getattr(self.stream, "isatty", lambda: False)():
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, file=self.stream, unit="trial", leave=True)
+
+    def note(self, msg: str) -> None:
         if not self.enabled:
             return
-        el = time.perf_counter() - self.t0
-        eta = el / self.done * (self.total - self.done)
-        flag = "" if n_fail == 0 else f"  ({n_fail} record(s) outside bound)"
-        self.stream.write(f"[{self.done:>4}/{self.total}] {trial.claim:<22} {el:6.1f}s elapsed, ~{eta:5.0f}s left{flag}\n")
-        self.stream.flush()
+        if self.bar is not None:
+            self.bar.write(msg, file=self.stream)
+        else:
+            self.stream.write(msg + "\n")
+            self.stream.flush()
 
+    def step(self, trial: Trial, recs: Sequence[Record]) -> None:
+        self.done += 1
+        failed = [r for r in recs if r.is_error]
+        if failed:
+            self.errors += 1
+            self.note(f"kvbounds: {trial.claim} {canonical(trial.params)} failed: {failed[0].error} "
+                      "(stored as an error record; the sweep goes on)")
+        if self.bar is not None:
+            self.bar.set_postfix_str(trial.claim, refresh=False)
+            self.bar.update(1)
+        elif self.enabled:
+            el = time.perf_counter() - self.t0
+            eta = el / self.done * (self.total - self.done)
+            errs = f", {self.errors} failed" if self.errors else ""
+            self.note(f"[{self.done:>4}/{self.total}] {trial.claim:<24} elapsed {_duration(el)}, "
+                      f"eta {_duration(eta)}{errs}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# ------------------------------------------------------------------------------------------- sweep
 
 def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed: int = 0, backend: str = "numpy",
-               out: str | os.PathLike = "results", executor: cf.Executor | None = None,
+               out: str | os.PathLike = "results", executor: cf.Executor | None = None, workers: int | None = None,
                progress: bool = True, on_record: Callable[[Record], None] | None = None) -> list[Record]:
     """Run every trial of the given claims (all checked claims when None) that is not already done.
 
-    Returns the records written by this call (finished ones from earlier runs stay in the store)."""
+    ``executor``: any ``concurrent.futures.Executor``; by default :func:`default_executor` (``workers``
+    processes, all cores when None). Returns the records written by this call, error records left out
+    (as in ``ResultStore.load``; they are in ``ResultStore.errors()``). Raises
+    :class:`kvbounds.records.StoreError` (one-line message) before any trial runs when ``out`` is not
+    writable or another run holds it, and when a write fails later (the trials written stay valid)."""
     from .registry import checked_claims
     from kvbounds.gpu.backend import validate_backend
     validate_backend(backend)
@@ -135,26 +351,63 @@ def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed:
     missing = [c.id for c in claims if not c.has_check]
     if missing:
         raise ValueError(f"no check registered for: {', '.join(missing)}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    trials = expand(claims, profile, seed, backend)
     store = ResultStore(out)
-    done = _completed_keys(store)
-    todo = [t for t in expand(claims, profile, seed, backend) if t.key not in done]
-    if progress:
-        sys.stderr.write(f"kvbounds: {len(todo)} trial(s) to run ({len(done)} already finished in {store.path})\n")
+    with store.lock():
+        stored = store.read()
+        done, failed = stored.completed_keys, {e.key for e in stored.errors}
+        todo = list({t.key: t for t in trials if t.key not in done}.values())   # a repeated trial runs once
+        if progress:
+            retry = sum(t.key in failed for t in todo)
+            sys.stderr.write(f"kvbounds: {len(todo)} trial(s) to run ({len(trials) - len(todo)} already finished in "
+                             f"{store.path}{f'; {retry} failed before, retried' if retry else ''})\n")
+        return _sweep(todo, store, executor, workers, progress, on_record)
+
+
+def _sweep(todo, store, executor, workers, progress, on_record) -> list[Record]:
+    if not todo:
+        return []
+    own = executor is None
+    ex = executor or default_executor(workers)
+    in_process = own and isinstance(ex, cf.ThreadPoolExecutor)
+    with single_thread_scope() if in_process else contextlib.nullcontext():
+        return _run_all(todo, store, ex, own, progress, on_record)
+
+
+def _run_all(todo, store, ex, own, progress, on_record) -> list[Record]:
+    """Submit every trial, store each one's records as it finishes; on any exit but a normal one
+    (Ctrl-C, SIGTERM, a write error) cancel the rest and end our own pool's workers."""
     prog = Progress(len(todo), enabled=progress)
     written: list[Record] = []
-    own = executor is None
-    ex = executor or default_executor()
+    futures: dict[cf.Future, Trial] = {}
     try:
-        futures = {ex.submit(execute_trial, t): t for t in todo}
+        futures = {ex.submit(execute_trial_or_error, t): t for t in todo}
         for fut in cf.as_completed(futures):
-            recs = fut.result()
+            trial = futures[fut]
+            try:
+                recs = fut.result()
+            except Exception as e:  # noqa: BLE001 - a worker died, or the result could not come back
+                recs = [error_record(trial, e)]
             store.append(recs)
-            written.extend(recs)
+            ok = [r for r in recs if not r.is_error]
+            written.extend(ok)
             if on_record:
-                for r in recs:
+                for r in ok:
                     on_record(r)
-            prog.step(futures[fut], sum(not r.holds and not r.control for r in recs))
-    finally:
+            prog.step(trial, recs)
+    except BaseException:
+        for f in futures:
+            f.cancel()
         if own:
-            ex.shutdown(wait=True, cancel_futures=True)
+            _stop_now(ex)
+        raise
+    finally:
+        prog.close()
+    if own:
+        ex.shutdown(wait=True)
+    if progress and prog.errors:
+        sys.stderr.write(f"kvbounds: {prog.errors} trial(s) failed with an error; they do not count as bound "
+                         "violations, `kvbounds report` lists them and the next `check` retries them\n")
     return written
