@@ -4,7 +4,8 @@ Sections (``--only`` picks a comma-separated subset; default all):
 
 walk       the walk alone on per-block Gram inputs (B blocks x b): the package's reference
            ``panel_walk`` called once per block (a Python loop), ``panel_walk`` on all blocks at once, and
-           :func:`kvbounds.gpu.batched_walk.walk_signs` (exact / blocked / compiled); paired ratios to the
+           :func:`kvbounds.gpu.batched_walk.walk_signs` (exact / blocked / compiled / triton: the last two where
+           torch.compile / Triton work, compiled not in --quick); paired ratios to the
            per-block loop; plus ops (CPU) or kernel launches (CUDA) per scalar step.
 blockwise  blockwise BalanceKV (T = 2 levels, b = 256) on a Llama-3.1-8B-sized cache, 32 heads x 32768
            tokens x d = 128, float32 and bfloat16 inputs: :func:`kvbounds.gpu.batched_walk.batched_select`
@@ -56,6 +57,7 @@ import torch  # noqa: E402
 from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select, panel_walk  # noqa: E402
 from kvbounds.algorithms.self_balancing_walk import walk_constant  # noqa: E402
 from kvbounds.gpu.batched_walk import _panel, batched_select, compiled_available, ops_per_step, walk_signs  # noqa: E402
+from kvbounds.gpu.triton_walk import triton_available  # noqa: E402
 
 SPEEDUP_TARGET, SDPA_TARGET = 3.0, 0.2
 PEAKS_TBS = [("H200", 4.8, "H200 HBM3e 4.8 TB/s"), ("H100 PCIe", 2.0, "H100 PCIe HBM2e 2.0 TB/s"),
@@ -158,18 +160,21 @@ def bench_walk(quick, dev, reps):
     }
     if compiled_available() and not quick:
         fns["batched_compiled"] = lambda: walk_signs(K, W, nk2, nw2, u, c, plus_one=True, method="compiled")
+    if dev == "cuda" and triton_available("cuda"):
+        fns["batched_triton"] = lambda: walk_signs(K, W, nk2, nw2, u, c, plus_one=True, method="triton")
     res = paired(fns, reps, dev, base="batched_exact")
     scale = B / loop_blocks
     res["per_block_loop_scaled_s"] = res["median_s"]["per_block_loop"] * scale
     res["speedup_vs_per_block_loop"] = {k: res["per_block_loop_scaled_s"] / v for k, v in res["median_s"].items()
                                         if k != "per_block_loop"}
     res["ops_per_step"] = {m: ops_per_step(m, device=dev, blocks=4, d=8, sizes=(32, 64) if quick else (64, 128))
-                           for m in (["exact", "blocked"] + (["compiled"] if "batched_compiled" in fns else []))}
+                           for m in ["exact", "blocked"] + [k[8:] for k in fns if k in ("batched_compiled",
+                                                                                        "batched_triton")]}
     res.update(blocks=B, b=b, d=d, loop_blocks_timed=loop_blocks)
     ref, _ = panel_walk(K, W, nk2, nw2, u, c, plus_one=True)
     res["signs_equal_reference"] = {m: bool(torch.equal(walk_signs(K, W, nk2, nw2, u, c, plus_one=True,
                                                                    method=m)[0], ref))
-                                    for m in ("exact", "blocked")}
+                                    for m in ["exact", "blocked"] + (["triton"] if "batched_triton" in fns else [])}
     return res
 
 
@@ -195,14 +200,16 @@ def bench_blockwise(quick, dev, reps, dtypes=("float32", "bfloat16")):
             "package_select": lambda: blockwise_balance_select(K.float()[0], V.float()[0], block_size=b, levels=T,
                                                                rng=np.random.default_rng(2)),
         }
+        if dev == "cuda" and triton_available("cuda"):
+            fns["batched_triton"] = lambda: batched_select(K.float(), V.float(), block_size=b, levels=T,
+                                                           rngs=[np.random.default_rng(2)], method="triton")
         with torch.inference_mode():
             r = paired(fns, reps, dev, base="released_walk")
-            sd = [a / e for a, e in zip(r["times"]["batched_exact"], r["times"]["exact_sdpa"])]
-            rb = [a / e for a, e in zip(r["times"]["batched_blocked"], r["times"]["exact_sdpa"])]
-        best = min(("batched_exact", "batched_blocked"), key=lambda k: r["median_s"][k])
+        ours = [k for k in fns if k.startswith("batched_")]
+        best = min(ours, key=lambda k: r["median_s"][k])
         r["best_ours"] = best
         r["speedup_vs_released"] = 1.0 / r["paired_ratio"][best]
-        r["ratio_to_sdpa"] = statistics.median(sd if best == "batched_exact" else rb)
+        r["ratio_to_sdpa"] = statistics.median(a / e for a, e in zip(r["times"][best], r["times"]["exact_sdpa"]))
         r["speedup_target_met"] = bool(r["speedup_vs_released"] >= SPEEDUP_TARGET)
         r["sdpa_target_met"] = bool(r["ratio_to_sdpa"] <= SDPA_TARGET)
         out[name] = r

@@ -49,7 +49,7 @@ from kvbounds.algorithms.self_balancing_walk import walk_constant
 from kvbounds.algorithms.validation import InputError, check_positive, check_probability
 from kvbounds.gpu.backend import array_namespace, device as _dev, like, to_numpy
 
-METHODS = ("exact", "blocked", "compiled")
+METHODS = ("exact", "blocked", "compiled", "triton")
 PANEL = 32
 
 
@@ -160,6 +160,12 @@ def walk_signs(Kb, Wb, nk2, nw2, uniforms, c: float, *, plus_one: bool = False, 
     torch_fast = _is_torch(Kb)
     if method == "compiled" and not (torch_fast and compiled_available()):
         method = "blocked"
+    if method == "triton":
+        from .triton_walk import triton_available
+        if not (torch_fast and triton_available(Kb.device.type)):
+            method = "exact"
+        else:
+            return _walk_triton(Kb, Wb, nk2, nw2, uniforms, c, plus_one, ones, m)
     rk2 = xp.max(nk2, axis=-1)[..., None, None]
     rw2 = xp.max(nw2, axis=-1)[..., None, None]
     inv_rw2 = 1.0 / xp.where(rw2 > 0, rw2, xp.ones_like(rw2))
@@ -185,6 +191,27 @@ def walk_signs(Kb, Wb, nk2, nw2, uniforms, c: float, *, plus_one: bool = False, 
         if start + m < b:
             s[..., start + m:] += xp.matmul(eta[..., None, :], P[..., m:])[..., 0, :]
     return _sign_from(xp, s, uniforms, c), s
+
+
+def _walk_triton(Kb, Wb, nk2, nw2, uniforms, c, plus_one, ones, m):
+    """method="triton": panels by the array code, the m steps of each panel in one kernel launch."""
+    import torch
+    from .triton_walk import triton_panel_steps
+    lead, b = tuple(Kb.shape[:-2]), Kb.shape[-2]
+    B = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    Kf, Wf = Kb.reshape(B, b, -1), Wb.reshape(B, b, -1)
+    rk2 = nk2.reshape(B, b).max(dim=-1).values[:, None, None]
+    rw2 = nw2.reshape(B, b).max(dim=-1).values[:, None, None]
+    inv_rw2 = 1.0 / torch.where(rw2 > 0, rw2, torch.ones_like(rw2))
+    of = None if ones is None else torch.broadcast_to(ones, lead + (b,)).reshape(B, b)
+    s = torch.zeros(B, b, dtype=Kb.dtype, device=Kb.device)
+    signs = torch.empty_like(s)
+    u = uniforms.reshape(B, b).contiguous()
+    two_c = torch.full((1,), 2.0 * c, dtype=Kb.dtype, device=Kb.device)
+    for start in range(0, b, m):
+        P = _panel(Kf[:, start:], Wf[:, start:], m, rk2, inv_rw2, plus_one, None if of is None else of[:, start:])
+        triton_panel_steps(s, P.contiguous(), u, signs, two_c, start, m)
+    return signs.reshape(lead + (b,)), s.reshape(lead + (b,))
 
 
 # --------------------------------------------------------------------------- T levels for a stack of trials

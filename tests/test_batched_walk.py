@@ -114,3 +114,40 @@ def test_compiled_equals_reference_and_cuts_ops():
     signs, _ = walk_signs(K, W, nk2, nw2, u, 12.0, plus_one=True, method="compiled")
     assert torch.equal(signs, ref)
     assert ops_per_step("compiled")["per_step"] < 1.5
+
+
+_TRITON_SCRIPT = """
+import numpy as np, torch
+from kvbounds.algorithms.blockwise_balance_kv import panel_walk
+from kvbounds.gpu.batched_walk import walk_signs
+g = np.random.default_rng(0)
+for dt in (torch.float64, torch.float32):
+    for b in (6, 64, 96):
+        K, W, u = (torch.as_tensor(x, dtype=dt) for x in (g.standard_normal((2, 3, b, 8)) * 0.5,
+                                                          g.standard_normal((2, 3, b, 5)), g.random((2, 3, b))))
+        nk2, nw2 = (K * K).sum(-1), (W * W).sum(-1) + 1.0
+        ref, _ = panel_walk(K, W, nk2, nw2, u, 5.0, plus_one=True)
+        signs, x = walk_signs(K, W, nk2, nw2, u, 5.0, plus_one=True, method="triton")
+        _, x_exact = walk_signs(K, W, nk2, nw2, u, 5.0, plus_one=True, method="exact")
+        assert torch.equal(signs, ref) and torch.equal(x, x_exact), (dt, b)
+print("ok")
+"""
+
+
+def test_triton_kernel_in_interpreter_is_bit_identical():
+    """The Triton panel kernel run by Triton's CPU interpreter (a subprocess: TRITON_INTERPRET is read at
+    import): same x, hence the same signs, as the exact path and the reference, float64 and float32."""
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    res = subprocess.run([sys.executable, "-c", _TRITON_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-2000:]
+
+
+def test_triton_method_falls_back_without_triton(rng):
+    K, W, nk2, nw2, u = _inputs(rng, (2,), 32, 4, 3, "float64", "numpy")
+    ref, _ = panel_walk(K, W, nk2, nw2, u, 5.0, plus_one=True)
+    assert np.array_equal(walk_signs(K, W, nk2, nw2, u, 5.0, plus_one=True, method="triton")[0], ref)
