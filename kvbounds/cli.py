@@ -87,6 +87,14 @@ def _cmd_show(args) -> int:
     return 0
 
 
+def _cuda_visible() -> bool:
+    try:
+        import torch
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
 def _cmd_check(args) -> int:
     """Run the checks, then print the verdict of each claim run. Ctrl-C or SIGTERM: one line saying
     how to resume, exit 130 / 143. An unusable --out (read-only, a file, full disk, another `check`
@@ -95,12 +103,15 @@ def _cmd_check(args) -> int:
     from .registry import checked_claims, get_claim
     from .report import build_verdicts
     from .runner import Terminated, run_checks, sigterm_raises
-    for cid in args.claims:
-        try:
-            get_claim(cid)
-        except KeyError as e:
-            print(f"kvbounds: {e.args[0]}", file=sys.stderr)
-            return 2
+    try:
+        args.claims = [get_claim(cid).id for cid in args.claims]   # ids are case-insensitive
+    except KeyError as e:
+        print(f"kvbounds: {e.args[0]}", file=sys.stderr)
+        return 2
+    if args.backend in ("torch:cuda", "cupy") or (args.backend == "torch" and _cuda_visible()):
+        from .gpu.support import describe    # which checks put their arrays on the device, which stay on the CPU
+        for line in describe(args.claims or [c.id for c in checked_claims()], args.backend):
+            print(line, file=sys.stderr)
     resume = f"finished trials are kept in {args.out}/results.jsonl; rerun the same command to resume"
     try:
         with sigterm_raises():
