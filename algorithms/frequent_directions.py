@@ -50,6 +50,8 @@ class FrequentDirections:
     def __init__(self, d: int, ell: int):
         check_positive(d, "d", integer=True)
         check_positive(ell, "ell", integer=True)
+        if 2 * ell * d > 2**34:
+            raise InputError(f"sketch buffer 2 ell x d = 2 * {ell} x {d} is too large")
         self.d, self.ell = int(d), int(ell)
         self._buf = None          # (2 ell, d) once the first rows arrive
         self._next = 0            # rows 0.._next-1 are (possibly) non-zero, the rest are exact zeros

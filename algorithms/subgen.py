@@ -57,7 +57,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
-from .validation import InputError, check_array, check_positive
+from .validation import InputError, check_array, check_positive, check_seed, namespace
 
 RESERVOIR_NORMS = ("value", "key")
 
@@ -87,7 +87,7 @@ class _GeneratorCoins:
 
 def _coin_source(seed):
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        return _GeneratorCoins(np.random.default_rng(int(seed)))
+        return _GeneratorCoins(np.random.default_rng(check_seed(seed)))
     if isinstance(seed, np.random.Generator):
         return _GeneratorCoins(seed)
     if callable(getattr(seed, "draw", None)):
@@ -315,10 +315,12 @@ class SubGen:
 
     def stream(self, K, V, Q):
         """Run Alg. 1 over a whole stream: update with (k_j, v_j), then z_j = query(q_j); returns (n, ...)."""
+        check_array(K, "K", ndim=2, last_dim=self.d, min_rows=1)
+        check_array(V, "V", ndim=2, min_rows=1)
         check_array(Q, "Q", ndim=2, last_dim=self.d)
-        if Q.shape[0] != K.shape[0]:
-            raise InputError(f"Q and K must have the same number of rows, got {Q.shape[0]} and {K.shape[0]}")
-        xp = array_namespace(K)
+        if not Q.shape[0] == K.shape[0] == V.shape[0]:
+            raise InputError(f"Q, K and V must have the same number of rows, got {Q.shape[0]}, {K.shape[0]} and {V.shape[0]}")
+        xp = namespace(K, V, Q, names="K, V and Q")
         out = []
         for j in range(K.shape[0]):
             self.update(K[j], V[j])
