@@ -11,7 +11,7 @@ import math
 import numpy as np
 from array_api_compat import device as _device
 
-from .validation import InputError, check_array, check_scale, namespace
+from .validation import InputError, check_array, check_real, check_scale, namespace
 
 _CHUNK = 100   # multiply by 2^e in steps of at most 2^100: representable in float32 and float64
 
@@ -37,7 +37,7 @@ def shifted_logits(q, K, scale: float, extra=None):
     """``logits - max(logits, axis=-1)`` for ``logits = scale * q K^T (+ extra)``, never NaN for finite input.
 
     ``q`` (..., d) or (..., m, d), ``K`` (..., n, d) (matmul broadcasting), ``extra`` broadcastable to the logits
-    (log-weights). The direct computation is used when its row maxima are finite (the usual case, one pass
+    (log-weights). A helper: its callers validate q, K, scale and extra (finite). The direct computation is used when its row maxima are finite (the usual case, one pass
     more than a plain softmax only over the maxima). Otherwise ``q`` and ``K`` are rescaled by powers of two
     (exact), the logits formed in units of 2^(e_q + e_k) * scale, shifted by their maximum, and scaled back:
     differences that overflow become -inf, i.e. a weight of exactly 0 (the hard argmax)."""
@@ -64,13 +64,14 @@ def shifted_logits(q, K, scale: float, extra=None):
 
 def softmax_weights(q, K, scale: float, extra=None):
     """Normalized softmax weights from :func:`shifted_logits` (sum 1 along the last axis)."""
-    xp = namespace(q, K)
+    xp = _check_qkv(q, K, qndim=tuple(range(1, 8)))
+    scale = check_real(scale, "scale", minimum=0.0)
     w = xp.exp(shifted_logits(q, K, scale, extra))
     return w / xp.sum(w, axis=-1, keepdims=True)
 
 
 def _check_qkv(q, K, V=None, *, qname: str = "q", qndim=(1, 2)):
-    check_array(K, "K", ndim=2, min_rows=1)
+    check_array(K, "K", ndim=tuple(range(2, 8)) if isinstance(qndim, tuple) and len(qndim) > 2 else 2, min_rows=1)
     check_array(q, qname, ndim=qndim, last_dim=K.shape[1])
     if V is not None:
         check_array(V, "V", ndim=2)
@@ -87,14 +88,15 @@ def exact_attention(q, K, V, *, scale: float | None = None):
     Computed with a max-shift (:func:`shifted_logits`), so it never overflows for finite inputs: norms whose
     logits exceed the float range give the hard argmax."""
     xp = _check_qkv(q, K, V)
-    scale = check_scale(scale, K.shape[1])
-    return xp.matmul(softmax_weights(q, K, scale), V)
+    w = xp.exp(shifted_logits(q, K, check_scale(scale, K.shape[1])))
+    return xp.matmul(w / xp.sum(w, axis=-1, keepdims=True), V)
 
 
 def attention_weights(q, K, *, scale: float | None = None):
     """softmax(K q * scale): (n,) or (m, n)."""
-    _check_qkv(q, K)
-    return softmax_weights(q, K, check_scale(scale, K.shape[1]))
+    xp = _check_qkv(q, K)
+    w = xp.exp(shifted_logits(q, K, check_scale(scale, K.shape[1])))
+    return w / xp.sum(w, axis=-1, keepdims=True)
 
 
 def causal_attention(Q, K, V, *, scale: float | None = None):

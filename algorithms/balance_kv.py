@@ -38,6 +38,13 @@ class DegenerateEstimate(RuntimeError):
 
 def erase_threshold(rule: str, *, eps: float, n: int, r: float, d: int, vmax: float) -> float:
     """Buckets with 2^i <= threshold are erased: Alg. 1 line 8 ("alg1"), 001 A.1's proof ("proof001")."""
+    check_positive(eps, "eps")
+    check_positive(n, "n", integer=True)
+    check_positive(r, "r")
+    check_positive(d, "d", integer=True)
+    check_positive(vmax, "vmax", allow_zero=True)
+    if not math.isfinite(float(r) * float(r)):
+        raise InputError(f"r = {r!r} too large: r^2 overflows")
     if rule == "alg1":
         return eps / (2 * n) * math.exp(-r**2 / math.sqrt(d)) * vmax
     if rule == "proof001":

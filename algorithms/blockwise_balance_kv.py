@@ -96,7 +96,10 @@ def block_gram(Kb, Wb, *, scale: float):
     check_positive(scale, "scale", allow_zero=True)
     xp = namespace(Kb, Wb, names="Kb and Wb")
     Ks = Kb * math.sqrt(scale)
-    return _gram(Ks, Wb, xp.sum(Ks * Ks, axis=-1), xp.sum(Wb * Wb, axis=-1))
+    nk2, nw2 = xp.sum(Ks * Ks, axis=-1), xp.sum(Wb * Wb, axis=-1)
+    if not (bool(xp.all(xp.isfinite(nk2))) and bool(xp.all(xp.isfinite(nw2)))):
+        raise InputError(f"a row of Kb or Wb has a squared norm that overflows {Kb.dtype}")
+    return _gram(Ks, Wb, nk2, nw2)
 
 
 def _gram(Ks, Wb, nk2, nw2):

@@ -42,6 +42,11 @@ def normalized_kernel_gram(K, V, r_key: float, r_value: float, *, scale: float |
     xp = _check_kv(K, V)
     scale = check_scale(scale, K.shape[-1])
     _check_radii(r_key, r_value, scale)
+    kmax = float(xp.max(xp.linalg.vector_norm(K, axis=-1)))
+    vmax = float(xp.max(xp.linalg.vector_norm(V, axis=-1)))
+    if not (kmax <= r_key * (1 + 1e-12) and vmax <= r_value * (1 + 1e-12)):
+        raise InputError(f"radii below the data: max||k|| = {kmax:.6g} (r_key = {r_key}), "
+                         f"max||v|| = {vmax:.6g} (r_value = {r_value}); the exponent must be <= 0")
     KK = xp.matmul(K, xp.matrix_transpose(K))
     VV = xp.matmul(V, xp.matrix_transpose(V))
     return xp.exp((KK - r_key**2) * scale) * (VV / r_value**2)

@@ -223,7 +223,10 @@ class AdaptiveSubspaceAttention:
                  init_bases: tuple | None = None):
         for name, val in (("d", d), ("r", r), ("r_v", r_v), ("ell_k", ell_k), ("ell_v", ell_v), ("L", L)):
             check_positive(val, name, integer=True)
-        d_v = d_v or d
+        d_v = d if d_v is None else d_v
+        check_positive(d_v, "d_v", integer=True)
+        if L * (r + r_v) > 2**31:
+            raise InputError(f"chunk length L = {L} is too large for its coefficient buffers")
         if r > d or r_v > d_v:
             raise InputError(f"need r <= d and r_v <= d_v, got r={r}, d={d}, r_v={r_v}, d_v={d_v}")
         if ell_k < r or ell_v < r_v:

@@ -96,6 +96,8 @@ def _uniform_idx_arrays(rng, cls):
 
 def _check_parts(out, q, K, V, idx, scale):
     shift, num, den = (np.asarray(as_numpy(x), np.float64) for x in out)
+    if np.any(den == 0):        # documented: sampled keys far below the all-keys shift underflow
+        return None if np.all(num[den == 0] == 0) else "den = 0 but num != 0"
     return compare_attention(num / den[..., None], q, K[idx], V[idx], _scale(scale, K.shape[1]))
 
 
@@ -165,6 +167,8 @@ def _X(rng, cls):
 
 
 def _check_kcenter(out, X, k, start=0):
+    if X.ndim != 2:
+        return None
     X = np.asarray(X, np.float64)
     C = np.asarray(as_numpy(out.centers))
     k_out = C.shape[-1]
@@ -240,12 +244,19 @@ def _stream(rng, cls):
     return dict(K=make_array(rng, (n, d), cls), V=make_array(rng, (n, s), cls), q=make_array(rng, (d,), cls))
 
 
+def _feed(update, K, V):
+    """update(k_j, v_j) for the rows of a well-formed stream; a malformed one goes to update() as it is."""
+    if not (hasattr(K, "ndim") and hasattr(V, "ndim") and K.ndim == 2 and V.ndim == 2 and K.shape[0] == V.shape[0]):
+        return update(K, V)
+    for j in range(K.shape[0]):
+        update(K[j], V[j])
+
+
 def _mr_call(K, V, q, t, T, delta, r_key, scale):
     mr = MergeAndReduce(K.shape[-1] if hasattr(K, "shape") and K.ndim == 2 else 1,
                         V.shape[-1] if hasattr(V, "shape") and V.ndim == 2 else 1,
                         t=t, T=T, delta=delta, rng=np.random.default_rng(0), r_key=r_key, scale=scale)
-    for j in range(K.shape[0] if hasattr(K, "shape") and K.ndim else 0):
-        mr.update(K[j], V[j])
+    _feed(mr.update, K, V)
     return mr.estimate(q)
 
 
@@ -257,8 +268,7 @@ def _mr_ok(out, **kw):
 def _bkv_call(K, V, q, batch_size, levels, eps, r, delta, seed):
     bkv = BalanceKV(K.shape[-1] if hasattr(K, "shape") and K.ndim == 2 else 1, batch_size=batch_size, levels=levels,
                     eps=eps, r=r, delta=delta, seed=seed)
-    for j in range(K.shape[0] if hasattr(K, "shape") and K.ndim else 0):
-        bkv.update(K[j], V[j])
+    _feed(bkv.update, K, V)
     return bkv.query(q)
 
 
@@ -297,12 +307,14 @@ def _fd_arrays(rng, cls):
 def _check_fd(out, A, B, ell):
     S, delta, Sc, delta_c = (np.asarray(as_numpy(x), np.float64) for x in out)
     M = np.concatenate([np.atleast_2d(A), np.atleast_2d(B)]).astype(np.float64)
-    s = float(np.max(np.abs(M))) or 1.0
+    s = 2.0 ** math.frexp(float(np.max(np.abs(M))))[1] if np.any(M) else 1.0
     G = (M / s).T @ (M / s) - (S / s).T @ (S / s)
     ev = np.linalg.eigvalsh((G + G.T) / 2)
     tol = 1e-5 * (np.linalg.norm(M / s) ** 2 + 1) if M.dtype == np.float64 and A.dtype == np.float64 else 1e-2 * (np.linalg.norm(M / s) ** 2 + 1)
-    if ev.min() < -tol or ev.max() > float(delta) / s**2 + tol:
-        return f"A^T A - S^T S has eigenvalues [{ev.min():.3g}, {ev.max():.3g}], certificate {float(delta) / s**2:.3g}"
+    tol += np.finfo(np.float64).tiny / s / s      # the certificate is absolute: below float64's range it is 0
+    cert = float(delta) / s / s
+    if ev.min() < -tol or ev.max() > cert + tol:
+        return f"A^T A - S^T S has eigenvalues [{ev.min():.3g}, {ev.max():.3g}], certificate {cert:.3g}"
     return None
 
 
@@ -352,14 +364,15 @@ BLOCKWISE = [
 
 
 def _selection_entry(name: str, kwargs: dict):
-    def call(K, V, Q, budget, rng, **sel_kw):
+    def call(K, V, Q, q, budget, rng, **sel_kw):
         sel = ts.make_selector(name, **sel_kw)
         idx, lw = sel.select(K, V, budget=budget, rng=rng, Q=Q)
-        return ts.estimate(Q[..., -1, :], K, V, idx, lw)
+        return ts.estimate(q, K, V, idx, lw)
 
     def arrays(rng, cls):
         a = _kv(rng, cls, 12)
         a["Q"] = make_array(rng, a["K"].shape, cls)
+        a["q"] = make_array(rng, a["K"].shape[1:], cls)
         return a
 
     return Entry(f"select[{name}]", arrays, dict(budget=4, rng=RNG, **kwargs), call)
@@ -469,3 +482,47 @@ TRACES = [Entry(f"make_trace[{kind}]", lambda r, c: {}, dict(kind=kind, n=6, d=3
 
 ENTRIES = (ATTENTION + UNIFORM + BLOCKWISE_SOFTMAX + KCENTER + WALKS + STREAMING + BLOCKWISE + SELECTION + SUBSPACE
            + ADAPTERS + TRACES)
+
+
+# -- helpers that are public too ----------------------------------------------------------------------------
+
+def _gram_arrays(rng, cls):
+    n = int(rng.integers(1, 8))
+    X = make_array(rng, (n, 3), cls)
+    G = np.asarray(X, np.float64) @ np.asarray(X, np.float64).T
+    g = float(np.max(np.abs(G))) if np.all(np.isfinite(G)) and np.any(G) else 1.0
+    return dict(G=(G / g).astype(X.dtype), uniforms=rng.random(n).astype(X.dtype))
+
+
+def _walk_arrays(rng, cls):
+    return dict(U=_X(rng, cls)["X"])
+
+
+def _check_softmax_weights(out, q, K, scale):
+    return compare_attention(out, q, K, np.eye(K.shape[0], dtype=K.dtype), float(scale))
+
+
+EXTRA = [
+    Entry("softmax_weights", lambda r, c: {k: v for k, v in _qkv(r, c).items() if k != "V"},
+          dict(scale=0.5), lambda q, K, scale: att.softmax_weights(q, K, scale), _check_softmax_weights),
+    Entry("gram_walk", _gram_arrays, dict(c=2.0), lambda G, uniforms, c: sbw.gram_walk(G, uniforms, c, on_fail="continue")),
+    Entry("self_balancing_walk_result", _walk_arrays, dict(delta=0.1, rng=RNG),
+          lambda U, delta, rng: sbw.self_balancing_walk_result(U, delta=delta, rng=rng, on_fail="continue")),
+    Entry("smaller_side", lambda r, c: dict(signs=np.where(r.random(int(r.integers(1, 9))) < .5, -1.0, 1.0)), {},
+          lambda signs: sbw.smaller_side(signs)),
+    Entry("erase_threshold+bucket_index", lambda r, c: {}, dict(rule="alg1", eps=0.5, n=8, r=2.0, d=4, vmax=3.0),
+          lambda rule, eps, n, r, d, vmax: (bkv_mod.erase_threshold(rule, eps=eps, n=n, r=r, d=d, vmax=vmax),
+                                            bkv_mod.bucket_index(vmax))),
+    Entry("shrunk", lambda r, c: dict(B=_X(r, c)["X"]), dict(ell=2),
+          lambda B, ell: fd_mod.shrunk(B, ell, keep=ell - 1 if isinstance(ell, int) else ell, out_rows=2 * ell
+                                       if isinstance(ell, int) else ell)),
+    Entry("draw_slot_batch+group_attention", lambda r, c: {}, dict(R=3, n=8, d=4, r=1.0, rng=RNG),
+          lambda R, n, d, r, rng: ir.group_attention(ir.draw_slot_batch(R, n, d, r, rng))),
+    Entry("draw_public_coins", lambda r, c: {}, dict(n=8, d=4, r=1.0, rng=RNG),
+          lambda n, d, r, rng: ir.draw_public_coins(n, d, r, rng)),
+]
+
+from kvbounds.algorithms import balance_kv as bkv_mod  # noqa: E402
+from kvbounds.algorithms import frequent_directions as fd_mod  # noqa: E402
+
+ENTRIES = ENTRIES + EXTRA
