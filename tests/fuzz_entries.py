@@ -499,6 +499,8 @@ def _walk_arrays(rng, cls):
 
 
 def _check_softmax_weights(out, q, K, scale):
+    if q.ndim > 2:
+        return None
     return compare_attention(out, q, K, np.eye(K.shape[0], dtype=K.dtype), float(scale))
 
 
