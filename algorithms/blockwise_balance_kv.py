@@ -99,6 +99,7 @@ def block_gram(Kb, Wb, *, scale: float):
     nk2, nw2 = xp.sum(Ks * Ks, axis=-1), xp.sum(Wb * Wb, axis=-1)
     if not (bool(xp.all(xp.isfinite(nk2))) and bool(xp.all(xp.isfinite(nw2)))):
         raise InputError(f"a row of Kb or Wb has a squared norm that overflows {Kb.dtype}")
+    _check_exponent_rounding(xp, nk2, Kb.shape[-1], Kb.dtype)
     return _gram(Ks, Wb, nk2, nw2)
 
 
@@ -163,6 +164,15 @@ def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_on
                 s[..., i + 1:] += eta[..., None] * P[..., l, l + 1:]
     failed = to_numpy(xp.any(xp.abs(xp.stack(xs, axis=-1)) > c, axis=-1))
     return xp.stack(cols, axis=-1), failed
+
+
+def _check_exponent_rounding(xp, nk2, d: int, dtype) -> None:
+    """The Gram exponent <k'_i, k'_j> - max ||k'||^2 is <= 0 up to a rounding of ~ (d + 2) eps max ||k'||^2; past
+    ~80 that rounding alone can overflow exp (NaN in the walk). Keys that large are rejected."""
+    top = float(xp.max(nk2))
+    if top * (d + 2) * float(xp.finfo(dtype).eps) > 80.0:
+        raise InputError(f"keys too large for the Gram's exponent: scale * max||k||^2 = {top:.3g} in {dtype} "
+                         f"(its rounding alone could overflow exp)")
 
 
 def _argsort_head(r: np.ndarray, k: int) -> np.ndarray:
@@ -245,6 +255,7 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     for name, nrm in (("K", nk2), ("V", nw2)):
         if not bool(xp.all(xp.isfinite(nrm))):
             raise InputError(f"{name} contains NaN or Inf (or a row whose squared norm overflows {K.dtype})")
+    _check_exponent_rounding(xp, nk2, d, K.dtype)
     plus_one = value_kernel == "value+1"     # w = [v, 1], the 1 added inside the walk (no concatenated copy)
     if plus_one:
         nw2 = nw2 + 1.0

@@ -41,7 +41,7 @@ def normalized_kernel_gram(K, V, r_key: float, r_value: float, *, scale: float |
     """y / R^2 of Alg. 2 line 6 for all pairs, (..., n, n); overflow-free for any key norms."""
     xp = _check_kv(K, V)
     scale = check_scale(scale, K.shape[-1])
-    _check_radii(r_key, r_value, scale)
+    _check_radii(r_key, r_value, scale, K)
     kmax = float(xp.max(xp.linalg.vector_norm(K, axis=-1)))
     vmax = float(xp.max(xp.linalg.vector_norm(V, axis=-1)))
     if not (kmax <= r_key * (1 + 1e-12) and vmax <= r_value * (1 + 1e-12)):
@@ -60,11 +60,15 @@ def _check_kv(K, V):
     return namespace(K, V, names="K and V")
 
 
-def _check_radii(r_key, r_value, scale: float) -> None:
+def _check_radii(r_key, r_value, scale: float, K) -> None:
     check_positive(r_key, "r_key", allow_zero=True)
     check_positive(r_value, "r_value")
     if not (math.isfinite(float(r_key) * float(r_key)) and math.isfinite(float(r_value) * float(r_value))):
         raise InputError(f"r_key = {r_key!r} / r_value = {r_value!r} too large: r^2 (hence the Gram matrix) overflows")
+    # the exponent (<k_i, k_j> - r_key^2) scale is <= 0 up to a rounding of ~ (d + 2) eps r_key^2 scale; past ~80
+    # that rounding alone can overflow exp
+    if float(r_key) ** 2 * scale * (K.shape[-1] + 2) * float(array_namespace(K).finfo(K.dtype).eps) > 80.0:
+        raise InputError(f"r_key = {r_key!r} too large for {K.dtype}: the Gram exponent's rounding could overflow exp")
 
 
 def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: float | None = None,
@@ -89,7 +93,7 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
     vmax = float(xp.max(xp.linalg.vector_norm(V, axis=-1)))
     r_key = kmax if r_key is None else r_key
     r_value = (vmax if vmax > 0 else 1.0) if r_value is None else r_value
-    _check_radii(r_key, r_value, check_scale(scale, K.shape[-1]))
+    _check_radii(r_key, r_value, check_scale(scale, K.shape[-1]), K)
     if kmax > r_key * (1 + 1e-12) or vmax > r_value * (1 + 1e-12):
         raise InputError(f"radii below the data: max||k|| = {kmax:.6g} (r_key = {r_key}), "
                          f"max||v|| = {vmax:.6g} (r_value = {r_value})")
