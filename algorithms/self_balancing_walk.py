@@ -94,6 +94,7 @@ def self_balancing_walk_result(U, *, delta: float, rng: np.random.Generator, r: 
     if r is None:
         r = rmax if rmax > 0 else 1.0
     check_positive(r, "r")
+    r = float(r)
     if c is not None:
         check_positive(c, "c")
     if rmax > r * (1 + 1e-12):

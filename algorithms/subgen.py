@@ -118,6 +118,9 @@ class SubGen:
         self.s, self.t = _check_count(s, "s"), _check_count(t, "t")
         if replicas is not None:
             replicas = _check_count(replicas, "replicas")
+        if (replicas or 1) * (self.s + self.t) * self.d > 2**31:
+            raise InputError(f"state of replicas x (s + t) x d = {replicas or 1} x ({self.s} + {self.t}) x {self.d} "
+                             f"floats is too large")
         if reservoir_norm not in RESERVOIR_NORMS:
             raise InputError(f"reservoir_norm must be one of {RESERVOIR_NORMS}, got {reservoir_norm!r}")
         self.replicas, self.R = replicas, replicas or 1

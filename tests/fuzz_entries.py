@@ -80,6 +80,8 @@ def _check_select(out, n, m, rng, batch=()):
     out = np.asarray(out)
     if out.shape != tuple(batch) + (m,):
         return f"shape {out.shape}, expected {tuple(batch) + (m,)}"
+    if m == 0:
+        return None if out.size == 0 else f"indices {out} for m = 0"
     flat = out.reshape(-1, m)
     if flat.size and (flat.min() < 0 or flat.max() >= n or any(len(set(r)) != m for r in flat.tolist())
                       or np.any(np.diff(flat, axis=-1) <= 0)):
@@ -499,7 +501,7 @@ def _walk_arrays(rng, cls):
 
 
 def _check_softmax_weights(out, q, K, scale):
-    if q.ndim > 2:
+    if q.ndim > 2 or K.ndim != 2:
         return None
     return compare_attention(out, q, K, np.eye(K.shape[0], dtype=K.dtype), float(scale))
 
