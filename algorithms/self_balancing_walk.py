@@ -135,6 +135,7 @@ def gram_walk(G, uniforms, c: float, *, on_fail: str = "raise") -> WalkResult:
         raise InputError(f"G must be (..., n, n) and uniforms (..., n), got {tuple(G.shape)} and {tuple(uniforms.shape)}")
     namespace(G, uniforms, names="G and uniforms")
     check_positive(c, "c")
+    c = float(c)
     if on_fail not in ("raise", "continue"):
         raise InputError(f"on_fail must be 'raise' or 'continue', got {on_fail!r}")
     xp = array_namespace(G)
