@@ -32,7 +32,7 @@ import numpy as np
 from kvbounds.gpu.backend import array_namespace, device as _dev
 
 from .merge_and_reduce import MergeAndReduce, _check_levels
-from .validation import InputError, check_array, check_positive, check_probability
+from .validation import InputError, check_array, check_positive, check_probability, check_seed, namespace
 
 ERASE_RULES = ("alg1", "proof001", "none")
 
@@ -46,6 +46,13 @@ class DegenerateEstimate(RuntimeError):
 
 def erase_threshold(rule: str, *, eps: float, n: int, r: float, d: int, vmax: float) -> float:
     """Buckets with 2^i <= threshold are erased: Alg. 1 line 8 ("alg1"), 001 A.1's proof ("proof001")."""
+    check_positive(eps, "eps")
+    check_positive(n, "n", integer=True)
+    check_positive(r, "r")
+    check_positive(d, "d", integer=True)
+    check_positive(vmax, "vmax", allow_zero=True)
+    if not math.isfinite(float(r) * float(r)):
+        raise InputError(f"r = {r!r} too large: r^2 overflows")
     if rule == "alg1":
         return eps / (2 * n) * math.exp(-r**2 / math.sqrt(d)) * vmax
     if rule == "proof001":
@@ -57,6 +64,7 @@ def erase_threshold(rule: str, *, eps: float, n: int, r: float, d: int, vmax: fl
 
 def bucket_index(norm: float) -> int:
     """i with 2^{i-1} < ||v|| <= 2^i (Alg. 1 line 5; boundaries go to the lower bucket)."""
+    check_positive(norm, "norm")
     return math.ceil(math.log2(norm))
 
 
@@ -75,12 +83,17 @@ class BalanceKV:
         check_positive(d, "d", integer=True)
         check_positive(eps, "eps")
         check_positive(r, "r")
+        if not math.isfinite(float(r) * float(r)):
+            raise InputError(f"r = {r!r} too large: r^2 overflows")
         check_probability(delta, "delta")
         _check_levels(levels)
-        if not isinstance(batch_size, int) or batch_size < 2 or batch_size % 2:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 2 or batch_size % 2:
             raise InputError(f"batch_size must be an even integer >= 2, got {batch_size!r}")
         if n is not None:
             check_positive(n, "n", integer=True)
+        if s is not None:
+            check_positive(s, "s", integer=True)
+        seed = check_seed(seed)
         erase_threshold(erase_rule, eps=eps, n=1, r=r, d=d, vmax=0.0)  # validates the rule
         self.d, self.t, self.T, self.eps, self.r, self.delta = d, batch_size, levels, eps, r, delta
         self.s, self.n_bound, self.erase_rule = s, n, erase_rule
@@ -108,7 +121,11 @@ class BalanceKV:
             check_array(v, "v", ndim=1)
             self.s = int(v.shape[0])
         check_array(v, "v", ndim=1, last_dim=self.s)
-        xp = array_namespace(k, v)
+        xp = namespace(k, v, names="k and v")
+        ref = self._one if self._one is not None else k
+        if type(k) is not type(ref) or type(v) is not type(ref) or k.dtype != ref.dtype or v.dtype != ref.dtype:
+            raise InputError(f"k and v must have the stream's array type and dtype ({type(ref).__name__} {ref.dtype}), "
+                             f"got {type(k).__name__} {k.dtype} and {type(v).__name__} {v.dtype}")
         knorm = float(xp.linalg.vector_norm(k))
         if knorm > self.r * (1 + 1e-9):
             raise InputError(f"key norm {knorm:.6g} exceeds r = {self.r} (Thm 3.1 assumes ||k|| <= r)")
@@ -276,7 +293,14 @@ class BalanceKV:
         parts = [(m, u) for m, u in parts if m > -math.inf]
         if not parts:
             return xp.zeros((self.s,), dtype=q.dtype, device=_dev(q))
-        m = max(m_den, max(p[0] for p in parts))
-        num = sum(math.exp(mi - m) * u for mi, u in parts)
-        return num / (math.exp(m_den - m) * den[0])
+        # z = sum_i e^{m_i} u_i / (e^{m_den} den): shift by the denominator's m, so nothing divides by an
+        # underflowed e^{m_den - m} (numerator logits may exceed the denominator's by more than 709)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = sum(math.exp(min(mi - m_den, 709.0)) * (u / den[0]) if mi - m_den <= 709 else u * math.inf
+                      for mi, u in parts)
+        if not bool(xp.all(xp.isfinite(out))):
+            raise DegenerateEstimate(
+                f"the estimate overflows at step {self.j}: the numerator estimate exceeds the denominator "
+                f"estimate by more than the float range (largest logit gap {max(p[0] for p in parts) - m_den:.4g})")
+        return out
 

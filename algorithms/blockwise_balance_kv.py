@@ -49,29 +49,17 @@ from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
 from .self_balancing_walk import walk_constant
 from .uniform_sampling import _check_int, _check_rng, uniform_select
-from .validation import InputError, check_array, check_positive, check_probability
+from .attention import shifted_logits
+from .validation import InputError, check_array, check_positive, check_probability, check_scale, namespace
 
 VALUE_KERNELS = ("value", "value+1")
 METHODS = ("balance", "uniform")
 
 
-def _check_meta(x, name: str, *, ndim, min_rows: int = 0):
-    """check_array without the finiteness pass (same messages)."""
-    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-        raise InputError(f"{name} must be an array (numpy, torch or cupy), got {type(x).__name__}")
-    ndims = (ndim,) if isinstance(ndim, int) else ndim
-    if x.ndim not in ndims:
-        raise InputError(f"{name} must have {' or '.join(map(str, ndims))} dimension(s), got shape {tuple(x.shape)}")
-    if not array_namespace(x).isdtype(x.dtype, "real floating"):
-        raise InputError(f"{name} must have a real floating dtype (float32/float64), got {x.dtype}")
-    if x.ndim >= 2 and x.shape[-2] < min_rows:
-        raise InputError(f"{name} has {x.shape[-2]} rows; at least {min_rows} needed (empty stream?)")
-
-
 def _check_kv(K, V, *, finite: bool = True):
-    check = check_array if finite else _check_meta
-    check(K, "K", ndim=tuple(range(2, 8)), min_rows=1)
-    check(V, "V", ndim=K.ndim)
+    check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1, finite=finite)
+    check_array(V, "V", ndim=K.ndim, finite=finite)
+    namespace(K, V, names="K and V")
     if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
         raise InputError(f"K and V must agree in all but the last dimension, got {tuple(K.shape)} and {tuple(V.shape)}")
     if K.dtype != V.dtype:
@@ -85,10 +73,13 @@ def _check_levels(levels, n: int) -> int:
     return levels
 
 
+MAX_BLOCK = 2**26   # the walk only ever spans min(block_size, n) tokens; the coin draws span block_size
+
+
 def _check_block(block_size) -> int:
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 2 \
-            or block_size % 2:
-        raise InputError(f"block_size must be an even integer >= 2, got {block_size!r}")
+            or block_size % 2 or block_size > MAX_BLOCK:
+        raise InputError(f"block_size must be an even integer in [2, {MAX_BLOCK}], got {block_size!r}")
     return int(block_size)
 
 
@@ -100,9 +91,18 @@ def block_gram(Kb, Wb, *, scale: float):
     block (last two axes), computed with fewer passes over the (b, b) arrays: keys are pre-scaled by
     sqrt(scale) and w's by 1/r_w, so G = exp(<k'_i, k'_j> - max ||k'||^2) * <w'_i, w'_j>. The exponent
     is <= 0 up to rounding; a block whose w's are all 0 (padding) gets G = 0."""
-    xp = array_namespace(Kb, Wb)
+    check_array(Kb, "Kb", ndim=tuple(range(2, 9)), min_rows=1)
+    check_array(Wb, "Wb", ndim=Kb.ndim)
+    if tuple(Kb.shape[:-1]) != tuple(Wb.shape[:-1]):
+        raise InputError(f"Kb and Wb must agree in all but the last dimension, got {tuple(Kb.shape)} and {tuple(Wb.shape)}")
+    check_positive(scale, "scale", allow_zero=True)
+    xp = namespace(Kb, Wb, names="Kb and Wb")
     Ks = Kb * math.sqrt(scale)
-    return _gram(Ks, Wb, xp.sum(Ks * Ks, axis=-1), xp.sum(Wb * Wb, axis=-1))
+    nk2, nw2 = xp.sum(Ks * Ks, axis=-1), xp.sum(Wb * Wb, axis=-1)
+    if not (bool(xp.all(xp.isfinite(nk2))) and bool(xp.all(xp.isfinite(nw2)))):
+        raise InputError(f"a row of Kb or Wb has a squared norm that overflows {Kb.dtype}")
+    _check_exponent_rounding(xp, nk2, Kb.shape[-1], Kb.dtype)
+    return _gram(Ks, Wb, nk2, nw2)
 
 
 def _gram(Ks, Wb, nk2, nw2):
@@ -250,6 +250,23 @@ def _single_threaded(x):
         torch.set_num_threads(old)
 
 
+def _check_exponent_rounding(xp, nk2, d: int, dtype) -> None:
+    """The Gram exponent <k'_i, k'_j> - max ||k'||^2 is <= 0 up to a rounding of ~ (d + 2) eps max ||k'||^2; past
+    ~80 that rounding alone can overflow exp (NaN in the walk). Keys that large are rejected."""
+    top = float(xp.max(nk2))
+    if top * (d + 2) * float(xp.finfo(dtype).eps) > 80.0:
+        raise InputError(f"keys too large for the Gram's exponent: scale * max||k||^2 = {top:.3g} in {dtype} "
+                         f"(its rounding alone could overflow exp)")
+
+
+def _argsort_head(r: np.ndarray, k: int) -> np.ndarray:
+    """``np.argsort(r, axis=-1)[..., :k]`` in O(len + k log k) (argpartition, then sort the head)."""
+    if k >= r.shape[-1]:
+        return np.argsort(r, axis=-1)
+    head = np.argpartition(r, k - 1, axis=-1)[..., :k]
+    return np.take_along_axis(head, np.argsort(np.take_along_axis(r, head, axis=-1), axis=-1), axis=-1)
+
+
 def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generator, plus_one: bool = False,
                    diagnostics: list | None = None):
     """One level on the current tokens: pre-scaled keys Kc (B, m, d), Wc (B, m, e) (B = flattened heads)
@@ -262,7 +279,8 @@ def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generat
     B, m, d = Kc.shape
     e = Wc.shape[-1]
     nb = -(-m // b)
-    pad = nb * b - m
+    b_draw, b = b, min(b, m + m % 2)   # a block longer than the tokens: walk only the real ones (the padded rows
+    pad = nb * b - m                   # never move the walk), drawing the same coins so a seed's result is kept
     if pad:
         Kc = xp.concat([Kc, xp.zeros((B, pad, d), dtype=Kc.dtype, device=_dev(Kc))], axis=1)
         Wc = xp.concat([Wc, xp.zeros((B, pad, e), dtype=Wc.dtype, device=_dev(Wc))], axis=1)
@@ -273,7 +291,7 @@ def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generat
         ones = like(np.concatenate([np.ones(m), np.zeros(pad)]).reshape(nb, b), Kc)
     signs, failed = panel_walk(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
                                xp.reshape(nk2, (B, nb, b)), xp.reshape(nw2, (B, nb, b)),
-                               like(rng.random((B, nb, b)), Kc), c, plus_one=plus_one, ones=ones)
+                               like(rng.random((B, nb, b_draw))[..., :b], Kc), c, plus_one=plus_one, ones=ones)
     if diagnostics is not None:
         diagnostics.append(walk_diagnostic(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
                                            xp.reshape(nk2, (B, nb, b)), xp.reshape(nw2, (B, nb, b)), signs, c, m,
@@ -286,8 +304,8 @@ def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generat
     n_plus = xp.sum(xp.astype(plus & valid, xp.int64), axis=-1, keepdims=True)
     n_real = xp.sum(xp.astype(valid, xp.int64), axis=-1, keepdims=True)
     minority = xp.where(2 * n_plus <= n_real, plus, ~plus) & valid
-    prio = like(np.argsort(rng.random((B, nb, b)), axis=-1).astype(np.int64), Kc)   # random permutation
-    score = 2 * b * xp.astype(minority, xp.int64) + b * xp.astype(valid, xp.int64) + prio
+    prio = like(_argsort_head(rng.random((B, nb, b_draw)), b).astype(np.int64), Kc)   # random priorities
+    score = 2 * b_draw * xp.astype(minority, xp.int64) + b_draw * xp.astype(valid, xp.int64) + prio
     order = xp.argsort(score, axis=-1, descending=True, stable=True)[..., : b // 2]   # (B, nb, b/2)
     offsets = like((np.arange(nb, dtype=np.int64) * b)[:, None], Kc)
     pos = xp.reshape(order + offsets, (B, nb * (b // 2)))[:, : m // 2]   # last block: top floor(v/2) only
@@ -350,6 +368,7 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     for name, nrm in (("K", nk2), ("V", nw2)):
         if not bool(xp.all(xp.isfinite(nrm))):
             raise InputError(f"{name} contains NaN or Inf (or a row whose squared norm overflows {K.dtype})")
+    _check_exponent_rounding(xp, nk2, d, K.dtype)
     plus_one = value_kernel == "value+1"     # w = [v, 1], the 1 added inside the walk (no concatenated copy)
     if plus_one:
         nw2 = nw2 + 1.0
@@ -446,6 +465,7 @@ def weighted_attention(q, K, V, idx, logw, *, scale: float | None = None):
     <k, q>/sqrt d + log w (max-shifted: no overflow). Returns (..., s) or (..., nq, s)."""
     _check_kv(K, V)
     check_array(q, "q", ndim=(K.ndim - 1, K.ndim), last_dim=K.shape[-1])
+    namespace(q, K, V, names="q, K and V")
     lead = tuple(K.shape[:-2])
     if tuple(q.shape[:len(lead)]) != lead:
         raise InputError(f"q's leading dimensions {tuple(q.shape)} must match K's {tuple(K.shape)}")
@@ -464,7 +484,7 @@ def weighted_attention(q, K, V, idx, logw, *, scale: float | None = None):
     check_array(logw, "logw", ndim=(1, len(lead) + 1), last_dim=m)
     if logw.ndim > 1 and tuple(logw.shape[:-1]) != lead:
         raise InputError(f"logw must have shape (m,) or {lead + (m,)}, got {tuple(logw.shape)}")
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    scale = check_scale(scale, d)
     B = int(np.prod(lead, dtype=np.int64)) if lead else 1
     idx_d = like(to_numpy(idx), K) if ixp is not xp else idx
     idx_d = xp.reshape(xp.broadcast_to(xp.astype(idx_d, xp.int64), lead + (m,)), (B, m))
@@ -474,7 +494,6 @@ def weighted_attention(q, K, V, idx, logw, *, scale: float | None = None):
     lw = xp.broadcast_to(lw, lead + (m,))
     had_axis = q.ndim == K.ndim
     qq = q if had_axis else xp.expand_dims(q, axis=-2)
-    logits = xp.matmul(qq, xp.matrix_transpose(Ks)) * scale + lw[..., None, :]         # (..., nq, m)
-    w = xp.exp(logits - xp.max(logits, axis=-1, keepdims=True))
+    w = xp.exp(shifted_logits(qq, Ks, scale, lw[..., None, :]))                        # (..., nq, m)
     out = xp.matmul(w / xp.sum(w, axis=-1, keepdims=True), Vs)
     return out if had_axis else out[..., 0, :]

@@ -28,16 +28,52 @@ from array_api_compat import device as _device
 
 from kvbounds.gpu.backend import array_namespace
 
-from .validation import InputError, check_array
+from .validation import InputError, check_array, check_same_dtype, namespace
 
 
 def _check_logits(logits, xp, name: str) -> None:
-    if not hasattr(logits, "shape") or not xp.isdtype(logits.dtype, "real floating"):
-        raise InputError(f"{name} must be a real floating array")
-    if logits.ndim < 1:
-        raise InputError(f"{name} must have at least one dimension (the chunk's tokens), got shape {tuple(logits.shape)}")
+    check_array(logits, name, ndim=tuple(range(1, 8)), finite=False)
     if bool(xp.any(xp.isnan(logits))) or bool(xp.any(logits == xp.inf)):
         raise InputError(f"{name} contains NaN or +inf (a masked token is -inf; nothing else may be non-finite)")
+
+
+def _check_chunk(j: int, logits, values, basis=None, mask=None):
+    """Checks of chunk j (logits, values[, basis[, mask]]); returns the namespace."""
+    parts = [x for x in (logits, values, basis, mask) if x is not None]
+    for name, x in zip(("logits", "values", "basis", "mask"), (logits, values, basis, mask)):
+        if x is not None and not hasattr(x, "shape"):
+            raise InputError(f"{name} of chunk {j} must be an array, got {type(x).__name__}")
+    xp = namespace(*parts, names=f"the arrays of chunk {j}")
+    _check_logits(logits, xp, f"logits of chunk {j}")
+    check_array(values, f"values of chunk {j}", ndim=2)
+    L = logits.shape[-1]
+    if values.shape[0] != L:
+        raise InputError(f"chunk {j}: {L} logits but {values.shape[0]} value rows")
+    check_same_dtype((f"logits of chunk {j}", logits), (f"values of chunk {j}", values))
+    if basis is not None:
+        check_array(basis, f"basis of chunk {j}", ndim=2)
+        if basis.shape[0] != values.shape[1]:
+            raise InputError(f"chunk {j}: basis has {basis.shape[0]} rows, coefficients {values.shape[1]}")
+    if mask is not None:
+        if not xp.isdtype(mask.dtype, "bool") or mask.ndim < 1 or mask.shape[-1] != L \
+                or mask.ndim > logits.ndim or tuple(mask.shape) != tuple(logits.shape[logits.ndim - mask.ndim:]):
+            raise InputError(f"mask of chunk {j} must be a boolean array of shape {tuple(logits.shape)} (or its "
+                             f"trailing dimensions), got {getattr(mask, 'dtype', None)} {tuple(mask.shape)}")
+    return xp
+
+
+def _chunk_list(chunks) -> list:
+    try:
+        return list(chunks)
+    except TypeError:
+        raise InputError(f"chunks must be an iterable of (logits, values[, basis[, mask]]) tuples, "
+                         f"got {type(chunks).__name__}") from None
+
+
+def _chunk_parts(j: int, ch):
+    if not isinstance(ch, (tuple, list)) or not 2 <= len(ch) <= 4:
+        raise InputError(f"chunk {j} must be a tuple (logits, values[, basis[, mask]]), got {type(ch).__name__}")
+    return tuple(ch) + (None,) * (4 - len(ch))
 
 
 class OnlineSoftmax:
@@ -50,16 +86,11 @@ class OnlineSoftmax:
     def add(self, logits, values, basis=None, mask=None) -> "OnlineSoftmax":
         """logits (..., L); values (L, s) (coefficients D_j when ``basis`` E_j (s, d) is given);
         mask: boolean (..., L) or (L,), False = masked (the same as a logit of -inf)."""
-        xp = array_namespace(logits, values)
-        _check_logits(logits, xp, f"logits of chunk {self.chunks}")
-        check_array(values, f"values of chunk {self.chunks}", ndim=2)
+        xp = _check_chunk(self.chunks, logits, values, basis, mask)
         L = logits.shape[-1]
-        if values.shape[0] != L:
-            raise InputError(f"chunk {self.chunks}: {L} logits but {values.shape[0]} value rows")
-        if basis is not None:
-            check_array(basis, f"basis of chunk {self.chunks}", ndim=2)
-            if basis.shape[0] != values.shape[1]:
-                raise InputError(f"chunk {self.chunks}: basis has {basis.shape[0]} rows, coefficients {values.shape[1]}")
+        if self.m is not None and (array_namespace(self.m) is not xp or self.m.dtype != logits.dtype):
+            raise InputError(f"chunk {self.chunks}: backend/dtype {logits.dtype} differs from the earlier chunks' "
+                             f"{self.m.dtype}")
         if mask is not None:
             logits = xp.where(mask, logits, xp.asarray(-xp.inf, dtype=logits.dtype, device=_device(logits)))
         out_dim = basis.shape[1] if basis is not None else values.shape[1]
@@ -99,8 +130,8 @@ class OnlineSoftmax:
 def blockwise_softmax(chunks: Iterable[Sequence[Any]]):
     """Aggregate chunks (logits, values[, basis[, mask]]) in one pass; returns softmax(concat logits)^T values."""
     acc = OnlineSoftmax()
-    for ch in chunks:
-        acc.add(*ch)
+    for j, ch in enumerate(_chunk_list(chunks)):
+        acc.add(*_chunk_parts(j, ch))
     return acc.result()
 
 
@@ -108,15 +139,18 @@ def softmax_concat(chunks: Iterable[Sequence[Any]]):
     """Reference: the plain two-pass softmax over the concatenated logits (values reconstructed per chunk)."""
     logits, vals = [], []
     xp = None
-    for ch in chunks:
-        l, v = ch[0], ch[1]
-        xp = array_namespace(l, v)
-        b = ch[2] if len(ch) > 2 else None
-        m = ch[3] if len(ch) > 3 else None
+    for j, ch in enumerate(_chunk_list(chunks)):
+        l, v, b, m = _chunk_parts(j, ch)
+        xp_j = _check_chunk(j, l, v, b, m)
+        vj = xp_j.matmul(v, b) if b is not None else v
+        if xp is not None and (xp_j is not xp or logits[0].dtype != l.dtype or vj.shape[1] != vals[0].shape[1]
+                               or tuple(l.shape[:-1]) != tuple(logits[0].shape[:-1])):
+            raise InputError(f"chunk {j}: backend, dtype, batch shape or output dimension differs from chunk 0's")
+        xp = xp_j
         if m is not None:
             l = xp.where(m, l, xp.asarray(-xp.inf, dtype=l.dtype, device=_device(l)))
         logits.append(l)
-        vals.append(xp.matmul(v, b) if b is not None else v)
+        vals.append(vj)
     if xp is None:
         raise InputError("no chunks")
     l = xp.concat(logits, axis=-1)

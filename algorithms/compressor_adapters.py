@@ -28,7 +28,7 @@ from .balance_kv import BalanceKV, DegenerateEstimate
 from .blockwise_balance_kv import compress_cache, weighted_attention
 from .index_reduction import IndexInstance, bob_decode, random_instance
 from .uniform_sampling import uniform_select
-from .validation import InputError
+from .validation import InputError, check_array, check_int, check_positive, check_seed, namespace
 
 COMPRESSORS = ("uniform", "balancekv", "blockwise", "subgen")
 
@@ -39,6 +39,19 @@ def subgen_class():
         return importlib.import_module("kvbounds.algorithms.subgen").SubGen
     except (ImportError, AttributeError):
         return None
+
+
+def _check_stream(K, V) -> None:
+    check_array(K, "K", ndim=2, min_rows=1)
+    check_array(V, "V", ndim=2)
+    if K.shape[0] != V.shape[0]:
+        raise InputError(f"K and V must have the same number of rows, got {K.shape[0]} and {V.shape[0]}")
+    namespace(K, V, names="K and V")
+
+
+def _check_consumed(comp) -> None:
+    if getattr(comp, "K", True) is None:
+        raise InputError(f"{type(comp).__name__}.query before consume(K, V)")
 
 
 def _log2(x: float) -> float:
@@ -52,14 +65,16 @@ class UniformSampling:
     def __init__(self, M: int, seed: int):
         if isinstance(M, bool) or not isinstance(M, (int, np.integer)) or M < 1:
             raise InputError(f"M must be an integer >= 1, got {M!r}")
-        self.M, self.rng = int(M), np.random.default_rng(seed)
+        self.M, self.rng = int(M), np.random.default_rng(check_seed(seed))
         self.K = self.V = None
 
     def consume(self, K, V) -> None:
+        _check_stream(K, V)
         idx = uniform_select(K.shape[0], min(self.M, K.shape[0]), self.rng)
         self.K, self.V = K[idx], V[idx]
 
     def query(self, q):
+        _check_consumed(self)
         return exact_attention(q, self.K, self.V)
 
     def num_stored(self) -> int:
@@ -76,11 +91,13 @@ class StreamingBalanceKV:
 
     def __init__(self, d: int, r: float, *, batch_size: int, levels: int, seed: int, eps: float = 0.5,
                  delta: float = 0.01):
+        check_positive(r, "r")
         self.bkv = BalanceKV(d, batch_size=batch_size, levels=levels, eps=eps, r=r * (1 + 1e-9), delta=delta,
                              seed=seed)
         self.d, self.levels, self.degenerate = d, levels, 0
 
     def consume(self, K, V) -> None:
+        _check_stream(K, V)
         for k, v in zip(K, V):
             self.bkv.update(k, v)
 
@@ -89,7 +106,7 @@ class StreamingBalanceKV:
             return self.bkv.query(q)
         except DegenerateEstimate:
             self.degenerate += 1
-            return np.zeros(self.d)
+            return np.zeros(self.d, dtype=getattr(q, "dtype", np.float64)) if isinstance(q, np.ndarray) else q * 0
 
     def num_stored(self) -> int:
         return self.bkv.num_stored()
@@ -104,7 +121,7 @@ class BlockwiseBalanceKV:
     name = "blockwise"
 
     def __init__(self, *, levels: int, block_size: int, seed: int):
-        self.levels, self.block_size, self.rng = levels, block_size, np.random.default_rng(seed)
+        self.levels, self.block_size, self.rng = levels, block_size, np.random.default_rng(check_seed(seed))
         self.K = self.V = self.idx = self.logw = None
 
     def consume(self, K, V) -> None:
@@ -113,6 +130,7 @@ class BlockwiseBalanceKV:
                                              block_size=self.block_size, rng=self.rng)
 
     def query(self, q):
+        _check_consumed(self)
         return weighted_attention(q, self.K, self.V, self.idx, self.logw)
 
     def num_stored(self) -> int:
@@ -135,11 +153,12 @@ class SubGenSketch:
         self.sg, self.scale = cls(d, delta=delta, s=s, t=t, seed=seed), d ** -0.25
 
     def consume(self, K, V) -> None:
-        for k, v in zip(K, V):
-            self.sg.update(k * self.scale, v)
+        _check_stream(K, V)
+        self.sg.update_many(K * self.scale, V)
 
     def query(self, q):
-        return np.asarray(self.sg.query(q * self.scale))
+        check_array(q, "q", ndim=1)
+        return self.sg.query(q * self.scale)
 
     def num_stored(self) -> int:
         return int(self.sg.num_stored())
@@ -175,6 +194,10 @@ def make_compressor(name: str, setting: int, *, d: int, r: float, u_size: int, s
     uniform M = ceil(|U| / 2^(5-setting)); balancekv batch size 16, T = max(1, 5 - setting) levels (T >= 1:
     with T = 0, MergeAndReduce.cells() drops C^0 whenever a partial batch is buffered); blockwise
     T = 5 - setting (block 32); subgen s = |U| / 2^(5-setting), t = 1."""
+    setting = check_int(setting, "setting", minimum=0, maximum=60)
+    u_size = check_int(u_size, "u_size", minimum=0)
+    check_positive(d, "d", integer=True)
+    check_seed(seed, allow_none=False)
     if name == "uniform":
         return UniformSampling(max(1, math.ceil(u_size / 2 ** (5 - setting))), seed)
     if name == "balancekv":

@@ -64,6 +64,8 @@ class FrequentDirections:
     def __init__(self, d: int, ell: int):
         check_positive(d, "d", integer=True)
         check_positive(ell, "ell", integer=True)
+        if 2 * ell * d > 2**34:
+            raise InputError(f"sketch buffer 2 ell x d = 2 * {ell} x {d} is too large")
         self.d, self.ell = int(d), int(ell)
         self._buf = None          # (2 ell, d) once the first rows arrive
         self._next = 0            # rows 0.._next-1 are (possibly) non-zero, the rest are exact zeros
@@ -180,6 +182,12 @@ def shrunk(B, ell: int, *, keep: int, out_rows: int):
     ``keep = ell - 1``: delta = sigma_ell^2 (the 2l-buffer step; sigma_ell becomes 0, so ell - 1 rows stay);
     ``keep = ell``:     delta = sigma_{ell+1}^2 (compaction to an ell-row sketch).
     Returns (new buffer of ``out_rows`` rows, number of leading non-zero rows, delta)."""
+    check_array(B, "B", ndim=2)              # NaN/Inf first: LAPACK's SVD never returns on them (O(m d) << SVD)
+    check_positive(ell, "ell", integer=True)
+    check_positive(keep, "keep", integer=True, allow_zero=True)
+    check_positive(out_rows, "out_rows", integer=True)
+    if out_rows < min(keep, B.shape[0]) or out_rows * B.shape[1] > 2**34:
+        raise InputError(f"out_rows = {out_rows} must hold the kept rows (keep = {keep}) and fit in memory")
     xp = array_namespace(B)
     m, d = B.shape
     out = xp.zeros((out_rows, d), dtype=B.dtype, device=_device(B))

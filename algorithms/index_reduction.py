@@ -40,6 +40,7 @@ from .validation import InputError
 
 DECODERS = ("abs", "signed", "literal")
 DIRECTIONS = ("random", "adversarial", "clairvoyant")
+MAX_BITS = 2**31
 
 
 def _check_rng(rng):
@@ -86,6 +87,8 @@ def draw_public_coins(n: int, d: int, r: float, rng: np.random.Generator) -> Pub
     r = check_radius(d, r)
     n = check_length(n, d)
     _check_rng(rng)
+    if n > MAX_BITS:
+        raise InputError(f"n = {n} bits is too large (at most {MAX_BITS})")
     key_signs = _signs(rng, (n // d, d))
     perm = rng.permutation(n)
     partition = np.stack([perm // d, perm % d], axis=1).astype(np.int64)
@@ -215,6 +218,8 @@ def draw_slot_batch(R: int, n: int, d: int, r: float, rng: np.random.Generator, 
     _check_rng(rng)
     if isinstance(R, bool) or not isinstance(R, (int, np.integer)) or R < 1:
         raise InputError(f"R must be an integer >= 1, got {R!r}")
+    if R * n > MAX_BITS:
+        raise InputError(f"R * n = {R} * {n} bits is too large (at most {MAX_BITS})")
     G = n // d
     ks = _signs(rng, (R, 1 if shared_key else G, d))
     ks = np.broadcast_to(ks, (R, G, d)).copy()

@@ -24,7 +24,8 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
-from .validation import InputError, check_array, check_positive
+from .attention import _mul_pow2, _pow2_exponent
+from .validation import InputError, check_array, check_int, check_positive
 
 
 @dataclasses.dataclass
@@ -32,6 +33,9 @@ class KCenterResult:
     centers: Any       # (..., k) int64 indices in the order chosen, input backend
     radii: np.ndarray  # (..., k) covering radius after 1, 2, ..., k centers (numpy float64)
     assignment: Any    # (..., n) index (0..k-1) of the nearest chosen center, input backend
+    exhausted: np.ndarray | None = None  # (...,) bool: fewer than k distinct points, so the radius reached 0
+    #                                      before the k-th center; the later centers are further (distinct)
+    #                                      indices of already-covered duplicates
 
 
 
@@ -46,8 +50,11 @@ def _check_k(k, n: int, name: str = "k") -> int:
 def greedy_k_center(X, k: int, *, start: int = 0) -> KCenterResult:
     """Farthest-first traversal of the rows of ``X`` (..., n, d): ``k`` centers, first one ``start``.
 
-    Ties go to the lowest index. Distances use ||x||^2 - 2<x, c> + ||c||^2 (one matrix-vector product
-    per center, no (n, d) temporary), clamped at 0; the radii are exact to ~1e-8 relative to ||x||."""
+    Ties go to the lowest index; a point is never chosen twice (with fewer than k distinct points the radius
+    reaches 0 and the remaining centers are unchosen duplicates, flagged in ``exhausted``). Distances use
+    ||x||^2 - 2<x, c> + ||c||^2 (one matrix-vector product per center, no (n, d) temporary), clamped at 0,
+    on X rescaled by a power of two (exact) so squared norms cannot overflow or underflow; the radii are
+    exact to ~1e-8 relative to max ||x||."""
     check_array(X, "X", ndim=tuple(range(2, 8)), min_rows=1)
     xp = array_namespace(X)
     lead, n, d = tuple(X.shape[:-2]), X.shape[-2], X.shape[-1]
@@ -55,13 +62,15 @@ def greedy_k_center(X, k: int, *, start: int = 0) -> KCenterResult:
     if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or not 0 <= start < n:
         raise InputError(f"start must be an index in [0, {n}), got {start!r}")
     B = int(np.prod(lead, dtype=np.int64)) if lead else 1
-    Xf = xp.reshape(X, (B, n, d))
+    e = _pow2_exponent(xp, X)
+    Xf = _mul_pow2(xp.reshape(X, (B, n, d)), -e)                              # max |entry| in [1/2, 1)
     sq = xp.sum(Xf * Xf, axis=-1)                                             # (B, n)
     rows = xp.arange(B, device=_dev(X)) * n
     flat = xp.reshape(Xf, (B * n, d))
     c = xp.full((B,), int(start), dtype=xp.int64, device=_dev(X))
     mind = xp.full((B, n), math.inf, dtype=X.dtype, device=_dev(X))
     assign = xp.zeros((B, n), dtype=xp.int64, device=_dev(X))
+    taken = xp.zeros((B, n), dtype=xp.bool, device=_dev(X))
     centers, radii = [], []
     for j in range(k):
         centers.append(c)
@@ -74,11 +83,16 @@ def greedy_k_center(X, k: int, *, start: int = 0) -> KCenterResult:
         # a chosen center is at distance 0 from itself even where rounding says otherwise
         mind = _set_cols(xp, mind, c, 0.0)
         assign = _set_cols(xp, assign, c, j)
+        taken = _set_cols(xp, taken, c, True)
         radii.append(xp.sqrt(xp.max(mind, axis=-1)))
-        c = xp.argmax(mind, axis=-1)
+        c = xp.argmax(xp.where(taken, xp.full_like(mind, -1.0), mind), axis=-1)   # farthest point not yet chosen
     C = xp.stack(centers, axis=-1)
-    r = np.stack([to_numpy(x) for x in radii], axis=-1).astype(np.float64)
-    return KCenterResult(xp.reshape(C, lead + (k,)), r.reshape(lead + (k,)), xp.reshape(assign, lead + (n,)))
+    r = np.ldexp(np.stack([to_numpy(x) for x in radii], axis=-1).astype(np.float64), e)
+    if not np.all(np.isfinite(r)):
+        raise InputError("X is too large: its covering radii overflow float64")
+    exhausted = (r[..., -2] == 0) if k > 1 else np.zeros(r.shape[:-1], dtype=bool)
+    return KCenterResult(xp.reshape(C, lead + (k,)), r.reshape(lead + (k,)), xp.reshape(assign, lead + (n,)),
+                         np.asarray(exhausted).reshape(lead))
 
 
 def _set_cols(xp, A, cols, value):
@@ -170,6 +184,9 @@ def clusterability(X, *, k: int = 16, delta_rel: float = 0.25, checkpoints: int 
       cluster; Thm 1 needs m = n^(1 - Omega(1)))."""
     check_array(X, "X", ndim=2, min_rows=2)
     n = X.shape[0]
+    k = _check_k(k, 2**62)
+    check_positive(delta_rel, "delta_rel")
+    checkpoints = check_int(checkpoints, "checkpoints", minimum=1, maximum=62)
     r = covering_radius_curve(X, min(k, n))
     delta = float(delta_rel * r[0]) if r[0] > 0 else 1.0
     counts = stream_cluster_counts(X, delta)

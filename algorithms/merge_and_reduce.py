@@ -23,7 +23,8 @@ import numpy as np
 from kvbounds.gpu.backend import array_namespace, device as _dev
 
 from .softmax_balance import softmax_balance
-from .validation import InputError, check_array, check_positive, check_probability
+from .validation import (InputError, check_array, check_positive, check_probability, check_rng, check_scale,
+                         namespace)
 
 MAX_LEVELS = 48
 
@@ -53,6 +54,15 @@ class MergeAndReduce:
             raise InputError(f"batch size t must be an even integer >= 2, got {t}")
         _check_levels(T)
         check_probability(delta, "delta")
+        check_rng(rng)
+        for name, r in (("r_key", r_key), ("r_value", r_value)):
+            if r is not None:
+                check_positive(r, name, allow_zero=name == "r_key")
+                if not math.isfinite(float(r) * float(r)):
+                    raise InputError(f"{name} = {r!r} too large: r^2 overflows")
+        if c is not None:
+            check_positive(c, "c")
+        scale = check_scale(scale, d)
         self.d, self.s, self.t, self.T, self.delta = d, s, t, T, delta
         self.rng, self.r_key, self.r_value, self.c = rng, r_key, r_value, c
         self.scale = 1.0 / math.sqrt(d) if scale is None else scale
@@ -65,12 +75,22 @@ class MergeAndReduce:
         self.balance_calls = 0
         self.version = 0                              # bumped whenever a batch completes (the cells C^i change)
         self._wt_cache = None                         # ((version, buffered tokens), weighted_tokens())
+        self._ref = None                              # the first token: fixes the stream's backend and dtype
 
     # -- streaming -------------------------------------------------------------------------------
     def update(self, k, v) -> None:
         check_array(k, "k", ndim=1, last_dim=self.d)
         check_array(v, "v", ndim=1, last_dim=self.s)
+        self._check_like_stream(k, v)
         self._push(k, v)
+
+    def _check_like_stream(self, k, v) -> None:
+        """k and v share a backend and dtype with each other and with the tokens before them."""
+        ref = self._ref if self._ref is not None else k
+        if type(k) is not type(ref) or type(v) is not type(ref) or k.dtype != ref.dtype or v.dtype != ref.dtype:
+            raise InputError(f"k and v must have the stream's array type and dtype ({type(ref).__name__} {ref.dtype}), "
+                             f"got {type(k).__name__} {k.dtype} and {type(v).__name__} {v.dtype}")
+        self._ref = ref
 
     def _push(self, k, v) -> None:
         self.j += 1
@@ -163,7 +183,11 @@ class MergeAndReduce:
         if wt is None:
             return -math.inf, xp.zeros((self.s,), dtype=q.dtype, device=_dev(q))
         K, V, logw = wt
-        logits = xp.matmul(K, q) * self.scale + logw
-        m = xp.max(logits)
+        xp = namespace(K, q, names="q and the stream's keys")
+        with np.errstate(over="ignore", invalid="ignore"):
+            logits = xp.matmul(K, q) * self.scale + logw
+            m = xp.max(logits)
+        if not math.isfinite(float(m)):
+            raise InputError("the largest logit <k, q> * scale overflows the float range: e^m u is not representable")
         return float(m), xp.sum(xp.exp(logits - m)[:, None] * V, axis=0)
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
-from .validation import InputError, check_array, check_positive, check_probability
+from .validation import InputError, check_array, check_positive, check_probability, check_rng, namespace
 
 
 class WalkFailed(RuntimeError):
@@ -86,15 +86,21 @@ def self_balancing_walk_result(U, *, delta: float, rng: np.random.Generator, r: 
     "continue" (clip p to [0, 1], record the event)."""
     check_array(U, "U", ndim=tuple(range(2, 8)), min_rows=1)
     check_probability(delta, "delta")
+    check_rng(rng)
     if on_fail not in ("raise", "continue"):
         raise InputError(f"on_fail must be 'raise' or 'continue', got {on_fail!r}")
     xp = array_namespace(U)
     n = U.shape[-2]
     norms = xp.linalg.vector_norm(U, axis=-1)
     rmax = float(xp.max(norms))
+    if not math.isfinite(rmax):
+        raise InputError(f"U is too large: its row norms overflow {U.dtype}")
     if r is None:
         r = rmax if rmax > 0 else 1.0
     check_positive(r, "r")
+    r = float(r)
+    if c is not None:
+        check_positive(c, "c")
     if rmax > r * (1 + 1e-12):
         raise InputError(f"radius r = {r} is below the largest vector norm {rmax:.6g}")
     c = walk_constant(n, delta) if c is None else float(c)
@@ -127,8 +133,17 @@ def gram_walk(G, uniforms, c: float, *, on_fail: str = "raise") -> WalkResult:
 
     ``G`` (..., n, n) with ``G[i, j] = <phi_i, phi_j> / R^2``; the walk's inner product at step i is
     ``x_i = sum_{j<i} eta_j G[i, j]``, maintained incrementally in O(n) per step."""
+    check_array(G, "G", ndim=tuple(range(2, 9)), min_rows=1)
+    check_array(uniforms, "uniforms", ndim=G.ndim - 1)
+    if G.shape[-1] != G.shape[-2] or tuple(uniforms.shape) != tuple(G.shape[:-1]):
+        raise InputError(f"G must be (..., n, n) and uniforms (..., n), got {tuple(G.shape)} and {tuple(uniforms.shape)}")
+    namespace(G, uniforms, names="G and uniforms")
+    check_positive(c, "c")
+    c = float(c)
+    if on_fail not in ("raise", "continue"):
+        raise InputError(f"on_fail must be 'raise' or 'continue', got {on_fail!r}")
     if type(G) is np.ndarray and G.ndim == 2 and type(uniforms) is np.ndarray:
-        return _gram_walk_numpy(G, uniforms, float(c), on_fail)
+        return _gram_walk_numpy(G, uniforms, c, on_fail)
     return _gram_walk_array(G, uniforms, c, on_fail)
 
 
@@ -177,6 +192,7 @@ def _gram_walk_numpy(G: np.ndarray, uniforms: np.ndarray, c: float, on_fail: str
 
 def smaller_side(signs):
     """Boolean mask of U' (Alg. 3 lines 12-16): the +1 side if it is not larger than the -1 side, else the -1 side."""
+    check_array(signs, "signs", ndim=tuple(range(1, 9)))
     xp = array_namespace(signs)
     n_plus = xp.sum(xp.astype(signs > 0, xp.int64), axis=-1, keepdims=True)
     n = signs.shape[-1]

@@ -23,7 +23,8 @@ import numpy as np
 from kvbounds.gpu.backend import array_namespace, like, device as _device
 
 from .self_balancing_walk import WalkResult, gram_walk, smaller_side, walk_constant
-from .validation import InputError, check_array, check_positive, check_probability
+from .validation import (InputError, check_array, check_positive, check_probability, check_rng, check_scale,
+                         namespace)
 
 
 @dataclasses.dataclass
@@ -38,11 +39,36 @@ class SoftmaxBalanceResult:
 
 def normalized_kernel_gram(K, V, r_key: float, r_value: float, *, scale: float | None = None):
     """y / R^2 of Alg. 2 line 6 for all pairs, (..., n, n); overflow-free for any key norms."""
-    xp = array_namespace(K, V)
-    scale = 1.0 / math.sqrt(K.shape[-1]) if scale is None else scale
+    xp = _check_kv(K, V)
+    scale = check_scale(scale, K.shape[-1])
+    _check_radii(r_key, r_value, scale, K)
+    kmax = float(xp.max(xp.linalg.vector_norm(K, axis=-1)))
+    vmax = float(xp.max(xp.linalg.vector_norm(V, axis=-1)))
+    if not (kmax <= r_key * (1 + 1e-12) and vmax <= r_value * (1 + 1e-12)):
+        raise InputError(f"radii below the data: max||k|| = {kmax:.6g} (r_key = {r_key}), "
+                         f"max||v|| = {vmax:.6g} (r_value = {r_value}); the exponent must be <= 0")
     KK = xp.matmul(K, xp.matrix_transpose(K))
     VV = xp.matmul(V, xp.matrix_transpose(V))
     return xp.exp((KK - r_key**2) * scale) * (VV / r_value**2)
+
+
+def _check_kv(K, V):
+    check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1)
+    check_array(V, "V", ndim=K.ndim)
+    if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
+        raise InputError(f"K and V must agree in all but the last dimension, got {tuple(K.shape)} and {tuple(V.shape)}")
+    return namespace(K, V, names="K and V")
+
+
+def _check_radii(r_key, r_value, scale: float, K) -> None:
+    check_positive(r_key, "r_key", allow_zero=True)
+    check_positive(r_value, "r_value")
+    if not (math.isfinite(float(r_key) * float(r_key)) and math.isfinite(float(r_value) * float(r_value))):
+        raise InputError(f"r_key = {r_key!r} / r_value = {r_value!r} too large: r^2 (hence the Gram matrix) overflows")
+    # the exponent (<k_i, k_j> - r_key^2) scale is <= 0 up to a rounding of ~ (d + 2) eps r_key^2 scale; past ~80
+    # that rounding alone can overflow exp
+    if float(r_key) ** 2 * scale * (K.shape[-1] + 2) * float(array_namespace(K).finfo(K.dtype).eps) > 80.0:
+        raise InputError(f"r_key = {r_key!r} too large for {K.dtype}: the Gram exponent's rounding could overflow exp")
 
 
 def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: float | None = None,
@@ -59,23 +85,20 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
     ``repeats``: run that many independent walks on the same data (a leading axis on the outputs;
     the Gram matrix is computed once and shared). Returns the mask of C', the smaller side of the
     signs (lines 12-16)."""
-    check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1)
-    check_array(V, "V", ndim=K.ndim)
-    if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
-        raise InputError(f"K and V must agree in all but the last dimension, got {tuple(K.shape)} and {tuple(V.shape)}")
+    xp = _check_kv(K, V)
     check_probability(delta, "delta")
-    xp = array_namespace(K, V)
+    check_rng(rng)
     rows = K.shape[-2]
     kmax = float(xp.max(xp.linalg.vector_norm(K, axis=-1)))
     vmax = float(xp.max(xp.linalg.vector_norm(V, axis=-1)))
     r_key = kmax if r_key is None else r_key
     r_value = (vmax if vmax > 0 else 1.0) if r_value is None else r_value
-    check_positive(r_key, "r_key", allow_zero=True)
-    check_positive(r_value, "r_value")
+    _check_radii(r_key, r_value, check_scale(scale, K.shape[-1]), K)
     if kmax > r_key * (1 + 1e-12) or vmax > r_value * (1 + 1e-12):
         raise InputError(f"radii below the data: max||k|| = {kmax:.6g} (r_key = {r_key}), "
                          f"max||v|| = {vmax:.6g} (r_value = {r_value})")
     n = rows if n is None else n
+    check_positive(n, "n", integer=True)
     if n < rows:
         raise InputError(f"stream-length bound n = {n} is below the number of rows {rows}")
     c = walk_constant(n, delta) if c is None else float(c)
@@ -122,9 +145,17 @@ def signed_kernel_sum(K, V, signs, q, *, scale: float | None = None):
     """sum_i eta_i exp(<k_i, q> * scale) v_i computed as (shift m, vector u) with the sum = e^m u.
 
     The left side of Thm 3.3 is ||e^m u||; returning the shift keeps it finite for large norms."""
-    xp = array_namespace(K, V, q)
-    scale = 1.0 / math.sqrt(K.shape[-1]) if scale is None else scale
-    logits = xp.matmul(K, q) * scale
-    m = xp.max(logits, axis=-1, keepdims=True)
+    _check_kv(K, V)
+    check_array(signs, "signs", ndim=K.ndim - 1)
+    check_array(q, "q", ndim=1, last_dim=K.shape[-1])
+    if tuple(signs.shape) != tuple(K.shape[:-1]):
+        raise InputError(f"signs must have shape {tuple(K.shape[:-1])}, got {tuple(signs.shape)}")
+    xp = namespace(K, V, q, signs, names="K, V, q and signs")
+    scale = check_scale(scale, K.shape[-1])
+    with np.errstate(over="ignore", invalid="ignore"):
+        logits = xp.matmul(K, q) * scale
+        m = xp.max(logits, axis=-1, keepdims=True)
+    if not bool(xp.all(xp.isfinite(m))):
+        raise InputError("the largest logit <k, q> * scale overflows the float range: e^m u is not representable")
     w = xp.exp(logits - m) * signs
     return m[..., 0], xp.sum(w[..., None] * V, axis=-2)

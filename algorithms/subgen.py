@@ -63,7 +63,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
-from .validation import InputError, check_array, check_positive
+from .validation import InputError, check_array, check_positive, check_seed, namespace
 
 RESERVOIR_NORMS = ("value", "key")
 
@@ -93,7 +93,7 @@ class _GeneratorCoins:
 
 def _coin_source(seed):
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        return _GeneratorCoins(np.random.default_rng(int(seed)))
+        return _GeneratorCoins(np.random.default_rng(check_seed(seed)))
     if isinstance(seed, np.random.Generator):
         return _GeneratorCoins(seed)
     if callable(getattr(seed, "draw", None)):
@@ -126,6 +126,9 @@ class SubGen:
         self.s, self.t = _check_count(s, "s"), _check_count(t, "t")
         if replicas is not None:
             replicas = _check_count(replicas, "replicas")
+        if (replicas or 1) * (self.s + self.t) * self.d > 2**31:
+            raise InputError(f"state of replicas x (s + t) x d = {replicas or 1} x ({self.s} + {self.t}) x {self.d} "
+                             f"floats is too large")
         if reservoir_norm not in RESERVOIR_NORMS:
             raise InputError(f"reservoir_norm must be one of {RESERVOIR_NORMS}, got {reservoir_norm!r}")
         self.replicas, self.R = replicas, replicas or 1
@@ -380,10 +383,12 @@ class SubGen:
 
     def stream(self, K, V, Q):
         """Run Alg. 1 over a whole stream: update with (k_j, v_j), then z_j = query(q_j); returns (n, ...)."""
+        check_array(K, "K", ndim=2, last_dim=self.d, min_rows=1)
+        check_array(V, "V", ndim=2, min_rows=1)
         check_array(Q, "Q", ndim=2, last_dim=self.d)
-        if Q.shape[0] != K.shape[0]:
-            raise InputError(f"Q and K must have the same number of rows, got {Q.shape[0]} and {K.shape[0]}")
-        xp = array_namespace(K)
+        if not Q.shape[0] == K.shape[0] == V.shape[0]:
+            raise InputError(f"Q, K and V must have the same number of rows, got {Q.shape[0]}, {K.shape[0]} and {V.shape[0]}")
+        xp = namespace(K, V, Q, names="K, V and Q")
         out = []
         for j in range(K.shape[0]):
             self.update(K[j], V[j])

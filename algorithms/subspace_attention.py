@@ -37,7 +37,8 @@ from kvbounds.gpu.backend import array_namespace
 
 from .blockwise_softmax import OnlineSoftmax
 from .frequent_directions import FrequentDirections
-from .validation import InputError, check_array, check_positive
+from .attention import _mul_pow2, _pow2_exponent
+from .validation import InputError, check_array, check_int, check_positive, check_real, namespace
 
 GAMMA_CHOICES = ("sqrt(r/d)", "1", "calibrated")
 
@@ -53,18 +54,25 @@ def calibrate_gamma(Q, K, B) -> float:
     """The scalar gamma minimising sum_{q,k} (q.k - gamma q^T P_B k)^2 over held-out (Q, K) (004 Sec. 4)."""
     check_array(K, "K", ndim=2, min_rows=1)
     check_array(Q, "Q", ndim=2, last_dim=K.shape[1], min_rows=1)
-    check_array(B, "B", ndim=2, last_dim=K.shape[1])
-    xp = array_namespace(Q, K, B)
+    check_array(B, "B", ndim=2, last_dim=K.shape[1], min_rows=1)
+    xp = namespace(Q, K, B, names="Q, K and B")
+    # gamma is invariant under Q -> a Q, K -> b K: rescale by powers of two so q.k cannot overflow
+    Q, K = _mul_pow2(Q, -_pow2_exponent(xp, Q)), _mul_pow2(K, -_pow2_exponent(xp, K))
     L = xp.matmul(Q, xp.matrix_transpose(K))
     Lp = xp.matmul(xp.matmul(Q, xp.matrix_transpose(B)), xp.matrix_transpose(xp.matmul(K, xp.matrix_transpose(B))))
     den = float(xp.sum(Lp * Lp))
     if den == 0:
         raise InputError("calibration keys/queries have no component in the subspace: gamma undefined")
-    return float(xp.sum(L * Lp)) / den
+    gamma = float(xp.sum(L * Lp)) / den
+    if not math.isfinite(gamma):
+        raise InputError(f"gamma = {gamma} is not finite (B's entries are too large or too small)")
+    return gamma
 
 
 def resolve_gamma(gamma: Any, r: int, d: int, calibrated: float | None = None) -> float:
     """gamma given as a number or one of GAMMA_CHOICES."""
+    check_positive(r, "r", integer=True)
+    check_positive(d, "d", integer=True)
     if isinstance(gamma, str):
         if gamma == "sqrt(r/d)":
             return draft_gamma(r, d)
@@ -73,7 +81,7 @@ def resolve_gamma(gamma: Any, r: int, d: int, calibrated: float | None = None) -
         if gamma == "calibrated":
             if calibrated is None:
                 raise InputError("gamma='calibrated' needs a calibrated value (see calibrate_gamma)")
-            return float(calibrated)
+            return check_real(calibrated, "calibrated gamma")
         raise InputError(f"gamma must be a positive number or one of {GAMMA_CHOICES}, got {gamma!r}")
     check_positive(gamma, "gamma")
     return float(gamma)
@@ -84,13 +92,13 @@ def resolve_gamma(gamma: Any, r: int, d: int, calibrated: float | None = None) -
 def top_basis(X, r: int):
     """(r, d) orthonormal rows: the top-r right singular vectors of X (m, d), completed with coordinate axes
     (Gram-Schmidt through QR) when X has fewer than r rows."""
+    check_array(X, "X", ndim=2)                       # NaN/Inf first: LAPACK's SVD never returns on them
     xp = array_namespace(X)
     d = X.shape[1]
-    if not 1 <= r <= d:
-        raise InputError(f"rank must be in [1, d] = [1, {d}], got {r}")
+    r = check_int(r, "rank r", minimum=1, maximum=d)
     k = 0
     if X.shape[0]:
-        Vt = xp.linalg.svd(X, full_matrices=False)[2]
+        Vt = xp.linalg.svd(_mul_pow2(X, -_pow2_exponent(xp, X)), full_matrices=False)[2]   # scaled: no overflow
         k = Vt.shape[0]
         if k >= r:
             return Vt[:r, :]
@@ -146,8 +154,9 @@ class StaticSubspaceAttention:
     """Coefficient-space attention with one basis pair (B, E), e.g. from calibration traces."""
 
     def __init__(self, B, E, *, gamma: Any = "sqrt(r/d)", calibrated_gamma: float | None = None):
-        check_array(B, "B", ndim=2)
-        check_array(E, "E", ndim=2)
+        check_array(B, "B", ndim=2, min_rows=1)
+        check_array(E, "E", ndim=2, min_rows=1)
+        namespace(B, E, names="B and E")
         _check_orthonormal(B, "B")
         _check_orthonormal(E, "E")
         self.B, self.E = B, E
@@ -175,7 +184,7 @@ class StaticSubspaceAttention:
         check_array(V, "V", ndim=2, last_dim=self.d_v)
         if K.shape[0] != V.shape[0]:
             raise InputError(f"K and V must have the same number of rows, got {K.shape[0]} and {V.shape[0]}")
-        xp = array_namespace(K, V)
+        xp = namespace(K, V, self.B, names="K, V and the bases")
         self._C.append(xp.matmul(K, xp.matrix_transpose(self.B)))
         self._D.append(xp.matmul(V, xp.matrix_transpose(self.E)))
         self.n += K.shape[0]
@@ -192,11 +201,16 @@ class StaticSubspaceAttention:
 
     def attend(self, q, mask=None):
         check_array(q, "q", ndim=(1, 2), last_dim=self.d)
+        namespace(q, self.B, names="q and the bases")
         if not self.n:
             raise InputError("empty cache: no tokens to attend to")
         return aggregate(q, self.chunks, self.gamma, self.d, mask)
 
     def logits(self, q):
+        check_array(q, "q", ndim=(1, 2), last_dim=self.d)
+        namespace(q, self.B, names="q and the bases")
+        if not self.n:
+            raise InputError("empty cache: no tokens")
         return _chunk_logits(q, self.chunks[0], self.gamma, self.d)
 
 
@@ -210,7 +224,10 @@ class AdaptiveSubspaceAttention:
                  init_bases: tuple | None = None):
         for name, val in (("d", d), ("r", r), ("r_v", r_v), ("ell_k", ell_k), ("ell_v", ell_v), ("L", L)):
             check_positive(val, name, integer=True)
-        d_v = d_v or d
+        d_v = d if d_v is None else d_v
+        check_positive(d_v, "d_v", integer=True)
+        if L * (r + r_v) > 2**31:
+            raise InputError(f"chunk length L = {L} is too large for its coefficient buffers")
         if r > d or r_v > d_v:
             raise InputError(f"need r <= d and r_v <= d_v, got r={r}, d={d}, r_v={r_v}, d_v={d_v}")
         if ell_k < r or ell_v < r_v:
@@ -255,6 +272,12 @@ class AdaptiveSubspaceAttention:
 
     def step(self, k, v) -> "AdaptiveSubspaceAttention":
         """Steps 1-4 of 004 Sec. 5 for one token."""
+        check_array(k, "k", ndim=1, last_dim=self.d)
+        check_array(v, "v", ndim=1, last_dim=self.d_v)
+        namespace(k, v, names="k and v")
+        return self._step(k, v)
+
+    def _step(self, k, v) -> "AdaptiveSubspaceAttention":
         xp = array_namespace(k, v)
         if self._active is None:
             self._open(k, "start")
@@ -283,8 +306,9 @@ class AdaptiveSubspaceAttention:
         check_array(V, "V", ndim=2, last_dim=self.d_v)
         if K.shape[0] != V.shape[0]:
             raise InputError(f"K and V must have the same number of rows, got {K.shape[0]} and {V.shape[0]}")
-        for i in range(K.shape[0]):
-            self.step(K[i, :], V[i, :])
+        namespace(K, V, names="K and V")
+        for i in range(K.shape[0]):                   # validated once above, not per token
+            self._step(K[i, :], V[i, :])
         return self
 
     @property
@@ -300,9 +324,13 @@ class AdaptiveSubspaceAttention:
         check_array(q, "q", ndim=(1, 2), last_dim=self.d)
         if not self.t:
             raise InputError("empty cache: no tokens to attend to")
+        namespace(q, self.chunks[0].C, names="q and the cache")
         return aggregate(q, self.chunks, self.gamma, self.d, mask)
 
     def logits(self, q):
+        check_array(q, "q", ndim=(1, 2), last_dim=self.d)
+        if not self.t:
+            raise InputError("empty cache: no tokens")
         xp = array_namespace(q)
         return xp.concat([_chunk_logits(q, ch, self.gamma, self.d) for ch in self.chunks], axis=-1)
 
@@ -354,13 +382,32 @@ class OpCounter:
         return fn(x, **kw)
 
 
+def _check_max(m) -> None:
+    if not math.isfinite(float(m)):
+        raise InputError("the largest logit overflows the float range (this timing kernel does not rescale; "
+                         "kvbounds.algorithms.attention.exact_attention does)")
+
+
 def coefficient_decode(q, B, E, C, D, *, gamma: float, ops: OpCounter | None = None):
     """One decode step over J equal-length chunks: q (d,), B (J, r, d), E (J, r_v, d), and the coefficients in
     coefficient-major layout C (J, r, L), D (J, r_v, L) (row c of C_j^T holds coefficient c of every token of chunk
     j, contiguous: the layout a fused kernel streams). Equals the one-pass blockwise softmax of Sec. 6 (here every
     chunk's max is known before the weights are formed, so the rescaling factors are 1)."""
+    check_array(q, "q", ndim=1)
+    check_array(B, "B", ndim=3, last_dim=q.shape[0], min_rows=1)
+    check_array(E, "E", ndim=3, min_rows=1)
+    # the cache C, D (O(T) floats) is checked for shape only, not scanned each step: a NaN/Inf in it reaches the
+    # output, which is checked below
+    check_array(C, "C", ndim=3, min_rows=1, finite=False)
+    check_array(D, "D", ndim=3, min_rows=1, finite=False)
+    J, r, L = B.shape[0], B.shape[1], C.shape[2]
+    if J == 0 or L == 0 or tuple(C.shape) != (J, r, L) or D.shape[0] != J or D.shape[2] != L or E.shape[:2] != D.shape[:2]:
+        raise InputError(f"need B (J, r, d), E (J, r_v, d'), C (J, r, L), D (J, r_v, L) with J, L >= 1; got B "
+                         f"{tuple(B.shape)}, E {tuple(E.shape)}, C {tuple(C.shape)}, D {tuple(D.shape)}")
+    namespace(q, B, E, C, D, names="q, B, E, C and D")
+    gamma = check_real(gamma, "gamma")
     if ops is None and all(type(x) is np.ndarray for x in (q, B, E, C, D)):
-        return _coefficient_decode_numpy(q, B, E, C, D, gamma)
+        return _finite_output(_coefficient_decode_numpy(q, B, E, C, D, gamma))
     xp = array_namespace(q, C)
     ops = ops or OpCounter(xp, count=False)
     d = q.shape[0]
@@ -369,11 +416,20 @@ def coefficient_decode(q, B, E, C, D, *, gamma: float, ops: OpCounter | None = N
     qt = ops.elementwise(lambda x: x * (gamma / math.sqrt(d)), qt)               # J r
     logits = ops.matmul(qt[:, None, :], ops.load(C))                             # (J, 1, L)     2 T r
     m = ops.reduce(xp.max, logits)                                               # T
+    _check_max(m)
     w = ops.elementwise(xp.exp, ops.elementwise(lambda a: a - m, logits))        # 2 T
     Z = ops.reduce(xp.sum, w)                                                    # T
     n = ops.matmul(ops.load(D), xp.matrix_transpose(w))[..., 0]                  # (J, r_v)      2 T r_v
     o = ops.matmul(xp.reshape(n, (1, -1)), xp.reshape(ops.load(E), (-1, E.shape[-1])))[0]   # 2 J r_v d
-    return ops.store(ops.elementwise(lambda a: a / Z, o))                        # d
+    return _finite_output(ops.store(ops.elementwise(lambda a: a / Z, o)))        # d
+
+
+def _finite_output(o):
+    """The decode's output; NaN/Inf in it can only come from the unscanned cache C, D (see coefficient_decode)."""
+    if not bool(array_namespace(o).all(array_namespace(o).isfinite(o))):
+        raise InputError("coefficient_decode: the output is not finite: the cache C or D contains NaN or Inf "
+                         "(or its logits overflow)")
+    return o
 
 
 def _coefficient_decode_numpy(q, B, E, C, D, gamma: float):
@@ -395,12 +451,19 @@ def _coefficient_decode_numpy(q, B, E, C, D, gamma: float):
 
 def exact_decode(q, K, V, *, ops: OpCounter | None = None):
     """One decode step of exact attention softmax(K q / sqrt d)^T V with the same operation accounting."""
+    check_array(q, "q", ndim=1)
+    check_array(K, "K", ndim=2, last_dim=q.shape[0], min_rows=1)
+    check_array(V, "V", ndim=2)
+    if V.shape[0] != K.shape[0]:
+        raise InputError(f"K and V must have the same number of rows, got {K.shape[0]} and {V.shape[0]}")
+    namespace(q, K, V, names="q, K and V")
     xp = array_namespace(q, K)
     ops = ops or OpCounter(xp, count=False)
     d = q.shape[0]
     logits = ops.matmul(ops.load(K), ops.load(q))                                # 2 T d
     logits = ops.elementwise(lambda x: x * (1.0 / math.sqrt(d)), logits)         # T
     m = ops.reduce(xp.max, logits)                                               # T
+    _check_max(m)
     w = ops.elementwise(xp.exp, ops.elementwise(lambda a: a - m, logits))        # 2 T
     Z = ops.reduce(xp.sum, w)                                                    # T
     o = ops.matmul(w, ops.load(V))                                               # 2 T d

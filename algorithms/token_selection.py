@@ -49,7 +49,8 @@ from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 from .blockwise_balance_kv import compress_cache, weighted_attention
 from .kcenter import recent_plus_centers
 from .uniform_sampling import _check_int, _check_rng, uniform_select
-from .validation import InputError, check_array
+from .attention import shifted_logits
+from .validation import InputError, check_array, check_choice, check_int, check_scale, namespace
 
 
 def estimate(q, K, V, indices, log_weights, *, scale: float | None = None):
@@ -63,6 +64,17 @@ def _check_kv(K, V):
     check_array(V, "V", ndim=K.ndim)
     if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
         raise InputError(f"K and V must agree in all but the last dimension, got {tuple(K.shape)} and {tuple(V.shape)}")
+    namespace(K, V, names="K and V")
+
+
+def _check_fields(obj, ints: tuple = (), choices: dict | None = None) -> None:
+    """Dataclass fields: non-negative integers (None allowed where the default is None) and string choices."""
+    for name in ints:
+        value = getattr(obj, name)
+        if value is not None:
+            check_int(value, name, minimum=0)
+    for name, allowed in (choices or {}).items():
+        check_choice(getattr(obj, name), name, allowed)
 
 
 
@@ -160,6 +172,7 @@ class TokenSelector(abc.ABC):
             check_array(Q, "Q", ndim=K.ndim)
             if tuple(Q.shape) != tuple(K.shape):
                 raise InputError(f"Q must have K's shape {tuple(K.shape)}, got {tuple(Q.shape)}")
+            namespace(K, Q, names="K and Q")
         if budget >= n:
             xp = array_namespace(K)
             lead = tuple(K.shape[:-2])
@@ -180,6 +193,9 @@ class StreamingLLM(TokenSelector):
     sink: int = 4
     name = "streaming_llm"
 
+    def __post_init__(self):
+        _check_fields(self, ("sink",))
+
     def _select(self, K, V, budget, rng, Q):
         xp, n, lead, dev = array_namespace(K), K.shape[-2], tuple(K.shape[:-2]), _dev(K)
         sink = min(_check_int(self.sink, "sink"), budget)
@@ -194,6 +210,11 @@ class H2O(TokenSelector):
     name = "h2o"
     needs_queries = True
 
+    def __post_init__(self):
+        _check_fields(self, ("recent",))
+        if self.scale is not None:
+            check_scale(self.scale, 1)
+
     def _select(self, K, V, budget, rng, Q):
         xp, n, d, lead, dev = array_namespace(K), K.shape[-2], K.shape[-1], tuple(K.shape[:-2]), _dev(K)
         recent = budget // 2 if self.recent is None else _check_int(self.recent, "recent")
@@ -207,12 +228,13 @@ class H2O(TokenSelector):
         ck = xp.zeros((B, budget + 1, d), dtype=K.dtype, device=dev)     # its key
         score = xp.zeros((B, budget + 1), dtype=K.dtype, device=dev)     # accumulated attention
         pos = xp.arange(budget + 1, device=dev)[None, :]
+        zeros = xp.zeros((1, budget + 1), dtype=K.dtype, device=dev)
+        masked = xp.full((1, budget + 1), -math.inf, dtype=K.dtype, device=dev)
         for j in range(n):
             slot = min(j, budget)
             cache[:, slot], ck[:, slot, :], score[:, slot] = j, Kf[:, j, :], 0.0
             live = pos <= slot
-            logits = xp.where(live, xp.matmul(ck, Qf[:, j, :, None])[..., 0] * scale, -math.inf)
-            w = xp.exp(logits - xp.max(logits, axis=-1, keepdims=True))
+            w = xp.exp(shifted_logits(Qf[:, j, None, :], ck, scale, xp.where(live, zeros, masked)[:, None, :]))[:, 0, :]
             score = score + w / xp.sum(w, axis=-1, keepdims=True)
             if j >= budget:      # evict the lowest score outside the recent window; the newcomer takes its slot
                 old = cache <= j - recent
@@ -230,6 +252,9 @@ class Uniform(TokenSelector):
     sink: int = 0
     window: int = 0
     name = "uniform"
+
+    def __post_init__(self):
+        _check_fields(self, ("sink", "window"))
 
     def _select(self, K, V, budget, rng, Q):
         xp, n, lead, dev = array_namespace(K), K.shape[-2], tuple(K.shape[:-2]), _dev(K)
@@ -251,6 +276,9 @@ class KCenter(TokenSelector):
     weights: str = "none"           # "none" (what 002/003 keep) | "cluster_size"
     name = "kcenter"
 
+    def __post_init__(self):
+        _check_fields(self, ("window",), {"weights": ("none", "cluster_size")})
+
     def _select(self, K, V, budget, rng, Q):
         if self.weights not in ("none", "cluster_size"):
             raise InputError(f"weights must be 'none' or 'cluster_size', got {self.weights!r}")
@@ -270,6 +298,9 @@ class BalanceKV(TokenSelector):
     block_size: int = 64
     method: str = "balance"          # compress_cache's "balance" | "uniform"
     name = "balancekv"
+
+    def __post_init__(self):
+        _check_fields(self, ("sink", "window", "block_size"), {"method": ("balance", "uniform")})
 
     def levels_for(self, n: int, budget: int) -> int:
         n_mid = n - self.sink - self.window
@@ -293,8 +324,12 @@ SELECTORS: dict[str, type[TokenSelector]] = {
 
 
 def make_selector(name: str, **kw) -> TokenSelector:
-    if name not in SELECTORS:
+    if not isinstance(name, str) or name not in SELECTORS:
         raise InputError(f"unknown selector {name!r}; choose one of {', '.join(SELECTORS)}")
+    fields = {f.name for f in dataclasses.fields(SELECTORS[name])}
+    unknown = sorted(set(kw) - fields)
+    if unknown:
+        raise InputError(f"selector {name!r} has no option(s) {unknown}; its options are {sorted(fields)}")
     return SELECTORS[name](**kw)
 
 
@@ -306,4 +341,7 @@ def relative_error(q, K, V, indices, log_weights, *, scale: float | None = None)
     if Kn.ndim != 2:
         raise InputError("relative_error takes a single head: K (n, d)")
     ex = to_numpy(exact_attention(qn, Kn, Vn, scale=scale))
-    return np.linalg.norm(est - ex, axis=-1) / np.linalg.norm(ex, axis=-1)
+    den = np.linalg.norm(ex, axis=-1)
+    if np.any(den == 0):
+        raise InputError("the exact attention output is 0 for some query: its relative error is undefined")
+    return np.linalg.norm(est - ex, axis=-1) / den

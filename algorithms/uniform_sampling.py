@@ -18,20 +18,12 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like
+from kvbounds.gpu.backend import array_namespace, like, to_numpy
 
-from .validation import InputError, check_array
+from .attention import shifted_logits
+from .validation import InputError, check_array, check_int, check_rng, check_scale, namespace
 
-
-def _check_rng(rng) -> None:
-    if not isinstance(rng, np.random.Generator):
-        raise InputError(f"rng must be a numpy Generator (np.random.default_rng(seed)), got {type(rng).__name__}")
-
-
-def _check_int(value, name: str, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise InputError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+_check_rng, _check_int = check_rng, check_int     # the names other modules import
 
 
 def uniform_select(n: int, m: int, rng: np.random.Generator, *, batch: tuple[int, ...] = ()) -> np.ndarray:
@@ -44,7 +36,11 @@ def uniform_select(n: int, m: int, rng: np.random.Generator, *, batch: tuple[int
     if m > n:
         raise InputError(f"cannot sample m = {m} of n = {n} tokens without replacement")
     _check_rng(rng)
+    if not isinstance(batch, tuple):
+        raise InputError(f"batch must be a tuple of integers, got {batch!r}")
     batch = tuple(_check_int(b, "batch entry", minimum=1) for b in batch)
+    if n > 2**40 or math.prod(batch + (n,)) > 2**31:
+        raise InputError(f"n = {n} with batch {batch} is too large to sample here")
     if m == n:
         return np.broadcast_to(np.arange(n, dtype=np.int64), batch + (n,)).copy()
     if not batch:
@@ -56,6 +52,7 @@ def uniform_select(n: int, m: int, rng: np.random.Generator, *, batch: tuple[int
 def _check_qkv(q, K, V):
     check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1)
     check_array(V, "V", ndim=K.ndim)
+    namespace(q, K, V, names="q, K and V")
     if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
         raise InputError(f"K and V must agree in all but the last dimension, got {tuple(K.shape)} and {tuple(V.shape)}")
     check_array(q, "q", ndim=(K.ndim - 1, K.ndim), last_dim=K.shape[-1])
@@ -90,17 +87,28 @@ def uniform_parts(q, K, V, idx, *, scale: float | None = None):
 
     Returns ``(shift, num, den)`` with numerator ~ e^shift * num (..., [nq,] s) and denominator
     ~ e^shift * den (..., [nq]). The shift is the max logit over *all* n keys: it does not depend on
-    the sample, so E[num] = sum_i e^{logit_i - shift} v_i exactly (what the unbiasedness test averages)."""
+    the sample, so E[num] = sum_i e^{logit_i - shift} v_i exactly (what the unbiasedness test averages).
+    Sampled keys far below the shift underflow: num and den are then 0 (exact to e^shift's precision) and
+    their ratio undefined; :func:`uniform_estimate` shifts by the sampled keys' maximum instead."""
     _check_qkv(q, K, V)
     xp = array_namespace(q, K, V)
     n, d = K.shape[-2], K.shape[-1]
-    idx_np = np.asarray(idx)
+    if not hasattr(idx, "shape") or isinstance(idx, (list, tuple)):
+        raise InputError(f"idx must be an integer array, got {type(idx).__name__}")
+    idx_np = to_numpy(idx)
+    lead = tuple(K.shape[:-2])
     if idx_np.ndim < 1 or idx_np.dtype.kind not in "iu" or idx_np.size == 0 or idx_np.min() < 0 or idx_np.max() >= n:
         raise InputError(f"idx must be a non-empty integer array of indices in [0, {n}), got {idx_np!r}")
+    if idx_np.ndim > 1 and tuple(idx_np.shape[:-1]) != lead:
+        raise InputError(f"idx must have shape (m,) or {lead + ('m',)}, got {idx_np.shape}")
     m = idx_np.shape[-1]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    scale = check_scale(scale, d)
     qq, had_axis = _queries(q, K)
-    shift = xp.max(xp.matmul(qq, xp.matrix_transpose(K)) * scale, axis=-1, keepdims=True)   # (..., nq, 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        shift = xp.max(xp.matmul(qq, xp.matrix_transpose(K)) * scale, axis=-1, keepdims=True)   # (..., nq, 1)
+    if not bool(xp.all(xp.isfinite(shift))):
+        raise InputError("the largest logit overflows the float range: the parts e^shift * num are not "
+                         "representable (uniform_estimate, which needs only their ratio, is)")
     Ks, Vs = _gather_rows(K, idx_np), _gather_rows(V, idx_np)
     w = xp.exp(xp.matmul(qq, xp.matrix_transpose(Ks)) * scale - shift) * (n / m)             # (..., nq, m)
     num, den, shift = xp.matmul(w, Vs), xp.sum(w, axis=-1), shift[..., 0]
@@ -116,8 +124,14 @@ def uniform_estimate(q, K, V, m: int, rng: np.random.Generator, *, scale: float 
     (head) entry. Returns (..., s) or (..., nq, s), same backend as the inputs. The baseline of claim
     BKV.vs-uniform (001 Sec 4.1)."""
     _check_qkv(q, K, V)
+    xp = array_namespace(q, K, V)
     n = K.shape[-2]
     m = _check_int(m, "m", minimum=1)
+    scale = check_scale(scale, K.shape[-1])
     idx = uniform_select(n, m, rng, batch=tuple(K.shape[:-2]))
-    _, num, den = uniform_parts(q, K, V, idx, scale=scale)
-    return num / den[..., None]
+    # the weight n/m cancels: a softmax over the sampled keys, shifted by *their* maximum (no 0/0)
+    Ks, Vs = _gather_rows(K, idx), _gather_rows(V, idx)
+    qq, had_axis = _queries(q, K)
+    w = xp.exp(shifted_logits(qq, Ks, scale))
+    out = xp.matmul(w / xp.sum(w, axis=-1, keepdims=True), Vs)
+    return out if had_axis else out[..., 0, :]

@@ -7,11 +7,49 @@ is the one entry point the checks and notebooks use, so a real trace can replace
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from typing import Callable
 
 import numpy as np
 
-from kvbounds.algorithms.validation import InputError, check_positive
+from kvbounds.algorithms.validation import InputError, check_int, check_positive, check_real, check_rng, check_seed
+
+MAX_ENTRIES = 2**31      # n * max(d, s): larger traces do not fit in memory here
+
+# the keyword options of the generators: name -> check (returns the value or raises InputError)
+_OPTIONS = {
+    "scale": lambda v: check_real(v, "scale", minimum=0.0),
+    "r": lambda v: check_real(v, "r", minimum=0.0, strict=True),
+    "exact_norm": lambda v: v if isinstance(v, bool) else _bad("exact_norm must be True or False", v),
+    "m": lambda v: check_int(v, "m", minimum=1, maximum=2**20),
+    "spread": lambda v: check_real(v, "spread", minimum=0.0),
+    "rank": lambda v: check_int(v, "rank", minimum=1),
+    "noise": lambda v: check_real(v, "noise", minimum=0.0),
+    "tail": lambda v: check_real(v, "tail", minimum=0.0, strict=True),
+}
+
+
+def _bad(msg, value):
+    raise InputError(f"{msg}, got {value!r}")
+
+
+def _validated(gen):
+    """Checks of every generator's arguments: rng, sizes, and its keyword options (unknown ones named)."""
+    allowed = [p for p in inspect.signature(gen).parameters if p not in ("rng", "n", "d", "s")]
+
+    @functools.wraps(gen)
+    def wrapper(rng, n, d, s=None, **kw):
+        check_rng(rng)
+        n, d = check_int(n, "n", minimum=1), check_int(d, "d", minimum=1)
+        s = None if s is None else check_int(s, "s", minimum=1)
+        if n * max(d, s or d) > MAX_ENTRIES:
+            raise InputError(f"trace of n = {n} rows of dimension {max(d, s or d)} is too large")
+        unknown = sorted(set(kw) - set(allowed))
+        if unknown:
+            raise InputError(f"{gen.__name__} has no option(s) {unknown}; its options are {allowed}")
+        return gen(rng, n, d, s, **{k: _OPTIONS[k](v) for k, v in kw.items()})
+    return wrapper
 
 
 @dataclasses.dataclass
@@ -39,6 +77,7 @@ def _on_sphere(rng, n, d, radius):
     return radius * x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
+@_validated
 def gaussian(rng, n, d, s=None, *, scale=1.0):
     """i.i.d. N(0, scale^2/d) entries: norms concentrate near ``scale``."""
     s = s or d
@@ -46,6 +85,7 @@ def gaussian(rng, n, d, s=None, *, scale=1.0):
     return Trace(z(d), z(d), rng.standard_normal((n, s)) / np.sqrt(s), dict(kind="gaussian", scale=scale))
 
 
+@_validated
 def bounded_norm(rng, n, d, s=None, *, r=1.0, exact_norm=False):
     """Queries and keys with ||q||, ||k|| <= r (uniform in the ball, or on the sphere if ``exact_norm``)."""
     s = s or d
@@ -56,6 +96,7 @@ def bounded_norm(rng, n, d, s=None, *, r=1.0, exact_norm=False):
     return Trace(ball(), ball(), V, dict(kind="bounded_norm", r=r, exact_norm=exact_norm))
 
 
+@_validated
 def clustered(rng, n, d, s=None, *, m=8, r=1.0, spread=0.05):
     """Keys near m centres on the sphere of radius r (noise of norm ~ spread*r); queries bounded-norm."""
     s = s or d
@@ -67,6 +108,7 @@ def clustered(rng, n, d, s=None, *, m=8, r=1.0, spread=0.05):
     return Trace(Q, K, V, dict(kind="clustered", m=m, r=r, spread=spread, labels=lab))
 
 
+@_validated
 def low_rank(rng, n, d, s=None, *, rank=4, r=1.0, noise=0.01):
     """Keys and values in a random rank-``rank`` subspace plus small isotropic noise."""
     s = s or d
@@ -80,6 +122,7 @@ def low_rank(rng, n, d, s=None, *, rank=4, r=1.0, noise=0.01):
     return Trace(Q, K, V, dict(kind="low_rank", rank=rank, r=r, noise=noise))
 
 
+@_validated
 def heavy_tailed_values(rng, n, d, s=None, *, r=1.0, tail=1.5):
     """Bounded-norm keys/queries; value norms Pareto(tail): exercises BalanceKV's value-norm buckets."""
     s = s or d
@@ -96,12 +139,13 @@ GENERATORS: dict[str, Callable[..., Trace]] = {
 
 
 def make_trace(kind: str, *, n: int, d: int, s: int | None = None, seed: int | np.random.Generator = 0, **kw) -> Trace:
-    if kind not in GENERATORS:
+    if not isinstance(kind, str) or kind not in GENERATORS:
         raise InputError(f"unknown trace kind {kind!r}; choose one of {', '.join(GENERATORS)}")
     check_positive(n, "n", integer=True)
     check_positive(d, "d", integer=True)
     if s is not None:
         check_positive(s, "s", integer=True)
+    seed = check_seed(seed)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     tr = GENERATORS[kind](rng, n, d, s, **kw)
     tr.meta.update(n=n, d=d, s=tr.V.shape[1])
