@@ -31,7 +31,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, device as _dev
 
-from .merge_and_reduce import MergeAndReduce, _check_levels
+from .merge_and_reduce import MAX_BATCH, MergeAndReduce, _check_levels
 from .validation import InputError, check_array, check_positive, check_probability, check_seed, namespace
 
 ERASE_RULES = ("alg1", "proof001", "none")
@@ -87,8 +87,9 @@ class BalanceKV:
             raise InputError(f"r = {r!r} too large: r^2 overflows")
         check_probability(delta, "delta")
         _check_levels(levels)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 2 or batch_size % 2:
-            raise InputError(f"batch_size must be an even integer >= 2, got {batch_size!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 2 or batch_size % 2 \
+                or batch_size > MAX_BATCH:
+            raise InputError(f"batch_size must be an even integer in [2, {MAX_BATCH}], got {batch_size!r}")
         if n is not None:
             check_positive(n, "n", integer=True)
         if s is not None:

@@ -27,6 +27,7 @@ from .validation import (InputError, check_array, check_positive, check_probabil
                          namespace)
 
 MAX_LEVELS = 48
+MAX_BATCH = 2**26    # t rows are buffered (and balanced with a t x t Gram): larger t cannot be held
 
 
 def _check_levels(T: int) -> None:
@@ -50,8 +51,8 @@ class MergeAndReduce:
         check_positive(d, "d", integer=True)
         check_positive(s, "s", integer=True)
         check_positive(t, "batch size t", integer=True)
-        if t < 2 or t % 2:
-            raise InputError(f"batch size t must be an even integer >= 2, got {t}")
+        if t < 2 or t % 2 or t > MAX_BATCH:
+            raise InputError(f"batch size t must be an even integer in [2, {MAX_BATCH}], got {t}")
         _check_levels(T)
         check_probability(delta, "delta")
         check_rng(rng)
