@@ -98,7 +98,7 @@ def tone(value: str) -> str:
         return TONE[v]
     if v.startswith(("false", "fails", "not reproduced", "reversed")):
         return "bad"
-    if v.startswith(("holds", "reproduced")):
+    if v.startswith(("holds", "reproduced", "bound holds")):
         return "good"
     if v in ("n/a", "not-run", "no-check", "not run", "no check"):
         return "none"
@@ -265,10 +265,32 @@ def _matrix_totals(verdicts: dict[str, Verdict]) -> dict[str, list]:
     return totals
 
 
+GLANCE_LABELS = {"false": "false as stated", "holds": "hold as stated", "holds-fitted": "hold with a fitted constant",
+                 "not-refuted": "not refuted (not refutable by sampling)", "inconclusive": "inconclusive",
+                 "not-run": "not run", "no-check": "no check", "reproduced": "empirical: reproduced",
+                 "partial": "empirical: partly reproduced", "not-reproduced": "empirical: not reproduced",
+                 "reversed": "empirical: reversed"}
+
+
+def glance_category(v: Verdict) -> str:
+    """The first screen's category: the statement dimension, or for an empirical claim its reproduction."""
+    d = dimensions(v)
+    if v.kind == "empirical" and d["reproduction"] != "n/a":
+        return GLANCE_LABELS.get(d["reproduction"], d["reproduction"])
+    return GLANCE_LABELS.get(d["statement"], d["statement"])
+
+
 def _at_a_glance(verdicts: dict[str, Verdict]) -> list[tuple]:
-    cnt = Counter(headline(v) for v in verdicts.values())
+    """Counts by category (statement, or reproduction for empirical claims), then the cross-cutting dimensions."""
+    tones = {"false as stated": "bad", "empirical: not reproduced": "bad", "empirical: reversed": "bad",
+             "hold as stated": "good", "hold with a fitted constant": "good", "empirical: reproduced": "good"}
+    cnt = Counter(glance_category(v) for v in verdicts.values())
     order = {"bad": 0, "warn": 1, "good": 2, "none": 3}
-    return sorted(((h, n, tone(h)) for h, n in cnt.items()), key=lambda t: (order[t[2]], -t[1], t[0]))
+    out = sorted(((h, n, tones.get(h, "warn")) for h, n in cnt.items()), key=lambda t: (order[t[2]], -t[1], t[0]))
+    extra = [("with errata in a proof step", sum(dimensions(v)["proof"] == "errata" for v in verdicts.values())),
+             ("with a stated rate not reached", sum(dimensions(v)["rate"] == "not-reached" for v in verdicts.values())),
+             ("with low power", sum(dimensions(v)["power"] == "low" for v in verdicts.values()))]
+    return out + [(h, n, "none") for h, n in extra if n]
 
 
 def _env():
