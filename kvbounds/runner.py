@@ -66,14 +66,17 @@ def trial_seed(seed: int, claim: str, params: dict) -> int:
 def expand(claims: Sequence[Claim], profile: str, seed: int, backend: str) -> list[Trial]:
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
-    out = []
+    heavy, light = [], []
     for c in claims:
         mod = c.check_module()
         if mod is None:
             continue
+        # a check whose trials are long (a real model's forward passes) sets SCHEDULE_FIRST: its trials are
+        # submitted first, so the pool does not end on a tail of them with the other workers idle
+        dest = heavy if getattr(mod, "SCHEDULE_FIRST", False) else light
         for params in mod.trials(profile):
-            out.append(Trial(c.id, dict(params), seed, backend, c.check))
-    return out
+            dest.append(Trial(c.id, dict(params), seed, backend, c.check))
+    return heavy + light
 
 
 # ------------------------------------------------------------------------------------ one trial

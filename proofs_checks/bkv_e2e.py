@@ -25,6 +25,8 @@ VARIANTS = {"pseudocode": "balancekv", "released": "balancekv_released"}
 BASELINES = ("uniform", "streaming_llm", "kvpress:snapkv", "kvpress:pyramidkv")
 TASKS = ("ppl", "passkey")
 
+SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits them first
+
 
 def trials(profile: str) -> list[dict]:
     tasks = pick(profile, smoke={"ppl": (256, 1, 32)},

@@ -24,6 +24,8 @@ VARIANTS = {"kcenter": "kcenter", "kcenter_sized": "kcenter_sized", "subgen": "s
 OTHERS = ("uniform", "streaming_llm", "balancekv", "kvpress:snapkv", "kvpress:pyramidkv", "kvpress:tova",
           "kvpress:knorm", "kvpress:expected_attention", "kvpress:streaming_llm", "kvpress:random")
 
+SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits them first
+
 
 def trials(profile: str) -> list[dict]:
     tasks = pick(profile, smoke={"lines": (256, 1)}, quick={"lines": (512, 4)}, full={"lines": (1024, 12)})
