@@ -120,6 +120,24 @@ def _gram(Ks, Wb, nk2, nw2):
     return G
 
 
+def _gram_panel(xp, Kb, Wb, start: int, m: int, rk2, inv_rw2, plus_one: bool, ones):
+    """Rows start..start+m-1 of the block Gram from column ``start`` on, normalised as in :func:`block_gram`:
+    exp(<k_i, k_j> - max||k||^2) (<w_i, w_j> [+ o_i o_j]) / max||w||^2. The transposed panel: row l holds
+    G[start + l, start:] (= column start + l, by symmetry), contiguous."""
+    Kr, Wr = Kb[..., start:, :], Wb[..., start:, :]
+    P = xp.matmul(Kr[..., :m, :], xp.matrix_transpose(Kr))
+    P -= rk2
+    P = xp.exp(P)
+    Wp = xp.matmul(Wr[..., :m, :], xp.matrix_transpose(Wr))
+    if plus_one and ones is None:
+        Wp += 1.0
+    elif plus_one:
+        Wp += ones[..., start:start + m, None] * ones[..., None, start:]
+    Wp *= inv_rw2
+    P *= Wp
+    return P
+
+
 def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None):
     """The walk of :func:`panel_walk_stepwise` (same arguments, same Gram panels, same signs up to rounding),
     organised for speed: within a column panel of m steps, each step updates only the m entries of s in its
@@ -145,18 +163,7 @@ def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_on
     neg = -one
     cols = []
     for start in range(0, b, m):
-        Kr, Wr = Kb[..., start:, :], Wb[..., start:, :]
-        P = xp.matmul(Kr[..., :m, :], xp.matrix_transpose(Kr))          # (..., m, b - start), as panel_walk_stepwise
-        P -= rk2
-        P = xp.exp(P)
-        Wp = xp.matmul(Wr[..., :m, :], xp.matrix_transpose(Wr))
-        if plus_one and ones is None:
-            Wp += 1.0
-        elif plus_one:
-            Wp += ones[..., start:start + m, None] * ones[..., None, start:]
-        Wp *= inv_rw2
-        P *= Wp
-        del Wp
+        P = _gram_panel(xp, Kb, Wb, start, m, rk2, inv_rw2, plus_one, ones)   # (..., m, b - start)
         etas = []
         for l in range(m):
             i = start + l
@@ -198,19 +205,7 @@ def panel_walk_stepwise(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32
     neg = -one
     cols, xs = [], []
     for start in range(0, b, m):
-        Kr, Wr = Kb[..., start:, :], Wb[..., start:, :]
-        # transposed panel: row l holds G[start + l, start:] (= column start + l, by symmetry), contiguous
-        P = xp.matmul(Kr[..., :m, :], xp.matrix_transpose(Kr))          # (..., m, b - start)
-        P -= rk2
-        P = xp.exp(P)
-        Wp = xp.matmul(Wr[..., :m, :], xp.matrix_transpose(Wr))
-        if plus_one and ones is None:
-            Wp += 1.0
-        elif plus_one:
-            Wp += ones[..., start:start + m, None] * ones[..., None, start:]
-        Wp *= inv_rw2
-        P *= Wp
-        del Wp
+        P = _gram_panel(xp, Kb, Wb, start, m, rk2, inv_rw2, plus_one, ones)   # (..., m, b - start)
         for l in range(m):
             i = start + l
             x = s[..., i]

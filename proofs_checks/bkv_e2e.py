@@ -17,7 +17,6 @@ from __future__ import annotations
 from kvbounds.e2e import checks as C
 from kvbounds.verdict import HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, reproduction_status
 
-from .common import pick
 
 CLAIM = "BKV.e2e"
 SOURCE = "BalanceKV (arXiv:2502.07861, later version) Sec. 4.2-4.3, Table 1"
@@ -29,16 +28,10 @@ SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits
 
 
 def trials(profile: str) -> list[dict]:
-    tasks = pick(profile, smoke={"ppl": (256, 1, 32)},
-                 quick={"ppl": (512, 3, 64), "passkey": (512, 3)},
-                 full={"ppl": (1024, 8, 128), "passkey": (1024, 10)})
-    methods = pick(profile, smoke=("uniform", "balancekv", "streaming_llm"), quick=C.M.DEFAULT_METHODS,
-                   full=C.M.DEFAULT_METHODS)
-    sink = pick(profile, smoke=16, quick=32, full=64)
-    n = pick(profile, smoke=256, quick=512, full=1024)
-    # the budgets BalanceKV reaches exactly (T halvings of the middle): every method at the same floats
-    budgets = C.M.balance_budgets(n, sink, pick(profile, smoke=(1,), quick=(3, 2), full=(4, 3, 2)))
-    return C.profile_grid(profile, tasks, methods=methods, budgets=budgets, sink=sink, window=sink)
+    return C.claim_trials(profile, {"smoke": {"ppl": (256, 1, 32)},
+                                    "quick": {"ppl": (512, 3, 64), "passkey": (512, 3)},
+                                    "full": {"ppl": (1024, 8, 128), "passkey": (1024, 10)}},
+                          smoke_methods=("uniform", "balancekv", "streaming_llm"))
 
 
 def run_trial(params: dict, seed: int, backend: str):

@@ -16,7 +16,6 @@ from kvbounds.e2e import checks as C
 from kvbounds.verdict import HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, reproduction_status
 
 from .bkv_e2e import compare
-from .common import pick
 
 CLAIM = "SG.e2e"
 SOURCE = "SubGen (arXiv:2402.06082) Table 1; ClusterGen (anonymous submission) Table 2"
@@ -28,14 +27,9 @@ SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits
 
 
 def trials(profile: str) -> list[dict]:
-    tasks = pick(profile, smoke={"lines": (256, 1)}, quick={"lines": (512, 4)}, full={"lines": (1024, 12)})
-    methods = pick(profile, smoke=("uniform", "kcenter", "subgen"), quick=C.M.DEFAULT_METHODS,
-                   full=C.M.DEFAULT_METHODS)
-    sink = pick(profile, smoke=16, quick=32, full=64)
-    n = pick(profile, smoke=256, quick=512, full=1024)
-    # the budgets BalanceKV reaches exactly (T halvings of the middle): every method at the same floats
-    budgets = C.M.balance_budgets(n, sink, pick(profile, smoke=(1,), quick=(3, 2), full=(4, 3, 2)))
-    return C.profile_grid(profile, tasks, methods=methods, budgets=budgets, sink=sink, window=sink)
+    return C.claim_trials(profile, {"smoke": {"lines": (256, 1)}, "quick": {"lines": (512, 4)},
+                                    "full": {"lines": (1024, 12)}},
+                          smoke_methods=("uniform", "kcenter", "subgen"))
 
 
 def run_trial(params: dict, seed: int, backend: str):

@@ -44,6 +44,18 @@ def hf_missing() -> str | None:
     return None
 
 
+def claim_trials(profile: str, tasks: dict, smoke_methods: tuple) -> list[dict]:
+    """The trials of an end-to-end claim: ``tasks`` maps each profile to its task specs (see
+    :func:`profile_grid`); every method at the budgets BalanceKV reaches exactly (T halvings of the middle),
+    so all hold the same floats."""
+    pick = {"smoke": 0, "quick": 1, "full": 2}[profile]
+    methods = (smoke_methods, M.DEFAULT_METHODS, M.DEFAULT_METHODS)[pick]
+    sink = (16, 32, 64)[pick]
+    n = (256, 512, 1024)[pick]
+    budgets = M.balance_budgets(n, sink, ((1,), (3, 2), (4, 3, 2))[pick])
+    return profile_grid(profile, tasks[profile], methods=methods, budgets=budgets, sink=sink, window=sink)
+
+
 def profile_grid(profile: str, tasks: dict, *, methods=M.DEFAULT_METHODS, budgets=(0.25, 0.5), sink: int = 32,
                  window: int = 32, model: str = "smollm2", device: str = "cpu") -> list[dict]:
     """``tasks``: kind -> (n, count[, cont]) for this profile."""
