@@ -298,9 +298,9 @@ def _check_cache(K, V, sink, window, budget_floats):
                              f"the compressed cache is float32")
     check_int(sink, "sink")
     check_int(window, "window")
-    # more than 4x the uncompressed cache (keys, values and a weight per token) buys nothing: capped, so that
+    # far more than the uncompressed cache (keys, values and a weight per token) buys nothing: capped, so that
     # SubGen's t = O(budget) samples cannot allocate without bound
-    check_int(budget_floats, "budget_floats", minimum=1, maximum=4 * K.shape[1] * (K.shape[2] + V.shape[2] + 1))
+    check_int(budget_floats, "budget_floats", minimum=1, maximum=4 * K.shape[1] * (K.shape[2] + V.shape[2] + 1) + 2**20)
     return K, V
 
 
