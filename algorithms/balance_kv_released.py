@@ -49,10 +49,11 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
+from .attention import shifted_logits
 from .blockwise_balance_kv import _check_block, _check_kv, _check_levels, _gather_dev
 from .self_balancing_walk import walk_constant
 from .uniform_sampling import _check_int
-from .validation import InputError, check_positive
+from .validation import InputError, check_array, check_choice, check_int, check_positive, check_real, check_scale, namespace
 
 KERNEL_EPS = 1e-8          # the released kernel's additive 1e-8
 ESTIMATORS = ("released", "consistent", "unweighted")
@@ -88,6 +89,13 @@ def _walk(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, diag_le
     with np.errstate(over="ignore", invalid="ignore"):    # K_ii, from the vectors
         Kii = xp.exp(temp * xp.sum(Kc * Kc, axis=-1) / math.sqrt(d) - beta) \
             * (xp.sum(Wc * Wc, axis=-1) + (kernel_const + KERNEL_EPS))
+    if not (bool(xp.all(xp.isfinite(G))) and bool(xp.all(xp.isfinite(Kii)))):
+        # the released kernel exp(temp <k~_i, k~_j>/sqrt d - beta) has no normalisation: past float's range its
+        # entries are Inf and inf - inf in the walk's sums is NaN (every sign would silently become -1)
+        big = float(xp.max(xp.sum(Kc * Kc, axis=-1)))
+        raise InputError(f"the released walk's kernel overflows {Kc.dtype}: temp * max ||k - mean||^2 / sqrt(d) - beta"
+                         f" = {temp * big / math.sqrt(d) - beta:.3g} (or the value Gram overflows); rescale K and V "
+                         f"or lower temp")
     R2 = xp.max(Kii, axis=-1)                                               # (B, nb)
     # released: p = 1/2 - gamma x; the theory's normalisation: p = 1/2 - x / (2 c R^2)
     scale = gamma if walk_c is None else 1.0 / (2.0 * walk_c * R2)
@@ -115,6 +123,11 @@ def _walk(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, diag_le
 
 def cut_weights(signs: np.ndarray) -> np.ndarray:
     """The released one-cut selection weights (B, m) in {2, 1, -2} of a row of signs (B, m) in {+1, -1}."""
+    if not isinstance(signs, np.ndarray) or signs.ndim != 2 or signs.dtype.kind not in "iuf":
+        raise InputError(f"signs must be a 2-D numpy array of +1/-1 (integer or float), got "
+                         f"{type(signs).__name__} {getattr(signs, 'shape', '')} {getattr(signs, 'dtype', '')}")
+    if not bool(np.all((signs == 1) | (signs == -1))):
+        raise InputError("signs must contain only +1 and -1")
     B, m = signs.shape
     half = m // 2
     cneg = np.argmax(np.cumsum(signs == -1, axis=-1) == half, axis=-1)
@@ -144,6 +157,10 @@ def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Genera
         raise InputError(f"rng must be a numpy Generator (or pass uniforms), got {type(rng).__name__}")
     for name, val in (("gamma", gamma), ("temp", temp), ("kernel_const", kernel_const)):
         check_positive(val, name, allow_zero=True)
+    check_real(beta, "beta")
+    for name, val in (("center", center), ("carry_weights", carry_weights)):
+        if not isinstance(val, (bool, np.bool_)):
+            raise InputError(f"{name} must be True or False, got {val!r}")
     if walk_c is not None:
         check_positive(walk_c, "walk_c")
     xp = array_namespace(K, V)
@@ -180,10 +197,17 @@ def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Genera
 
 
 def released_log_weights(weights, levels: int, estimator: str = "released"):
-    """(log_w_num, log_w_den) of the kept middle tokens for an estimator (module docstring)."""
-    if estimator not in ESTIMATORS:
-        raise InputError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
-    xp = array_namespace(weights)
+    """(log_w_num, log_w_den) of the kept middle tokens for an estimator (module docstring); ``weights`` an
+    integer array of selection weights >= 1 (products of 2s and 1s), ``levels`` >= 0 the T of 2^T."""
+    check_choice(estimator, "estimator", ESTIMATORS)
+    levels = check_int(levels, "levels", maximum=1024)
+    if not hasattr(weights, "dtype") or not hasattr(weights, "shape"):
+        raise InputError(f"weights must be an integer array, got {type(weights).__name__}")
+    xp = namespace(weights, names="weights")
+    if not xp.isdtype(weights.dtype, "integral"):
+        raise InputError(f"weights must have an integer dtype, got {weights.dtype}")
+    if int(weights.size if isinstance(weights.size, int) else math.prod(weights.shape)) and int(xp.min(weights)) < 1:
+        raise InputError("weights must be >= 1 (products of the selection's 2s and 1s)")
     lw = xp.log(xp.astype(weights, xp.float64))
     flat = xp.full(tuple(weights.shape), levels * math.log(2.0), dtype=xp.float64, device=_dev(weights))
     if estimator == "released":
@@ -208,8 +232,10 @@ def compress_cache_released(K, V, *, sink: int, window: int, levels: int, block_
     levels = _check_int(levels, "levels")
     if sink + window > n:
         raise InputError(f"sink + window = {sink} + {window} exceeds the cache length n = {n}")
-    if estimator not in ESTIMATORS:
-        raise InputError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    check_choice(estimator, "estimator", ESTIMATORS)
+    _check_block(block_size)
+    if uniforms is None and not isinstance(rng, np.random.Generator):
+        raise InputError(f"rng must be a numpy Generator (or pass uniforms), got {type(rng).__name__}")
     xp = array_namespace(K, V)
     lead = tuple(K.shape[:-2])
     dev = _dev(K)
@@ -234,8 +260,13 @@ def compress_cache_released(K, V, *, sink: int, window: int, levels: int, block_
 
 
 def expand_groups(x, group: int):
-    """Repeat each KV head's selection for the ``group`` query heads that read it (axis -2 of (..., H_kv, m))."""
-    check_positive(group, "group", integer=True)
+    """Repeat each KV head's selection for the ``group`` query heads that read it (axis -2 of (..., H_kv, m)).
+    A pure copy: any dtype, entries (non-finite ones included) passed through unchanged."""
+    check_int(group, "group", minimum=1, maximum=2**20)
+    if not hasattr(x, "shape") or not hasattr(x, "ndim") or x.ndim < 2:
+        raise InputError(f"x must be an array (..., H_kv, m) with at least 2 dimensions, got "
+                         f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}")
+    namespace(x, names="x")
     xp = array_namespace(x)
     return xp.reshape(xp.broadcast_to(xp.expand_dims(x, axis=-2), tuple(x.shape[:-1]) + (group, x.shape[-1])),
                       tuple(x.shape[:-2]) + (x.shape[-2] * group, x.shape[-1]))
@@ -245,9 +276,10 @@ def split_weighted_attention(q, K, V, idx, log_w_num, log_w_den, *, scale: float
     """sum_i e^{s_i + log_w_num_i} v_i / sum_i e^{s_i + log_w_den_i}, s_i = <q, k_i> scale, over kept tokens
     idx (..., m) of K (..., n, d), V (..., n, e); q (..., d) or (..., nq, d). Computed as the released code does:
     a softmax over s + log_w_den, times values scaled by e^{log_w_num - log_w_den}."""
+    _check_split(q, K, V, idx, log_w_num, log_w_den)
     xp = array_namespace(q, K, V)
     d = K.shape[-1]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    scale = check_scale(scale, d)
     lead = tuple(K.shape[:-2])
     m = idx.shape[-1]
     idx = xp.broadcast_to(idx, lead + (m,))
@@ -259,10 +291,35 @@ def split_weighted_attention(q, K, V, idx, log_w_num, log_w_den, *, scale: float
     Vs = Vs * xp.exp(log_w_num - log_w_den)[..., None]
     had_axis = q.ndim == K.ndim
     qq = q if had_axis else xp.expand_dims(q, axis=-2)
-    lg = xp.matmul(qq, xp.matrix_transpose(Ks)) * scale + log_w_den[..., None, :]
-    p = xp.exp(lg - xp.max(lg, axis=-1, keepdims=True))
+    p = xp.exp(shifted_logits(qq, Ks, scale, log_w_den[..., None, :]))       # max-shifted: no overflow
     out = xp.matmul(p / xp.sum(p, axis=-1, keepdims=True), Vs)
     return out if had_axis else out[..., 0, :]
+
+
+def _check_split(q, K, V, idx, log_w_num, log_w_den) -> None:
+    _check_kv(K, V)
+    check_array(q, "q", ndim=(K.ndim - 1, K.ndim), last_dim=K.shape[-1])
+    lead, n = tuple(K.shape[:-2]), K.shape[-2]
+    if tuple(q.shape[:len(lead)]) != lead:
+        raise InputError(f"q's leading dimensions {tuple(q.shape)} must match K's {tuple(K.shape)}")
+    if not hasattr(idx, "shape") or not hasattr(idx, "dtype"):
+        raise InputError(f"idx must be an integer array, got {type(idx).__name__}")
+    namespace(q, K, V, idx, log_w_num, log_w_den, names="q, K, V, idx and the log-weights")
+    xp = array_namespace(idx)
+    if not xp.isdtype(idx.dtype, "integral"):
+        raise InputError(f"idx must have an integer dtype, got {idx.dtype}")
+    if idx.ndim not in (1, len(lead) + 1) or (idx.ndim > 1 and tuple(idx.shape[:-1]) != lead) or idx.shape[-1] < 1:
+        raise InputError(f"idx must have shape (m,) or {lead + ('m',)} with m >= 1, got {tuple(idx.shape)}")
+    if int(xp.min(idx)) < 0 or int(xp.max(idx)) >= n:
+        raise InputError(f"idx has entries outside [0, {n})")
+    for name, lw in (("log_w_num", log_w_num), ("log_w_den", log_w_den)):
+        check_array(lw, name, ndim=(1, len(lead) + 1), last_dim=idx.shape[-1])
+        if lw.ndim > 1 and tuple(lw.shape[:-1]) != lead:
+            raise InputError(f"{name} must have shape (m,) or {lead + (idx.shape[-1],)}, got {tuple(lw.shape)}")
+        if lw.dtype != K.dtype:
+            raise InputError(f"{name} must have K's dtype {K.dtype}, got {lw.dtype}")
+    if not bool(xp.all(xp.abs(log_w_num - log_w_den) < 700.0)):
+        raise InputError("log_w_num - log_w_den must stay within (-700, 700): e^{difference} scales the values")
 
 
 def theory_walk_c(block_size: int, delta: float = 0.01) -> float:

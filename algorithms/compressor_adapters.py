@@ -28,7 +28,8 @@ from .balance_kv import BalanceKV, DegenerateEstimate
 from .blockwise_balance_kv import compress_cache, weighted_attention
 from .index_reduction import IndexInstance, bob_decode, random_instance
 from .uniform_sampling import uniform_select
-from .validation import InputError, check_array, check_int, check_positive, check_seed, namespace
+from .validation import (InputError, check_array, check_int, check_positive, check_real, check_rng, check_seed,
+                         namespace)
 
 COMPRESSORS = ("uniform", "balancekv", "blockwise", "subgen")
 
@@ -261,10 +262,46 @@ def _exact_part(K, V, lo: int, hi: int):
 def concat_compressed(parts):
     """Concatenate :class:`CompressedKV` pieces along the token axis (the same H and d; full-width only)."""
     from .token_selection import CompressedKV
+    if isinstance(parts, (str, bytes)) or not hasattr(parts, "__iter__"):
+        raise InputError(f"parts must be a sequence of CompressedKV, got {type(parts).__name__}")
+    parts = list(parts)
+    if not parts or not all(isinstance(p, CompressedKV) for p in parts):
+        raise InputError("parts must be a non-empty sequence of CompressedKV")
+    if any(p.rank is not None for p in parts):
+        raise InputError("concat_compressed joins full-width pieces only (a part has rank set)")
+    k0, v0 = parts[0].keys, parts[0].values
+    for p in parts[1:]:
+        if p.keys.shape[:-2] != k0.shape[:-2] or p.keys.shape[-1] != k0.shape[-1] \
+                or p.values.shape[-1] != v0.shape[-1]:
+            raise InputError(f"parts disagree in heads or width: keys {k0.shape} and {p.keys.shape}, "
+                             f"values {v0.shape} and {p.values.shape}")
     return CompressedKV(np.concatenate([p.keys for p in parts], -2), np.concatenate([p.values for p in parts], -2),
                         np.concatenate([p.log_w_num for p in parts], -1),
                         np.concatenate([p.log_w_den for p in parts], -1),
                         extra_floats=sum(p.extra_floats for p in parts))
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _check_cache(K, V, sink, window, budget_floats):
+    """K (H, n, d), V (H, n, s) finite float arrays within float32's range (the compressors store float32)."""
+    check_array(K, "K", ndim=3, min_rows=1)
+    check_array(V, "V", ndim=3)
+    namespace(K, V, names="K and V")
+    if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
+        raise InputError(f"K and V must agree in all but the last dimension, got {tuple(K.shape)} and {tuple(V.shape)}")
+    K, V = np.asarray(to_numpy(K)), np.asarray(to_numpy(V))
+    for name, X in (("K", K), ("V", V)):
+        if X.size and float(np.max(np.abs(X))) > F32_MAX / 2:
+            raise InputError(f"{name} exceeds float32's range (max |{name}| = {float(np.max(np.abs(X))):.3g}); "
+                             f"the compressed cache is float32")
+    check_int(sink, "sink")
+    check_int(window, "window")
+    # far more than the uncompressed cache (keys, values and a weight per token) buys nothing: capped, so that
+    # SubGen's t = O(budget) samples cannot allocate without bound
+    check_int(budget_floats, "budget_floats", minimum=1, maximum=4 * K.shape[1] * (K.shape[2] + V.shape[2] + 1) + 2**20)
+    return K, V
 
 
 def _split(K, sink: int, window: int, budget_floats: int):
@@ -292,6 +329,10 @@ class SubGenCompressor:
     def compress(self, K, V, *, budget_floats: int, rng: np.random.Generator):
         from .kcenter import greedy_k_center
         from .token_selection import CompressedKV
+        K, V = _check_cache(K, V, self.sink, self.window, budget_floats)
+        check_rng(rng)
+        if isinstance(self.cluster_share, bool) or not 0 < check_real(self.cluster_share, "cluster_share") < 1:
+            raise InputError(f"cluster_share must be in (0, 1), got {self.cluster_share!r}")
         K, V = np.asarray(K, np.float32), np.asarray(V, np.float32)
         n, d, left = _split(K, self.sink, self.window, budget_floats)
         lo, hi = self.sink, n - self.window
@@ -334,6 +375,7 @@ class SubspaceCompressor:
 
     def compress(self, K, V, *, budget_floats: int, rng: np.random.Generator | None = None):
         from .token_selection import CompressedKV
+        K, V = _check_cache(K, V, self.sink, self.window, budget_floats)
         K, V = np.asarray(K, np.float32), np.asarray(V, np.float32)
         n, d, left = _split(K, self.sink, self.window, budget_floats)
         lo, hi = self.sink, n - self.window

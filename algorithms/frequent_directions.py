@@ -232,6 +232,16 @@ def shrunk_gram(B: np.ndarray, ell: int, *, keep: int, out_rows: int):
     """:func:`shrunk` for numpy B (m x d, m <= d) through the eigendecomposition of B B^T (module docstring).
 
     Same contract and, up to rounding, the same result (tests compare the two paths)."""
+    if not isinstance(B, np.ndarray):
+        raise InputError(f"B must be a numpy array (shrunk_gram is the numpy path of shrunk), got {type(B).__name__}")
+    check_array(B, "B", ndim=2)
+    check_positive(ell, "ell", integer=True)
+    check_positive(keep, "keep", integer=True, allow_zero=True)
+    check_positive(out_rows, "out_rows", integer=True)
+    if out_rows < min(keep, B.shape[0]) or out_rows * B.shape[1] > 2**34:
+        raise InputError(f"out_rows = {out_rows} must hold the kept rows (keep = {keep}) and fit in memory")
+    if B.shape[0] > B.shape[1]:
+        raise InputError(f"shrunk_gram needs m <= d rows (B is {B.shape}); use shrunk")
     m, d = B.shape
     out = np.zeros((out_rows, d), dtype=B.dtype)
     if m == 0:

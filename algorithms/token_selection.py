@@ -93,6 +93,20 @@ class CompressedKV:
     projected: int = 0
 
     def __post_init__(self):
+        for name, arr in (("keys", self.keys), ("values", self.values), ("log_w_num", self.log_w_num),
+                          ("log_w_den", self.log_w_den)):
+            if not isinstance(arr, np.ndarray):
+                raise InputError(f"CompressedKV holds numpy arrays; {name} is {type(arr).__name__}")
+        check_array(self.keys, "keys", ndim=tuple(range(2, 8)))
+        check_array(self.values, "values", ndim=self.keys.ndim)
+        for name in ("log_w_num", "log_w_den"):      # -inf is a flag (that side does not use the token)
+            lw = check_array(getattr(self, name), name, ndim=self.keys.ndim - 1, finite=False)
+            if not bool(np.all(np.isfinite(lw) | (lw == -np.inf))):
+                raise InputError(f"{name} contains NaN or +Inf (only -inf, 'not used on this side', is allowed)")
+        check_int(self.extra_floats, "extra_floats")
+        check_int(self.projected, "projected")
+        if self.rank is not None:
+            check_int(self.rank, "rank", minimum=1, maximum=self.keys.shape[-1])
         if self.keys.shape[:-1] != self.values.shape[:-1] or self.log_w_num.shape != self.keys.shape[:-1] \
                 or self.log_w_den.shape != self.keys.shape[:-1]:
             raise InputError(f"CompressedKV shapes disagree: K {self.keys.shape}, V {self.values.shape}, "
@@ -121,6 +135,8 @@ def memory_floats(c: CompressedKV) -> int:
     per head and side one float when the weights are constant (uniform sampling, BalanceKV's 2^T), else one per
     token; a side of -inf is a flag, not a float; a = b is stored once. Subspace methods store ``rank``
     coordinates per projected key/value plus ``extra_floats`` (their bases)."""
+    if not isinstance(c, CompressedKV):
+        raise InputError(f"memory_floats takes a CompressedKV, got {type(c).__name__}")
     a, b = c.log_w_num, c.log_w_den
     fa, fb = np.isfinite(a), np.isfinite(b)
     used = fa | fb
@@ -143,10 +159,34 @@ def memory_floats(c: CompressedKV) -> int:
 
 
 def gather_selection(K, V, indices, log_weights) -> CompressedKV:
-    """The contract's form of a selection ``(indices, log_weights)``: a = b = the log-weights."""
+    """The contract's form of a selection ``(indices, log_weights)``: a = b = the log-weights.
+
+    K (..., n, d), V (..., n, s); indices (..., m) (or (m,) shared by the heads) integers in [0, n);
+    log_weights finite, broadcastable to the indices' shape."""
+    _check_kv(K, V)
+    n = K.shape[-2]
+    if not hasattr(indices, "shape") or not hasattr(indices, "dtype"):
+        raise InputError(f"indices must be an integer array, got {type(indices).__name__}")
+    idx = to_numpy(indices)
+    if idx.dtype.kind not in "iu":
+        raise InputError(f"indices must have an integer dtype, got {idx.dtype}")
+    lead = tuple(K.shape[:-2])
+    if idx.ndim not in (1, len(lead) + 1) or (idx.ndim > 1 and tuple(idx.shape[:-1]) != lead):
+        raise InputError(f"indices must have shape (m,) or {lead + ('m',)}, got {tuple(idx.shape)}")
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= n):
+        raise InputError(f"indices has entries outside [0, {n})")
+    idx = np.broadcast_to(idx.astype(np.int64), lead + idx.shape[-1:])
+    if not hasattr(log_weights, "shape") and not isinstance(log_weights, (int, float, np.number)) \
+            or isinstance(log_weights, (bool, np.bool_)):
+        raise InputError(f"log_weights must be a float array or number, got {type(log_weights).__name__}")
+    lw_in = np.asarray(to_numpy(log_weights))
+    if lw_in.dtype.kind not in "iuf" or not np.all(np.isfinite(lw_in)):
+        raise InputError(f"log_weights must be finite real numbers (dtype {lw_in.dtype})")
+    try:
+        lw = np.array(np.broadcast_to(lw_in, idx.shape), dtype=np.float32)
+    except ValueError as e:
+        raise InputError(f"log_weights of shape {lw_in.shape} do not broadcast to the indices' {idx.shape}") from e
     K, V = to_numpy(K), to_numpy(V)
-    idx = np.asarray(to_numpy(indices), dtype=np.int64)
-    lw = np.array(np.broadcast_to(to_numpy(log_weights), idx.shape), dtype=np.float32)
     Ks = np.take_along_axis(K, idx[..., None], axis=-2)
     Vs = np.take_along_axis(V, idx[..., None], axis=-2)
     return CompressedKV(Ks, Vs, lw, lw.copy())

@@ -110,7 +110,10 @@ def uniform_parts(q, K, V, idx, *, scale: float | None = None):
         raise InputError("the largest logit overflows the float range: the parts e^shift * num are not "
                          "representable (uniform_estimate, which needs only their ratio, is)")
     Ks, Vs = _gather_rows(K, idx_np), _gather_rows(V, idx_np)
-    w = xp.exp(xp.matmul(qq, xp.matrix_transpose(Ks)) * scale - shift) * (n / m)             # (..., nq, m)
+    # logit - shift <= 0 in exact arithmetic; recomputed on the sampled rows its rounding (~eps |logit|) can
+    # make it positive, and at |logit| ~ 1e60 that is e^{1e44} = Inf: clipped at 0
+    z = xp.matmul(qq, xp.matrix_transpose(Ks)) * scale - shift
+    w = xp.exp(xp.where(z > 0, xp.zeros_like(z), z)) * (n / m)                               # (..., nq, m)
     num, den, shift = xp.matmul(w, Vs), xp.sum(w, axis=-1), shift[..., 0]
     if not had_axis:
         num, den, shift = num[..., 0, :], den[..., 0], shift[..., 0]

@@ -530,3 +530,243 @@ from kvbounds.algorithms import balance_kv as bkv_mod  # noqa: E402
 from kvbounds.algorithms import frequent_directions as fd_mod  # noqa: E402
 
 ENTRIES = ENTRIES + EXTRA
+
+
+# -- the released BalanceKV walk, the end-to-end contract (CompressedKV), FD's eigh path -----------------------
+
+from kvbounds.algorithms import balance_kv_released as bkr  # noqa: E402
+
+LOG2 = math.log(2.0)
+
+
+def _signs_arrays(rng, cls):
+    B, m = int(rng.integers(1, 4)), int(rng.integers(1, 10))
+    return dict(signs=np.where(rng.random((B, m)) < 0.5, -1, 1).astype(np.int64))
+
+
+def _check_cut_weights(out, signs):
+    """A direct transcription of the rule: the first positions where #(-1), #(+1) reach m // 2."""
+    out = np.asarray(out)
+    for b, row in enumerate(np.asarray(signs).tolist()):
+        m, half = len(row), len(row) // 2
+
+        def first(v):
+            cnt = 0
+            for i, x in enumerate(row):
+                cnt += x == v
+                if cnt == half:
+                    return i
+            return 0
+        c = max(first(-1), first(1))
+        ref = [(-2 if x == row[c] else 2) if i <= c else 1 for i, x in enumerate(row)]
+        if out[b].tolist() != ref:
+            return f"row {b} {row}: weights {out[b].tolist()}, expected {ref}"
+    return None
+
+
+def _check_released_select(out, K, V, levels, **kw):
+    idx, w = (np.asarray(as_numpy(x)) for x in out)
+    n = K.shape[-2]
+    m = n >> levels
+    if idx.shape != K.shape[:-2] + (m,) or w.shape != idx.shape:
+        return f"shapes {idx.shape}, {w.shape}; expected {K.shape[:-2] + (m,)}"
+    flat = idx.reshape(-1, m)
+    if flat.size and (flat.min() < 0 or flat.max() >= n or any(len(set(r)) != m for r in flat.tolist())):
+        return f"indices {idx} not distinct in [0, {n})"
+    if not np.all(np.isin(w, [2 ** t for t in range(levels + 1)])):
+        return f"weights {w} not products of levels = {levels} factors 1 or 2"
+    return None
+
+
+WALK_PARAMS = dict(gamma=4.0, temp=1.0, beta=0.0, kernel_const=0.025, walk_c=None)
+
+
+def _check_compress_released(out, K, V, sink, window, levels, estimator, **kw):
+    idx, lwn, lwd = (np.asarray(as_numpy(x), np.float64) for x in out)
+    n = K.shape[-2]
+    kept = sink + window + ((n - sink - window) >> levels)
+    if idx.shape != K.shape[:-2] + (kept,) or lwn.shape != idx.shape or lwd.shape != idx.shape:
+        return f"shape {idx.shape}, expected {K.shape[:-2] + (kept,)}"
+    flat = idx.reshape(-1, kept)
+    if np.any(np.diff(flat, axis=-1) <= 0) or (flat.size and (flat.min() < 0 or flat.max() >= n)):
+        return f"indices {idx} not sorted distinct in [0, {n})"
+    exact = np.r_[np.arange(sink), np.arange(n - window, n)]
+    if not np.all(flat[:, :sink] == np.arange(sink)) or not np.all(flat[:, kept - window:] == np.arange(n - window, n)):
+        return f"sink/window tokens {exact} not all kept: {idx}"
+    mid = slice(sink, kept - window)
+    if np.any(lwn[..., :sink]) or np.any(lwd[..., :sink]) or np.any(lwn[..., kept - window:]) \
+            or np.any(lwd[..., kept - window:]):
+        return "non-zero log-weights on the exact tokens"
+    ln, ld = lwn[..., mid] / LOG2, lwd[..., mid] / LOG2
+    tol = 1e-5
+    if np.any(np.abs(ln - np.rint(ln)) > tol) or np.any(ln < -tol) or np.any(ln > levels + tol):
+        return f"log_w_num / log 2 = {ln} not integers in [0, {levels}]"
+    if estimator == "released" and np.any(np.abs(ld - levels) > tol):
+        return f"log_w_den {lwd} != levels log 2"
+    return None
+
+
+def _check_log_weights(out, weights, levels, estimator):
+    lw, flat = (np.asarray(as_numpy(x), np.float64) for x in out)
+    ref_n = np.log(np.asarray(weights, np.float64)) if estimator != "unweighted" else np.full(weights.shape, levels * LOG2)
+    ref_d = np.full(weights.shape, levels * LOG2) if estimator == "released" else \
+        (ref_n if estimator == "consistent" else np.full(weights.shape, levels * LOG2))
+    ok = lw.shape == ref_n.shape and np.allclose(lw, ref_n, rtol=1e-12, atol=0) and np.allclose(flat, ref_d, rtol=1e-12, atol=0)
+    return None if ok else f"({lw}, {flat}) != ({ref_n}, {ref_d})"
+
+
+def _split_arrays(rng, cls):
+    a = _weighted_arrays(rng, cls)
+    w = a.pop("logw")
+    a["log_w_num"] = w
+    a["log_w_den"] = (rng.integers(0, 3, w.shape[0]) * LOG2).astype(w.dtype) if rng.random() < 0.5 else w.copy()
+    return a
+
+
+def _check_split(out, q, K, V, idx, log_w_num, log_w_den, scale):
+    lwn, lwd = np.asarray(log_w_num, np.float64), np.asarray(log_w_den, np.float64)
+    # sum_i e^{s_i + lwd_i} (e^{lwn_i - lwd_i} v_i) / sum_i e^{s_i + lwd_i}; lwn = lwd = 0 and all indices: exact
+    Vw = np.asarray(V, np.float64)[idx] * np.exp(lwn - lwd)[:, None]
+    return compare_attention(out, q, K[idx], Vw, _scale(scale, K.shape[1]), extra=lwd)
+
+
+def _ckv_arrays(rng, cls):
+    H, m, d = int(rng.integers(1, 3)), int(rng.integers(1, 7)), int(rng.integers(1, 4))
+    choices = np.array([0.0, 0.0, LOG2, 2 * LOG2, -np.inf, 0.5])
+    return dict(keys=make_array(rng, (H, m, d), cls), values=make_array(rng, (H, m, d), cls),
+                a=choices[rng.integers(0, 6, (H, m))], b=choices[rng.integers(0, 6, (H, m))])
+
+
+def _memory_call(keys, values, a, b, extra_floats):
+    return ts.memory_floats(ts.CompressedKV(keys, values, a, b, extra_floats=extra_floats))
+
+
+def _check_memory(out, keys, values, a, b, extra_floats):
+    """A hand count, token by token: key if either side uses it, value if the numerator does; weights
+    per head and side (none for a = b = 0 tokens, one when constant, else one per token, a = b once)."""
+    d = keys.shape[-1]
+    total = extra_floats
+    for h in range(a.shape[0]):
+        wa, wb = [], []
+        for i in range(a.shape[1]):
+            ua, ub = math.isfinite(a[h, i]), math.isfinite(b[h, i])
+            total += d * (ua or ub) + d * ua
+            if (ua or ub) and not (a[h, i] == 0 and b[h, i] == 0):
+                wa.append(a[h, i])
+                wb.append(b[h, i])
+        if wa == wb:
+            total += 0 if not wa else (1 if len(set(wa)) == 1 else len(wa))
+        else:
+            for side in ([x for x in wa if math.isfinite(x)], [x for x in wb if math.isfinite(x)]):
+                total += 0 if not side else (1 if len(set(side)) == 1 else len(side))
+    return None if out == total else f"memory_floats = {out}, hand count {total}"
+
+
+def _gather_arrays(rng, cls):
+    a = _kv(rng, cls, 8)
+    H = int(rng.integers(1, 3))
+    a["K"], a["V"] = np.stack([a["K"]] * H), np.stack([a["V"]] * H)
+    n = a["K"].shape[1]
+    a["indices"] = rng.integers(0, n, (H, int(rng.integers(1, n + 1)))).astype(np.int64)
+    a["log_weights"] = (rng.integers(0, 3, a["indices"].shape) * LOG2)
+    return a
+
+
+def _check_gather(out, K, V, indices, log_weights):
+    indices = np.broadcast_to(indices, K.shape[:1] + indices.shape[-1:])
+    log_weights = np.broadcast_to(log_weights, indices.shape)
+    for h in range(K.shape[0]):
+        if not (np.array_equal(out.keys[h], K[h][indices[h]]) and np.array_equal(out.values[h], V[h][indices[h]])
+                and np.allclose(out.log_w_num[h], log_weights[h], rtol=1e-6) and np.array_equal(out.log_w_num, out.log_w_den)):
+            return f"head {h}: the gathered selection differs from numpy's fancy indexing"
+    return None
+
+
+def _concat_call(keys, values, a, b, extra_floats):
+    p = ts.CompressedKV(keys, values, a, b, extra_floats=extra_floats)
+    q = ts.CompressedKV(keys[..., :1, :], values[..., :1, :], a[..., :1], b[..., :1])
+    return ca.concat_compressed([p, q])
+
+
+def _check_concat(out, keys, values, a, b, extra_floats):
+    ok = (np.array_equal(out.keys, np.concatenate([keys, keys[..., :1, :]], -2))
+          and np.array_equal(out.values, np.concatenate([values, values[..., :1, :]], -2))
+          and np.array_equal(out.log_w_num, np.concatenate([a, a[..., :1]], -1))
+          and np.array_equal(out.log_w_den, np.concatenate([b, b[..., :1]], -1)) and out.extra_floats == extra_floats)
+    return None if ok else "concatenation differs from numpy's"
+
+
+def _cache_arrays(rng, cls):
+    H, n, d = int(rng.integers(1, 3)), int(rng.integers(3, 14)), int(rng.integers(1, 4))
+    return dict(K=make_array(rng, (H, n, d), cls), V=make_array(rng, (H, n, d), cls))
+
+
+def _compressor_e2e_call(cls_):
+    def call(K, V, sink, window, budget_floats, rng):
+        return cls_(sink=sink, window=window).compress(K, V, budget_floats=budget_floats, rng=rng)
+    return call
+
+
+def _ckv_nonfinite_ok(out, **kw):
+    """SubGen's representatives / samples flag the unused side with log-weight -inf (documented)."""
+    return bool(np.all(np.isfinite(out.keys)) and np.all(np.isfinite(out.values))
+                and np.all(np.isfinite(out.log_w_num) | (out.log_w_num == -np.inf))
+                and np.all(np.isfinite(out.log_w_den) | (out.log_w_den == -np.inf)))
+
+
+def _check_e2e_compressor(out, K, V, sink, window, budget_floats, rng):
+    n = K.shape[1]
+    if not (np.array_equal(out.keys[:, :sink], K[:, :sink].astype(np.float32))
+            and np.array_equal(out.keys[:, out.keys.shape[1] - window:], K[:, n - window:].astype(np.float32))):
+        return "sink/window keys not kept exactly"
+    return None
+
+
+E2E = [
+    Entry("cut_weights", _signs_arrays, {}, lambda signs: bkr.cut_weights(signs), _check_cut_weights, torch_ok=False),
+    Entry("released_select", lambda r, c: _kv(r, c, 16), dict(levels=1, block_size=4, rng=RNG, **WALK_PARAMS),
+          lambda K, V, **kw: bkr.released_select(K, V, **kw), _check_released_select),
+    Entry("released_select[walk_c]", lambda r, c: _kv(r, c, 16), dict(levels=2, block_size=2, rng=RNG, walk_c=30.0,
+                                                                      temp=0.1),
+          lambda K, V, **kw: bkr.released_select(K, V, **kw), _check_released_select),
+    Entry("compress_cache_released", lambda r, c: _kv(r, c, 16),
+          dict(sink=1, window=1, levels=1, block_size=4, rng=RNG, estimator="released"),
+          lambda K, V, **kw: bkr.compress_cache_released(K, V, **kw), _check_compress_released),
+    Entry("released_log_weights", lambda r, c: dict(weights=2 ** r.integers(0, 3, (2, int(r.integers(1, 5))))),
+          dict(levels=2, estimator="released"),
+          lambda weights, levels, estimator: bkr.released_log_weights(weights, levels, estimator), _check_log_weights),
+    Entry("expand_groups", lambda r, c: dict(x=make_array(r, (int(r.integers(1, 3)), int(r.integers(1, 5))), c)),
+          dict(group=2), lambda x, group: bkr.expand_groups(x, group),
+          lambda out, x, group: None if x.ndim < 2 or np.array_equal(np.asarray(as_numpy(out)), np.repeat(x, group, axis=-2),
+                                                                     equal_nan=x.dtype.kind in "fc")
+          else "differs from np.repeat",
+          nonfinite_ok=lambda out, x, group: not np.all(np.isfinite(np.asarray(as_numpy(x))))),
+    Entry("split_weighted_attention", _split_arrays, dict(scale=None),
+          lambda q, K, V, idx, log_w_num, log_w_den, scale: bkr.split_weighted_attention(
+              q, K, V, idx, log_w_num, log_w_den, scale=scale), _check_split),
+    Entry("split_weighted_attention[exact]", lambda r, c: _qkv(r, c), dict(scale=None),
+          lambda q, K, V, scale: bkr.split_weighted_attention(
+              q, K, V, np.arange(K.shape[0]) if hasattr(K, "shape") and K.ndim == 2 else np.arange(1),
+              *(2 * [np.zeros(K.shape[0], dtype=K.dtype) if hasattr(K, "shape") and K.ndim == 2 else np.zeros(1)]),
+              scale=scale) if not hasattr(K, "numpy") else bkr.split_weighted_attention(
+              q, K, V, __import__("torch").arange(K.shape[0]), *(2 * [__import__("torch").zeros(K.shape[0], dtype=K.dtype)]),
+              scale=scale),
+          _check_exact),
+    Entry("theory_walk_c", lambda r, c: {}, dict(block_size=8, delta=0.01),
+          lambda block_size, delta: bkr.theory_walk_c(block_size, delta),
+          lambda out, block_size, delta: None if math.isclose(out, 30 * math.log(block_size / delta)) else f"{out}"),
+    Entry("memory_floats", _ckv_arrays, dict(extra_floats=3), _memory_call, _check_memory, torch_ok=False),
+    Entry("gather_selection", _gather_arrays, {}, lambda **kw: ts.gather_selection(**kw), _check_gather),
+    Entry("concat_compressed", _ckv_arrays, dict(extra_floats=3), _concat_call, _check_concat, torch_ok=False,
+          nonfinite_ok=_ckv_nonfinite_ok),
+    Entry("SubGenCompressor", _cache_arrays, dict(sink=1, window=1, budget_floats=40, rng=RNG),
+          _compressor_e2e_call(ca.SubGenCompressor), _check_e2e_compressor, nonfinite_ok=_ckv_nonfinite_ok),
+    Entry("SubspaceCompressor", _cache_arrays, dict(sink=1, window=1, budget_floats=40, rng=RNG),
+          _compressor_e2e_call(ca.SubspaceCompressor), _check_e2e_compressor),
+    Entry("shrunk_gram", lambda r, c: dict(B=make_array(r, (int(r.integers(0, 4)), int(r.integers(4, 7))), c)),
+          dict(ell=2), lambda B, ell: fd_mod.shrunk_gram(B, ell, keep=ell - 1 if isinstance(ell, int) else ell,
+                                                           out_rows=2 * ell if isinstance(ell, int) else ell),
+          torch_ok=False),
+]
+
+ENTRIES = ENTRIES + E2E

@@ -86,7 +86,13 @@ def test_every_public_entry_point_is_fuzzed() -> None:
         "shifted_logits",
         # INDEX-game decoding on instances built by the entries above (tests/test_index_reduction.py)
         "build_instance", "bob_value", "bob_decode", "lemma_sum", "collisions", "read_values", "decode_group",
-        "eq2_error"}
+        "eq2_error",
+        # the step-by-step reference of panel_walk (compared with it in tests/test_fast_paths.py)
+        "panel_walk_stepwise",
+        # a diagnostic recomputed from a level's own walk inside blockwise_balance_select (diagnostics=[...])
+        "walk_diagnostic",
+        # a hook returning compress_cache_released (its entry above) or None
+        "released_balancekv"}
     missing = []
     for mod in pkgutil.iter_modules(pkg.__path__):
         if mod.name == "validation":          # the checks themselves
@@ -98,3 +104,16 @@ def test_every_public_entry_point_is_fuzzed() -> None:
             if name not in not_entry_points and name not in covered:
                 missing.append(f"{mod.name}.{name}")
     assert not missing, missing
+
+
+def test_released_walk_kernel_overflow_is_an_input_error() -> None:
+    """Found by the fuzz entries: keys of norm 1e3 overflow the released kernel exp(<k~_i, k~_j>/sqrt d); the
+    walk's sums became inf - inf = NaN and every sign silently -1. Now an InputError naming the overflow."""
+    import numpy as np
+
+    from kvbounds.algorithms.balance_kv_released import released_select
+    from kvbounds.algorithms.validation import InputError
+    rng = np.random.default_rng(0)
+    K, V = rng.standard_normal((8, 3)) * 1e3, rng.standard_normal((8, 2))
+    with pytest.raises(InputError, match="overflows"):
+        released_select(K, V, levels=1, block_size=4, rng=rng)
