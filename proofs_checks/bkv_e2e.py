@@ -10,12 +10,13 @@ Variants: the paper's pseudocode (``balancekv``) and the authors' released walk 
 that module is present). Baselines: our uniform sampling and StreamingLLM, kvpress's SnapKV and PyramidKV
 (rows skipped with a note when kvpress is missing). Per variant and setup, ``reproduction`` follows
 :func:`kvbounds.verdict.reproduction_status` over cells (baseline x budget x task), a cell counting when a
-one-sided paired t-test (per token for perplexity, per instance for passkey) is significant at 0.05.
+one-sided paired t-test (per token for perplexity, per instance for passkey) is significant at 0.05 after a Holm adjustment over the cells.
 """
 from __future__ import annotations
 
 from kvbounds.e2e import checks as C
-from kvbounds.verdict import HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, reproduction_status
+from kvbounds.verdict import (HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, combine_reproductions,
+                              reproduction_status, significant_cells, statement_from_reproduction)
 
 
 CLAIM = "BKV.e2e"
@@ -39,25 +40,26 @@ def run_trial(params: dict, seed: int, backend: str):
 
 
 def compare(records, variants=VARIANTS, baselines=BASELINES, tasks=TASKS):
-    """Per variant: (better, worse, cells, details) over baseline x budget x task."""
+    """Per variant: (better, worse, cells, details) over baseline x budget x task (one-sided paired tests,
+    Holm-adjusted over the cells)."""
     budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("budget") not in (None, 1.0)
                       and "ll" in r.extra})
     out = {}
     for variant, method in variants.items():
-        better = worse = cells = 0
-        details = []
+        p_better, p_worse, details = [], [], []
         for b in budgets:
             for base in baselines:
                 for task in tasks:
                     c = C.paired_compare(records, method, base, b, task)
                     if c is None:
                         continue
-                    cells += 1
-                    better += c["p_better"] < C.ALPHA
-                    worse += c["p_worse"] < C.ALPHA
+                    p_better.append(c["p_better"])
+                    p_worse.append(c["p_worse"])
                     details.append(f"{task}@{b:g} vs {base}: {c['mean']:+.3g} nats (n={c['n']}, "
                                    f"p>={c['p_better']:.2g}, p<={c['p_worse']:.2g})")
-        out[variant] = (better, worse, cells, details)
+        # the shared multiple-testing rule: each direction Holm-adjusted over the variant's cells
+        better, worse = significant_cells(p_better, p_worse, C.ALPHA)
+        out[variant] = (better, worse, len(p_better), details)
     return out
 
 
@@ -76,8 +78,8 @@ def summarize(records) -> Verdict:
                   if cells else f"not run (method {VARIANTS[variant]!r} has no records)")
         reps.append(Reproduction(variant, status, setup, detail))
         parts.append(f"{variant}: {status} ({better}/{cells} better, {worse} worse)")
-    main = reps[0].status
+    main = combine_reproductions(reps)
     parts += skipped[:3]
     return Verdict(CLAIM, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
-                   n_records=len(records), kind="empirical", reproduction=main, reproductions=reps,
-                   headline=f"{main} on SmolLM2-135M (CPU)")
+                   n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),
+                   reproduction=main, reproductions=reps)

@@ -8,12 +8,14 @@ Here, through :mod:`kvbounds.e2e` on SmolLM2-135M-Instruct (CPU): lines "line <n
 <number>" generated offline, one asked at the end; the teacher-forced log-likelihood of the number (graded) and
 exact match. Variants: ``kcenter`` (weights 1, what the papers keep), ``kcenter_sized`` (cluster sizes as
 weights) and ``subgen`` (SubGen's split estimator). Cells: every other method present (ours and kvpress's) x
-budget; :func:`kvbounds.verdict.reproduction_status` with one-sided paired t-tests over instances at 0.05.
+budget; :func:`kvbounds.verdict.reproduction_status` with one-sided paired t-tests over instances at 0.05, Holm-adjusted
+over the cells.
 """
 from __future__ import annotations
 
 from kvbounds.e2e import checks as C
-from kvbounds.verdict import HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, reproduction_status
+from kvbounds.verdict import (HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, combine_reproductions,
+                              reproduction_status, statement_from_reproduction)
 
 from .bkv_e2e import compare
 
@@ -53,8 +55,8 @@ def summarize(records) -> Verdict:
                                  f"{better}/{cells} cells significantly better, {worse} significantly worse; "
                                  + "; ".join(details) if cells else "not run"))
         parts.append(f"{variant}: {status} ({better}/{cells} better, {worse} worse)")
-    main = reps[0].status
+    main = combine_reproductions(reps)
     parts += skipped[:3]
     return Verdict(CLAIM, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
-                   n_records=len(records), kind="empirical", reproduction=main, reproductions=reps,
-                   headline=f"{main} on SmolLM2-135M (CPU)")
+                   n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),
+                   reproduction=main, reproductions=reps)
