@@ -59,31 +59,38 @@ def draw_board(rows: list[dict], path: Path) -> bool:
             continue
         label = f"{r.get('method', '')} ({r.get('source', '')})"
         pts[str(r.get("metric", ""))][label].append((mem, v, _num(r.get("ci_low")), _num(r.get("ci_high"))))
-    metrics = sorted(pts)[:MAX_PANELS]
+    # graded metrics first (they separate methods that all miss an exact match), then the rest
+    graded = [m for m in sorted(pts) if "exact match" not in m and "perplexity" not in m]
+    metrics = (graded + [m for m in sorted(pts) if m not in graded])[:MAX_PANELS]
     if not metrics:
         return False
-    methods = sorted({m for metric in metrics for m in pts[metric]})
-    colours = dict(zip(methods, sns.color_palette("colorblind", n_colors=len(methods))))
-    fig = Figure(figsize=(4.6 * len(metrics), 3.8))
+    methods = sorted({m for metric in metrics for m in pts[metric] if not m.startswith("exact ")})
+    colours = dict(zip(methods, sns.color_palette("husl", n_colors=len(methods))))
+    bands = len(methods) <= 6            # with more methods, overlapping bands hide the lines: intervals are in the table
+    fig = Figure(figsize=(4.4 * len(metrics) + 2.6, 3.9))
     FigureCanvasAgg(fig)
     for i, metric in enumerate(metrics):
         ax = fig.add_subplot(1, len(metrics), i + 1)
+        for m, p in sorted(pts[metric].items()):
+            if m.startswith("exact "):   # the uncompressed cache: a reference level, not a point far to the right
+                ax.axhline(p[0][1], color="black", ls="--", lw=1, label="exact attention (no compression)")
         for m in methods:
             p = sorted(pts[metric].get(m, []))
             if not p:
                 continue
             xs, ys = [q[0] for q in p], [q[1] for q in p]
-            ax.plot(xs, ys, marker="o", color=colours[m], label=m)
-            lo = [q[2] if q[2] is not None else q[1] for q in p]
-            hi = [q[3] if q[3] is not None else q[1] for q in p]
-            ax.fill_between(xs, lo, hi, color=colours[m], alpha=0.15, lw=0)
-        ax.set_xscale("log")
+            style = "-" if m.endswith("(kvbounds)") else ":"
+            ax.plot(xs, ys, marker="o", ls=style, color=colours[m], label=m, lw=1.4, ms=4)
+            if bands:
+                lo = [q[2] if q[2] is not None else q[1] for q in p]
+                hi = [q[3] if q[3] is not None else q[1] for q in p]
+                ax.fill_between(xs, lo, hi, color=colours[m], alpha=0.15, lw=0)
         ax.set_xlabel("memory (floats held in the cache)")
         ax.set_ylabel(metric)
         ax.set_title(f"{metric} against memory", fontsize=10)
         ax.grid(True, alpha=0.3)
-        if i == 0:
-            ax.legend(fontsize=7)
+        if i == len(metrics) - 1:
+            ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
