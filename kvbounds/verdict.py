@@ -21,224 +21,27 @@ A verdict has separate dimensions, each decided by one rule of this module, the 
 ``status`` from the dimensions (so a verdict built by hand gets the same labels). Verdicts are a function of
 the *set* of records: every rule orders records canonically (:func:`canonical_order`) and the bootstrap of
 :func:`loglog_slope` is seeded from its (sorted) points.
+
+The verdict's fields live in :mod:`kvbounds.verdict_fields` and the shared statistics in
+:mod:`kvbounds.statistics`; both are re-exported here, so checks import everything from this module.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .records import Record, canonical
+from .records import Record
+from .statistics import (GROWTH_TOL, Growth, canonical_order, data_seed, growth, holm_adjust,  # noqa: F401
+                         loglog_slope, record_sort_key, significant_cells)
+from .verdict_fields import (CLAIM_KINDS, FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, LEGACY_STATUS,  # noqa: F401
+                             NO_CHECK, NOT_REFUTED, NOT_RUN, POWER_VALUES, PROOF_VALUES, RATE_VALUES,
+                             REPRODUCTION_VALUES, STATEMENT_VALUES, Constant, Erratum, FigureSpec, Finding,
+                             RateInfo, Reproduction, Verdict)
 
-# legacy single labels (``Verdict.status``), derived from ``statement`` by :func:`finalize`
-HOLDS = "holds"
-HOLDS_FITTED = "holds (fitted constant)"
-FAILS = "fails"
-NOT_REFUTED = "not refuted"
-INCONCLUSIVE = "inconclusive"
-NO_CHECK = "no check"
-NOT_RUN = "not run"
-
-# An O(.) claim asserts measured/shape stays bounded along the sweep. We call it growth when the
-# log-log slope of that ratio against the swept parameter has a bootstrap 95% lower bound above this.
-GROWTH_TOL = 0.15
 DECISIVE_KINDS = ("a-priori", "exact", "certificate")
-
-
-@dataclasses.dataclass
-class Finding:
-    claim: str
-    title: str
-    detail: str
-    smallest_input: dict = dataclasses.field(default_factory=dict)
-    kind: str = "bound fails"   # "bound fails" | "versions disagree" | "erratum" | "rate" | "power" | "finding"
-
-
-@dataclasses.dataclass
-class FigureSpec:
-    """Measured vs bound along one swept parameter (drawn by the report with seaborn)."""
-    title: str
-    x: str                      # params key on the x axis
-    check: str | None = None    # restrict to records of this sub-check
-    hue: str | None = None      # params key (or "check") for colour
-    y: str = "measured"         # "measured" | "ratio"
-    show_bound: bool = True
-    logx: bool = True
-    logy: bool = True
-    sweep: str | None = None    # restrict to records with params["sweep"] == sweep (default: the sweep named x, if any)
-    xlabel: str = ""            # axis labels with units (default: the report's label for the params key)
-    ylabel: str = ""
-
-
-# ------------------------------------------------------------------ verdict dimensions (issue 9)
-STATEMENT_VALUES = ("holds", "holds-fitted", "false", "not-refuted", "inconclusive", "not-run", "no-check")
-PROOF_VALUES = ("sound", "errata", "n/a")
-RATE_VALUES = ("observed", "not-reached", "n/a")
-REPRODUCTION_VALUES = ("reproduced", "partial", "not-reproduced", "reversed", "n/a")
-POWER_VALUES = ("shown", "low", "n/a")
-CLAIM_KINDS = ("theorem", "lemma", "algorithm property", "cost", "empirical")
-LEGACY_STATUS = {"holds": HOLDS, "holds-fitted": HOLDS_FITTED, "false": FAILS, "not-refuted": NOT_REFUTED,
-                 "inconclusive": INCONCLUSIVE, "not-run": NOT_RUN, "no-check": NO_CHECK}
-
-
-@dataclasses.dataclass
-class Erratum:
-    """An error in a proof step (or in the pseudocode) that does not by itself refute the statement."""
-    where: str                      # "001 Lemma C.3, step 2"
-    what: str                       # what is wrong
-    smallest_input: dict = dataclasses.field(default_factory=dict)
-    corrected: str = ""             # the corrected step, when known
-
-
-@dataclasses.dataclass
-class Constant:
-    """A constant of a bound: ``proven`` (the paper's, e.g. the walk's c = 30 log(n/delta)) or ``fitted``
-    (max measured/shape over the sweep). ``what`` says which constant and which factors it includes."""
-    value: float
-    kind: str                       # "proven" | "fitted"
-    what: str = ""
-    spread: tuple[float, float] | None = None   # (5th percentile, median) for fitted constants
-
-
-@dataclasses.dataclass
-class RateInfo:
-    """A stated rate (an exponent in a swept parameter) against the measured one."""
-    param: str                      # the swept parameter, e.g. "t"
-    tested_range: tuple[float, float]
-    stated_exponent: float
-    measured_exponent: float
-    ci: tuple[float, float]
-    sets_in: str = ""               # where the stated rate should set in, and how that was estimated
-    label: str = ""                 # e.g. "O(1/t) rate"; default from the stated exponent
-
-
-@dataclasses.dataclass
-class Reproduction:
-    """One empirical claim's reproduction for one variant of the method on one setup."""
-    variant: str                    # "pseudocode" | "released" | ...
-    status: str                     # one of REPRODUCTION_VALUES
-    setup: str                      # model, layers, n, and how it differs from the paper's
-    detail: str = ""
-
-
-@dataclasses.dataclass
-class Verdict:
-    claim: str
-    status: str                     # legacy single label, derived from ``statement`` by finalize()
-    summary: str
-    constant: float | None = None
-    constant_spread: tuple[float, float] | None = None
-    constant_kind: str | None = None   # "proven" | "fitted"
-    findings: list[Finding] = dataclasses.field(default_factory=list)
-    figures: list[FigureSpec] = dataclasses.field(default_factory=list)
-    n_records: int = 0
-    # the dimensions (issue 9); filled by the shared rules, rendered by the report
-    kind: str = ""                  # CLAIM_KINDS, from the registry
-    statement: str = ""             # STATEMENT_VALUES
-    proof: str = "n/a"              # PROOF_VALUES
-    rate: str = "n/a"               # RATE_VALUES
-    reproduction: str = "n/a"       # REPRODUCTION_VALUES
-    power: str = "n/a"              # POWER_VALUES
-    headline: str = ""              # one short label derived from the dimensions
-    counterexample: dict | None = None   # for statement == "false": params (+ measured, bound) of the smallest input
-    corrected: str = ""             # for statement == "false": the corrected statement, when proven or measured
-    errata: list[Erratum] = dataclasses.field(default_factory=list)
-    rate_info: RateInfo | None = None
-    reproductions: list[Reproduction] = dataclasses.field(default_factory=list)
-    power_detail: str = ""
-    proven_constant: Constant | None = None
-    fitted_constant: Constant | None = None
-
-
-# ------------------------------------------------------------------ order independence
-def record_sort_key(r: Record) -> tuple:
-    return (r.claim, r.check, canonical(r.params), r.seed, r.backend, r.control, r.bound_kind,
-            repr(r.measured), repr(r.bound), canonical(r.extra))
-
-
-def canonical_order(records: Iterable[Record]) -> list[Record]:
-    """Records in a canonical order (claim, check, params, seed, ...), so rules see a set, not a sequence."""
-    return sorted(records, key=record_sort_key)
-
-
-def data_seed(*arrays: Sequence[float]) -> int:
-    """A bootstrap seed computed from the data themselves (same points, same seed)."""
-    h = hashlib.sha256()
-    for a in arrays:
-        h.update(np.ascontiguousarray(np.asarray(a, float)).tobytes())
-    return int.from_bytes(h.digest()[:8], "little")
-
-
-def loglog_slope(x: Sequence[float], y: Sequence[float], *, n_boot: int = 400,
-                 seed: int | None = None) -> tuple[float, float, float]:
-    """Least-squares slope of log y on log x with a bootstrap 95% interval (over points).
-
-    The points are sorted first and, unless ``seed`` is given, the bootstrap is seeded from them, so the
-    result depends only on the set of points."""
-    lx, ly = np.log(np.asarray(x, float)), np.log(np.maximum(np.asarray(y, float), 1e-300))
-    if len(np.unique(lx)) < 2:
-        return 0.0, 0.0, 0.0
-    order = np.lexsort((ly, lx))
-    lx, ly = lx[order], ly[order]
-    slope = float(np.polyfit(lx, ly, 1)[0])
-    rng = np.random.default_rng(data_seed(lx, ly) if seed is None else seed)
-    boots = []
-    for _ in range(n_boot):
-        idx = rng.integers(0, len(lx), len(lx))
-        if len(np.unique(lx[idx])) < 2:
-            continue
-        boots.append(np.polyfit(lx[idx], ly[idx], 1)[0])
-    lo, hi = (np.percentile(boots, [2.5, 97.5]) if boots else (slope, slope))
-    return slope, float(lo), float(hi)
-
-
-# ------------------------------------------------------------------ growth (one helper for every O(.) check)
-@dataclasses.dataclass
-class Growth:
-    """Log-log slope of a fitted constant (measured/shape by default) along one swept parameter."""
-    group: str                      # the sub-check (or group label) the points belong to
-    param: str
-    slope: float
-    lo: float
-    hi: float
-    x_range: tuple[float, float]
-    n_points: int
-    smallest: dict                  # params of the record with the smallest x
-    key: Any = None                 # the raw group key (``group`` is its str)
-
-    @property
-    def grows(self) -> bool:
-        return self.lo > GROWTH_TOL
-
-    def text(self) -> str:
-        return f"{self.group} vs {self.param}: slope {self.slope:+.2f} [{self.lo:+.2f},{self.hi:+.2f}]"
-
-
-def growth(records: Iterable[Record], param: str, *, value: Callable[[Record], float] = lambda r: r.ratio,
-           group: Callable[[Record], Any] = lambda r: r.check, where: Callable[[Record], bool] | None = None,
-           swept_only: bool = False) -> list[Growth]:
-    """One :class:`Growth` per group with >= 2 distinct values of ``params[param]``.
-
-    ``swept_only``: keep records whose ``params["sweep"] == param`` (checks that sweep one key at a time)."""
-    groups: dict[Any, list[Record]] = {}
-    for r in canonical_order(records):
-        if param not in r.params or (where is not None and not where(r)):
-            continue
-        if swept_only and r.params.get("sweep") != param:
-            continue
-        groups.setdefault(group(r), []).append(r)
-    out = []
-    for g, rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        xs = [float(r.params[param]) for r in rs]
-        if len(set(xs)) < 2:
-            continue
-        slope, lo, hi = loglog_slope(xs, [value(r) for r in rs])
-        small = min(rs, key=lambda r: (float(r.params[param]), record_sort_key(r)))
-        out.append(Growth(str(g), param, slope, lo, hi, (min(xs), max(xs)), len(rs), dict(small.params), g))
-    return out
 
 
 # ------------------------------------------------------------------ statement
@@ -388,24 +191,6 @@ def combine_reproductions(reps: Sequence[Reproduction]) -> str:
     if len(st) == 1:
         return st.pop()
     return "partial" if st & {"reproduced", "partial"} else "not-reproduced"
-
-
-def holm_adjust(pvalues: Sequence[float | None]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (a missing test counts as p = 1). The family is every cell of one
-    variant on one setup, so a variant with many cells is not called significant by chance in one of them."""
-    ps = np.array([1.0 if p is None else float(p) for p in pvalues])
-    adj, running = np.empty(len(ps)), 0.0
-    for rank, i in enumerate(np.argsort(ps, kind="stable")):
-        running = max(running, (len(ps) - rank) * ps[i])
-        adj[i] = min(1.0, running)
-    return adj.tolist()
-
-
-def significant_cells(p_better: Sequence[float | None], p_worse: Sequence[float | None],
-                      alpha: float = 0.05) -> tuple[int, int]:
-    """(better, worse) cell counts for :func:`reproduction_status` from per-cell one-sided p-values, each
-    direction Holm-adjusted over the cells (the shared multiple-testing rule of comparative empirical claims)."""
-    return (sum(p < alpha for p in holm_adjust(p_better)), sum(p < alpha for p in holm_adjust(p_worse)))
 
 
 def reproduction_status(better: int, worse: int, cells: int) -> str:
