@@ -1,0 +1,182 @@
+"""The self-balancing walk on blocks of tokens, as blockwise BalanceKV runs it (claim BKV.vs-uniform; 001 App. B).
+
+Per block, the normalized Gram of Alg. 2 line 6 (:func:`block_gram`) and the walk of
+:func:`kvbounds.algorithms.self_balancing_walk.gram_walk` on it, computed from lower-triangle column panels only
+(:func:`panel_walk`, with :func:`panel_walk_stepwise` its reference), plus :func:`walk_diagnostic`, which says how
+far a level's walk is from a fair coin. :mod:`kvbounds.algorithms.blockwise_balance_kv` selects tokens from the
+signs and re-exports these functions.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+
+from .validation import InputError, check_array, check_positive, namespace
+
+
+def _check_exponent_rounding(xp, nk2, d: int, dtype) -> None:
+    """The Gram exponent <k'_i, k'_j> - max ||k'||^2 is <= 0 up to a rounding of ~ (d + 2) eps max ||k'||^2; past
+    ~80 that rounding alone can overflow exp (NaN in the walk). Keys that large are rejected."""
+    top = float(xp.max(nk2))
+    if top * (d + 2) * float(xp.finfo(dtype).eps) > 80.0:
+        raise InputError(f"keys too large for the Gram's exponent: scale * max||k||^2 = {top:.3g} in {dtype} "
+                         f"(its rounding alone could overflow exp)")
+
+
+def block_gram(Kb, Wb, *, scale: float):
+    """Per-block normalized Gram y / R^2 (..., b, b) of keys Kb (..., b, d) and w's Wb (..., b, e).
+
+    Equal to ``normalized_kernel_gram(Kb, Wb, r_key, r_w)`` with r_key, r_w the largest norms of each
+    block (last two axes), computed with fewer passes over the (b, b) arrays: keys are pre-scaled by
+    sqrt(scale) and w's by 1/r_w, so G = exp(<k'_i, k'_j> - max ||k'||^2) * <w'_i, w'_j>. The exponent
+    is <= 0 up to rounding; a block whose w's are all 0 (padding) gets G = 0."""
+    check_array(Kb, "Kb", ndim=tuple(range(2, 9)), min_rows=1)
+    check_array(Wb, "Wb", ndim=Kb.ndim)
+    if tuple(Kb.shape[:-1]) != tuple(Wb.shape[:-1]):
+        raise InputError(f"Kb and Wb must agree in all but the last dimension, got {tuple(Kb.shape)} and {tuple(Wb.shape)}")
+    check_positive(scale, "scale", allow_zero=True)
+    xp = namespace(Kb, Wb, names="Kb and Wb")
+    Ks = Kb * math.sqrt(scale)
+    nk2, nw2 = xp.sum(Ks * Ks, axis=-1), xp.sum(Wb * Wb, axis=-1)
+    if not (bool(xp.all(xp.isfinite(nk2))) and bool(xp.all(xp.isfinite(nw2)))):
+        raise InputError(f"a row of Kb or Wb has a squared norm that overflows {Kb.dtype}")
+    _check_exponent_rounding(xp, nk2, Kb.shape[-1], Kb.dtype)
+    return _gram(Ks, Wb, nk2, nw2)
+
+
+def _gram(Ks, Wb, nk2, nw2):
+    """block_gram from pre-scaled keys Ks (..., b, d), Wb (..., b, e) and their squared norms (..., b)."""
+    xp = array_namespace(Ks, Wb)
+    rk2 = xp.max(nk2, axis=-1)[..., None, None]                                 # scale * r_key^2 per block
+    rw2 = xp.max(nw2, axis=-1)[..., None, None]                                 # r_w^2 per block
+    Ws = Wb / xp.sqrt(xp.where(rw2 > 0, rw2, xp.ones_like(rw2)))
+    # in-place updates (array API semantics) save two allocations of (..., b, b) per level
+    E = xp.matmul(Ks, xp.matrix_transpose(Ks))
+    E -= rk2
+    G = xp.exp(E)
+    del E
+    G *= xp.matmul(Ws, xp.matrix_transpose(Ws))
+    return G
+
+
+def _gram_panel(xp, Kb, Wb, start: int, m: int, rk2, inv_rw2, plus_one: bool, ones):
+    """Rows start..start+m-1 of the block Gram from column ``start`` on, normalised as in :func:`block_gram`:
+    exp(<k_i, k_j> - max||k||^2) (<w_i, w_j> [+ o_i o_j]) / max||w||^2. The transposed panel: row l holds
+    G[start + l, start:] (= column start + l, by symmetry), contiguous."""
+    Kr, Wr = Kb[..., start:, :], Wb[..., start:, :]
+    P = xp.matmul(Kr[..., :m, :], xp.matrix_transpose(Kr))
+    P -= rk2
+    P = xp.exp(P)
+    Wp = xp.matmul(Wr[..., :m, :], xp.matrix_transpose(Wr))
+    if plus_one and ones is None:
+        Wp += 1.0
+    elif plus_one:
+        Wp += ones[..., start:start + m, None] * ones[..., None, start:]
+    Wp *= inv_rw2
+    P *= Wp
+    return P
+
+
+def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None):
+    """The walk of :func:`panel_walk_stepwise` (same arguments, same Gram panels, same signs up to rounding),
+    organised for speed: within a column panel of m steps, each step updates only the m entries of s in its
+    panel; the panel's signs then reach every later s_j in one batched product s_j += sum_l eta_l G[l, j]. The
+    per-step array operations thus touch (blocks x m) entries, below the size at which torch splits an
+    operation across threads (32768 elements; the panel shrinks for many blocks), so the ~4 b small operations
+    per level never wait on a descheduled thread (and :func:`blockwise_balance_select` runs the whole level loop
+    single-threaded on torch CPU, see :func:`_single_threaded`). The coin test
+    u_i < 1/2 - x/(2c) is evaluated as x < c (1 - 2 u_i) (precomputed), and the FAIL flags are read at the end
+    (s_i is final once step i has read it). Returns (signs (..., b), failed (...,) numpy bool)."""
+    xp = array_namespace(Kb, Wb)
+    b = Kb.shape[-2]
+    blocks = int(np.prod(Kb.shape[:-2], dtype=np.int64)) if Kb.ndim > 2 else 1
+    m = panel if b % panel == 0 else b
+    while m > 8 and m % 2 == 0 and b % (m // 2) == 0 and blocks * m > 16384:
+        m //= 2
+    rk2 = xp.max(nk2, axis=-1)[..., None, None]
+    rw2 = xp.max(nw2, axis=-1)[..., None, None]
+    inv_rw2 = 1.0 / xp.where(rw2 > 0, rw2, xp.ones_like(rw2))
+    s = xp.zeros(tuple(Kb.shape[:-1]), dtype=Kb.dtype, device=_dev(Kb))
+    thr = c * (1.0 - 2.0 * uniforms)                 # eta_i = +1 iff x_i < thr_i  (u_i < 1/2 - x_i/(2c))
+    one = xp.ones_like(s[..., 0])
+    neg = -one
+    cols = []
+    for start in range(0, b, m):
+        P = _gram_panel(xp, Kb, Wb, start, m, rk2, inv_rw2, plus_one, ones)   # (..., m, b - start)
+        etas = []
+        for l in range(m):
+            i = start + l
+            eta = xp.where(s[..., i] < thr[..., i], one, neg)
+            etas.append(eta)
+            if l + 1 < m:
+                s[..., i + 1:start + m] += eta[..., None] * P[..., l, l + 1:m]
+        E = xp.stack(etas, axis=-1)                                       # (..., m)
+        cols.append(E)
+        if start + m < b:
+            s[..., start + m:] += xp.matmul(E[..., None, :], P[..., :, m:])[..., 0, :]
+    failed = to_numpy(xp.any(xp.abs(s) > c, axis=-1))
+    return xp.concat(cols, axis=-1), failed
+
+
+def panel_walk_stepwise(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None):
+    """The reference for :func:`panel_walk` (tests compare them): after each step, eta_i G[i, j] is added to every
+    later s_j at once.
+
+    The walk of :func:`kvbounds.algorithms.self_balancing_walk.gram_walk` on per-block Gram matrices that are
+    never formed in full: the walk reads only the strictly lower triangle (x_i = sum_{j<i} eta_j G[i,j],
+    and after choosing eta_i it adds eta_i G[j,i] to s_j for j > i), so we compute G column panel by
+    column panel, rows from the panel's first column down: sum_p (b - p m) m of the b^2 entries, a
+    fraction (P+1)/(2P) with P = b/m panels. Same arithmetic per entry as :func:`block_gram`, same
+    signs given the same uniforms (up to the matmul's rounding).
+
+    ``Kb`` (..., b, d) pre-scaled keys, ``Wb`` (..., b, e), ``nk2``/``nw2`` (..., b) squared norms
+    (with ``plus_one`` the kernel is <w_i, w_j> + o_i o_j, nw2 must already include o_i^2, and ``ones``
+    (..., b) gives o, default all 1: padded rows have o = 0 so that their Gram rows vanish),
+    ``uniforms`` (..., b). Returns (signs (..., b), failed (...,) numpy bool)."""
+    xp = array_namespace(Kb, Wb)
+    b = Kb.shape[-2]
+    m = panel if b % panel == 0 else b
+    rk2 = xp.max(nk2, axis=-1)[..., None, None]
+    rw2 = xp.max(nw2, axis=-1)[..., None, None]
+    inv_rw2 = 1.0 / xp.where(rw2 > 0, rw2, xp.ones_like(rw2))
+    s = xp.zeros(tuple(Kb.shape[:-1]), dtype=Kb.dtype, device=_dev(Kb))
+    one = xp.ones_like(s[..., 0])
+    neg = -one
+    cols, xs = [], []
+    for start in range(0, b, m):
+        P = _gram_panel(xp, Kb, Wb, start, m, rk2, inv_rw2, plus_one, ones)   # (..., m, b - start)
+        for l in range(m):
+            i = start + l
+            x = s[..., i]
+            xs.append(x)
+            eta = xp.where(uniforms[..., i] < 0.5 - x / (2.0 * c), one, neg)   # p clipped to [0,1]: same test
+            cols.append(eta)
+            if i + 1 < b:
+                s[..., i + 1:] += eta[..., None] * P[..., l, l + 1:]
+    failed = to_numpy(xp.any(xp.abs(xp.stack(xs, axis=-1)) > c, axis=-1))
+    return xp.stack(cols, axis=-1), failed
+
+
+def walk_diagnostic(Kb, Wb, nk2, nw2, signs, c: float, m: int, *, plus_one: bool = False, ones=None) -> dict:
+    """How far the walk of one level is from a fair coin (issue 10): recomputes x_i = sum_{j<i} G_ij eta_j
+    from the signs (the block Gram of :func:`block_gram`), p_i = clip(1/2 - x_i/(2c), 0, 1) over the m real
+    tokens. Returns mean |p - 1/2|, the share of clipped p (|x| >= c), c and the median over blocks of
+    log10 R^2, R^2 = e^{max ||k||^2/sqrt d} max ||w||^2 the normalisation of Alg. 2 line 6."""
+    xp = array_namespace(Kb, Wb)
+    b = Kb.shape[-2]
+    G = _gram(Kb, Wb, nk2, nw2)
+    if plus_one:
+        o = xp.ones_like(nk2) if ones is None else xp.broadcast_to(ones, tuple(nk2.shape))
+        rw2 = xp.max(nw2, axis=-1)[..., None, None]
+        Gk = xp.exp(xp.matmul(Kb, xp.matrix_transpose(Kb)) - xp.max(nk2, axis=-1)[..., None, None])
+        G = G + Gk * (o[..., :, None] * o[..., None, :]) / xp.where(rw2 > 0, rw2, xp.ones_like(rw2))
+    lower = like(np.tril(np.ones((b, b)), -1), Kb)
+    x = to_numpy(xp.matmul(G * lower, xp.astype(signs, Kb.dtype)[..., None])[..., 0])
+    x = x.reshape(x.shape[0], -1)[:, :m]
+    p = np.clip(0.5 - x / (2.0 * c), 0.0, 1.0)
+    log_r2 = (to_numpy(xp.max(nk2, axis=-1)) + np.log(np.maximum(to_numpy(xp.max(nw2, axis=-1)), 1e-300))) / math.log(10)
+    return dict(mean_abs_p_dev=float(np.mean(np.abs(p - 0.5))), clipped=float(np.mean(np.abs(x) >= c)), c=float(c),
+                log10_R2=float(np.median(log_r2)), tokens=int(m))
