@@ -1,4 +1,4 @@
-"""Exact attention ``Attn(q, K, V) = softmax(K q / sqrt d)^T V`` (001 eq. (1)), the reference for every estimator.
+"""Exact attention ``Attn(q, K, V) = softmax(K q / sqrt d)^T V`` (BalanceKV-NeurIPS eq. (1)), the reference for every estimator.
 
 :func:`shifted_logits` is the overflow-free logit computation every softmax in the package uses: for finite
 inputs of any magnitude it returns ``logits - max(logits)`` (<= 0), so huge norms give the exact hard argmax

@@ -1,8 +1,8 @@
-"""BalanceKV, the streaming attention estimator (001 Alg. 1, Thm 3.1; 000 alg:main, thm:main-theorem).
+"""BalanceKV, the streaming attention estimator (BalanceKV-NeurIPS Alg. 1, Thm 3.1; BalanceKV-preprint alg:main, thm:main-theorem).
 
 Claims: BKV.attention, BKV.memory.
 
-Alg. 1 (001 line numbers)::
+Alg. 1 (BalanceKV-NeurIPS line numbers)::
 
     5-6  send (k_j, v_j) to MR-Numerator_i with 2^{i-1} <= ||v_j|| <= 2^i   (bucket by value norm)
     7    vmax <- max(||v_j||, vmax)
@@ -10,8 +10,8 @@ Alg. 1 (001 line numbers)::
     11   send (k_j, 1) to MR-Denominator
     13   z_j = sum_l 2^l sum_{V^l} e^{<k,q>/sqrt d} v / sum_l 2^l sum_{K^l} e^{<k,q>/sqrt d}
 
-(000 line 4 writes the bucket as 2^i <= ||v|| <= 2^{i-1}, an empty interval; 001 fixes it.)
-The proof in 001 A.1 uses the threshold 2^i <= eps/sqrt(n) vmax instead of line 8's: both are
+(BalanceKV-preprint line 4 writes the bucket as 2^i <= ||v|| <= 2^{i-1}, an empty interval; BalanceKV-NeurIPS fixes it.)
+The proof in BalanceKV-NeurIPS A.1 uses the threshold 2^i <= eps/sqrt(n) vmax instead of line 8's: both are
 available through ``erase_rule`` so claim BKV.memory can compare them. A value of norm 0 contributes
 nothing to the numerator and goes to the denominator only.
 
@@ -45,7 +45,7 @@ class DegenerateEstimate(RuntimeError):
 
 
 def erase_threshold(rule: str, *, eps: float, n: int, r: float, d: int, vmax: float) -> float:
-    """Buckets with 2^i <= threshold are erased: Alg. 1 line 8 ("alg1"), 001 A.1's proof ("proof001")."""
+    """Buckets with 2^i <= threshold are erased: Alg. 1 line 8 ("alg1"), BalanceKV-NeurIPS A.1's proof ("proof001")."""
     check_positive(eps, "eps")
     check_positive(n, "n", integer=True)
     check_positive(r, "r")

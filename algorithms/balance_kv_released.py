@@ -1,8 +1,8 @@
 """BalanceKV as its authors ran it: the walk of the released code, beside the pseudocode variant.
 
-Claims: BKV.vs-uniform, BKV.ablation (001 = "BalanceKV: KV Cache Compression through Discrepancy Theory",
-arXiv:2502.07861 v2, Sec. 4.1, Fig. 1/3, App. B). The paper's App. B describes blockwise BalanceKV as
-Alg. 2 (SoftmaxBalance) run per block of b tokens followed by a strict halving
+Claims: BKV.vs-uniform, BKV.ablation (BalanceKV-NeurIPS: "Streaming Attention Approximation via
+Discrepancy Theory", arXiv 2502.07861, NeurIPS 2025 version, Sec. 4.1, Fig. 1/3, App. B). The paper's App. B
+describes blockwise BalanceKV as Alg. 2 (SoftmaxBalance) run per block of b tokens followed by a strict halving
 (:mod:`kvbounds.algorithms.blockwise_balance_kv`). The authors' public code (repository ksheth96/BalanceKV,
 ``src/balanced_walk.py``: ``balanced_walk``; ``src/llama_forward.py``: the decode estimator;
 ``run_longbench.py``: defaults; ``src/single_layer_approx.ipynb``: the single-layer experiment of
@@ -323,5 +323,5 @@ def _check_split(q, K, V, idx, log_w_num, log_w_den) -> None:
 
 
 def theory_walk_c(block_size: int, delta: float = 0.01) -> float:
-    """The theory's walk constant c = 30 log(b / delta) (001 Alg. 2 line 3), for ``walk_c``."""
+    """The theory's walk constant c = 30 log(b / delta) (BalanceKV-NeurIPS Alg. 2 line 3), for ``walk_c``."""
     return walk_constant(block_size, delta)

@@ -1,4 +1,4 @@
-"""The self-balancing walk on blocks of tokens, as blockwise BalanceKV runs it (claim BKV.vs-uniform; 001 App. B).
+"""The self-balancing walk on blocks of tokens, as blockwise BalanceKV runs it (claim BKV.vs-uniform; BalanceKV-NeurIPS App. B).
 
 Per block, the normalized Gram of Alg. 2 line 6 (:func:`block_gram`) and the walk of
 :func:`kvbounds.algorithms.self_balancing_walk.gram_walk` on it, computed from lower-triangle column panels only

@@ -1,8 +1,8 @@
-"""Blockwise (parallel) BalanceKV, the practical variant of 001 Appendix B; the B.1 cache set-up.
+"""Blockwise (parallel) BalanceKV, the practical variant of BalanceKV-NeurIPS Appendix B; the B.1 cache set-up.
 
-Claim: BKV.vs-uniform (001 Sec 4.1, App. B.1), against :mod:`kvbounds.algorithms.uniform_sampling`.
+Claim: BKV.vs-uniform (BalanceKV-NeurIPS Sec 4.1, App. B.1), against :mod:`kvbounds.algorithms.uniform_sampling`.
 
-001 App. B ("Implementation Detail"): view the n cached embeddings as blocks of length b, run the
+BalanceKV-NeurIPS App. B ("Implementation Detail"): view the n cached embeddings as blocks of length b, run the
 SoftmaxBalance walk (Alg. 2) on all blocks in parallel, pad with zeros when b does not divide n, and
 after the sign assignment "strictly select n/2 embeddings"; repeat T times. Here, per level:
 
@@ -245,7 +245,7 @@ def _gather_dev(X, idx):
 def compress_cache(K, V, *, sink: int, window: int, levels: int, block_size: int, rng: np.random.Generator,
                    method: str = "balance", delta: float = 0.01, c: float | None = None,
                    value_kernel: str = "value+1", diagnostics: list | None = None):
-    """The 001 B.1 cache: tokens [0, sink) and the last ``window`` kept exactly, the middle compressed.
+    """The BalanceKV-NeurIPS B.1 cache: tokens [0, sink) and the last ``window`` kept exactly, the middle compressed.
 
     The middle [sink, n - window) is reduced to n_mid // 2^levels tokens by :func:`blockwise_balance_select`
     (``method="balance"``) or by uniform sampling without replacement, drawn independently per head

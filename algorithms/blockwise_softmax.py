@@ -1,4 +1,4 @@
-"""One-pass blockwise softmax across chunks with distinct bases (seed 004 Sec. 6; claim SUB.blockwise).
+"""One-pass blockwise softmax across chunks with distinct bases (Subspace-FD-draft Sec. 6; claim SUB.blockwise).
 
 The draft's aggregator, for chunks j = 1..J with logits l_j (L_j,), value coefficients D_j (L_j, r_v) and
 value basis E_j (r_v, d) (or plain values V_j (L_j, s) when there is no basis)::
@@ -77,7 +77,7 @@ def _chunk_parts(j: int, ch):
 
 
 class OnlineSoftmax:
-    """The running state (m, Z, N) of 004 Sec. 6; ``add`` one chunk at a time, ``result`` = N / Z."""
+    """The running state (m, Z, N) of Subspace-FD-draft Sec. 6; ``add`` one chunk at a time, ``result`` = N / Z."""
 
     def __init__(self):
         self.m = self.Z = self.N = None

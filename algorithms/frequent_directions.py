@@ -1,6 +1,6 @@
 """Frequent Directions with the 2l-row buffer (Liberty 2013; Ghashami, Liberty, Phillips, Woodruff 2016, Alg. 2).
 
-Seed 004 (Sec. 5, Sec. 8 "FD linkage") uses FD sketches of the keys and values; claims FD.covariance and
+Seed Subspace-FD-draft (Sec. 5, Sec. 8 "FD linkage") uses FD sketches of the keys and values; claims FD.covariance and
 FD.residual. GLPW16 Alg. 2, for a stream of rows a_i in R^d and sketch size l::
 
     B <- 0^{2l x d}

@@ -1,4 +1,4 @@
-"""The INDEX reduction of 001 App. C.1 (proof of Thm 3.2; claim LB.index): the hard instance and Bob's decoder.
+"""The INDEX reduction of BalanceKV-NeurIPS App. C.1 (proof of Thm 3.2; claim LB.index): the hard instance and Bob's decoder.
 
 Alice holds bits x in {0,1}^n (Def. C.1), n a multiple of d. Public coins (shared by Alice and Bob):
 
@@ -21,7 +21,7 @@ Two forms of the same instance:
 * :class:`IndexInstance` -- the construction as written (keys, values, U, the stream), one instance;
 * :class:`SlotBatch` -- R instances in slot coordinates (g, c) = pi(i), for the vectorized game. Since
   x and sigma are i.i.d. and Bob's i is uniform, drawing (x, sigma) per slot and Bob's slot (a, b)
-  uniformly is the same distribution; 001's proof of Lemma C.6 draws i = pi^{-1}(a, b) exactly this way.
+  uniformly is the same distribution; BalanceKV-NeurIPS's proof of Lemma C.6 draws i = pi^{-1}(a, b) exactly this way.
   :meth:`IndexInstance.slots` maps an instance to its slot form (tests check the two agree).
 
 Randomness is a numpy ``Generator``; :func:`group_attention` runs on any array-API backend.

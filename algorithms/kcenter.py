@@ -1,8 +1,8 @@
 """Greedy k-center (Gonzalez 1985; Dyer-Frieze 1985) and the clusterability measures built on it.
 
-Seeds: 002 Sec. 3.1-3.2, Fig. 1 ("greedy k-center algorithm [8]", k = 16); 003 Sec. 3.1, 4.1, Fig. 1,
+Seeds: SubGen Sec. 3.1-3.2, Fig. 1 ("greedy k-center algorithm [8]", k = 16); ClusterGen Sec. 3.1, 4.1, Fig. 1,
 Table 1-2 ("greedy k-center (Dyer & Frieze, 1985)"). Claims: SG.clusterability, and the practical
-variant the papers evaluate (003 Sec. 4.1: keep the most recent l tokens plus k greedy k-center centers
+variant the papers evaluate (ClusterGen Sec. 4.1: keep the most recent l tokens plus k greedy k-center centers
 of the remaining tokens, at budget l + k; applied once to the whole cache).
 
 * :func:`greedy_k_center` - farthest-first traversal: start at a point, repeatedly add the point
@@ -11,7 +11,7 @@ of the remaining tokens, at budget l + k; applied once to the whole cache).
 * :func:`covering_radius_curve` - the measure of clusterability used by SG.clusterability: the greedy
   covering radius r(k) for k = 1..k_max of an (n, d) array (real traces call the same function).
 * :func:`stream_cluster_counts` - the number of delta-clusters SubGen's UpdateSoftmaxNormalizer opens
-  after each prefix of a stream (002 Alg. 1 lines 11-23 without the samples): m'(n).
+  after each prefix of a stream (SubGen Alg. 1 lines 11-23 without the samples): m'(n).
 * :func:`recent_plus_centers` - the practical variant's token indices.
 """
 from __future__ import annotations
@@ -105,7 +105,7 @@ def _set_cols(xp, A, cols, value):
 def covering_radius_curve(X, k_max: int, *, start: int = 0) -> np.ndarray:
     """r(k), k = 1..k_max: the greedy k-center covering radius of the rows of an (n, d) array.
 
-    The clusterability measure of SG.clusterability (003 Fig. 1 uses k = 16). Scale-free variants divide
+    The clusterability measure of SG.clusterability (ClusterGen Fig. 1 uses k = 16). Scale-free variants divide
     by r(1) (see :func:`normalized_radius`)."""
     check_array(X, "X", ndim=2, min_rows=1)
     return greedy_k_center(X, min(_check_k(k_max, X.shape[0], "k_max"), X.shape[0]), start=start).radii
@@ -138,7 +138,7 @@ def stream_cluster_counts(X, delta: float) -> np.ndarray:
 
 
 def recent_plus_centers(K, *, window: int, k: int, start: str = "first") -> tuple[Any, Any]:
-    """The practical variant (003 Sec. 4.1): the last ``window`` tokens plus ``k`` greedy k-center centers
+    """The practical variant (ClusterGen Sec. 4.1): the last ``window`` tokens plus ``k`` greedy k-center centers
     of the keys before them. Returns ``(indices, cluster_sizes)`` of shape (..., k + window) on K's
     backend: indices sorted ascending, and for each kept token the number of tokens it represents
     (its cluster's size for a center, 1 for a window token)."""
@@ -176,7 +176,7 @@ def clusterability(X, *, k: int = 16, delta_rel: float = 0.25, checkpoints: int 
     """The clusterability measures of SG.clusterability for the rows of an (n, d) array (a key or value
     stream, synthetic or real):
 
-    * ``radius_curve``: greedy k-center covering radius r(j), j = 1..k (003 Fig. 1 uses k = 16), and
+    * ``radius_curve``: greedy k-center covering radius r(j), j = 1..k (ClusterGen Fig. 1 uses k = 16), and
       ``normalized_radius`` = r(k) / r(1) (near 0: k centres cover the stream tightly; near 1: no structure);
     * ``cluster_counts``: clusters m'(n_i) that SubGen's UpdateSoftmaxNormalizer opens with threshold
       delta = ``delta_rel`` r(1) after prefixes n_i = n / 2^(checkpoints-1), ..., n, and ``count_slope``, the

@@ -1,4 +1,4 @@
-"""MergeAndReduce (001 Alg. 4, Thm 3.4; 000 alg:merge_reduce, thm:MergeAndReduce).
+"""MergeAndReduce (BalanceKV-NeurIPS Alg. 4, Thm 3.4; BalanceKV-preprint alg:merge_reduce, thm:MergeAndReduce).
 
 Claims: MR.error, MR.memory.
 

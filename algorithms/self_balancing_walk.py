@@ -1,4 +1,4 @@
-"""The self-balancing walk of Alweiss, Liu and Sawhney, as restated in 001 Alg. 3 (Thm A.1) and 000 alg:BALANCE.
+"""The self-balancing walk of Alweiss, Liu and Sawhney, as restated in BalanceKV-NeurIPS Alg. 3 (Thm A.1) and BalanceKV-preprint alg:BALANCE.
 
 Claims: SBW.balance (and, through :func:`gram_walk`, SB.discrepancy).
 
@@ -45,7 +45,7 @@ class WalkResult:
 
 
 def walk_constant(n: int, delta: float) -> float:
-    """c = 30 log(n/delta) (001 Alg. 3 line 2, Alg. 2 line 3)."""
+    """c = 30 log(n/delta) (BalanceKV-NeurIPS Alg. 3 line 2, Alg. 2 line 3)."""
     check_positive(n, "n", integer=True)
     check_probability(delta, "delta")
     return 30.0 * math.log(n / delta)
@@ -128,7 +128,7 @@ def self_balancing_walk(U, *, delta: float, rng: np.random.Generator, r: float |
 
 
 def gram_walk(G, uniforms, c: float, *, on_fail: str = "raise") -> WalkResult:
-    """The walk in a kernel's feature space, given the Gram matrix divided by R^2 (001 Alg. 2 lines 5-11).
+    """The walk in a kernel's feature space, given the Gram matrix divided by R^2 (BalanceKV-NeurIPS Alg. 2 lines 5-11).
     A WalkFailed from here reports |y^T eta| and c R^2 in units of R^2.
 
     ``G`` (..., n, n) with ``G[i, j] = <phi_i, phi_j> / R^2``; the walk's inner product at step i is

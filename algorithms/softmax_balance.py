@@ -1,4 +1,4 @@
-"""SoftmaxBalance (001 Alg. 2, Thm 3.3; 000 alg:BALANCE-V, thm:BALANCE-vectors).
+"""SoftmaxBalance (BalanceKV-NeurIPS Alg. 2, Thm 3.3; BalanceKV-preprint alg:BALANCE-V, thm:BALANCE-vectors).
 
 Claims: SB.discrepancy, SB.cost.
 

@@ -1,9 +1,9 @@
 """SubGen / ClusterGen: sublinear streaming attention by online clustering and l2 sampling.
 
-Seeds: 002 Alg. 1 (SubGen) = 003 Alg. 1 (ClusterGen); claims SG.reservoir, SG.clusters, SG.partition,
-SG.matprod, SG.attention (002 Lemma 1, Lemma 2, Thm 1; 003 Lemma 2.2, Lemma 2.3, Thm 2.4).
+Seeds: SubGen Alg. 1 (SubGen) = ClusterGen Alg. 1 (ClusterGen); claims SG.reservoir, SG.clusters, SG.partition,
+SG.matprod, SG.attention (SubGen Lemma 1, Lemma 2, Thm 1; ClusterGen Lemma 2.2, Lemma 2.3, Thm 2.4).
 
-Alg. 1 (002 line numbers; 003 numbers the same lines one lower from line 11 on)::
+Alg. 1 (SubGen line numbers; ClusterGen numbers the same lines one lower from line 11 on)::
 
     4  D <- UpdateSoftmaxNormalizer(D, delta, t, k_n)
     5  M <- UpdateMatrixProduct(M, s, mu, k_n, v_n)
@@ -36,8 +36,8 @@ Conventions: the paper writes ``exp(<q, k>)`` (no 1/sqrt(d)); ``scaled=True`` us
 (BalanceKV's convention, for comparisons on one trace). ``replicas=R`` runs R independent copies of
 the random state (reservoirs S and M) on the same deterministic clustering in the same array operations:
 each copy is distributed exactly as a separate run, which is how the checks measure failure
-probabilities. ``reservoir_norm="key"`` samples M by ``||k||^2`` instead (the prose of 002 Sec. 2.2 and
-003 Sec. 2.2 says ``||k_i||^2``; the pseudocode and the lemmas use ``||v||^2``); it exists for the
+probabilities. ``reservoir_norm="key"`` samples M by ``||k||^2`` instead (the prose of SubGen Sec. 2.2 and
+ClusterGen Sec. 2.2 says ``||k_i||^2``; the pseudocode and the lemmas use ``||v||^2``); it exists for the
 check that decides between them.
 
 Coins: per update, ``draw("cluster", (R, t))`` when the key joins a cluster (lines 16-17), then
@@ -109,7 +109,7 @@ def _check_count(value, name: str) -> int:
 
 
 class SubGen:
-    """Streaming SubGen (002 Alg. 1 / 003 Alg. 1).
+    """Streaming SubGen (SubGen Alg. 1 / ClusterGen Alg. 1).
 
     ``d`` key/query dimension; ``delta`` > 0 the clustering threshold; ``t`` >= 1 uniform samples per
     cluster; ``s`` >= 1 l2 samples for the value product; ``seed`` the coins (see module docstring).

@@ -1,4 +1,4 @@
-"""Coefficient-space attention (seed 004 Secs. 4-6, 10): static and adaptive (FD-sketched) subspaces.
+"""Coefficient-space attention (Subspace-FD-draft Secs. 4-6, 10): static and adaptive (FD-sketched) subspaces.
 
 Claims: SUB.logit-error, SUB.output-error, SUB.blockwise, SUB.cost.
 
@@ -46,12 +46,12 @@ GAMMA_CHOICES = ("sqrt(r/d)", "1", "calibrated")
 # -- gamma_B -------------------------------------------------------------------------------------------
 
 def draft_gamma(r: int, d: int) -> float:
-    """The draft's default gamma_B = sqrt(trace(P_B)/d) = sqrt(r/d) (004 Sec. 4)."""
+    """The draft's default gamma_B = sqrt(trace(P_B)/d) = sqrt(r/d) (Subspace-FD-draft Sec. 4)."""
     return math.sqrt(r / d)
 
 
 def calibrate_gamma(Q, K, B) -> float:
-    """The scalar gamma minimising sum_{q,k} (q.k - gamma q^T P_B k)^2 over held-out (Q, K) (004 Sec. 4)."""
+    """The scalar gamma minimising sum_{q,k} (q.k - gamma q^T P_B k)^2 over held-out (Q, K) (Subspace-FD-draft Sec. 4)."""
     check_array(K, "K", ndim=2, min_rows=1)
     check_array(Q, "Q", ndim=2, last_dim=K.shape[1], min_rows=1)
     check_array(B, "B", ndim=2, last_dim=K.shape[1], min_rows=1)
@@ -140,7 +140,7 @@ def _chunk_logits(q, ch: Chunk, gamma: float, d: int):
 
 
 def aggregate(q, chunks, gamma: float, d: int, mask=None):
-    """o^ for q (d,) or (m, d) over chunks (004 Sec. 6); mask: boolean (..., T) over all tokens, False = masked."""
+    """o^ for q (d,) or (m, d) over chunks (Subspace-FD-draft Sec. 6); mask: boolean (..., T) over all tokens, False = masked."""
     acc = OnlineSoftmax()
     for ch in chunks:
         mk = None if mask is None else mask[..., ch.start:ch.stop]
@@ -167,7 +167,7 @@ class StaticSubspaceAttention:
 
     @classmethod
     def from_calibration(cls, K_cal, V_cal, r: int, r_v: int, *, gamma: Any = "sqrt(r/d)", Q_cal=None):
-        """Bases = top right singular vectors of calibration K, V (004 Sec. 10 "Static Subspace"); gamma
+        """Bases = top right singular vectors of calibration K, V (Subspace-FD-draft Sec. 10 "Static Subspace"); gamma
         'calibrated' is fitted on (Q_cal, K_cal)."""
         check_array(K_cal, "K_cal", ndim=2, min_rows=1)
         check_array(V_cal, "V_cal", ndim=2, min_rows=1)
@@ -217,7 +217,7 @@ class StaticSubspaceAttention:
 # -- adaptive subspace (Sec. 5) ------------------------------------------------------------------------
 
 class AdaptiveSubspaceAttention:
-    """Residual-triggered chunking with FD-sketched bases (004 Sec. 5) and blockwise decode (Sec. 6)."""
+    """Residual-triggered chunking with FD-sketched bases (Subspace-FD-draft Sec. 5) and blockwise decode (Sec. 6)."""
 
     def __init__(self, d: int, r: int, r_v: int, *, ell_k: int, ell_v: int, tau_k: float, tau_v: float, L: int,
                  gamma: Any = "sqrt(r/d)", calibrated_gamma: float | None = None, d_v: int | None = None,
@@ -271,7 +271,7 @@ class AdaptiveSubspaceAttention:
         self._active = None
 
     def step(self, k, v) -> "AdaptiveSubspaceAttention":
-        """Steps 1-4 of 004 Sec. 5 for one token."""
+        """Steps 1-4 of Subspace-FD-draft Sec. 5 for one token."""
         check_array(k, "k", ndim=1, last_dim=self.d)
         check_array(v, "v", ndim=1, last_dim=self.d_v)
         namespace(k, v, names="k and v")
@@ -335,7 +335,7 @@ class AdaptiveSubspaceAttention:
         return xp.concat([_chunk_logits(q, ch, self.gamma, self.d) for ch in self.chunks], axis=-1)
 
     def memory_floats(self) -> dict:
-        """Floats held (004 Sec. 5): coefficients T (r + r_v), bases J (r d + r_v d_v), sketches 2 ell (d + d_v)."""
+        """Floats held (Subspace-FD-draft Sec. 5): coefficients T (r + r_v), bases J (r d + r_v d_v), sketches 2 ell (d + d_v)."""
         J = len(self.chunks)
         return dict(coefficients=self.t * (self.r + self.r_v), bases=J * (self.r * self.d + self.r_v * self.d_v),
                     sketches=2 * self.fd_k.ell * self.d + 2 * self.fd_v.ell * self.d_v, chunks=J)

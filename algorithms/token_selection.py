@@ -11,18 +11,18 @@ the same trace at the same budget. Leading dimensions (heads) are independent.
 
 Methods (``SELECTORS``):
 
-* ``streaming_llm``  StreamingLLM / Attention Sink (Xiao et al. 2023; 002/003 "Sink"): the first ``sink``
+* ``streaming_llm``  StreamingLLM / Attention Sink (Xiao et al. 2023; SubGen/ClusterGen "Sink"): the first ``sink``
   tokens and the most recent budget - sink; weights 1.
-* ``h2o``  H2O (Zhang et al. 2023; 002/003 baseline): greedy streaming eviction by accumulated attention.
+* ``h2o``  H2O (Zhang et al. 2023; SubGen/ClusterGen baseline): greedy streaming eviction by accumulated attention.
   Token j enters the cache; q_j attends over the cache; every cached token's score grows by its
   attention weight; while the cache exceeds the budget, the token with the smallest accumulated score
   outside the ``recent`` most recent tokens is evicted. Needs the queries; weights 1.
 * ``uniform``  the first ``sink`` and last ``window`` tokens exactly, the rest of the budget drawn
   uniformly without replacement from the middle, weight n_mid / kept (unbiased numerator/denominator).
-* ``kcenter``  the practical SubGen/ClusterGen variant (003 Sec. 4.1): the last ``window`` tokens plus
+* ``kcenter``  the practical SubGen/ClusterGen variant (ClusterGen Sec. 4.1): the last ``window`` tokens plus
   budget - window greedy k-center centers of the keys before them; weights 1 (what the papers keep)
   or, with ``weights="cluster_size"``, each center weighted by the number of tokens it covers.
-* ``balancekv``  adapter to blockwise BalanceKV (001 App. B.1, :func:`compress_cache`): sink and window
+* ``balancekv``  adapter to blockwise BalanceKV (BalanceKV-NeurIPS App. B.1, :func:`compress_cache`): sink and window
   exact, the middle halved T times; T is the smallest level count whose cache fits the budget (so the
   selection can be smaller than the budget: only sink + window + n_mid // 2^T sizes are reachable).
 
@@ -313,7 +313,7 @@ class Uniform(TokenSelector):
 @dataclasses.dataclass
 class KCenter(TokenSelector):
     window: int = 0
-    weights: str = "none"           # "none" (what 002/003 keep) | "cluster_size"
+    weights: str = "none"           # "none" (what SubGen/ClusterGen keep) | "cluster_size"
     name = "kcenter"
 
     def __post_init__(self):

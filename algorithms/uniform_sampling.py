@@ -1,6 +1,6 @@
-"""Independent uniform sampling at equal memory: the baseline of claim BKV.vs-uniform (001 Sec 4.1, App. B.1).
+"""Independent uniform sampling at equal memory: the baseline of claim BKV.vs-uniform (BalanceKV-NeurIPS Sec 4.1, App. B.1).
 
-001 B.1 compares BalanceKV with "sampling a 2^-T fraction of key and value embeddings ... uniformly at
+BalanceKV-NeurIPS B.1 compares BalanceKV with "sampling a 2^-T fraction of key and value embeddings ... uniformly at
 random". With m of the n tokens drawn without replacement (S, |S| = m), every token is kept with
 probability m/n, so weighting each kept token by n/m gives unbiased estimates of both
 
@@ -125,7 +125,7 @@ def uniform_estimate(q, K, V, m: int, rng: np.random.Generator, *, scale: float 
 
     ``q`` (..., d) or (..., nq, d), ``K`` (..., n, d), ``V`` (..., n, s); independent draws per leading
     (head) entry. Returns (..., s) or (..., nq, s), same backend as the inputs. The baseline of claim
-    BKV.vs-uniform (001 Sec 4.1)."""
+    BKV.vs-uniform (BalanceKV-NeurIPS Sec 4.1)."""
     _check_qkv(q, K, V)
     xp = array_namespace(q, K, V)
     n = K.shape[-2]

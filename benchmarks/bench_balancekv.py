@@ -1,6 +1,6 @@
 """BalanceKV against what a user would pick instead (issue 13; claims BKV.vs-uniform, BKV.attention). A script.
 
-(a) Blockwise BalanceKV (:func:`kvbounds.algorithms.blockwise_balance_kv.blockwise_balance_select`, 001 App. B) on a
+(a) Blockwise BalanceKV (:func:`kvbounds.algorithms.blockwise_balance_kv.blockwise_balance_select`, BalanceKV-NeurIPS App. B) on a
     cache of 8 heads x 8192 tokens x d = 128 (b = 256, T = 2), torch CPU float32, against
       * the authors' released ``balanced_walk`` (github.com/ksheth96/BalanceKV, src/balanced_walk.py at commit
         4ccee30a), re-implemented below in torch step for step (:func:`released_balanced_walk`: block-centred keys,

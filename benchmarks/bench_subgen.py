@@ -1,7 +1,7 @@
 """SubGen against what a user would pick instead: one exact decode step (issue 13; claims SG.attention). A script.
 
 (a) Speed. A clusterable stream (make_trace "clustered": m = 32 clusters of keys, d = 64, Gaussian values) is
-    decoded token by token with :class:`kvbounds.algorithms.subgen.SubGen` (002 Alg. 1: update, then the query of
+    decoded token by token with :class:`kvbounds.algorithms.subgen.SubGen` (SubGen Alg. 1: update, then the query of
     that step; delta = 0.5, t = 32, s = 256), one thread, numpy float64, against one exact decode step over the j
     cached tokens written below (:func:`exact_decode_step`, the paper's convention softmax(K q)^T V). The stream
     runs in chunks of 256 tokens, each followed by a timed exact step at the current length: each chunk gives a

@@ -1,8 +1,8 @@
 """The blockwise BalanceKV walk batched for a GPU: one tensor program per scalar step for every block,
 head, layer and trial at once.
 
-Papers: "BalanceKV: KV Cache Compression through Discrepancy Theory" (arXiv 2502.07861, v2, Alg. 2 and
-App. B, the blockwise variant); the walk is the self-balancing walk of Alweiss, Liu and Sawhney as restated
+Papers: "Streaming Attention Approximation via Discrepancy Theory" (arXiv 2502.07861, NeurIPS 2025 version,
+Alg. 2 and App. B, the blockwise variant); the walk is the self-balancing walk of Alweiss, Liu and Sawhney as restated
 there (Alg. 3, Thm A.1). Claims served: BKV.vs-uniform, BKV.attention, SBW.balance (speed only; the signs
 are those of the package's reference walk).
 

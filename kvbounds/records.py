@@ -74,7 +74,7 @@ class Record:
     bound_kind: str = "a-priori"
     check: str = ""          # sub-check name within the claim (e.g. "walk", "random-signs")
     control: bool = False    # negative control: a correct check must reject it (holds=False)
-    source: str = ""         # seed/theorem the bound is taken from, e.g. "001 Thm 3.3"
+    source: str = ""         # seed/theorem the bound is taken from, e.g. "BalanceKV-NeurIPS Thm 3.3"
     trials: int = 1
     time_s: float = 0.0
     extra: dict = dataclasses.field(default_factory=dict)

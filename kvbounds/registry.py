@@ -35,8 +35,9 @@ class Paper:
 
 # The papers, keyed by the three-digit labels the checks use in their records' ``source`` fields.
 PAPERS: dict[str, Paper] = {
-    "000": Paper("BalanceKV-preprint", "Streaming Attention Approximation via Discrepancy Theory",
-                 "arXiv 2502.07861, early preprint (v1)",
+    "000": Paper("BalanceKV-preprint", "BalanceKV: KV Cache Compression through Discrepancy Theory",
+                 "arXiv 2502.07861, early preprint (v1; the paper was later retitled \"Streaming Attention "
+                 "Approximation via Discrepancy Theory\")",
                  "numbering: Thm 3.1 BalanceKV, Thm 3.2 SoftmaxBalance, Thm 3.3 MergeAndReduce, "
                  "Thm 3.4 self-balancing walk; Alg. 1-4 in the same order"),
     "001": Paper("BalanceKV-NeurIPS", "Streaming Attention Approximation via Discrepancy Theory",
@@ -55,7 +56,7 @@ _LABEL = re.compile(r"(?<![\w.])(00[0-4])(?=[ ,;:)'\u2019]|$)")
 
 
 def cite(text: str) -> str:
-    """Replace the checks' paper labels ("001 Thm 3.3") by the papers' short names ("BalanceKV-NeurIPS Thm 3.3")."""
+    """Replace the checks' paper labels ("BalanceKV-NeurIPS Thm 3.3") by the papers' short names ("BalanceKV-NeurIPS Thm 3.3")."""
     return _LABEL.sub(lambda m: PAPERS[m.group(1)].short, text)
 
 

@@ -53,7 +53,7 @@ LEGACY_STATUS = {"holds": HOLDS, "holds-fitted": HOLDS_FITTED, "false": FAILS, "
 @dataclasses.dataclass
 class Erratum:
     """An error in a proof step (or in the pseudocode) that does not by itself refute the statement."""
-    where: str                      # "001 Lemma C.3, step 2"
+    where: str                      # "BalanceKV-NeurIPS Lemma C.3, step 2"
     what: str                       # what is wrong
     smallest_input: dict = dataclasses.field(default_factory=dict)
     corrected: str = ""             # the corrected step, when known

@@ -1,7 +1,7 @@
-"""BKV.ablation: BalanceKV's error falls and its runtime rises as the batch (block) size grows (001 Fig. 3);
+"""BKV.ablation: BalanceKV's error falls and its runtime rises as the batch (block) size grows (BalanceKV-NeurIPS Fig. 3);
 and which ingredients of the authors' released recipe carry its gain over uniform sampling.
 
-001 = arXiv:2502.07861 v2, Sec. 4.1, Fig. 3, App. B.1. The single-layer experiment of
+BalanceKV-NeurIPS = arXiv:2502.07861 v2, Sec. 4.1, Fig. 3, App. B.1. The single-layer experiment of
 :mod:`kvbounds.proofs_checks.bkv_vs_uniform` (first ``sink`` and last ``window`` tokens exact, the middle
 compressed by 2^-T; one selection per KV head shared by its query heads) on real SmolLM2 layers (the paper:
 Llama-3.1-8B layers 1 and 15), for batch sizes b in {64, 128, 256}, 10 seeds of the compression randomness

@@ -1,6 +1,6 @@
-"""BKV.attention: BalanceKV's per-step guarantee (001 Thm 3.1, Alg. 1; 000 thm:main-theorem).
+"""BKV.attention: BalanceKV's per-step guarantee (BalanceKV-NeurIPS Thm 3.1, Alg. 1; BalanceKV-preprint thm:main-theorem).
 
-Stated: with ||q||, ||k|| <= r, t = O~(sqrt(d) e^{2r^2/sqrt d}/eps) (001; 000: O*(e^{2r^2/sqrt d}/eps)) and
+Stated: with ||q||, ||k|| <= r, t = O~(sqrt(d) e^{2r^2/sqrt d}/eps) (BalanceKV-NeurIPS; BalanceKV-preprint: O*(e^{2r^2/sqrt d}/eps)) and
 T = log(n/t), at every step j with probability >= 1 - 1/poly(n)
 
     ||z_j - Attn(q_j, K_j, V_j)|| <= eps ||softmax(K_j q_j / sqrt d)||_2 ||V_j||_F.
@@ -9,11 +9,11 @@ We stream n tokens and evaluate at checkpoints j; ``eps_hat`` = max_j of the lef
 ||softmax|| ||V_j||_F. Sub-checks:
   * ``t from formula (C=1)``  t = sqrt(d) e^{2r^2/sqrt d}/eps rounded up to even: does eps_hat <= eps?
                               (the O~ read with constant 1 and no log factors; a reading, not a proven constant)
-  * ``001 shape``/``000 shape``  eps_hat against each version's eps(t) shape; fitted constant, growth in t, d, r.
+  * ``BalanceKV-NeurIPS shape``/``BalanceKV-preprint shape``  eps_hat against each version's eps(t) shape; fitted constant, growth in t, d, r.
 Values have norms spread over six decades so that several value-norm buckets (and erasures) occur.
 
 Under the shared rules (kvbounds.verdict): the formula records are a *reading* of the O~ (constant 1, no log
-factors), never a counterexample; the statement is ``holds-fitted`` with the 001 fitted constant. When the
+factors), never a counterexample; the statement is ``holds-fitted`` with the BalanceKV-NeurIPS fitted constant. When the
 formula's t is so small that SoftmaxBalance empties one-token cells, z_j is undefined (measured = inf): a finding
 about small t, kept in the verdict.
 """

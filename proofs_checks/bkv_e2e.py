@@ -1,7 +1,8 @@
 """BKV.e2e: end to end, at compression ~0.25, BalanceKV keeps a model's output closer to exact attention than
 uniform sampling, StreamingLLM, SnapKV and PyramidKV.
 
-Source: "BalanceKV: KV Cache Compression through Discrepancy Theory" (arXiv:2502.07861, later version), Sec. 4.2-4.3,
+Source: "Streaming Attention Approximation via Discrepancy Theory" (arXiv 2502.07861, NeurIPS 2025 version),
+Sec. 4.2-4.3,
 Table 1 (LongBench averages at compression ~0.25: BalanceKV above uniform, StreamingLLM, SnapKV, PyramidKV)
 and the needle-in-a-haystack test. Here, through :mod:`kvbounds.e2e` on SmolLM2-135M-Instruct (CPU):
 perplexity of held-out continuations of real text and passkey retrieval (teacher-forced log-likelihood of the

@@ -1,18 +1,18 @@
-"""BKV.memory: BalanceKV's memory, its value-norm buckets and the erase rule (001 Thm 3.1, Alg. 1, A.1).
+"""BKV.memory: BalanceKV's memory, its value-norm buckets and the erase rule (BalanceKV-NeurIPS Thm 3.1, Alg. 1, A.1).
 
 Sub-checks:
-  * ``memory``           floats held (max over the stream) against d sqrt(d) e^{2r^2/sqrt d}/eps (001) and
-                         e^{2r^2/sqrt d}/eps (000), with t set from the formula; the ratio must not grow with
+  * ``memory``           floats held (max over the stream) against d sqrt(d) e^{2r^2/sqrt d}/eps (BalanceKV-NeurIPS) and
+                         e^{2r^2/sqrt d}/eps (BalanceKV-preprint), with t set from the formula; the ratio must not grow with
                          n beyond log factors (slope in n small) nor with 1/eps.
   * ``buckets alg1`` / ``buckets proof001``  live value-norm buckets (max over the stream) against the
                          count each threshold implies [stated: O(log n)].
   * ``erased share alg1`` / ``erased share proof001``  the erased tokens' contribution to attention,
                          ||sum_{erased} softmax_i v_i||, against eps ||softmax||_2 ||V||_F, the share the
-                         proof in 001 A.1 (eq. (3)) allots to them [stated].
-Alg. 1 line 8 erases buckets with 2^i <= eps/(2n) e^{-r^2/sqrt d} vmax; the proof in 001 A.1 argues with
+                         proof in BalanceKV-NeurIPS A.1 (eq. (3)) allots to them [stated].
+Alg. 1 line 8 erases buckets with 2^i <= eps/(2n) e^{-r^2/sqrt d} vmax; the proof in BalanceKV-NeurIPS A.1 argues with
 2^i <= eps/sqrt(n) vmax. Under the shared rules (kvbounds.verdict) both the threshold disagreement and the
 proofs' bucket count (short by up to 2) are errata; the erased-share records check a step of the proof
-(001 A.1 eq. (3)), so a failure there would be an erratum too; the statement (O~ memory, O(log n) buckets)
+(BalanceKV-NeurIPS A.1 eq. (3)), so a failure there would be an erratum too; the statement (O~ memory, O(log n) buckets)
 is decided by the memory shape records and the exact bucket counts.
 """
 from __future__ import annotations

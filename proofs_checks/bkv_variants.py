@@ -3,7 +3,7 @@ they share: one selection per KV head shared by its query heads (GQA), split num
 log-weights, the walk diagnostic, one-sided tests, and the differences between the paper's App. B text and
 the authors' released code as findings ("versions disagree").
 
-Variants (001 = arXiv:2502.07861 v2):
+Variants (BalanceKV-NeurIPS = arXiv:2502.07861 v2):
   * ``balance``          the pseudocode: blockwise Alg. 2 as App. B writes it
                          (:func:`kvbounds.algorithms.blockwise_balance_kv.compress_cache`);
   * ``released-t1``      the released walk at run_longbench.py's defaults (gamma 4, temp 1),
@@ -108,7 +108,7 @@ def causal_split(Qw, qpos, K, V, idx, lwn, lwd):
 
 
 def head_errors(z, exact) -> np.ndarray:
-    """Per query head: mean over queries of ||z_j - Attn_j|| / ||Attn_j|| (001 App. B.1)."""
+    """Per query head: mean over queries of ||z_j - Attn_j|| / ||Attn_j|| (BalanceKV-NeurIPS App. B.1)."""
     return np.mean(np.linalg.norm(z - exact, axis=-1) / np.linalg.norm(exact, axis=-1), axis=-1)
 
 
@@ -221,7 +221,7 @@ def finish(v, per_variant: str):
 
 
 def version_findings(claim: str) -> list[Finding]:
-    """001 App. B's text vs the released code (ksheth96/BalanceKV): one finding per ingredient."""
+    """BalanceKV-NeurIPS App. B's text vs the released code (ksheth96/BalanceKV): one finding per ingredient."""
     k = "versions disagree"
     app_b = "001 App. B (arXiv:2502.07861 v2) says: run Alg. 2 (SoftmaxBalance) per block"
     rel = "the released code (ksheth96/BalanceKV, src/balanced_walk.py)"

@@ -1,6 +1,6 @@
 """BKV.vs-uniform: at equal memory, BalanceKV's relative attention error is lower than uniform sampling's.
 
-The single-layer experiment of 001 (arXiv:2502.07861 v2) Sec. 4.1 / Fig. 1 / App. B.1 on real SmolLM2 traces
+The single-layer experiment of BalanceKV-NeurIPS (arXiv:2502.07861 v2) Sec. 4.1 / Fig. 1 / App. B.1 on real SmolLM2 traces
 (``kvbounds.traces.real``): for one layer the cache keeps the first ``sink`` and the last ``window`` tokens
 exactly and compresses the middle [sink, n - window) by 2^-T (T = 1..4); for the last ``window`` queries j the
 estimate z_j uses the kept tokens <= j (causal) and the error is ||z_j - Attn_j|| / ||Attn_j||, averaged over
@@ -87,7 +87,7 @@ def causal_estimate(Qw, qpos, K, V, idx, logw):
 
 
 def _rel(z, exact) -> float:
-    """Mean over heads and queries of ||z_j - Attn_j|| / ||Attn_j|| (001 App. B.1)."""
+    """Mean over heads and queries of ||z_j - Attn_j|| / ||Attn_j|| (BalanceKV-NeurIPS App. B.1)."""
     return float(np.mean(np.linalg.norm(z - exact, axis=-1) / np.linalg.norm(exact, axis=-1)))
 
 

@@ -1,4 +1,4 @@
-"""FD.covariance: the Frequent Directions guarantee (004 Sec. 8; Liberty 2013; GLPW16 Thm 1.1, Alg. 2).
+"""FD.covariance: the Frequent Directions guarantee (Subspace-FD-draft Sec. 8; Liberty 2013; GLPW16 Thm 1.1, Alg. 2).
 
 For the sketch S (all rows held, buffered ones included) and its certificate Delta (total shrinkage), and
 for every r < l:  0 <= A^T A - S^T S  and  ||A^T A - S^T S||_op <= Delta <= ||A - A_r||_F^2 / (l - r).

@@ -1,4 +1,4 @@
-"""FD.residual: ||A (I - P)||_op for P the top-r right singular projector of the FD sketch (004 Sec. 8).
+"""FD.residual: ||A (I - P)||_op for P the top-r right singular projector of the FD sketch (Subspace-FD-draft Sec. 8).
 
 Stated (the draft): ||A (I - P)||_op <= sqrt(eps) + eta, eps = ||A - A_r||_F^2/(l - r), eta "from Davis-Kahan".
 Proven here (theory/frequent_directions.py, Theorem R):

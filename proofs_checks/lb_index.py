@@ -1,4 +1,4 @@
-"""LB.index: the space lower bound of 001 Thm 3.2 by reduction from INDEX (App. C), step by step.
+"""LB.index: the space lower bound of BalanceKV-NeurIPS Thm 3.2 by reduction from INDEX (App. C), step by step.
 
 Sub-checks (record ``check``; each trial's ``task`` param says which it runs):
 
@@ -62,7 +62,7 @@ LAMBDAS_C4 = (10.0, float(lb.LEMMA_C4_LAMBDA))
 EPS_FACTORS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)      # eps sqrt(n)
 FAMILIES = ("Lemma C.3 exact", "Lemma C.3 bounds", "Lemma C.4", "Corollary C.5", "Lemma C.6", "conclusion",
             "game exact", "game eq2 oracle", "game compressor")
-PROOF_FAMILIES = FAMILIES[:6]     # steps of the proof in 001 App. C: a failure is an erratum
+PROOF_FAMILIES = FAMILIES[:6]     # steps of the proof in BalanceKV-NeurIPS App. C: a failure is an erratum
 
 
 CHUNK = 4_000_000        # slots (instances x n) per array batch: keeps memory bounded in the full profile

@@ -1,15 +1,15 @@
-"""MR.error: MergeAndReduce's error at every step j (001 Thm 3.4; 000 thm:MergeAndReduce).
+"""MR.error: MergeAndReduce's error at every step j (BalanceKV-NeurIPS Thm 3.4; BalanceKV-preprint thm:MergeAndReduce).
 
-Stated (001 "BalanceKV", arXiv 2502.07861 v2, Thm 3.4; 000 = v1): with t = O~(sqrt(s) e^{2r^2/sqrt d}/eps) (001)
-or O*(e^{2r^2/sqrt d}/eps) (000) and T = log2(n/t),
+Stated (BalanceKV-NeurIPS "BalanceKV", arXiv 2502.07861 v2, Thm 3.4; BalanceKV-preprint = v1): with t = O~(sqrt(s) e^{2r^2/sqrt d}/eps) (BalanceKV-NeurIPS)
+or O*(e^{2r^2/sqrt d}/eps) (BalanceKV-preprint) and T = log2(n/t),
     || sum_{i<=j} e^{<k_i,q_j>/sqrt d} v_i - z_j || <= eps j e^{-r^2/sqrt d} max||v||   for every j.
 
 We stream n tokens with ||q||, ||k|| = r, run MergeAndReduce for a given t, and measure the smallest
 eps for which the bound holds at every checkpoint j (``eps_hat``). Solving each version's t-formula
-for eps gives its shape eps ~ sqrt(s) e^{2r^2/sqrt d}/t (001) or e^{2r^2/sqrt d}/t (000); the
+for eps gives its shape eps ~ sqrt(s) e^{2r^2/sqrt d}/t (BalanceKV-NeurIPS) or e^{2r^2/sqrt d}/t (BalanceKV-preprint); the
 record's ratio eps_hat/shape is the hidden constant (records of kind ``shape``). Sub-checks:
-  * ``001 paper c`` / ``000 paper c``  the walk's c = 30 log(t/delta) (as in the paper),
-  * ``001 c=log``                      c = log(t/delta): the practical walk, shown for comparison.
+  * ``BalanceKV-NeurIPS paper c`` / ``BalanceKV-preprint paper c``  the walk's c = 30 log(t/delta) (as in the paper),
+  * ``BalanceKV-NeurIPS c=log``                      c = log(t/delta): the practical walk, shown for comparison.
 
 Verdict (shared rules of kvbounds.verdict): the bound is an O~(.), so the statement is ``holds-fitted``; the
 proven-constant reading (the walk's c = 30 log(ts/delta) in Thm 3.3's discrepancy, the proof's other factors with

@@ -1,4 +1,4 @@
-"""MR.memory: MergeAndReduce's cells and cost (001 Thm 3.4, Alg. 4; 000 thm:MergeAndReduce).
+"""MR.memory: MergeAndReduce's cells and cost (BalanceKV-NeurIPS Thm 3.4, Alg. 4; BalanceKV-preprint thm:MergeAndReduce).
 
 Stated: at most log2(n/t) cells occupied, each |C^i| <= t; total memory O(d t log(n/t)); per-step time
 O~(d s e^{4r^2/sqrt d}/eps^2), which with t = sqrt(s) e^{2r^2/sqrt d}/eps substituted is O~(d t^2).
@@ -8,7 +8,7 @@ shape (d+s) t log2(n/t)) and ``step time`` (median seconds per update, shape d t
 The occupied-cell count is checked after every update. Just before the last carry (j = n - 1 with
 n = t 2^T) the cells C^0, ..., C^T are all non-empty: T + 1 = log2(n/t) + 1 cells, one more than stated.
 Under the shared rules (kvbounds.verdict) that count is a step of the memory argument, not the theorem's
-statement (total memory O~(d t), 001 Thm 3.4): it is an erratum, and the stated O(d t log(n/t)) memory is
+statement (total memory O~(d t), BalanceKV-NeurIPS Thm 3.4): it is an erratum, and the stated O(d t log(n/t)) memory is
 checked by the ``memory`` shape records.
 """
 from __future__ import annotations

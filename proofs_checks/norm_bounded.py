@@ -1,6 +1,6 @@
 """NORM.bounded: query/key/value norms concentrate around constants and do not grow with sequence length.
 
-001 Table 3 (and 003 Table 1) report the mean and 95% CI of ||q||, ||k - mean(k)|| and ||v|| for prompts of
+BalanceKV-NeurIPS Table 3 (and ClusterGen Table 1) report the mean and 95% CI of ||q||, ||k - mean(k)|| and ||v|| for prompts of
 growing length; BalanceKV's bounds are stated for ||q||, ||k|| <= r, so r must not grow with n. Here, on real
 traces (``kvbounds.traces.real``: SmolLM2 with RoPE, MiniLM with absolute positions), per layer, pooled over heads,
 for the prefixes [0, n) of one extraction with n = 512 .. n_max (a causal model's prefix is exactly the
@@ -9,7 +9,7 @@ mean, the 95% confidence half-width of the mean (Table 3's column), and the cent
 (2.5%..97.5% quantiles) of the norms (:func:`kvbounds.theory.empirical.norm_interval`) of
   * ``q``           queries (post-RoPE; RoPE is a rotation, so pre- and post-RoPE norms are equal),
   * ``k``           keys (post-RoPE),
-  * ``k_centered``  keys minus their mean over the prefix (as 001 Table 3: attention is invariant to it),
+  * ``k_centered``  keys minus their mean over the prefix (as BalanceKV-NeurIPS Table 3: attention is invariant to it),
   * ``v``           values.
 
 Records (one per model, layer, kind, n; ``bound_kind="fitted"``): measured = the 97.5% quantile of the norms
@@ -21,7 +21,7 @@ sqrt(position)) must break the envelope. Without the model package the trace is 
 
 Verdict (shared rules of kvbounds.verdict, kind "empirical"): one Reproduction per model; ``reproduced`` when
 every (layer, kind) series stays inside the no-growth envelope, ``not-reproduced`` when some series grows.
-The setup names the model, layers and lengths and how they differ from the paper's (001 Table 3: an 8B model,
+The setup names the model, layers and lengths and how they differ from the paper's (BalanceKV-NeurIPS Table 3: an 8B model,
 TriviaQA prompts of 2281..21274 tokens). A synthetic fallback reproduces nothing (``n/a``).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SB.cost: SoftmaxBalance runs in O((d+s) n^2) time and O((d+s) n) memory (001 Thm 3.3).
+"""SB.cost: SoftmaxBalance runs in O((d+s) n^2) time and O((d+s) n) memory (BalanceKV-NeurIPS Thm 3.3).
 
 Sub-checks (records of kind "shape": the fitted constant is measured / shape, and it must not grow
 with n):

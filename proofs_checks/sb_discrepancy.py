@@ -1,4 +1,4 @@
-"""SB.discrepancy: SoftmaxBalance's |C'| <= |C|/2 and its discrepancy bound (001 Thm 3.3, Alg. 2).
+"""SB.discrepancy: SoftmaxBalance's |C'| <= |C|/2 and its discrepancy bound (BalanceKV-NeurIPS Thm 3.3, Alg. 2).
 
 For fixed queries q (drawn before the walks) and many independent walks on the same keys/values,
 the measured statistic is the (1-delta)-quantile of

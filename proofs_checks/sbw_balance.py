@@ -1,6 +1,6 @@
-"""SBW.balance: the self-balancing walk's discrepancy and FAIL probability (001 Thm A.1, Alg. 3), in its regime.
+"""SBW.balance: the self-balancing walk's discrepancy and FAIL probability (BalanceKV-NeurIPS Thm A.1, Alg. 3), in its regime.
 
-Claim (001 "BalanceKV", arXiv 2502.07861 v2, Thm A.1 with Alg. 3; ALS21): with c = 30 log(n/delta), for any
+Claim (BalanceKV-NeurIPS "BalanceKV", arXiv 2502.07861 v2, Thm A.1 with Alg. 3; ALS21): with c = 30 log(n/delta), for any
 fixed u, |<sum_i eps_i u_i, u>| <= O(log(n/delta) max||u_i|| ||u||) w.p. >= 1 - delta, and the walk FAILs
 (|<w, u_i>| > c r^2) w.p. <= delta.
 

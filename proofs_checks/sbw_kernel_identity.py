@@ -1,4 +1,4 @@
-"""SBW.kernel-identity: <phi(k),phi(q)> = exp(<k,q>/sqrt d), ||phi(k)||^2 = exp(||k||^2/sqrt d) (001 A.2, Thm 3.3).
+"""SBW.kernel-identity: <phi(k),phi(q)> = exp(<k,q>/sqrt d), ||phi(k)||^2 = exp(||k||^2/sqrt d) (BalanceKV-NeurIPS A.2, Thm 3.3).
 
 Sub-checks (``check`` field of the records):
   * ``tensor-power exact``  Fractions: <k^{(x)i}, q^{(x)i}> == <k,q>^i from explicit tensor products for random

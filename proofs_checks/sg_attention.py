@@ -1,5 +1,5 @@
 """SG.attention: ||z/tau - Attn|| <= eps ||softmax(K q)||_2 ||V||_op with probability >= 0.99; memory and per-step
-time O(d (m t + s)) (002 Thm 1 / 003 Thm 2.4; paper convention exp(<q, k>)).
+time O(d (m t + s)) (SubGen Thm 1 / ClusterGen Thm 2.4; paper convention exp(<q, k>)).
 
 Sub-checks:
   * ``proven``  t and s with the explicit constants of :func:`kvbounds.theory.subgen.partition_t_proven` and

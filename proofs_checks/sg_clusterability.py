@@ -1,5 +1,5 @@
 """SG.clusterability: keys are more clusterable than values; RoPE models' keys more than absolute-position
-models' (002 Sec. 3.1, Fig. 1; 003 Sec. 3.1, Table 1, Fig. 1). Empirical.
+models' (SubGen Sec. 3.1, Fig. 1; ClusterGen Sec. 3.1, Table 1, Fig. 1). Empirical.
 
 The measure (:func:`kvbounds.algorithms.kcenter.clusterability`, usable on any (n, d) array, real traces included):
 the greedy k-center covering radius r(j) for j = 1..16, summarised by r(16) / r(1), and the number of

@@ -1,5 +1,5 @@
-"""SG.clusters: the invariants of UpdateSoftmaxNormalizer and m' <= m (002 Lemma 2 / 003 Lemma 2.3; the
-pigeonhole step of 002 Thm 1 / 003 Thm 2.4's memory part).
+"""SG.clusters: the invariants of UpdateSoftmaxNormalizer and m' <= m (SubGen Lemma 2 / ClusterGen Lemma 2.3; the
+pigeonhole step of SubGen Thm 1 / ClusterGen Thm 2.4's memory part).
 
 After every update, with C_i the keys the algorithm assigned to cluster i (tracked labels):
 (1) x_i in C_i (x_i is C_i's first key), (2) n_i = |C_i|, (3) ||x_i - k'|| <= delta for k' in C_i,

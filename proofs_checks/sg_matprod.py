@@ -1,5 +1,5 @@
 """SG.matprod: with s = Omega(eps^-2 d), ||z - exp(K q)^T V|| <= (eps/3) ||exp(K q)||_2 ||V||_op with probability
->= 0.995 (002 Thm 1 eq. (6) / 003 Thm 2.4; z of Alg. 1 line 29, paper convention).
+>= 0.995 (SubGen Thm 1 eq. (6) / ClusterGen Thm 2.4; z of Alg. 1 line 29, paper convention).
 
 Values: ``flat`` (rows cycle through an orthonormal basis: ||V||_F^2 = d ||V||_op^2, the worst case for an
 op-norm bound, since l2 sampling controls the error by ||V||_F) and ``heavy`` (Pareto value norms).
@@ -9,7 +9,7 @@ binomial test (level 1e-3). Sub-checks:
   * ``s proven``  s = 9 d / (0.005 eps^2) (:func:`kvbounds.theory.subgen.matprod_s_proven` with the stable rank
     bounded by d: Drineas-Kannan's second moment + Markov) [a-priori].
   * ``s = C shape``  s = ceil(C d / eps^2) for a sweep of C; fitted constant = smallest C from which on
-    every rate passes. Along n at fixed C the rate must not grow: 002/003's introductions quote
+    every rate passes. Along n at fixed C the rate must not grow: SubGen/ClusterGen's introductions quote
     O(eps^-2 d log n) samples, the theorem eps^-2 d.
   * ``second moment``  the mean of ||z - a^T V||^2 over the replicas against the exact
     E = (||a||^2 ||V||_F^2 - ||a^T V||^2) / s of l2 sampling (:func:`kvbounds.theory.subgen.matprod_error_second_moment`):

@@ -1,5 +1,5 @@
 """SG.partition: with t = Omega(eps^-2 e^{2 delta r} log n), tau in (1 +- eps/3) sum_j exp(<k_j, q>) with
-probability >= 0.995 (002 Thm 1 eq. (5) / 003 Thm 2.4; paper convention, no 1/sqrt(d)).
+probability >= 0.995 (SubGen Thm 1 eq. (5) / ClusterGen Thm 2.4; paper convention, no 1/sqrt(d)).
 
 The worst case the proof allows: inside a cluster the terms exp(<k, q>) span a factor e^{2 delta r}
 (Lemma 2 (3) and the triangle inequality). The ``adversarial`` stream realises it: each cluster's first

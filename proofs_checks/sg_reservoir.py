@@ -1,7 +1,7 @@
 """SG.reservoir: M holds s i.i.d. samples with Pr[M(j) = (k_i, v_i)] = ||v_i||^2 / sum ||v_l||^2
-(002 Lemma 1, 003 Lemma 2.2; Alg. 1 lines 5-6, 24-28).
+(SubGen Lemma 1, ClusterGen Lemma 2.2; Alg. 1 lines 5-6, 24-28).
 
-The prose of both versions (002 Sec. 2.2 and 003 Sec. 2.2: "with probabilities proportional to ||k_i||^2")
+The prose of both versions (SubGen Sec. 2.2 and ClusterGen Sec. 2.2: "with probabilities proportional to ||k_i||^2")
 disagrees with the lemma and the pseudocode (||v||^2); the check decides which statement describes the
 algorithm. Sub-checks:
 

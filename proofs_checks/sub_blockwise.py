@@ -1,5 +1,5 @@
 """SUB.blockwise: the one-pass blockwise softmax across chunks with distinct bases equals softmax over the
-concatenated logits, and is numerically stable, masks included (004 Sec. 6).
+concatenated logits, and is numerically stable, masks included (Subspace-FD-draft Sec. 6).
 
 Sub-checks (``check``):
   * ``symbolic``            sympy runs the recurrence with symbolic logits, values and arbitrary reference points

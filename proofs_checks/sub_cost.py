@@ -1,5 +1,5 @@
 """SUB.cost: per-token FLOPs and bytes of coefficient-space decode vs exact attention, and the FD update cost
-(004 Secs. 4, 9): baseline O(T d) vs O(T (r + r_v)) + O((r + r_v) d) + O(d (l_k + l_v)).
+(Subspace-FD-draft Secs. 4, 9): baseline O(T d) vs O(T (r + r_v)) + O((r + r_v) d) + O(d (l_k + l_v)).
 
 The model is :func:`kvbounds.theory.subspace.cost_model` (formulas term by term). Sub-checks:
   * ``flops exact`` / ``flops ours``   operations counted while :func:`exact_decode` / :func:`coefficient_decode` run

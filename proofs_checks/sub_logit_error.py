@@ -1,4 +1,4 @@
-"""SUB.logit-error: ||l - l^||_inf <= (gamma_B/sqrt d) ||Delta K||_op ||q|| for l^_i = gamma_B q^T P_B k_i / sqrt d (004 Sec. 8).
+"""SUB.logit-error: ||l - l^||_inf <= (gamma_B/sqrt d) ||Delta K||_op ||q|| for l^_i = gamma_B q^T P_B k_i / sqrt d (Subspace-FD-draft Sec. 8).
 
 For each gamma_B choice (the draft's default sqrt(r/d), 1, and a scalar calibrated on held-out data) and each
 setting, with the worst query of the trial (largest measured/bound):

@@ -1,6 +1,6 @@
-"""SUB.lowrank: the draft's Low-Rank KV Cache Hypothesis and its four falsifiers, on real traces (seed 004).
+"""SUB.lowrank: the draft's Low-Rank KV Cache Hypothesis and its four falsifiers, on real traces (Subspace-FD-draft).
 
-Draft (004 Sec. 1, 11, 12): keys and values of each head concentrate in low-dimensional subspaces; "many
+Draft (Subspace-FD-draft Sec. 1, 11, 12): keys and values of each head concentrate in low-dimensional subspaces; "many
 heads show >= 90% energy at r ~ d/4"; under RoPE this holds locally within chunks. Measured here on
 SmolLM2 (RoPE; pre- and post-RoPE keys) and MiniLM (absolute positions), per layer and KV head:
 
@@ -11,7 +11,7 @@ SmolLM2 (RoPE; pre- and post-RoPE keys) and MiniLM (absolute positions), per lay
   * ``chunk residual``: for chunks of 256 tokens, the residual share 1 - energy of the chunk's own top-d/4
     basis (local), and of the first chunk's basis (anchored) applied to the chunk, vs position.
 
-The four falsifiers (004 Sec. 11 "Falsifiers"), each evaluated and reported:
+The four falsifiers (Subspace-FD-draft Sec. 11 "Falsifiers"), each evaluated and reported:
   1) "No r << d achieves <= 1% PPL increase": SmolLM2's perplexity on the trace text with every layer's keys
      (post-RoPE) and values projected onto static rank-r bases, r in {d/8, d/4, d/2}, calibrated on the next
      n tokens of the corpus (held-out text); gamma_B = 1 (the calibrated choice; the draft's default sqrt(r/d)

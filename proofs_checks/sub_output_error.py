@@ -1,5 +1,5 @@
 """SUB.output-error: ||o - o^|| <= 2 tanh(||l - l^||_inf/2) max||v_i|| + ||Delta V||_op, and the multi-chunk version
-(004 Sec. 8). Same settings as SUB.logit-error (:func:`kvbounds.proofs_checks.sub_logit_error.settings`): the static basis
+(Subspace-FD-draft Sec. 8). Same settings as SUB.logit-error (:func:`kvbounds.proofs_checks.sub_logit_error.settings`): the static basis
 (``single``), the adaptive chunked variant on RoPE traces (``multi``), and the minimal input (d = 2, n = 2).
 
 For each gamma_B choice, with the worst query of the trial (largest measured/bound):

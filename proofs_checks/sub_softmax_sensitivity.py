@@ -1,4 +1,4 @@
-"""SUB.softmax-sensitivity: ||alpha - alpha^||_1 <= 2 tanh(||l - l^||_inf / 2) <= ||l - l^||_inf (004 Sec. 8).
+"""SUB.softmax-sensitivity: ||alpha - alpha^||_1 <= 2 tanh(||l - l^||_inf / 2) <= ||l - l^||_inf (Subspace-FD-draft Sec. 8).
 
 Sub-checks (``check``):
   * ``random``        logits of scale s, perturbations with ||delta||_inf = t exactly (uniform, random signs, and

@@ -1,7 +1,7 @@
-"""Bounds of the BalanceKV family as functions of their parameters (seeds 000, 001).
+"""Bounds of the BalanceKV family as functions of their parameters (BalanceKV-preprint, BalanceKV-NeurIPS).
 
 Each function names its claim id and source. Constants: ``c = 30 log(n/delta)`` is proven (the walk's
-own constant, 001 Alg. 3 line 2); every O(.) is returned as its *shape* (constant 1) and the checks
+own constant, BalanceKV-NeurIPS Alg. 3 line 2); every O(.) is returned as its *shape* (constant 1) and the checks
 fit the constant, labelled "fitted". Functions prefixed ``log_`` return the natural log of the bound so
 that large norms (e^{r^2/sqrt d} with r = 50, d = 64) stay finite.
 """
@@ -13,7 +13,7 @@ import math
 import numpy as np
 from scipy import stats
 
-WALK_C_FACTOR = 30.0          # proven: 001 Alg. 3 line 2, Alg. 2 line 3
+WALK_C_FACTOR = 30.0          # proven: BalanceKV-NeurIPS Alg. 3 line 2, Alg. 2 line 3
 
 
 def walk_constant(n: int, delta: float) -> float:
@@ -22,7 +22,7 @@ def walk_constant(n: int, delta: float) -> float:
 
 
 def sbw_discrepancy_shape(n: int, delta: float, max_u_norm: float, u_norm: float) -> float:
-    """SBW.balance (001 Thm A.1): shape log(n/delta) max_i||u_i|| ||u|| of |<sum_i eps_i u_i, u>|."""
+    """SBW.balance (BalanceKV-NeurIPS Thm A.1): shape log(n/delta) max_i||u_i|| ||u|| of |<sum_i eps_i u_i, u>|."""
     return math.log(n / delta) * max_u_norm * u_norm
 
 
@@ -33,7 +33,7 @@ def random_signs_discrepancy_shape(n: int, max_u_norm: float, u_norm: float) -> 
 
 def log_softmax_balance_shape(n: int, s: int, delta: float, d: int, q_norm: float, max_k_norm: float,
                               max_v_norm: float) -> float:
-    """SB.discrepancy (001 Thm 3.3), log of the shape
+    """SB.discrepancy (BalanceKV-NeurIPS Thm 3.3), log of the shape
     sqrt(s) log(ns/delta) e^{||q||^2/(2 sqrt d)} e^{max||k||^2/(2 sqrt d)} max||v||."""
     return (0.5 * math.log(s) + math.log(math.log(n * s / delta)) + (q_norm**2 + max_k_norm**2) / (2 * math.sqrt(d))
             + math.log(max_v_norm))
@@ -44,12 +44,12 @@ def softmax_balance_shape(n, s, delta, d, q_norm, max_k_norm, max_v_norm) -> flo
 
 
 def softmax_balance_cost(n: int, d: int, s: int) -> dict:
-    """SB.cost (001 Thm 3.3): time shape (d+s) n^2, memory shape (d+s) n (floats)."""
+    """SB.cost (BalanceKV-NeurIPS Thm 3.3): time shape (d+s) n^2, memory shape (d+s) n (floats)."""
     return {"time": (d + s) * n**2, "memory": (d + s) * n}
 
 
 def merge_reduce_batch_size(eps: float, r: float, d: int, s: int, *, version: str = "001", const: float = 1.0) -> float:
-    """t of Thm 3.4: sqrt(s) e^{2r^2/sqrt d}/eps (001) or e^{2r^2/sqrt d}/eps (000), times ``const``
+    """t of Thm 3.4: sqrt(s) e^{2r^2/sqrt d}/eps (BalanceKV-NeurIPS) or e^{2r^2/sqrt d}/eps (BalanceKV-preprint), times ``const``
     (the O~/O* hides constants and polylog factors: ``const`` is fitted, never proven)."""
     base = math.exp(2 * r**2 / math.sqrt(d)) / eps
     if version == "001":
@@ -60,7 +60,7 @@ def merge_reduce_batch_size(eps: float, r: float, d: int, s: int, *, version: st
 
 
 def merge_reduce_error_bound(eps: float, j: int, r: float, d: int, max_v_norm: float) -> float:
-    """MR.error (001 Thm 3.4 / 000 thm:MergeAndReduce): eps j e^{-r^2/sqrt d} max||v||. [stated]"""
+    """MR.error (BalanceKV-NeurIPS Thm 3.4 / BalanceKV-preprint thm:MergeAndReduce): eps j e^{-r^2/sqrt d} max||v||. [stated]"""
     return eps * j * math.exp(-r**2 / math.sqrt(d)) * max_v_norm
 
 
@@ -84,19 +84,19 @@ def merge_reduce_error_shape(j: int, t: int, s: int, r: float, d: int, max_v_nor
 
 
 def balance_kv_error_bound(eps: float, softmax_norm: float, v_fro: float) -> float:
-    """BKV.attention (001 Thm 3.1, eq. (2)): eps ||softmax(K q/sqrt d)||_2 ||V||_F. [stated]"""
+    """BKV.attention (BalanceKV-NeurIPS Thm 3.1, eq. (2)): eps ||softmax(K q/sqrt d)||_2 ||V||_F. [stated]"""
     return eps * softmax_norm * v_fro
 
 
 def balance_kv_memory_shape(d: int, r: float, eps: float, *, version: str = "001") -> float:
-    """BKV.memory: d sqrt(d) e^{2r^2/sqrt d}/eps (001) or e^{2r^2/sqrt d}/eps (000), polylog factors dropped."""
+    """BKV.memory: d sqrt(d) e^{2r^2/sqrt d}/eps (BalanceKV-NeurIPS) or e^{2r^2/sqrt d}/eps (BalanceKV-preprint), polylog factors dropped."""
     base = math.exp(2 * r**2 / math.sqrt(d)) / eps
     return d * math.sqrt(d) * base if version == "001" else base
 
 
 def balance_kv_bucket_count_bound(n: int, eps: float, r: float, d: int, *, rule: str = "alg1") -> float:
     """Live value-norm buckets as the proofs count them [stated]: log2(2n e^{r^2/sqrt d}/eps) for Alg. 1 line 8
-    (000's proof of thm:main-theorem), log2(sqrt(n)/eps) for the threshold of 001 A.1's proof."""
+    (BalanceKV-preprint's proof of thm:main-theorem), log2(sqrt(n)/eps) for the threshold of BalanceKV-NeurIPS A.1's proof."""
     if rule == "alg1":
         return math.log2(2 * n * math.exp(r**2 / math.sqrt(d)) / eps)
     return math.log2(math.sqrt(n) / eps)
@@ -110,7 +110,7 @@ def balance_kv_bucket_count_exact(vmax_over_threshold: float) -> int:
 # ------------------------------------------------------------------ where the walk's regime starts (issue 9)
 def walk_saturation_steps(eigenvalue: float, c: float, R2: float) -> float:
     """Steps after which the self-balancing walk holds the direction of E[y y^T] with this eigenvalue at its
-    plateau. With E[eps_i | x] = -x/(c R^2) (001 Alg. 3 line 8), E<w,e>^2 grows by lam - 2 lam <w,e>^2/(c R^2)
+    plateau. With E[eps_i | x] = -x/(c R^2) (BalanceKV-NeurIPS Alg. 3 line 8), E<w,e>^2 grows by lam - 2 lam <w,e>^2/(c R^2)
     per step: it relaxes to c R^2/2 on a time scale c R^2/(2 lam), while independent signs give n lam.
     For unit vectors in R^d (lam = 1/d, R = 1) this is c d/2 (SBW.balance). [derived]"""
     return c * R2 / (2.0 * eigenvalue)
@@ -118,7 +118,7 @@ def walk_saturation_steps(eigenvalue: float, c: float, R2: float) -> float:
 
 @functools.lru_cache(maxsize=32)
 def kernel_feature_spectrum(d: int, s: int, r: float, m: int = 800, seed: int = 0) -> tuple[float, ...]:
-    """Eigenvalues (descending) of E[y y^T] for SoftmaxBalance's vectors y = phi(k) (x) v (001 Alg. 2), with
+    """Eigenvalues (descending) of E[y y^T] for SoftmaxBalance's vectors y = phi(k) (x) v (BalanceKV-NeurIPS Alg. 2), with
     ||k|| = r uniform on the sphere and v ~ N(0, I_s/s) as in MR.error's stream, estimated as the spectrum of
     the Gram matrix exp(<k_i,k_j>/sqrt d) <v_i,v_j> / m over m samples (same non-zero eigenvalues). [measured]"""
     from kvbounds.gpu.backend import single_blas_thread

@@ -4,10 +4,10 @@ These claims state no formula: they compare measured quantities (an algorithm's 
 baseline's, a norm at one length against another). The functions here are those measurements, kept
 in one place so checks, notebooks and tests compute them the same way.
 
-  * :func:`relative_error`  ||z - Attn||_F / ||Attn||_F, the error of 001 App. B.1 (Sec. 4.1, Fig. 1, Fig. 3).
-  * :func:`norm_interval`   mean, 95% confidence half-width of the mean (001 Table 3's "95% CI") and the
-                            2.5%..97.5% quantile interval of a set of norms (NORM.bounded; 001 Table 3, 003 Table 1).
-  * :func:`energy_at_rank`  share of ||X||_F^2 in the top r singular values (SUB.lowrank, 004 Sec. 12);
+  * :func:`relative_error`  ||z - Attn||_F / ||Attn||_F, the error of BalanceKV-NeurIPS App. B.1 (Sec. 4.1, Fig. 1, Fig. 3).
+  * :func:`norm_interval`   mean, 95% confidence half-width of the mean (BalanceKV-NeurIPS Table 3's "95% CI") and the
+                            2.5%..97.5% quantile interval of a set of norms (NORM.bounded; BalanceKV-NeurIPS Table 3, ClusterGen Table 1).
+  * :func:`energy_at_rank`  share of ||X||_F^2 in the top r singular values (SUB.lowrank, Subspace-FD-draft Sec. 12);
                             the check prefers ``kvbounds.theory.subspace.energy_at_rank`` when it exists.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kvbounds.theory.subspace import energy_at_rank  # noqa: F401 - the one defi
 
 
 def relative_error(z, exact, *, axis=None) -> float | np.ndarray:
-    """||z - exact|| / ||exact|| (Frobenius over ``axis``; all axes when None). 001 App. B.1."""
+    """||z - exact|| / ||exact|| (Frobenius over ``axis``; all axes when None). BalanceKV-NeurIPS App. B.1."""
     z, exact = np.asarray(z, dtype=np.float64), np.asarray(exact, dtype=np.float64)
     if z.shape != exact.shape:
         raise InputError(f"z and exact must have the same shape, got {z.shape} and {exact.shape}")
@@ -39,7 +39,7 @@ def norm_interval(x, *, conf: float = 0.95) -> dict:
     """Statistics of the row norms of ``x`` (n, d) (or of the values themselves if 1-D).
 
     Returns mean, ``ci_half`` (normal-approximation half-width of the ``conf`` interval of the mean,
-    the column 001 Table 3 reports), ``lo``/``hi`` (the central ``conf`` quantile interval of the norms,
+    the column BalanceKV-NeurIPS Table 3 reports), ``lo``/``hi`` (the central ``conf`` quantile interval of the norms,
     the spread), std, max and n."""
     x = np.asarray(x, dtype=np.float64)
     if x.ndim == 2:
@@ -59,7 +59,7 @@ def norm_interval(x, *, conf: float = 0.95) -> dict:
 
 
 def mean_and_spread(values) -> dict:
-    """Mean, sample standard deviation and min/max over seeds (001 App. B.1 reports mean and std over 10 seeds)."""
+    """Mean, sample standard deviation and min/max over seeds (BalanceKV-NeurIPS App. B.1 reports mean and std over 10 seeds)."""
     v = np.asarray(values, dtype=np.float64)
     return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
             "min": float(v.min()), "max": float(v.max()), "n": int(v.size)}

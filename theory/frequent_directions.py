@@ -1,4 +1,4 @@
-"""Frequent Directions bounds (seed 004 Sec. 8 "FD linkage"; claims FD.covariance, FD.residual).
+"""Frequent Directions bounds (Subspace-FD-draft Sec. 8 "FD linkage"; claims FD.covariance, FD.residual).
 
 Notation: A (n x d) the stream, S the FD sketch, Delta its total shrinkage (the certificate),
 sigma_i(.) singular values in decreasing order (sigma_i = 0 beyond the rank), A_r the best rank-r
@@ -7,7 +7,7 @@ approximation, P the orthogonal projector onto the top-r right singular space of
 FD.covariance (GLPW16 Thm 1.1; Liberty 2013) [proven]: for every r < l,
     0 <= A^T A - S^T S <= Delta I   and   Delta <= ||A - A_r||_F^2 / (l - r) =: eps_r.
 
-FD.residual, the draft's statement (004 Sec. 8) [stated]:
+FD.residual, the draft's statement (Subspace-FD-draft Sec. 8) [stated]:
     ||A (I - P)||_op <= sqrt(eps_r) + eta,  eta "from Davis-Kahan in terms of eps and the spectral gap".
 Read with the most generous eta the Davis-Kahan theorem allows, eta = ||A||_op min(1, 2 eps_r / gap_r),
 gap_r = sigma_r(A)^2 - sigma_{r+1}(A)^2 (Yu, Wang, Samworth 2015, operator-norm form: ||sin Theta(P, P_r)||

@@ -1,4 +1,4 @@
-"""SBW.kernel-identity: the exponential-kernel feature map of 001 A.2 (proof of Thm 3.3).
+"""SBW.kernel-identity: the exponential-kernel feature map of BalanceKV-NeurIPS A.2 (proof of Thm 3.3).
 
     phi(k) = ( (k / d^{1/4})^{(x) i} / sqrt(i!) )_{i >= 0},
     <phi(k), phi(q)> = exp(<k,q>/sqrt d),      ||phi(k)||^2 = exp(||k||^2/sqrt d).
@@ -45,7 +45,7 @@ def _check_size(d: int, m: int) -> None:
 
 
 def truncated_feature_map(k, m: int) -> np.ndarray:
-    """phi_m(k) = ((k/d^{1/4})^{(x)i} / sqrt(i!))_{i=0..m} as one float64 vector (SBW.kernel-identity, 001 A.2).
+    """phi_m(k) = ((k/d^{1/4})^{(x)i} / sqrt(i!))_{i=0..m} as one float64 vector (SBW.kernel-identity, BalanceKV-NeurIPS A.2).
 
     Raises ValueError when the map would have more than ``MAX_ENTRIES`` entries."""
     k = np.asarray(k, dtype=np.float64)
@@ -99,7 +99,7 @@ def truncated_inner_is_taylor(k: Sequence[Fraction], q: Sequence[Fraction], m: i
 
 
 def symbolic_residuals(d: int = 2, max_power: int = 3) -> dict[str, sp.Expr]:
-    """Residuals that must simplify to 0 for the identity to hold (SBW.kernel-identity, 001 A.2):
+    """Residuals that must simplify to 0 for the identity to hold (SBW.kernel-identity, BalanceKV-NeurIPS A.2):
 
     * ``tensor i=p``: <k^{(x)p}, q^{(x)p}> - <k,q>^p for symbolic k, q in R^d, p <= max_power;
     * ``series``: sum_{i>=0} (s/sqrt d)^i/i! - exp(s/sqrt d) (sympy summation to infinity);
@@ -128,7 +128,7 @@ def truncation_tail_bound(x, m: int):
     """|exp(x) - sum_{i<=m} x^i/i!| <= |x|^{m+1}/(m+1)! * exp(max(x, 0)) (Lagrange remainder).
 
     With x = <k,q>/sqrt d (|x| <= ||k|| ||q||/sqrt d) this bounds |<phi_m(k),phi_m(q)> - exp(<k,q>/sqrt d)|
-    (SBW.kernel-identity, 001 A.2). Accepts scalars or arrays; computed in logs so large x stay finite."""
+    (SBW.kernel-identity, BalanceKV-NeurIPS A.2). Accepts scalars or arrays; computed in logs so large x stay finite."""
     if m < 0:
         raise ValueError(f"m must be >= 0, got {m}")
     x = np.asarray(x, dtype=np.float64)

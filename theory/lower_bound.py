@@ -1,7 +1,7 @@
-"""The space lower bound of 001 Thm 3.2 (appendix C), claim LB.index: the bound's shape, Lemma C.3
+"""The space lower bound of BalanceKV-NeurIPS Thm 3.2 (appendix C), claim LB.index: the bound's shape, Lemma C.3
 exactly, the statements of Lemmas C.4-C.6 and of the proof's conclusion as functions.
 
-Theorem 3.2 (001): for r^2 <= d, a streaming algorithm that meets eq. (2),
+Theorem 3.2 (BalanceKV-NeurIPS): for r^2 <= d, a streaming algorithm that meets eq. (2),
 ``||z - Attn(q,K,V)|| <= eps ||softmax(Kq/sqrt d)||_2 ||V||_F``, with probability 0.999 needs
 ``Omega(min{1/eps^2, d exp(2 r^2/sqrt d)})`` space. Throughout, ``a = r^2/sqrt d`` (so a key's
 self-logit is ``<k,k>/sqrt d = a``) and the keys are uniform on ``{-r/sqrt d, +r/sqrt d}^d``.

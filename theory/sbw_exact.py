@@ -1,4 +1,4 @@
-"""Exact law of the self-balancing walk's signs on tiny inputs (001 Alg. 3; claim SBW.balance).
+"""Exact law of the self-balancing walk's signs on tiny inputs (BalanceKV-NeurIPS Alg. 3; claim SBW.balance).
 
 Every sign sequence is enumerated with its exact probability, in Fractions, following Alg. 3 line by line:
 with ``w = sum_{U+} u - sum_{U-} u`` over the vectors already placed,
@@ -51,7 +51,7 @@ def _validate(U: Sequence[Vector], c: Fraction, r: Fraction) -> tuple[list[list[
 
 
 def sign_probability(inner: Fraction, c: Fraction, r: Fraction) -> Fraction:
-    """p = 1/2 - <w, u_i> / (2 c r^2) (001 Alg. 3 line 8)."""
+    """p = 1/2 - <w, u_i> / (2 c r^2) (BalanceKV-NeurIPS Alg. 3 line 8)."""
     return Fraction(1, 2) - Fraction(inner) / (2 * Fraction(c) * Fraction(r) ** 2)
 
 

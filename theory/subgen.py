@@ -1,12 +1,12 @@
-"""Bounds of the SubGen/ClusterGen family (seeds 002, 003) as functions of their parameters.
+"""Bounds of the SubGen/ClusterGen family (SubGen, ClusterGen) as functions of their parameters.
 
 Paper convention: exp(<q, k>) without 1/sqrt(d). Constants: every Omega(.) in Thm 1 / Thm 2.4 is returned
 as its shape times a constant ``C``; the functions suffixed ``_proven`` give a constant that a textbook
 inequality makes sufficient (labelled proven), the checks fit the rest.
 
-* SG.reservoir  - :func:`reservoir_probability` (002 Lemma 1 / 003 Lemma 2.2), and the exact law of the
+* SG.reservoir  - :func:`reservoir_probability` (SubGen Lemma 1 / ClusterGen Lemma 2.2), and the exact law of the
   reservoir propagated through the pseudocode with rationals (:func:`exact_reservoir_distribution`).
-* SG.clusters   - :func:`cluster_count_bound` (m' <= m, 002 Lemma 2 / 003 Lemma 2.3 and the pigeonhole
+* SG.clusters   - :func:`cluster_count_bound` (m' <= m, SubGen Lemma 2 / ClusterGen Lemma 2.3 and the pigeonhole
   argument of Thm 1's memory part), :func:`exact_cluster_slot_distribution` (invariant (5)).
 * SG.partition  - :func:`partition_bound`, :func:`partition_t`, :func:`partition_t_proven`.
 * SG.matprod    - :func:`matprod_bound`, :func:`matprod_s`, :func:`matprod_s_proven`,
@@ -32,7 +32,7 @@ ATTENTION_FAIL = 0.01      # Thm 1: "with probability at least 0.99"
 # ------------------------------------------------------------------------------------ SG.reservoir
 
 def reservoir_probability(weights: Sequence, i: int | None = None):
-    """Pr[M(j) = (k_i, v_i)] = w_i / sum_l w_l with w = ||v||^2 (002 Lemma 1, 003 Lemma 2.2).
+    """Pr[M(j) = (k_i, v_i)] = w_i / sum_l w_l with w = ||v||^2 (SubGen Lemma 1, ClusterGen Lemma 2.2).
 
     ``weights`` the squared norms (Fractions stay exact). Returns the whole vector, or entry ``i``."""
     total = sum(weights)
@@ -44,7 +44,7 @@ def reservoir_probability(weights: Sequence, i: int | None = None):
 
 def exact_reservoir_distribution(weights: Sequence[Fraction], s: int) -> dict[tuple[int, ...], Fraction]:
     """The joint law of M's s slots (stream indices) after the whole stream, propagated through the
-    pseudocode with exact rationals: 002 Alg. 1 lines 5-6 and 24-28 (slot i <- token j with probability
+    pseudocode with exact rationals: SubGen Alg. 1 lines 5-6 and 24-28 (slot i <- token j with probability
     w_j / (mu + w_j), mu the sum of the earlier weights; p = 1 while mu + w_j = 0, as in
     :class:`kvbounds.algorithms.subgen.SubGen`). Each slot's coin is independent, so the propagation is per
     slot and the joint law is assembled as the product; the check compares the assembled law with an
@@ -67,7 +67,7 @@ def exact_reservoir_distribution(weights: Sequence[Fraction], s: int) -> dict[tu
 # ------------------------------------------------------------------------------------ SG.clusters
 
 def cluster_count_bound(m: int) -> int:
-    """m' <= m when the keys are (m, delta)-clusterable (002 Thm 1 memory part, via Lemma 2 (1), (4)). [exact]"""
+    """m' <= m when the keys are (m, delta)-clusterable (SubGen Thm 1 memory part, via Lemma 2 (1), (4)). [exact]"""
     return int(m)
 
 
@@ -142,7 +142,7 @@ def matprod_error_second_moment(a: np.ndarray, V: np.ndarray, probs: np.ndarray,
 # ------------------------------------------------------------------------------------ SG.attention
 
 def attention_bound(eps: float, softmax_norm: float, v_op: float) -> float:
-    """eps ||softmax(K q)||_2 ||V||_op (002 eq. (4), Thm 1)."""
+    """eps ||softmax(K q)||_2 ||V||_op (SubGen eq. (4), Thm 1)."""
     return eps * softmax_norm * v_op
 
 

@@ -1,4 +1,4 @@
-"""Bounds of coefficient-space attention (seed 004 Secs. 4, 6, 8, 9): claims SUB.softmax-sensitivity,
+"""Bounds of coefficient-space attention (Subspace-FD-draft Secs. 4, 6, 8, 9): claims SUB.softmax-sensitivity,
 SUB.logit-error, SUB.output-error, SUB.blockwise, SUB.cost (and energy_at_rank for SUB.lowrank).
 
 Notation: l_i = q.k_i/sqrt(d) exact logits, l^_i = gamma q^T P k_i/sqrt(d) projected logits (P = B^T B, rank r),
@@ -47,7 +47,7 @@ import numpy as np
 # -- SUB.softmax-sensitivity ---------------------------------------------------------------------------
 
 def softmax_sensitivity_bound(linf: float) -> float:
-    """2 tanh(||l - l^||_inf / 2) (004 Sec. 8). [proven, tight]"""
+    """2 tanh(||l - l^||_inf / 2) (Subspace-FD-draft Sec. 8). [proven, tight]"""
     return 2.0 * math.tanh(linf / 2.0)
 
 
@@ -86,7 +86,7 @@ def draft_gamma(r: int, d: int) -> float:
 
 
 def logit_error_bound(q_norm: float, dK_op: float, d: int, gamma: float) -> float:
-    """The draft's ||l - l^||_inf <= (gamma/sqrt d) ||Delta K||_op ||q|| (004 Sec. 8). [stated; true only for gamma = 1]"""
+    """The draft's ||l - l^||_inf <= (gamma/sqrt d) ||Delta K||_op ||q|| (Subspace-FD-draft Sec. 8). [stated; true only for gamma = 1]"""
     return gamma / math.sqrt(d) * dK_op * q_norm
 
 
@@ -114,7 +114,7 @@ def logit_error_counterexample() -> dict:
 # -- SUB.output-error ---------------------------------------------------------------------------------------
 
 def output_error_bound(linf: float, vmax: float, dV_op: float) -> float:
-    """2 tanh(||l - l^||_inf / 2) max||v_i|| + ||Delta V||_op (004 Sec. 8), with the measured logit error. [proven]"""
+    """2 tanh(||l - l^||_inf / 2) max||v_i|| + ||Delta V||_op (Subspace-FD-draft Sec. 8), with the measured logit error. [proven]"""
     return softmax_sensitivity_bound(linf) * vmax + dV_op
 
 
@@ -161,7 +161,7 @@ def blockwise_softmax_identity(sizes: Sequence[int] = (2, 1, 3)) -> dict:
 
 def cost_model(T: int, d: int, r: int, r_v: int, *, J: int = 1, ell_k: int = 0, ell_v: int = 0,
                bytes_per_float: int = 4) -> dict:
-    """Per-token, per-head cost of one decode step (004 Secs. 4, 9), term by term (a multiply-add counts 2 flops).
+    """Per-token, per-head cost of one decode step (Subspace-FD-draft Secs. 4, 9), term by term (a multiply-add counts 2 flops).
 
     exact attention (K q, scale, max, subtract, exp, sum, w^T V, divide):
         flops 4 T d + 5 T + d;  bytes read/written: (2 T d + d) in, d out.

@@ -1,4 +1,4 @@
-"""Synthetic RoPE traces: low-rank keys and queries rotated per position (seed 004 Sec. 7), no model needed.
+"""Synthetic RoPE traces: low-rank keys and queries rotated per position (Subspace-FD-draft Sec. 7), no model needed.
 
 RoPE (Su et al. 2021) rotates each frequency pair i = 0..d/2-1 of a query/key at position p by the angle
 p * theta^(-2i/d). Two layouts of the pairs are in use:
@@ -6,7 +6,7 @@ p * theta^(-2i/d). Two layouts of the pairs are in use:
   * ``"interleaved"``  coordinates (2i, 2i + 1) form pair i (the original RoFormer / GPT-J layout).
 The rotation makes <R_m q, R_n k> depend on m - n only; it spreads a low-rank key set over many more
 directions globally, while within a short window of positions the set stays close to low-rank. That is
-what the adaptive subspace's residual-triggered chunking (004 Sec. 5) is meant to follow.
+what the adaptive subspace's residual-triggered chunking (Subspace-FD-draft Sec. 5) is meant to follow.
 
 :func:`rope_trace` returns a :class:`kvbounds.traces.synthetic.Trace` whose ``meta`` carries the pre-RoPE keys and
 queries, the positions and the key/value bases, so checks can compare pre- and post-RoPE spectra.

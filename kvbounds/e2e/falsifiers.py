@@ -1,6 +1,6 @@
 """SUB.lowrank's perplexity falsifier through the end-to-end harness, as a function the SUB.lowrank check can call.
 
-The subspace draft (004) hypothesises that a layer's keys and values live near a low-rank subspace, so projecting
+The subspace draft (Subspace-FD-draft) hypothesises that a layer's keys and values live near a low-rank subspace, so projecting
 them costs little end to end. :func:`lowrank_perplexity` projects every layer's middle keys/values onto their
 top-r subspace (:class:`kvbounds.algorithms.compressor_adapters.SubspaceCompressor`, r from the float budget;
 first/last ``window`` tokens exact) and measures the held-out per-token NLL increase against exact attention on

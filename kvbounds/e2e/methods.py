@@ -4,13 +4,13 @@ Ours (``source="kvbounds"``), each keeping the first ``sink`` and last ``window`
 the same number of floats per layer and KV head, ``budget * n * 2d`` (keys, values and log-weights counted by
 :func:`kvbounds.algorithms.token_selection.memory_floats`):
 
-* ``streaming_llm``, ``uniform``, ``kcenter`` (003 Sec. 4.1, weights 1), ``kcenter_sized`` (cluster sizes as
+* ``streaming_llm``, ``uniform``, ``kcenter`` (ClusterGen Sec. 4.1, weights 1), ``kcenter_sized`` (cluster sizes as
   weights): :mod:`kvbounds.algorithms.token_selection` selections;
-* ``balancekv``: blockwise BalanceKV, the paper's pseudocode (001 = "BalanceKV: KV Cache Compression through
+* ``balancekv``: blockwise BalanceKV, the paper's pseudocode (BalanceKV-NeurIPS = "BalanceKV: KV Cache Compression through
   Discrepancy Theory", arXiv:2502.07861, later version, App. B.1), T the fewest halvings that fit the budget;
 * ``balancekv_released``: the authors' released walk (helper module ``balance_kv_released``, when present);
-* ``subgen``: SubGen's estimator (002, arXiv:2402.06082, Alg. 1), split numerator/denominator weights;
-* ``subspace``: top-r projection of the middle keys/values (004 draft, SUB.lowrank's falsifier 1).
+* ``subgen``: SubGen's estimator (SubGen, arXiv:2402.06082, Alg. 1), split numerator/denominator weights;
+* ``subspace``: top-r projection of the middle keys/values (Subspace-FD-draft draft, SUB.lowrank's falsifier 1).
 
 kvpress presses (``source="kvpress"``, NVIDIA kvpress, when installed): ``kvpress:<name>`` with
 ``compression_ratio = 1 - budget``; their ``compress`` is called layer by layer on the states captured in the

@@ -5,7 +5,7 @@
 * ``passkey``: filler text with "The pass key is NNNNN. Remember it. NNNNN is the pass key." at a random depth,
   then the question "What is the pass key? The pass key is"; the answer's digit tokens are scored
   teacher-forced (log-likelihood) and by exact match (every greedy token right).
-* ``lines``: LongEval-style line retrieval (the format of 002 Table 1 / 003 Table 2's benchmark):
+* ``lines``: LongEval-style line retrieval (the format of SubGen Table 1 / ClusterGen Table 2's benchmark):
   "line <adjective>-<noun>: REGISTER_CONTENT is <NNNNN>" lines, then "Tell me what is the REGISTER_CONTENT in
   line <name>? ... The REGISTER_CONTENT in line <name> is <" and the number is scored like the passkey.
 
