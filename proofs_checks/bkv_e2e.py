@@ -16,9 +16,6 @@ one-sided paired t-test (per token for perplexity, per instance for passkey) is 
 from __future__ import annotations
 
 from kvbounds.e2e import checks as C
-from kvbounds.verdict import (HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, combine_reproductions,
-                              reproduction_status, significant_cells, statement_from_reproduction)
-
 
 CLAIM = "BKV.e2e"
 SOURCE = "BalanceKV (arXiv:2502.07861, later version) Sec. 4.2-4.3, Table 1"
@@ -40,47 +37,5 @@ def run_trial(params: dict, seed: int, backend: str):
     return C.run_cell_trial(CLAIM, SOURCE, params, seed)
 
 
-def compare(records, variants=VARIANTS, baselines=BASELINES, tasks=TASKS):
-    """Per variant: (better, worse, cells, details) over baseline x budget x task (one-sided paired tests,
-    Holm-adjusted over the cells)."""
-    budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("budget") not in (None, 1.0)
-                      and "ll" in r.extra})
-    out = {}
-    for variant, method in variants.items():
-        p_better, p_worse, details = [], [], []
-        for b in budgets:
-            for base in baselines:
-                for task in tasks:
-                    c = C.paired_compare(records, method, base, b, task)
-                    if c is None:
-                        continue
-                    p_better.append(c["p_better"])
-                    p_worse.append(c["p_worse"])
-                    details.append(f"{task}@{b:g} vs {base}: {c['mean']:+.3g} nats (n={c['n']}, "
-                                   f"p>={c['p_better']:.2g}, p<={c['p_worse']:.2g})")
-        # the shared multiple-testing rule: each direction Holm-adjusted over the variant's cells
-        better, worse = significant_cells(p_better, p_worse, C.ALPHA)
-        out[variant] = (better, worse, len(p_better), details)
-    return out
-
-
-def summarize(records) -> Verdict:
-    figs: list = []        # the quality-vs-memory figure is drawn from the leaderboard (kvbounds.e2e.leaderboard)
-    if not records:
-        return Verdict(CLAIM, NOT_RUN, "no records", figures=figs)
-    skipped = C.skipped_notes(records)
-    if all(r.check == "unavailable" for r in records):
-        return Verdict(CLAIM, NOT_RUN, "; ".join(skipped), figures=figs, n_records=len(records))
-    setup = C.setup_line(records)
-    reps, parts = [], [setup]
-    for variant, (better, worse, cells, details) in compare(records).items():
-        status = reproduction_status(better, worse, cells)
-        detail = (f"{better}/{cells} cells significantly better, {worse} significantly worse; " + "; ".join(details)
-                  if cells else f"not run (method {VARIANTS[variant]!r} has no records)")
-        reps.append(Reproduction(variant, status, setup, detail))
-        parts.append(f"{variant}: {status} ({better}/{cells} better, {worse} worse)")
-    main = combine_reproductions(reps)
-    parts += skipped[:3]
-    return Verdict(CLAIM, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
-                   n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),
-                   reproduction=main, reproductions=reps)
+def summarize(records):
+    return C.reproduction_verdict(CLAIM, records, VARIANTS, BASELINES, TASKS)

@@ -14,10 +14,6 @@ over the cells.
 from __future__ import annotations
 
 from kvbounds.e2e import checks as C
-from kvbounds.verdict import (HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, combine_reproductions,
-                              reproduction_status, statement_from_reproduction)
-
-from .bkv_e2e import compare
 
 CLAIM = "SG.e2e"
 SOURCE = "SubGen (arXiv:2402.06082) Table 1; ClusterGen (anonymous submission) Table 2"
@@ -38,25 +34,7 @@ def run_trial(params: dict, seed: int, backend: str):
     return C.run_cell_trial(CLAIM, SOURCE, params, seed)
 
 
-def summarize(records) -> Verdict:
-    figs: list = []        # the quality-vs-memory figure is drawn from the leaderboard (kvbounds.e2e.leaderboard)
-    if not records:
-        return Verdict(CLAIM, NOT_RUN, "no records", figures=figs)
-    skipped = C.skipped_notes(records)
-    if all(r.check == "unavailable" for r in records):
-        return Verdict(CLAIM, NOT_RUN, "; ".join(skipped), figures=figs, n_records=len(records))
-    setup = C.setup_line(records)
+def summarize(records):
     present = {r.extra.get("method") for r in records if "ll" in r.extra}
-    reps, parts = [], [setup]
-    for variant, (better, worse, cells, details) in compare(records, VARIANTS, [m for m in OTHERS if m in present],
-                                                            ("lines",)).items():
-        status = reproduction_status(better, worse, cells)
-        reps.append(Reproduction(variant, status, setup,
-                                 f"{better}/{cells} cells significantly better, {worse} significantly worse; "
-                                 + "; ".join(details) if cells else "not run"))
-        parts.append(f"{variant}: {status} ({better}/{cells} better, {worse} worse)")
-    main = combine_reproductions(reps)
-    parts += skipped[:3]
-    return Verdict(CLAIM, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
-                   n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),
-                   reproduction=main, reproductions=reps)
+    return C.reproduction_verdict(CLAIM, records, VARIANTS, [m for m in OTHERS if m in present], ("lines",),
+                                  missing_method=False)

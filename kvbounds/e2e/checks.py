@@ -192,5 +192,59 @@ def skipped_notes(records) -> list[str]:
     return [f"skipped: {n}" for n in notes]
 
 
+def compare(records, variants: dict, baselines, tasks) -> dict:
+    """Per variant (name -> method): (better, worse, cells, details) over baseline x budget x task, one-sided
+    paired tests Holm-adjusted over the variant's cells (:func:`kvbounds.verdict.significant_cells`)."""
+    from kvbounds.verdict import significant_cells
+    budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("budget") not in (None, 1.0)
+                      and "ll" in r.extra})
+    out = {}
+    for variant, method in variants.items():
+        p_better, p_worse, details = [], [], []
+        for b in budgets:
+            for base in baselines:
+                for task in tasks:
+                    c = paired_compare(records, method, base, b, task)
+                    if c is None:
+                        continue
+                    p_better.append(c["p_better"])
+                    p_worse.append(c["p_worse"])
+                    details.append(f"{task}@{b:g} vs {base}: {c['mean']:+.3g} nats (n={c['n']}, "
+                                   f"p>={c['p_better']:.2g}, p<={c['p_worse']:.2g})")
+        better, worse = significant_cells(p_better, p_worse, ALPHA)
+        out[variant] = (better, worse, len(p_better), details)
+    return out
+
+
+def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, *, missing_method: bool = True):
+    """The verdict of an end-to-end claim: one Reproduction per variant (:func:`compare`, then
+    :func:`kvbounds.verdict.reproduction_status`), combined over variants; the statement follows the
+    reproduction (another model and size than the paper's). ``baselines`` may name methods without records:
+    their cells are skipped. ``missing_method``: say which method a variant without cells lacks."""
+    from kvbounds.verdict import (HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, combine_reproductions,
+                                  reproduction_status, statement_from_reproduction)
+    figs: list = []        # the quality-vs-memory figure is drawn from the leaderboard (kvbounds.e2e.leaderboard)
+    if not records:
+        return Verdict(claim, NOT_RUN, "no records", figures=figs)
+    skipped = skipped_notes(records)
+    if all(r.check == "unavailable" for r in records):
+        return Verdict(claim, NOT_RUN, "; ".join(skipped), figures=figs, n_records=len(records))
+    setup = setup_line(records)
+    reps, parts = [], [setup]
+    for variant, (better, worse, cells, details) in compare(records, variants, baselines, tasks).items():
+        status = reproduction_status(better, worse, cells)
+        if cells:
+            detail = f"{better}/{cells} cells significantly better, {worse} significantly worse; " + "; ".join(details)
+        else:
+            detail = f"not run (method {variants[variant]!r} has no records)" if missing_method else "not run"
+        reps.append(Reproduction(variant, status, setup, detail))
+        parts.append(f"{variant}: {status} ({better}/{cells} better, {worse} worse)")
+    main = combine_reproductions(reps)
+    parts += skipped[:3]
+    return Verdict(claim, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
+                   n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),
+                   reproduction=main, reproductions=reps)
+
+
 def nan_to_none(x):
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
