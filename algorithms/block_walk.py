@@ -62,19 +62,28 @@ def _gram(Ks, Wb, nk2, nw2):
     return G
 
 
-def _gram_panel(xp, Kb, Wb, start: int, m: int, rk2, inv_rw2, plus_one: bool, ones):
-    """Rows start..start+m-1 of the block Gram from column ``start`` on, normalised as in :func:`block_gram`:
-    exp(<k_i, k_j> - max||k||^2) (<w_i, w_j> [+ o_i o_j]) / max||w||^2. The transposed panel: row l holds
-    G[start + l, start:] (= column start + l, by symmetry), contiguous."""
-    Kr, Wr = Kb[..., start:, :], Wb[..., start:, :]
+def _panel_scales(xp, nk2, nw2):
+    """The Gram's normalisation per block, shaped to broadcast over a panel: (max ||k'||^2, 1 / max ||w||^2)."""
+    rk2 = xp.max(nk2, axis=-1)[..., None, None]
+    rw2 = xp.max(nw2, axis=-1)[..., None, None]
+    return rk2, 1.0 / xp.where(rw2 > 0, rw2, xp.ones_like(rw2))
+
+
+def _gram_panel(Kr, Wr, m: int, rk2, inv_rw2, plus_one: bool, ones_r):
+    """Rows start..start+m-1 of the block Gram from column ``start`` on, given the rows from ``start`` on
+    (``Kr = Kb[..., start:, :]``, ``Wr``, ``ones_r = ones[..., start:]`` or None), normalised as in
+    :func:`block_gram`: exp(<k_i, k_j> - max||k||^2) (<w_i, w_j> [+ o_i o_j]) / max||w||^2. The transposed
+    panel: row l holds G[start + l, start:] (= column start + l, by symmetry), contiguous. Shared by the
+    walks here and by :mod:`kvbounds.gpu.batched_walk`."""
+    xp = array_namespace(Kr, Wr)
     P = xp.matmul(Kr[..., :m, :], xp.matrix_transpose(Kr))
     P -= rk2
     P = xp.exp(P)
     Wp = xp.matmul(Wr[..., :m, :], xp.matrix_transpose(Wr))
-    if plus_one and ones is None:
+    if plus_one and ones_r is None:
         Wp += 1.0
     elif plus_one:
-        Wp += ones[..., start:start + m, None] * ones[..., None, start:]
+        Wp += ones_r[..., :m, None] * ones_r[..., None, :]
     Wp *= inv_rw2
     P *= Wp
     return P
@@ -96,16 +105,15 @@ def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_on
     m = panel if b % panel == 0 else b
     while m > 8 and m % 2 == 0 and b % (m // 2) == 0 and blocks * m > 16384:
         m //= 2
-    rk2 = xp.max(nk2, axis=-1)[..., None, None]
-    rw2 = xp.max(nw2, axis=-1)[..., None, None]
-    inv_rw2 = 1.0 / xp.where(rw2 > 0, rw2, xp.ones_like(rw2))
+    rk2, inv_rw2 = _panel_scales(xp, nk2, nw2)
     s = xp.zeros(tuple(Kb.shape[:-1]), dtype=Kb.dtype, device=_dev(Kb))
     thr = c * (1.0 - 2.0 * uniforms)                 # eta_i = +1 iff x_i < thr_i  (u_i < 1/2 - x_i/(2c))
     one = xp.ones_like(s[..., 0])
     neg = -one
     cols = []
     for start in range(0, b, m):
-        P = _gram_panel(xp, Kb, Wb, start, m, rk2, inv_rw2, plus_one, ones)   # (..., m, b - start)
+        P = _gram_panel(Kb[..., start:, :], Wb[..., start:, :], m, rk2, inv_rw2, plus_one,
+                        None if ones is None else ones[..., start:])             # (..., m, b - start)
         etas = []
         for l in range(m):
             i = start + l
@@ -139,15 +147,14 @@ def panel_walk_stepwise(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32
     xp = array_namespace(Kb, Wb)
     b = Kb.shape[-2]
     m = panel if b % panel == 0 else b
-    rk2 = xp.max(nk2, axis=-1)[..., None, None]
-    rw2 = xp.max(nw2, axis=-1)[..., None, None]
-    inv_rw2 = 1.0 / xp.where(rw2 > 0, rw2, xp.ones_like(rw2))
+    rk2, inv_rw2 = _panel_scales(xp, nk2, nw2)
     s = xp.zeros(tuple(Kb.shape[:-1]), dtype=Kb.dtype, device=_dev(Kb))
     one = xp.ones_like(s[..., 0])
     neg = -one
     cols, xs = [], []
     for start in range(0, b, m):
-        P = _gram_panel(xp, Kb, Wb, start, m, rk2, inv_rw2, plus_one, ones)   # (..., m, b - start)
+        P = _gram_panel(Kb[..., start:, :], Wb[..., start:, :], m, rk2, inv_rw2, plus_one,
+                        None if ones is None else ones[..., start:])             # (..., m, b - start)
         for l in range(m):
             i = start + l
             x = s[..., i]

@@ -45,6 +45,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from kvbounds.algorithms.block_walk import _gram_panel, _panel_scales
 from kvbounds.algorithms.self_balancing_walk import walk_constant
 from kvbounds.algorithms.validation import InputError, check_positive, check_probability
 from kvbounds.gpu.backend import array_namespace, device as _dev, like, to_numpy
@@ -64,22 +65,6 @@ def _sign_from(xp, x, u, c, one=None, neg=None):
         one = xp.ones_like(x)
         neg = -one
     return xp.where(u < 0.5 - x / (2.0 * c), one, neg)
-
-
-def _panel(Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r):
-    """Rows start..start+m of the Gram from row start on (..., m, b - start): the reference's arithmetic."""
-    xp = array_namespace(Kr)
-    P = xp.matmul(Kr[..., :m, :], xp.matrix_transpose(Kr))
-    P -= rk2
-    P = xp.exp(P)
-    Wp = xp.matmul(Wr[..., :m, :], xp.matrix_transpose(Wr))
-    if plus_one and ones_r is None:
-        Wp += 1.0
-    elif plus_one:
-        Wp += ones_r[..., :m, None] * ones_r[..., None, :]
-    Wp *= inv_rw2
-    P *= Wp
-    return P
 
 
 def _steps_exact(s, P, u, c, start, m, b, torch_fast, one, neg):
@@ -166,9 +151,7 @@ def walk_signs(Kb, Wb, nk2, nw2, uniforms, c: float, *, plus_one: bool = False, 
             method = "exact"
         else:
             return _walk_triton(Kb, Wb, nk2, nw2, uniforms, c, plus_one, ones, m)
-    rk2 = xp.max(nk2, axis=-1)[..., None, None]
-    rw2 = xp.max(nw2, axis=-1)[..., None, None]
-    inv_rw2 = 1.0 / xp.where(rw2 > 0, rw2, xp.ones_like(rw2))
+    rk2, inv_rw2 = _panel_scales(xp, nk2, nw2)
     s = xp.zeros(tuple(Kb.shape[:-1]), dtype=Kb.dtype, device=_dev(Kb))
     one = xp.ones_like(s[..., 0])
     neg = -one
@@ -176,7 +159,7 @@ def walk_signs(Kb, Wb, nk2, nw2, uniforms, c: float, *, plus_one: bool = False, 
         tri = like(np.triu(np.ones((m, m)), k=1), Kb)       # keeps Pp[l, j] for j > l only
     for start in range(0, b, m):
         ones_r = None if ones is None else ones[..., start:]
-        P = _panel(Kb[..., start:, :], Wb[..., start:, :], m, rk2, inv_rw2, plus_one, ones_r)
+        P = _gram_panel(Kb[..., start:, :], Wb[..., start:, :], m, rk2, inv_rw2, plus_one, ones_r)
         if method == "exact":
             _steps_exact(s, P, uniforms, c, start, m, b, torch_fast, one, neg)
             continue
@@ -200,16 +183,14 @@ def _walk_triton(Kb, Wb, nk2, nw2, uniforms, c, plus_one, ones, m):
     lead, b = tuple(Kb.shape[:-2]), Kb.shape[-2]
     B = int(np.prod(lead, dtype=np.int64)) if lead else 1
     Kf, Wf = Kb.reshape(B, b, -1), Wb.reshape(B, b, -1)
-    rk2 = nk2.reshape(B, b).max(dim=-1).values[:, None, None]
-    rw2 = nw2.reshape(B, b).max(dim=-1).values[:, None, None]
-    inv_rw2 = 1.0 / torch.where(rw2 > 0, rw2, torch.ones_like(rw2))
+    rk2, inv_rw2 = _panel_scales(array_namespace(Kb), nk2.reshape(B, b), nw2.reshape(B, b))
     of = None if ones is None else torch.broadcast_to(ones, lead + (b,)).reshape(B, b)
     s = torch.zeros(B, b, dtype=Kb.dtype, device=Kb.device)
     signs = torch.empty_like(s)
     u = uniforms.reshape(B, b).contiguous()
     two_c = torch.full((1,), 2.0 * c, dtype=Kb.dtype, device=Kb.device)
     for start in range(0, b, m):
-        P = _panel(Kf[:, start:], Wf[:, start:], m, rk2, inv_rw2, plus_one, None if of is None else of[:, start:])
+        P = _gram_panel(Kf[:, start:], Wf[:, start:], m, rk2, inv_rw2, plus_one, None if of is None else of[:, start:])
         triton_panel_steps(s, P.contiguous(), u, signs, two_c, start, m)
     return signs.reshape(lead + (b,)), s.reshape(lead + (b,))
 
