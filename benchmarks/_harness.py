@@ -1,4 +1,6 @@
-"""Shared measurement plumbing for benchmarks/bench_*.py (not a baseline: every baseline lives in its own bench file).
+"""Shared measurement plumbing for benchmarks/bench_*.py. Every baseline is written in the benchmarks (none is
+imported from the package); each lives in its own bench file, except one exact decode step
+(:func:`exact_decode_step`), the yardstick of three of them.
 
 * :func:`threads` fixes the thread count of every BLAS/OpenMP pool (threadpoolctl) and of torch's intra-op pool;
 * :func:`paired` runs the candidates in interleaved repetitions (the order rotates every repetition, so a drift in
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import sys
@@ -22,6 +25,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
+
+
+def exact_decode_step(q, K, V, *, scale: float | None = None):
+    """One exact decode step over the cached K, V, as a user would write it: softmax(scale K q)^T V, with
+    scale 1/sqrt(d) by default (BalanceKV's and the subspace draft's convention; SubGen's is scale = 1)."""
+    s = K @ q
+    scale = 1.0 / math.sqrt(q.shape[0]) if scale is None else scale
+    if scale != 1.0:
+        s *= scale
+    s -= s.max()
+    np.exp(s, out=s)
+    return (s @ V) / s.sum()
 
 @contextlib.contextmanager
 def threads(n: int):

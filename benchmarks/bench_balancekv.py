@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +40,8 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
         sys.path.insert(0, p)
 
 import torch  # noqa: E402
-from _harness import fmt_ratio, load, meta, paired, print_stream, stream_vs_exact, target, threads, write  # noqa: E402
+from _harness import (exact_decode_step, fmt_ratio, load, meta, paired, print_stream, stream_vs_exact,  # noqa: E402
+                      target, threads, write)
 
 from kvbounds.algorithms.balance_kv import BalanceKV  # noqa: E402
 from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select  # noqa: E402
@@ -134,15 +134,6 @@ def bench_blockwise(quick: bool) -> dict:
 
 
 # -- streaming ---------------------------------------------------------------------------------------------
-
-def exact_decode_step(q, K, V):
-    """One exact decode step over the cached K, V (as a user would write it): softmax(K q / sqrt d)^T V."""
-    s = K @ q
-    s *= 1.0 / math.sqrt(q.shape[0])
-    s -= s.max()
-    np.exp(s, out=s)
-    return (s @ V) / s.sum()
-
 
 def unit_ball_stream(n, d, seed=0):
     rng = np.random.default_rng(seed)

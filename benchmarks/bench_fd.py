@@ -12,7 +12,7 @@ FD.covariance, SUB.cost). A script, not a test.
     Target: >= 2x faster than the standard FD, both feeding modes.
 (b) One decode step of :func:`kvbounds.algorithms.subspace_attention.coefficient_decode` (float32, T = 16384,
     d = 64, r + r_v = 32; J = 32 chunks of L = 512 and one static basis, J = 1) against one exact decode step
-    written below (:func:`exact_decode_step`: softmax(K q / sqrt d)^T V in numpy), one thread, against
+    written in _harness.py (:func:`exact_decode_step`: softmax(K q / sqrt d)^T V in numpy), one thread, against
     :func:`kvbounds.theory.subspace.cost_model` (the larger of its FLOP and byte ratios). Target: the measured
     ratio within 1.2x of the model. The profile (per-part times) says what bounds it.
 
@@ -22,9 +22,7 @@ Writes JSON to benchmarks/results/bench_fd.json (--quick: bench_fd_quick.json).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +32,7 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from _harness import fmt_ratio, load, meta, paired, target, threads, write  # noqa: E402
+from _harness import exact_decode_step, fmt_ratio, load, meta, paired, target, threads, write  # noqa: E402
 
 from kvbounds.algorithms.frequent_directions import FrequentDirections  # noqa: E402
 from kvbounds.algorithms.subspace_attention import coefficient_decode, top_basis  # noqa: E402
@@ -105,15 +103,6 @@ def bench_fd(quick: bool) -> dict:
                 speedup={k: float(v) for k, v in speed.items()},
                 speedup_spread={k: dict(q25=1 / res[k]["ratio"]["q75"], q75=1 / res[k]["ratio"]["q25"])
                                 for k in ("ours_rows", "ours_blocks")})
-
-
-def exact_decode_step(q, K, V):
-    """One exact decode step, as a user would write it: softmax(K q / sqrt d)^T V."""
-    s = K @ q
-    s *= 1.0 / math.sqrt(q.shape[0])
-    s -= s.max()
-    np.exp(s, out=s)
-    return (s @ V) / s.sum()
 
 
 def decode_inputs(T, d, R, L, seed=0, dtype=np.float32):

@@ -149,20 +149,11 @@ def single_thread_scope():
     the sweep of ``workers=1``, which runs in the caller's process. Enter it in the thread that calls
     ``run_checks``: threadpoolctl lets one thread at a time set OpenBLAS's process-wide limit, so a
     limit set from the pool's thread can be silently ignored."""
-    from threadpoolctl import threadpool_limits
     env = {v: os.environ.get(v) for v in THREAD_VARS}
     os.environ.update({v: "1" for v in THREAD_VARS})      # for libraries (torch) first loaded in the sweep
-    torch = sys.modules.get("torch")
-    torch_threads = torch.get_num_threads() if torch is not None else None
     try:
-        with threadpool_limits(1):
-            if torch is not None:
-                torch.set_num_threads(1)
-            try:
-                yield
-            finally:
-                if torch is not None:
-                    torch.set_num_threads(torch_threads)   # before threadpoolctl's restore: it sets OpenMP too
+        with _blas_and_torch_on_one_thread():
+            yield
     finally:
         for v, old in env.items():
             if old is None:
@@ -178,6 +169,14 @@ def one_thread():
     if _ONE_THREAD_PROCESS:
         yield
         return
+    with _blas_and_torch_on_one_thread():
+        yield
+
+
+@contextlib.contextmanager
+def _blas_and_torch_on_one_thread():
+    """threadpoolctl's limit of 1 and torch's intra-op threads set to 1; torch's count is restored before
+    threadpoolctl restores its own (which sets OpenMP too)."""
     from threadpoolctl import threadpool_limits
     torch = sys.modules.get("torch")
     old = torch.get_num_threads() if torch is not None else None
