@@ -131,13 +131,14 @@ def _cmd_check(args) -> int:
         return 2
     ids = list(dict.fromkeys(args.claims)) or [c.id for c in checked_claims()]
     store = ResultStore(args.out)
-    verdicts = build_verdicts([r for r in store.load() if r.claim in ids])
+    contents = store.read()          # one pass over results.jsonl: records and error records together
+    verdicts = build_verdicts([r for r in contents.records if r.claim in ids])
     width = max(map(len, ids))
     for cid in ids:
         v = verdicts[cid]
         text = f"{v.headline or v.status}: {' '.join(v.summary.split())}"
         print(f"{cid:<{width}}  {text[:110] + '...' if len(text) > 113 else text}")
-    errors = [e for e in store.errors() if e.claim in ids]
+    errors = [e for e in contents.errors if e.claim in ids]
     failed = f"; {len(errors)} trial(s) failed with an error (retried by the next `check`)" if errors else ""
     print(f"kvbounds: wrote {len(recs)} record(s) to {store.path}{failed}; details: `kvbounds report --out {args.out}`")
     return 0

@@ -22,7 +22,7 @@ from typing import Iterable, Sequence
 
 from . import registry
 from .records import Record, ResultStore, _jsonable, canonical
-from .report_meta import error_rows, leaderboard, load_error_records, run_metadata
+from .report_meta import error_rows, leaderboard, run_metadata
 from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, Verdict, finalize
 
 FIG_DIR = "figures"
@@ -326,7 +326,8 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
     store = ResultStore(out)
     if not out.is_dir():
         raise ReportError(f"{out} does not exist; run `kvbounds check --out {out}` first")
-    records = store.load()
+    contents = store.read()          # one pass over results.jsonl: records and error records together
+    records = contents.records
     if not records:
         raise ReportError(f"{store.path} holds no records; run `kvbounds check --out {out}` first")
     verdicts = build_verdicts(records, claims)
@@ -344,6 +345,6 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
     (out / "summary.json").write_text(summary_json(verdicts), encoding="utf-8")
     path = out / "report.html"
     meta = run_metadata(records, verdicts, out)
-    path.write_text(render_html(verdicts, records, figures, meta=meta, errors=load_error_records(out), board=board,
+    path.write_text(render_html(verdicts, records, figures, meta=meta, errors=contents.errors, board=board,
                                 board_figure=board_fig), encoding="utf-8")
     return path

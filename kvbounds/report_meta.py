@@ -10,21 +10,13 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__, registry
-from .records import Record, ResultStore, canonical
+from .records import Record, canonical
 from .verdict import Verdict
 
 
 def one_line(s: str, n: int) -> str:
     s = " ".join(registry.cite(s).split())
     return s if len(s) <= n else s[: n - 1] + "\u2026"
-
-
-def load_error_records(out_dir) -> list:
-    """Error records of the trials that raised and have not succeeded since (``ResultStore.errors``)."""
-    try:
-        return list(ResultStore(out_dir).errors())
-    except Exception:  # noqa: BLE001 - an unreadable error log must not lose the report
-        return []
 
 
 def _field(obj, name, default=""):

@@ -192,9 +192,8 @@ def test_every_dimension_field_rendered(results, fake_claims, tmp_path):
 
 
 def test_error_records_and_leaderboard_rendered(results, fake_claims, monkeypatch):
-    errors = [{"claim": "A.ok", "params": {"n": 8}, "seed": 0, "backend": "numpy",
-               "error": "ValueError: boom in trial", "traceback": "Traceback ...\nValueError: boom in trial"}]
-    monkeypatch.setattr(ResultStore, "errors", lambda self: errors)
+    ResultStore(results).append([Record.failed("A.ok", {"n": 8}, 0, "numpy", "ValueError: boom in trial",
+                                               "Traceback ...\nValueError: boom in trial")])
     rows = [dict(method=m, source=src, budget=b, memory_floats=int(1000 * b), metric=metric, value=v * b,
                  ci_low=v * b - 0.1, ci_high=v * b + 0.1, n=20, note="")
             for (m, src, v) in (("balancekv", "kvbounds", 1.0), ("snapkv", "kvpress", 0.8))
