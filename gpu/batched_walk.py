@@ -48,7 +48,7 @@ import numpy as np
 from kvbounds.algorithms.block_walk import _gram_panel, _panel_scales
 from kvbounds.algorithms.self_balancing_walk import walk_constant
 from kvbounds.algorithms.validation import InputError, check_positive, check_probability
-from kvbounds.gpu.backend import array_namespace, device as _dev, like, to_numpy
+from kvbounds.gpu.backend import array_namespace, device as _dev, like
 
 METHODS = ("exact", "blocked", "compiled", "triton")
 PANEL = 32
@@ -351,7 +351,3 @@ def ops_per_step(method: str = "exact", *, device: str = "cpu", blocks: int = 8,
     return dict(method=method, device=device, counts=counts,
                 per_step=(counts[b2] - counts[b1]) / (b2 - b1),
                 unit="CUDA kernel launches" if device == "cuda" else "top-level aten ops (CPU, views excluded)")
-
-
-def to_host_signs(signs) -> np.ndarray:
-    return to_numpy(signs).astype(np.int8)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import math
 
 import numpy as np
 from scipy import stats
@@ -244,7 +243,3 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
     return Verdict(claim, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
                    n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),
                    reproduction=main, reproductions=reps)
-
-
-def nan_to_none(x):
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x

@@ -120,15 +120,6 @@ def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu") -> LoadedModel:
     return LoadedModel(model=model, encode=encode, name=str(spec), device=device)
 
 
-def token_logprobs(lm: LoadedModel, ids: np.ndarray) -> np.ndarray:
-    """log p(ids[t+1] | ids[:t+1]) under the HF model, float64 (n-1,)."""
-    import torch
-    with torch.no_grad():
-        x = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=lm.device)[None]
-        logits = lm.model(input_ids=x, use_cache=False).logits[0, :-1].double()
-        return torch.log_softmax(logits, -1).gather(1, x[0, 1:, None])[:, 0].cpu().numpy()
-
-
 def agreement(n_tokens: int = 256, text: str | None = None, *, sm: SmolLM2 | None = None,
               lm: LoadedModel | None = None) -> dict:
     """HF ``LlamaForCausalLM`` (built from the GGUF) vs our own SmolLM2 forward pass on the same tokens:
