@@ -53,7 +53,8 @@ from .attention import shifted_logits
 from .blockwise_balance_kv import _check_block, _check_kv, _check_levels, _gather_dev
 from .self_balancing_walk import walk_constant
 from .uniform_sampling import _check_int
-from .validation import InputError, check_array, check_choice, check_int, check_positive, check_real, check_scale, namespace
+from .validation import (InputError, check_array, check_choice, check_indices, check_int, check_positive, check_real,
+                         check_scale, namespace)
 
 KERNEL_EPS = 1e-8          # the released kernel's additive 1e-8
 ESTIMATORS = ("released", "consistent", "unweighted")
@@ -305,13 +306,8 @@ def _check_split(q, K, V, idx, log_w_num, log_w_den) -> None:
     if not hasattr(idx, "shape") or not hasattr(idx, "dtype"):
         raise InputError(f"idx must be an integer array, got {type(idx).__name__}")
     namespace(q, K, V, idx, log_w_num, log_w_den, names="q, K, V, idx and the log-weights")
+    check_indices(idx, "idx", lead=lead, n=n)
     xp = array_namespace(idx)
-    if not xp.isdtype(idx.dtype, "integral"):
-        raise InputError(f"idx must have an integer dtype, got {idx.dtype}")
-    if idx.ndim not in (1, len(lead) + 1) or (idx.ndim > 1 and tuple(idx.shape[:-1]) != lead) or idx.shape[-1] < 1:
-        raise InputError(f"idx must have shape (m,) or {lead + ('m',)} with m >= 1, got {tuple(idx.shape)}")
-    if int(xp.min(idx)) < 0 or int(xp.max(idx)) >= n:
-        raise InputError(f"idx has entries outside [0, {n})")
     for name, lw in (("log_w_num", log_w_num), ("log_w_den", log_w_den)):
         check_array(lw, name, ndim=(1, len(lead) + 1), last_dim=idx.shape[-1])
         if lw.ndim > 1 and tuple(lw.shape[:-1]) != lead:

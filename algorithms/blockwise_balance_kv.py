@@ -52,7 +52,8 @@ from .block_walk import (_check_exponent_rounding, block_gram, panel_walk,  # no
 from .self_balancing_walk import walk_constant
 from .uniform_sampling import _check_int, _check_rng, uniform_select
 from .attention import shifted_logits
-from .validation import InputError, check_array, check_positive, check_probability, check_scale, namespace
+from .validation import (InputError, check_array, check_indices, check_positive, check_probability, check_scale,
+                         namespace)
 
 VALUE_KERNELS = ("value", "value+1")
 METHODS = ("balance", "uniform")
@@ -303,15 +304,8 @@ def weighted_attention(q, K, V, idx, logw, *, scale: float | None = None):
         raise InputError(f"q's leading dimensions {tuple(q.shape)} must match K's {tuple(K.shape)}")
     xp = array_namespace(q, K, V)
     n, d = K.shape[-2], K.shape[-1]
-    if not hasattr(idx, "shape") or not hasattr(idx, "dtype"):
-        raise InputError(f"idx must be an integer array, got {type(idx).__name__}")
+    check_indices(idx, "idx", lead=lead, n=n)
     ixp = array_namespace(idx)
-    if not ixp.isdtype(idx.dtype, "integral"):
-        raise InputError(f"idx must have an integer dtype, got {idx.dtype}")
-    if idx.ndim not in (1, len(lead) + 1) or (idx.ndim > 1 and tuple(idx.shape[:-1]) != lead) or idx.shape[-1] < 1:
-        raise InputError(f"idx must have shape (m,) or {lead + ('m',)} with m >= 1, got {tuple(idx.shape)}")
-    if int(ixp.min(idx)) < 0 or int(ixp.max(idx)) >= n:
-        raise InputError(f"idx has entries outside [0, {n})")
     m = idx.shape[-1]
     check_array(logw, "logw", ndim=(1, len(lead) + 1), last_dim=m)
     if logw.ndim > 1 and tuple(logw.shape[:-1]) != lead:

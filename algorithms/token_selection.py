@@ -50,7 +50,7 @@ from .blockwise_balance_kv import compress_cache, weighted_attention
 from .kcenter import recent_plus_centers
 from .uniform_sampling import _check_int, _check_rng, uniform_select
 from .attention import shifted_logits
-from .validation import InputError, check_array, check_choice, check_int, check_scale, namespace
+from .validation import InputError, check_array, check_choice, check_indices, check_int, check_scale, namespace
 
 
 def estimate(q, K, V, indices, log_weights, *, scale: float | None = None):
@@ -165,16 +165,8 @@ def gather_selection(K, V, indices, log_weights) -> CompressedKV:
     log_weights finite, broadcastable to the indices' shape."""
     _check_kv(K, V)
     n = K.shape[-2]
-    if not hasattr(indices, "shape") or not hasattr(indices, "dtype"):
-        raise InputError(f"indices must be an integer array, got {type(indices).__name__}")
-    idx = to_numpy(indices)
-    if idx.dtype.kind not in "iu":
-        raise InputError(f"indices must have an integer dtype, got {idx.dtype}")
     lead = tuple(K.shape[:-2])
-    if idx.ndim not in (1, len(lead) + 1) or (idx.ndim > 1 and tuple(idx.shape[:-1]) != lead):
-        raise InputError(f"indices must have shape (m,) or {lead + ('m',)}, got {tuple(idx.shape)}")
-    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= n):
-        raise InputError(f"indices has entries outside [0, {n})")
+    idx = to_numpy(check_indices(indices, "indices", lead=lead, n=n, allow_empty=True))
     idx = np.broadcast_to(idx.astype(np.int64), lead + idx.shape[-1:])
     if not hasattr(log_weights, "shape") and not isinstance(log_weights, (int, float, np.number)) \
             or isinstance(log_weights, (bool, np.bool_)):

@@ -60,6 +60,23 @@ def check_array(x: Any, name: str, *, ndim: int | tuple[int, ...], last_dim: int
     return x
 
 
+def check_indices(idx: Any, name: str, *, lead: tuple, n: int, allow_empty: bool = False) -> Any:
+    """Token indices into n cached tokens: an integer array of shape (m,) (shared by the heads) or
+    ``lead + (m,)``, entries in [0, n), m >= 1 unless ``allow_empty``; returns it unchanged."""
+    if not hasattr(idx, "shape") or not hasattr(idx, "dtype"):
+        raise InputError(f"{name} must be an integer array, got {type(idx).__name__}")
+    xp = namespace(idx, names=name)
+    if not xp.isdtype(idx.dtype, "integral"):
+        raise InputError(f"{name} must have an integer dtype, got {idx.dtype}")
+    if idx.ndim not in (1, len(lead) + 1) or (idx.ndim > 1 and tuple(idx.shape[:-1]) != lead) \
+            or (idx.shape[-1] < 1 and not allow_empty):
+        raise InputError(f"{name} must have shape (m,) or {lead + ('m',)}{'' if allow_empty else ' with m >= 1'}, "
+                         f"got {tuple(idx.shape)}")
+    if math.prod(idx.shape) and (int(xp.min(idx)) < 0 or int(xp.max(idx)) >= n):
+        raise InputError(f"{name} has entries outside [0, {n})")
+    return idx
+
+
 def check_same_dtype(*named: tuple[str, Any]) -> None:
     """Arrays that are combined (matmul, concat) must share a dtype (torch refuses float32 @ float64)."""
     dtypes = {str(x.dtype) for _, x in named}
