@@ -13,7 +13,7 @@ import sys
 
 
 def add_parser(sub) -> None:
-    from . import methods as M
+    from . import method_names as M      # names only: `kvbounds --version` must not load the compressors
     p = sub.add_parser("e2e", help="end-to-end: every compressor inside a real model (perplexity, passkey, lines)")
     p.add_argument("--model", default="smollm2", help="smollm2 (offline GGUF) or a local path / cached HF id")
     p.add_argument("--device", default="cpu", help="cpu | cuda")

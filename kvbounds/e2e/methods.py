@@ -27,13 +27,7 @@ from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.algorithms.validation import InputError
 
-OURS = ("streaming_llm", "uniform", "kcenter", "kcenter_sized", "balancekv", "balancekv_released", "subgen",
-        "subspace")
-PRESSES = {"streaming_llm": "StreamingLLMPress", "snapkv": "SnapKVPress", "pyramidkv": "PyramidKVPress",
-           "knorm": "KnormPress", "tova": "TOVAPress", "expected_attention": "ExpectedAttentionPress",
-           "random": "RandomPress"}
-KVPRESS = tuple(f"kvpress:{p}" for p in PRESSES)
-DEFAULT_METHODS = OURS + KVPRESS
+from .method_names import DEFAULT_METHODS, KVPRESS, OURS, PRESSES  # noqa: F401 (re-exported)
 
 
 def source(method: str) -> str:
