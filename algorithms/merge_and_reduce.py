@@ -27,7 +27,8 @@ from .validation import (InputError, check_array, check_positive, check_probabil
                          namespace)
 
 MAX_LEVELS = 48
-MAX_BATCH = 2**26    # t rows are buffered (and balanced with a t x t Gram): larger t cannot be held
+PANEL_FROM = 512     # memory="auto": batches above this size are balanced on Gram panels
+MAX_BATCH = 2**26    # t rows are buffered before each reduction: larger t cannot be held
 
 
 def _check_levels(T: int) -> None:
@@ -43,11 +44,13 @@ class MergeAndReduce:
     ``t``: batch size (even, >= 2); ``T``: number of levels (compression 2^-T); ``delta``: failure
     probability of each SoftmaxBalance call (c = 30 log(t/delta)); ``r_key``/``r_value``: radii passed
     to SoftmaxBalance (default: the largest norms in the cell being reduced); ``c``: the walk constant
-    (default 30 log(t/delta), the paper's)."""
+    (default 30 log(t/delta), the paper's); ``memory``: SoftmaxBalance's Gram layout ("gram", "panel", or
+    "auto": the full Gram for t <= PANEL_FROM, column panels above, O(t (d + s + 64)) memory per reduction;
+    the signs are the same up to the summation order)."""
 
     def __init__(self, d: int, s: int, *, t: int, T: int, delta: float, rng: np.random.Generator,
                  r_key: float | None = None, r_value: float | None = None, scale: float | None = None,
-                 c: float | None = None):
+                 c: float | None = None, memory: str = "auto"):
         check_positive(d, "d", integer=True)
         check_positive(s, "s", integer=True)
         check_positive(t, "batch size t", integer=True)
@@ -63,6 +66,9 @@ class MergeAndReduce:
                     raise InputError(f"{name} = {r!r} too large: r^2 overflows")
         if c is not None:
             check_positive(c, "c")
+        if memory not in ("auto", "gram", "panel"):
+            raise InputError(f"memory must be 'auto', 'gram' or 'panel', got {memory!r}")
+        self.memory = memory if memory != "auto" else ("gram" if t <= PANEL_FROM else "panel")
         scale = check_scale(scale, d)
         self.d, self.s, self.t, self.T, self.delta = d, s, t, T, delta
         self.rng, self.r_key, self.r_value, self.c = rng, r_key, r_value, c
@@ -123,7 +129,8 @@ class MergeAndReduce:
             return
         xp = array_namespace(K)
         res = softmax_balance(K, V, delta=self.delta, rng=self.rng, r_key=self.r_key, r_value=self.r_value,
-                              n=max(self.t, K.shape[0]), scale=self.scale, on_fail="continue", c=self.c)
+                              n=max(self.t, K.shape[0]), scale=self.scale, on_fail="continue", c=self.c,
+                              memory=self.memory)
         self.balance_calls += 1
         self.fail_count += int(np.asarray(res.walk.failed).any())
         keep = xp.nonzero(res.keep)[0]

@@ -20,11 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, device as _device
+from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _device
 
 from .self_balancing_walk import WalkResult, gram_walk, smaller_side, walk_constant
 from .validation import (InputError, check_array, check_positive, check_probability, check_rng, check_scale,
                          namespace)
+
+MEMORY_MODES = ("gram", "rows", "panel")
+PANEL = 64          # columns per Gram panel of memory="panel"
 
 
 @dataclasses.dataclass
@@ -80,8 +83,13 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
     ``r_key``/``r_value`` default to the largest norms present (Alg. 2 line 1 only needs upper bounds);
     ``n`` is the stream-length bound in c = 30 log(n/delta), default the number of rows; ``c`` overrides
     that constant (for experiments with a practical walk; FAIL then becomes likelier).
-    ``memory="gram"`` materialises the n x n Gram matrix (fastest); ``memory="rows"`` computes the row y
-    of line 6 at each step from the stored pairs, the O((d+s) n) memory of Thm 3.3 (claim SB.cost).
+    ``memory="gram"`` materialises the n x n Gram matrix (fastest for small n); ``memory="rows"`` computes the
+    row y of line 6 at each step from the stored pairs, the O((d+s) n) memory of Thm 3.3 (claim SB.cost);
+    ``memory="panel"`` computes the Gram's lower triangle in column panels of ``PANEL`` columns, shared by
+    all repeats, and moves a panel's signs into the later steps with one matrix product: O((m + repeats) n)
+    memory, the path for n in the 10^5 range (the ``gpu`` profile of SB.discrepancy and MR.error). All three
+    give the same signs for the same ``rng`` up to the summation order of x (a sign differs only where a
+    uniform lands within rounding of its threshold).
     ``repeats``: run that many independent walks on the same data (a leading axis on the outputs;
     the Gram matrix is computed once and shared). Returns the mask of C', the smaller side of the
     signs (lines 12-16)."""
@@ -103,8 +111,8 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
         raise InputError(f"stream-length bound n = {n} is below the number of rows {rows}")
     c = walk_constant(n, delta) if c is None else float(c)
     check_positive(c, "c")
-    if memory not in ("gram", "rows"):
-        raise InputError(f"memory must be 'gram' or 'rows', got {memory!r}")
+    if memory not in MEMORY_MODES:
+        raise InputError(f"memory must be one of {MEMORY_MODES}, got {memory!r}")
     batch = tuple(K.shape[:-1])
     if repeats is not None:
         check_positive(repeats, "repeats", integer=True)
@@ -112,6 +120,8 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
     uniforms = like(rng.random(batch), K)
     if memory == "rows":
         walk = _row_walk(K, V, r_key, r_value, uniforms, c, scale, on_fail)
+    elif memory == "panel":
+        walk = _panel_walk(K, V, r_key, r_value, uniforms, c, check_scale(scale, K.shape[-1]), on_fail)
     else:
         G = normalized_kernel_gram(K, V, r_key, r_value, scale=scale)
         if repeats is not None:
@@ -139,6 +149,40 @@ def _row_walk(K, V, r_key, r_value, uniforms, c, scale, on_fail) -> WalkResult:
         ratios.append(xp.abs(x) / c)
     return _finish(xp, eta, fails, ratios, on_fail, scale=c)
 
+
+
+def _panel_walk(K, V, r_key, r_value, uniforms, c, scale, on_fail, panel: int | None = None) -> WalkResult:
+    """Alg. 2 lines 5-11 on Gram panels: rows start..start+m-1 of y / R^2 from column start on, computed from
+    K and V when the walk reaches them (the same entries as :func:`normalized_kernel_gram`). Inside a panel
+    each step updates the panel's own m entries of s (s_j = sum_{i<j chosen} eta_i G[i, j]); the panel's m
+    signs reach every later s_j in one product (repeats x m) @ (m x rest). s_i is final once step i reads it,
+    so the FAIL flags and |x|/c are read off s at the end."""
+    from .self_balancing_walk import _finish_np
+    xp = array_namespace(K, V)
+    n = K.shape[-2]
+    m = min(PANEL if panel is None else panel, n)
+    s = xp.zeros(tuple(uniforms.shape), dtype=K.dtype, device=_device(K))
+    one = xp.ones_like(s[..., 0])
+    neg = -one
+    cols = []
+    for start in range(0, n, m):
+        w = min(m, n - start)
+        Kr, Vr = K[..., start:, :], V[..., start:, :]
+        P = xp.exp((xp.matmul(Kr[..., :w, :], xp.matrix_transpose(Kr)) - r_key**2) * scale) * (
+            xp.matmul(Vr[..., :w, :], xp.matrix_transpose(Vr)) / r_value**2)        # (..., w, n - start)
+        etas = []
+        for l in range(w):
+            i = start + l
+            eta = xp.where(uniforms[..., i] < 0.5 - s[..., i] / (2.0 * c), one, neg)   # p clipped: same test
+            etas.append(eta)
+            if l + 1 < w:
+                s[..., i + 1:start + w] += eta[..., None] * P[..., l, l + 1:w]
+        E = xp.stack(etas, axis=-1)                                                  # (reps, ..., w)
+        cols.append(E)
+        if start + w < n:
+            s[..., start + w:] += xp.matmul(E[..., None, :], P[..., :, w:])[..., 0, :]
+    ratio = xp.abs(s) / c
+    return _finish_np(xp.concat(cols, axis=-1), to_numpy(ratio > 1.0), to_numpy(ratio), on_fail, c)
 
 
 def signed_kernel_sum(K, V, signs, q, *, scale: float | None = None):

@@ -232,6 +232,10 @@ WALKS = [
           lambda K, V, delta, rng, r_key, r_value, memory: sb.softmax_balance(
               K, V, delta=delta, rng=rng, r_key=r_key, r_value=r_value, memory=memory, on_fail="continue"),
           _check_balance),
+    Entry("softmax_balance[panel]", _kv, dict(delta=0.1, rng=RNG, r_key=None, r_value=None, memory="panel"),
+          lambda K, V, delta, rng, r_key, r_value, memory: sb.softmax_balance(
+              K, V, delta=delta, rng=rng, r_key=r_key, r_value=r_value, memory=memory, on_fail="continue"),
+          _check_balance),
     Entry("normalized_kernel_gram", _kv, dict(r_key=10.0, r_value=10.0, scale=None),
           lambda K, V, r_key, r_value, scale: sb.normalized_kernel_gram(K, V, r_key, r_value, scale=scale)),
     Entry("signed_kernel_sum", _kvq, dict(scale=None),

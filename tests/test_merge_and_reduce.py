@@ -73,8 +73,25 @@ def test_backend_agreement(backend, rng):
     np.testing.assert_allclose(math.exp(m2) * to_numpy(u2), math.exp(m1) * u1, rtol=1e-10)
 
 
+def test_panel_memory_keeps_the_same_cells(rng):
+    """memory="panel" (the default above PANEL_FROM) keeps exactly the tokens the full-Gram reductions keep."""
+    K, V = rng.standard_normal((256, 3)), rng.standard_normal((256, 2))
+    a = MergeAndReduce(3, 2, t=32, T=3, delta=0.1, rng=np.random.default_rng(4), memory="gram")
+    b = MergeAndReduce(3, 2, t=32, T=3, delta=0.1, rng=np.random.default_rng(4), memory="panel")
+    assert (a.memory, b.memory, _mr(t=2048).memory) == ("gram", "panel", "panel")
+    for k, v in zip(K, V):
+        a.update(k, v)
+        b.update(k, v)
+    for (ka, va), (kb, vb) in zip(a.cells(), b.cells()):
+        assert (ka is None) == (kb is None)
+        if ka is not None:
+            np.testing.assert_array_equal(ka, kb)
+            np.testing.assert_array_equal(va, vb)
+
+
 @pytest.mark.parametrize("kw,match", [
     (dict(t=3), "even"), (dict(t=0), "t"), (dict(T=-1), "levels"), (dict(T=100), "too large"),
+    (dict(memory="disk"), "memory"),
 ])
 def test_bad_parameters(kw, match):
     with pytest.raises(InputError, match=match):

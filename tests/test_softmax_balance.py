@@ -39,6 +39,43 @@ def test_rows_mode_matches_gram_mode(rng):
     np.testing.assert_array_equal(a.signs, b.signs)
 
 
+@pytest.mark.parametrize("shape,repeats,c", [((50,), None, 2.0), ((3, 130), 4, 3.0), ((2, 2, 65), None, None),
+                                              ((1,), 3, None), ((300,), 16, None)])
+def test_panel_mode_matches_gram_mode(rng, shape, repeats, c):
+    """memory="panel" (Gram panels shared by the repeats, one product per panel) gives the gram path's signs, FAIL
+    flags and certificate |x|/c: the same walk, summed in another order."""
+    K, V = rng.standard_normal(shape + (5,)), rng.standard_normal(shape + (2,))
+    kw = dict(delta=0.01, c=c, repeats=repeats, on_fail="continue")
+    a = softmax_balance(K, V, rng=np.random.default_rng(3), **kw)
+    b = softmax_balance(K, V, rng=np.random.default_rng(3), memory="panel", **kw)
+    np.testing.assert_array_equal(a.signs, b.signs)
+    np.testing.assert_array_equal(a.keep, b.keep)
+    np.testing.assert_array_equal(a.walk.failed, b.walk.failed)
+    np.testing.assert_array_equal(a.walk.fail_index, b.walk.fail_index)
+    np.testing.assert_allclose(a.walk.max_abs_inner, b.walk.max_abs_inner, rtol=1e-12, atol=1e-15)
+
+
+def test_panel_mode_backend_agreement(backend, rng):
+    K, V = rng.standard_normal((200, 4)), rng.standard_normal((200, 1))
+    kw = dict(delta=0.01, repeats=8, on_fail="continue", memory="panel")
+    ref = softmax_balance(K, V, rng=np.random.default_rng(9), **kw)
+    out = softmax_balance(asarray(K, backend), asarray(V, backend), rng=np.random.default_rng(9), **kw)
+    np.testing.assert_array_equal(to_numpy(out.signs), ref.signs)
+    np.testing.assert_array_equal(to_numpy(out.keep), ref.keep)
+
+
+def test_panel_mode_never_forms_the_gram():
+    """O((panel + repeats) n) memory: at n = 4096 the full Gram would be 134 MB; the panel path stays far below."""
+    import tracemalloc
+    rng = np.random.default_rng(0)
+    K, V = rng.standard_normal((4096, 4)), rng.standard_normal((4096, 1))
+    tracemalloc.start()
+    softmax_balance(K, V, delta=0.01, rng=rng, repeats=2, on_fail="continue", memory="panel")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 4096 * 4096 * 8 / 16
+
+
 def test_backend_agreement(backend, rng):
     K, V = rng.standard_normal((3, 40, 6)), rng.standard_normal((3, 40, 2))
     ref = softmax_balance(K, V, delta=0.01, rng=np.random.default_rng(9), c=3.0, on_fail="continue")
