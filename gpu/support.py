@@ -12,13 +12,16 @@ from __future__ import annotations
 GPU_SUPPORT: dict[str, tuple[bool, str]] = {
     "SBW.balance": (False, "vector-form walk in numpy, O(n d) per walk: too small to gain from a GPU"),
     "SBW.kernel-identity": (False, "exact arithmetic (sympy) and small numpy vectors; backend-independent"),
-    "SB.discrepancy": (True, "SoftmaxBalance (Gram walk, batched over repeats) on the backend's arrays"),
+    "SB.discrepancy": (True, "SoftmaxBalance (Gram panels, batched over repeats) on the backend's arrays; the gpu "
+                             "profile's walks with n > 2^14 run only on torch:cuda or cupy (deferred on a CPU backend)"),
     "SB.cost": (True, "times SoftmaxBalance on the backend; its memory sub-check (tracemalloc) runs on numpy only"),
-    "MR.error": (True, "MergeAndReduce on the backend; the full profile's t-large sweep (t > 2^13) runs only on "
-                       "torch:cuda or cupy and is recorded as skipped on a CPU backend"),
+    "MR.error": (True, "MergeAndReduce on the backend; the gpu profile's t-large sweep (t > 2^14) runs only on "
+                       "torch:cuda or cupy (deferred on a CPU backend)"),
     "MR.memory": (True, "MergeAndReduce streamed on the backend's arrays"),
     "BKV.attention": (True, "BalanceKV (streaming) on the backend's arrays"),
-    "BKV.memory": (True, "BalanceKV (streaming) on the backend's arrays"),
+    "BKV.memory": (True, "BalanceKV (streaming) on the backend's arrays; the gpu profile's n sweep (to 2^20) runs "
+                         "on the host's numpy path (one token per step: launch-bound on a GPU), n > 2^16 deferred "
+                         "on a CPU backend"),
     "BKV.vs-uniform": (False, "real-trace experiment (run_experiment) in numpy/float64 on CPU; the batched GPU "
                               "walk is kvbounds.gpu.batched_walk, timed by benchmarks/bench_gpu.py"),
     "BKV.ablation": (False, "real-trace block-size ablation in numpy on CPU"),

@@ -102,12 +102,14 @@ def _cmd_check(args) -> int:
     from .records import ResultStore, StoreError
     from .registry import checked_claims, get_claim
     from .report import build_verdicts
-    from .runner import Terminated, run_checks, sigterm_raises
+    from .runner import Terminated, profile_trials, run_checks, sigterm_raises
     try:
         args.claims = [get_claim(cid).id for cid in args.claims]   # ids are case-insensitive
     except KeyError as e:
         print(f"kvbounds: {e.args[0]}", file=sys.stderr)
         return 2
+    if not args.claims and args.profile == "gpu":   # the gpu profile holds the scale sweeps of a few checks only
+        args.claims = [c.id for c in checked_claims() if profile_trials(c.check_module(), "gpu")]
     if args.backend in ("torch:cuda", "cupy") or (args.backend == "torch" and _cuda_visible()):
         from .gpu.support import describe    # which checks put their arrays on the device, which stay on the CPU
         for line in describe(args.claims or [c.id for c in checked_claims()], args.backend):
@@ -138,6 +140,8 @@ def _cmd_check(args) -> int:
         v = verdicts[cid]
         text = f"{v.headline or v.status}: {' '.join(v.summary.split())}"
         print(f"{cid:<{width}}  {text[:110] + '...' if len(text) > 113 else text}")
+        if v.deferred:
+            print(f"{'':<{width}}  deferred: {v.deferred}")
     errors = [e for e in contents.errors if e.claim in ids]
     failed = f"; {len(errors)} trial(s) failed with an error (retried by the next `check`)" if errors else ""
     print(f"kvbounds: wrote {len(recs)} record(s) to {store.path}{failed}; details: `kvbounds report --out {args.out}`")
@@ -174,7 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--out", default="results", help="read the last verdict from DIR/results.jsonl")
     pc = sub.add_parser("check", help="run claim checks, appending records to DIR/results.jsonl")
     pc.add_argument("claims", nargs="*", metavar="CLAIM_ID")
-    pc.add_argument("--profile", choices=PROFILES, default="quick")
+    pc.add_argument("--profile", choices=PROFILES, default="quick",
+                    help="smoke | quick (the main job) | full | gpu (the scale sweeps of SB.discrepancy, MR.error and "
+                         "BKV.memory; on a CPU backend their largest trials are deferred)")
     pc.add_argument("--backend", default="numpy", help="numpy | torch | torch:cpu | torch:cuda | cupy")
     pc.add_argument("--seed", type=int, default=0)
     pc.add_argument("--out", default="results")

@@ -62,6 +62,9 @@ def trial_key(claim: str, params: dict, seed: int, backend: str) -> str:
     return hashlib.sha256(canonical([claim, params, seed, backend]).encode()).hexdigest()[:20]
 
 
+DEFERRED = "deferred"    # check name of a trial not run on its backend (too large for it): no measurement
+
+
 @dataclasses.dataclass
 class Record:
     claim: str

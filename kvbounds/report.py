@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from . import registry
-from .records import Record, ResultStore, _jsonable, canonical
+from .records import DEFERRED, Record, ResultStore, _jsonable, canonical
 from .report_meta import error_rows, leaderboard, run_metadata
 from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, Verdict, finalize
 
@@ -59,9 +59,11 @@ def build_verdicts(records: Sequence[Record], claims: Iterable[str] | None = Non
     for cid, claim in registry.CLAIMS.items():
         if wanted is not None and cid not in wanted:
             continue
-        recs = by_claim.get(cid, [])
+        recs, deferred = split_deferred(by_claim.get(cid, []))
         if not claim.has_check:
             v = Verdict(cid, NO_CHECK, "no check registered yet")
+        elif not recs and deferred:
+            v = Verdict(cid, NOT_RUN, "every trial recorded so far was deferred (too large for its backend)")
         elif not recs:
             v = Verdict(cid, NOT_RUN, "check registered, no records yet")
         else:
@@ -73,11 +75,38 @@ def build_verdicts(records: Sequence[Record], claims: Iterable[str] | None = Non
                 v = Verdict(cid, INCONCLUSIVE, f"summarize raised {type(e).__name__}: {e}")
             v.n_records = v.n_records or len(recs)
         v.kind = v.kind or claim.kind
+        v.deferred = deferred_text(deferred)
         try:   # dimensions, headline and legacy status by the shared rules, for every verdict
             out[cid] = finalize(v)
         except ValueError as e:   # a check that set an invalid dimension: say so instead of failing the report
             out[cid] = finalize(Verdict(cid, INCONCLUSIVE, f"invalid verdict from the check: {e}", kind=claim.kind))
     return out
+
+
+def split_deferred(records: Sequence[Record]) -> tuple[list[Record], list[Record]]:
+    """(measured, deferred): a deferred record (check "deferred", see ``proofs_checks.common.deferred_record``)
+    holds no measurement; it stays deferred only while no backend has measured the same parameters."""
+    measured = [r for r in records if r.check != DEFERRED]
+    done = {canonical(r.params) for r in measured}
+    return measured, [r for r in records if r.check == DEFERRED and canonical(r.params) not in done]
+
+
+def deferred_text(deferred: Sequence[Record]) -> str:
+    """'k trial(s) deferred on <backends>: <sweep> = a..b (reason)', one clause per sweep, sorted."""
+    if not deferred:
+        return ""
+    groups: dict[tuple, list] = defaultdict(list)
+    for r in deferred:
+        p = r.params
+        key = next((k for k in ("t", "n") if k in p and p.get("sweep", "").startswith(k)), "n")
+        groups[(p.get("sweep", ""), key, r.extra.get("deferred", ""))].append((p.get(key), r.backend))
+    parts = []
+    for (sweep, key, why), vals in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        xs = sorted({x for x, _ in vals if isinstance(x, (int, float))})
+        rng = f"{key} = " + (f"{xs[0]:g}..{xs[-1]:g}" if len(xs) > 1 else f"{xs[0]:g}") if xs else key
+        backends = ", ".join(sorted({b for _, b in vals}))
+        parts.append(f"{len(vals)} trial(s) of the {sweep or key} sweep deferred on {backends}: {rng} ({why})")
+    return "; ".join(parts)
 
 
 def dimensions(v: Verdict) -> dict[str, str]:
@@ -215,7 +244,7 @@ def _card(cid: str, v: Verdict, figures: list) -> dict:
         "reproductions": [dataclasses.asdict(r) for r in v.reproductions], "power_detail": v.power_detail,
         "findings": [{"kind": f.kind, "title": registry.cite(f.title), "detail": registry.cite(f.detail),
                       "input": canonical(f.smallest_input) if f.smallest_input else ""} for f in v.findings],
-        "figures": figures, "bound_path": source_path(c.bound), "check_path": source_path(c.check),
+        "deferred": v.deferred, "figures": figures, "bound_path": source_path(c.bound), "check_path": source_path(c.check),
     }
 
 

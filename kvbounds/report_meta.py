@@ -66,7 +66,7 @@ def infer_profile(records: Sequence[Record]) -> str:
     """The smallest profile whose trials produced every record (records store their trial's key, not the
     profile): a record's key is one of the profile's trial keys for its claim, seed and backend."""
     from .records import trial_key
-    from .runner import PROFILES
+    from .runner import PROFILES, profile_trials
     runs = {(r.claim, r.seed, r.backend) for r in records if r.claim in registry.CLAIMS}
     keys = {r.key for r in records if r.claim in registry.CLAIMS}
     if not keys:
@@ -77,7 +77,7 @@ def infer_profile(records: Sequence[Record]) -> str:
         for cid, seed, backend in runs:
             try:
                 mod = registry.CLAIMS[cid].check_module()
-                covered[prof] |= {trial_key(cid, dict(p), seed, backend) for p in (mod.trials(prof) if mod else [])}
+                covered[prof] |= {trial_key(cid, dict(p), seed, backend) for p in (profile_trials(mod, prof) if mod else [])}
             except Exception:  # noqa: BLE001
                 pass
     for prof in PROFILES:

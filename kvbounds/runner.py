@@ -34,7 +34,7 @@ from typing import Callable, Iterable, Sequence
 from .records import Record, ResultStore, canonical, trial_key
 from .registry import Claim, get_claim
 
-PROFILES = ("smoke", "quick", "full")
+PROFILES = ("smoke", "quick", "full", "gpu")
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
@@ -63,6 +63,14 @@ def trial_seed(seed: int, claim: str, params: dict) -> int:
     return int.from_bytes(h[:8], "little") & (2**63 - 1)
 
 
+def profile_trials(mod, profile: str) -> list[dict]:
+    """A check module's trial grid for ``profile``; the ``gpu`` profile holds only the scale sweeps of the
+    checks that declare ``GPU_PROFILE = True`` (SB.discrepancy, MR.error, BKV.memory)."""
+    if profile == "gpu" and not getattr(mod, "GPU_PROFILE", False):
+        return []
+    return list(mod.trials(profile))
+
+
 def expand(claims: Sequence[Claim], profile: str, seed: int, backend: str) -> list[Trial]:
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
@@ -74,7 +82,7 @@ def expand(claims: Sequence[Claim], profile: str, seed: int, backend: str) -> li
         # a check whose trials are long (a real model's forward passes) sets SCHEDULE_FIRST: its trials are
         # submitted first, so the pool does not end on a tail of them with the other workers idle
         dest = heavy if getattr(mod, "SCHEDULE_FIRST", False) else light
-        for params in mod.trials(profile):
+        for params in profile_trials(mod, profile):
             dest.append(Trial(c.id, dict(params), seed, backend, c.check))
     return heavy + light
 

@@ -168,6 +168,32 @@ def decide_rate(g: Growth | None, *, stated_exponent: float, sets_in: str = "",
     return ("not-reached" if g.grows else "observed" if g.hi <= GROWTH_TOL else "n/a"), info
 
 
+def decide_regime_rate(records: Iterable[Record], param: str, *, onset: Callable[[Record], float],
+                       stated_exponent: float, value: Callable[[Record], float] = lambda r: r.ratio,
+                       label: str = "", sets_in: str = "") -> tuple[str, RateInfo | None, list[Growth]]:
+    """The rate past its onset: per onset value (records with the same ``onset(r)``, e.g. one dimension d), the
+    growth of ``value`` along ``param`` over the records with ``param >= onset / 2``, where a walk's drift has had
+    half the steps it needs (:func:`kvbounds.theory.balancekv.merge_reduce_rate_onset`). ``not-reached`` when any
+    of these tails grows, ``observed`` when every tail with >= 2 sizes is flat, ``n/a`` when no tail has 2 sizes
+    (then the caller decides on the whole range, with ``sets_in``). Returns (rate, RateInfo of the first tail, the
+    tails' growths)."""
+    groups: dict[float, list[Record]] = {}
+    for r in canonical_order(records):
+        if param in r.params:
+            groups.setdefault(float(onset(r)), []).append(r)
+    tails = []
+    for on, rs in sorted(groups.items()):
+        tail = [r for r in rs if float(r.params[param]) >= on / 2]
+        for g in growth(tail, param, value=value, group=lambda r, on=on: f"{param} >= {on / 2:.3g}"):
+            tails.append(g)
+    if not tails:
+        return "n/a", None, []
+    decided = [decide_rate(g, stated_exponent=stated_exponent, sets_in=sets_in, label=label) for g in tails]
+    states = [d[0] for d in decided]
+    rate = "not-reached" if "not-reached" in states else "observed" if all(x == "observed" for x in states) else "n/a"
+    return rate, decided[0][1], tails
+
+
 def mark(records: Iterable[Record], pred: Callable[[Record], bool], **extra) -> list[Record]:
     """Copies of the records, with ``extra`` added to those matching ``pred`` (e.g. ``reading=...`` or
     ``proof_step=...`` for records stored before a check named them so)."""

@@ -117,3 +117,4 @@ class Verdict:
     power_detail: str = ""
     proven_constant: Constant | None = None
     fitted_constant: Constant | None = None
+    deferred: str = ""              # trials not run on the backends recorded (too large for them), by size

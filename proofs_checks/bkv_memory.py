@@ -14,6 +14,12 @@ Alg. 1 line 8 erases buckets with 2^i <= eps/(2n) e^{-r^2/sqrt d} vmax; the proo
 proofs' bucket count (short by up to 2) are errata; the erased-share records check a step of the proof
 (BalanceKV-NeurIPS A.1 eq. (3)), so a failure there would be an erratum too; the statement (O~ memory, O(log n) buckets)
 is decided by the memory shape records and the exact bucket counts.
+
+The ``gpu`` profile (``kvbounds check BKV.memory --profile gpu --backend torch:cuda --workers 16``) extends the n
+sweep to 2^20 at eps = 1. BalanceKV streams one token at a time (a few small array operations per token), which a
+GPU runs no faster than the host, so these trials run on the host's numpy path whatever the backend (records say
+``ran_on``); the GPU machine's many cores run them in parallel. On a CPU backend, trials with n > CPU_N_MAX
+(~15 s on one core; 2^20 takes ~4 min) are deferred.
 """
 from __future__ import annotations
 
@@ -28,14 +34,20 @@ from kvbounds.verdict import Erratum, FigureSpec, Finding, Verdict, fitted_const
 from kvbounds.theory.balancekv import balance_kv_bucket_count_bound, balance_kv_bucket_count_exact, balance_kv_memory_shape
 
 from .bkv_attention import formula_t, spread_values
-from .common import make_record, pick, unit_directions
+from .common import deferred_record, make_record, on_gpu, pick, unit_directions
 
 CLAIM = "BKV.memory"
 SOURCE = "001 Thm 3.1, Alg. 1 line 8, A.1"
 SHARE_STEP = "001 A.1 eq. (3): erased buckets contribute at most their share eps of the error"
+GPU_PROFILE = True
+CPU_N_MAX = 1 << 16          # largest n of the gpu profile run on a CPU backend
+LARGE_N = [1 << k for k in range(12, 21)]
 
 
 def trials(profile: str) -> list[dict]:
+    if profile == "gpu":
+        return [dict(n=n, d=8, r=1.0, eps=1.0, rule=rule, sweep="n", host=True) for n in LARGE_N
+                for rule in ("alg1", "proof001")]
     ns = pick(profile, smoke=[256], quick=[1024, 4096, 16384], full=[1024, 4096, 16384, 65536])
     eps = pick(profile, smoke=[1.0], quick=[1.0, 0.5], full=[1.0, 0.5, 0.25])
     return [dict(n=n, d=8, r=1.0, eps=e, rule=rule, sweep="n") for n in ns for e in eps
@@ -55,6 +67,12 @@ def erased_share(Q, K, V, j, thr):
 @single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     n, d, r, eps, rule = params["n"], params["d"], params["r"], params["eps"], params["rule"]
+    if params.get("host"):   # the gpu profile: the per-token loop on the host (see the module doc)
+        if n > CPU_N_MAX and not on_gpu(backend):
+            return [deferred_record(CLAIM, params, source=SOURCE, reason=f"a stream of n = {n} tokens, one update "
+                                    f"each, beyond CPU_N_MAX = {CPU_N_MAX}: run with --profile gpu --backend "
+                                    "torch:cuda on the GPU machine (its cores run these trials in parallel)")]
+        backend = "numpy"
     rng = np.random.default_rng(seed)
     Q, K = unit_directions(rng, n, d) * r, unit_directions(rng, n, d) * r
     V = spread_values(rng, n, d)
@@ -73,7 +91,7 @@ def run_trial(params: dict, seed: int, backend: str):
             sh, ne = erased_share(Q, K, V, j, thr)
             if sh >= share:
                 share, n_erased = sh, ne
-    common = dict(t=t, T=T, erased_tokens=bkv.erased_tokens)
+    common = dict(t=t, T=T, erased_tokens=bkv.erased_tokens, ran_on=backend)
     vmax = float(np.linalg.norm(V, axis=1).max())
     return [
         make_record(CLAIM, params, measured=max_floats, bound=balance_kv_memory_shape(d, r, eps, version="001"),

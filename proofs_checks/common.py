@@ -8,7 +8,7 @@ from typing import Any, Iterable
 import numpy as np
 from scipy import stats
 
-from kvbounds.records import Record
+from kvbounds.records import DEFERRED, Record
 
 
 def grid(**axes: Iterable[Any]) -> list[dict]:
@@ -17,9 +17,26 @@ def grid(**axes: Iterable[Any]) -> list[dict]:
     return [dict(zip(keys, vals)) for vals in itertools.product(*(list(axes[k]) for k in keys))]
 
 
-def pick(profile: str, *, smoke, quick, full):
-    """The value for a profile: "smoke" (tests, notebooks), "quick" (the main job), "full"."""
-    return {"smoke": smoke, "quick": quick, "full": full}[profile]
+_NO_GPU_VALUE = object()
+
+
+def pick(profile: str, *, smoke, quick, full, gpu=_NO_GPU_VALUE):
+    """The value for a profile: "smoke" (tests, notebooks), "quick" (the main job), "full", or "gpu" (the scale
+    sweeps of the checks that set ``GPU_PROFILE = True``; defaults to the full value)."""
+    return {"smoke": smoke, "quick": quick, "full": full, "gpu": full if gpu is _NO_GPU_VALUE else gpu}[profile]
+
+
+def on_gpu(backend: str) -> bool:
+    """A GPU backend (torch:cuda[:i] or cupy): the gpu profile runs its largest trials only there."""
+    return backend.startswith("torch:cuda") or backend == "cupy"
+
+
+def deferred_record(claim: str, params: dict, *, reason: str, source: str = "") -> Record:
+    """The record of a trial not run on this backend (too large for it): no measurement. The verdict rules
+    (``kvbounds.report.build_verdicts``) leave it out of the check's summary and list it under ``deferred``,
+    unless the same parameters were measured on another backend."""
+    return make_record(claim, params, measured=0.0, bound=0.0, holds=True, bound_kind="shape", check=DEFERRED,
+                       source=source, deferred=reason)
 
 
 def rng(seed: int) -> np.random.Generator:

@@ -15,9 +15,10 @@ Verdict (shared rules of kvbounds.verdict): the bound is an O~(.), so the statem
 proven-constant reading (the walk's c = 30 log(ts/delta) in Thm 3.3's discrepancy, the proof's other factors with
 constant 1) is reported next to the fitted constant. eps_hat falling like t^-1/2 instead of t^-1 is a ``rate``
 ``not-reached``: below t* (theory.balancekv.merge_reduce_rate_onset) the walk is in its random-sign phase.
-The regime (t* ~ 3e5 at d = 8, s = 4, r = 1) needs a t x t Gram per reduction: out of CPU reach. The ``full``
-profile's ``t-large`` sweep (t = 2^10..2^16, n = 4t) runs on ``--backend torch:cuda``; on a CPU backend its
-trials beyond t = CPU_T_MAX are recorded as skipped.
+The regime (t* ~ 3e5 at d = 8, s = 4, r = 1) is out of CPU reach. The ``gpu`` profile's ``t-large`` sweep
+(``kvbounds check MR.error --profile gpu --backend torch:cuda``; t = 2^10..2^17, n = 4t, d = 2, s = 1, r = 1, where
+t* ~ 1.9e4) balances each batch on Gram panels (O(64 t) memory) and decides the rate on t >= t*/2
+(verdict.decide_regime_rate); on a CPU backend its trials beyond t = CPU_T_MAX are deferred.
 """
 from __future__ import annotations
 
@@ -27,19 +28,22 @@ import numpy as np
 
 from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
 from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
-from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth
+from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, decide, decide_rate, decide_regime_rate,
+                              fitted_constant, growth)
 from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rate_onset, walk_constant
 
-from .common import make_record, pick, unit_directions
+from .common import deferred_record, make_record, on_gpu, pick, unit_directions
 
 CLAIM = "MR.error"
 SOURCE = {"001": "001 Thm 3.4", "000": "000 thm:MergeAndReduce"}
-CPU_T_MAX = 1 << 13                 # largest t of the t-large sweep run on a CPU backend (t x t Gram: 0.5 GB)
-LARGE_T = [1 << k for k in range(10, 17)]
-SKIPPED = "skipped (needs --backend torch:cuda)"
+GPU_PROFILE = True
+CPU_T_MAX = 1 << 14                 # largest t of the gpu profile's t-large sweep run on a CPU backend (~15 s)
+LARGE_T = [1 << k for k in range(10, 18)]
 
 
 def trials(profile: str) -> list[dict]:
+    if profile == "gpu":   # the regime sweep: t* ~ 1.9e4 at d = 2, s = 1, r = 1
+        return [dict(n=4 * t, d=2, s=1, r=1.0, t=t, delta=0.01, sweep="t-large", c="paper") for t in LARGE_T]
     base = dict(n=pick(profile, smoke=256, quick=2048, full=8192), d=8, s=4, r=1.0, t=32, delta=0.01)
     if profile == "smoke":
         return [dict(base, t=t, sweep="t", c="paper") for t in (16, 32)]
@@ -50,8 +54,6 @@ def trials(profile: str) -> list[dict]:
         for val in vals:
             for c in ("paper", "log"):
                 out.append(dict(base, **{key: val}, sweep=key, c=c))
-    if profile == "full":   # the regime sweep: GPU beyond CPU_T_MAX
-        out += [dict(base, t=t, n=4 * t, sweep="t-large", c="paper") for t in LARGE_T]
     return out
 
 
@@ -77,10 +79,10 @@ def exact_numerator_log(K, V, q, j):
 @single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     n, d, s, r, t, delta = (params[k] for k in ("n", "d", "s", "r", "t", "delta"))
-    if params["sweep"] == "t-large" and t > CPU_T_MAX and not backend.endswith("cuda") and backend != "cupy":
-        return [make_record(CLAIM, params, measured=0.0, bound=0.0, holds=True, bound_kind="shape", check=SKIPPED,
-                            source=SOURCE["001"], reason=f"t = {t}: a t x t Gram per reduction "
-                            f"({8 * t * t / 1e9:.1f} GB) and t^2 walk steps; run with --backend torch:cuda")]
+    if params["sweep"] == "t-large" and t > CPU_T_MAX and not on_gpu(backend):
+        return [deferred_record(CLAIM, params, source=SOURCE["001"], reason=f"{4 * t} tokens balanced in batches of "
+                                f"t = {t} (t^2/2 Gram entries per batch), beyond CPU_T_MAX = {CPU_T_MAX}: run with "
+                                "--backend torch:cuda")]
     Q, K, V = stream(seed, n, d, s, r)
     T = max(int(math.log2(n / t)), 0)
     c = None if params["c"] == "paper" else math.log(t / delta)
@@ -120,14 +122,44 @@ def _proven_eps(p: dict) -> float:
     return walk_constant(t * s, delta) * math.sqrt(s) * math.exp(2 * r * r / math.sqrt(d)) / t
 
 
+def _regime(large, parts, figs, findings, rate):
+    """The gpu profile's t-large sweep: the O(1/t) rate decided on t >= t*/2 (replacing the small sweep's
+    reading when >= 2 sizes are past it)."""
+    if not large:
+        return rate
+    figs.append(FigureSpec("eps_hat / shape vs t, gpu profile sweep (d = 2, s = 1)", x="t", check="001 paper c",
+                           y="ratio", sweep="t-large"))
+    for g in growth(large, "t"):
+        parts.append(f"t-large (d = 2, s = 1): eps_hat ~ t^{g.slope - 1:.2f} [{g.lo - 1:.2f},{g.hi - 1:.2f}] over "
+                     f"t = {g.x_range[0]:g}..{g.x_range[1]:g}")
+    ons = {}
+    onset = lambda r: ons.setdefault((r.params["d"], r.params["s"], r.params["r"], r.params["delta"]), float(
+        merge_reduce_rate_onset(r.params["d"], r.params["s"], r.params["r"], r.params["delta"])["t_star"]))
+    sets_in = f"t* = {onset(large[0]):.2g} at d = 2, s = 1, r = 1 (theory.balancekv.merge_reduce_rate_onset); " \
+              "decided on t >= t*/2"
+    got, info, tails = decide_regime_rate(large, "t", onset=onset, stated_exponent=-1.0, sets_in=sets_in,
+                                          label="O(1/t) regime")
+    if not tails:
+        parts.append(f"O(1/t) regime ({sets_in.split(' (')[0]}) not measured: fewer than 2 sizes past t*/2")
+        whole = growth(large, "t")
+        if rate[0] == "n/a" and whole:   # only the gpu sweep: decided on its whole range
+            return decide_rate(whole[0], stated_exponent=-1.0, sets_in=sets_in)
+        return rate
+    parts.append("001 paper c past t*/2: " + "; ".join(g.text() for g in tails))
+    if got == "not-reached":
+        findings.append(Finding(CLAIM, f"O(1/t) rate not reached for t <= {tails[0].x_range[1]:g} past t*/2",
+                                f"eps_hat ~ t^{info.measured_exponent:.2f} (95% CI {info.ci[0]:.2f}..{info.ci[1]:.2f}) "
+                                f"on t = {tails[0].x_range[0]:g}..{tails[0].x_range[1]:g}. {sets_in}",
+                                tails[0].smallest, kind="rate"))
+    return got, info
+
+
 def summarize(records) -> Verdict:
     figs = [FigureSpec("eps_hat / shape vs t", x="t", hue="check", y="ratio"),
             FigureSpec("eps_hat / shape vs s (001 has sqrt(s), 000 does not)", x="s", hue="check", y="ratio"),
             FigureSpec("eps_hat / shape vs r", x="r", hue="check", y="ratio")]
-    skipped = [r for r in records if r.check == SKIPPED]
-    records = [r for r in records if r.check != SKIPPED]
     findings, parts = [], []
-    swept = lambda key: (lambda r: r.params.get("sweep") in ((key, "t-large") if key == "t" else (key,)))
+    swept = lambda key: (lambda r: r.params.get("sweep") == key)
     gs = {}
     for check in sorted({r.check for r in records}):
         rs = [r for r in records if r.check == check]
@@ -161,7 +193,7 @@ def summarize(records) -> Verdict:
                           f"measured eps_hat at most {prov:.2g} x eps_c ({100 * prov:.2g}% of the bound)")
         parts.insert(0, f"001 paper c: eps_hat <= {prov:.2g} x the bound with the walk's c (all trials)")
         g = gs.get(("001 paper c", "t"))
-        p0 = paper[0].params
+        p0 = next((r.params for r in paper if r.params.get("sweep") == "t"), paper[0].params)
         onset = merge_reduce_rate_onset(p0["d"], p0["s"], p0["r"], p0["delta"])
         sets_in = (f"t* ~ {onset['t_star']:.2g} at d = {p0['d']}, s = {p0['s']}, r = {p0['r']:g}: the batch size at "
                    f"which the walk has saturated the {onset['directions']} directions of E[y y^T] (y = phi(k) (x) v) "
@@ -169,8 +201,8 @@ def summarize(records) -> Verdict:
                    f"c = 30 log(t/delta) = {onset['c']:.3g}, R^2 = e^(r^2/sqrt d) max||v||^2 = {onset['R2']:.3g} "
                    f"(theory.balancekv.merge_reduce_rate_onset; the top direction saturates at t ~ "
                    f"{onset['t_top_direction']:.2g}). Below t* the walk acts like random signs, eps_hat ~ t^-1/2. "
-                   f"A t x t Gram per reduction at t* is {onset['gram_gb']:.3g} GB: out of CPU reach; the full "
-                   f"profile's t-large sweep (t <= {LARGE_T[-1]}) runs on --backend torch:cuda")
+                   f"Out of CPU reach at t*; the gpu profile's t-large sweep (t <= {LARGE_T[-1]}, d = 2) runs on "
+                   f"--backend torch:cuda")
         if g is not None:
             rate = decide_rate(g, stated_exponent=-1.0, sets_in=sets_in)
             if rate[0] == "not-reached":
@@ -178,8 +210,6 @@ def summarize(records) -> Verdict:
                                         f"eps_hat ~ t^{rate[1].measured_exponent:.2f} (95% CI "
                                         f"{rate[1].ci[0]:.2f}..{rate[1].ci[1]:.2f}), not t^-1; independent random signs "
                                         f"give t^-0.5. {sets_in}", g.smallest, kind="rate"))
-    if skipped:
-        parts.append(f"{len(skipped)} t-large trial(s) {SKIPPED} (t = "
-                     f"{', '.join(str(r.params['t']) for r in sorted(skipped, key=lambda r: r.params['t']))})")
+    rate = _regime([r for r in paper if r.params.get("sweep") == "t-large"], parts, figs, findings, rate)
     return decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, rate=rate,
                   proven=proven, fitted=fitted)

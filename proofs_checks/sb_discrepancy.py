@@ -12,9 +12,17 @@ log domain, so key norms of 50 at d = 64 are fine). Sub-checks:
                         and the fitted constant D / shape; swept over n, s and the key norm r.
   * ``c=log``           the walk with c = log(n/delta): the ratio D / shape must not grow with n.
   * ``random-signs``    negative control: independent signs; the growth test along n must reject it.
+
+The ``gpu`` profile (``kvbounds check SB.discrepancy --profile gpu --backend torch:cuda``) sweeps n = 2^5..2^17 at
+d = 2 and 4 (s = 1, r = 1, 128 walks): the walk's drift should act from n* ~ 1.9e4 (d = 2) and 7.1e4 (d = 4)
+(theory.balancekv.merge_reduce_rate_onset), so the rate is decided on the sizes n >= n*/2
+(verdict.decide_regime_rate). The walks use SoftmaxBalance's Gram panels (memory="panel": same signs as the
+full Gram, O((64 + 128) n) memory). On a CPU backend the walks beyond CPU_N_MAX are deferred (random signs run
+at every n).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -22,19 +30,25 @@ import numpy as np
 from kvbounds.algorithms.self_balancing_walk import smaller_side
 from kvbounds.algorithms.softmax_balance import softmax_balance
 from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
-from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant,
-                              growth, mark)
+from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, decide, decide_rate,
+                              decide_regime_rate, fitted_constant, growth, mark)
 from kvbounds.theory.balancekv import log_softmax_balance_shape, merge_reduce_rate_onset, walk_constant
 
-from .common import make_record, pick, unit_directions
+from .common import deferred_record, make_record, on_gpu, pick, unit_directions
 
 CLAIM = "SB.discrepancy"
 SOURCE = "001 Thm 3.3, Alg. 2"
 READING = "O(.) read with the walk's own constant c = 30 log(n/delta) (001 Alg. 2 line 3)"
 WALKS = ("paper c", "c=log", "random-signs")
+GPU_PROFILE = True
+CPU_N_MAX = 1 << 14          # largest n of the gpu profile's walks run on a CPU backend (~15 s per 128 walks)
+LARGE_N = [1 << k for k in range(5, 18)]
 
 
 def trials(profile: str) -> list[dict]:
+    if profile == "gpu":
+        base = dict(s=1, r=1.0, q_norm=1.0, delta=0.01, reps=128, dirs=8, sweep="n-large")
+        return [dict(base, d=d, n=n, variant=v) for d in (2, 4) for n in LARGE_N for v in WALKS]
     reps = pick(profile, smoke=32, quick=128, full=512)
     ns = pick(profile, smoke=[16, 64], quick=[32, 128, 512, 2048], full=[32, 64, 128, 256, 512, 1024, 2048, 4096])
     # the n sweep uses a low-dimensional kernel (d = 4, s = 1, r = 1): the walk's drift can only act once
@@ -62,19 +76,22 @@ def _log_discrepancies(K, V, Q, signs):
 @single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     n, d, s, r, delta, reps = params["n"], params["d"], params["s"], params["r"], params["delta"], params["reps"]
+    variant = params["variant"]
+    if params["sweep"] == "n-large" and n > CPU_N_MAX and variant != "random-signs" and not on_gpu(backend):
+        return [deferred_record(CLAIM, params, source=SOURCE, reason=f"{reps} walks of n = {n} steps with a Gram "
+                                f"panel per 64 steps, beyond CPU_N_MAX = {CPU_N_MAX}: run with --backend torch:cuda")]
     rng = np.random.default_rng(seed + 1)
     K = unit_directions(rng, n, d) * r
     V = rng.standard_normal((n, s)) / math.sqrt(s)
     Q = unit_directions(rng, params["dirs"], d) * params["q_norm"]
     wrng = np.random.default_rng(seed)
-    variant = params["variant"]
     if variant == "random-signs":
         signs = np.where(wrng.random((reps, n)) < 0.5, 1.0, -1.0)
         keep = to_numpy(smaller_side(signs))
     else:
         c = None if variant == "paper c" else math.log(n / delta)
         res = softmax_balance(asarray(K, backend), asarray(V, backend), delta=delta, rng=wrng, repeats=reps,
-                              on_fail="continue", c=c)
+                              on_fail="continue", c=c, memory="panel")
         signs, keep = to_numpy(res.signs), to_numpy(res.keep)
     logD = _log_discrepancies(K, V, Q, signs)
     vmax = float(np.linalg.norm(V, axis=1).max())
@@ -92,6 +109,47 @@ def run_trial(params: dict, seed: int, backend: str):
     recs.append(make_record(CLAIM, params, measured=half, bound=0.5, check="half", bound_kind="exact",
                             source=SOURCE, trials=reps))
     return recs
+
+
+@functools.lru_cache(maxsize=None)
+def _onset(d: int, s: int, r: float, delta: float) -> float:
+    return float(merge_reduce_rate_onset(d, s, r, delta)["t_star"])
+
+
+def _regime(records, parts, figs, controls, rate):
+    """The gpu profile's n-large sweep: growth per (walk, d), and the rate decided past n*/2 (replacing the
+    small sweep's reading when a tail has >= 2 sizes); random signs must grow there (a control)."""
+    large = [r for r in records if r.params.get("sweep") == "n-large" and r.check in WALKS]
+    if not large:
+        return rate
+    figs.append(FigureSpec("discrepancy / shape vs n, gpu profile sweep (d = 2, 4)", x="n", hue="check", y="ratio",
+                           sweep="n-large"))
+    ratio = lambda r: r.extra["ratio_to_shape"]
+    for g in growth(large, "n", value=ratio, group=lambda r: (r.check, r.params["d"])):
+        parts.append(f"n-large, d = {g.key[1]}: {g.key[0]} slope {g.slope:+.2f} [{g.lo:+.2f},{g.hi:+.2f}] "
+                     f"over n = {g.x_range[0]:g}..{g.x_range[1]:g}")
+    onset = lambda r: _onset(r.params["d"], r.params["s"], r.params["r"], r.params["delta"])
+    ons = sorted({(r.params["d"], onset(r)) for r in large})
+    sets_in = "n* = " + ", ".join(f"{o:.2g} (d = {d})" for d, o in ons) + (
+        ": where the walk saturates the directions of E[y y^T] holding 90% of E||y||^2 "
+        "(theory.balancekv.merge_reduce_rate_onset); decided on n >= n*/2")
+    paper = [r for r in large if r.check == "paper c"]
+    got, info, tails = decide_regime_rate(paper, "n", onset=onset, stated_exponent=0.0, value=ratio,
+                                          label="O(log(ns/delta)) regime", sets_in=sets_in)
+    if not tails:
+        parts.append(f"regime (n >= n*/2, {sets_in.split(':')[0]}) not measured: fewer than 2 sizes past it")
+        whole = growth(paper, "n", value=ratio, group=lambda r: r.params["d"])
+        if rate[0] == "n/a" and whole:   # only the gpu sweep: its whole range, at the smallest d (earliest onset)
+            return decide_rate(whole[0], stated_exponent=0.0, label="O(log(ns/delta)) regime", sets_in=sets_in)
+        return rate
+    parts.append("paper c past n*/2: " + "; ".join(g.text() for g in tails))
+    _, _, rand = decide_regime_rate([r for r in large if r.check == "random-signs"], "n", onset=onset,
+                                    stated_exponent=0.0, value=ratio)
+    if rand:
+        rejected = all(g.grows for g in rand)
+        controls.append(Control("random signs vs the regime test past n*/2", rejected,
+                                "; ".join(g.text() for g in rand)))
+    return got, info
 
 
 def summarize(records) -> Verdict:
@@ -145,6 +203,7 @@ def summarize(records) -> Verdict:
             findings.append(Finding(CLAIM, "with c = log(n/delta) the discrepancy follows the log shape",
                                     f"{sw['c=log'].text()}: the practical walk balances at these n (FAIL events clipped)",
                                     sw["c=log"].smallest, kind="finding"))
+    rate = _regime(records, parts, figs, controls, rate)
     fitted = fitted_constant(paper, "max D / (sqrt(s) log(ns/delta) e^{||q||^2/(2 sqrt d)} e^{max||k||^2/(2 sqrt d)} "
                                     "max||v||) over the paper-c walks", value=lambda r: r.extra["ratio_to_shape"])
     proven = Constant(30.0, "proven", "c = 30 log(n/delta) (001 Alg. 2 line 3) read as the O(.)'s constant: D at most "
