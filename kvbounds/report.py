@@ -360,8 +360,10 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
     if not records:
         raise ReportError(f"{store.path} holds no records; run `kvbounds check --out {out}` first")
     verdicts = build_verdicts(records, claims)
+    errors = contents.errors
     if claims is not None:
         records = [r for r in records if r.claim in verdicts]
+        errors = [e for e in errors if e.claim in verdicts]
     figures = _draw_all(verdicts, records, out / FIG_DIR)
     board = leaderboard(records)
     board_fig = None
@@ -374,6 +376,6 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
     (out / "summary.json").write_text(summary_json(verdicts), encoding="utf-8")
     path = out / "report.html"
     meta = run_metadata(records, verdicts, out)
-    path.write_text(render_html(verdicts, records, figures, meta=meta, errors=contents.errors, board=board,
+    path.write_text(render_html(verdicts, records, figures, meta=meta, errors=errors, board=board,
                                 board_figure=board_fig), encoding="utf-8")
     return path

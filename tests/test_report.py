@@ -206,6 +206,18 @@ def test_error_records_and_leaderboard_rendered(results, fake_claims, monkeypatc
     assert "Trials that raised (1)" in text and "boom in trial" in text
     assert "End-to-end leaderboard" in text and "snapkv" in text and "kvpress" in text and "budget 0.25" in text
     assert (results / "figures" / "leaderboard.png").stat().st_size > 1000
+    only_b = report.write_report(results, ["B.fail"]).read_text()     # `report CLAIM`: that claim's errors only
+    assert "Trials that raised" not in only_b and "boom in trial" not in only_b
+
+
+def test_deferred_records_listed_not_summarized(results, fake_claims):
+    deferred = Record("F.fitted", {"n": 64, "d": 4, "sweep": "n"}, 0, "numpy", 0.0, 0.0, True, bound_kind="shape",
+                      check="deferred", extra={"deferred": "too large for numpy"})
+    ResultStore(results).append([deferred])
+    v = report.build_verdicts(ResultStore(results).load())["F.fitted"]
+    assert v.n_records == 3 and v.constant == pytest.approx(0.3)
+    assert v.deferred == "1 trial(s) of the n sweep deferred on numpy: n = 64 (too large for numpy)"
+    assert "not yet measured: 1 trial(s) of the n sweep" in report.write_report(results).read_text()
 
 
 def test_figure_sweep_filter_and_fitted_bound(tmp_path):
