@@ -102,8 +102,8 @@ def deferred_text(deferred: Sequence[Record]) -> str:
         groups[(p.get("sweep", ""), key, r.extra.get("deferred", ""))].append((p.get(key), r.backend))
     parts = []
     for (sweep, key, why), vals in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        xs = sorted({x for x, _ in vals if isinstance(x, (int, float))})
-        rng = f"{key} = " + (f"{xs[0]:g}..{xs[-1]:g}" if len(xs) > 1 else f"{xs[0]:g}") if xs else key
+        xs = [int(x) if float(x).is_integer() else x for x in sorted({x for x, _ in vals if isinstance(x, (int, float))})]
+        rng = f"{key} = " + (f"{xs[0]}..{xs[-1]}" if len(xs) > 1 else f"{xs[0]}") if xs else key
         backends = ", ".join(sorted({b for _, b in vals}))
         parts.append(f"{len(vals)} trial(s) of the {sweep or key} sweep deferred on {backends}: {rng} ({why})")
     return "; ".join(parts)

@@ -69,9 +69,9 @@ def run_trial(params: dict, seed: int, backend: str):
     n, d, r, eps, rule = params["n"], params["d"], params["r"], params["eps"], params["rule"]
     if params.get("host"):   # the gpu profile: the per-token loop on the host (see the module doc)
         if n > CPU_N_MAX and not on_gpu(backend):
-            return [deferred_record(CLAIM, params, source=SOURCE, reason=f"a stream of n = {n} tokens, one update "
-                                    f"each, beyond CPU_N_MAX = {CPU_N_MAX}: run with --profile gpu --backend "
-                                    "torch:cuda on the GPU machine (its cores run these trials in parallel)")]
+            return [deferred_record(CLAIM, params, source=SOURCE, reason=f"a stream of n tokens, one update each, "
+                                    f"beyond CPU_N_MAX = {CPU_N_MAX}: run with --profile gpu --backend torch:cuda on "
+                                    "the GPU machine (its cores run these trials in parallel)")]
         backend = "numpy"
     rng = np.random.default_rng(seed)
     Q, K = unit_directions(rng, n, d) * r, unit_directions(rng, n, d) * r

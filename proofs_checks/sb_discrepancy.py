@@ -78,8 +78,8 @@ def run_trial(params: dict, seed: int, backend: str):
     n, d, s, r, delta, reps = params["n"], params["d"], params["s"], params["r"], params["delta"], params["reps"]
     variant = params["variant"]
     if params["sweep"] == "n-large" and n > CPU_N_MAX and variant != "random-signs" and not on_gpu(backend):
-        return [deferred_record(CLAIM, params, source=SOURCE, reason=f"{reps} walks of n = {n} steps with a Gram "
-                                f"panel per 64 steps, beyond CPU_N_MAX = {CPU_N_MAX}: run with --backend torch:cuda")]
+        return [deferred_record(CLAIM, params, source=SOURCE, reason=f"{reps} walks of n steps (n^2/2 Gram "
+                                f"entries each) beyond CPU_N_MAX = {CPU_N_MAX}: run with --backend torch:cuda")]
     rng = np.random.default_rng(seed + 1)
     K = unit_directions(rng, n, d) * r
     V = rng.standard_normal((n, s)) / math.sqrt(s)

@@ -401,9 +401,9 @@ def test_torch_in_the_parent_then_workers_with_torch_threads(tmp_path):
 
 def test_one_worker_sweep_leaves_the_callers_thread_settings_alone(tmp_path, fake):
     from threadpoolctl import threadpool_info
-    import kvbounds.runner as runner
+    import kvbounds.workers as workers
     cid = fake("threads", "assert os.environ['OMP_NUM_THREADS'] == '1'", n=2)
-    state = lambda: (runner._ONE_THREAD_PROCESS, {v: os.environ.get(v) for v in runner.THREAD_VARS},
+    state = lambda: (workers._ONE_THREAD_PROCESS, {v: os.environ.get(v) for v in workers.THREAD_VARS},
                      {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
     before = state()
     assert len(run_checks([cid], profile="smoke", out=tmp_path, workers=1, progress=False)) == 6
