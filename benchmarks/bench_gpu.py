@@ -55,8 +55,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (str(ROOT), str(ROOT / "benchmarks")):   # the package (a checkout) and bench_gpu_e2e / _harness
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 
 import torch  # noqa: E402
 
@@ -65,7 +66,7 @@ from kvbounds.algorithms.self_balancing_walk import walk_constant  # noqa: E402
 from kvbounds.algorithms.block_walk import _gram_panel  # noqa: E402
 from kvbounds.gpu.batched_walk import batched_select, compiled_available, ops_per_step, walk_signs  # noqa: E402
 from kvbounds.gpu.triton_walk import triton_available  # noqa: E402
-from benchmarks import bench_gpu_e2e  # noqa: E402
+import bench_gpu_e2e  # noqa: E402
 
 SPEEDUP_TARGET, SDPA_TARGET = 3.0, 0.2
 PEAKS_TBS = [("H200", 4.8, "H200 HBM3e 4.8 TB/s"), ("H100 PCIe", 2.0, "H100 PCIe HBM2e 2.0 TB/s"),

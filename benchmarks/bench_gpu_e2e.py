@@ -33,7 +33,7 @@ import statistics
 
 import numpy as np
 
-from ._harness import load
+from _harness import load
 
 N_FULL, N_QUICK, LEVELS, SINK, WINDOW = 4096, 256, 2, 32, 32
 METHODS = ("balancekv", "balancekv_released", "uniform", "subgen", "subspace", "kvpress:snapkv")
