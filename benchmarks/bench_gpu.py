@@ -26,6 +26,8 @@ streaming  SubGen (update + query per token) and streaming BalanceKV (update per
            at a checkpoint once reaching the next one would exceed ``--stream-budget`` seconds, and says where.
 fd         Frequent Directions update throughput (rows/s) at d = 4096, ell = 128 (quick: d = 128), against the
            exact covariance update C += X^T X of the same rows.
+e2e        the end-to-end harness (SmolLM2-135M, n = 4096 tokens, quick 256): exact prefill (the yardstick),
+           prefill + KV compression per method at one budget, one decode step; see benchmarks/bench_gpu_e2e.py.
 
 Medians of interleaved repetitions and medians of the per-repetition (paired) ratios. JSON to
 benchmarks/results/bench_gpu_<device>[_quick].json.
@@ -36,6 +38,7 @@ machine needs a CUDA build of torch and this package installed (``pip install -e
     python benchmarks/bench_gpu.py --device cuda --only blockwise
     python benchmarks/bench_gpu.py --device cuda --only streaming --stream-budget 200
     python benchmarks/bench_gpu.py --device cuda --only fd
+    python benchmarks/bench_gpu.py --device cuda --only e2e
 CPU smoke (seconds): python benchmarks/bench_gpu.py --device cpu --quick
 """
 from __future__ import annotations
@@ -52,8 +55,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (str(ROOT), str(ROOT / "benchmarks")):   # the package (a checkout) and bench_gpu_e2e / _harness
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 
 import torch  # noqa: E402
 
@@ -62,6 +66,7 @@ from kvbounds.algorithms.self_balancing_walk import walk_constant  # noqa: E402
 from kvbounds.algorithms.block_walk import _gram_panel  # noqa: E402
 from kvbounds.gpu.batched_walk import batched_select, compiled_available, ops_per_step, walk_signs  # noqa: E402
 from kvbounds.gpu.triton_walk import triton_available  # noqa: E402
+import bench_gpu_e2e  # noqa: E402
 
 SPEEDUP_TARGET, SDPA_TARGET = 3.0, 0.2
 PEAKS_TBS = [("H200", 4.8, "H200 HBM3e 4.8 TB/s"), ("H100 PCIe", 2.0, "H100 PCIe HBM2e 2.0 TB/s"),
@@ -310,11 +315,13 @@ def bench_fd(quick, dev, reps):
     return r
 
 
-SECTIONS = ("walk", "blockwise", "bandwidth", "streaming", "fd")
+SECTIONS = ("walk", "blockwise", "bandwidth", "streaming", "fd", "e2e")
 
 
 def _print(name, res):
-    if name == "walk":
+    if name == "e2e":
+        bench_gpu_e2e.print_e2e(res)
+    elif name == "walk":
         print(f"walk: {res['blocks']} blocks x b = {res['b']}, d = {res['d']}; median s, paired ratio to batched_exact")
         for k, v in res["median_s"].items():
             print(f"  {k:<24} {v:10.4f} s  ratio {res['paired_ratio'][k]:7.3f}")
@@ -360,6 +367,7 @@ def main(argv=None) -> int:
     ap.add_argument("--stream-budget", type=float, default=200.0, help="seconds per stream in 'streaming'")
     ap.add_argument("--dtypes", default="float32,bfloat16", help="dtypes of the 'blockwise' cache")
     ap.add_argument("--peak-tbs", type=float, default=None, help="device peak memory bandwidth, TB/s")
+    ap.add_argument("--e2e-n", type=int, default=None, help="prompt tokens in 'e2e' (default 4096, quick 256)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -378,7 +386,8 @@ def main(argv=None) -> int:
                "blockwise": lambda: bench_blockwise(args.quick, dev, reps, tuple(args.dtypes.split(","))),
                "bandwidth": lambda: bench_bandwidth(args.quick, dev, reps, args.peak_tbs),
                "streaming": lambda: bench_streaming(args.quick, dev, args.stream_budget),
-               "fd": lambda: bench_fd(args.quick, dev, reps)}
+               "fd": lambda: bench_fd(args.quick, dev, reps),
+               "e2e": lambda: bench_gpu_e2e.bench_e2e(args.quick, dev, reps, paired, args.e2e_n)}
     for s in only:
         t0 = time.perf_counter()
         results[s] = runners[s]()

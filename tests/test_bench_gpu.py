@@ -1,6 +1,7 @@
 """benchmarks/bench_gpu.py runs on CPU at reduced size and writes its JSON (every section, one repetition)."""
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,29 @@ def test_released_walk_halves_and_keeps_distinct_tokens():
     assert idx.shape == (1, 2, 50) and w.shape == (1, 2, 50)
     for h in range(2):
         assert len(set(idx[0, h].tolist())) == 50 and int(idx.max()) < 200
+
+
+def test_bench_gpu_e2e_quick_cpu(tmp_path):
+    """The e2e section at n = 256 on CPU: every method timed against the exact prefill of the same run (or a
+    row with its reason), equal memory, the numpy methods labelled as running on CPU."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from kvbounds.e2e.checks import hf_missing
+    if hf_missing():
+        pytest.skip(hf_missing())
+    e2e = _run(tmp_path, "e2e")["e2e"]
+    assert e2e["n"] == 256 and e2e["prefill_s"] > 0 and e2e["decode_exact_s"] > 0
+    rows = {r["method"]: r for r in e2e["rows"]}
+    assert {"balancekv", "balancekv_released", "uniform", "subgen", "subspace"} <= set(rows)
+    for m, r in rows.items():
+        if m.startswith("kvpress:"):
+            assert r["where"].startswith("runs on cpu: torch press")
+            if r["error"]:
+                assert r["error"].startswith("skipped: kvpress not installed")
+                continue
+        else:
+            assert r["where"].startswith("runs on CPU: numpy path")
+        assert not r["error"], r
+        assert r["ratio_to_prefill"] > 0 and r["prefill_plus_compress_ratio"] == pytest.approx(1 + r["ratio_to_prefill"])
+        assert r["memory_fraction"] <= e2e["budget"] + 1e-9 and r["decode_ratio_to_exact"] > 0
+        assert math.isfinite(r["next_token_ll"])
