@@ -21,6 +21,9 @@
     otherwise the clustered synthetic stream), r = the largest key/query norm. At sampled steps: the relative
     error ||z - Attn|| / ||Attn|| and the error in BKV.attention's units, ||z - Attn|| / (||softmax||_2 ||V||_F),
     next to the all-zero estimator's error in the same units (the yardstick: an estimator must beat it).
+(d) SoftmaxBalance (claims SB.discrepancy, MR.error) with 128 walks on one key set (d = 4, s = 1, n = 4096; quick
+    2048): Gram panels (memory="panel", the gpu profile's path) against the full Gram (memory="gram", the
+    reference), one thread, numpy float64; the signs must be equal. Target: panel <= 0.5x the full Gram's time.
 
 Usage: python benchmarks/bench_balancekv.py [--quick] [--out PATH]
 Writes JSON to benchmarks/results/bench_balancekv.json (--quick: bench_balancekv_quick.json).
@@ -49,6 +52,7 @@ from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select  #
 TARGET_VS_RELEASED = 0.25
 TARGET_VS_SDPA = 0.2
 TARGET_STREAM = 0.1
+TARGET_PANEL = 0.5
 
 
 # -- the baseline: the authors' released walk, re-implemented -------------------------------------------------
@@ -196,12 +200,28 @@ def bench_accuracy(quick: bool, make, scaled: bool = True, v_norm: str = "fro") 
                 paper_units=paper, zero_estimator_paper_units=zero_paper, stored=int(est.num_stored()))
 
 
+def bench_panel(quick) -> dict:
+    """(d): softmax_balance memory="panel" vs memory="gram" on the same keys and uniforms."""
+    from kvbounds.algorithms.softmax_balance import softmax_balance
+    n = {"smoke": 256, "quick": 2048}.get(quick, 4096)
+    rng = np.random.default_rng(0)
+    K = rng.standard_normal((n, 4))
+    K /= np.linalg.norm(K, axis=1, keepdims=True)
+    V = rng.standard_normal((n, 1))
+    run = lambda mem: softmax_balance(K, V, delta=0.01, rng=np.random.default_rng(1), repeats=128,
+                                      on_fail="continue", memory=mem)
+    same = bool(np.array_equal(run("gram").signs, run("panel").signs))
+    res = paired({"gram": lambda: run("gram"), "panel": lambda: run("panel")}, baseline="gram",
+                 reps=3 if quick else 5, clock="cpu")
+    return dict(n=n, repeats=128, same_signs=same, **res)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a short run)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds (for the tests)")
-    ap.add_argument("--parts", default="abc", help="which parts to run: any of a (blockwise), b (streaming), "
-                                                   "c (accuracy); default all")
+    ap.add_argument("--parts", default="abcd", help="which parts to run: any of a (blockwise), b (streaming), "
+                                                    "c (accuracy), d (SoftmaxBalance panels); default all")
     ap.add_argument("--out", type=Path, default=None, help="JSON output path")
     args = ap.parse_args(argv)
     args.quick = "smoke" if args.smoke else ("quick" if args.quick else False)
@@ -213,6 +233,7 @@ def main(argv=None) -> int:
     with threads(1):
         s = bench_streaming(args.quick) if "b" in args.parts else None
         acc = bench_accuracy(args.quick, make_balancekv) if "c" in args.parts else None
+        pan = bench_panel(args.quick) if "d" in args.parts else None
     if s is not None:
         _print_streaming(s, targets, args.quick)
     if acc is not None:
@@ -220,8 +241,14 @@ def main(argv=None) -> int:
               f"end): median relative error {acc['relative_error_median']:.3g}; BKV.attention units (||softmax|| "
               f"||V||_F): {acc['paper_units_median']:.3g}, the all-zero estimator "
               f"{acc['zero_estimator_paper_units_median']:.3g}")
+    if pan is not None:
+        print(f"(d) SoftmaxBalance, 128 walks, n = {pan['n']}, 1 thread: full Gram {pan['gram']['time']['median']:.3g} s, "
+              f"panels {pan['panel']['time']['median']:.3g} s, ratio {fmt_ratio(pan['panel']['ratio'])}; same signs: "
+              f"{pan['same_signs']}")
+        targets.append(target(f"SoftmaxBalance panels / full Gram at n = {pan['n']}", pan["panel"]["ratio"]["median"],
+                              "<=", TARGET_PANEL, pan["panel"]["ratio"]))
     write("bench_balancekv", args.quick, dict(meta=meta(quick=args.quick), blockwise=a, streaming=s, accuracy=acc,
-                                              targets=targets), args.out)
+                                              panel=pan, targets=targets), args.out)
     return 0
 
 

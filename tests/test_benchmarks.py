@@ -44,6 +44,7 @@ def test_bench_balancekv(tmp_path):
     assert [r["n"] for r in rows] == [256, 512] and all(r["mean_us_per_token"] > 0 for r in rows)
     acc = data["accuracy"]
     assert acc["zero_estimator_paper_units_median"] > 0 and acc["paper_units_median"] >= 0
+    assert data["panel"]["same_signs"] and data["panel"]["panel"]["ratio"]["median"] > 0
 
 
 def test_bench_subgen(tmp_path):
