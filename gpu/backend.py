@@ -132,6 +132,17 @@ def device(x: Any) -> Any:
     return _device(x)
 
 
+def synchronize(x: Any) -> None:
+    """Wait until the work queued on ``x``'s device is done (CUDA tensors, CuPy arrays; a no-op for numpy and CPU
+    tensors). GPU kernels run asynchronously: a clock read after a call measures its launch, not its work, unless
+    the device is synchronised first (``t0 = perf_counter(); f(X); synchronize(X); dt = perf_counter() - t0``)."""
+    if is_torch_array(x):
+        if x.device.type == "cuda":
+            _torch().cuda.synchronize(x.device)
+    elif is_cupy_array(x):
+        x.device.synchronize()
+
+
 class single_blas_thread(contextlib.ContextDecorator):
     """Limit numpy's BLAS/LAPACK to one thread inside a block (``with single_blas_thread():``) or a
     function (``@single_blas_thread()``). Small SVDs and matmuls gain nothing from threads, and with one
