@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import to_numpy
+from kvbounds.gpu.backend import array_namespace, like, to_numpy
 from kvbounds.theory.lower_bound import log2_binomial
 
 from .attention import exact_attention
@@ -71,8 +71,9 @@ class UniformSampling:
 
     def consume(self, K, V) -> None:
         _check_stream(K, V)
-        idx = uniform_select(K.shape[0], min(self.M, K.shape[0]), self.rng)
-        self.K, self.V = K[idx], V[idx]
+        idx = like(uniform_select(K.shape[0], min(self.M, K.shape[0]), self.rng), K)   # on K's device
+        xp = array_namespace(K)
+        self.K, self.V = xp.take(K, idx, axis=0), xp.take(V, idx, axis=0)
 
     def query(self, q):
         _check_consumed(self)
