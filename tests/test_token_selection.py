@@ -135,6 +135,7 @@ def test_backend_compress_estimate_and_device(backend):
         for field in ("keys", "values", "log_w_num", "log_w_den"):
             assert isinstance(getattr(got, field), np.ndarray)
             np.testing.assert_allclose(getattr(got, field), getattr(ref, field), rtol=1e-7)
+        np.testing.assert_allclose(got.estimate(Qb[:, -2:]), ref.estimate(Q[:, -2:]), rtol=1e-6)   # q of any backend
     idx, lw = make_selector("uniform", sink=2, window=4).select(Kb[0], Vb[0], budget=16, rng=np.random.default_rng(3))
     ref = relative_error(Q[0, -3:], K[0], V[0], *make_selector("uniform", sink=2, window=4).select(
         K[0], V[0], budget=16, rng=np.random.default_rng(3)))
