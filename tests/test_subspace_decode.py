@@ -47,3 +47,20 @@ def test_decode_kernels_stay_on_the_device(monkeypatch):
         e = exact_decode(t["q"], t["K"], t["V"], ops=OpCounter(torch))
     np.testing.assert_allclose(o.numpy(), coefficient_decode(*(x[k] for k in "qBECD"), gamma=1.0), rtol=1e-10)
     np.testing.assert_allclose(e.numpy(), exact_attention(x["q"], x["K"], x["V"]), rtol=1e-10)
+
+
+def test_a_numpy_counter_counts_torch_work_without_host_copies(monkeypatch):
+    """SUB.cost makes its counters with OpCounter(np) whatever the backend: the kernels run the counted operations in
+    the arrays' namespace (np.matmul on torch tensors converted them to numpy: impossible for CUDA tensors)."""
+    torch = pytest.importorskip("torch")
+    x = _decode_inputs(2)
+    t = {k: torch.as_tensor(v) for k, v in x.items()}
+    ref_o, ref_e = OpCounter(np), OpCounter(np)
+    coefficient_decode(*(x[k] for k in "qBECD"), gamma=1.0, ops=ref_o)
+    exact_decode(x["q"], x["K"], x["V"], ops=ref_e)
+    ops_o, ops_e = OpCounter(np), OpCounter(np)
+    with no_torch_host_copy(monkeypatch):
+        o = coefficient_decode(*(t[k] for k in "qBECD"), gamma=1.0, ops=ops_o)
+        e = exact_decode(t["q"], t["K"], t["V"], ops=ops_e)
+    assert isinstance(o, torch.Tensor) and isinstance(e, torch.Tensor)
+    assert (ops_o.flops, ops_o.bytes, ops_e.flops, ops_e.bytes) == (ref_o.flops, ref_o.bytes, ref_e.flops, ref_e.bytes)
