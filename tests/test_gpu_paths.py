@@ -1,7 +1,8 @@
 """``kvbounds check --backend torch:cuda|cupy`` in miniature: every check that kvbounds.gpu.support says has a GPU
 path runs its smoke trials on the backend fixture (torch:cpu here; CUDA and CuPy where present) and records what
 numpy records: the same checks, the same verdict per record, the same measurements up to the floats' rounding
-(timings excepted)."""
+(timings excepted). On torch:cpu the backend fixture makes implicit numpy conversions of tensors raise, as they do
+for CUDA tensors."""
 import math
 
 import pytest
