@@ -34,7 +34,8 @@ def test_gpu_path_records_match_numpy(claim_id, backend):
         assert got and set(got) <= set(ref), (params, sorted(set(got) - set(ref)))
         for key, r in got.items():
             want = ref[key]
-            close = lambda a, b: math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+            # rounding-level measurements (errors of ~1e-16 in the bound's units) differ between BLAS and cuBLAS
+            close = lambda a, b: math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9 * max(1.0, abs(want.bound)))
             assert r.holds == want.holds and close(r.bound, want.bound), (params, key, r.bound, want.bound)
             if not any(w in r.check for w in TIMING_WORDS):
                 assert close(r.measured, want.measured), (params, key, r.measured, want.measured)
