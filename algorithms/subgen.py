@@ -202,6 +202,8 @@ class SubGen(QueryStreamAttn):
                 raise InputError(f"{name} must have shape ({dim},), got {tuple(x.shape)}")
             if x.dtype != self._X.dtype:
                 raise InputError(f"{name} must have the stream's dtype {self._X.dtype}, got {x.dtype}")
+            if not self._is_numpy and x.device != self._X.device:
+                raise InputError(f"{name} lives on {x.device}, the stream's state on {self._X.device}")
 
     # ----------------------------------------------------------------------------------- update
     def update(self, k, v) -> None:

@@ -48,3 +48,19 @@ def no_torch_host_copy(monkeypatch):
         m.setattr(torch.Tensor, "numpy", refuse)
         m.setattr(torch.Tensor, "__array__", refuse)
         yield
+
+
+def host_tensor_after(backend: str, call) -> None:
+    """``call(torch_cpu_array_factory)`` feeds a stream built on ``backend`` a CPU torch tensor: accepted on
+    torch:cpu (same backend and device); an InputError on every other backend -- numpy and CuPy (another backend) and
+    torch:cuda (another device, which used to surface as a RuntimeError from deep inside a later operation)."""
+    import pytest
+    import torch
+
+    from kvbounds.algorithms.validation import InputError
+    host = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64))
+    if backend == "torch:cpu":
+        call(host)
+    else:
+        with pytest.raises(InputError):
+            call(host)
