@@ -106,10 +106,12 @@ def like(x_np: Any, ref: Any) -> Any:
 
 
 def to_numpy(x: Any) -> np.ndarray:
+    """A host numpy copy (or view) of an array of any backend; torch bfloat16, which numpy lacks, as float32."""
     if is_numpy_array(x) or np.isscalar(x):
         return np.asarray(x)
     if is_torch_array(x):
-        return x.detach().cpu().numpy()
+        x = x.detach().cpu()
+        return (x.float() if x.dtype == _torch().bfloat16 else x).numpy()
     if is_cupy_array(x):
         return x.get()
     return np.asarray(x)

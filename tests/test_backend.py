@@ -49,3 +49,11 @@ def test_like_and_asarray_land_on_the_backends_device(backend):
         assert to_numpy(y).dtype.kind == kind and (kind != "f" or y.dtype == ref.dtype)
         synchronize(y)
     synchronize(np.ones(2))
+
+
+def test_to_numpy_of_bfloat16_tensors():
+    """numpy has no bfloat16 (a GPU benchmark's cache dtype): to_numpy returns float32, exactly."""
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([1.5, -2.25, 3.0], dtype=torch.bfloat16)
+    y = to_numpy(x)
+    assert y.dtype == np.float32 and y.tolist() == [1.5, -2.25, 3.0]
