@@ -72,7 +72,7 @@ def softmax_weights(q, K, scale: float, extra=None):
 
 def _check_qkv(q, K, V=None, *, qname: str = "q", qndim=(1, 2)):
     check_array(K, "K", ndim=tuple(range(2, 8)) if isinstance(qndim, tuple) and len(qndim) > 2 else 2, min_rows=1)
-    check_array(q, qname, ndim=qndim, last_dim=K.shape[1])
+    check_array(q, qname, ndim=qndim, last_dim=K.shape[-1])
     if V is not None:
         check_array(V, "V", ndim=2)
         if V.shape[0] != K.shape[0]:

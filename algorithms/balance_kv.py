@@ -127,6 +127,7 @@ class BalanceKV:
         if type(k) is not type(ref) or type(v) is not type(ref) or k.dtype != ref.dtype or v.dtype != ref.dtype:
             raise InputError(f"k and v must have the stream's array type and dtype ({type(ref).__name__} {ref.dtype}), "
                              f"got {type(k).__name__} {k.dtype} and {type(v).__name__} {v.dtype}")
+        namespace(k, ref, names="k and the stream's earlier tokens")           # and its device
         knorm = float(xp.linalg.vector_norm(k))
         if knorm > self.r * (1 + 1e-9):
             raise InputError(f"key norm {knorm:.6g} exceeds r = {self.r} (Thm 3.1 assumes ||k|| <= r)")

@@ -65,7 +65,11 @@ FIGURE_TEMP = 0.1          # single_layer_approx.ipynb (Fig. 1/3) calls its expe
 def _draw(rng, uniforms, shape, ref):
     if uniforms is not None:
         u = uniforms(shape)
-        return u if array_namespace(u) is array_namespace(ref) else like(to_numpy(u), ref)
+        xp = array_namespace(ref)
+        if array_namespace(u) is not xp:
+            return like(to_numpy(u), ref)
+        # same backend, maybe another device (a CPU torch.Generator's draws beside CUDA keys): move, keep the dtype
+        return u if _dev(u) == _dev(ref) else xp.asarray(u, device=_dev(ref))
     return like(rng.random(shape), ref)
 
 

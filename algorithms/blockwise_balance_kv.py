@@ -289,6 +289,14 @@ def compress_cache(K, V, *, sink: int, window: int, levels: int, block_size: int
     return idx, logw
 
 
+def _on_device_of(x, ref, same_backend: bool):
+    """x on ref's backend and device: converted from another backend, moved from another device of the same one
+    (indices on the CPU beside CUDA keys), else x itself."""
+    if not same_backend:
+        return like(to_numpy(x), ref)
+    return x if _dev(x) == _dev(ref) else array_namespace(ref).asarray(x, device=_dev(ref))
+
+
 def weighted_attention(q, K, V, idx, logw, *, scale: float | None = None):
     """The cache estimator sum_i w_i e^{<k_i,q>/sqrt d} v_i / sum_i w_i e^{<k_i,q>/sqrt d} over the kept keys.
 
@@ -312,11 +320,11 @@ def weighted_attention(q, K, V, idx, logw, *, scale: float | None = None):
         raise InputError(f"logw must have shape (m,) or {lead + (m,)}, got {tuple(logw.shape)}")
     scale = check_scale(scale, d)
     B = int(np.prod(lead, dtype=np.int64)) if lead else 1
-    idx_d = like(to_numpy(idx), K) if ixp is not xp else idx
+    idx_d = _on_device_of(idx, K, ixp is xp)
     idx_d = xp.reshape(xp.broadcast_to(xp.astype(idx_d, xp.int64), lead + (m,)), (B, m))
     Ks = xp.reshape(_gather_dev(xp.reshape(K, (B, n, d)), idx_d), lead + (m, d))
     Vs = xp.reshape(_gather_dev(xp.reshape(V, (B, n, V.shape[-1])), idx_d), lead + (m, V.shape[-1]))
-    lw = xp.astype(logw if array_namespace(logw) is xp else like(to_numpy(logw), K), K.dtype)
+    lw = xp.astype(_on_device_of(logw, K, array_namespace(logw) is xp), K.dtype)
     lw = xp.broadcast_to(lw, lead + (m,))
     had_axis = q.ndim == K.ndim
     qq = q if had_axis else xp.expand_dims(q, axis=-2)

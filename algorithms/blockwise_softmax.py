@@ -88,9 +88,10 @@ class OnlineSoftmax:
         mask: boolean (..., L) or (L,), False = masked (the same as a logit of -inf)."""
         xp = _check_chunk(self.chunks, logits, values, basis, mask)
         L = logits.shape[-1]
-        if self.m is not None and (array_namespace(self.m) is not xp or self.m.dtype != logits.dtype):
-            raise InputError(f"chunk {self.chunks}: backend/dtype {logits.dtype} differs from the earlier chunks' "
-                             f"{self.m.dtype}")
+        if self.m is not None and (array_namespace(self.m) is not xp or self.m.dtype != logits.dtype
+                                   or _device(self.m) != _device(logits)):
+            raise InputError(f"chunk {self.chunks}: backend/dtype/device {logits.dtype} on {_device(logits)} differs "
+                             f"from the earlier chunks' {self.m.dtype} on {_device(self.m)}")
         if mask is not None:
             logits = xp.where(mask, logits, xp.asarray(-xp.inf, dtype=logits.dtype, device=_device(logits)))
         out_dim = basis.shape[1] if basis is not None else values.shape[1]

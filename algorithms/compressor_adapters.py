@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import to_numpy
+from kvbounds.gpu.backend import array_namespace, like, to_numpy
 from kvbounds.theory.lower_bound import log2_binomial
 
 from .attention import exact_attention
@@ -71,8 +71,8 @@ class UniformSampling:
 
     def consume(self, K, V) -> None:
         _check_stream(K, V)
-        idx = uniform_select(K.shape[0], min(self.M, K.shape[0]), self.rng)
-        self.K, self.V = K[idx], V[idx]
+        xp, idx = array_namespace(K), like(uniform_select(K.shape[0], min(self.M, K.shape[0]), self.rng), K)
+        self.K, self.V = xp.take(K, idx, axis=0), xp.take(V, idx, axis=0)
 
     def query(self, q):
         _check_consumed(self)
@@ -237,7 +237,7 @@ def play(name: str, setting: int, n: int, d: int, r: float, reps: int, rng: np.r
             stored.append(0)
             bits.append(math.log2(n + 1))
         else:
-            z = np.asarray(comp.query(inst.query(i)))
+            z = to_numpy(comp.query(inst.query(i)))
             guesses = {j: bob_decode(z, j, inst, rule) for j in group}
             stored.append(comp.num_stored())
             bits.append(comp.state_bits(n))

@@ -134,6 +134,8 @@ class FrequentDirections:
             self._buf = xp.zeros((2 * self.ell, self.d), dtype=rows.dtype, device=_device(rows))
         elif array_namespace(self._buf) is not xp:
             raise InputError("rows come from a different array backend than the sketch's earlier rows")
+        elif _device(self._buf) != _device(rows):
+            raise InputError(f"rows live on {_device(rows)}, the sketch's earlier rows on {_device(self._buf)}")
 
     def _shrink(self) -> None:
         shrink = shrunk_gram if self.fast and _gram_ok(self._buf, self._next) else shrunk

@@ -87,7 +87,7 @@ def greedy_k_center(X, k: int, *, start: int = 0) -> KCenterResult:
         radii.append(xp.sqrt(xp.max(mind, axis=-1)))
         c = xp.argmax(xp.where(taken, xp.full_like(mind, -1.0), mind), axis=-1)   # farthest point not yet chosen
     C = xp.stack(centers, axis=-1)
-    r = np.ldexp(np.stack([to_numpy(x) for x in radii], axis=-1).astype(np.float64), e)
+    r = np.ldexp(to_numpy(xp.stack(radii, axis=-1)).astype(np.float64), e)      # one device-to-host copy, not k
     if not np.all(np.isfinite(r)):
         raise InputError("X is too large: its covering radii overflow float64")
     exhausted = (r[..., -2] == 0) if k > 1 else np.zeros(r.shape[:-1], dtype=bool)

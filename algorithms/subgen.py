@@ -44,11 +44,11 @@ Coins: per update, ``draw("cluster", (R, t))`` when the key joins a cluster (lin
 ``draw("matrix", (R, s))`` (lines 25-26). ``seed`` may be an int, a numpy Generator, or any object with a
 ``draw(kind, shape) -> ndarray of uniforms`` method (the exact checks script the coins that way).
 
-Speed (numpy, one query vector; issue 13): ``query`` reshapes the cluster samples S (m', R, t, d) and M's keys
-(R, s, d) to matrices, so each of lines 29-30 is one matrix-vector product instead of a stack of m' R tiny
-ones, and the nearest-representative distances are computed as numpy's vector_norm computes them, without
-its dispatch. Same clusters and coins (the same floats decide them); the query's sums run in another order
-(tests compare with the generic path, ``fast = False``).
+The estimator (QueryStreamAttn, lines 29-31) lives in :mod:`kvbounds.algorithms.subgen_query`, a base class of
+:class:`SubGen`; this module keeps the state and its updates (lines 4-6, 11-28).
+
+Speed (numpy; issue 13): the nearest-representative distances are computed as numpy's vector_norm computes them,
+without its dispatch: the same clusters and coins (the same floats decide them) as the generic path.
 
 Degenerate values: while mu = 0 (every value so far is 0), line 26's p = 0/0; we take p = 1, so M holds
 copies of the latest pair (the prose's "populated with s copies of the first key and value"), and z = 0.
@@ -63,6 +63,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
+from .subgen_query import QueryStreamAttn
 from .validation import InputError, check_array, check_positive, check_seed, namespace
 
 RESERVOIR_NORMS = ("value", "key")
@@ -108,7 +109,7 @@ def _check_count(value, name: str) -> int:
 
 
 
-class SubGen:
+class SubGen(QueryStreamAttn):
     """Streaming SubGen (SubGen Alg. 1 / ClusterGen Alg. 1).
 
     ``d`` key/query dimension; ``delta`` > 0 the clustering threshold; ``t`` >= 1 uniform samples per
@@ -201,6 +202,8 @@ class SubGen:
                 raise InputError(f"{name} must have shape ({dim},), got {tuple(x.shape)}")
             if x.dtype != self._X.dtype:
                 raise InputError(f"{name} must have the stream's dtype {self._X.dtype}, got {x.dtype}")
+            if not self._is_numpy and x.device != self._X.device:
+                raise InputError(f"{name} lives on {x.device}, the stream's state on {self._X.device}")
 
     # ----------------------------------------------------------------------------------- update
     def update(self, k, v) -> None:
@@ -280,106 +283,6 @@ class SubGen:
             raise InputError(f"K and V must have the same number of rows, got {K.shape[0]} and {V.shape[0]}")
         for j in range(K.shape[0]):
             self.update(K[j], V[j])
-
-    # ------------------------------------------------------------------------------------ query
-    def query_parts(self, q):
-        """The two estimates in the log domain: ``(log_z_shift, z_scaled, log_tau)`` with
-        ``z = exp(log_z_shift) * z_scaled`` (line 29) and ``tau = exp(log_tau)`` (line 30).
-
-        ``q`` (d,) or (nq, d). Shapes: z_scaled (dv,), (nq, dv), (R, dv) or (R, nq, dv) (leading R when
-        ``replicas`` is set); log_z_shift and log_tau the same without the last axis. log_z_shift is
-        -inf (and z = 0) while every value seen is 0."""
-        if self.n == 0:
-            raise InputError("query on an empty stream: call update() first")
-        if type(q) is not self._atype or q.dtype != self._X.dtype:
-            raise InputError(f"q must be a {self._atype.__name__} with the stream's dtype {self._X.dtype}, "
-                             f"got {type(q).__name__} {getattr(q, 'dtype', '')}")
-        if q.ndim not in (1, 2) or q.shape[-1] != self.d:
-            raise InputError(f"q must have shape ({self.d},) or (nq, {self.d}), got {tuple(q.shape)}")
-        xp = self._xp
-        if not bool(xp.all(xp.isfinite(q))):
-            raise InputError("q contains NaN or Inf")
-        single = q.ndim == 1
-        QT = (q[:, None] if single else xp.matrix_transpose(q)) * self.scale          # (d, nq)
-        R, nq, dv, m = self.R, QT.shape[1], self.dv, self.m
-        # line 29: z = sum_M mu/(s w) e^{<q,k>} v, in the log domain: log(mu/(s w)) = log(mu/s) - log w
-        if self.mu > 0:
-            lz = xp.matmul(self._Mk, QT) + (math.log(self.mu / self.s) - self._Mlogw)[..., None]   # (R, s, nq)
-            zshift = xp.max(lz, axis=1)                                                          # (R, nq)
-            z = xp.matmul(xp.permute_dims(xp.exp(lz - zshift[:, None, :]), (0, 2, 1)), self._Mv)  # (R, nq, dv)
-        else:                                                          # every value so far is 0: z = 0
-            dev = _dev(self._X)
-            zshift = xp.full((R, nq), -math.inf, dtype=self._X.dtype, device=dev)
-            z = xp.zeros((R, nq, dv), dtype=self._X.dtype, device=dev)
-        # line 30: tau = sum_D n'/t sum_S e^{<q,k>}
-        lS = xp.matmul(self._S[:m, ...], QT) + self._logc[:m, None, None, None]            # (m, R, t, nq)
-        tshift = xp.max(lS, axis=(0, 2))                                                    # (R, nq)
-        log_tau = tshift + xp.log(xp.sum(xp.exp(lS - tshift[None, :, None, :]), axis=(0, 2)))
-        if single:
-            zshift, z, log_tau = zshift[:, 0], z[:, 0, :], log_tau[:, 0]
-        if self.replicas is None:
-            zshift, z, log_tau = zshift[0], z[0], log_tau[0]
-        return zshift, z, log_tau
-
-    def query(self, q):
-        """z / tau (line 31): the estimate of Attn(q, K_n, V_n) (paper convention exp(<q,k>) unless ``scaled``)."""
-        if self.fast and self._is_numpy and type(q) is np.ndarray and q.shape == (self.d,) \
-                and q.dtype == self._X.dtype and self.mu > 0:
-            out = self._query_numpy(q)
-            if out is not None:
-                return out
-        zshift, z, log_tau = self.query_parts(q)
-        if self.mu == 0:
-            return z
-        xp = self._xp
-        factor = xp.exp(zshift - log_tau)
-        if not bool(xp.all(xp.isfinite(factor))):
-            raise InputError("the estimate overflows: logits of M's keys exceed those of the cluster samples "
-                             "by more than the float range")
-        return z * factor[..., None]
-
-    def _query_numpy(self, q):
-        """query() for one numpy q with mu > 0: lines 29-31 as two matrix-vector products; None when q is not
-        finite or the estimate overflows (the generic path then raises its error)."""
-        R, m, d = self.R, self.m, self.d
-        qs = q * self.scale if self.scale != 1.0 else q
-        if R == 1:                                                          # flat arrays: the common case
-            lz = self._Mk[0] @ qs
-            lz += math.log(self.mu / self.s)
-            lz -= self._Mlogw[0]                                            # line 29, log domain
-            zshift = lz.max()
-            lz -= zshift
-            np.exp(lz, out=lz)
-            z = lz @ self._Mv[0]
-            lS = (self._S[:m].reshape(m * self.t, d) @ qs).reshape(m, self.t)
-            lS += self._logc[:m, None]                                      # line 30
-            tshift = lS.max()
-            lS -= tshift
-            np.exp(lS, out=lS)
-            ex = float(zshift) - (float(tshift) + math.log(float(lS.sum())))
-            if not ex < 700.0:                                              # overflow or NaN: generic path
-                return None
-            factor = math.exp(ex)
-            out = z * factor
-            return out if math.isfinite(factor) and math.isfinite(float(out.sum())) else None
-        lz = (self._Mk.reshape(R * self.s, d) @ qs).reshape(R, self.s)
-        lz += math.log(self.mu / self.s)
-        lz -= self._Mlogw                                                   # line 29, log domain
-        zshift = lz.max(axis=1)
-        lz -= zshift[:, None]
-        np.exp(lz, out=lz)
-        z = np.einsum("rs,rsv->rv", lz, self._Mv)
-        lS = (self._S[:m].reshape(m * R * self.t, d) @ qs).reshape(m, R, self.t)
-        lS += self._logc[:m, None, None]                                    # line 30
-        tshift = lS.max(axis=(0, 2))
-        lS -= tshift[None, :, None]
-        np.exp(lS, out=lS)
-        log_tau = tshift + np.log(lS.sum(axis=(0, 2)))
-        factor = np.exp(zshift - log_tau)
-        if not (np.all(np.isfinite(factor)) and np.all(np.isfinite(z))):
-            return None
-        out = z * factor[:, None]
-        return out if self.replicas is not None else out[0]
 
     def stream(self, K, V, Q):
         """Run Alg. 1 over a whole stream: update with (k_j, v_j), then z_j = query(q_j); returns (n, ...)."""

@@ -240,6 +240,13 @@ class AdaptiveSubspaceAttention:
         self.tau_k, self.tau_v = float(tau_k), float(tau_v)
         self.gamma = resolve_gamma(gamma, r, d, calibrated_gamma)
         self.fd_k, self.fd_v = FrequentDirections(d, ell_k), FrequentDirections(d_v, ell_v)
+        if init_bases is not None:          # (B (r, d), E (r_v, d_v)), used until the sketches hold rows
+            if not isinstance(init_bases, (tuple, list)) or len(init_bases) != 2:
+                raise InputError(f"init_bases must be a pair (B, E), got {type(init_bases).__name__}")
+            for name, X, rows, width in (("init_bases[0]", init_bases[0], r, d), ("init_bases[1]", init_bases[1], r_v, d_v)):
+                if check_array(X, name, ndim=2, last_dim=width).shape[0] != rows:
+                    raise InputError(f"{name} must have {rows} rows (the rank), got shape {tuple(X.shape)}")
+            namespace(*init_bases, names="init_bases")
         self.init_bases = init_bases
         self.closed: list[Chunk] = []
         self._active: dict | None = None
@@ -253,6 +260,7 @@ class AdaptiveSubspaceAttention:
             B, E = top_basis(self.fd_k.sketch(), self.r), top_basis(self.fd_v.sketch(), self.r_v)
         elif self.init_bases is not None:
             B, E = self.init_bases
+            namespace(like, B, E, names="init_bases and the tokens")   # one backend, one device (no CPU/CUDA mix)
         else:
             B = top_basis(xp.zeros((0, self.d), dtype=like.dtype, device=_device(like)), self.r)
             E = top_basis(xp.zeros((0, self.d_v), dtype=like.dtype, device=_device(like)), self.r_v)

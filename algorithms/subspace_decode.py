@@ -15,12 +15,18 @@ from .validation import InputError, check_array, check_real, namespace
 
 class OpCounter:
     """Runs array operations and tallies floating-point operations (a multiply-add is 2) and bytes read
-    from the cache (``load``) or written (``store``)."""
+    from the cache (``load``) or written (``store``). The kernels below run it in their arrays' own namespace
+    (:meth:`using`), so a counter made with ``OpCounter(np)`` also counts torch/CuPy work, on the device."""
 
     def __init__(self, xp, count: bool = True):
         self.xp, self.count = xp, count
         self.flops = 0
         self.bytes = 0
+
+    def using(self, xp) -> "OpCounter":
+        """This counter, running its operations in ``xp`` (the namespace of the arrays it is given)."""
+        self.xp = xp
+        return self
 
     def _n(self, x) -> int:
         return int(math.prod(x.shape))
@@ -79,7 +85,7 @@ def coefficient_decode(q, B, E, C, D, *, gamma: float, ops: OpCounter | None = N
     if ops is None and all(type(x) is np.ndarray for x in (q, B, E, C, D)):
         return _finite_output(_coefficient_decode_numpy(q, B, E, C, D, gamma))
     xp = array_namespace(q, C)
-    ops = ops or OpCounter(xp, count=False)
+    ops = OpCounter(xp, count=False) if ops is None else ops.using(xp)   # np.matmul on CUDA tensors would fail
     d = q.shape[0]
     J, r = B.shape[0], B.shape[1]
     qt = xp.reshape(ops.matmul(xp.reshape(ops.load(B), (J * r, d)), ops.load(q)), (J, r))   # one GEMV: 2 J r d
@@ -128,7 +134,7 @@ def exact_decode(q, K, V, *, ops: OpCounter | None = None):
         raise InputError(f"K and V must have the same number of rows, got {K.shape[0]} and {V.shape[0]}")
     namespace(q, K, V, names="q, K and V")
     xp = array_namespace(q, K)
-    ops = ops or OpCounter(xp, count=False)
+    ops = OpCounter(xp, count=False) if ops is None else ops.using(xp)
     d = q.shape[0]
     logits = ops.matmul(ops.load(K), ops.load(q))                                # 2 T d
     logits = ops.elementwise(lambda x: x * (1.0 / math.sqrt(d)), logits)         # T

@@ -113,8 +113,9 @@ class CompressedKV:
                              f"a {self.log_w_num.shape}, b {self.log_w_den.shape}")
 
     def estimate(self, q, *, scale: float | None = None) -> np.ndarray:
-        """Attn_hat(q) for queries q (..., L, d) (no causal mask: every stored token is visible), float64."""
-        q = np.asarray(q, dtype=np.float64)
+        """Attn_hat(q) for queries q (..., L, d) of any backend (no causal mask: every stored token is visible),
+        numpy float64."""
+        q = np.asarray(to_numpy(q), dtype=np.float64)
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         lg = q @ np.swapaxes(self.keys.astype(np.float64), -1, -2) * scale
         ln, ld = lg + self.log_w_num[..., None, :], lg + self.log_w_den[..., None, :]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace
+from kvbounds.gpu.backend import array_namespace, device
 
 
 class InputError(ValueError):
@@ -26,12 +26,19 @@ class InputError(ValueError):
 
 
 def namespace(*xs: Any, names: str = "the arrays") -> Any:
-    """``array_namespace`` of arrays that must share a backend; mixed numpy/torch is an InputError."""
+    """``array_namespace`` of arrays that must share a backend and a device; mixed numpy/torch, or a CPU tensor
+    beside a CUDA one, is an InputError (not a RuntimeError from deep inside the computation)."""
     try:
-        return array_namespace(*xs)
+        xp = array_namespace(*xs)
     except TypeError as e:
         kinds = sorted({type(x).__module__.split(".")[0] + "." + type(x).__name__ for x in xs})
         raise InputError(f"{names} mix array backends ({', '.join(kinds)}); pass arrays of one backend") from e
+    if len(xs) > 1:
+        devices = [device(x) for x in xs if hasattr(x, "shape")]
+        if any(d != devices[0] for d in devices[1:]):
+            raise InputError(f"{names} live on different devices ({', '.join(sorted({str(d) for d in devices}))}); "
+                             f"move them to one device")
+    return xp
 
 
 def check_array(x: Any, name: str, *, ndim: int | tuple[int, ...], last_dim: int | None = None,

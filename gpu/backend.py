@@ -106,10 +106,12 @@ def like(x_np: Any, ref: Any) -> Any:
 
 
 def to_numpy(x: Any) -> np.ndarray:
+    """A host numpy copy (or view) of an array of any backend; torch bfloat16, which numpy lacks, as float32."""
     if is_numpy_array(x) or np.isscalar(x):
         return np.asarray(x)
     if is_torch_array(x):
-        return x.detach().cpu().numpy()
+        x = x.detach().cpu()
+        return (x.float() if x.dtype == _torch().bfloat16 else x).numpy()
     if is_cupy_array(x):
         return x.get()
     return np.asarray(x)
@@ -130,6 +132,17 @@ def array_namespace(*xs: Any) -> Any:
 def device(x: Any) -> Any:
     """The device an array lives on (array-API ``device``), for allocating alongside it."""
     return _device(x)
+
+
+def synchronize(x: Any) -> None:
+    """Wait until the work queued on ``x``'s device is done (CUDA tensors, CuPy arrays; a no-op for numpy and CPU
+    tensors). GPU kernels run asynchronously: a clock read after a call measures its launch, not its work, unless
+    the device is synchronised first (``t0 = perf_counter(); f(X); synchronize(X); dt = perf_counter() - t0``)."""
+    if is_torch_array(x):
+        if x.device.type == "cuda":
+            _torch().cuda.synchronize(x.device)
+    elif is_cupy_array(x):
+        x.device.synchronize()
 
 
 class single_blas_thread(contextlib.ContextDecorator):

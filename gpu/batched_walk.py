@@ -114,12 +114,15 @@ def _compiled_loop():
 
 
 @functools.cache
-def compiled_available() -> bool:
-    """True when torch.compile can build the fused in-panel loop here (tried once on a tiny input)."""
+def compiled_available(device_type: str = "cpu") -> bool:
+    """True when torch.compile can build the fused in-panel loop for tensors on ``device_type`` (inductor needs a
+    C++ compiler for "cpu", Triton for "cuda": one can work without the other), tried once per device type on a
+    tiny input."""
     try:
         import torch
         fn = _compiled_loop()
-        sp, Pp, up = torch.zeros(1, 4), torch.zeros(1, 4, 4), torch.full((1, 4), 0.25)
+        z = dict(device=device_type)
+        sp, Pp, up = torch.zeros(1, 4, **z), torch.zeros(1, 4, 4, **z), torch.full((1, 4), 0.25, **z)
         fn(sp, Pp, up, 1.0)
         return True
     except Exception:   # no compiler, no triton, unsupported platform: the eager paths remain
@@ -143,7 +146,7 @@ def walk_signs(Kb, Wb, nk2, nw2, uniforms, c: float, *, plus_one: bool = False, 
         raise InputError(f"uniforms must have shape {tuple(Kb.shape[:-1])}, got {tuple(uniforms.shape)}")
     m = panel if b % panel == 0 else b
     torch_fast = _is_torch(Kb)
-    if method == "compiled" and not (torch_fast and compiled_available()):
+    if method == "compiled" and not (torch_fast and compiled_available(Kb.device.type)):
         method = "blocked"
     if method == "triton":
         from .triton_walk import triton_available

@@ -25,7 +25,15 @@ def backend_params():
 
 
 @pytest.fixture(params=backend_params())
-def backend(request):
+def backend(request, monkeypatch):
+    """A backend name. On torch:cpu, ``Tensor.__array__`` (np.asarray(tensor), a numpy function applied to a tensor)
+    raises as it does for CUDA tensors, so a hidden host conversion fails here too; ``to_numpy`` stays allowed."""
+    if request.param == "torch:cpu":
+        import torch
+
+        def refuse(*a, **k):
+            raise AssertionError("np.asarray / a numpy function on a torch tensor: fails for CUDA tensors (use to_numpy)")
+        monkeypatch.setattr(torch.Tensor, "__array__", refuse)
     return request.param
 
 

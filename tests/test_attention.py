@@ -47,3 +47,18 @@ def test_backends_agree(backend, rng):
 def test_bad_inputs(q, K, V, match):
     with pytest.raises(InputError, match=match):
         exact_attention(q, K, V)
+
+
+def test_weights_backends_agree(backend, rng):
+    """softmax_weights / attention_weights on the backend: numpy's within the dtype's tolerance, on its device."""
+    from backend_helpers import assert_close, assert_on_device_of
+    from kvbounds.algorithms.attention import softmax_weights
+    q, K = rng.standard_normal((3, 4)), rng.standard_normal((2, 7, 4)) * 30
+    extra = np.log(rng.random(7))
+    Kb = asarray(K, backend)
+    got = softmax_weights(asarray(q, backend), Kb, 0.5, asarray(extra, backend))
+    assert_on_device_of(got, Kb)
+    assert_close(got, softmax_weights(q, K, 0.5, extra), atol=1e-300)
+    got = attention_weights(asarray(q, backend), Kb[0])
+    assert_on_device_of(got, Kb)
+    assert_close(got, attention_weights(q, K[0]), atol=1e-300)

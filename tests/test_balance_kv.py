@@ -113,3 +113,11 @@ def test_bad_stream():
         b.update(np.array([np.nan, 0, 0]), np.ones(3))
     with pytest.raises(InputError, match="last dimension"):
         b.update(np.ones(2) * 0.1, np.ones(3))
+
+
+def test_tokens_from_another_backend_or_device(backend):
+    pytest.importorskip("torch")
+    from backend_helpers import host_tensor_after
+    bkv = BalanceKV(3, batch_size=4, levels=1, eps=0.5, r=2.0)
+    bkv.update(asarray(np.ones(3) / 2, backend), asarray(np.ones(2), backend))
+    host_tensor_after(backend, lambda host: bkv.update(host(np.ones(3) / 2), host(np.ones(2))))

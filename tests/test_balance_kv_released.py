@@ -185,3 +185,55 @@ def test_walk_summary_calls_a_fair_coin_a_coin():
     assert coin["walk_is_coin"] and coin["walk_note"] == COIN_NOTE
     greedy = walk_summary([dict(mean_abs_p_dev=0.49, clipped=0.98)])
     assert not greedy["walk_is_coin"] and greedy["walk_note"] == ""
+
+
+# -- backends: numpy is the reference ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("walk", [dict(), dict(walk_c=30.0), dict(center=False, carry_weights=False)])
+def test_backends_agree_with_numpy(backend, walk):
+    """Same numpy draws -> the same indices and weights on every backend; log-weights and the split estimator
+    within sqrt(eps) of float64; every output on K's device."""
+    from backend_helpers import assert_close, assert_equal, assert_on_device_of
+    from kvbounds.algorithms.balance_kv_released import ESTIMATORS
+    from kvbounds.gpu.backend import asarray
+    K, V = _kv(n=160, scale=0.7)
+    Kb, Vb = asarray(K, backend), asarray(V, backend)
+    ref = released_select(K, V, levels=2, block_size=16, rng=np.random.default_rng(3), temp=0.1, **walk)
+    got = released_select(Kb, Vb, levels=2, block_size=16, rng=np.random.default_rng(3), temp=0.1, **walk)
+    for g, r in zip(got, ref):
+        assert_equal(g, r)
+        assert_on_device_of(g, Kb)
+    q = np.random.default_rng(4).standard_normal((3, 2, 8))
+    for est in ESTIMATORS:
+        ref = compress_cache_released(K, V, sink=8, window=8, levels=2, block_size=16, rng=np.random.default_rng(5),
+                                      estimator=est, **walk)
+        got = compress_cache_released(Kb, Vb, sink=8, window=8, levels=2, block_size=16,
+                                      rng=np.random.default_rng(5), estimator=est, **walk)
+        assert_equal(got[0], ref[0])
+        for g, r in zip(got, ref):
+            assert_on_device_of(g, Kb)
+        assert_close(got[1], ref[1])
+        assert_close(got[2], ref[2])
+        out = split_weighted_attention(asarray(q, backend), Kb, Vb, *got)
+        assert_on_device_of(out, Kb)
+        assert_close(out, split_weighted_attention(q, K, V, *ref))
+    assert_equal(expand_groups(got[0], 2), np.repeat(ref[0], 2, axis=0))
+
+
+def test_uniforms_from_a_torch_generator_follow_k_to_its_device(backend):
+    """``uniforms`` drawing CPU torch tensors (the docstring's ``torch.rand(s, generator=g)``) with K on another
+    device: the draws move to K's device (on CUDA they stayed on the CPU and the walk mixed devices)."""
+    from backend_helpers import assert_equal, assert_on_device_of
+    from kvbounds.gpu.backend import asarray
+    K, V = _kv(n=96, scale=0.7)
+    Kb, Vb = asarray(K, backend), asarray(V, backend)
+
+    def draws():
+        gen = torch.Generator().manual_seed(7)
+        return lambda shape: torch.rand(tuple(shape), generator=gen, dtype=torch.float64)
+
+    ref = released_select(K, V, levels=2, block_size=16, uniforms=draws())
+    got = released_select(Kb, Vb, levels=2, block_size=16, uniforms=draws())
+    for g, r in zip(got, ref):
+        assert_equal(g, r)
+        assert_on_device_of(g, Kb)

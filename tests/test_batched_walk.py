@@ -151,3 +151,39 @@ def test_triton_method_falls_back_without_triton(rng):
     K, W, nk2, nw2, u = _inputs(rng, (2,), 32, 4, 3, "float64", "numpy")
     ref, _ = panel_walk(K, W, nk2, nw2, u, 5.0, plus_one=True)
     assert np.array_equal(walk_signs(K, W, nk2, nw2, u, 5.0, plus_one=True, method="triton")[0], ref)
+
+
+@pytest.mark.parametrize("method", EAGER + ["triton"])
+def test_batched_select_and_walk_agree_with_numpy(backend, method):
+    """The batched walk on the backend fixture (CUDA/CuPy where present) against the numpy reference: the same
+    signs and kept indices from the same seeds, x within the dtype's tolerance, results on the input's device.
+    ``triton`` runs the kernel on CUDA and falls back to ``exact`` elsewhere."""
+    from backend_helpers import assert_close, assert_equal, assert_on_device_of
+    from kvbounds.gpu.backend import asarray
+    g = np.random.default_rng(21)
+    K, V = g.standard_normal((2, 2, 150, 8)), g.standard_normal((2, 2, 150, 3))
+    Kb, Vb = asarray(K, backend), asarray(V, backend)
+    out = batched_select(Kb, Vb, block_size=32, levels=2, method=method,
+                         rngs=[np.random.default_rng(s) for s in (4, 5)])
+    assert_on_device_of(out, Kb)
+    for t, s in enumerate((4, 5)):
+        assert_equal(out[t], blockwise_balance_select(K[t], V[t], block_size=32, levels=2, rng=np.random.default_rng(s)))
+    Kw, W, nk2, nw2, u = _inputs(g, (2, 3), 64, 5, 4, "float64", "numpy")
+    ref_s, ref_x = walk_signs(Kw, W, nk2, nw2, u, 6.0, plus_one=True, method="exact")
+    s, x = walk_signs(*(asarray(a, backend) for a in (Kw, W, nk2, nw2, u)), 6.0, plus_one=True, method=method)
+    assert_on_device_of(s, asarray(u, backend))
+    assert_equal(s, ref_s)
+    assert_close(x, ref_x, atol=1e-9)
+
+
+def test_compiled_probe_asks_about_the_tensors_device(monkeypatch):
+    """method="compiled" asks whether torch.compile works on the *tensors'* device type (a CPU probe said
+    nothing about CUDA, where inductor needs Triton), and falls back to "blocked" when it does not."""
+    torch = pytest.importorskip("torch")
+    from kvbounds.gpu import batched_walk
+    asked = []
+    monkeypatch.setattr(batched_walk, "compiled_available", lambda device_type="cpu": asked.append(device_type))
+    K, W, nk2, nw2, u = _inputs(np.random.default_rng(2), (2,), 64, 4, 3, "float64", "torch:cpu")
+    signs, _ = walk_signs(K, W, nk2, nw2, u, 6.0, plus_one=True, method="compiled")
+    assert asked == [K.device.type]
+    assert torch.equal(signs, walk_signs(K, W, nk2, nw2, u, 6.0, plus_one=True, method="blocked")[0])

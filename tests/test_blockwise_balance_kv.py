@@ -146,6 +146,34 @@ def test_backends_agree_with_numpy(backend):
                                    weighted_attention(q, K, V, i_ref, w_ref), rtol=1e-10, atol=1e-12)
 
 
+def test_weighted_attention_moves_host_indices_to_k_device(backend):
+    """idx / logw given as numpy or as CPU torch tensors beside K on another device are moved to K's device (CPU
+    torch indices beside CUDA keys used to reach xp.take on the wrong device); the answer equals numpy's."""
+    torch = pytest.importorskip("torch")
+    from backend_helpers import assert_close, assert_on_device_of
+    K, V = _kv(7, (2,), 64, 8, 4, knorm=3.0)
+    idx, logw = compress_cache(K, V, sink=4, window=4, levels=2, block_size=16, rng=np.random.default_rng(3))
+    q = np.random.default_rng(9).standard_normal((2, 8))
+    ref = weighted_attention(q, K, V, idx, logw)
+    Kb, Vb, qb = (asarray(x, backend) for x in (K, V, q))
+    for i, w in ((idx, logw), (torch.as_tensor(idx), torch.as_tensor(np.array(logw)))):
+        out = weighted_attention(qb, Kb, Vb, i, w)
+        assert_on_device_of(out, Kb)
+        assert_close(out, ref)
+
+
+def test_weighted_attention_stays_on_the_device(monkeypatch):
+    """On torch arrays the estimator never converts to numpy (it would be a device-to-host copy on CUDA)."""
+    torch = pytest.importorskip("torch")
+    from backend_helpers import no_torch_host_copy
+    K, V = _kv(7, (2,), 64, 8, 4, knorm=3.0)
+    idx, logw = compress_cache(K, V, sink=4, window=4, levels=2, block_size=16, rng=np.random.default_rng(3))
+    args = [torch.as_tensor(np.array(x)) for x in (np.ones((2, 8)), K, V, idx, logw)]
+    with no_torch_host_copy(monkeypatch):
+        out = weighted_attention(*args)
+    np.testing.assert_allclose(out.numpy(), weighted_attention(np.ones((2, 8)), K, V, idx, logw), rtol=1e-12)
+
+
 def test_float32_runs(backend):
     K, V = _kv(7, (2,), 256, 8, 4)
     idx = blockwise_balance_select(asarray(K, backend, "float32"), asarray(V, backend, "float32"), block_size=32,

@@ -127,3 +127,11 @@ def test_fully_masked_chunks_anywhere_are_skipped_exactly():
     w = np.exp(l[keep] - l[keep].max())
     np.testing.assert_allclose(out, (w / w.sum()) @ V[keep], atol=1e-15)
     assert not math.isnan(float(out[0]))
+
+
+def test_chunks_from_another_backend_or_device(backend):
+    pytest.importorskip("torch")
+    from backend_helpers import host_tensor_after
+    from kvbounds.algorithms.blockwise_softmax import OnlineSoftmax
+    acc = OnlineSoftmax().add(asarray(np.zeros(3), backend), asarray(np.ones((3, 2)), backend))
+    host_tensor_after(backend, lambda host: acc.add(host(np.zeros(2)), host(np.ones((2, 2)))))

@@ -182,3 +182,10 @@ def test_bad_input_raises(case):
     }
     with pytest.raises(InputError):
         calls[case]()
+
+
+def test_rows_from_another_backend_or_device(backend):
+    pytest.importorskip("torch")
+    from backend_helpers import host_tensor_after
+    fd = FrequentDirections(4, 2).update(asarray(np.ones((3, 4)), backend))
+    host_tensor_after(backend, lambda host: fd.update(host(np.ones((2, 4)))))

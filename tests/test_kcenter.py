@@ -105,3 +105,21 @@ def test_bad_input(call, match):
         call(np.random.default_rng(0).standard_normal((10, 2)))
     with pytest.raises(InputError, match="NaN"):
         greedy_k_center(np.full((4, 2), np.nan), 1)
+
+
+def test_backend_agreement_of_the_clusterability_measures(backend):
+    """recent_plus_centers, stream_cluster_counts and clusterability on the backend fixture equal numpy's
+    (indices and counts exactly, radii within the dtype's tolerance); selections stay on K's device."""
+    from backend_helpers import assert_close, assert_equal, assert_on_device_of
+    X = make_trace("clustered", n=80, d=4, seed=3, m=5, r=1.0, spread=0.05).K
+    Xb = asarray(X, backend)
+    for start in ("first", "last"):
+        got, ref = recent_plus_centers(Xb, window=6, k=7, start=start), recent_plus_centers(X, window=6, k=7, start=start)
+        for g, r in zip(got, ref):
+            assert_on_device_of(g, Xb)
+            assert_equal(g, r)
+    np.testing.assert_array_equal(stream_cluster_counts(Xb, 0.3), stream_cluster_counts(X, 0.3))
+    got, ref = clusterability(Xb, k=6), clusterability(X, k=6)
+    assert got.keys() == ref.keys() and got["cluster_counts"] == ref["cluster_counts"]
+    for key in ("radius_curve", "normalized_radius", "delta", "count_slope"):
+        assert_close(np.asarray(got[key]), np.asarray(ref[key]), atol=1e-12)

@@ -146,3 +146,25 @@ def test_smaller_side_is_at_most_half(signs):
     mask = smaller_side(s)
     assert 2 * mask.sum() <= len(s)
     assert np.array_equal(mask, s > 0) or np.array_equal(mask, s < 0)   # one whole side of the split
+
+
+def test_gram_walk_and_smaller_side_agree_with_numpy(backend):
+    """gram_walk on the backend (the batched array path) against numpy's (the scalar fast path for one (n, n)
+    Gram, the array path for a batch): the same signs, FAIL flags and first failing step from the same uniforms."""
+    from backend_helpers import assert_close, assert_equal, assert_on_device_of
+    from kvbounds.algorithms.self_balancing_walk import gram_walk
+    X = np.random.default_rng(4).standard_normal((2, 24, 5))
+    G = X @ np.swapaxes(X, -1, -2)
+    G /= np.abs(G).max()
+    u = np.random.default_rng(5).random((2, 24))
+    for Gx, ux in ((G, u), (G[0], u[0])):
+        ref = gram_walk(Gx, ux, 1.5, on_fail="continue")
+        got = gram_walk(asarray(Gx, backend), asarray(ux, backend), 1.5, on_fail="continue")
+        assert_on_device_of(got.signs, asarray(Gx, backend))
+        assert_equal(got.signs, ref.signs)
+        np.testing.assert_array_equal(got.failed, ref.failed)
+        np.testing.assert_array_equal(got.fail_index, ref.fail_index)
+        assert_close(got.max_abs_inner, ref.max_abs_inner)
+        mask = smaller_side(got.signs)
+        assert_on_device_of(mask, asarray(Gx, backend))
+        assert_equal(mask, smaller_side(ref.signs))

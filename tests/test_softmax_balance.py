@@ -100,3 +100,27 @@ def test_bad_inputs(K, V, kw, match):
     args.update(kw)
     with pytest.raises(InputError, match=match):
         softmax_balance(K, V, **args)
+
+
+def test_backend_agreement_rows_repeats_and_signed_sum(backend):
+    """The O((d+s) n)-memory walk (memory="rows"), repeated walks on one Gram, the normalized Gram and the signed
+    kernel sum on the backend: numpy's signs exactly, floats within the dtype's tolerance, on the input's device."""
+    from backend_helpers import assert_close, assert_equal, assert_on_device_of
+    from kvbounds.algorithms.softmax_balance import signed_kernel_sum
+    rng = np.random.default_rng(8)
+    K, V, q = rng.standard_normal((2, 30, 5)), rng.standard_normal((2, 30, 3)), rng.standard_normal(5)
+    Kb, Vb = asarray(K, backend), asarray(V, backend)
+    for kw in (dict(memory="rows"), dict(repeats=3)):
+        ref = softmax_balance(K, V, delta=0.01, rng=np.random.default_rng(2), c=3.0, on_fail="continue", **kw)
+        got = softmax_balance(Kb, Vb, delta=0.01, rng=np.random.default_rng(2), c=3.0, on_fail="continue", **kw)
+        assert_on_device_of(got.keep, Kb)
+        assert_equal(got.signs, ref.signs)
+        assert_equal(got.keep, ref.keep)
+    G = normalized_kernel_gram(Kb, Vb, 5.0, 5.0)
+    assert_on_device_of(G, Kb)
+    assert_close(G, normalized_kernel_gram(K, V, 5.0, 5.0), atol=1e-300)
+    m, u = signed_kernel_sum(Kb, Vb, got.signs[0], asarray(q, backend))
+    m_ref, u_ref = signed_kernel_sum(K, V, ref.signs[0], q)
+    assert_on_device_of(u, Kb)
+    assert_close(m, m_ref)
+    assert_close(u, u_ref, atol=1e-12)

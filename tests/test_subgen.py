@@ -235,3 +235,11 @@ def test_backend_agreement(backend):
     np.testing.assert_allclose(to_numpy(sg.query(asarray(Q, backend))), ref.query(Q), rtol=1e-10)
     with pytest.raises(InputError):
         sg.query(np.ones(4) if backend != "numpy" else asarray(np.ones(4), "torch:cpu"))
+
+
+def test_tokens_from_another_backend_or_device(backend):
+    pytest.importorskip("torch")
+    from backend_helpers import host_tensor_after
+    sg = SubGen(3, delta=0.5, s=2, t=2, seed=0)
+    sg.update(asarray(np.ones(3), backend), asarray(np.ones(2), backend))
+    host_tensor_after(backend, lambda host: sg.update(host(np.ones(3)), host(np.ones(2))))

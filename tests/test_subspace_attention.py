@@ -97,6 +97,28 @@ def test_adaptive_numpy_and_torch_agree():
     np.testing.assert_allclose(to_numpy(b.attend(asarray(tr.Q[-3:], "torch:cpu"))), a.attend(tr.Q[-3:]), atol=1e-10)
 
 
+def test_adaptive_with_init_bases_on_the_backend(backend):
+    """Initial bases of the tokens' backend and device: the same chunks and outputs as numpy; bases on another
+    backend (or, on a GPU, on the CPU beside CUDA tokens) or of the wrong shape are an InputError, not a crash."""
+    from backend_helpers import assert_close, assert_on_device_of
+    tr = rope_trace(120, 8, rank=3, seed=7)
+    B0, E0 = np.eye(8)[:3], np.eye(8)[2:6]
+    kw = dict(ell_k=6, ell_v=6, tau_k=0.5, tau_v=0.5, L=40)
+    ref = AdaptiveSubspaceAttention(8, 3, 4, init_bases=(B0, E0), **kw).extend(tr.K, tr.V)
+    got = AdaptiveSubspaceAttention(8, 3, 4, init_bases=(asarray(B0, backend), asarray(E0, backend)), **kw)
+    got.extend(asarray(tr.K, backend), asarray(tr.V, backend))
+    assert [c.start for c in got.chunks] == [c.start for c in ref.chunks]
+    out = got.attend(asarray(tr.Q[-3:], backend))
+    assert_on_device_of(out, asarray(tr.K, backend))
+    assert_close(out, ref.attend(tr.Q[-3:]))
+    with pytest.raises(InputError, match="rows"):
+        AdaptiveSubspaceAttention(8, 3, 4, init_bases=(B0[:2], E0), **kw)
+    if backend != "numpy":
+        with pytest.raises(InputError, match="init_bases and the tokens"):
+            AdaptiveSubspaceAttention(8, 3, 4, init_bases=(B0, E0), **kw).extend(asarray(tr.K, backend),
+                                                                                asarray(tr.V, backend))
+
+
 def test_masked_decode():
     tr = make_trace("gaussian", n=40, d=8, seed=7)
     I = np.eye(8)

@@ -98,3 +98,19 @@ def test_estimate_large_norms_finite():
 def test_bad_input(call):
     with pytest.raises(InputError):
         call(np.random.default_rng(0))
+
+
+def test_parts_backends_agree(backend):
+    """The unbiased parts (shift, numerator, denominator) on the backend: numpy's within the dtype's tolerance,
+    on the inputs' device, for numpy indices and for indices of the backend."""
+    from backend_helpers import assert_close, assert_on_device_of
+    rng = np.random.default_rng(6)
+    K, V, q = rng.standard_normal((2, 40, 4)), rng.standard_normal((2, 40, 3)), rng.standard_normal((2, 5, 4))
+    idx = uniform_select(40, 9, np.random.default_rng(1), batch=(2,))
+    ref = uniform_parts(q, K, V, idx)
+    Kb = asarray(K, backend)
+    for ix in (idx, asarray(idx, backend, "int64")):
+        got = uniform_parts(asarray(q, backend), Kb, asarray(V, backend), ix)
+        for g, r in zip(got, ref):
+            assert_on_device_of(g, Kb)
+            assert_close(g, r)

@@ -131,7 +131,8 @@ def agreement(n_tokens: int = 256, text: str | None = None, *, sm: SmolLM2 | Non
     lm = lm or load_smollm2("cpu", sm)
     ids = sm.encode(text if text is not None else default_text())[:n_tokens]
     with torch.no_grad():
-        hf = lm.model(input_ids=torch.as_tensor(ids)[None], use_cache=False).logits[0].double()
+        # the model may live on a GPU (lm.device); the comparison with our CPU forward pass is made on the host
+        hf = lm.model(input_ids=torch.as_tensor(ids, device=lm.device)[None], use_cache=False).logits[0].double().cpu()
     ours_lp, _ = sm.forward(ids)
     hf_lp = torch.log_softmax(hf[:-1], -1).gather(1, torch.as_tensor(ids[1:])[:, None])[:, 0].numpy()
     ours_logits = _forward_full_logits(sm, ids)

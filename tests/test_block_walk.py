@@ -1,0 +1,50 @@
+"""The blockwise walk's pieces (kvbounds.algorithms.block_walk) on every backend against numpy: the block Gram
+within the dtype's tolerance, the same signs and FAIL flags from the same uniforms (panel walk and its stepwise
+reference), the same walk diagnostic; outputs on the input's device."""
+import numpy as np
+import pytest
+
+from backend_helpers import assert_close, assert_equal, assert_on_device_of
+from kvbounds.algorithms.block_walk import block_gram, panel_walk, panel_walk_stepwise, walk_diagnostic
+from kvbounds.gpu.backend import asarray
+
+
+def _blocks(seed, lead=(2, 3), b=64, d=6, e=3, pad=0):
+    rng = np.random.default_rng(seed)
+    K = rng.standard_normal(lead + (b, d)) * 0.4
+    W = rng.standard_normal(lead + (b, e))
+    ones = None
+    if pad:                                        # padded rows at the end of the last block, as a level makes them
+        ones = np.ones(lead[-1:] + (b,))
+        ones[-1, b - pad:] = 0.0
+        K[..., -1, b - pad:, :] = W[..., -1, b - pad:, :] = 0.0
+    nk2 = (K ** 2).sum(-1)
+    nw2 = (W ** 2).sum(-1) + (1.0 if ones is None else ones)
+    return K, W, nk2, nw2, rng.random(lead + (b,)), ones
+
+
+def test_block_gram_agrees_with_numpy(backend):
+    K, W, *_ = _blocks(0)
+    G = block_gram(asarray(K, backend), asarray(W, backend), scale=0.5)
+    assert_on_device_of(G, asarray(K, backend))
+    assert_close(G, block_gram(K, W, scale=0.5))
+
+
+@pytest.mark.parametrize("pad", [0, 5])
+@pytest.mark.parametrize("c", [0.5, 60.0])
+def test_walks_give_numpy_signs(backend, pad, c):
+    K, W, nk2, nw2, u, ones = _blocks(1, pad=pad)
+    args = (K, W, nk2, nw2, u)
+    argsb = tuple(asarray(x, backend) for x in args)
+    ob = None if ones is None else asarray(ones, backend)
+    for walk in (panel_walk, panel_walk_stepwise):
+        ref_s, ref_f = walk(*args, c, plus_one=True, ones=ones)
+        s, f = walk(*argsb, c, plus_one=True, ones=ob)
+        assert_on_device_of(s, argsb[0])
+        assert_equal(s, ref_s)
+        assert isinstance(f, np.ndarray) and np.array_equal(f, ref_f)
+    ref = walk_diagnostic(K, W, nk2, nw2, ref_s, c, 60, plus_one=True, ones=ones)
+    got = walk_diagnostic(*argsb[:4], s, c, 60, plus_one=True, ones=ob)
+    assert got.keys() == ref.keys()
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-8)
