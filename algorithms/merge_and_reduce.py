@@ -97,6 +97,8 @@ class MergeAndReduce:
         if type(k) is not type(ref) or type(v) is not type(ref) or k.dtype != ref.dtype or v.dtype != ref.dtype:
             raise InputError(f"k and v must have the stream's array type and dtype ({type(ref).__name__} {ref.dtype}), "
                              f"got {type(k).__name__} {k.dtype} and {type(v).__name__} {v.dtype}")
+        if not (_dev(k) == _dev(ref) and _dev(v) == _dev(ref)):
+            raise InputError(f"k and v must live on the stream's device {_dev(ref)}, got {_dev(k)} and {_dev(v)}")
         self._ref = ref
 
     def _push(self, k, v) -> None:

@@ -167,7 +167,7 @@ def bench_walk(quick, dev, reps):
         "batched_exact": lambda: walk_signs(K, W, nk2, nw2, u, c, plus_one=True, method="exact"),
         "batched_blocked": lambda: walk_signs(K, W, nk2, nw2, u, c, plus_one=True, method="blocked"),
     }
-    if compiled_available() and not quick:
+    if compiled_available(torch.device(dev).type) and not quick:
         fns["batched_compiled"] = lambda: walk_signs(K, W, nk2, nw2, u, c, plus_one=True, method="compiled")
     if dev == "cuda" and triton_available("cuda"):
         fns["batched_triton"] = lambda: walk_signs(K, W, nk2, nw2, u, c, plus_one=True, method="triton")

@@ -40,7 +40,8 @@ GPU_SUPPORT: dict[str, tuple[bool, str]] = {
     "SUB.logit-error": (True, "subspace basis, calibration and logits on the backend"),
     "SUB.output-error": (True, "subspace attention outputs on the backend"),
     "SUB.blockwise": (True, "blockwise softmax merge on the backend's arrays"),
-    "SUB.cost": (True, "coefficient decode vs exact decode timed on the backend (float32)"),
+    "SUB.cost": (True, "operation counts of the coefficient decode and the exact decode on the backend's arrays; "
+                       "the timing sub-check runs on numpy only"),
     "SUB.lowrank": (False, "spectra of real-model traces, numpy on CPU"),
 }
 

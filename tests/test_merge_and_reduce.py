@@ -73,6 +73,23 @@ def test_backend_agreement(backend, rng):
     np.testing.assert_allclose(math.exp(m2) * to_numpy(u2), math.exp(m1) * u1, rtol=1e-10)
 
 
+def test_tokens_from_another_backend_or_device(backend):
+    pytest.importorskip("torch")
+    from backend_helpers import host_tensor_after
+    mr = _mr(t=4, T=2)
+    mr.update(asarray(np.ones(3) / 2, backend), asarray(np.ones(2), backend))
+    host_tensor_after(backend, lambda host: mr.update(host(np.ones(3) / 2), host(np.ones(2))))
+
+
+def test_meta_device_token_is_rejected():
+    torch = pytest.importorskip("torch")
+    mr = _mr(t=4, T=2)
+    mr.update(torch.ones(3, dtype=torch.float64) / 2, torch.ones(2, dtype=torch.float64))
+    with pytest.raises(InputError, match="device"):
+        mr._check_like_stream(torch.ones(3, dtype=torch.float64, device="meta"),   # (update's NaN check
+                              torch.ones(2, dtype=torch.float64, device="meta"))   # cannot read a meta tensor)
+
+
 def test_panel_memory_keeps_the_same_cells(rng):
     """memory="panel" (the default above PANEL_FROM) keeps exactly the tokens the full-Gram reductions keep."""
     K, V = rng.standard_normal((256, 3)), rng.standard_normal((256, 2))

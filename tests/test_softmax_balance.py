@@ -110,7 +110,7 @@ def test_backend_agreement_rows_repeats_and_signed_sum(backend):
     rng = np.random.default_rng(8)
     K, V, q = rng.standard_normal((2, 30, 5)), rng.standard_normal((2, 30, 3)), rng.standard_normal(5)
     Kb, Vb = asarray(K, backend), asarray(V, backend)
-    for kw in (dict(memory="rows"), dict(repeats=3)):
+    for kw in (dict(memory="rows"), dict(memory="panel"), dict(repeats=3), dict(repeats=3, memory="panel")):
         ref = softmax_balance(K, V, delta=0.01, rng=np.random.default_rng(2), c=3.0, on_fail="continue", **kw)
         got = softmax_balance(Kb, Vb, delta=0.01, rng=np.random.default_rng(2), c=3.0, on_fail="continue", **kw)
         assert_on_device_of(got.keep, Kb)

@@ -47,7 +47,7 @@ def prefill(lm, ids: np.ndarray, *, capture_inputs: bool = True) -> Prefill:
                           "cache_position": kwargs.get("cache_position")}
             return f
         hooks = [layer.self_attn.register_forward_pre_hook(hook(l), with_kwargs=True) for l, layer in enumerate(layers)]
-    t0 = time.process_time()
+    t0 = _now(lm)
     try:
         with torch.no_grad():
             x = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=lm.device)[None]
@@ -58,7 +58,7 @@ def prefill(lm, ids: np.ndarray, *, capture_inputs: bool = True) -> Prefill:
             h.remove()
     keys = [cache.layers[l].keys for l in range(len(layers))]
     values = [cache.layers[l].values for l in range(len(layers))]
-    return Prefill(int(len(ids)), keys, values, kws, time.process_time() - t0)   # CPU seconds (all threads)
+    return Prefill(int(len(ids)), keys, values, kws, _now(lm) - t0)   # CPU seconds on CPU, wall on a GPU
 
 
 def score_tail(lm, n: int, layers, tail: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -92,17 +92,29 @@ def _to_layers(lm, compressed):
     return out
 
 
+def _now(lm) -> float:
+    """The harness's clock: CPU seconds of the process (all threads) when the model is on the CPU (robust to other
+    load on the machine); on a GPU, wall seconds after the device has finished its queued work (CPU time would
+    miss the GPU's)."""
+    dev = getattr(lm, "device", None)
+    if getattr(dev, "type", "cpu") == "cuda":
+        import torch
+        torch.cuda.synchronize(dev)
+        return time.perf_counter()
+    return time.process_time()
+
+
 def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, window: int = 32,
              state: Prefill | None = None) -> list[dict]:
     """Every (method, budget) on one task instance, sharing one exact prefill. A method that fails (or whose
     package is missing) gives a row with ``error`` set instead of scores."""
     state = state or prefill(lm, task.context, capture_inputs=any(m.startswith("kvpress:") for m in methods))
     exact_floats = lm.n_layers * lm.n_kv_heads * state.n * 2 * lm.head_dim
-    t0 = time.process_time()
+    t0 = _now(lm)
     ll, hit = score_tail(lm, state.n, [(k, v, None, None) for k, v in zip(state.keys, state.values)],
                          task.tail, task.targets)
     rows = [dict(method=EXACT, source="kvbounds", budget=1.0, memory_floats=exact_floats, ll=ll.tolist(),
-                 hit=hit.tolist(), compress_s=0.0, score_s=time.process_time() - t0, prefill_s=state.seconds,
+                 hit=hit.tolist(), compress_s=0.0, score_s=_now(lm) - t0, prefill_s=state.seconds,
                  error="")]
     missing = M.kvpress_available()
     for mi, method in enumerate(methods):
@@ -113,11 +125,11 @@ def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, windo
                 continue
             rng = np.random.default_rng([seed, mi, int(round(budget * 1e6))])
             try:
-                t0 = time.process_time()
+                t0 = _now(lm)
                 comp = M.compress_all(method, lm, state, float(budget), rng, sink=sink, window=window, seed=seed)
-                t1 = time.process_time()
+                t1 = _now(lm)
                 ll, hit = score_tail(lm, state.n, _to_layers(lm, comp), task.tail, task.targets)
-                t2 = time.process_time()
+                t2 = _now(lm)
             except Exception as e:   # noqa: BLE001 - one method failing is a row with its error, not a crash
                 rows.append(dict(row, error=f"{type(e).__name__}: {e}"[:300]))
                 continue
