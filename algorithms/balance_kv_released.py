@@ -82,8 +82,29 @@ def _self_gram(X):
     return xp.matmul(X, XT)
 
 
-def _walk(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, diag_level):
-    """Signs (B, nb, b) of the released walk on blocks Kc (B, nb, b, d), weighted values Wc (B, nb, b, s)."""
+OVERFLOW = ("raise", "float64")
+
+
+def _walk(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, diag_level, overflow="raise"):
+    """Signs (B, nb, b) of the released walk on blocks Kc (B, nb, b, d), weighted values Wc (B, nb, b, s).
+    ``overflow="float64"``: when the kernel overflows a narrower float, the level is evaluated in float64 (the
+    recipe's exact value; the authors' code would carry Inf/NaN into p and set those signs to -1)."""
+    xp = array_namespace(Kc)
+    try:
+        return _walk_once(Kc, Wc, U, temp=temp, beta=beta, gamma=gamma, kernel_const=kernel_const, center=center,
+                          walk_c=walk_c, diag_level=diag_level)
+    except InputError:
+        if overflow != "float64" or Kc.dtype == xp.float64:
+            raise
+    f64 = lambda x: xp.astype(x, xp.float64)
+    signs = _walk_once(f64(Kc), f64(Wc), f64(U), temp=temp, beta=beta, gamma=gamma, kernel_const=kernel_const,
+                       center=center, walk_c=walk_c, diag_level=diag_level)
+    if diag_level is not None:
+        diag_level["evaluated_in"] = f"float64 (the kernel overflows {Kc.dtype})"
+    return xp.astype(signs, Kc.dtype)
+
+
+def _walk_once(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, diag_level):
     xp = array_namespace(Kc)
     b, d = Kc.shape[-2], Kc.shape[-1]
     if center:
@@ -99,8 +120,8 @@ def _walk(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, diag_le
         # entries are Inf and inf - inf in the walk's sums is NaN (every sign would silently become -1)
         big = float(xp.max(xp.sum(Kc * Kc, axis=-1)))
         raise InputError(f"the released walk's kernel overflows {Kc.dtype}: temp * max ||k - mean||^2 / sqrt(d) - beta"
-                         f" = {temp * big / math.sqrt(d) - beta:.3g} (or the value Gram overflows); rescale K and V "
-                         f"or lower temp")
+                         f" = {temp * big / math.sqrt(d) - beta:.3g} (or the value Gram overflows); rescale K and V, "
+                         f"lower temp, or pass overflow='float64'")
     R2 = xp.max(Kii, axis=-1)                                               # (B, nb)
     # released: p = 1/2 - gamma x; the theory's normalisation: p = 1/2 - x / (2 c R^2)
     scale = gamma if walk_c is None else 1.0 / (2.0 * walk_c * R2)
@@ -147,13 +168,15 @@ def cut_weights(signs: np.ndarray) -> np.ndarray:
 def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Generator | None = None,
                     uniforms: Callable | None = None, gamma: float = 4.0, temp: float = 1.0, beta: float = 0.0,
                     kernel_const: float = 0.025, center: bool = True, carry_weights: bool = True,
-                    walk_c: float | None = None, diagnostics: list | None = None):
+                    walk_c: float | None = None, diagnostics: list | None = None, overflow: str = "raise"):
     """The released code's T-level selection on K (..., n, d), V (..., n, s) (one row per KV head).
 
     Returns ``(indices, weights)``, both (..., n // 2^T) on K's backend (int64): indices into the n tokens in
     the order the released code leaves them (not sorted), and the multiplied selection weights (products of
     2s and 1s). ``diagnostics``: a list that receives one dict per level (mean |p - 1/2|, share of clipped
-    p, median log10 R^2 with R^2 the block's largest kernel diagonal, gamma or c)."""
+    p, median log10 R^2 with R^2 the block's largest kernel diagonal, gamma or c). ``overflow``: "raise" (an
+    InputError when the unnormalised kernel overflows K's float type) or "float64" (that level evaluated in
+    float64, said in its diagnostic as ``evaluated_in``)."""
     _check_kv(K, V)
     b = _check_block(block_size)
     n = K.shape[-2]
@@ -168,6 +191,7 @@ def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Genera
             raise InputError(f"{name} must be True or False, got {val!r}")
     if walk_c is not None:
         check_positive(walk_c, "walk_c")
+    check_choice(overflow, "overflow", OVERFLOW)
     xp = array_namespace(K, V)
     lead = tuple(K.shape[:-2])
     B = int(np.prod(lead, dtype=np.int64)) if lead else 1
@@ -190,7 +214,8 @@ def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Genera
         U = _draw(rng, uniforms, (B, nb, b), Kf)
         dl = None if diagnostics is None else {"level": t + 1, "tokens": m}
         signs = _walk(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Vc, (B, nb, b, e)), U, temp=temp, beta=beta,
-                      gamma=gamma, kernel_const=kernel_const, center=center, walk_c=walk_c, diag_level=dl)
+                      gamma=gamma, kernel_const=kernel_const, center=center, walk_c=walk_c, diag_level=dl,
+                      overflow=overflow)
         if dl is not None:
             diagnostics.append(dl)
         sg = np.rint(to_numpy(xp.reshape(signs, (B, nb * b)))[:, :m]).astype(np.int64)
@@ -226,7 +251,7 @@ def compress_cache_released(K, V, *, sink: int, window: int, levels: int, block_
                             rng: np.random.Generator | None = None, uniforms: Callable | None = None,
                             estimator: str = "released", diagnostics: list | None = None, **walk):
     """The released B.1 cache: tokens [0, sink) and the last ``window`` exact, the middle reduced by
-    :func:`released_select` (``**walk``: gamma, temp, beta, kernel_const, center, carry_weights, walk_c).
+    :func:`released_select` (``**walk``: gamma, temp, beta, kernel_const, center, carry_weights, walk_c, overflow).
 
     Returns ``(indices, log_w_num, log_w_den)``, each (..., n_kept) on K's backend, indices sorted
     ascending; the estimator is sum_i e^{l_i + log_w_num_i} v_i / sum_i e^{l_i + log_w_den_i}

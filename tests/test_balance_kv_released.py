@@ -237,3 +237,23 @@ def test_uniforms_from_a_torch_generator_follow_k_to_its_device(backend):
     for g, r in zip(got, ref):
         assert_equal(g, r)
         assert_on_device_of(g, Kb)
+
+
+def test_kernel_overflow_raises_or_is_evaluated_in_float64():
+    """Real SmolLM2 keys overflow the unnormalised kernel in float32 (exponent ~101 at n >= 1024): by default an
+    InputError; overflow="float64" evaluates those levels in float64, the same signs as float64 input."""
+    rng = np.random.default_rng(0)
+    K = rng.standard_normal((2, 128, 16)) * 6.0          # temp ||k - mean||^2 / sqrt(d) ~ 140 > 88 (float32's exp)
+    V = rng.standard_normal((2, 128, 8))
+    kw = dict(levels=2, block_size=32)
+    with pytest.raises(InputError, match="overflow='float64'"):
+        released_select(K.astype(np.float32), V.astype(np.float32), rng=np.random.default_rng(1), **kw)
+    diag: list = []
+    idx32, w32 = released_select(K.astype(np.float32), V.astype(np.float32), rng=np.random.default_rng(1),
+                                 overflow="float64", diagnostics=diag, **kw)
+    idx64, w64 = released_select(K, V, rng=np.random.default_rng(1), **kw)
+    np.testing.assert_array_equal(idx32, idx64)
+    np.testing.assert_array_equal(w32, w64)
+    assert all("float64" in d["evaluated_in"] for d in diag)
+    with pytest.raises(InputError, match="overflow"):
+        released_select(K, V, rng=np.random.default_rng(1), overflow="ignore", **kw)
