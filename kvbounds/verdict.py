@@ -278,7 +278,7 @@ def headline(v: Verdict) -> str:
     if v.errata:
         parts.append(f"proof has {len(v.errata)} errat{'um' if len(v.errata) == 1 else 'a'}")
     if v.power == "low":
-        parts.append("low power (a negative control passes too)")
+        parts.append("low power (a control is not rejected)")
     return "; ".join(parts)
 
 

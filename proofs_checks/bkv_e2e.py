@@ -12,6 +12,9 @@ that module is present). Baselines: our uniform sampling and StreamingLLM, kvpre
 (rows skipped with a note when kvpress is missing). Per variant and setup, ``reproduction`` follows
 :func:`kvbounds.verdict.reproduction_status` over cells (baseline x budget x task), a cell counting when a
 one-sided paired t-test (per token for perplexity, per instance for passkey) is significant at 0.05 after a Holm adjustment over the cells.
+Power (kvbounds.e2e.checks.controls): ``uniform_control`` (uniform again, its own random stream) must not be found
+better than uniform (null), and uniform at the smallest budget must be found worse than at the largest
+(sensitivity, with the minimal detectable effect); either failing makes power ``low``.
 """
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ Here, through :mod:`kvbounds.e2e` on SmolLM2-135M-Instruct (CPU): lines "line <n
 exact match. Variants: ``kcenter`` (weights 1, what the papers keep), ``kcenter_sized`` (cluster sizes as
 weights) and ``subgen`` (SubGen's split estimator). Cells: every other method present (ours and kvpress's) x
 budget; :func:`kvbounds.verdict.reproduction_status` with one-sided paired t-tests over instances at 0.05, Holm-adjusted
-over the cells.
+over the cells. Power: the controls of :func:`kvbounds.e2e.checks.controls` (null: an independent uniform draw is
+not better than uniform; sensitivity: uniform with fewer floats is worse), as in BKV.e2e.
 """
 from __future__ import annotations
 

@@ -157,16 +157,53 @@ def units(records, method: str, budget: float, task: str) -> dict:
 
 def paired_compare(records, a: str, b: str, budget: float, task: str) -> dict | None:
     """Is method a better than b (higher log-likelihood) on shared units? One-sided paired t-tests both ways."""
-    ua, ub = units(records, a, budget, task), units(records, b, budget, task)
+    return _paired(units(records, a, budget, task), units(records, b, budget, task))
+
+
+def _paired(ua: dict, ub: dict) -> dict | None:
     keys = sorted(set(ua) & set(ub))
     if len(keys) < 2:
         return None
     diff = np.array([ua[k] - ub[k] for k in keys])
     if np.allclose(diff, 0):
-        return dict(n=len(keys), mean=0.0, p_better=1.0, p_worse=1.0)
-    p_better = float(stats.ttest_1samp(diff, 0.0, alternative="greater").pvalue)
-    p_worse = float(stats.ttest_1samp(diff, 0.0, alternative="less").pvalue)
-    return dict(n=len(keys), mean=float(diff.mean()), p_better=p_better, p_worse=p_worse)
+        return dict(n=len(keys), mean=0.0, sd=0.0, p_better=1.0, p_worse=1.0)
+    return dict(n=len(keys), mean=float(diff.mean()), sd=float(diff.std(ddof=1)),
+                p_better=float(stats.ttest_1samp(diff, 0.0, alternative="greater").pvalue),
+                p_worse=float(stats.ttest_1samp(diff, 0.0, alternative="less").pvalue))
+
+
+def controls(records, tasks) -> list:
+    """The end-to-end checks' controls, run through the same paired tests and Holm rule as the claim's cells:
+      * null: ``uniform_control`` (uniform again, its own random stream) must not be better than ``uniform`` in any
+        cell (rejected when no cell is significantly better): a test that finds it better finds anything better;
+      * sensitivity: uniform at the smallest budget must be found worse than uniform at the largest (the same
+        method with fewer floats; rejected when every task's cell is significantly worse): a test that misses it
+        has too few instances to see a memory-sized difference. Its minimal detectable effect is given."""
+    from kvbounds.verdict import Control, significant_cells
+    budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("method") == "uniform"
+                      and "ll" in r.extra})
+    out = []
+    null = [(t, b, _paired(units(records, "uniform_control", b, t), units(records, "uniform", b, t)))
+            for t in tasks for b in budgets]
+    null = [(t, b, c) for t, b, c in null if c is not None]
+    if null:
+        better, _ = significant_cells([c["p_better"] for _, _, c in null], [c["p_worse"] for _, _, c in null], ALPHA)
+        out.append(Control("an independent uniform draw vs uniform (null)", better == 0,
+                           f"{better}/{len(null)} cells significantly better; " + "; ".join(
+                               f"{t}@{b:g}: {c['mean']:+.3g} nats (n={c['n']}, p>={c['p_better']:.2g})"
+                               for t, b, c in null)))
+    if len(budgets) >= 2:
+        lo, hi = budgets[0], budgets[-1]
+        sens = [(t, _paired(units(records, "uniform", lo, t), units(records, "uniform", hi, t))) for t in tasks]
+        sens = [(t, c) for t, c in sens if c is not None]
+        if sens:
+            _, worse = significant_cells([c["p_better"] for _, c in sens], [c["p_worse"] for _, c in sens], ALPHA)
+            z = stats.norm.ppf(1 - ALPHA / max(len(sens), 1)) + stats.norm.ppf(0.8)
+            out.append(Control(f"uniform at {lo:g} vs at {hi:g} of the floats (sensitivity)", worse == len(sens),
+                               f"{worse}/{len(sens)} tasks significantly worse; " + "; ".join(
+                                   f"{t}: {c['mean']:+.3g} nats (n={c['n']}, p<={c['p_worse']:.2g}; detectable at 80% "
+                                   f"power: |mean| >= {z * c['sd'] / np.sqrt(c['n']):.2g})" for t, c in sens)))
+    return out
 
 
 def setup_line(records) -> str:
@@ -221,7 +258,7 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
     reproduction (another model and size than the paper's). ``baselines`` may name methods without records:
     their cells are skipped. ``missing_method``: say which method a variant without cells lacks."""
     from kvbounds.verdict import (HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, combine_reproductions,
-                                  reproduction_status, statement_from_reproduction)
+                                  decide_power, reproduction_status, statement_from_reproduction)
     figs: list = []        # the quality-vs-memory figure is drawn from the leaderboard (kvbounds.e2e.leaderboard)
     if not records:
         return Verdict(claim, NOT_RUN, "no records", figures=figs)
@@ -239,7 +276,8 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
         reps.append(Reproduction(variant, status, setup, detail))
         parts.append(f"{variant}: {status} ({better}/{cells} better, {worse} worse)")
     main = combine_reproductions(reps)
+    power, power_detail = decide_power(controls(records, tasks))
     parts += skipped[:3]
     return Verdict(claim, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
                    n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),
-                   reproduction=main, reproductions=reps)
+                   reproduction=main, reproductions=reps, power=power, power_detail=power_detail)

@@ -7,4 +7,7 @@ PRESSES = {"streaming_llm": "StreamingLLMPress", "snapkv": "SnapKVPress", "pyram
            "knorm": "KnormPress", "tova": "TOVAPress", "expected_attention": "ExpectedAttentionPress",
            "random": "RandomPress"}
 KVPRESS = tuple(f"kvpress:{p}" for p in PRESSES)
-DEFAULT_METHODS = OURS + KVPRESS
+# the end-to-end checks' null control: uniform sampling again, from its own random stream (the harness seeds each
+# method separately), so "better than uniform" must not be found for it
+CONTROLS = ("uniform_control",)
+DEFAULT_METHODS = OURS + CONTROLS + KVPRESS

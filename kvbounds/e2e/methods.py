@@ -4,6 +4,7 @@ Ours (``source="kvbounds"``), each keeping the first ``sink`` and last ``window`
 the same number of floats per layer and KV head, ``budget * n * 2d`` (keys, values and log-weights counted by
 :func:`kvbounds.algorithms.token_selection.memory_floats`):
 
+* ``uniform_control``: uniform sampling again from its own random stream, the end-to-end checks' null control;
 * ``streaming_llm``, ``uniform``, ``kcenter`` (ClusterGen Sec. 4.1, weights 1), ``kcenter_sized`` (cluster sizes as
   weights): :mod:`kvbounds.algorithms.token_selection` selections;
 * ``balancekv``: blockwise BalanceKV, the paper's pseudocode (BalanceKV-NeurIPS = "BalanceKV: KV Cache Compression through
@@ -27,7 +28,7 @@ from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.algorithms.validation import InputError
 
-from .method_names import DEFAULT_METHODS, KVPRESS, OURS, PRESSES  # noqa: F401 (re-exported)
+from .method_names import CONTROLS, DEFAULT_METHODS, KVPRESS, OURS, PRESSES  # noqa: F401 (re-exported)
 
 
 def source(method: str) -> str:
@@ -68,7 +69,7 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
     n, d = K.shape[-2], K.shape[-1]
     if method == "streaming_llm":
         return ts.StreamingLLM(sink=sink).compress(K, V, budget=floats // (2 * d))
-    if method == "uniform":
+    if method in ("uniform", "uniform_control"):
         return ts.Uniform(sink=sink, window=window).compress(K, V, budget=(floats - 1) // (2 * d), rng=rng)
     if method == "kcenter":
         return ts.KCenter(window=window).compress(K, V, budget=floats // (2 * d))
@@ -92,7 +93,7 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
         return ca.SubGenCompressor(sink=sink, window=window).compress(K, V, budget_floats=floats, rng=rng)
     if method == "subspace":
         return ca.SubspaceCompressor(sink=sink, window=window).compress(K, V, budget_floats=floats)
-    raise InputError(f"unknown method {method!r}; ours: {', '.join(OURS)}; kvpress: {', '.join(KVPRESS)}")
+    raise InputError(f"unknown method {method!r}; ours: {', '.join(OURS + CONTROLS)}; kvpress: {', '.join(KVPRESS)}")
 
 
 def make_press(method: str, budget: float, seed: int):
