@@ -70,6 +70,10 @@ def _cmd_show(args) -> int:
         print(textwrap.fill(p.citation(), WIDTH, initial_indent="         ", subsequent_indent="           "))
     print(f"bound:   {c.bound or '-'}  ({source_path(c.bound) or '-'})")
     print(f"check:   {c.check or '-'}  ({source_path(c.check) or '-'}){'' if c.has_check else '  [no check yet]'}")
+    if c.has_check:
+        from .runner import PROFILES, profile_trials
+        mod = c.check_module()
+        print("trials:  " + " · ".join(f"{p} {len(profile_trials(mod, p))}" for p in PROFILES))
     from .records import ResultStore
     recs = [r for r in ResultStore(args.out).load() if r.claim == c.id]
     if not recs:
@@ -84,6 +88,8 @@ def _cmd_show(args) -> int:
     for f in v.findings:
         print(textwrap.fill(f"- [{f.kind}] {cite(f.title)}", WIDTH, initial_indent="         ",
                             subsequent_indent="           "))
+    if v.deferred:
+        print(textwrap.fill(f"deferred: {v.deferred}", WIDTH, initial_indent="         ", subsequent_indent="           "))
     return 0
 
 

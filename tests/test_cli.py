@@ -46,7 +46,7 @@ def test_show_and_did_you_mean(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("MR.memory") and "BalanceKV-NeurIPS Thm 3.4" in out and "2502.07861" in out
     assert "theory/balancekv.py: merge_reduce_memory_bound" in out and "proofs_checks/mr_memory.py" in out
-    assert "verdict: not run" in out
+    assert "verdict: not run" in out and "trials:  smoke 3 · quick 11" in out and "gpu 0" in out
     assert main(["check", "MR.memory", "--profile", "smoke", "--out", str(tmp_path), "--workers", "1", "--quiet"]) == 0
     capsys.readouterr()
     assert main(["show", "MR.memory", "--out", str(tmp_path)]) == 0
