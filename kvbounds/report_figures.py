@@ -58,7 +58,14 @@ def y_label(spec: FigureSpec, shaped: bool = False) -> str:
 def title_checks(spec: FigureSpec, checks: set[str]) -> set[str]:
     """For a spec coloured by sub-check with no sub-check named: the sub-checks whose name shares a word with
     what the title says is measured ("peak memory / ..." -> "memory gram", "memory rows"), so quantities in
-    different units are not drawn on one axis. All of them when none or all match."""
+    different units are not drawn on one axis. All of them when none or all match. Sub-checks listed by name in
+    parentheses ("... (paper c, c=log, random signs)") are taken as the list."""
+    for group in re.findall(r"\(([^()]*)\)", spec.title):
+        norm = lambda x: re.sub(r"[\s-]+", " ", x.strip().lower())
+        listed = {norm(x) for x in group.split(",")}
+        named = {c for c in checks if norm(c) in listed}
+        if len(named) >= 2:
+            return named
     head = re.split(r"\s+vs\.?\s+", spec.title)[0].lower()
     words = {w for w in re.findall(r"[a-z][a-z-]{3,}", head)}
     hit = {c for c in checks if words & set(re.findall(r"[a-z][a-z-]{3,}", c.lower()))}
@@ -67,7 +74,8 @@ def title_checks(spec: FigureSpec, checks: set[str]) -> set[str]:
 
 def select_records(spec: FigureSpec, records: Sequence[Record]) -> list[Record]:
     """The records a spec draws: its sub-check (or the sub-checks its title names), and one sweep only."""
-    recs = [r for r in records if spec.check is None or r.check == spec.check]
+    recs = [r for r in records if (spec.check is None or r.check == spec.check)
+            and all(r.params.get(k) == v for k, v in (spec.where or {}).items())]
     if spec.check is None and spec.hue == "check":
         keep = title_checks(spec, {r.check for r in recs})
         recs = [r for r in recs if r.check in keep]

@@ -37,6 +37,7 @@ class FigureSpec:
     sweep: str | None = None    # restrict to records with params["sweep"] == sweep (default: the sweep named x, if any)
     xlabel: str = ""            # axis labels with units (default: the report's label for the params key)
     ylabel: str = ""
+    where: dict | None = None   # restrict to records whose params have these values (e.g. {"d": 2})
 
 
 # ------------------------------------------------------------------ verdict dimensions (issue 9)

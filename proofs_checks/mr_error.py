@@ -127,8 +127,8 @@ def _regime(large, parts, figs, findings, rate):
     reading when >= 2 sizes are past it)."""
     if not large:
         return rate
-    figs.append(FigureSpec("eps_hat / shape vs t, gpu profile sweep (d = 2, s = 1)", x="t", check="001 paper c",
-                           y="ratio", sweep="t-large"))
+    figs.insert(0, FigureSpec("eps_hat / shape vs t, gpu profile sweep (d = 2, s = 1)", x="t", check="001 paper c",
+                              y="ratio", sweep="t-large"))      # the regime's evidence: drawn first
     for g in growth(large, "t"):
         parts.append(f"t-large (d = 2, s = 1): eps_hat ~ t^{g.slope - 1:.2f} [{g.lo - 1:.2f},{g.hi - 1:.2f}] over "
                      f"t = {g.x_range[0]:g}..{g.x_range[1]:g}")
@@ -155,7 +155,7 @@ def _regime(large, parts, figs, findings, rate):
 
 
 def summarize(records) -> Verdict:
-    figs = [FigureSpec("eps_hat / shape vs t", x="t", hue="check", y="ratio"),
+    figs = [FigureSpec("eps_hat / shape vs t", x="t", hue="check", y="ratio", sweep="t"),
             FigureSpec("eps_hat / shape vs s (001 has sqrt(s), 000 does not)", x="s", hue="check", y="ratio"),
             FigureSpec("eps_hat / shape vs r", x="r", hue="check", y="ratio")]
     findings, parts = [], []

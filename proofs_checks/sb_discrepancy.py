@@ -122,8 +122,9 @@ def _regime(records, parts, figs, controls, rate):
     large = [r for r in records if r.params.get("sweep") == "n-large" and r.check in WALKS]
     if not large:
         return rate
-    figs.append(FigureSpec("discrepancy / shape vs n, gpu profile sweep (d = 2, 4)", x="n", hue="check", y="ratio",
-                           sweep="n-large"))
+    for d in sorted({r.params["d"] for r in large}, reverse=True):   # the regime's evidence: drawn first
+        figs.insert(0, FigureSpec(f"discrepancy / shape vs n (paper c, c=log, random signs), gpu profile, d = {d}",
+                                  x="n", hue="check", y="ratio", sweep="n-large", where={"d": d}))
     ratio = lambda r: r.extra["ratio_to_shape"]
     for g in growth(large, "n", value=ratio, group=lambda r: (r.check, r.params["d"])):
         parts.append(f"n-large, d = {g.key[1]}: {g.key[0]} slope {g.slope:+.2f} [{g.lo:+.2f},{g.hi:+.2f}] "
@@ -155,7 +156,8 @@ def _regime(records, parts, figs, controls, rate):
 def summarize(records) -> Verdict:
     """Statement from ``half`` (exact) and the O(.) discrepancy (readings and the fitted constant); rate: the
     paper-c walk's D/shape along n (stated: bounded); power: random signs against the c-bound and the growth test."""
-    figs = [FigureSpec("discrepancy / shape vs n (paper c, c=log, random signs)", x="n", hue="check", y="ratio"),
+    figs = [FigureSpec("discrepancy / shape vs n (paper c, c=log, random signs)", x="n", hue="check", y="ratio",
+                       sweep="n"),
             FigureSpec("discrepancy vs key norm r (d = 64)", x="r", check="paper c")]
     records = mark(records, lambda r: r.check in WALKS and "reading" not in r.extra, reading=READING)
     parts, findings, controls = [], [], []

@@ -236,6 +236,15 @@ def test_figure_sweep_filter_and_fitted_bound(tmp_path):
     assert "non-finite" in report_figures.draw_figure(FigureSpec("x", x="n"), inf, tmp_path / "h.png")[0]
 
 
+def test_figure_keeps_to_the_checks_listed_in_its_title_and_its_params_filter():
+    recs = [Record("X", {"n": n, "d": d, "sweep": "n-large"}, 0, "numpy", 1.0, 2.0, True, check=c)
+            for n in (8, 16) for d in (2, 4) for c in ("paper c", "random-signs", "half")]
+    spec = FigureSpec("discrepancy / shape vs n (paper c, random signs), d = 2", x="n", hue="check", y="ratio",
+                      sweep="n-large", where={"d": 2})
+    sel = report_figures.select_records(spec, recs)
+    assert {r.check for r in sel} == {"paper c", "random-signs"} and {r.params["d"] for r in sel} == {2}
+
+
 def test_figure_keeps_to_the_quantity_its_title_names():
     checks = {"time gram", "time rows", "memory gram", "memory rows"}
     spec = FigureSpec("peak memory / (8 (d+s) n bytes) vs n", x="n", hue="check", y="ratio")
