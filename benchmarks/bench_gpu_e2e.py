@@ -108,15 +108,19 @@ def bench_e2e(quick: bool, dev: str, reps: int, paired, n: int | None = None) ->
     fns["decode:exact"] = decode("exact")
     fns.update({f"decode:{m}": decode((m, "host")) for m in methods})
     load0 = load()
+    import contextlib
+
     import torch
+    from kvbounds.gpu.backend import single_blas_thread
     threads = torch.get_num_threads()
-    if dev == "cpu":          # as the harness's checks run: one torch thread (two spinning threads on a loaded
-        torch.set_num_threads(1)   # machine stall each of the device path's many small ops for milliseconds)
+    if dev == "cpu":          # as the harness's checks run: one torch thread and one BLAS thread (two spinning
+        torch.set_num_threads(1)   # threads on a loaded machine stall each small op or eigh for milliseconds)
     try:
-        res = paired(fns, reps, dev, base="prefill")
-        for m in methods:                  # decode reads the host path's cache; the device path's ll after one
-            if (m, "device") not in errors:    # more decode, for the agreement column
-                decode((m, "device"))()
+        with single_blas_thread() if dev == "cpu" else contextlib.nullcontext():
+            res = paired(fns, reps, dev, base="prefill")
+            for m in methods:                  # decode reads the host path's cache; the device path's ll after
+                if (m, "device") not in errors:    # one more decode, for the agreement column
+                    decode((m, "device"))()
     finally:
         torch.set_num_threads(threads)
     t = res["times"]
@@ -162,7 +166,7 @@ def print_e2e(res: dict) -> None:
         return
     print(f"e2e {res['model']} on {res['device']}: n = {res['n']} tokens of {res['text']} (model context "
           f"{res['n_max']}), budget {res['budget']:.3f} of the exact cache's floats (BalanceKV T = {res['levels']}), "
-          f"sink = window = {res['sink']}; {res.get('torch_threads', '?')} torch thread(s); median s, paired ratios; "
+          f"sink = window = {res['sink']}; {res.get('torch_threads', '?')} torch thread(s){' and 1 BLAS thread' if res['device'] == 'cpu' else ''}; median s, paired ratios; "
           f"dev/host = host-path compress s / device-path compress s")
     print(f"  {'prefill (exact)':<28} {res['prefill_s']:9.4f} s")
     print(f"  {'decode step, full cache':<28} {res['decode_exact_s']:9.4f} s  next-token ll "
