@@ -154,15 +154,22 @@ def cut_weights(signs: np.ndarray) -> np.ndarray:
                          f"{type(signs).__name__} {getattr(signs, 'shape', '')} {getattr(signs, 'dtype', '')}")
     if not bool(np.all((signs == 1) | (signs == -1))):
         raise InputError("signs must contain only +1 and -1")
+    return _cut_weights(signs)
+
+
+def _cut_weights(signs):
+    """:func:`cut_weights` on the signs' backend and device (B, m) -> int64 (B, m), no validation."""
+    xp = array_namespace(signs)
     B, m = signs.shape
     half = m // 2
-    cneg = np.argmax(np.cumsum(signs == -1, axis=-1) == half, axis=-1)
-    cpos = np.argmax(np.cumsum(signs == 1, axis=-1) == half, axis=-1)
-    c = np.maximum(cneg, cpos)
-    pos = np.arange(m)[None, :]
-    at_c = signs[np.arange(B), c][:, None]
+    cneg = xp.argmax(xp.astype(xp.cumulative_sum(xp.astype(signs == -1, xp.int64), axis=-1) == half, xp.int8), axis=-1)
+    cpos = xp.argmax(xp.astype(xp.cumulative_sum(xp.astype(signs == 1, xp.int64), axis=-1) == half, xp.int8), axis=-1)
+    c = xp.maximum(cneg, cpos)
+    pos = xp.arange(m, device=_dev(signs))[None, :]
+    at_c = xp.take_along_axis(signs, c[:, None], axis=-1)
     before = pos <= c[:, None]
-    return np.where(before, np.where(signs == at_c, -2, 2), 1).astype(np.int64)
+    w = xp.where(before, xp.where(signs == at_c, -2, 2), 1)
+    return xp.astype(w, xp.int64)
 
 
 def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Generator | None = None,
@@ -197,17 +204,17 @@ def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Genera
     B = int(np.prod(lead, dtype=np.int64)) if lead else 1
     d, e = K.shape[-1], V.shape[-1]
     Kf, Vf = xp.reshape(K, (B, n, d)), xp.reshape(V, (B, n, e))
-    cur = np.broadcast_to(np.arange(n, dtype=np.int64), (B, n)).copy()      # current tokens, walk order
-    w = np.ones((B, n), dtype=np.int64)
-    rows = np.arange(B)[:, None]
+    dev = _dev(K)
+    # current tokens in walk order and their weights, on K's device (no host round trip per level)
+    cur = xp.asarray(xp.broadcast_to(xp.arange(n, dtype=xp.int64, device=dev)[None, :], (B, n)), copy=True)
+    w = xp.ones((B, n), dtype=xp.int64, device=dev)
     for t in range(T):
         m = cur.shape[1]
         nb = -(-m // b)
         pad = nb * b - m
-        cur_d = like(cur, Kf)
-        Kc, Vc = _gather_dev(Kf, cur_d), _gather_dev(Vf, cur_d)
+        Kc, Vc = _gather_dev(Kf, cur), _gather_dev(Vf, cur)
         if carry_weights and t > 0:
-            Vc = Vc * like(w.astype(np.float64), Kf)[..., None]
+            Vc = Vc * xp.astype(w, Kf.dtype)[..., None]
         if pad:
             Kc = xp.concat([Kc, xp.zeros((B, pad, d), dtype=Kc.dtype, device=_dev(Kc))], axis=1)
             Vc = xp.concat([Vc, xp.zeros((B, pad, e), dtype=Vc.dtype, device=_dev(Vc))], axis=1)
@@ -218,12 +225,12 @@ def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Genera
                       overflow=overflow)
         if dl is not None:
             diagnostics.append(dl)
-        sg = np.rint(to_numpy(xp.reshape(signs, (B, nb * b)))[:, :m]).astype(np.int64)
-        wt = cut_weights(sg)
-        order = np.argsort(-wt, axis=-1, kind="stable")[:, : m // 2]
-        cur = cur[rows, order]
-        w = w[rows, order] * wt[rows, order]
-    return xp.reshape(like(cur, Kf), lead + (cur.shape[1],)), xp.reshape(like(w, Kf), lead + (w.shape[1],))
+        sg = xp.astype(xp.round(xp.reshape(signs, (B, nb * b))[:, :m]), xp.int64)
+        wt = _cut_weights(sg)
+        order = xp.argsort(-wt, axis=-1, stable=True)[:, : m // 2]
+        cur = xp.take_along_axis(cur, order, axis=-1)
+        w = xp.take_along_axis(w, order, axis=-1) * xp.take_along_axis(wt, order, axis=-1)
+    return xp.reshape(cur, lead + (cur.shape[1],)), xp.reshape(w, lead + (w.shape[1],))
 
 
 def released_log_weights(weights, levels: int, estimator: str = "released"):
@@ -279,9 +286,9 @@ def compress_cache_released(K, V, *, sink: int, window: int, levels: int, block_
         mid, wts = released_select(K[..., sink:n - window, :], V[..., sink:n - window, :], levels=levels,
                                    block_size=block_size, rng=rng, uniforms=uniforms, diagnostics=diagnostics,
                                    **walk)
-        order = np.argsort(to_numpy(mid), axis=-1)
-        mid = like(np.take_along_axis(to_numpy(mid), order, axis=-1) + sink, K)
-        lwn, lwd = released_log_weights(like(np.take_along_axis(to_numpy(wts), order, axis=-1), K), levels, estimator)
+        order = xp.argsort(mid, axis=-1)
+        mid = xp.take_along_axis(mid, order, axis=-1) + sink
+        lwn, lwd = released_log_weights(xp.take_along_axis(wts, order, axis=-1), levels, estimator)
         lwn, lwd = xp.astype(lwn, K.dtype), xp.astype(lwd, K.dtype)
     zs = xp.zeros(lead + (sink,), dtype=K.dtype, device=dev)
     zw = xp.zeros(lead + (window,), dtype=K.dtype, device=dev)

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy
+from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 from kvbounds.theory.lower_bound import log2_binomial
 
 from .attention import exact_attention
@@ -249,18 +249,22 @@ def play(name: str, setting: int, n: int, d: int, r: float, reps: int, rng: np.r
 
 # --------------------------------------------------------------------------------------------------------------
 # Whole-cache compressors in the (K', V', log_w_num, log_w_den) contract (issue 14, the end-to-end harness).
-# Each takes one layer's cache per KV head, K, V (H, n, d) numpy, keeps the first ``sink`` and last ``window``
-# tokens exactly (a = b = 0) and spends ``budget_floats`` per head (sink and window included) on the middle.
+# Each takes one layer's cache per KV head, K, V (H, n, d) of any backend (numpy on the harness's host path, the
+# model's torch tensors on its device path), keeps the first ``sink`` and last ``window`` tokens exactly
+# (a = b = 0) and spends ``budget_floats`` per head (sink and window included) on the middle. The result lives
+# on K's backend and device; random draws come from the numpy Generator (the same seed, the same tokens).
 # --------------------------------------------------------------------------------------------------------------
 
 def _exact_part(K, V, lo: int, hi: int):
     from .token_selection import CompressedKV
-    z = np.zeros(K.shape[:-2] + (hi - lo,), dtype=np.float32)
-    return CompressedKV(K[..., lo:hi, :], V[..., lo:hi, :], z, z.copy())
+    xp = array_namespace(K)
+    z = xp.zeros(tuple(K.shape[:-2]) + (hi - lo,), dtype=xp.float32, device=_dev(K))
+    return CompressedKV(K[..., lo:hi, :], V[..., lo:hi, :], z, xp.asarray(z, copy=True))
 
 
 def concat_compressed(parts):
-    """Concatenate :class:`CompressedKV` pieces along the token axis (the same H and d; full-width only)."""
+    """Concatenate :class:`CompressedKV` pieces along the token axis (the same H and d, one backend; full-width
+    only)."""
     from .token_selection import CompressedKV
     if isinstance(parts, (str, bytes)) or not hasattr(parts, "__iter__"):
         raise InputError(f"parts must be a sequence of CompressedKV, got {type(parts).__name__}")
@@ -273,11 +277,12 @@ def concat_compressed(parts):
     for p in parts[1:]:
         if p.keys.shape[:-2] != k0.shape[:-2] or p.keys.shape[-1] != k0.shape[-1] \
                 or p.values.shape[-1] != v0.shape[-1]:
-            raise InputError(f"parts disagree in heads or width: keys {k0.shape} and {p.keys.shape}, "
-                             f"values {v0.shape} and {p.values.shape}")
-    return CompressedKV(np.concatenate([p.keys for p in parts], -2), np.concatenate([p.values for p in parts], -2),
-                        np.concatenate([p.log_w_num for p in parts], -1),
-                        np.concatenate([p.log_w_den for p in parts], -1),
+            raise InputError(f"parts disagree in heads or width: keys {tuple(k0.shape)} and {tuple(p.keys.shape)}, "
+                             f"values {tuple(v0.shape)} and {tuple(p.values.shape)}")
+    xp = namespace(*[x for p in parts for x in (p.keys, p.values, p.log_w_num, p.log_w_den)], names="parts")
+    return CompressedKV(xp.concat([p.keys for p in parts], axis=-2), xp.concat([p.values for p in parts], axis=-2),
+                        xp.concat([p.log_w_num for p in parts], axis=-1),
+                        xp.concat([p.log_w_den for p in parts], axis=-1),
                         extra_floats=sum(p.extra_floats for p in parts))
 
 
@@ -285,23 +290,26 @@ F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _check_cache(K, V, sink, window, budget_floats):
-    """K (H, n, d), V (H, n, s) finite float arrays within float32's range (the compressors store float32)."""
+    """K (H, n, d), V (H, n, s) finite float arrays within float32's range (the compressors store float32), of one
+    backend; returned as float32 arrays of that backend."""
     check_array(K, "K", ndim=3, min_rows=1)
     check_array(V, "V", ndim=3)
-    namespace(K, V, names="K and V")
+    xp = namespace(K, V, names="K and V")
     if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
         raise InputError(f"K and V must agree in all but the last dimension, got {tuple(K.shape)} and {tuple(V.shape)}")
-    K, V = np.asarray(to_numpy(K)), np.asarray(to_numpy(V))
     for name, X in (("K", K), ("V", V)):
-        if X.size and float(np.max(np.abs(X))) > F32_MAX / 2:
-            raise InputError(f"{name} exceeds float32's range (max |{name}| = {float(np.max(np.abs(X))):.3g}); "
+        big = float(xp.max(xp.abs(X))) if math.prod(X.shape) else 0.0
+        if big > F32_MAX / 2:
+            raise InputError(f"{name} exceeds float32's range (max |{name}| = {big:.3g}); "
                              f"the compressed cache is float32")
     check_int(sink, "sink")
     check_int(window, "window")
     # far more than the uncompressed cache (keys, values and a weight per token) buys nothing: capped, so that
     # SubGen's t = O(budget) samples cannot allocate without bound
     check_int(budget_floats, "budget_floats", minimum=1, maximum=4 * K.shape[1] * (K.shape[2] + V.shape[2] + 1) + 2**20)
-    return K, V
+    if isinstance(K, np.ndarray):
+        return np.asarray(K, np.float32), np.asarray(V, np.float32)
+    return xp.astype(K, xp.float32), xp.astype(V, xp.float32)
 
 
 def _split(K, sink: int, window: int, budget_floats: int):
@@ -314,13 +322,47 @@ def _split(K, sink: int, window: int, budget_floats: int):
     return n, d, left
 
 
+def _bincount(x, k: int):
+    """Counts of 0..k-1 in the integer array x (1-D), int64, on x's backend."""
+    if isinstance(x, np.ndarray):
+        return np.bincount(x, minlength=k)
+    if hasattr(x, "bincount"):                                   # torch
+        return x.bincount(minlength=k)
+    xp = array_namespace(x)
+    return xp.sum(xp.astype(x[:, None] == xp.arange(k, device=_dev(x))[None, :], xp.int64), axis=0)
+
+
+def _l2_draws(p, t: int, rng: np.random.Generator):
+    """t i.i.d. draws of 0..len(p)-1 with probabilities p (1-D float64). numpy: ``rng.choice(n, t, p=p)``; other
+    backends: the same algorithm (numpy's inverse CDF: cdf = cumsum(p) / its last entry, searchsorted(cdf, u,
+    side='right') of t uniforms ``rng.random(t)``), uniforms drawn on the host and the search done where p is, so
+    a seed draws the same tokens on every backend (up to the float rounding of the CDF's sums)."""
+    if isinstance(p, np.ndarray):
+        return rng.choice(p.shape[0], size=t, p=p)
+    xp = array_namespace(p)
+    cdf = xp.cumulative_sum(p)
+    cdf = cdf / cdf[-1]
+    return xp.searchsorted(cdf, like(rng.random(t), p), side="right")
+
+
+def _unique_counts(x):
+    """Sorted distinct values of the 1-D integer array x and their counts, on x's backend."""
+    if isinstance(x, np.ndarray):
+        return np.unique(x, return_counts=True)
+    xp = array_namespace(x)
+    vals, cnt = xp.unique_counts(x)
+    order = xp.argsort(vals)
+    return xp.take(vals, order), xp.take(cnt, order)
+
+
 class SubGenCompressor:
     """SubGen's estimator (SubGen = "SubGen: Token Generation in Sublinear Time and Memory", arXiv:2402.06082,
     Alg. 1) on a prefilled cache: the denominator sum_i e^{l_i} from cluster representatives (greedy
     k-center centres of the middle keys, ClusterGen Sec. 4.1) weighted by their cluster sizes (b = log count,
     a = -inf: a representative's value is never used, so it is not stored); the numerator sum_i e^{l_i} v_i
-    from t i.i.d. l2 samples of the middle values (p_i = ||v_i||^2 / sum ||v||^2) with importance weights
-    count_j / (t p_j) (a = log of it, b = -inf). Half the middle's floats each. Claims SG.e2e, SG.*."""
+    from t i.i.d. l2 samples of the middle values (p_i = ||v_i||^2 / sum ||v||^2, float64) with importance weights
+    count_j / (t p_j) (a = log of it, b = -inf). Half the middle's floats each. Runs on K's backend and device
+    (the l2 draws: :func:`_l2_draws`). Claims SG.e2e, SG.*."""
     name = "subgen"
 
     def __init__(self, sink: int = 32, window: int = 32, cluster_share: float = 0.5):
@@ -333,30 +375,32 @@ class SubGenCompressor:
         check_rng(rng)
         if isinstance(self.cluster_share, bool) or not 0 < check_real(self.cluster_share, "cluster_share") < 1:
             raise InputError(f"cluster_share must be in (0, 1), got {self.cluster_share!r}")
-        K, V = np.asarray(K, np.float32), np.asarray(V, np.float32)
+        xp, dev = array_namespace(K, V), _dev(K)
         n, d, left = _split(K, self.sink, self.window, budget_floats)
         lo, hi = self.sink, n - self.window
         n_mid = hi - lo
         k = max(1, min(n_mid, int(left * self.cluster_share) // (d + 1)))
         t = max(1, int(left * (1 - self.cluster_share)) // (2 * d + 1))
         H = K.shape[0]
-        Kc, Vc = np.zeros((H, k + t, d), np.float32), np.zeros((H, k + t, V.shape[-1]), np.float32)
-        a, b = np.full((H, k + t), -np.inf, np.float32), np.full((H, k + t), -np.inf, np.float32)
+        Kc = xp.zeros((H, k + t, d), dtype=xp.float32, device=dev)
+        Vc = xp.zeros((H, k + t, V.shape[-1]), dtype=xp.float32, device=dev)
+        a = xp.full((H, k + t), -math.inf, dtype=xp.float32, device=dev)
+        b = xp.full((H, k + t), -math.inf, dtype=xp.float32, device=dev)
         Km, Vm = K[:, lo:hi], V[:, lo:hi]
         res = greedy_k_center(Km, k)
-        centers, lab = np.asarray(to_numpy(res.centers)), np.asarray(to_numpy(res.assignment)).reshape(H, n_mid)
+        centers, lab = res.centers, xp.reshape(res.assignment, (H, n_mid))
         for h in range(H):
-            counts = np.bincount(lab[h], minlength=k)
-            Kc[h, :k] = Km[h, centers[h]]
-            b[h, :k] = np.log(np.maximum(counts, 1))
-            b[h, :k][counts == 0] = -np.inf
-            p = (Vm[h].astype(np.float64) ** 2).sum(-1)
-            p = p / p.sum() if p.sum() > 0 else np.full(n_mid, 1.0 / n_mid)
-            draws = rng.choice(n_mid, size=t, p=p)
-            uniq, cnt = np.unique(draws, return_counts=True)
-            j = slice(k, k + len(uniq))
-            Kc[h, j], Vc[h, j] = Km[h, uniq], Vm[h, uniq]
-            a[h, j] = np.log(cnt / (t * p[uniq]))
+            counts = _bincount(lab[h], k)
+            Kc[h, :k] = xp.take(Km[h], centers[h], axis=0)
+            logc = xp.log(xp.astype(xp.maximum(counts, xp.ones_like(counts)), xp.float64))
+            b[h, :k] = xp.astype(xp.where(counts == 0, xp.full_like(logc, -math.inf), logc), xp.float32)
+            p = xp.sum(xp.astype(Vm[h], xp.float64) ** 2, axis=-1)
+            total = float(xp.sum(p))
+            p = p / total if total > 0 else xp.full((n_mid,), 1.0 / n_mid, dtype=xp.float64, device=dev)
+            uniq, cnt = _unique_counts(_l2_draws(p, t, rng))
+            j = slice(k, k + int(uniq.shape[0]))
+            Kc[h, j], Vc[h, j] = xp.take(Km[h], uniq, axis=0), xp.take(Vm[h], uniq, axis=0)
+            a[h, j] = xp.astype(xp.log(xp.astype(cnt, xp.float64) / (t * xp.take(p, uniq))), xp.float32)
         mid = CompressedKV(Kc, Vc, a, b)
         return concat_compressed([_exact_part(K, V, 0, lo), mid, _exact_part(K, V, hi, n)])
 
@@ -364,7 +408,8 @@ class SubGenCompressor:
 class SubspaceCompressor:
     """Subspace projection (Subspace-FD-draft draft, falsifier 1 of SUB.lowrank): the middle's keys and values replaced by
     their projections onto their own top-r right singular subspaces (r per head from the float budget:
-    n_mid r coordinates each plus the r x d bases); sink and window exact; a = b = 0."""
+    n_mid r coordinates each plus the r x d bases); sink and window exact; a = b = 0. The Gram matrix and its
+    eigendecomposition in float64, on K's backend and device."""
     name = "subspace"
 
     def __init__(self, sink: int = 32, window: int = 32):
@@ -376,18 +421,19 @@ class SubspaceCompressor:
     def compress(self, K, V, *, budget_floats: int, rng: np.random.Generator | None = None):
         from .token_selection import CompressedKV
         K, V = _check_cache(K, V, self.sink, self.window, budget_floats)
-        K, V = np.asarray(K, np.float32), np.asarray(V, np.float32)
+        xp = array_namespace(K, V)
         n, d, left = _split(K, self.sink, self.window, budget_floats)
         lo, hi = self.sink, n - self.window
         r = self.rank_for(hi - lo, d, left)
 
         def project(X):
-            X = X.astype(np.float64)
-            _, vec = np.linalg.eigh(np.swapaxes(X, -1, -2) @ X)                   # ascending eigenvalues
-            B = vec[..., ::-1][..., :r]                                          # (H, d, r) top-r right singular vectors
-            return (X @ B @ np.swapaxes(B, -1, -2)).astype(np.float32)
-        z = np.zeros((K.shape[0], hi - lo), np.float32)
-        out = concat_compressed([_exact_part(K, V, 0, lo), CompressedKV(project(K[:, lo:hi]), project(V[:, lo:hi]), z, z.copy()),
+            X = xp.astype(X, xp.float64)
+            _, vec = xp.linalg.eigh(xp.matrix_transpose(X) @ X)                  # ascending eigenvalues
+            B = xp.flip(vec, axis=-1)[..., :r]                                   # (H, d, r) top-r right singular vectors
+            return xp.astype(X @ B @ xp.matrix_transpose(B), xp.float32)
+        z = xp.zeros((K.shape[0], hi - lo), dtype=xp.float32, device=_dev(K))
+        out = concat_compressed([_exact_part(K, V, 0, lo),
+                                 CompressedKV(project(K[:, lo:hi]), project(V[:, lo:hi]), z, xp.asarray(z, copy=True)),
                                  _exact_part(K, V, hi, n)])
         out.extra_floats, out.rank, out.projected = 2 * r * d * K.shape[0], r, hi - lo
         return out

@@ -41,6 +41,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
@@ -80,14 +81,15 @@ def _check_fields(obj, ints: tuple = (), choices: dict | None = None) -> None:
 
 @dataclasses.dataclass
 class CompressedKV:
-    """One layer's compressed cache, numpy, per KV head: keys/values (..., m, d), log-weights (..., m).
+    """One layer's compressed cache per KV head: keys/values (..., m, d), log-weights (..., m), all four arrays of
+    one backend on one device (numpy on the harness's host path; the model's torch tensors on its device path).
     ``extra_floats``: floats held besides these arrays (e.g. a subspace basis); ``rank``: the stored
     coordinates per key/value of the ``projected`` tokens (per head) that live in a subspace (the arrays hold
     them back in d dimensions for attention)."""
-    keys: np.ndarray
-    values: np.ndarray
-    log_w_num: np.ndarray
-    log_w_den: np.ndarray
+    keys: Any
+    values: Any
+    log_w_num: Any
+    log_w_den: Any
     extra_floats: int = 0
     rank: int | None = None
     projected: int = 0
@@ -95,13 +97,16 @@ class CompressedKV:
     def __post_init__(self):
         for name, arr in (("keys", self.keys), ("values", self.values), ("log_w_num", self.log_w_num),
                           ("log_w_den", self.log_w_den)):
-            if not isinstance(arr, np.ndarray):
-                raise InputError(f"CompressedKV holds numpy arrays; {name} is {type(arr).__name__}")
+            if not (hasattr(arr, "shape") and hasattr(arr, "dtype") and hasattr(arr, "ndim")) \
+                    or isinstance(arr, np.generic):
+                raise InputError(f"CompressedKV holds arrays (numpy, torch or cupy); {name} is {type(arr).__name__}")
+        xp = namespace(self.keys, self.values, self.log_w_num, self.log_w_den,
+                       names="CompressedKV's keys, values, log_w_num and log_w_den")
         check_array(self.keys, "keys", ndim=tuple(range(2, 8)))
         check_array(self.values, "values", ndim=self.keys.ndim)
         for name in ("log_w_num", "log_w_den"):      # -inf is a flag (that side does not use the token)
             lw = check_array(getattr(self, name), name, ndim=self.keys.ndim - 1, finite=False)
-            if not bool(np.all(np.isfinite(lw) | (lw == -np.inf))):
+            if not bool(xp.all(xp.isfinite(lw) | (lw == -math.inf))):
                 raise InputError(f"{name} contains NaN or +Inf (only -inf, 'not used on this side', is allowed)")
         check_int(self.extra_floats, "extra_floats")
         check_int(self.projected, "projected")
@@ -109,18 +114,20 @@ class CompressedKV:
             check_int(self.rank, "rank", minimum=1, maximum=self.keys.shape[-1])
         if self.keys.shape[:-1] != self.values.shape[:-1] or self.log_w_num.shape != self.keys.shape[:-1] \
                 or self.log_w_den.shape != self.keys.shape[:-1]:
-            raise InputError(f"CompressedKV shapes disagree: K {self.keys.shape}, V {self.values.shape}, "
-                             f"a {self.log_w_num.shape}, b {self.log_w_den.shape}")
+            raise InputError(f"CompressedKV shapes disagree: K {tuple(self.keys.shape)}, V {tuple(self.values.shape)}, "
+                             f"a {tuple(self.log_w_num.shape)}, b {tuple(self.log_w_den.shape)}")
 
     def estimate(self, q, *, scale: float | None = None) -> np.ndarray:
         """Attn_hat(q) for queries q (..., L, d) of any backend (no causal mask: every stored token is visible),
         numpy float64."""
         q = np.asarray(to_numpy(q), dtype=np.float64)
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        lg = q @ np.swapaxes(self.keys.astype(np.float64), -1, -2) * scale
-        ln, ld = lg + self.log_w_num[..., None, :], lg + self.log_w_den[..., None, :]
+        keys, values = to_numpy(self.keys), to_numpy(self.values)
+        a, b = to_numpy(self.log_w_num), to_numpy(self.log_w_den)
+        lg = q @ np.swapaxes(keys.astype(np.float64), -1, -2) * scale
+        ln, ld = lg + a[..., None, :], lg + b[..., None, :]
         mn, md = ln.max(-1, keepdims=True), ld.max(-1, keepdims=True)
-        num = np.exp(ln - mn) @ self.values.astype(np.float64)
+        num = np.exp(ln - mn) @ values.astype(np.float64)
         den = np.exp(ld - md).sum(-1, keepdims=True)
         return num / den * np.exp(mn - md)
 
@@ -135,10 +142,11 @@ def memory_floats(c: CompressedKV) -> int:
     the numerator, and the log-weights: none for exact tokens (a = b = 0: the first/last windows, positional),
     per head and side one float when the weights are constant (uniform sampling, BalanceKV's 2^T), else one per
     token; a side of -inf is a flag, not a float; a = b is stored once. Subspace methods store ``rank``
-    coordinates per projected key/value plus ``extra_floats`` (their bases)."""
+    coordinates per projected key/value plus ``extra_floats`` (their bases). Reads the log-weights on the host
+    (a copy of a device cache's weights: accounting, not part of compressing)."""
     if not isinstance(c, CompressedKV):
         raise InputError(f"memory_floats takes a CompressedKV, got {type(c).__name__}")
-    a, b = c.log_w_num, c.log_w_den
+    a, b = to_numpy(c.log_w_num), to_numpy(c.log_w_den)
     fa, fb = np.isfinite(a), np.isfinite(b)
     used = fa | fb
     width = c.keys.shape[-1]
@@ -159,30 +167,49 @@ def memory_floats(c: CompressedKV) -> int:
     return floats + int(c.extra_floats)
 
 
+def _on_backend_of(x, ref):
+    """``x`` (an array or a number) as an array of ``ref``'s backend and device: numpy moves with ``like`` (host to
+    device), an array of another backend comes back with ``to_numpy`` when ``ref`` is numpy."""
+    if not hasattr(x, "shape"):
+        x = np.asarray(x)
+    if isinstance(ref, np.ndarray):
+        return np.asarray(to_numpy(x))
+    if isinstance(x, np.ndarray):
+        return like(x, ref)
+    xp = array_namespace(ref)
+    return x if _dev(x) == _dev(ref) else xp.asarray(x, device=_dev(ref))
+
+
 def gather_selection(K, V, indices, log_weights) -> CompressedKV:
-    """The contract's form of a selection ``(indices, log_weights)``: a = b = the log-weights.
+    """The contract's form of a selection ``(indices, log_weights)``: a = b = the log-weights, float32, on K's
+    backend and device (the host path gathers numpy, the device path torch tensors where they are).
 
     K (..., n, d), V (..., n, s); indices (..., m) (or (m,) shared by the heads) integers in [0, n);
     log_weights finite, broadcastable to the indices' shape."""
     _check_kv(K, V)
+    xp = array_namespace(K, V)
     n = K.shape[-2]
     lead = tuple(K.shape[:-2])
-    idx = to_numpy(check_indices(indices, "indices", lead=lead, n=n, allow_empty=True))
-    idx = np.broadcast_to(idx.astype(np.int64), lead + idx.shape[-1:])
+    if not hasattr(indices, "shape"):
+        raise InputError(f"indices must be an integer array, got {type(indices).__name__}")
+    idx = _on_backend_of(check_indices(indices, "indices", lead=lead, n=n, allow_empty=True), K)
+    idx = xp.broadcast_to(xp.astype(idx, xp.int64), lead + tuple(idx.shape[-1:]))
     if not hasattr(log_weights, "shape") and not isinstance(log_weights, (int, float, np.number)) \
             or isinstance(log_weights, (bool, np.bool_)):
         raise InputError(f"log_weights must be a float array or number, got {type(log_weights).__name__}")
-    lw_in = np.asarray(to_numpy(log_weights))
-    if lw_in.dtype.kind not in "iuf" or not np.all(np.isfinite(lw_in)):
+    lw_in = _on_backend_of(log_weights, K)
+    if not xp.isdtype(lw_in.dtype, ("integral", "real floating")) or not bool(xp.all(xp.isfinite(lw_in))):
         raise InputError(f"log_weights must be finite real numbers (dtype {lw_in.dtype})")
     try:
-        lw = np.array(np.broadcast_to(lw_in, idx.shape), dtype=np.float32)
-    except ValueError as e:
-        raise InputError(f"log_weights of shape {lw_in.shape} do not broadcast to the indices' {idx.shape}") from e
-    K, V = to_numpy(K), to_numpy(V)
-    Ks = np.take_along_axis(K, idx[..., None], axis=-2)
-    Vs = np.take_along_axis(V, idx[..., None], axis=-2)
-    return CompressedKV(Ks, Vs, lw, lw.copy())
+        lw = xp.astype(xp.broadcast_to(lw_in, tuple(idx.shape)), xp.float32, copy=True)
+    except (ValueError, RuntimeError) as e:
+        raise InputError(f"log_weights of shape {tuple(lw_in.shape)} do not broadcast to the indices' "
+                         f"{tuple(idx.shape)}") from e
+    if not isinstance(lw, np.ndarray):
+        lw = xp.asarray(lw, copy=True)                   # a broadcast view made contiguous
+    Ks = xp.take_along_axis(K, idx[..., None], axis=-2)
+    Vs = xp.take_along_axis(V, idx[..., None], axis=-2)
+    return CompressedKV(Ks, Vs, lw, xp.asarray(lw, copy=True))
 
 
 class TokenSelector(abc.ABC):

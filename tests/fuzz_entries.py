@@ -677,6 +677,8 @@ def _gather_arrays(rng, cls):
 
 
 def _check_gather(out, K, V, indices, log_weights):
+    K, V, indices, log_weights = (np.asarray(as_numpy(x)) for x in (K, V, indices, log_weights))
+    out = ts.CompressedKV(*(np.asarray(as_numpy(x)) for x in (out.keys, out.values, out.log_w_num, out.log_w_den)))
     indices = np.broadcast_to(indices, K.shape[:1] + indices.shape[-1:])
     log_weights = np.broadcast_to(log_weights, indices.shape)
     for h in range(K.shape[0]):
@@ -712,14 +714,17 @@ def _compressor_e2e_call(cls_):
 
 
 def _ckv_nonfinite_ok(out, **kw):
-    """SubGen's representatives / samples flag the unused side with log-weight -inf (documented)."""
-    return bool(np.all(np.isfinite(out.keys)) and np.all(np.isfinite(out.values))
-                and np.all(np.isfinite(out.log_w_num) | (out.log_w_num == -np.inf))
-                and np.all(np.isfinite(out.log_w_den) | (out.log_w_den == -np.inf)))
+    """SubGen's representatives / samples flag the unused side with log-weight -inf (documented). The cache lives
+    on the input's backend (torch in, torch out): compared on the host."""
+    keys, values, a, b = (np.asarray(as_numpy(x)) for x in (out.keys, out.values, out.log_w_num, out.log_w_den))
+    return bool(np.all(np.isfinite(keys)) and np.all(np.isfinite(values))
+                and np.all(np.isfinite(a) | (a == -np.inf)) and np.all(np.isfinite(b) | (b == -np.inf)))
 
 
 def _check_e2e_compressor(out, K, V, sink, window, budget_floats, rng):
     n = K.shape[1]
+    K, out = np.asarray(as_numpy(K)), ts.CompressedKV(*(np.asarray(as_numpy(x)) for x in (
+        out.keys, out.values, out.log_w_num, out.log_w_den)))
     if not (np.array_equal(out.keys[:, :sink], K[:, :sink].astype(np.float32))
             and np.array_equal(out.keys[:, out.keys.shape[1] - window:], K[:, n - window:].astype(np.float32))):
         return "sink/window keys not kept exactly"

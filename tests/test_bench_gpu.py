@@ -56,8 +56,9 @@ def test_released_walk_halves_and_keeps_distinct_tokens():
 
 
 def test_bench_gpu_e2e_quick_cpu(tmp_path):
-    """The e2e section at n = 256 on CPU: every method timed against the exact prefill of the same run (or a
-    row with its reason), equal memory, the numpy methods labelled as running on CPU."""
+    """The e2e section at n = 256 on CPU: every method timed on the host path and the device path against the exact
+    prefill of the same run (or a row with its reason), equal memory, each row saying where it ran; the two paths
+    agree on the next token's log-likelihood (the k-center methods up to float32 ties, see test_e2e_device.py)."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from kvbounds.e2e.checks import hf_missing
@@ -65,17 +66,25 @@ def test_bench_gpu_e2e_quick_cpu(tmp_path):
         pytest.skip(hf_missing())
     e2e = _run(tmp_path, "e2e")["e2e"]
     assert e2e["n"] == 256 and e2e["prefill_s"] > 0 and e2e["decode_exact_s"] > 0
-    rows = {r["method"]: r for r in e2e["rows"]}
-    assert {"balancekv", "balancekv_released", "uniform", "subgen", "subspace"} <= set(rows)
-    for m, r in rows.items():
+    rows = {(r["method"], r["path"]): r for r in e2e["rows"]}
+    ours = {"balancekv", "balancekv_released", "uniform", "subgen", "subspace", "streaming_llm", "kcenter"}
+    assert {(m, p) for m in ours for p in ("host", "device")} <= set(rows)
+    for (m, p), r in rows.items():
         if m.startswith("kvpress:"):
-            assert r["where"].startswith("runs on cpu: torch press")
+            assert r["where"].startswith("runs on cpu: torch press on the device")
             if r["error"]:
                 assert r["error"].startswith("skipped: kvpress not installed")
                 continue
+        elif p == "host":
+            assert r["where"].startswith("runs on CPU: host: numpy") and r["runs_on"] == "host"
         else:
-            assert r["where"].startswith("runs on CPU: numpy path")
+            assert r["where"].startswith("runs on cpu: device: torch") and r["runs_on"] == "device"
         assert not r["error"], r
         assert r["ratio_to_prefill"] > 0 and r["prefill_plus_compress_ratio"] == pytest.approx(1 + r["ratio_to_prefill"])
-        assert r["memory_fraction"] <= e2e["budget"] + 1e-9 and r["decode_ratio_to_exact"] > 0
-        assert math.isfinite(r["next_token_ll"])
+        assert r["memory_fraction"] <= e2e["budget"] + 1e-9 and math.isfinite(r["next_token_ll"])
+        if p == "host":
+            assert r["decode_ratio_to_exact"] > 0
+        else:
+            assert r["speedup_vs_host"] > 0
+            if m not in ("kcenter", "kcenter_sized", "subgen"):
+                assert r["ll_diff_vs_host"] < 1e-4, r

@@ -117,7 +117,7 @@ def test_backend_agreement(backend):
 
 
 def test_backend_compress_estimate_and_device(backend):
-    """Selections on the backend stay on K's device; the contract's numpy form (compress) and the estimator agree
+    """Selections on the backend stay on K's device, and so does their contract form (compress); both and the estimator agree
     with numpy's within the dtype's tolerance."""
     from backend_helpers import assert_close, assert_on_device_of
     Q, K, V = _qkv(6, (2,), 48)
@@ -132,9 +132,9 @@ def test_backend_compress_estimate_and_device(backend):
         assert_close(out, estimate(Q[:, -1], K, V, ref_idx, ref_lw))
         got = make_selector(name, **kw).compress(Kb, Vb, budget=16, rng=np.random.default_rng(3), Q=Qb)
         ref = make_selector(name, **kw).compress(K, V, budget=16, rng=np.random.default_rng(3), Q=Q)
-        for field in ("keys", "values", "log_w_num", "log_w_den"):
-            assert isinstance(getattr(got, field), np.ndarray)
-            np.testing.assert_allclose(getattr(got, field), getattr(ref, field), rtol=1e-7)
+        for field in ("keys", "values", "log_w_num", "log_w_den"):     # the contract's arrays stay on K's device
+            assert_on_device_of(getattr(got, field), Kb)
+            np.testing.assert_allclose(to_numpy(getattr(got, field)), getattr(ref, field), rtol=1e-7)
         np.testing.assert_allclose(got.estimate(Qb[:, -2:]), ref.estimate(Q[:, -2:]), rtol=1e-6)   # q of any backend
     idx, lw = make_selector("uniform", sink=2, window=4).select(Kb[0], Vb[0], budget=16, rng=np.random.default_rng(3))
     ref = relative_error(Q[0, -3:], K[0], V[0], *make_selector("uniform", sink=2, window=4).select(

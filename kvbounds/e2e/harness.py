@@ -80,13 +80,20 @@ def score_tail(lm, n: int, layers, tail: np.ndarray, targets: np.ndarray) -> tup
 
 
 def _to_layers(lm, compressed):
+    """Per layer (K', V', a, b) torch on the model's device in the model's dtype (a, b float32; None when every
+    weight is 0, i.e. plain attention), from :class:`CompressedKV` of numpy arrays (copied to the device) or of
+    torch tensors (``compress_all(where="device")``: already there, so nothing moves unless the dtype differs)."""
     import torch
     dev = lm.device
     dt = next(lm.model.parameters()).dtype
     out = []
     for c in compressed:
-        t = lambda a, dtype=dt: torch.as_tensor(np.ascontiguousarray(a), device=dev).to(dtype)[None]
-        weighted = not (np.all(c.log_w_num == 0) and np.all(c.log_w_den == 0))
+        if isinstance(c.keys, torch.Tensor):
+            t = lambda a, dtype=dt: a.to(device=dev, dtype=dtype)[None]
+            weighted = not bool(((c.log_w_num == 0).all() & (c.log_w_den == 0).all()).item())
+        else:
+            t = lambda a, dtype=dt: torch.as_tensor(np.ascontiguousarray(a), device=dev).to(dtype)[None]
+            weighted = not (np.all(c.log_w_num == 0) and np.all(c.log_w_den == 0))
         out.append((t(c.keys), t(c.values), t(c.log_w_num, torch.float32) if weighted else None,
                     t(c.log_w_den, torch.float32) if weighted else None))
     return out
@@ -105,9 +112,10 @@ def _now(lm) -> float:
 
 
 def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, window: int = 32,
-             state: Prefill | None = None) -> list[dict]:
+             state: Prefill | None = None, where: str = "host") -> list[dict]:
     """Every (method, budget) on one task instance, sharing one exact prefill. A method that fails (or whose
-    package is missing) gives a row with ``error`` set instead of scores."""
+    package is missing) gives a row with ``error`` set instead of scores. ``where``: compress on the host (numpy,
+    the checks' records) or on the model's device (:func:`kvbounds.e2e.methods.compress_all`)."""
     state = state or prefill(lm, task.context, capture_inputs=any(m.startswith("kvpress:") for m in methods))
     exact_floats = lm.n_layers * lm.n_kv_heads * state.n * 2 * lm.head_dim
     t0 = _now(lm)
@@ -126,7 +134,8 @@ def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, windo
             rng = np.random.default_rng([seed, mi, int(round(budget * 1e6))])
             try:
                 t0 = _now(lm)
-                comp = M.compress_all(method, lm, state, float(budget), rng, sink=sink, window=window, seed=seed)
+                comp = M.compress_all(method, lm, state, float(budget), rng, sink=sink, window=window, seed=seed,
+                                      where=where)
                 t1 = _now(lm)
                 ll, hit = score_tail(lm, state.n, _to_layers(lm, comp), task.tail, task.targets)
                 t2 = _now(lm)

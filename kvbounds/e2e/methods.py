@@ -27,6 +27,7 @@ from kvbounds.algorithms import compressor_adapters as ca
 from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.algorithms.validation import InputError
+from kvbounds.gpu.backend import array_namespace
 
 from .method_names import CONTROLS, DEFAULT_METHODS, KVPRESS, OURS, PRESSES  # noqa: F401 (re-exported)
 
@@ -65,7 +66,8 @@ def balance_budgets(n: int, window: int, levels=(3, 2)) -> list[float]:
 
 def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: np.random.Generator, *,
                   sink: int, window: int, block_size: int = 64) -> ts.CompressedKV:
-    """One layer, K/V (Hkv, n, d) numpy float32, ``floats`` per KV head."""
+    """One layer, K/V (Hkv, n, d) float32 (numpy on the host path; torch on the model's device on the device
+    path, see :func:`compress_all`), ``floats`` per KV head; the result lives where K does."""
     n, d = K.shape[-2], K.shape[-1]
     if method == "streaming_llm":
         return ts.StreamingLLM(sink=sink).compress(K, V, budget=floats // (2 * d))
@@ -87,7 +89,11 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
         # SmolLM2's keys overflow the released kernel in float32 from n ~ 1024 on: those levels run in float64
         idx, a, b = fn(K, V, sink=sink, window=window, levels=T, block_size=block_size, rng=rng, overflow="float64")
         c = ts.gather_selection(K, V, idx, a)
-        c.log_w_den = np.array(np.broadcast_to(np.asarray(b, np.float32), c.log_w_num.shape))
+        if isinstance(K, np.ndarray):
+            c.log_w_den = np.array(np.broadcast_to(np.asarray(b, np.float32), c.log_w_num.shape))
+        else:
+            xp = array_namespace(K)
+            c.log_w_den = xp.asarray(xp.broadcast_to(xp.astype(b, xp.float32), c.log_w_num.shape), copy=True)
         return c
     if method == "subgen":
         return ca.SubGenCompressor(sink=sink, window=window).compress(K, V, budget_floats=floats, rng=rng)
@@ -108,8 +114,10 @@ def make_press(method: str, budget: float, seed: int):
     return cls(**kw)
 
 
-def compress_kvpress(method: str, lm, state, budget: float, seed: int) -> list[ts.CompressedKV]:
-    """Run a kvpress press's ``compress`` on every layer of the shared prefill ``state``."""
+def compress_kvpress(method: str, lm, state, budget: float, seed: int, *,
+                     keep_on_device: bool = False) -> list[ts.CompressedKV]:
+    """Run a kvpress press's ``compress`` on every layer of the shared prefill ``state``; its output copied to the
+    host as numpy, or with ``keep_on_device`` kept as float32 tensors where the press left them."""
     import torch
     press = make_press(method, budget, seed)
     model = lm.model
@@ -122,17 +130,71 @@ def compress_kvpress(method: str, lm, state, budget: float, seed: int) -> list[t
             module.rotary_emb = inner.rotary_emb
             kw = dict(state.attn_kwargs[l])
             k, v = press.compress(module, kw["hidden_states"], state.keys[l], state.values[l], None, kw)
+            if keep_on_device:
+                k, v = k[0].float(), v[0].float()
+                z = torch.zeros(k.shape[:-1], dtype=torch.float32, device=k.device)
+                out.append(ts.CompressedKV(k, v, z, z.clone()))
+                continue
             k, v = k[0].float().cpu().numpy(), v[0].float().cpu().numpy()
             z = np.zeros(k.shape[:-1], np.float32)
             out.append(ts.CompressedKV(k, v, z, z.copy()))
     return out
 
 
-def compress_all(method: str, lm, state, budget: float, rng: np.random.Generator, *, sink: int, window: int,
-                 seed: int = 0) -> list[ts.CompressedKV]:
+WHERE = ("host", "device")
+# Methods of ours that cannot run on torch tensors, with the reason: compress_all(where="device") gives them the
+# host path. Empty: every method of ours runs on torch tensors (tests/test_e2e_device.py tries each on torch:cpu).
+HOST_ONLY: dict[str, str] = {}
+# Device-path methods that still read a few small arrays on the host inside modules the harness does not own (no
+# copy of K or V; at most one integer per token and head). Everything else stays on the device.
+DEVICE_HOST_COPIES: dict[str, str] = {
+    "balancekv": "the walk's FAIL flags, one bool per head and level (block_walk.panel_walk)",
+    "kcenter": "greedy k-center's radii and cluster labels (kcenter.greedy_k_center, recent_plus_centers)",
+    "kcenter_sized": "greedy k-center's radii and cluster labels (kcenter.greedy_k_center, recent_plus_centers)",
+    "subgen": "greedy k-center's radii (kcenter.greedy_k_center)",
+}
+
+
+def runs_on(method: str, where: str = "host") -> str:
+    """Where :func:`compress_all` runs ``method``: "host" (numpy float32 copies of K, V) or "device" (torch
+    tensors on the model's device); kvpress presses always run their torch ``compress`` on the device."""
+    if where not in WHERE:
+        raise InputError(f"where must be one of {WHERE}, got {where!r}")
     if method.startswith("kvpress:"):
-        return compress_kvpress(method, lm, state, budget, seed)
+        return "device"
+    return "host" if where == "host" or method in HOST_ONLY else "device"
+
+
+def path_note(method: str, where: str = "host") -> str:
+    """One line saying where ``method`` ran under ``where`` and what crossed to the host (for benchmark rows)."""
+    path = runs_on(method, where)
+    if method.startswith("kvpress:"):
+        return "torch press on the device; " + ("output kept there" if where == "device" else
+                                                 "output copied to the host (numpy) and back")
+    if path == "host":
+        why = f" ({HOST_ONLY[method]})" if where == "device" and method in HOST_ONLY else ""
+        return f"host: numpy float32 copies of K, V{why}"
+    extra = DEVICE_HOST_COPIES.get(method)
+    return "device: torch float32 K, V, cache kept there" + (f"; host reads: {extra}" if extra else "")
+
+
+def compress_all(method: str, lm, state, budget: float, rng: np.random.Generator, *, sink: int, window: int,
+                 seed: int = 0, where: str = "host") -> list[ts.CompressedKV]:
+    """Every layer of the prefill ``state`` compressed by ``method`` at ``budget``, one :class:`CompressedKV` per layer.
+
+    ``where="host"`` (the records of BKV.e2e / SG.e2e): each layer's K, V copied to the host as float32 numpy and
+    the compressed cache held in numpy. ``where="device"``: K, V passed as float32 torch tensors on the model's
+    device and the compressed cache kept there (``harness._to_layers`` then moves nothing); methods in
+    :data:`HOST_ONLY` keep the host path (:func:`runs_on` says which ran). The random draws come from ``rng`` on
+    both paths, so a seed selects the same tokens."""
+    path = runs_on(method, where)
+    if method.startswith("kvpress:"):
+        return compress_kvpress(method, lm, state, budget, seed, keep_on_device=where == "device")
     d = state.keys[0].shape[-1]
     floats = int(math.floor(budget * state.n * 2 * d))
-    return [compress_ours(method, state.keys[l][0].float().cpu().numpy(), state.values[l][0].float().cpu().numpy(),
-                          floats, rng, sink=sink, window=window) for l in range(len(state.keys))]
+    if path == "device":
+        layer = lambda X: X[0].float()
+    else:
+        layer = lambda X: X[0].float().cpu().numpy()
+    return [compress_ours(method, layer(state.keys[l]), layer(state.values[l]), floats, rng, sink=sink,
+                          window=window) for l in range(len(state.keys))]
