@@ -56,14 +56,15 @@ def claim_trials(profile: str, tasks: dict, smoke_methods: tuple) -> list[dict]:
 
 
 def profile_grid(profile: str, tasks: dict, *, methods=M.DEFAULT_METHODS, budgets=(0.25, 0.5), sink: int = 32,
-                 window: int = 32, model: str = "smollm2", device: str = "cpu") -> list[dict]:
-    """``tasks``: kind -> (n, count[, cont]) for this profile."""
+                 window: int = 32, model: str = "smollm2", device: str = "cpu", where: str = "host") -> list[dict]:
+    """``tasks``: kind -> (n, count[, cont]) for this profile; ``where``: see :func:`kvbounds.e2e.methods.compress_all`
+    (a param only when not "host", so the checks' trial keys do not change)."""
     out = []
     for kind, spec in tasks.items():
         n, count = spec[0], spec[1]
         for i in range(count):
             p = dict(task=kind, n=n, index=i, methods=list(methods), budgets=[float(b) for b in budgets], sink=sink,
-                     window=window, model=model, device=device)
+                     window=window, model=model, device=device, **({} if where == "host" else {"where": where}))
             if kind == "ppl":
                 p["cont"] = spec[2] if len(spec) > 2 else 64
             out.append(p)
@@ -101,7 +102,7 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Rec
         lm = _model(params.get("model", "smollm2"), params.get("device", "cpu"))
         task = make_task(lm, params)
         rows = run_cell(lm, task, params["methods"], params["budgets"], seed=seed % (2**31),
-                        sink=int(params["sink"]), window=int(params["window"]))
+                        sink=int(params["sink"]), window=int(params["window"]), where=params.get("where", "host"))
     finally:
         torch.set_num_threads(threads)
     exact = rows[0]

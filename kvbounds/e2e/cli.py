@@ -1,6 +1,6 @@
 """``kvbounds e2e``: the end-to-end harness on any Llama-family model, writing resumable records like ``check``.
 
-    kvbounds e2e [--model smollm2|PATH_OR_HF_ID] [--device cpu|cuda] [--methods ...] [--budgets ...]
+    kvbounds e2e [--model smollm2|PATH_OR_HF_ID] [--device cpu|cuda] [--where host|device] [--methods ...] [--budgets ...]
                  [--tasks ppl passkey lines] [--n 512] [--instances 3] [--out DIR]
 
 Trials are those of the checks ``BKV.e2e`` (ppl, passkey) and ``SG.e2e`` (lines) with the given model, device,
@@ -17,6 +17,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("e2e", help="end-to-end: every compressor inside a real model (perplexity, passkey, lines)")
     p.add_argument("--model", default="smollm2", help="smollm2 (offline GGUF) or a local path / cached HF id")
     p.add_argument("--device", default="cpu", help="cpu | cuda")
+    p.add_argument("--where", default="host", choices=["host", "device"],
+                   help="where our methods compress: host (numpy, float32 copies; the checks' default) or device "
+                        "(torch tensors on --device, the cache stays there)")
     p.add_argument("--methods", nargs="+", default=list(M.DEFAULT_METHODS),
                    help=f"ours: {' '.join(M.OURS)}; kvpress: {' '.join(M.KVPRESS)}")
     p.add_argument("--budgets", nargs="+", type=float, default=None,
@@ -48,7 +51,7 @@ def run(args) -> int:
         spec = {k: ((args.n, args.instances, 64) if k == "ppl" else (args.n, args.instances)) for k in kinds
                 if k in args.tasks}
         for p in profile_grid("custom", spec, methods=args.methods, budgets=args.budgets, sink=args.window,
-                              window=args.window, model=args.model, device=args.device):
+                              window=args.window, model=args.model, device=args.device, where=args.where):
             trials.append(Trial(claim, p, args.seed, "torch:" + args.device))
     todo = [t for t in trials if t.key not in done]
     print(f"kvbounds e2e: {len(trials)} trial(s), {len(trials) - len(todo)} already in {args.out}", file=sys.stderr)
@@ -64,7 +67,7 @@ def run(args) -> int:
         ci = f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}]" if r["ci_low"] is not None else ""
         print(f"{r['method']:28s} {r['budget']:6.3g} {r['memory_floats']:9d}  {r['metric']:44s} {r['value']:9.4g}  "
               f"{ci:17s} {r['n']}  {r['note']}")
-    print("\nCPU seconds per method per window (compress, score):")
+    print("\nseconds per method per window (compress, score; CPU seconds on a CPU, wall seconds on a GPU):")
     for t in timing_rows(recs):
         print(f"  {t['method']:28s} n={t['n']:<5d} compress {t['compress_s']:.3f}  score {t['score_s']:.3f}  "
               f"(prefill {t['prefill_s']:.2f}, shared)")
