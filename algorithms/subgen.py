@@ -122,6 +122,9 @@ class SubGen(QueryStreamAttn, _DeviceStream):
     (:mod:`kvbounds.algorithms.subgen_device`): same results, no host read per token."""
 
     fast = True          # False: the generic array-API path everywhere (the reference the tests compare with)
+    # torch/cupy: the state on the device, no host read per token (subgen_device); False: the host path (six
+    # reads and copies per token, about a fifth of the operations), e.g. to time both on a GPU
+    device_resident = True
 
     def __init__(self, d: int, *, delta: float, s: int, t: int, seed: Any = 0, scaled: bool = False,
                  replicas: int | None = None, reservoir_norm: str = "value", track: bool = False):
@@ -144,6 +147,7 @@ class SubGen(QueryStreamAttn, _DeviceStream):
         self._owns_rng = isinstance(seed, (int, np.integer))          # a Generator of our own: drawn ahead freely
         self._on_device = False
         self._flags = None        # device mode: check failures accumulated during a batched call
+        self._prechecked = False  # device mode, batched call: no squared norm can overflow (checked up front)
         self.track = bool(track)
         self.n = 0            # tokens seen
         self.mu = 0.0         # line 6: sum of ||v||^2 (of ||k||^2 for reservoir_norm="key")
@@ -165,7 +169,8 @@ class SubGen(QueryStreamAttn, _DeviceStream):
         self._xp, self._atype = xp, type(k)
         self._is_numpy = isinstance(k, np.ndarray)
         dev, R, cap = _dev(k), self.R, 8
-        if not self._is_numpy and type(self._coins) is _GeneratorCoins and 64 * R * self.t * self.d <= 2**22:
+        if not self._is_numpy and self.device_resident and type(self._coins) is _GeneratorCoins \
+                and 64 * R * self.t * self.d <= 2**22:
             cap = 64          # on a device, m' is read when the buffer may be full: a larger first buffer, fewer reads
         self.dv = int(v.shape[0])
         self._X = xp.zeros((cap, self.d), dtype=k.dtype, device=dev)
@@ -178,7 +183,7 @@ class SubGen(QueryStreamAttn, _DeviceStream):
         self._Mv = xp.zeros((R, self.s, self.dv), dtype=k.dtype, device=dev)
         self._Mlogw = xp.zeros((R, self.s), dtype=k.dtype, device=dev)   # log of the slot's ||v||^2 (+inf for 0)
         self._Midx = xp.zeros((R, self.s), dtype=xp.int64, device=dev)
-        self._on_device = not self._is_numpy and type(self._coins) is _GeneratorCoins
+        self._on_device = not self._is_numpy and self.device_resident and type(self._coins) is _GeneratorCoins
         if self._on_device:
             self._device_allocate(xp, k)
 
@@ -214,6 +219,7 @@ class SubGen(QueryStreamAttn, _DeviceStream):
         self._logc = double(self._logc)
         if self._on_device:
             self._counts, self._rep_index = double(self._counts), double(self._rep_index)
+            self._rows = xp.arange(self._X.shape[0], device=_dev(self._X))
             return
         self._counts = np.concatenate([self._counts, np.zeros(cap, dtype=np.int64)])
         self._rep_index = np.concatenate([self._rep_index, np.zeros(cap, dtype=np.int64)])
@@ -246,7 +252,7 @@ class SubGen(QueryStreamAttn, _DeviceStream):
             self._settle_coins()
 
     def _device_capable(self, k) -> bool:
-        return self._on_device or (self._X is None and not isinstance(k, np.ndarray)
+        return self._on_device or (self._X is None and not isinstance(k, np.ndarray) and self.device_resident
                                    and type(self._coins) is _GeneratorCoins)
 
     def _update(self, k, v, *, batched: bool) -> None:
@@ -322,39 +328,35 @@ class SubGen(QueryStreamAttn, _DeviceStream):
 
     def update_many(self, K, V) -> None:
         """update() for every row of K (n, d), V (n, dv)."""
-        check_array(K, "K", ndim=2, last_dim=self.d)
-        check_array(V, "V", ndim=2)
+        check_array(K, "K", ndim=2, last_dim=self.d, finite=False)
+        check_array(V, "V", ndim=2, finite=False)
         if K.shape[0] != V.shape[0]:
             raise InputError(f"K and V must have the same number of rows, got {K.shape[0]} and {V.shape[0]}")
         if not K.shape[0] or not self._device_capable(K):
+            check_array(K, "K", ndim=2)
+            check_array(V, "V", ndim=2)
             for j in range(K.shape[0]):
                 self.update(K[j], V[j])
             return
-        for j in range(K.shape[0]):                   # on the device: the checks read once for the whole call
-            self._update(K[j], V[j], batched=True)
-        self._raise_flags()
-        self._settle_coins()
+        self._batch(K, V, None)
 
     def stream(self, K, V, Q):
         """Run Alg. 1 over a whole stream: update with (k_j, v_j), then z_j = query(q_j); returns (n, ...)."""
-        check_array(K, "K", ndim=2, last_dim=self.d, min_rows=1)
-        check_array(V, "V", ndim=2, min_rows=1)
-        check_array(Q, "Q", ndim=2, last_dim=self.d)
+        check_array(K, "K", ndim=2, last_dim=self.d, min_rows=1, finite=False)
+        check_array(V, "V", ndim=2, min_rows=1, finite=False)
+        check_array(Q, "Q", ndim=2, last_dim=self.d, finite=False)
         if not Q.shape[0] == K.shape[0] == V.shape[0]:
             raise InputError(f"Q, K and V must have the same number of rows, got {Q.shape[0]}, {K.shape[0]} and {V.shape[0]}")
         xp = namespace(K, V, Q, names="K, V and Q")
         out = []
         if not self._device_capable(K):
+            for name, X in (("K", K), ("V", V), ("Q", Q)):
+                check_array(X, name, ndim=2)
             for j in range(K.shape[0]):
                 self.update(K[j], V[j])
                 out.append(self.query(Q[j]))
             return xp.stack(out, axis=0)
-        for j in range(K.shape[0]):                   # on the device: one read per token, m' for the query's sums
-            self._update(K[j], V[j], batched=True)
-            out.append(self._device_query(Q[j], deferred=True))
-        self._raise_flags()
-        self._settle_coins()
-        return xp.stack(out, axis=0)
+        return xp.stack(self._batch(K, V, Q), axis=0)  # on the device: one read per token, m' for the query's sums
 
     # ------------------------------------------------------------------------------ inspection
     def num_clusters(self) -> int:

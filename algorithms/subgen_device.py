@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
-from kvbounds.gpu.backend import device as _dev, to_numpy
+from kvbounds.gpu.backend import array_namespace, device as _dev, to_numpy
 
 from .host_values import _host_floats
 from .validation import InputError
@@ -49,6 +48,9 @@ class _DeviceStream:
         self._off_bound = 0                                        # upper bound of _u_off known on the host
         self._drawn, self._rng_saved = 0, None                     # for rewinding a caller's Generator
         self._per_token = R * (self.t + self.s)
+        self._coins_t = xp.arange(R * self.t, device=dev)            # a token's cluster coins, from its offset
+        self._coins_s = xp.arange(R * self.s, device=dev)            # and its matrix coins
+        self._rows = xp.arange(cap, device=dev)
         self._mu_host = 0.0                                        # mu on the host, None when it changed since
 
     # -- host reads ---------------------------------------------------------------------------------------
@@ -117,17 +119,41 @@ class _DeviceStream:
             if bad:
                 raise InputError(_MESSAGES[name].format(dtype=self._X.dtype))
 
+    def _batch(self, K, V, Q):
+        """update_many / stream on the device: the checks of the whole call in one read up front (finite entries;
+        squared norms that cannot overflow, else flagged per token and read at the end), no read per token
+        except m' for each query."""
+        xp = self._xp or array_namespace(K)
+        arrays = [("K", K), ("V", V)] + ([("Q", Q)] if Q is not None else [])
+        vals = _host_floats(xp, *(xp.all(xp.isfinite(X)) for _, X in arrays), xp.max(xp.abs(K)), xp.max(xp.abs(V)))
+        for (name, _), ok in zip(arrays, vals):
+            if not ok:
+                raise InputError(f"{name} contains NaN or Inf")
+        limit = float(xp.finfo(K.dtype).max) / 4
+        amax_k, amax_v = vals[len(arrays):]
+        self._prechecked = amax_k * amax_k * K.shape[1] < limit and amax_v * amax_v * V.shape[1] < limit
+        out = []
+        try:
+            for j in range(K.shape[0]):
+                self._update(K[j], V[j], batched=True)
+                if Q is not None:
+                    out.append(self._device_query(Q[j], deferred=True))
+        finally:
+            self._prechecked = False
+        self._raise_flags()
+        self._settle_coins()
+        return out
+
     # -- update ---------------------------------------------------------------------------------------------
     def _device_update(self, xp, k, v, *, batched: bool) -> None:
         """Alg. 1 lines 4-6 for one token on the device."""
         k2, v2 = k @ k, v @ v
-        if batched:                 # entries were checked finite by the caller; only the squares may overflow
-            self._flag("k", ~xp.isfinite(k2))
-            self._flag("v", ~xp.isfinite(v2))
-        else:
+        if not batched:
             for name, x2 in zip(("k", "v"), _host_floats(xp, k2, v2)):
                 if not math.isfinite(x2):
                     raise InputError(f"{name} contains NaN or Inf (or its squared norm overflows {k.dtype})")
+        elif not self._prechecked:  # entries were checked finite by the caller; only the squares may overflow
+            self._flag("kv", ~(k2 + v2 < math.inf))
         if self._X is None:
             self._allocate(k, v)
         self._prepare_token()
@@ -141,49 +167,51 @@ class _DeviceStream:
         self._off_bound += self._per_token
 
     def _device_normalizer(self, xp, k) -> None:
-        """UpdateSoftmaxNormalizer (lines 11-23), both branches of line 13 written with xp.where."""
-        j, R, t, dev = self.n, self.R, self.t, _dev(self._X)
-        cap = self._X.shape[0]
+        """UpdateSoftmaxNormalizer (lines 11-23). Both branches of line 13 are written: the join at row i* with
+        masks that are all False when the token does not join, then the new cluster at row m', which is free
+        (beyond the live clusters) when the token joins, so writing it then is harmless."""
+        j, R, t, m, dt = self.n, self.R, self.t, self._m_dev, self._X.dtype
         dist = xp.linalg.vector_norm(self._X - k, axis=-1)                  # line 12, every row of the buffer
-        live = xp.arange(cap, device=dev) < self._m_dev
-        dist = xp.where(live, dist, xp.full_like(dist, math.inf))
+        dist = xp.where(self._rows < m, dist, math.inf)                    # rows >= m' are not clusters
         i = xp.reshape(xp.argmin(dist), (1,))
-        joined = xp.astype(xp.take(dist, i), xp.float64) <= self.delta     # line 13, (1,)
-        r = xp.where(joined, i, self._m_dev)                               # the row this token updates
-        c_new = xp.where(joined, xp.take(self._counts, r) + 1, xp.ones_like(r))
-        self._counts[r] = c_new                                            # line 14 / line 21
+        d_i = xp.take(dist, i)
+        joined = (d_i if dt == xp.float64 else xp.astype(d_i, xp.float64)) <= self.delta   # line 13, (1,)
+        joins = xp.astype(joined, xp.int64)
+        c_new = xp.take(self._counts, i) + joins                           # line 14
+        self._counts[i] = c_new
         c64 = xp.astype(c_new, xp.float64)
-        logc = xp.where(joined, xp.log(c64 / t), xp.full_like(c64, -math.log(t)))
-        self._logc[r] = xp.astype(logc, self._logc.dtype)
-        u = xp.reshape(xp.take(self._U, self._u_off + xp.arange(R * t, device=dev)), (R, t))
-        slots = (u < 1.0 / c64) | ~joined                                 # lines 16-17; a new cluster: all t
-        S_r, Sidx_r = xp.take(self._S, r, axis=0), xp.take(self._Sidx, r, axis=0)
-        self._S[r] = xp.where(slots[None, :, :, None], k, S_r)
-        self._Sidx[r] = xp.where(slots[None], xp.full_like(Sidx_r, j), Sidx_r)
-        self._X[r] = xp.where(joined[:, None], xp.take(self._X, r, axis=0), k)   # line 20: x = k
-        self._rep_index[r] = xp.where(joined, xp.take(self._rep_index, r), xp.full_like(r, j))
-        self._m_dev = self._m_dev + xp.astype(~joined, xp.int64)
-        self._u_off = self._u_off + xp.where(joined, xp.full_like(r, R * t), xp.zeros_like(r))
+        logc = xp.log(c64 / t)
+        self._logc[i] = xp.where(joined, logc if dt == xp.float64 else xp.astype(logc, dt), xp.take(self._logc, i))
+        u = xp.reshape(xp.take(self._U, self._u_off + self._coins_t), (R, t))
+        hit = (u < 1.0 / c64) & joined                                     # lines 16-17, all t slots
+        self._S[i] = xp.where(hit[None, :, :, None], k, xp.take(self._S, i, axis=0))
+        self._Sidx[i] = xp.where(hit[None], j, xp.take(self._Sidx, i, axis=0))
+        self._X[m] = k                                                     # lines 20-21: (k, [k] * t, 1) at m'
+        self._S[m] = k
+        self._Sidx[m] = j
+        self._counts[m] = 1
+        self._logc[m] = -math.log(t)
+        self._rep_index[m] = j
         if self.track:
-            self._labels.append(r)
+            self._labels.append(xp.where(joined, i, m))
+        self._m_dev = m + (1 - joins)
+        self._u_off = self._u_off + joins * (R * t)
 
     def _device_matrix_product(self, xp, k, v, w2) -> None:
         """UpdateMatrixProduct (lines 24-28)."""
-        R, s, dev = self.R, self.s, _dev(self._X)
         total = self._mu_dev + w2
-        p = xp.where(total > 0, w2 / xp.where(total > 0, total, xp.ones_like(total)), xp.ones_like(total))
-        u = xp.reshape(xp.take(self._U, self._u_off + xp.arange(R * s, device=dev)), (R, s))
-        hit = u < p                                                        # line 26
+        p = xp.where(total > 0, w2 / total, 1.0)                           # line 26 (p = 1 while mu = 0)
+        u = xp.reshape(xp.take(self._U, self._u_off + self._coins_s), (self.R, self.s))
+        hit = u < p
         self._Mk = xp.where(hit[..., None], k, self._Mk)
         self._Mv = xp.where(hit[..., None], v, self._Mv)
-        logw = xp.where(w2 > 0, xp.log(xp.where(w2 > 0, w2, xp.ones_like(w2))), xp.full_like(w2, math.inf))
-        self._Mlogw = xp.where(hit, xp.astype(logw, self._Mlogw.dtype), self._Mlogw)
-        self._Midx = xp.where(hit, xp.full_like(self._Midx, self.n), self._Midx)
-        self._u_off = self._u_off + R * s
+        logw = xp.where(w2 > 0, xp.log(w2), math.inf)                      # log 0 = -inf: not taken
+        self._Mlogw = xp.where(hit, logw if self._Mlogw.dtype == xp.float64 else xp.astype(logw, self._Mlogw.dtype),
+                               self._Mlogw)
+        self._Midx = xp.where(hit, self.n, self._Midx)
+        self._u_off = self._u_off + self.R * self.s
 
 
-_MESSAGES = {"k": "a row of K contains NaN or Inf (or its squared norm overflows {dtype})",
-             "v": "a row of V contains NaN or Inf (or its squared norm overflows {dtype})",
-             "q": "a row of Q contains NaN or Inf",
+_MESSAGES = {"kv": "a row of K or V has a squared norm that overflows {dtype}",
              "overflow": "the estimate overflows: logits of M's keys exceed those of the cluster samples "
                          "by more than the float range"}
