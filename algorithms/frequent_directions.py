@@ -35,6 +35,10 @@ the Gram neither overflows nor underflows; it is formed in float64. Tests compar
 (:func:`shrunk`, the reference, used for every other backend). numpy rows also get a
 fused check: one dot product is finite and small iff there is no NaN/Inf and no squared-norm overflow; any
 doubt falls through to the generic checks, which raise the same errors as before.
+
+Host reads on a GPU (issue 15): update() reads its checks (finite, no squared-norm overflow) in one copy per call; a
+shrink keeps Delta on the device until certificate() reads it; ``_push`` (rows a caller has checked, as
+AdaptiveSubspaceAttention does once per call) reads nothing but what the SVD itself waits for.
 """
 from __future__ import annotations
 
