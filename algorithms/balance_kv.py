@@ -31,6 +31,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, device as _dev
 
+from .host_values import _host_floats
 from .merge_and_reduce import MAX_BATCH, MergeAndReduce, _check_levels
 from .validation import InputError, check_array, check_positive, check_probability, check_seed, namespace
 
@@ -117,22 +118,27 @@ class BalanceKV:
         if self.fast and self._plain_numpy(k, v) and self._update_numpy(k, v):
             return
         self._slab = None
-        check_array(k, "k", ndim=1, last_dim=self.d)
+        check_array(k, "k", ndim=1, last_dim=self.d, finite=False)
         if self.s is None:
-            check_array(v, "v", ndim=1)
+            check_array(v, "v", ndim=1, finite=False)
             self.s = int(v.shape[0])
-        check_array(v, "v", ndim=1, last_dim=self.s)
+        check_array(v, "v", ndim=1, last_dim=self.s, finite=False)
         xp = namespace(k, v, names="k and v")
         ref = self._one if self._one is not None else k
         if type(k) is not type(ref) or type(v) is not type(ref) or k.dtype != ref.dtype or v.dtype != ref.dtype:
             raise InputError(f"k and v must have the stream's array type and dtype ({type(ref).__name__} {ref.dtype}), "
                              f"got {type(k).__name__} {k.dtype} and {type(v).__name__} {v.dtype}")
         namespace(k, ref, names="k and the stream's earlier tokens")           # and its device
-        knorm = float(xp.linalg.vector_norm(k))
+        # one host read per token (issue 15): the bucket of lines 5-6 is a host decision (which MergeAndReduce takes
+        # the token), so ||v|| must come to the host; the finiteness checks and ||k|| travel with it
+        knorm, vnorm, k_ok, v_ok = _host_floats(xp, xp.linalg.vector_norm(k), xp.linalg.vector_norm(v),
+                                                xp.all(xp.isfinite(k)), xp.all(xp.isfinite(v)))
+        for name, ok in (("k", k_ok), ("v", v_ok)):
+            if not ok:
+                raise InputError(f"{name} contains NaN or Inf")
         if knorm > self.r * (1 + 1e-9):
             raise InputError(f"key norm {knorm:.6g} exceeds r = {self.r} (Thm 3.1 assumes ||k|| <= r)")
         self.j += 1
-        vnorm = float(xp.linalg.vector_norm(v))
         if vnorm > 0:
             i = bucket_index(vnorm)                                    # lines 5-6
             if i not in self.numerators:

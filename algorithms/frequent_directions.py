@@ -35,6 +35,10 @@ the Gram neither overflows nor underflows; it is formed in float64. Tests compar
 (:func:`shrunk`, the reference, used for every other backend). numpy rows also get a
 fused check: one dot product is finite and small iff there is no NaN/Inf and no squared-norm overflow; any
 doubt falls through to the generic checks, which raise the same errors as before.
+
+Host reads on a GPU (issue 15): update() reads its checks (finite, no squared-norm overflow) in one copy per call; a
+shrink keeps Delta on the device until certificate() reads it; ``_push`` (rows a caller has checked, as
+AdaptiveSubspaceAttention does once per call) reads nothing but what the SVD itself waits for.
 """
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ from array_api_compat import device as _device
 
 from kvbounds.gpu.backend import array_namespace
 
+from .host_values import _host_floats
 from .validation import InputError, check_array, check_positive
 
 
@@ -77,16 +82,24 @@ class FrequentDirections:
     def update(self, rows: Any) -> "FrequentDirections":
         if self.fast and _plain_numpy_rows(rows, self.d) and self._update_numpy(rows):
             return self
-        check_array(rows, "rows", ndim=(1, 2), last_dim=self.d)
+        check_array(rows, "rows", ndim=(1, 2), last_dim=self.d, finite=False)
         xp = array_namespace(rows)
         if rows.ndim == 1:
             rows = xp.reshape(rows, (1, self.d))
         if rows.shape[0] == 0:
             return self
         self._ensure_buffer(rows)
-        amax = float(xp.max(xp.abs(rows)))
-        if amax * math.sqrt(self.d) > math.sqrt(float(xp.finfo(rows.dtype).max)):
-            raise InputError(f"rows too large (max |entry| {amax:.3g}): squared row norms overflow {rows.dtype}")
+        finite, amax = _host_floats(xp, xp.all(xp.isfinite(rows)), xp.max(xp.abs(rows)))   # one host read
+        if not finite:
+            raise InputError("rows contains NaN or Inf")
+        _check_row_scale(amax, self.d, rows.dtype, xp)
+        return self._push(rows)
+
+    def _push(self, rows) -> "FrequentDirections":
+        """update() for rows (m, d) already checked (finite, not too large: :func:`_check_row_scale`) by the caller,
+        on the sketch's backend and device: no host read (issue 15) except the SVD of a shrink."""
+        xp = array_namespace(rows)
+        self._ensure_buffer(rows)
         rows = xp.astype(rows, self._buf.dtype) if rows.dtype != self._buf.dtype else rows
         m, i = rows.shape[0], 0
         while i < m:                                  # GLPW16 Alg. 2 lines 3-4, a block at a time
@@ -138,10 +151,13 @@ class FrequentDirections:
             raise InputError(f"rows live on {_device(rows)}, the sketch's earlier rows on {_device(self._buf)}")
 
     def _shrink(self) -> None:
-        shrink = shrunk_gram if self.fast and _gram_ok(self._buf, self._next) else shrunk
-        self._buf, self._next, delta = shrink(self._buf[:self._next, :], self.ell, keep=self.ell - 1,
-                                              out_rows=2 * self.ell)
-        self._delta += delta
+        if self.fast and _gram_ok(self._buf, self._next):
+            self._buf, self._next, delta = shrunk_gram(self._buf[:self._next, :], self.ell, keep=self.ell - 1,
+                                                       out_rows=2 * self.ell)
+        else:                  # delta stays on the buffer's device until certificate() reads it (issue 15)
+            self._buf, self._next, delta = _shrunk(self._buf[:self._next, :], self.ell, keep=self.ell - 1,
+                                                   out_rows=2 * self.ell, host_delta=type(self._buf) is np.ndarray)
+        self._delta = self._delta + delta
         self.n_shrinks += 1
 
     # -- queries -------------------------------------------------------------------------------------
@@ -159,8 +175,8 @@ class FrequentDirections:
         """Delta, the total shrinkage: ||A^T A - S^T S||_op <= Delta (GLPW16 Lemma 2.2/Thm 1.1)."""
         if compact and self._buf is not None and self._next > self.ell:
             shrink = shrunk_gram if self.fast and _gram_ok(self._buf, self._next) else shrunk
-            return self._delta + shrink(self._buf[:self._next, :], self.ell, keep=self.ell, out_rows=self.ell)[2]
-        return self._delta
+            return float(self._delta) + shrink(self._buf[:self._next, :], self.ell, keep=self.ell, out_rows=self.ell)[2]
+        return float(self._delta)
 
     def merge(self, other: "FrequentDirections") -> "FrequentDirections":
         """Absorb ``other``'s sketch (same d and ell): the result sketches [A; A_other] with
@@ -170,12 +186,12 @@ class FrequentDirections:
         n_rows = self.n_rows + other.n_rows
         if other._buf is not None and other._next:
             self.update(other._buf[:other._next, :])
-        self.n_rows, self._delta = n_rows, self._delta + other._delta
+        self.n_rows, self._delta = n_rows, float(self._delta) + float(other._delta)
         return self
 
     def __repr__(self) -> str:
         return (f"FrequentDirections(d={self.d}, ell={self.ell}, rows_seen={self.n_rows}, rows_held={self._next}, "
-                f"shrinks={self.n_shrinks}, Delta={self._delta:.4g})")
+                f"shrinks={self.n_shrinks}, Delta={float(self._delta):.4g})")
 
 
 def shrunk(B, ell: int, *, keep: int, out_rows: int):
@@ -184,7 +200,13 @@ def shrunk(B, ell: int, *, keep: int, out_rows: int):
     ``keep = ell - 1``: delta = sigma_ell^2 (the 2l-buffer step; sigma_ell becomes 0, so ell - 1 rows stay);
     ``keep = ell``:     delta = sigma_{ell+1}^2 (compaction to an ell-row sketch).
     Returns (new buffer of ``out_rows`` rows, number of leading non-zero rows, delta)."""
-    check_array(B, "B", ndim=2)              # NaN/Inf first: LAPACK's SVD never returns on them (O(m d) << SVD)
+    return _shrunk(B, ell, keep=keep, out_rows=out_rows, host_delta=True)
+
+
+def _shrunk(B, ell: int, *, keep: int, out_rows: int, host_delta: bool):
+    """:func:`shrunk`; ``host_delta=False`` returns delta as a 0-d float64 array on B's device (no host read)."""
+    # NaN/Inf first: LAPACK's SVD never returns on them (O(m d) << SVD); the sketch's own buffer holds checked rows
+    check_array(B, "B", ndim=2, finite=host_delta)
     check_positive(ell, "ell", integer=True)
     check_positive(keep, "keep", integer=True, allow_zero=True)
     check_positive(out_rows, "out_rows", integer=True)
@@ -206,8 +228,17 @@ def shrunk(B, ell: int, *, keep: int, out_rows: int):
     t = xp.clip(t, 0.0, 1.0)                           # t <= 1 by sorting; clip guards rounding
     scale = xp.sqrt(xp.clip((1.0 - t) * (1.0 + t), 0.0, 1.0))   # clamp before the square root
     out[:keep, :] = (top * scale)[:, None] * Vt[:keep, :]
+    if not host_delta:
+        s_cut = xp.astype(s_cut, xp.float64)            # exact; the square and the sum in float64, as on the host
+        return out, keep, s_cut * s_cut
     s_cut = float(s_cut)
     return out, keep, s_cut * s_cut
+
+
+def _check_row_scale(amax: float, d: int, dtype, xp) -> None:
+    """Rows whose largest |entry| is ``amax`` have squared norms that do not overflow ``dtype``, or an InputError."""
+    if amax * math.sqrt(d) > math.sqrt(float(xp.finfo(dtype).max)):
+        raise InputError(f"rows too large (max |entry| {amax:.3g}): squared row norms overflow {dtype}")
 
 
 _FAST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))

@@ -119,12 +119,20 @@ def normalized_radius(X, k: int = 16) -> float:
 
 def stream_cluster_counts(X, delta: float) -> np.ndarray:
     """m'(j) for j = 1..n: clusters opened by SubGen's UpdateSoftmaxNormalizer (threshold ``delta``)
-    after the first j rows of ``X`` (n, d). Same distance computation as :class:`kvbounds.algorithms.subgen.SubGen`."""
+    after the first j rows of ``X`` (n, d). Same distance computation as :class:`kvbounds.algorithms.subgen.SubGen`.
+
+    numpy decides each row on the host; other backends keep the count m' on the device (issue 15): the
+    representatives' buffer holds rows beyond m' that are masked out (+inf distance), each row is written at index
+    m' whether it opens a cluster or not (a row that does not is overwritten by the next one that does), and m'
+    is read only when the buffer may be full (m' <= rows seen since the last read + m' then), about twice per
+    doubling of the buffer, plus once at the end."""
     check_array(X, "X", ndim=2, min_rows=1)
     check_positive(delta, "delta")
     xp = array_namespace(X)
     n, d = X.shape
     reps = xp.zeros((min(n, 64), d), dtype=X.dtype, device=_dev(X))
+    if not isinstance(X, np.ndarray):
+        return _stream_cluster_counts_device(xp, X, float(delta), reps)
     m, out = 0, np.zeros(n, dtype=np.int64)
     for j in range(n):
         x = X[j]
@@ -135,6 +143,30 @@ def stream_cluster_counts(X, delta: float) -> np.ndarray:
             m += 1
         out[j] = m
     return out
+
+
+def _stream_cluster_counts_device(xp, X, delta: float, reps) -> np.ndarray:
+    n, dev = X.shape[0], _dev(X)
+    m = xp.zeros((1,), dtype=xp.int64, device=dev)              # m' on the device, shape (1,): an index array
+    counts = xp.zeros((n,), dtype=xp.int64, device=dev)
+    m_host, since = 0, 0                                        # m' at the last read; rows seen since then
+    for j in range(n):
+        if m_host + since == reps.shape[0]:                     # the buffer may be full: read m' (a host sync)
+            m_host, since = int(to_numpy(m)[0]), 0
+            if 2 * m_host > reps.shape[0]:
+                reps = xp.concat([reps, xp.zeros(reps.shape, dtype=reps.dtype, device=dev)], axis=0)
+        x = X[j]
+        # rows >= m' are masked; min over no row is +inf, so the first row opens a cluster as on the host path;
+        # the distance is compared in float64, as float(.) > delta compares it there
+        dist = xp.linalg.vector_norm(reps - x, axis=-1)
+        live = xp.arange(reps.shape[0], device=dev) < m
+        near = xp.min(xp.where(live, dist, xp.full_like(dist, math.inf)))
+        opens = xp.astype(near, xp.float64) > delta
+        reps[m, :] = x                                          # row m' is free: harmless when the row does not open
+        m = m + xp.astype(opens, xp.int64)
+        counts[j:j + 1] = m
+        since += 1
+    return to_numpy(counts).astype(np.int64)
 
 
 def recent_plus_centers(K, *, window: int, k: int, start: str = "first") -> tuple[Any, Any]:

@@ -63,6 +63,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
+from .subgen_device import _DeviceStream
 from .subgen_query import QueryStreamAttn
 from .validation import InputError, check_array, check_positive, check_seed, namespace
 
@@ -109,15 +110,21 @@ def _check_count(value, name: str) -> int:
 
 
 
-class SubGen(QueryStreamAttn):
+class SubGen(QueryStreamAttn, _DeviceStream):
     """Streaming SubGen (SubGen Alg. 1 / ClusterGen Alg. 1).
 
     ``d`` key/query dimension; ``delta`` > 0 the clustering threshold; ``t`` >= 1 uniform samples per
     cluster; ``s`` >= 1 l2 samples for the value product; ``seed`` the coins (see module docstring).
     The value dimension is taken from the first ``update``; state lives on the first key's backend.
-    ``track=True`` also records the cluster label of every token (O(n) memory; for invariant checks)."""
+    ``track=True`` also records the cluster label of every token (O(n) memory; for invariant checks).
+
+    On torch/cupy with Generator coins the state and the update live on the device
+    (:mod:`kvbounds.algorithms.subgen_device`): same results, no host read per token."""
 
     fast = True          # False: the generic array-API path everywhere (the reference the tests compare with)
+    # torch/cupy: the state on the device, no host read per token (subgen_device); False: the host path (six
+    # reads and copies per token, about a fifth of the operations), e.g. to time both on a GPU
+    device_resident = True
 
     def __init__(self, d: int, *, delta: float, s: int, t: int, seed: Any = 0, scaled: bool = False,
                  replicas: int | None = None, reservoir_norm: str = "value", track: bool = False):
@@ -137,6 +144,10 @@ class SubGen(QueryStreamAttn):
         self.scale = 1.0 / math.sqrt(d) if scaled else 1.0
         self.scaled = bool(scaled)
         self._coins = _coin_source(seed)
+        self._owns_rng = isinstance(seed, (int, np.integer))          # a Generator of our own: drawn ahead freely
+        self._on_device = False
+        self._flags = None        # device mode: check failures accumulated during a batched call
+        self._prechecked = False  # device mode, batched call: no squared norm can overflow (checked up front)
         self.track = bool(track)
         self.n = 0            # tokens seen
         self.mu = 0.0         # line 6: sum of ||v||^2 (of ||k||^2 for reservoir_norm="key")
@@ -158,6 +169,9 @@ class SubGen(QueryStreamAttn):
         self._xp, self._atype = xp, type(k)
         self._is_numpy = isinstance(k, np.ndarray)
         dev, R, cap = _dev(k), self.R, 8
+        if not self._is_numpy and self.device_resident and type(self._coins) is _GeneratorCoins \
+                and 64 * R * self.t * self.d <= 2**22:
+            cap = 64          # on a device, m' is read when the buffer may be full: a larger first buffer, fewer reads
         self.dv = int(v.shape[0])
         self._X = xp.zeros((cap, self.d), dtype=k.dtype, device=dev)
         self._S = xp.zeros((cap, R, self.t, self.d), dtype=k.dtype, device=dev)
@@ -169,6 +183,27 @@ class SubGen(QueryStreamAttn):
         self._Mv = xp.zeros((R, self.s, self.dv), dtype=k.dtype, device=dev)
         self._Mlogw = xp.zeros((R, self.s), dtype=k.dtype, device=dev)   # log of the slot's ||v||^2 (+inf for 0)
         self._Midx = xp.zeros((R, self.s), dtype=xp.int64, device=dev)
+        self._on_device = not self._is_numpy and self.device_resident and type(self._coins) is _GeneratorCoins
+        if self._on_device:
+            self._device_allocate(xp, k)
+
+    @property
+    def m(self) -> int:
+        """m' = |D| (read from the device when the state lives there)."""
+        return self._device_m() if self._on_device else self._m
+
+    @m.setter
+    def m(self, value: int) -> None:
+        self._m = value
+
+    @property
+    def mu(self) -> float:
+        """Line 6's sum of ||v||^2 (of ||k||^2 for reservoir_norm="key")."""
+        return self._device_mu() if self._on_device else self._mu
+
+    @mu.setter
+    def mu(self, value: float) -> None:
+        self._mu = value
 
     def _mask(self, m: np.ndarray):
         return m if self._is_numpy else like(m, self._X)
@@ -182,12 +217,16 @@ class SubGen(QueryStreamAttn):
 
         self._X, self._S, self._Sidx = double(self._X), double(self._S), double(self._Sidx)
         self._logc = double(self._logc)
+        if self._on_device:
+            self._counts, self._rep_index = double(self._counts), double(self._rep_index)
+            self._rows = xp.arange(self._X.shape[0], device=_dev(self._X))
+            return
         self._counts = np.concatenate([self._counts, np.zeros(cap, dtype=np.int64)])
         self._rep_index = np.concatenate([self._rep_index, np.zeros(cap, dtype=np.int64)])
 
-    def _check_first(self, k, v) -> None:
-        check_array(k, "k", ndim=1, last_dim=self.d)
-        check_array(v, "v", ndim=1)
+    def _check_first(self, k, v, finite: bool = True) -> None:
+        check_array(k, "k", ndim=1, last_dim=self.d, finite=finite)
+        check_array(v, "v", ndim=1, finite=finite)
         if v.shape[0] < 1:
             raise InputError("v is empty (shape (0,))")
         if array_namespace(k) is not array_namespace(v) or k.dtype != v.dtype:
@@ -208,11 +247,23 @@ class SubGen(QueryStreamAttn):
     # ----------------------------------------------------------------------------------- update
     def update(self, k, v) -> None:
         """Process one token (k, v): Alg. 1 lines 4-6."""
+        self._update(k, v, batched=False)
+        if self._on_device:
+            self._settle_coins()
+
+    def _device_capable(self, k) -> bool:
+        return self._on_device or (self._X is None and not isinstance(k, np.ndarray) and self.device_resident
+                                   and type(self._coins) is _GeneratorCoins)
+
+    def _update(self, k, v, *, batched: bool) -> None:
         if self._X is None:
-            self._check_first(k, v)
+            self._check_first(k, v, finite=not self._device_capable(k))   # the device path checks ||k||^2, ||v||^2
         else:
             self._check_next(k, v)
         xp = self._xp or array_namespace(k)
+        if self._device_capable(k):
+            self._device_update(xp, k, v, batched=batched)
+            return
         with np.errstate(over="ignore", invalid="ignore"):
             k2, v2 = float(k @ k), float(v @ v)
         for name, x2 in (("k", k2), ("v", v2)):
@@ -277,26 +328,35 @@ class SubGen(QueryStreamAttn):
 
     def update_many(self, K, V) -> None:
         """update() for every row of K (n, d), V (n, dv)."""
-        check_array(K, "K", ndim=2, last_dim=self.d)
-        check_array(V, "V", ndim=2)
+        check_array(K, "K", ndim=2, last_dim=self.d, finite=False)
+        check_array(V, "V", ndim=2, finite=False)
         if K.shape[0] != V.shape[0]:
             raise InputError(f"K and V must have the same number of rows, got {K.shape[0]} and {V.shape[0]}")
-        for j in range(K.shape[0]):
-            self.update(K[j], V[j])
+        if not K.shape[0] or not self._device_capable(K):
+            check_array(K, "K", ndim=2)
+            check_array(V, "V", ndim=2)
+            for j in range(K.shape[0]):
+                self.update(K[j], V[j])
+            return
+        self._batch(K, V, None)
 
     def stream(self, K, V, Q):
         """Run Alg. 1 over a whole stream: update with (k_j, v_j), then z_j = query(q_j); returns (n, ...)."""
-        check_array(K, "K", ndim=2, last_dim=self.d, min_rows=1)
-        check_array(V, "V", ndim=2, min_rows=1)
-        check_array(Q, "Q", ndim=2, last_dim=self.d)
+        check_array(K, "K", ndim=2, last_dim=self.d, min_rows=1, finite=False)
+        check_array(V, "V", ndim=2, min_rows=1, finite=False)
+        check_array(Q, "Q", ndim=2, last_dim=self.d, finite=False)
         if not Q.shape[0] == K.shape[0] == V.shape[0]:
             raise InputError(f"Q, K and V must have the same number of rows, got {Q.shape[0]}, {K.shape[0]} and {V.shape[0]}")
         xp = namespace(K, V, Q, names="K, V and Q")
         out = []
-        for j in range(K.shape[0]):
-            self.update(K[j], V[j])
-            out.append(self.query(Q[j]))
-        return xp.stack(out, axis=0)
+        if not self._device_capable(K):
+            for name, X in (("K", K), ("V", V), ("Q", Q)):
+                check_array(X, name, ndim=2)
+            for j in range(K.shape[0]):
+                self.update(K[j], V[j])
+                out.append(self.query(Q[j]))
+            return xp.stack(out, axis=0)
+        return xp.stack(self._batch(K, V, Q), axis=0)  # on the device: one read per token, m' for the query's sums
 
     # ------------------------------------------------------------------------------ inspection
     def num_clusters(self) -> int:
@@ -317,19 +377,23 @@ class SubGen(QueryStreamAttn):
         """Sorted stream indices of every token held somewhere in the state (representatives, S, M)."""
         if not self.n:
             return np.zeros(0, dtype=np.int64)
-        parts = [self._rep_index[:self.m], to_numpy(self._Sidx[:self.m]).ravel(), to_numpy(self._Midx).ravel()]
+        parts = [to_numpy(self._rep_index[:self.m]), to_numpy(self._Sidx[:self.m]).ravel(), to_numpy(self._Midx).ravel()]
         return np.unique(np.concatenate(parts)).astype(np.int64)
 
     def assignments(self) -> np.ndarray:
         """Cluster label of every token so far (needs ``track=True``)."""
         if not self.track:
             raise InputError("assignments() needs SubGen(..., track=True)")
+        if self._on_device:
+            xp = self._xp
+            return to_numpy(xp.concat(self._labels)).astype(np.int64) if self._labels else np.zeros(0, np.int64)
         return np.asarray(self._labels, dtype=np.int64)
 
     def state(self) -> SubGenState:
         if not self.n:
             raise InputError("state() on an empty stream")
         m = self.m
-        return SubGenState(to_numpy(self._X[:m]).copy(), self._rep_index[:m].copy(), self._counts[:m].copy(),
+        return SubGenState(to_numpy(self._X[:m]).copy(), to_numpy(self._rep_index[:m]).copy(),
+                           to_numpy(self._counts[:m]).copy(),
                            to_numpy(self._Sidx[:m]).copy(), to_numpy(self._S[:m]).copy(), to_numpy(self._Midx).copy(),
                            to_numpy(self._Mk).copy(), to_numpy(self._Mv).copy(), self.mu, self.n)

@@ -20,6 +20,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import device as _dev
 
+from .host_values import _host_floats
 from .validation import InputError
 
 
@@ -34,6 +35,13 @@ class QueryStreamAttn:
         ``q`` (d,) or (nq, d). Shapes: z_scaled (dv,), (nq, dv), (R, dv) or (R, nq, dv) (leading R when
         ``replicas`` is set); log_z_shift and log_tau the same without the last axis. log_z_shift is
         -inf (and z = 0) while every value seen is 0."""
+        self._check_query(q)
+        xp = self._xp
+        if not bool(xp.all(xp.isfinite(q))):
+            raise InputError("q contains NaN or Inf")
+        return self._query_parts(q)
+
+    def _check_query(self, q) -> None:
         if self.n == 0:
             raise InputError("query on an empty stream: call update() first")
         if type(q) is not self._atype or q.dtype != self._X.dtype:
@@ -41,14 +49,26 @@ class QueryStreamAttn:
                              f"got {type(q).__name__} {getattr(q, 'dtype', '')}")
         if q.ndim not in (1, 2) or q.shape[-1] != self.d:
             raise InputError(f"q must have shape ({self.d},) or (nq, {self.d}), got {tuple(q.shape)}")
+
+    def _query_parts(self, q):
+        """query_parts for a checked q."""
         xp = self._xp
-        if not bool(xp.all(xp.isfinite(q))):
-            raise InputError("q contains NaN or Inf")
         single = q.ndim == 1
         QT = (q[:, None] if single else xp.matrix_transpose(q)) * self.scale          # (d, nq)
+        # m' from the device when the state lives there: the sums below run over exactly m' clusters (a
+        # data-dependent count), as on the host path; summing the masked buffer would round differently
         R, nq, dv, m = self.R, QT.shape[1], self.dv, self.m
         # line 29: z = sum_M mu/(s w) e^{<q,k>} v, in the log domain: log(mu/(s w)) = log(mu/s) - log w
-        if self.mu > 0:
+        if self._on_device:                                            # mu on the device: both branches, xp.where
+            dt = self._X.dtype
+            pos = self._mu_dev > 0
+            lmu = xp.astype(xp.log(self._mu_dev / self.s), dt)
+            lz = xp.matmul(self._Mk, QT) + (lmu - self._Mlogw)[..., None]                      # (R, s, nq)
+            zshift = xp.max(lz, axis=1)                                                          # (R, nq)
+            z = xp.matmul(xp.permute_dims(xp.exp(lz - zshift[:, None, :]), (0, 2, 1)), self._Mv)  # (R, nq, dv)
+            zshift = xp.where(pos, zshift, xp.full_like(zshift, -math.inf))
+            z = xp.where(pos, z, xp.zeros_like(z))
+        elif self.mu > 0:
             lz = xp.matmul(self._Mk, QT) + (math.log(self.mu / self.s) - self._Mlogw)[..., None]   # (R, s, nq)
             zshift = xp.max(lz, axis=1)                                                          # (R, nq)
             z = xp.matmul(xp.permute_dims(xp.exp(lz - zshift[:, None, :]), (0, 2, 1)), self._Mv)  # (R, nq, dv)
@@ -73,6 +93,8 @@ class QueryStreamAttn:
             out = self._query_numpy(q)
             if out is not None:
                 return out
+        if self._on_device:
+            return self._device_query(q, deferred=False)
         zshift, z, log_tau = self.query_parts(q)
         if self.mu == 0:
             return z
@@ -82,6 +104,26 @@ class QueryStreamAttn:
             raise InputError("the estimate overflows: logits of M's keys exceed those of the cluster samples "
                              "by more than the float range")
         return z * factor[..., None]
+
+    def _device_query(self, q, *, deferred: bool):
+        """query() with mu on the device: both branches of ``mu == 0`` through xp.where; the checks of q and of
+        the overflow in one read, or (``deferred``, inside stream()) flagged for the read at the end of the call."""
+        self._check_query(q)
+        xp = self._xp
+        zshift, z, log_tau = self._query_parts(q)
+        factor = xp.exp(zshift - log_tau)
+        pos = self._mu_dev > 0
+        overflow = pos & ~xp.all(xp.isfinite(factor))
+        if deferred:                                                   # q's rows were checked by the caller
+            self._flag("overflow", overflow)
+        else:
+            q_ok, bad = _host_floats(xp, xp.all(xp.isfinite(q)), overflow)
+            if not q_ok:
+                raise InputError("q contains NaN or Inf")
+            if bad:
+                raise InputError("the estimate overflows: logits of M's keys exceed those of the cluster samples "
+                                 "by more than the float range")
+        return xp.where(pos, z * factor[..., None], z)
 
     def _query_numpy(self, q):
         """query() for one numpy q with mu > 0: lines 29-31 as two matrix-vector products; None when q is not

@@ -30,12 +30,14 @@ import dataclasses
 import math
 from typing import Any
 
+import numpy as np
 from array_api_compat import device as _device
 
 from kvbounds.gpu.backend import array_namespace
 
 from .blockwise_softmax import OnlineSoftmax
-from .frequent_directions import FrequentDirections
+from .frequent_directions import FrequentDirections, _check_row_scale
+from .host_values import _host_floats
 from .attention import _mul_pow2, _pow2_exponent
 from .subspace_decode import OpCounter, coefficient_decode, exact_decode  # noqa: F401 (re-exported: SUB.cost kernels)
 from .validation import InputError, check_array, check_int, check_positive, check_real, namespace
@@ -93,6 +95,11 @@ def top_basis(X, r: int):
     """(r, d) orthonormal rows: the top-r right singular vectors of X (m, d), completed with coordinate axes
     (Gram-Schmidt through QR) when X has fewer than r rows."""
     check_array(X, "X", ndim=2)                       # NaN/Inf first: LAPACK's SVD never returns on them
+    return _top_basis(X, r)
+
+
+def _top_basis(X, r: int):
+    """top_basis for X already known finite (a sketch of checked rows): no host read for the check."""
     xp = array_namespace(X)
     d = X.shape[1]
     r = check_int(r, "rank r", minimum=1, maximum=d)
@@ -252,12 +259,13 @@ class AdaptiveSubspaceAttention:
         self._active: dict | None = None
         self.t = 0
         self.triggers: list[tuple[int, str, float, float]] = []   # (token, reason, res_k, res_v)
+        self._window = 1          # tokens whose residuals the next host read brings (see _advance)
 
     # step 2's snapshot
     def _snapshot(self, like):
         xp = array_namespace(like)
         if self.fd_k.n_rows and self.fd_v.n_rows:
-            B, E = top_basis(self.fd_k.sketch(), self.r), top_basis(self.fd_v.sketch(), self.r_v)
+            B, E = _top_basis(self.fd_k.sketch(), self.r), _top_basis(self.fd_v.sketch(), self.r_v)
         elif self.init_bases is not None:
             B, E = self.init_bases
             namespace(like, B, E, names="init_bases and the tokens")   # one backend, one device (no CPU/CUDA mix)
@@ -279,45 +287,116 @@ class AdaptiveSubspaceAttention:
         self._active = None
 
     def step(self, k, v) -> "AdaptiveSubspaceAttention":
-        """Steps 1-4 of Subspace-FD-draft Sec. 5 for one token."""
-        check_array(k, "k", ndim=1, last_dim=self.d)
-        check_array(v, "v", ndim=1, last_dim=self.d_v)
-        namespace(k, v, names="k and v")
-        return self._step(k, v)
-
-    def _step(self, k, v) -> "AdaptiveSubspaceAttention":
-        xp = array_namespace(k, v)
-        if self._active is None:
-            self._open(k, "start")
-            self.triggers.append((self.t, "start", math.nan, math.nan))
-        else:
-            a = self._active
-            res_k = float(xp.linalg.vector_norm(k - xp.matmul(xp.matmul(a["B"], k), a["B"])))      # step 1
-            res_v = float(xp.linalg.vector_norm(v - xp.matmul(xp.matmul(a["E"], v), a["E"])))
-            reason = ("tau_k" if res_k > self.tau_k else "tau_v" if res_v > self.tau_v
-                      else "L" if a["n"] == self.L else "")
-            if reason:                                                                             # step 2
-                self._close()
-                self._open(k, reason)
-                self.triggers.append((self.t, reason, res_k, res_v))
-        a = self._active
-        a["C"][a["n"], :] = xp.matmul(a["B"], k)                                                  # step 3
-        a["D"][a["n"], :] = xp.matmul(a["E"], v)
-        a["n"] += 1
-        self.fd_k.update(k)                                                                        # step 4
-        self.fd_v.update(v)
-        self.t += 1
-        return self
+        """Steps 1-4 of Subspace-FD-draft Sec. 5 for one token (one host read on a GPU: the checks and the residuals)."""
+        check_array(k, "k", ndim=1, last_dim=self.d, finite=False)
+        check_array(v, "v", ndim=1, last_dim=self.d_v, finite=False)
+        xp = namespace(k, v, names="k and v")
+        return self._advance(xp, xp.reshape(k, (1, self.d)), xp.reshape(v, (1, self.d_v)), ("k", "v"))
 
     def extend(self, K, V) -> "AdaptiveSubspaceAttention":
-        check_array(K, "K", ndim=2, last_dim=self.d)
-        check_array(V, "V", ndim=2, last_dim=self.d_v)
+        """step() for every row; the residuals of several tokens come to the host with one read (see _advance)."""
+        check_array(K, "K", ndim=2, last_dim=self.d, finite=False)
+        check_array(V, "V", ndim=2, last_dim=self.d_v, finite=False)
         if K.shape[0] != V.shape[0]:
             raise InputError(f"K and V must have the same number of rows, got {K.shape[0]} and {V.shape[0]}")
-        namespace(K, V, names="K and V")
-        for i in range(K.shape[0]):                   # validated once above, not per token
-            self._step(K[i, :], V[i, :])
+        xp = namespace(K, V, names="K and V")
+        return self._advance(xp, K, V, ("K", "V")) if K.shape[0] else self
+
+    def _advance(self, xp, K, V, names) -> "AdaptiveSubspaceAttention":
+        """Steps 1-4 for the rows of K, V, with as few host reads as the trigger rule allows (issue 15).
+
+        Whether a token closes the chunk (step 2) is a host decision (it takes an SVD of the sketches), so the
+        residuals must reach the host; but until a trigger the bases do not change, so the residuals of a window of
+        tokens are computed against them (the same operations as one token at a time), their coefficients are written
+        speculatively after the chunk's last row, and one read brings every residual of the window (and, at the first
+        read, the input checks) to the host. Tokens before the first trigger are committed, the trigger is handled as
+        in the one-token loop, and the window restarts at one token after a trigger and doubles up to 64 without one.
+        With tau_k = tau_v = inf only the token that meets the length cap L needs its residuals. numpy reads for free:
+        its window stays at one token."""
+        if self._active is not None:
+            namespace(K, self._active["C"], names="the tokens and the cache")      # one backend and device
+        pending = [xp.all(xp.isfinite(K)), xp.all(xp.isfinite(V)), xp.max(xp.abs(K)), xp.max(xp.abs(V))]
+        every_token = math.isfinite(self.tau_k) or math.isfinite(self.tau_v)
+        n, i = K.shape[0], 0
+        while i < n:
+            a = self._active
+            if a is None:                                                      # the first token opens chunk 0
+                if pending:
+                    pending = self._verify(xp, K, V, names, _host_floats(xp, *pending))
+                self._open(K[i, :], "start")
+                self.triggers.append((self.t, "start", math.nan, math.nan))
+                self._commit(K, V, i, i + 1)
+                i += 1
+                continue
+            room = self.L - a["n"]                                              # tokens before the cap L
+            w = min(self._window if not isinstance(K, np.ndarray) else 1, n - i, room + 1)
+            res, at = [], {}
+            for off in range(w):
+                k, v = K[i + off, :], V[i + off, :]
+                if every_token or off == room:
+                    at[off] = len(res)
+                    res += [xp.linalg.vector_norm(k - xp.matmul(xp.matmul(a["B"], k), a["B"])),      # step 1
+                            xp.linalg.vector_norm(v - xp.matmul(xp.matmul(a["E"], v), a["E"]))]
+                if off < room:                                                  # step 3, speculatively
+                    a["C"][a["n"] + off, :] = xp.matmul(a["B"], k)
+                    a["D"][a["n"] + off, :] = xp.matmul(a["E"], v)
+            vals = _host_floats(xp, *pending, *res) if pending or res else []  # the window's one host read
+            if pending:
+                pending = self._verify(xp, K, V, names, vals[:4])
+                vals = vals[4:]
+            trigger = None
+            for off in range(w):                                                # step 2: the first trigger
+                res_k, res_v = (vals[at[off]], vals[at[off] + 1]) if off in at else (math.nan, math.nan)
+                reason = ("tau_k" if res_k > self.tau_k else "tau_v" if res_v > self.tau_v
+                          else "L" if off == room else "")
+                if reason:
+                    trigger = (off, reason, res_k, res_v)
+                    break
+            done = w if trigger is None else trigger[0]
+            a["n"] += done                                                      # commit the tokens before it
+            self._push_sketches(K[i:i + done, :], V[i:i + done, :])
+            self.t += done
+            i += done
+            if trigger is None:
+                self._window = min(2 * self._window, 64)
+                continue
+            _, reason, res_k, res_v = trigger
+            self._close()
+            self._open(K[i, :], reason)
+            self.triggers.append((self.t, reason, res_k, res_v))
+            self._commit(K, V, i, i + 1)
+            i += 1
+            self._window = 1
+        if pending:
+            self._verify(xp, K, V, names, _host_floats(xp, *pending))
         return self
+
+    def _verify(self, xp, K, V, names, vals) -> list:
+        """The input checks (finite; squared norms within range, as the FD sketches require), before any state
+        changes: the speculative writes of _advance lie past the chunk's last row."""
+        finite_k, finite_v, amax_k, amax_v = vals
+        for name, ok in zip(names, (finite_k, finite_v)):
+            if not ok:
+                raise InputError(f"{name} contains NaN or Inf")
+        _check_row_scale(amax_k, self.d, K.dtype, xp)
+        _check_row_scale(amax_v, self.d_v, V.dtype, xp)
+        return []
+
+    def _commit(self, K, V, lo: int, hi: int) -> None:
+        """Steps 3-4 for rows lo..hi-1 of K, V in the active chunk."""
+        xp, a = array_namespace(K), self._active
+        for i in range(lo, hi):
+            a["C"][a["n"], :] = xp.matmul(a["B"], K[i, :])                      # step 3
+            a["D"][a["n"], :] = xp.matmul(a["E"], V[i, :])
+            a["n"] += 1
+        self._push_sketches(K[lo:hi, :], V[lo:hi, :])
+        self.t += hi - lo
+
+    def _push_sketches(self, K, V) -> None:
+        """Step 4: the same sketches as one row at a time (FD shrinks when its buffer fills, whatever the block)."""
+        if K.shape[0]:
+            self.fd_k._push(K)
+            self.fd_v._push(V)
 
     @property
     def chunks(self) -> list[Chunk]:

@@ -121,3 +121,33 @@ def test_tokens_from_another_backend_or_device(backend):
     bkv = BalanceKV(3, batch_size=4, levels=1, eps=0.5, r=2.0)
     bkv.update(asarray(np.ones(3) / 2, backend), asarray(np.ones(2), backend))
     host_tensor_after(backend, lambda host: bkv.update(host(np.ones(3) / 2), host(np.ones(2))))
+
+
+def test_host_syncs_per_token_on_torch_cpu():
+    """Issue 15: one host read per token on the generic path (the bucket of lines 5-6 is a host decision; the
+    checks and ||k|| travel in the same copy); it was four (two checks, two norms). batch_size > n: no
+    MergeAndReduce batch completes, so only the per-token cost is counted. Same buckets and estimates as numpy."""
+    pytest.importorskip("torch")
+    from sync_counter import count_syncs
+    rng = np.random.default_rng(3)
+    n, d = 64, 8
+    K, V, Q = rng.standard_normal((n, d)), rng.standard_normal((n, d)) * np.exp(rng.uniform(-3, 3, (n, 1))), \
+        rng.standard_normal((4, d))
+    Kt, Vt = asarray(K, "torch:cpu"), asarray(V, "torch:cpu")
+    b = BalanceKV(d, batch_size=128, levels=2, eps=0.5, r=10.0, seed=1)
+    with count_syncs() as c:
+        for j in range(n):
+            b.update(Kt[j], Vt[j])
+    assert c.total <= n, c
+    ref = BalanceKV(d, batch_size=8, levels=2, eps=0.5, r=10.0, seed=1)
+    got = BalanceKV(d, batch_size=8, levels=2, eps=0.5, r=10.0, seed=1)
+    for j in range(n):
+        ref.update(K[j], V[j])
+        got.update(Kt[j], Vt[j])
+    assert sorted(got.numerators) == sorted(ref.numerators) and got.erased == ref.erased and got.vmax == ref.vmax
+    for q in Q:
+        np.testing.assert_allclose(to_numpy(got.query(asarray(q, "torch:cpu"))), ref.query(q), rtol=1e-9, atol=1e-12)
+    bad = Kt[0].clone()
+    bad[1] = float("nan")
+    with pytest.raises(InputError, match="NaN"):
+        got.update(bad, Vt[0])

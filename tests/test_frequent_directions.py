@@ -189,3 +189,35 @@ def test_rows_from_another_backend_or_device(backend):
     from backend_helpers import host_tensor_after
     fd = FrequentDirections(4, 2).update(asarray(np.ones((3, 4)), backend))
     host_tensor_after(backend, lambda host: fd.update(host(np.ones((2, 4)))))
+
+
+def test_host_syncs_per_row_on_torch_cpu():
+    """Issue 15: update() reads the host once per call (its NaN and overflow checks in one copy; it was two), the
+    shrink keeps Delta on the device until certificate(); the unchecked _push that AdaptiveSubspaceAttention uses
+    for rows it checked reads nothing (the SVD of a shrink aside). Same sketch and Delta as numpy."""
+    pytest.importorskip("torch")
+    from sync_counter import count_syncs
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((64, 8))
+    At = asarray(A, "torch:cpu")
+    f, g = FrequentDirections(8, 4), FrequentDirections(8, 4)
+    with count_syncs() as c:
+        for j in range(64):
+            f.update(At[j])
+    assert c.total <= 64, c
+    with count_syncs() as c:
+        for j in range(64):
+            g._push(At[j:j + 1])
+    assert c.total == 0, c
+    FrequentDirections.fast = False
+    try:
+        ref = FrequentDirections(8, 4)
+        for j in range(64):
+            ref.update(A[j])
+    finally:
+        FrequentDirections.fast = True
+    assert f.certificate() == g.certificate()
+    np.testing.assert_allclose(f.certificate(), ref.certificate(), rtol=1e-12)
+    np.testing.assert_allclose(to_numpy(f.sketch()), ref.sketch(), atol=1e-12)
+    with pytest.raises(InputError, match="NaN"):
+        f.update(asarray(np.full(8, np.nan), "torch:cpu"))

@@ -123,3 +123,19 @@ def test_backend_agreement_of_the_clusterability_measures(backend):
     assert got.keys() == ref.keys() and got["cluster_counts"] == ref["cluster_counts"]
     for key in ("radius_curve", "normalized_radius", "delta", "count_slope"):
         assert_close(np.asarray(got[key]), np.asarray(ref[key]), atol=1e-12)
+
+
+def test_stream_cluster_counts_host_syncs_on_torch_cpu():
+    """Issue 15: m' stays on the device; it is read when the buffer may be full and once at the end (it was read
+    once per row). Same counts as numpy."""
+    pytest.importorskip("torch")
+    from sync_counter import count_syncs
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.standard_normal((70, 3)) * 0.1 + rng.integers(0, 4, (70, 1)) * 3, rng.standard_normal((130, 3)) * 4])
+    for delta in (0.5, 2.0):
+        Xt = asarray(X, "torch:cpu")
+        with count_syncs() as c:
+            got = stream_cluster_counts(Xt[:64], delta)
+        assert c.total <= 4, c
+        np.testing.assert_array_equal(got, stream_cluster_counts(X[:64], delta))
+        np.testing.assert_array_equal(stream_cluster_counts(Xt, delta), stream_cluster_counts(X, delta))  # grows

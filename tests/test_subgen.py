@@ -243,3 +243,113 @@ def test_tokens_from_another_backend_or_device(backend):
     sg = SubGen(3, delta=0.5, s=2, t=2, seed=0)
     sg.update(asarray(np.ones(3), backend), asarray(np.ones(2), backend))
     host_tensor_after(backend, lambda host: sg.update(host(np.ones(3)), host(np.ones(2))))
+
+
+# -- host round-trips on a device (issue 15) -------------------------------------------------------------------
+
+class _HostPathCoins:
+    """The same uniforms as an int seed, through draw(kind, shape): forces the host path (a scripted coin source)."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def draw(self, kind, shape):
+        return self.rng.random(shape)
+
+
+@pytest.mark.parametrize("cfg", [dict(), dict(replicas=3), dict(reservoir_norm="key", scaled=True, t=3)])
+def test_device_state_matches_host_path_bit_for_bit_on_torch_cpu(cfg):
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    n, d = 64, 5
+    K, V, Q = rng.standard_normal((n, d)) * 0.6, rng.standard_normal((n, 3)), rng.standard_normal((n, d))
+    V[:3] = 0.0                                                  # mu = 0 at first: z = 0, p = 1
+    Kt, Vt, Qt = (asarray(x, "torch:cpu", "float32") for x in (K, V, Q))
+    kw = dict(delta=1.0, s=4, t=2, track=True) | cfg
+    dev, host = SubGen(d, seed=7, **kw), SubGen(d, seed=_HostPathCoins(7), **kw)
+    z_dev, z_host = dev.stream(Kt, Vt, Qt), host.stream(Kt, Vt, Qt)
+    assert dev._on_device and not host._on_device
+    assert to_numpy(z_dev).tobytes() == to_numpy(z_host).tobytes()
+    a, b = dev.state(), host.state()
+    for f in a.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
+    np.testing.assert_array_equal(dev.assignments(), host.assignments())
+    assert to_numpy(dev.query(Qt[:4])).tobytes() == to_numpy(host.query(Qt[:4])).tobytes()
+    ref = SubGen(d, seed=7, **kw)                                # numpy: same clusters and reservoirs
+    z_np = ref.stream(K.astype(np.float32), V.astype(np.float32), Q.astype(np.float32))
+    np.testing.assert_array_equal(ref.state().sample_index, a.sample_index)
+    np.testing.assert_array_equal(ref.state().matrix_index, a.matrix_index)
+    np.testing.assert_allclose(to_numpy(z_dev), z_np, rtol=1e-4, atol=1e-6)
+
+
+def test_host_syncs_per_token_on_torch_cpu():
+    """64 tokens: update_many reads the host about once per call (not per token); update() once per token (its
+    NaN check); stream() once per token (m' for the query's exact sums). The host path read ~6 per token."""
+    pytest.importorskip("torch")
+    from sync_counter import count_syncs
+    rng = np.random.default_rng(1)
+    n, d = 64, 8
+    K, V, Q = (asarray(rng.standard_normal((n, d)), "torch:cpu") for _ in range(3))
+    with count_syncs() as c:
+        SubGen(d, delta=2.0, s=4, t=2, seed=0).update_many(K, V)
+    assert c.total <= 8, c
+    sg = SubGen(d, delta=2.0, s=4, t=2, seed=0)
+    with count_syncs() as c:
+        for j in range(n):
+            sg.update(K[j], V[j])
+    assert c.total <= n + 4, c
+    with count_syncs() as c:
+        SubGen(d, delta=2.0, s=4, t=2, seed=0).stream(K, V, Q)
+    assert c.total <= n + 8, c
+    with count_syncs() as c:                                      # the host path, for the record
+        SubGen(d, delta=2.0, s=4, t=2, seed=_HostPathCoins(0)).update_many(K, V)
+    assert c.total >= 3 * n, c
+
+
+def test_device_path_checks_and_callers_generator():
+    pytest.importorskip("torch")
+    T = lambda x, dt="float64": asarray(np.asarray(x, dtype=float), "torch:cpu", dt)
+    sg = SubGen(3, delta=1.0, s=2, t=2)
+    sg.update(T([1.0, 0, 0]), T([1.0, 2]))
+    with pytest.raises(InputError, match="NaN"):
+        sg.update(T([np.nan, 0, 0]), T([1.0, 2]))
+    big = np.full((4, 3), 1e20)                                   # finite entries, squared norms overflow float32
+    with pytest.raises(InputError, match="overflows"):
+        SubGen(3, delta=1.0, s=2, t=2).update_many(T(big, "float32"), T(np.ones((4, 2)), "float32"))
+    with pytest.raises(InputError, match="overflows"):
+        SubGen(3, delta=1.0, s=2, t=2).stream(T(big, "float32"), T(np.ones((4, 2)), "float32"), T(np.ones((4, 3)), "float32"))
+    with pytest.raises(InputError, match="NaN"):
+        sg.query(T([0.0, np.inf, 0]))
+    rng = np.random.default_rng(2)
+    K, V = rng.standard_normal((30, 3)), rng.standard_normal((30, 2))
+    draws = []
+    for backend in ("numpy", "torch:cpu"):                        # a caller's Generator ends where the host path leaves it
+        g = np.random.default_rng(5)
+        sg = SubGen(3, delta=1.0, s=2, t=2, seed=g, replicas=2)
+        sg.update_many(asarray(K, backend), asarray(V, backend))
+        sg.update(asarray(K[0], backend), asarray(V[0], backend))
+        draws.append(g.random())
+    assert draws[0] == draws[1]
+
+
+@given(n=st.integers(1, 30), d=st.integers(1, 4), t=st.integers(1, 3), s=st.integers(1, 3), delta=st.floats(0.05, 3.0),
+       replicas=st.sampled_from([None, 2]), dtype=st.sampled_from(["float32", "float64"]), zeros=st.integers(0, 3),
+       seed=st.integers(0, 2**16))
+def test_device_path_equals_host_path_random_streams(n, d, t, s, delta, replicas, dtype, zeros, seed):
+    """The device-resident update (SubGen.device_resident, torch) and the host path give the same state and
+    estimates, bit for bit, on random streams (values of norm 0 first: mu = 0, p = 1)."""
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(seed)
+    K, V, Q = rng.standard_normal((n, d)), rng.standard_normal((n, 2)), rng.standard_normal((n, d))
+    V[:zeros] = 0.0
+    Kt, Vt, Qt = (asarray(x, "torch:cpu", dtype) for x in (K, V, Q))
+    dev = SubGen(d, delta=delta, s=s, t=t, seed=seed, replicas=replicas, track=True)
+    host = SubGen(d, delta=delta, s=s, t=t, seed=seed, replicas=replicas, track=True)
+    host.device_resident = False
+    zd, zh = dev.stream(Kt, Vt, Qt), host.stream(Kt, Vt, Qt)
+    assert dev._on_device and not host._on_device
+    assert to_numpy(zd).tobytes() == to_numpy(zh).tobytes()
+    a, b = dev.state(), host.state()
+    for f in a.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
+    np.testing.assert_array_equal(dev.assignments(), host.assignments())

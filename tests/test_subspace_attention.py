@@ -167,3 +167,43 @@ def test_bad_input_raises(case):
     }
     with pytest.raises(InputError):
         calls[case]()
+
+
+@pytest.mark.parametrize("taus", [(0.05, 0.05), (0.5, 0.5), (math.inf, math.inf)])
+def test_host_syncs_per_token_and_windowed_extend_on_torch_cpu(taus):
+    """Issue 15: step() reads the host once per token (its checks and both residuals in one copy; it was about
+    ten, with the sketches' checks); extend() reads a window of residuals at once, so on a stream that stays in its
+    subspace the reads per token fall well below one. Same chunks, triggers and output as one token at a time, bit
+    for bit, and as numpy within rounding."""
+    pytest.importorskip("torch")
+    from sync_counter import count_syncs
+    rng = np.random.default_rng(2)
+    n, d = 64, 8
+    basis = np.linalg.qr(rng.standard_normal((d, 3)))[0].T
+    K = rng.standard_normal((n, 3)) @ basis + 0.01 * rng.standard_normal((n, d))
+    V = rng.standard_normal((n, 3)) @ basis + 0.01 * rng.standard_normal((n, d))
+    Q = rng.standard_normal((4, d))
+    Kt, Vt, Qt = (asarray(x, "torch:cpu") for x in (K, V, Q))
+    make = lambda: AdaptiveSubspaceAttention(d, 3, 3, ell_k=4, ell_v=4, tau_k=taus[0], tau_v=taus[1], L=32)
+    stepped, extended, ref = make(), make(), make()
+    with count_syncs() as c:
+        for j in range(n):
+            stepped.step(Kt[j], Vt[j])
+    assert c.reads <= n + 2 * len(stepped.chunks) and c.uploads == c.masks == 0, c     # + top_basis' scale per chunk
+    with count_syncs() as c:
+        extended.extend(Kt, Vt)
+    # a trigger restarts the window at one token, so a stream with many chunks reads nearly once per token
+    assert c.total <= (n // 2 if len(extended.chunks) <= 4 else n + 2 * len(extended.chunks)), (c, len(extended.chunks))
+    ref.extend(K, V)
+    assert stepped.triggers == extended.triggers
+    assert [(ch.start, ch.stop, ch.reason) for ch in extended.chunks] == [(ch.start, ch.stop, ch.reason) for ch in ref.chunks]
+    assert to_numpy(stepped.attend(Qt)).tobytes() == to_numpy(extended.attend(Qt)).tobytes()
+    assert stepped.fd_k.certificate() == extended.fd_k.certificate()
+    np.testing.assert_allclose(to_numpy(extended.attend(Qt)), ref.attend(Q), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose([t[2:] for t in extended.triggers[1:]], [t[2:] for t in ref.triggers[1:]], rtol=1e-9)
+    bad = Kt.clone()
+    bad[5, 2] = float("inf")
+    with pytest.raises(InputError, match="NaN or Inf"):
+        make().extend(bad, Vt)
+    with pytest.raises(InputError, match="too large"):
+        make().step(Kt[0] * 1e300, Vt[0])
