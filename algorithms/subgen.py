@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.gpu.backend import array_namespace, is_gpu_array, like, to_numpy, device as _dev
 
 from .subgen_device import _DeviceStream
 from .subgen_query import QueryStreamAttn
@@ -122,9 +122,11 @@ class SubGen(QueryStreamAttn, _DeviceStream):
     (:mod:`kvbounds.algorithms.subgen_device`): same results, no host read per token."""
 
     fast = True          # False: the generic array-API path everywhere (the reference the tests compare with)
-    # torch/cupy: the state on the device, no host read per token (subgen_device); False: the host path (six
-    # reads and copies per token, about a fifth of the operations), e.g. to time both on a GPU
-    device_resident = True
+    # the state on the device, no host read per token (subgen_device), at about five times the operations per token;
+    # the host path reads and copies about six values per token. None (default): the device path for arrays on a
+    # GPU (torch CUDA, CuPy), where a host read waits for the device; the host path for numpy and CPU tensors,
+    # where reads are free (there it is 1.2-2x faster). True / False force one path (tests; timing both on a GPU).
+    device_resident: bool | None = None
 
     def __init__(self, d: int, *, delta: float, s: int, t: int, seed: Any = 0, scaled: bool = False,
                  replicas: int | None = None, reservoir_norm: str = "value", track: bool = False):
@@ -169,7 +171,7 @@ class SubGen(QueryStreamAttn, _DeviceStream):
         self._xp, self._atype = xp, type(k)
         self._is_numpy = isinstance(k, np.ndarray)
         dev, R, cap = _dev(k), self.R, 8
-        if not self._is_numpy and self.device_resident and type(self._coins) is _GeneratorCoins \
+        if not self._is_numpy and self._device_wanted(k) and type(self._coins) is _GeneratorCoins \
                 and 64 * R * self.t * self.d <= 2**22:
             cap = 64          # on a device, m' is read when the buffer may be full: a larger first buffer, fewer reads
         self.dv = int(v.shape[0])
@@ -183,7 +185,7 @@ class SubGen(QueryStreamAttn, _DeviceStream):
         self._Mv = xp.zeros((R, self.s, self.dv), dtype=k.dtype, device=dev)
         self._Mlogw = xp.zeros((R, self.s), dtype=k.dtype, device=dev)   # log of the slot's ||v||^2 (+inf for 0)
         self._Midx = xp.zeros((R, self.s), dtype=xp.int64, device=dev)
-        self._on_device = not self._is_numpy and self.device_resident and type(self._coins) is _GeneratorCoins
+        self._on_device = not self._is_numpy and self._device_wanted(k) and type(self._coins) is _GeneratorCoins
         if self._on_device:
             self._device_allocate(xp, k)
 
@@ -252,8 +254,13 @@ class SubGen(QueryStreamAttn, _DeviceStream):
             self._settle_coins()
 
     def _device_capable(self, k) -> bool:
-        return self._on_device or (self._X is None and not isinstance(k, np.ndarray) and self.device_resident
+        return self._on_device or (self._X is None and not isinstance(k, np.ndarray) and self._device_wanted(k)
                                    and type(self._coins) is _GeneratorCoins)
+
+    def _device_wanted(self, k) -> bool:
+        if self.device_resident is None:
+            return is_gpu_array(k)
+        return bool(self.device_resident)
 
     def _update(self, k, v, *, batched: bool) -> None:
         if self._X is None:

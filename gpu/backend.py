@@ -125,6 +125,11 @@ def backend_of(x: Any) -> str:
     return "numpy"
 
 
+def is_gpu_array(x: Any) -> bool:
+    """An array on a GPU (a CUDA torch tensor or a CuPy array): reading one of its values waits for the device."""
+    return (is_torch_array(x) and x.device.type == "cuda") or is_cupy_array(x)
+
+
 def array_namespace(*xs: Any) -> Any:
     return _array_namespace(*xs)
 

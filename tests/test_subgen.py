@@ -267,6 +267,7 @@ def test_device_state_matches_host_path_bit_for_bit_on_torch_cpu(cfg):
     Kt, Vt, Qt = (asarray(x, "torch:cpu", "float32") for x in (K, V, Q))
     kw = dict(delta=1.0, s=4, t=2, track=True) | cfg
     dev, host = SubGen(d, seed=7, **kw), SubGen(d, seed=_HostPathCoins(7), **kw)
+    dev.device_resident = True
     z_dev, z_host = dev.stream(Kt, Vt, Qt), host.stream(Kt, Vt, Qt)
     assert dev._on_device and not host._on_device
     assert to_numpy(z_dev).tobytes() == to_numpy(z_host).tobytes()
@@ -290,24 +291,32 @@ def test_host_syncs_per_token_on_torch_cpu():
     rng = np.random.default_rng(1)
     n, d = 64, 8
     K, V, Q = (asarray(rng.standard_normal((n, d)), "torch:cpu") for _ in range(3))
+    def make(seed=0):                       # the device path, as a CUDA tensor gets it by default
+        sg = SubGen(d, delta=2.0, s=4, t=2, seed=seed)
+        sg.device_resident = True
+        return sg
     with count_syncs() as c:
-        SubGen(d, delta=2.0, s=4, t=2, seed=0).update_many(K, V)
+        make().update_many(K, V)
     assert c.total <= 8, c
-    sg = SubGen(d, delta=2.0, s=4, t=2, seed=0)
+    sg = make()
     with count_syncs() as c:
         for j in range(n):
             sg.update(K[j], V[j])
     assert c.total <= n + 4, c
     with count_syncs() as c:
-        SubGen(d, delta=2.0, s=4, t=2, seed=0).stream(K, V, Q)
+        make().stream(K, V, Q)
     assert c.total <= n + 8, c
     with count_syncs() as c:                                      # the host path, for the record
         SubGen(d, delta=2.0, s=4, t=2, seed=_HostPathCoins(0)).update_many(K, V)
     assert c.total >= 3 * n, c
+    cpu = SubGen(d, delta=2.0, s=4, t=2, seed=0)                  # default on a CPU tensor: the host path
+    cpu.update_many(K, V)
+    assert SubGen.device_resident is None and not cpu._on_device
 
 
-def test_device_path_checks_and_callers_generator():
+def test_device_path_checks_and_callers_generator(monkeypatch):
     pytest.importorskip("torch")
+    monkeypatch.setattr(SubGen, "device_resident", True)          # the path CUDA tensors take
     T = lambda x, dt="float64": asarray(np.asarray(x, dtype=float), "torch:cpu", dt)
     sg = SubGen(3, delta=1.0, s=2, t=2)
     sg.update(T([1.0, 0, 0]), T([1.0, 2]))
@@ -345,7 +354,7 @@ def test_device_path_equals_host_path_random_streams(n, d, t, s, delta, replicas
     Kt, Vt, Qt = (asarray(x, "torch:cpu", dtype) for x in (K, V, Q))
     dev = SubGen(d, delta=delta, s=s, t=t, seed=seed, replicas=replicas, track=True)
     host = SubGen(d, delta=delta, s=s, t=t, seed=seed, replicas=replicas, track=True)
-    host.device_resident = False
+    dev.device_resident, host.device_resident = True, False
     zd, zh = dev.stream(Kt, Vt, Qt), host.stream(Kt, Vt, Qt)
     assert dev._on_device and not host._on_device
     assert to_numpy(zd).tobytes() == to_numpy(zh).tobytes()
