@@ -9,6 +9,7 @@ signs and re-exports these functions.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -69,17 +70,27 @@ def _panel_scales(xp, nk2, nw2):
     return rk2, 1.0 / xp.where(rw2 > 0, rw2, xp.ones_like(rw2))
 
 
-def _gram_panel(Kr, Wr, m: int, rk2, inv_rw2, plus_one: bool, ones_r):
+def _gram_panel(Kr, Wr, m: int, rk2, inv_rw2, plus_one: bool, ones_r, out=None):
     """Rows start..start+m-1 of the block Gram from column ``start`` on, given the rows from ``start`` on
     (``Kr = Kb[..., start:, :]``, ``Wr``, ``ones_r = ones[..., start:]`` or None), normalised as in
     :func:`block_gram`: exp(<k_i, k_j> - max||k||^2) (<w_i, w_j> [+ o_i o_j]) / max||w||^2. The transposed
     panel: row l holds G[start + l, start:] (= column start + l, by symmetry), contiguous. Shared by the
-    walks here and by :mod:`kvbounds.gpu.batched_walk`."""
+    walks here and by :mod:`kvbounds.gpu.batched_walk`. ``out``: None, or two flat scratch arrays (numpy or
+    torch, Kr's dtype, at least the panel's size each, from :func:`_panel_buffers`) that receive the panel and
+    the w-Gram (the panel returned is a view of the first): a walk reuses them from panel to panel instead of
+    touching fresh memory each time (same values)."""
     xp = array_namespace(Kr, Wr)
-    P = xp.matmul(Kr[..., :m, :], xp.matrix_transpose(Kr))
+    if out is None:
+        P = xp.matmul(Kr[..., :m, :], xp.matrix_transpose(Kr))
+        Wp = xp.matmul(Wr[..., :m, :], xp.matrix_transpose(Wr))
+    else:
+        shape = tuple(Kr.shape[:-2]) + (m, Kr.shape[-2])
+        size = math.prod(shape)
+        mm = _native(Kr).matmul
+        P = mm(Kr[..., :m, :], xp.matrix_transpose(Kr), out=xp.reshape(out[0][:size], shape))
+        Wp = mm(Wr[..., :m, :], xp.matrix_transpose(Wr), out=xp.reshape(out[1][:size], shape))
     P -= rk2
-    P = xp.exp(P)
-    Wp = xp.matmul(Wr[..., :m, :], xp.matrix_transpose(Wr))
+    P = _exp_inplace(xp, P)
     if plus_one and ones_r is None:
         Wp += 1.0
     elif plus_one:
@@ -87,6 +98,42 @@ def _gram_panel(Kr, Wr, m: int, rk2, inv_rw2, plus_one: bool, ones_r):
     Wp *= inv_rw2
     P *= Wp
     return P
+
+
+def _native(x):
+    """numpy for a numpy array, torch for a torch tensor (their matmul/exp take ``out=``); None otherwise."""
+    if type(x) is np.ndarray:
+        return np
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(x, torch.Tensor) else None
+
+
+def _exp_inplace(xp, P):
+    """exp(P), written over P where the backend allows it (numpy, torch): no fresh memory for the panel."""
+    nat = _native(P)
+    if nat is None:
+        return xp.exp(P)
+    return nat.exp(P, out=P)
+
+
+def _panel_buffers(Kb, m: int):
+    """Two flat scratch arrays for :func:`_gram_panel`'s ``out`` (the first panel is the largest), or None where the
+    backend's matmul takes no ``out`` (CuPy, other array-API backends: fresh panels, as before)."""
+    if _native(Kb) is None:
+        return None
+    xp = array_namespace(Kb)
+    size = math.prod(tuple(Kb.shape[:-2])) * m * Kb.shape[-2]
+    return tuple(xp.empty((size,), dtype=Kb.dtype, device=_dev(Kb)) for _ in range(2))
+
+
+def _host_view(x):
+    """A numpy view (no copy) of a CPU array: a numpy array itself or a torch CPU tensor; None otherwise."""
+    if type(x) is np.ndarray:
+        return x
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor) and x.device.type == "cpu" and not x.requires_grad:
+        return x.numpy()
+    return None
 
 
 def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None):
@@ -98,7 +145,10 @@ def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_on
     per level never wait on a descheduled thread (and :func:`blockwise_balance_select` runs the whole level loop
     single-threaded on torch CPU, see :func:`_single_threaded`). The coin test
     u_i < 1/2 - x/(2c) is evaluated as x < c (1 - 2 u_i) (precomputed), and the FAIL flags are read at the end
-    (s_i is final once step i has read it). Returns (signs (..., b), failed (...,) numpy bool)."""
+    (s_i is final once step i has read it). On the host (numpy, torch CPU) the m steps of a panel run in numpy on
+    views of the panel (no copies; IEEE float arithmetic, so the same values as torch's), at a fraction of
+    torch's per-operation cost, and the panels reuse two scratch buffers. Returns (signs (..., b), failed (...,)
+    numpy bool)."""
     xp = array_namespace(Kb, Wb)
     b = Kb.shape[-2]
     blocks = int(np.prod(Kb.shape[:-2], dtype=np.int64)) if Kb.ndim > 2 else 1
@@ -108,25 +158,54 @@ def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_on
     rk2, inv_rw2 = _panel_scales(xp, nk2, nw2)
     s = xp.zeros(tuple(Kb.shape[:-1]), dtype=Kb.dtype, device=_dev(Kb))
     thr = c * (1.0 - 2.0 * uniforms)                 # eta_i = +1 iff x_i < thr_i  (u_i < 1/2 - x_i/(2c))
+    s_host, thr_host = _host_view(s), _host_view(thr)
+    host = s_host is not None and thr_host is not None
+    if host:
+        s_host, thr_host = s_host.reshape(blocks, b), thr_host.reshape(blocks, b)
+        E_host = np.empty((blocks, m), dtype=s_host.dtype)
+        E = E_host if type(s) is np.ndarray else sys.modules["torch"].from_numpy(E_host)   # shares E_host
+        pos, neg_h = np.ones(blocks, dtype=s_host.dtype), -np.ones(blocks, dtype=s_host.dtype)
     one = xp.ones_like(s[..., 0])
     neg = -one
+    buffers = _panel_buffers(Kb, m)
     cols = []
     for start in range(0, b, m):
         P = _gram_panel(Kb[..., start:, :], Wb[..., start:, :], m, rk2, inv_rw2, plus_one,
-                        None if ones is None else ones[..., start:])             # (..., m, b - start)
-        etas = []
-        for l in range(m):
-            i = start + l
-            eta = xp.where(s[..., i] < thr[..., i], one, neg)
-            etas.append(eta)
-            if l + 1 < m:
-                s[..., i + 1:start + m] += eta[..., None] * P[..., l, l + 1:m]
-        E = xp.stack(etas, axis=-1)                                       # (..., m)
-        cols.append(E)
+                        None if ones is None else ones[..., start:], out=buffers)   # (..., m, b - start)
+        if host:
+            _panel_steps_host(s_host, P, thr_host, start, m, E_host, pos, neg_h)
+            Ep = xp.reshape(E, tuple(Kb.shape[:-2]) + (m,))
+            cols.append(xp.asarray(Ep, copy=True))
+        else:
+            etas = []
+            for l in range(m):
+                i = start + l
+                eta = xp.where(s[..., i] < thr[..., i], one, neg)
+                etas.append(eta)
+                if l + 1 < m:
+                    s[..., i + 1:start + m] += eta[..., None] * P[..., l, l + 1:m]
+            Ep = xp.stack(etas, axis=-1)                                  # (..., m)
+            cols.append(Ep)
         if start + m < b:
-            s[..., start + m:] += xp.matmul(E[..., None, :], P[..., :, m:])[..., 0, :]
+            s[..., start + m:] += xp.matmul(Ep[..., None, :], P[..., :, m:])[..., 0, :]
     failed = to_numpy(xp.any(xp.abs(s) > c, axis=-1))
     return xp.concat(cols, axis=-1), failed
+
+
+def _panel_steps_host(s, P, thr, start: int, m: int, E, pos, neg) -> None:
+    """The m steps of one panel on numpy views: s (blocks, b), P (..., m, cols) the panel, thr (blocks, b); the
+    signs go to E (blocks, m). Step l: eta = +1 iff s_i < thr_i, then s[i+1:start+m] += eta P[l, l+1:m]."""
+    Ph = _host_view(P).reshape(s.shape[0], m, -1)
+    tmp = np.empty_like(E)
+    for l in range(m):
+        i = start + l
+        e = E[:, l]
+        np.copyto(e, np.where(s[:, i] < thr[:, i], pos, neg))
+        if l + 1 < m:
+            seg = s[:, i + 1:start + m]
+            t = tmp[:, :m - l - 1]
+            np.multiply(e[:, None], Ph[:, l, l + 1:m], out=t)
+            np.add(seg, t, out=seg)
 
 
 def panel_walk_stepwise(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None):
