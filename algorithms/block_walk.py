@@ -75,20 +75,16 @@ def _gram_panel(Kr, Wr, m: int, rk2, inv_rw2, plus_one: bool, ones_r, out=None):
     (``Kr = Kb[..., start:, :]``, ``Wr``, ``ones_r = ones[..., start:]`` or None), normalised as in
     :func:`block_gram`: exp(<k_i, k_j> - max||k||^2) (<w_i, w_j> [+ o_i o_j]) / max||w||^2. The transposed
     panel: row l holds G[start + l, start:] (= column start + l, by symmetry), contiguous. Shared by the
-    walks here and by :mod:`kvbounds.gpu.batched_walk`. ``out``: None, or two flat scratch arrays (numpy or
-    torch, Kr's dtype, at least the panel's size each, from :func:`_panel_buffers`) that receive the panel and
-    the w-Gram (the panel returned is a view of the first): a walk reuses them from panel to panel instead of
-    touching fresh memory each time (same values)."""
+    walks here and by :mod:`kvbounds.gpu.batched_walk`. ``out``: None, or the two flat scratch arrays of
+    :func:`_panel_buffers` (numpy or torch): the panel is written into the first (and returned as a view of it),
+    the w-Gram goes through the second a few blocks at a time; a walk reuses them from panel to panel instead of
+    touching fresh memory for each (same operations on the same values, so the same panel)."""
     xp = array_namespace(Kr, Wr)
     if out is None:
         P = xp.matmul(Kr[..., :m, :], xp.matrix_transpose(Kr))
         Wp = xp.matmul(Wr[..., :m, :], xp.matrix_transpose(Wr))
     else:
-        shape = tuple(Kr.shape[:-2]) + (m, Kr.shape[-2])
-        size = math.prod(shape)
-        mm = _native(Kr).matmul
-        P = mm(Kr[..., :m, :], xp.matrix_transpose(Kr), out=xp.reshape(out[0][:size], shape))
-        Wp = mm(Wr[..., :m, :], xp.matrix_transpose(Wr), out=xp.reshape(out[1][:size], shape))
+        return _gram_panel_into(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, *out)
     P -= rk2
     P = _exp_inplace(xp, P)
     if plus_one and ones_r is None:
@@ -97,6 +93,31 @@ def _gram_panel(Kr, Wr, m: int, rk2, inv_rw2, plus_one: bool, ones_r, out=None):
         Wp += ones_r[..., :m, None] * ones_r[..., None, :]
     Wp *= inv_rw2
     P *= Wp
+    return P
+
+
+def _gram_panel_into(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, P_buf, W_buf):
+    """:func:`_gram_panel` written into P_buf, the w-Gram formed in W_buf chunk by chunk of blocks."""
+    lead, rows = tuple(Kr.shape[:-2]), Kr.shape[-2]
+    nblk = math.prod(lead)
+    mm = _native(Kr).matmul
+    P = mm(Kr[..., :m, :], xp.matrix_transpose(Kr), out=xp.reshape(P_buf[:nblk * m * rows], lead + (m, rows)))
+    P -= rk2
+    P = _exp_inplace(xp, P)
+    P3, W3 = xp.reshape(P, (nblk, m, rows)), xp.reshape(Wr, (nblk, rows, Wr.shape[-1]))
+    inv3 = xp.reshape(xp.broadcast_to(inv_rw2, lead + (1, 1)), (nblk, 1, 1))
+    o3 = None if ones_r is None or not plus_one else xp.reshape(xp.broadcast_to(ones_r, lead + (rows,)), (nblk, rows))
+    step = max(1, W_buf.shape[0] // (m * rows))
+    for c0 in range(0, nblk, step):
+        c1 = min(nblk, c0 + step)
+        Wp = mm(W3[c0:c1, :m, :], xp.matrix_transpose(W3[c0:c1]),
+                out=xp.reshape(W_buf[:(c1 - c0) * m * rows], (c1 - c0, m, rows)))
+        if o3 is None and plus_one:
+            Wp += 1.0
+        elif plus_one:
+            Wp += o3[c0:c1, :m, None] * o3[c0:c1, None, :]
+        Wp *= inv3[c0:c1]
+        P3[c0:c1] *= Wp
     return P
 
 
@@ -116,14 +137,28 @@ def _exp_inplace(xp, P):
     return nat.exp(P, out=P)
 
 
-def _panel_buffers(Kb, m: int):
-    """Two flat scratch arrays for :func:`_gram_panel`'s ``out`` (the first panel is the largest), or None where the
-    backend's matmul takes no ``out`` (CuPy, other array-API backends: fresh panels, as before)."""
+W_CHUNK = 1 << 18    # entries of the w-Gram scratch (1 MiB in float32): a few blocks' rows at a time, cache-resident
+
+
+def _panel_buffers(Kb, m: int, keep: list | None = None):
+    """The two flat scratch arrays of :func:`_gram_panel`'s ``out`` (the first holds the largest panel, the second
+    at least one block's w-Gram rows), or None where the backend's matmul takes no ``out`` (CuPy, other array-API
+    backends: fresh panels, as before). ``keep``: a list holding the pair from an earlier call, reused when large
+    enough and of Kb's kind, dtype and device (else replaced)."""
     if _native(Kb) is None:
         return None
-    xp = array_namespace(Kb)
     size = math.prod(tuple(Kb.shape[:-2])) * m * Kb.shape[-2]
-    return tuple(xp.empty((size,), dtype=Kb.dtype, device=_dev(Kb)) for _ in range(2))
+    sizes = (size, min(size, max(W_CHUNK, m * Kb.shape[-2])))
+    if keep:
+        old = keep[0]
+        if (type(old[0]) is type(Kb) and old[0].dtype == Kb.dtype and _dev(old[0]) == _dev(Kb)
+                and all(o.shape[0] >= n for o, n in zip(old, sizes))):
+            return old
+    xp = array_namespace(Kb)
+    new = tuple(xp.empty((n,), dtype=Kb.dtype, device=_dev(Kb)) for n in sizes)
+    if keep is not None:
+        keep[:] = [new]
+    return new
 
 
 def _host_view(x):
@@ -136,7 +171,8 @@ def _host_view(x):
     return None
 
 
-def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None):
+def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None,
+               buffers=None):
     """The walk of :func:`panel_walk_stepwise` (same arguments, same Gram panels, same signs up to rounding),
     organised for speed: within a column panel of m steps, each step updates only the m entries of s in its
     panel; the panel's signs then reach every later s_j in one batched product s_j += sum_l eta_l G[l, j]. The
@@ -147,8 +183,9 @@ def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_on
     u_i < 1/2 - x/(2c) is evaluated as x < c (1 - 2 u_i) (precomputed), and the FAIL flags are read at the end
     (s_i is final once step i has read it). On the host (numpy, torch CPU) the m steps of a panel run in numpy on
     views of the panel (no copies; IEEE float arithmetic, so the same values as torch's), at a fraction of
-    torch's per-operation cost, and the panels reuse two scratch buffers. Returns (signs (..., b), failed (...,)
-    numpy bool)."""
+    torch's per-operation cost, and the panels reuse two scratch buffers (``buffers``: a list that keeps them for
+    the next call, e.g. the next level: fresh memory costs a page fault per 4 KiB). Returns (signs (..., b),
+    failed (...,) numpy bool)."""
     xp = array_namespace(Kb, Wb)
     b = Kb.shape[-2]
     blocks = int(np.prod(Kb.shape[:-2], dtype=np.int64)) if Kb.ndim > 2 else 1
@@ -167,11 +204,11 @@ def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_on
         pos, neg_h = np.ones(blocks, dtype=s_host.dtype), -np.ones(blocks, dtype=s_host.dtype)
     one = xp.ones_like(s[..., 0])
     neg = -one
-    buffers = _panel_buffers(Kb, m)
+    out = _panel_buffers(Kb, m, buffers)
     cols = []
     for start in range(0, b, m):
         P = _gram_panel(Kb[..., start:, :], Wb[..., start:, :], m, rk2, inv_rw2, plus_one,
-                        None if ones is None else ones[..., start:], out=buffers)   # (..., m, b - start)
+                        None if ones is None else ones[..., start:], out=out)   # (..., m, b - start)
         if host:
             _panel_steps_host(s_host, P, thr_host, start, m, E_host, pos, neg_h)
             Ep = xp.reshape(E, tuple(Kb.shape[:-2]) + (m,))
