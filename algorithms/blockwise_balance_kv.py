@@ -47,7 +47,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
-from .block_walk import (_check_exponent_rounding, block_gram, panel_walk,  # noqa: F401 (re-exported)
+from .block_walk import (ScratchPool, _check_exponent_rounding, block_gram, panel_walk,  # noqa: F401 (re-exported)
                          panel_walk_stepwise, walk_diagnostic)
 from .self_balancing_walk import walk_constant
 from .uniform_sampling import _check_int, _check_rng, uniform_select
@@ -127,7 +127,7 @@ def _argsort_head(r: np.ndarray, k: int) -> np.ndarray:
 
 
 def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generator, plus_one: bool = False,
-                   diagnostics: list | None = None, buffers: list | None = None):
+                   diagnostics: list | None = None, scratch: ScratchPool | None = None):
     """One level on the current tokens: pre-scaled keys Kc (B, m, d), Wc (B, m, e) (B = flattened heads)
     and their squared norms nk2, nw2 (B, m) (with ``plus_one``, w carries an implicit extra coordinate 1,
     included in nw2, that padded rows do not have).
@@ -151,7 +151,7 @@ def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generat
     signs, failed = panel_walk(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
                                xp.reshape(nk2, (B, nb, b)), xp.reshape(nw2, (B, nb, b)),
                                like(rng.random((B, nb, b_draw))[..., :b], Kc), c, panel=WALK_PANEL,
-                               plus_one=plus_one, ones=ones, buffers=buffers)
+                               plus_one=plus_one, ones=ones, scratch=scratch)
     if diagnostics is not None:
         diagnostics.append(walk_diagnostic(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
                                            xp.reshape(nk2, (B, nb, b)), xp.reshape(nw2, (B, nb, b)), signs, c, m,
@@ -214,17 +214,25 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     Kc, Wc, kc2, wc2 = Kf, Wf, nk2, nw2
     if T == 0:
         idx = xp.asarray(idx, copy=True)
-    buffers = []                             # the walk's panel scratch, kept from level to level
+    # memory the select has touched is reused (ScratchPool): the walk's panel scratch; the next level's keys go into
+    # the freed panel scratch, then Kf is dead (later levels gather from the current level) and holds the next
+    # w's and panels
+    scratch = ScratchPool()
     with _single_threaded(K):                # see _single_threaded: no collapse on a loaded machine
         for level in range(T):
             pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=rng, plus_one=plus_one,
-                                    diagnostics=diagnostics, buffers=buffers)
+                                    diagnostics=diagnostics, scratch=scratch)
             if diagnostics is not None:
                 diagnostics[-1]["level"] = level + 1
             idx = _take_cols(idx, pos)
             if level + 1 < T:
-                Kc, Wc = _gather_dev(Kf, idx), _gather_dev(Wf, idx)
-                kc2, wc2 = _take_cols(nk2, idx), _take_cols(nw2, idx)
+                Kn = _gather_dev(Kc, pos, out=scratch.take(Kc, B * pos.shape[-1] * d))
+                scratch.give(_flat_view(Kc))
+                Wn = _gather_dev(Wc, pos, out=scratch.take(Wc, B * pos.shape[-1] * Wc.shape[-1]))
+                if level > 0:                # level 0's w are the caller's V
+                    scratch.give(_flat_view(Wc))
+                Kc, Wc = Kn, Wn
+                kc2, wc2 = _take_cols(kc2, pos), _take_cols(wc2, pos)
     return xp.reshape(idx, lead + (idx.shape[-1],))
 
 
@@ -241,12 +249,29 @@ def _take_cols(idx, pos):
     return xp.reshape(xp.take(xp.reshape(idx, (-1,)), _flat(pos, m), axis=0), pos.shape)
 
 
-def _gather_dev(X, idx):
-    """X (B, n, e), idx (B, m) integer array of X's backend -> (B, m, e)."""
+def _gather_dev(X, idx, out=None):
+    """X (B, n, e), idx (B, m) integer array of X's backend -> (B, m, e); ``out``: None, or a flat array of
+    B m e elements (numpy or torch, from a :class:`ScratchPool`) that receives it."""
     xp = array_namespace(X)
     B, n, e = X.shape
-    out = xp.take(xp.reshape(X, (B * n, e)), _flat(idx, n), axis=0)
-    return xp.reshape(out, (B, idx.shape[-1], e))
+    if out is None:
+        res = xp.take(xp.reshape(X, (B * n, e)), _flat(idx, n), axis=0)
+    elif type(X) is np.ndarray:
+        res = np.take(X.reshape(B * n, e), _flat(idx, n), axis=0, out=out.reshape(-1, e))
+    else:
+        res = sys.modules["torch"].index_select(X.reshape(B * n, e), 0, _flat(idx, n), out=out.reshape(-1, e))
+    return xp.reshape(res, (B, idx.shape[-1], e))
+
+
+def _flat_view(X):
+    """The flat view of a contiguous numpy array or torch tensor (its memory, to hand back to a ScratchPool), else
+    None (other backends keep freeing their memory as before)."""
+    if type(X) is np.ndarray:
+        return X.reshape(-1) if X.flags.c_contiguous else None
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(X, torch.Tensor) and X.is_contiguous():
+        return X.view(-1)
+    return None
 
 
 def compress_cache(K, V, *, sink: int, window: int, levels: int, block_size: int, rng: np.random.Generator,
