@@ -196,16 +196,15 @@ def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_on
     """The walk of :func:`panel_walk_stepwise` (same arguments, same Gram panels, same signs up to rounding),
     organised for speed: within a column panel of m steps, each step updates only the m entries of s in its
     panel; the panel's signs then reach every later s_j in one batched product s_j += sum_l eta_l G[l, j]. The
-    per-step array operations thus touch (blocks x m) entries, below the size at which torch splits an
-    operation across threads (32768 elements; the panel shrinks for many blocks), so the ~4 b small operations
-    per level never wait on a descheduled thread (and :func:`blockwise_balance_select` runs the whole level loop
-    single-threaded on torch CPU, see :func:`_single_threaded`). The coin test
-    u_i < 1/2 - x/(2c) is evaluated as x < c (1 - 2 u_i) (precomputed), and the FAIL flags are read at the end
-    (s_i is final once step i has read it). On the host (numpy, torch CPU) the m steps of a panel run in numpy on
-    views of the panel (no copies; IEEE float arithmetic, so the same values as torch's), at a fraction of
-    torch's per-operation cost, and the panels reuse two scratch buffers (from ``scratch``, a
-    :class:`ScratchPool` they are handed back to: the next level reuses them). Returns (signs (..., b),
-    failed (...,) numpy bool)."""
+    coin test u_i < 1/2 - x/(2c) is evaluated as x < c (1 - 2 u_i) (precomputed), and the FAIL flags are read at
+    the end (s_i is final once step i has read it). On the host (numpy, torch CPU) the m steps of a panel run in
+    numpy on views of the panel (no copies; IEEE float arithmetic, so the same values as torch's), at a fraction of
+    torch's per-operation cost and never split across threads (so the ~b small steps per level never wait on a
+    descheduled thread of a loaded machine; only the panels' products and passes may use torch's threads), and
+    the panels reuse two scratch buffers (from ``scratch``, a :class:`ScratchPool` they are handed back to: the
+    next level reuses them). Elsewhere (CUDA, CuPy) the steps are array operations on (blocks x m) entries, below
+    the size at which torch splits an operation across threads (32768 elements; the panel shrinks for many
+    blocks). Returns (signs (..., b), failed (...,) numpy bool)."""
     xp = array_namespace(Kb, Wb)
     b = Kb.shape[-2]
     blocks = int(np.prod(Kb.shape[:-2], dtype=np.int64)) if Kb.ndim > 2 else 1

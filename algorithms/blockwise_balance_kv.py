@@ -39,7 +39,6 @@ for float64 inputs).
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 
@@ -89,33 +88,6 @@ def _check_block(block_size) -> int:
         raise InputError(f"block_size must be an even integer in [2, {MAX_BLOCK}], got {block_size!r}")
     return int(block_size)
 
-
-
-def _torch_cpu_threads(x) -> int:
-    """torch's intra-op thread count if x is a torch CPU tensor, else 1."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(x, torch.Tensor) or x.device.type != "cpu":
-        return 1
-    return torch.get_num_threads()
-
-
-@contextlib.contextmanager
-def _single_threaded(x):
-    """torch CPU: run the block single-threaded. The select's large operations (the panels' products and
-    exponentials, sorts, gathers: ~150 per call) would otherwise be split across torch's threads, each split
-    ending at a barrier that waits for every thread; on a loaded machine a descheduled thread stalls each barrier
-    for a time slice, and the select took 2-6x longer at 2 threads than at 1. (The walk's per-step operations
-    are kept below torch's parallel threshold by the panel size.) Same arithmetic, same result."""
-    if _torch_cpu_threads(x) <= 1:
-        yield
-        return
-    import torch
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _argsort_head(r: np.ndarray, k: int) -> np.ndarray:
@@ -218,21 +190,20 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     # the freed panel scratch, then Kf is dead (later levels gather from the current level) and holds the next
     # w's and panels
     scratch = ScratchPool()
-    with _single_threaded(K):                # see _single_threaded: no collapse on a loaded machine
-        for level in range(T):
-            pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=rng, plus_one=plus_one,
-                                    diagnostics=diagnostics, scratch=scratch)
-            if diagnostics is not None:
-                diagnostics[-1]["level"] = level + 1
-            idx = _take_cols(idx, pos)
-            if level + 1 < T:
-                Kn = _gather_dev(Kc, pos, out=scratch.take(Kc, B * pos.shape[-1] * d))
-                scratch.give(_flat_view(Kc))
-                Wn = _gather_dev(Wc, pos, out=scratch.take(Wc, B * pos.shape[-1] * Wc.shape[-1]))
-                if level > 0:                # level 0's w are the caller's V
-                    scratch.give(_flat_view(Wc))
-                Kc, Wc = Kn, Wn
-                kc2, wc2 = _take_cols(kc2, pos), _take_cols(wc2, pos)
+    for level in range(T):   # torch CPU: the large operations may use torch's threads; the walk's steps run in numpy
+        pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=rng, plus_one=plus_one,
+                                diagnostics=diagnostics, scratch=scratch)
+        if diagnostics is not None:
+            diagnostics[-1]["level"] = level + 1
+        idx = _take_cols(idx, pos)
+        if level + 1 < T:
+            Kn = _gather_dev(Kc, pos, out=scratch.take(Kc, B * pos.shape[-1] * d))
+            scratch.give(_flat_view(Kc))
+            Wn = _gather_dev(Wc, pos, out=scratch.take(Wc, B * pos.shape[-1] * Wc.shape[-1]))
+            if level > 0:                # level 0's w are the caller's V
+                scratch.give(_flat_view(Wc))
+            Kc, Wc = Kn, Wn
+            kc2, wc2 = _take_cols(kc2, pos), _take_cols(wc2, pos)
     return xp.reshape(idx, lead + (idx.shape[-1],))
 
 
