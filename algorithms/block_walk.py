@@ -129,6 +129,13 @@ def _native(x):
     return torch if torch is not None and isinstance(x, torch.Tensor) else None
 
 
+def _on_host(x) -> bool:
+    """A numpy array or a torch CPU tensor: where fresh memory costs page faults and scratch reuse pays (a GPU's
+    caching allocator reuses memory already, and small chunked operations would cost kernel launches there)."""
+    nat = _native(x)
+    return nat is np or (nat is not None and x.device.type == "cpu")
+
+
 def _exp_inplace(xp, P):
     """exp(P), written over P where the backend allows it (numpy, torch): no fresh memory for the panel."""
     nat = _native(P)
@@ -143,15 +150,15 @@ W_CHUNK = 1 << 18    # entries of the w-Gram scratch (1 MiB in float32): a few b
 class ScratchPool:
     """Flat scratch arrays handed out (:meth:`take`) and handed back (:meth:`give`) within one computation, so that
     memory it has already touched is reused: fresh memory costs a page fault per 4 KiB on first touch (~2 us each
-    on a virtual machine; the 49 MiB of one select at 8 x 8192 x 128 were ~12k faults). Best fit, a larger array
-    split; only for backends whose operations take ``out=`` (numpy, torch), :meth:`take` gives None otherwise."""
+    on a virtual machine: one blockwise select at 8 x 8192 x 128 took ~20k faults, ~45 ms of its ~250). Best fit, a
+    larger array split; only on the host (numpy, torch CPU), :meth:`take` gives None otherwise."""
 
     def __init__(self):
         self.free = []
 
     def take(self, like, n: int):
         """A flat array of n elements of like's kind, dtype and device (contents undefined), or None."""
-        if _native(like) is None:
+        if not _on_host(like):
             return None
         best = None
         for k, f in enumerate(self.free):
@@ -167,14 +174,14 @@ class ScratchPool:
 
     def give(self, *arrays) -> None:
         """Hand back flat arrays (from :meth:`take`, or the flat view of a dead array); None is ignored."""
-        self.free.extend(a for a in arrays if a is not None)
+        self.free.extend(a for a in arrays if a is not None and _on_host(a))
 
 
 def _panel_buffers(Kb, m: int, pool: ScratchPool | None):
     """The two flat scratch arrays of :func:`_gram_panel`'s ``out`` (the first holds the largest panel, the second
-    at least one block's w-Gram rows) from ``pool`` (a fresh one if None), or None where the backend's matmul
-    takes no ``out`` (CuPy, other array-API backends: fresh panels, as before)."""
-    if _native(Kb) is None:
+    at least one block's w-Gram rows) from ``pool`` (a fresh one if None), or None off the host (CUDA, CuPy:
+    fresh panels, as before)."""
+    if not _on_host(Kb):
         return None
     size = math.prod(tuple(Kb.shape[:-2])) * m * Kb.shape[-2]
     pool = ScratchPool() if pool is None else pool

@@ -67,3 +67,16 @@ def test_scratch_pool_reuses_memory_best_fit():
     assert not np.shares_memory(pool.take(like, 40), a)           # nothing left: fresh memory
     assert not np.shares_memory(pool.take(np.zeros(1), 8), b)     # another dtype: fresh memory
     assert ScratchPool().take([1.0], 3) is None
+
+
+def test_scratch_pool_keeps_no_device_memory():
+    """Off the host (CUDA) the pool hands out nothing and keeps nothing handed back (a GPU's caching allocator
+    reuses memory already; a kept array would only raise the peak)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from kvbounds.algorithms.block_walk import ScratchPool
+    pool, x = ScratchPool(), torch.zeros(4, device="cuda")
+    assert pool.take(x, 4) is None
+    pool.give(x)
+    assert pool.free == []
