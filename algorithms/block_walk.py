@@ -147,7 +147,7 @@ def _exp_inplace(xp, P):
 W_CHUNK = 1 << 18    # entries of the w-Gram scratch (1 MiB in float32): a few blocks' rows at a time, cache-resident
 
 
-class ScratchPool:
+class _ScratchPool:
     """Flat scratch arrays handed out (:meth:`take`) and handed back (:meth:`give`) within one computation, so that
     memory it has already touched is reused: fresh memory costs a page fault per 4 KiB on first touch (~2 us each
     on a virtual machine: one blockwise select at 8 x 8192 x 128 took ~20k faults, ~45 ms of its ~250). Best fit, a
@@ -177,14 +177,14 @@ class ScratchPool:
         self.free.extend(a for a in arrays if a is not None and _on_host(a))
 
 
-def _panel_buffers(Kb, m: int, pool: ScratchPool | None):
+def _panel_buffers(Kb, m: int, pool: _ScratchPool | None):
     """The two flat scratch arrays of :func:`_gram_panel`'s ``out`` (the first holds the largest panel, the second
     at least one block's w-Gram rows) from ``pool`` (a fresh one if None), or None off the host (CUDA, CuPy:
     fresh panels, as before)."""
     if not _on_host(Kb):
         return None
     size = math.prod(tuple(Kb.shape[:-2])) * m * Kb.shape[-2]
-    pool = ScratchPool() if pool is None else pool
+    pool = _ScratchPool() if pool is None else pool
     return pool.take(Kb, size), pool.take(Kb, min(size, max(W_CHUNK, m * Kb.shape[-2])))
 
 
@@ -199,7 +199,7 @@ def _host_view(x):
 
 
 def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None,
-               scratch: ScratchPool | None = None):
+               scratch: _ScratchPool | None = None):
     """The walk of :func:`panel_walk_stepwise` (same arguments, same Gram panels, same signs up to rounding),
     organised for speed: within a column panel of m steps, each step updates only the m entries of s in its
     panel; the panel's signs then reach every later s_j in one batched product s_j += sum_l eta_l G[l, j]. The
@@ -208,7 +208,7 @@ def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_on
     numpy on views of the panel (no copies; IEEE float arithmetic, so the same values as torch's), at a fraction of
     torch's per-operation cost and never split across threads (so the ~b small steps per level never wait on a
     descheduled thread of a loaded machine; only the panels' products and passes may use torch's threads), and
-    the panels reuse two scratch buffers (from ``scratch``, a :class:`ScratchPool` they are handed back to: the
+    the panels reuse two scratch buffers (from ``scratch``, a :class:`_ScratchPool` they are handed back to: the
     next level reuses them). Elsewhere (CUDA, CuPy) the steps are array operations on (blocks x m) entries, below
     the size at which torch splits an operation across threads (32768 elements; the panel shrinks for many
     blocks). Returns (signs (..., b), failed (...,) numpy bool)."""

@@ -46,7 +46,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
-from .block_walk import (ScratchPool, _check_exponent_rounding, block_gram, panel_walk,  # noqa: F401 (re-exported)
+from .block_walk import (_ScratchPool, _check_exponent_rounding, block_gram, panel_walk,  # noqa: F401 (re-exported)
                          panel_walk_stepwise, walk_diagnostic)
 from .self_balancing_walk import walk_constant
 from .uniform_sampling import _check_int, _check_rng, uniform_select
@@ -99,7 +99,7 @@ def _argsort_head(r: np.ndarray, k: int) -> np.ndarray:
 
 
 def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generator, plus_one: bool = False,
-                   diagnostics: list | None = None, scratch: ScratchPool | None = None):
+                   diagnostics: list | None = None, scratch: _ScratchPool | None = None):
     """One level on the current tokens: pre-scaled keys Kc (B, m, d), Wc (B, m, e) (B = flattened heads)
     and their squared norms nk2, nw2 (B, m) (with ``plus_one``, w carries an implicit extra coordinate 1,
     included in nw2, that padded rows do not have).
@@ -186,10 +186,10 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     Kc, Wc, kc2, wc2 = Kf, Wf, nk2, nw2
     if T == 0:
         idx = xp.asarray(idx, copy=True)
-    # memory the select has touched is reused (ScratchPool): the walk's panel scratch; the next level's keys go into
+    # memory the select has touched is reused (_ScratchPool): the walk's panel scratch; the next level's keys go into
     # the freed panel scratch, then Kf is dead (later levels gather from the current level) and holds the next
     # w's and panels
-    scratch = ScratchPool()
+    scratch = _ScratchPool()
     for level in range(T):   # torch CPU: the large operations may use torch's threads; the walk's steps run in numpy
         pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=rng, plus_one=plus_one,
                                 diagnostics=diagnostics, scratch=scratch)
@@ -222,7 +222,7 @@ def _take_cols(idx, pos):
 
 def _gather_dev(X, idx, out=None):
     """X (B, n, e), idx (B, m) integer array of X's backend -> (B, m, e); ``out``: None, or a flat array of
-    B m e elements (numpy or torch, from a :class:`ScratchPool`) that receives it."""
+    B m e elements (numpy or torch, from a :class:`_ScratchPool`) that receives it."""
     xp = array_namespace(X)
     B, n, e = X.shape
     if out is None:
@@ -235,7 +235,7 @@ def _gather_dev(X, idx, out=None):
 
 
 def _flat_view(X):
-    """The flat view of a contiguous numpy array or torch tensor (its memory, to hand back to a ScratchPool), else
+    """The flat view of a contiguous numpy array or torch tensor (its memory, to hand back to a _ScratchPool), else
     None (other backends keep freeing their memory as before)."""
     if type(X) is np.ndarray:
         return X.reshape(-1) if X.flags.c_contiguous else None
