@@ -21,8 +21,9 @@ after the sign assignment "strictly select n/2 embeddings"; repeat T times. Here
    (Alg. 1 runs separate MergeAndReduce instances for them; a cache keeps one subset of tokens).
    Padded rows have k = 0 and w = 0 (the 1 included): their Gram rows vanish, so they never move the walk;
 3. the walk (:func:`panel_walk`: :func:`kvbounds.algorithms.self_balancing_walk.gram_walk`'s walk, computing only the
-   lower-triangle column panels of G that the walk reads, ~56% of the Gram work; c = 30 log(b/delta) by default, coin
-   flips drawn from the numpy ``rng`` and moved with :func:`kvbounds.gpu.backend.like`) on all blocks at once;
+   lower-triangle column panels of G that the walk reads, 5/8 of the Gram work at b = 256 with 64-row panels;
+   c = 30 log(b/delta) by default, coin flips drawn from the numpy ``rng`` and moved with
+   :func:`kvbounds.gpu.backend.like`) on all blocks at once;
    a FAIL (|x| > c) does not stop it: p is clipped, as in ``on_fail="continue"``;
 4. strict halving: block j keeps floor(v_j / 2) of its v_j real tokens (b/2 for every full block): first
    the tokens of the block's minority sign (the +1 side on a tie, as in ``smaller_side``), in random
