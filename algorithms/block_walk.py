@@ -9,6 +9,7 @@ signs and re-exports these functions.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -69,17 +70,23 @@ def _panel_scales(xp, nk2, nw2):
     return rk2, 1.0 / xp.where(rw2 > 0, rw2, xp.ones_like(rw2))
 
 
-def _gram_panel(Kr, Wr, m: int, rk2, inv_rw2, plus_one: bool, ones_r):
+def _gram_panel(Kr, Wr, m: int, rk2, inv_rw2, plus_one: bool, ones_r, out=None):
     """Rows start..start+m-1 of the block Gram from column ``start`` on, given the rows from ``start`` on
     (``Kr = Kb[..., start:, :]``, ``Wr``, ``ones_r = ones[..., start:]`` or None), normalised as in
     :func:`block_gram`: exp(<k_i, k_j> - max||k||^2) (<w_i, w_j> [+ o_i o_j]) / max||w||^2. The transposed
     panel: row l holds G[start + l, start:] (= column start + l, by symmetry), contiguous. Shared by the
-    walks here and by :mod:`kvbounds.gpu.batched_walk`."""
+    walks here and by :mod:`kvbounds.gpu.batched_walk`. ``out``: None, or the two flat scratch arrays of
+    :func:`_panel_buffers` (numpy or torch): the panel is written into the first (and returned as a view of it),
+    the w-Gram goes through the second a few blocks at a time; a walk reuses them from panel to panel instead of
+    touching fresh memory for each (same operations on the same values, so the same panel)."""
     xp = array_namespace(Kr, Wr)
-    P = xp.matmul(Kr[..., :m, :], xp.matrix_transpose(Kr))
+    if out is None:
+        P = xp.matmul(Kr[..., :m, :], xp.matrix_transpose(Kr))
+        Wp = xp.matmul(Wr[..., :m, :], xp.matrix_transpose(Wr))
+    else:
+        return _gram_panel_into(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, *out)
     P -= rk2
-    P = xp.exp(P)
-    Wp = xp.matmul(Wr[..., :m, :], xp.matrix_transpose(Wr))
+    P = _exp_inplace(xp, P)
     if plus_one and ones_r is None:
         Wp += 1.0
     elif plus_one:
@@ -89,16 +96,122 @@ def _gram_panel(Kr, Wr, m: int, rk2, inv_rw2, plus_one: bool, ones_r):
     return P
 
 
-def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None):
+def _gram_panel_into(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, P_buf, W_buf):
+    """:func:`_gram_panel` written into P_buf, the w-Gram formed in W_buf chunk by chunk of blocks."""
+    lead, rows = tuple(Kr.shape[:-2]), Kr.shape[-2]
+    nblk = math.prod(lead)
+    mm = _native(Kr).matmul
+    P = mm(Kr[..., :m, :], xp.matrix_transpose(Kr), out=xp.reshape(P_buf[:nblk * m * rows], lead + (m, rows)))
+    P -= rk2
+    P = _exp_inplace(xp, P)
+    P3, W3 = xp.reshape(P, (nblk, m, rows)), xp.reshape(Wr, (nblk, rows, Wr.shape[-1]))
+    inv3 = xp.reshape(xp.broadcast_to(inv_rw2, lead + (1, 1)), (nblk, 1, 1))
+    o3 = None if ones_r is None or not plus_one else xp.reshape(xp.broadcast_to(ones_r, lead + (rows,)), (nblk, rows))
+    step = max(1, W_buf.shape[0] // (m * rows))
+    for c0 in range(0, nblk, step):
+        c1 = min(nblk, c0 + step)
+        Wp = mm(W3[c0:c1, :m, :], xp.matrix_transpose(W3[c0:c1]),
+                out=xp.reshape(W_buf[:(c1 - c0) * m * rows], (c1 - c0, m, rows)))
+        if o3 is None and plus_one:
+            Wp += 1.0
+        elif plus_one:
+            Wp += o3[c0:c1, :m, None] * o3[c0:c1, None, :]
+        Wp *= inv3[c0:c1]
+        P3[c0:c1] *= Wp
+    return P
+
+
+def _native(x):
+    """numpy for a numpy array, torch for a torch tensor (their matmul/exp take ``out=``); None otherwise."""
+    if type(x) is np.ndarray:
+        return np
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(x, torch.Tensor) else None
+
+
+def _on_host(x) -> bool:
+    """A numpy array or a torch CPU tensor: where fresh memory costs page faults and scratch reuse pays (a GPU's
+    caching allocator reuses memory already, and small chunked operations would cost kernel launches there)."""
+    nat = _native(x)
+    return nat is np or (nat is not None and x.device.type == "cpu")
+
+
+def _exp_inplace(xp, P):
+    """exp(P), written over P where the backend allows it (numpy, torch): no fresh memory for the panel."""
+    nat = _native(P)
+    if nat is None:
+        return xp.exp(P)
+    return nat.exp(P, out=P)
+
+
+W_CHUNK = 1 << 18    # entries of the w-Gram scratch (1 MiB in float32): a few blocks' rows at a time, cache-resident
+
+
+class _ScratchPool:
+    """Flat scratch arrays handed out (:meth:`take`) and handed back (:meth:`give`) within one computation, so that
+    memory it has already touched is reused: fresh memory costs a page fault per 4 KiB on first touch (~2 us each
+    on a virtual machine: one blockwise select at 8 x 8192 x 128 took ~20k faults, ~45 ms of its ~250). Best fit, a
+    larger array split; only on the host (numpy, torch CPU), :meth:`take` gives None otherwise."""
+
+    def __init__(self):
+        self.free = []
+
+    def take(self, like, n: int):
+        """A flat array of n elements of like's kind, dtype and device (contents undefined), or None."""
+        if not _on_host(like):
+            return None
+        best = None
+        for k, f in enumerate(self.free):
+            if (type(f) is type(like) and f.dtype == like.dtype and _dev(f) == _dev(like) and f.shape[0] >= n
+                    and (best is None or f.shape[0] < self.free[best].shape[0])):
+                best = k
+        if best is None:
+            return array_namespace(like).empty((n,), dtype=like.dtype, device=_dev(like))
+        f = self.free.pop(best)
+        if f.shape[0] > n:
+            self.free.append(f[n:])
+        return f[:n]
+
+    def give(self, *arrays) -> None:
+        """Hand back flat arrays (from :meth:`take`, or the flat view of a dead array); None is ignored."""
+        self.free.extend(a for a in arrays if a is not None and _on_host(a))
+
+
+def _panel_buffers(Kb, m: int, pool: _ScratchPool | None):
+    """The two flat scratch arrays of :func:`_gram_panel`'s ``out`` (the first holds the largest panel, the second
+    at least one block's w-Gram rows) from ``pool`` (a fresh one if None), or None off the host (CUDA, CuPy:
+    fresh panels, as before)."""
+    if not _on_host(Kb):
+        return None
+    size = math.prod(tuple(Kb.shape[:-2])) * m * Kb.shape[-2]
+    pool = _ScratchPool() if pool is None else pool
+    return pool.take(Kb, size), pool.take(Kb, min(size, max(W_CHUNK, m * Kb.shape[-2])))
+
+
+def _host_view(x):
+    """A numpy view (no copy) of a CPU array: a numpy array itself or a torch CPU tensor; None otherwise."""
+    if type(x) is np.ndarray:
+        return x
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor) and x.device.type == "cpu" and not x.requires_grad:
+        return x.numpy()
+    return None
+
+
+def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None,
+               scratch: _ScratchPool | None = None):
     """The walk of :func:`panel_walk_stepwise` (same arguments, same Gram panels, same signs up to rounding),
     organised for speed: within a column panel of m steps, each step updates only the m entries of s in its
     panel; the panel's signs then reach every later s_j in one batched product s_j += sum_l eta_l G[l, j]. The
-    per-step array operations thus touch (blocks x m) entries, below the size at which torch splits an
-    operation across threads (32768 elements; the panel shrinks for many blocks), so the ~4 b small operations
-    per level never wait on a descheduled thread (and :func:`blockwise_balance_select` runs the whole level loop
-    single-threaded on torch CPU, see :func:`_single_threaded`). The coin test
-    u_i < 1/2 - x/(2c) is evaluated as x < c (1 - 2 u_i) (precomputed), and the FAIL flags are read at the end
-    (s_i is final once step i has read it). Returns (signs (..., b), failed (...,) numpy bool)."""
+    coin test u_i < 1/2 - x/(2c) is evaluated as x < c (1 - 2 u_i) (precomputed), and the FAIL flags are read at
+    the end (s_i is final once step i has read it). On the host (numpy, torch CPU) the m steps of a panel run in
+    numpy on views of the panel (no copies; IEEE float arithmetic, so the same values as torch's), at a fraction of
+    torch's per-operation cost and never split across threads (so the ~b small steps per level never wait on a
+    descheduled thread of a loaded machine; only the panels' products and passes may use torch's threads), and
+    the panels reuse two scratch buffers (from ``scratch``, a :class:`_ScratchPool` they are handed back to: the
+    next level reuses them). Elsewhere (CUDA, CuPy) the steps are array operations on (blocks x m) entries, below
+    the size at which torch splits an operation across threads (32768 elements; the panel shrinks for many
+    blocks). Returns (signs (..., b), failed (...,) numpy bool)."""
     xp = array_namespace(Kb, Wb)
     b = Kb.shape[-2]
     blocks = int(np.prod(Kb.shape[:-2], dtype=np.int64)) if Kb.ndim > 2 else 1
@@ -108,25 +221,56 @@ def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_on
     rk2, inv_rw2 = _panel_scales(xp, nk2, nw2)
     s = xp.zeros(tuple(Kb.shape[:-1]), dtype=Kb.dtype, device=_dev(Kb))
     thr = c * (1.0 - 2.0 * uniforms)                 # eta_i = +1 iff x_i < thr_i  (u_i < 1/2 - x_i/(2c))
+    s_host, thr_host = _host_view(s), _host_view(thr)
+    host = s_host is not None and thr_host is not None
+    if host:
+        s_host, thr_host = s_host.reshape(blocks, b), thr_host.reshape(blocks, b)
+        E_host = np.empty((blocks, m), dtype=s_host.dtype)
+        E = E_host if type(s) is np.ndarray else sys.modules["torch"].from_numpy(E_host)   # shares E_host
+        pos, neg_h = np.ones(blocks, dtype=s_host.dtype), -np.ones(blocks, dtype=s_host.dtype)
     one = xp.ones_like(s[..., 0])
     neg = -one
+    out = _panel_buffers(Kb, m, scratch)
     cols = []
     for start in range(0, b, m):
         P = _gram_panel(Kb[..., start:, :], Wb[..., start:, :], m, rk2, inv_rw2, plus_one,
-                        None if ones is None else ones[..., start:])             # (..., m, b - start)
-        etas = []
-        for l in range(m):
-            i = start + l
-            eta = xp.where(s[..., i] < thr[..., i], one, neg)
-            etas.append(eta)
-            if l + 1 < m:
-                s[..., i + 1:start + m] += eta[..., None] * P[..., l, l + 1:m]
-        E = xp.stack(etas, axis=-1)                                       # (..., m)
-        cols.append(E)
+                        None if ones is None else ones[..., start:], out=out)   # (..., m, b - start)
+        if host:
+            _panel_steps_host(s_host, P, thr_host, start, m, E_host, pos, neg_h)
+            Ep = xp.reshape(E, tuple(Kb.shape[:-2]) + (m,))
+            cols.append(xp.asarray(Ep, copy=True))
+        else:
+            etas = []
+            for l in range(m):
+                i = start + l
+                eta = xp.where(s[..., i] < thr[..., i], one, neg)
+                etas.append(eta)
+                if l + 1 < m:
+                    s[..., i + 1:start + m] += eta[..., None] * P[..., l, l + 1:m]
+            Ep = xp.stack(etas, axis=-1)                                  # (..., m)
+            cols.append(Ep)
         if start + m < b:
-            s[..., start + m:] += xp.matmul(E[..., None, :], P[..., :, m:])[..., 0, :]
+            s[..., start + m:] += xp.matmul(Ep[..., None, :], P[..., :, m:])[..., 0, :]
+    if out is not None and scratch is not None:
+        scratch.give(*out)
     failed = to_numpy(xp.any(xp.abs(s) > c, axis=-1))
     return xp.concat(cols, axis=-1), failed
+
+
+def _panel_steps_host(s, P, thr, start: int, m: int, E, pos, neg) -> None:
+    """The m steps of one panel on numpy views: s (blocks, b), P (..., m, cols) the panel, thr (blocks, b); the
+    signs go to E (blocks, m). Step l: eta = +1 iff s_i < thr_i, then s[i+1:start+m] += eta P[l, l+1:m]."""
+    Ph = _host_view(P).reshape(s.shape[0], m, -1)
+    tmp = np.empty_like(E)
+    for l in range(m):
+        i = start + l
+        e = E[:, l]
+        np.copyto(e, np.where(s[:, i] < thr[:, i], pos, neg))
+        if l + 1 < m:
+            seg = s[:, i + 1:start + m]
+            t = tmp[:, :m - l - 1]
+            np.multiply(e[:, None], Ph[:, l, l + 1:m], out=t)
+            np.add(seg, t, out=seg)
 
 
 def panel_walk_stepwise(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None):

@@ -21,8 +21,9 @@ after the sign assignment "strictly select n/2 embeddings"; repeat T times. Here
    (Alg. 1 runs separate MergeAndReduce instances for them; a cache keeps one subset of tokens).
    Padded rows have k = 0 and w = 0 (the 1 included): their Gram rows vanish, so they never move the walk;
 3. the walk (:func:`panel_walk`: :func:`kvbounds.algorithms.self_balancing_walk.gram_walk`'s walk, computing only the
-   lower-triangle column panels of G that the walk reads, ~56% of the Gram work; c = 30 log(b/delta) by default, coin
-   flips drawn from the numpy ``rng`` and moved with :func:`kvbounds.gpu.backend.like`) on all blocks at once;
+   lower-triangle column panels of G that the walk reads, 5/8 of the Gram work at b = 256 with 64-row panels;
+   c = 30 log(b/delta) by default, coin flips drawn from the numpy ``rng`` and moved with
+   :func:`kvbounds.gpu.backend.like`) on all blocks at once;
    a FAIL (|x| > c) does not stop it: p is clipped, as in ``on_fail="continue"``;
 4. strict halving: block j keeps floor(v_j / 2) of its v_j real tokens (b/2 for every full block): first
    the tokens of the block's minority sign (the +1 side on a tie, as in ``smaller_side``), in random
@@ -39,7 +40,6 @@ for float64 inputs).
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 
@@ -47,7 +47,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
-from .block_walk import (_check_exponent_rounding, block_gram, panel_walk,  # noqa: F401 (re-exported)
+from .block_walk import (_ScratchPool, _check_exponent_rounding, block_gram, panel_walk,  # noqa: F401 (re-exported)
                          panel_walk_stepwise, walk_diagnostic)
 from .self_balancing_walk import walk_constant
 from .uniform_sampling import _check_int, _check_rng, uniform_select
@@ -76,6 +76,10 @@ def _check_levels(levels, n: int) -> int:
     return levels
 
 
+# panel width of the walk: at b = 256, d = 128 on one CPU thread the 64-row panel products run ~13% faster than
+# 32-row ones (more of each block's Gram is computed: 5/8 instead of 9/16, at a higher FLOP rate); the steps are
+# the same. The same uniforms give the same signs as panel_walk_stepwise at this width.
+WALK_PANEL = 64
 MAX_BLOCK = 2**26   # the walk only ever spans min(block_size, n) tokens; the coin draws span block_size
 
 
@@ -87,33 +91,6 @@ def _check_block(block_size) -> int:
 
 
 
-def _torch_cpu_threads(x) -> int:
-    """torch's intra-op thread count if x is a torch CPU tensor, else 1."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(x, torch.Tensor) or x.device.type != "cpu":
-        return 1
-    return torch.get_num_threads()
-
-
-@contextlib.contextmanager
-def _single_threaded(x):
-    """torch CPU: run the block single-threaded. The select's large operations (the panels' products and
-    exponentials, sorts, gathers: ~150 per call) would otherwise be split across torch's threads, each split
-    ending at a barrier that waits for every thread; on a loaded machine a descheduled thread stalls each barrier
-    for a time slice, and the select took 2-6x longer at 2 threads than at 1. (The walk's per-step operations
-    are kept below torch's parallel threshold by the panel size.) Same arithmetic, same result."""
-    if _torch_cpu_threads(x) <= 1:
-        yield
-        return
-    import torch
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def _argsort_head(r: np.ndarray, k: int) -> np.ndarray:
     """``np.argsort(r, axis=-1)[..., :k]`` in O(len + k log k) (argpartition, then sort the head)."""
     if k >= r.shape[-1]:
@@ -123,7 +100,7 @@ def _argsort_head(r: np.ndarray, k: int) -> np.ndarray:
 
 
 def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generator, plus_one: bool = False,
-                   diagnostics: list | None = None):
+                   diagnostics: list | None = None, scratch: _ScratchPool | None = None):
     """One level on the current tokens: pre-scaled keys Kc (B, m, d), Wc (B, m, e) (B = flattened heads)
     and their squared norms nk2, nw2 (B, m) (with ``plus_one``, w carries an implicit extra coordinate 1,
     included in nw2, that padded rows do not have).
@@ -146,7 +123,8 @@ def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generat
         ones = like(np.concatenate([np.ones(m), np.zeros(pad)]).reshape(nb, b), Kc)
     signs, failed = panel_walk(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
                                xp.reshape(nk2, (B, nb, b)), xp.reshape(nw2, (B, nb, b)),
-                               like(rng.random((B, nb, b_draw))[..., :b], Kc), c, plus_one=plus_one, ones=ones)
+                               like(rng.random((B, nb, b_draw))[..., :b], Kc), c, panel=WALK_PANEL,
+                               plus_one=plus_one, ones=ones, scratch=scratch)
     if diagnostics is not None:
         diagnostics.append(walk_diagnostic(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
                                            xp.reshape(nk2, (B, nb, b)), xp.reshape(nw2, (B, nb, b)), signs, c, m,
@@ -209,16 +187,24 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     Kc, Wc, kc2, wc2 = Kf, Wf, nk2, nw2
     if T == 0:
         idx = xp.asarray(idx, copy=True)
-    with _single_threaded(K):                # see _single_threaded: no collapse on a loaded machine
-        for level in range(T):
-            pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=rng, plus_one=plus_one,
-                                    diagnostics=diagnostics)
-            if diagnostics is not None:
-                diagnostics[-1]["level"] = level + 1
-            idx = _take_cols(idx, pos)
-            if level + 1 < T:
-                Kc, Wc = _gather_dev(Kf, idx), _gather_dev(Wf, idx)
-                kc2, wc2 = _take_cols(nk2, idx), _take_cols(nw2, idx)
+    # memory the select has touched is reused (_ScratchPool): the walk's panel scratch; the next level's keys go into
+    # the freed panel scratch, then Kf is dead (later levels gather from the current level) and holds the next
+    # w's and panels
+    scratch = _ScratchPool()
+    for level in range(T):   # torch CPU: the large operations may use torch's threads; the walk's steps run in numpy
+        pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=rng, plus_one=plus_one,
+                                diagnostics=diagnostics, scratch=scratch)
+        if diagnostics is not None:
+            diagnostics[-1]["level"] = level + 1
+        idx = _take_cols(idx, pos)
+        if level + 1 < T:
+            Kn = _gather_dev(Kc, pos, out=scratch.take(Kc, B * pos.shape[-1] * d))
+            scratch.give(_flat_view(Kc))
+            Wn = _gather_dev(Wc, pos, out=scratch.take(Wc, B * pos.shape[-1] * Wc.shape[-1]))
+            if level > 0:                # level 0's w are the caller's V
+                scratch.give(_flat_view(Wc))
+            Kc, Wc = Kn, Wn
+            kc2, wc2 = _take_cols(kc2, pos), _take_cols(wc2, pos)
     return xp.reshape(idx, lead + (idx.shape[-1],))
 
 
@@ -235,12 +221,29 @@ def _take_cols(idx, pos):
     return xp.reshape(xp.take(xp.reshape(idx, (-1,)), _flat(pos, m), axis=0), pos.shape)
 
 
-def _gather_dev(X, idx):
-    """X (B, n, e), idx (B, m) integer array of X's backend -> (B, m, e)."""
+def _gather_dev(X, idx, out=None):
+    """X (B, n, e), idx (B, m) integer array of X's backend -> (B, m, e); ``out``: None, or a flat array of
+    B m e elements (numpy or torch, from a :class:`_ScratchPool`) that receives it."""
     xp = array_namespace(X)
     B, n, e = X.shape
-    out = xp.take(xp.reshape(X, (B * n, e)), _flat(idx, n), axis=0)
-    return xp.reshape(out, (B, idx.shape[-1], e))
+    if out is None:
+        res = xp.take(xp.reshape(X, (B * n, e)), _flat(idx, n), axis=0)
+    elif type(X) is np.ndarray:
+        res = np.take(X.reshape(B * n, e), _flat(idx, n), axis=0, out=out.reshape(-1, e))
+    else:
+        res = sys.modules["torch"].index_select(X.reshape(B * n, e), 0, _flat(idx, n), out=out.reshape(-1, e))
+    return xp.reshape(res, (B, idx.shape[-1], e))
+
+
+def _flat_view(X):
+    """The flat view of a contiguous numpy array or torch tensor (its memory, to hand back to a _ScratchPool), else
+    None (other backends keep freeing their memory as before)."""
+    if type(X) is np.ndarray:
+        return X.reshape(-1) if X.flags.c_contiguous else None
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(X, torch.Tensor) and X.is_contiguous():
+        return X.view(-1)
+    return None
 
 
 def compress_cache(K, V, *, sink: int, window: int, levels: int, block_size: int, rng: np.random.Generator,

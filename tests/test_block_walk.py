@@ -48,3 +48,35 @@ def test_walks_give_numpy_signs(backend, pad, c):
     assert got.keys() == ref.keys()
     for k in ref:
         np.testing.assert_allclose(got[k], ref[k], rtol=1e-8)
+
+
+def test_scratch_pool_reuses_memory_best_fit():
+    """_ScratchPool hands back touched memory (best fit, the rest of a larger array split off) and None where the
+    backend's operations take no out= (the walks then allocate as before)."""
+    from kvbounds.algorithms.block_walk import _ScratchPool
+    pool, like = _ScratchPool(), np.zeros(1, dtype=np.float32)
+    a, b = pool.take(like, 100), pool.take(like, 10)
+    assert a.shape == (100,) and a.dtype == np.float32 and b.shape == (10,)
+    pool.give(a, b, None)
+    c = pool.take(like, 8)                                        # best fit: from b's memory
+    assert np.shares_memory(c, b) and not np.shares_memory(c, a)
+    d = pool.take(like, 60)                                       # from a; a's last 40 stay free
+    assert np.shares_memory(d, a)
+    e = pool.take(like, 40)
+    assert np.shares_memory(e, a) and not np.shares_memory(e, d)
+    assert not np.shares_memory(pool.take(like, 40), a)           # nothing left: fresh memory
+    assert not np.shares_memory(pool.take(np.zeros(1), 8), b)     # another dtype: fresh memory
+    assert _ScratchPool().take([1.0], 3) is None
+
+
+def test_scratch_pool_keeps_no_device_memory():
+    """Off the host (CUDA) the pool hands out nothing and keeps nothing handed back (a GPU's caching allocator
+    reuses memory already; a kept array would only raise the peak)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from kvbounds.algorithms.block_walk import _ScratchPool
+    pool, x = _ScratchPool(), torch.zeros(4, device="cuda")
+    assert pool.take(x, 4) is None
+    pool.give(x)
+    assert pool.free == []

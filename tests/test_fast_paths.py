@@ -216,7 +216,7 @@ def test_subgen_fast_query_falls_back_on_bad_q():
 # -- blockwise BalanceKV: panel-local walk vs the stepwise panel walk -------------------------------------
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 2**31 - 1), st.sampled_from([(1, 8), (3, 32), (2, 64), (1, 48)]), st.booleans(),
+@given(st.integers(0, 2**31 - 1), st.sampled_from([(1, 8), (3, 32), (2, 64), (1, 48), (2, 128)]), st.booleans(),
        st.sampled_from([0.5, 5.0, 60.0]), st.sampled_from(["numpy", "torch:cpu"]))
 def test_panel_walk_equals_stepwise(seed, shape, plus_one, c, backend):
     from kvbounds.algorithms.blockwise_balance_kv import panel_walk, panel_walk_stepwise
@@ -236,7 +236,7 @@ def test_panel_walk_equals_stepwise(seed, shape, plus_one, c, backend):
         ones = asarray(o, backend)
     u = rng.random((2, blocks, b))
     args = [asarray(x, backend) for x in (Kb, Wb, nk2, nw2, u)]
-    for panel in (32, 8):
+    for panel in (64, 32, 8):
         s1, f1 = panel_walk(*args, c, panel=panel, plus_one=plus_one, ones=ones)
         s2, f2 = panel_walk_stepwise(*args, c, panel=panel, plus_one=plus_one, ones=ones)
         np.testing.assert_array_equal(to_numpy(s1), to_numpy(s2))

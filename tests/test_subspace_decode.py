@@ -64,3 +64,18 @@ def test_a_numpy_counter_counts_torch_work_without_host_copies(monkeypatch):
         e = exact_decode(t["q"], t["K"], t["V"], ops=ops_e)
     assert isinstance(o, torch.Tensor) and isinstance(e, torch.Tensor)
     assert (ops_o.flops, ops_o.bytes, ops_e.flops, ops_e.bytes) == (ref_o.flops, ref_o.bytes, ref_e.flops, ref_e.bytes)
+
+
+@pytest.mark.parametrize("name", ["q", "B", "E", "C", "D"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_numpy_decode_names_a_non_finite_input_without_warnings(name, bad):
+    """The numpy path does not scan q, B, E before computing (speed); a NaN/Inf in them still raises the entry
+    check's InputError naming the array (and one in the cache C, D the output's), with no RuntimeWarning."""
+    import warnings
+    from kvbounds.algorithms.validation import InputError
+    x = {k: v.astype(np.float32) for k, v in _decode_inputs(3).items()}
+    x[name][(0,) * x[name].ndim] = bad
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match=f"^{name} contains NaN or Inf" if name in "qBE" else "cache C or D"):
+            coefficient_decode(*(x[k] for k in "qBECD"), gamma=1.0)
