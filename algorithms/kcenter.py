@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.gpu.backend import array_namespace, is_gpu_array, like, to_numpy, device as _dev
 
 from .attention import _mul_pow2, _pow2_exponent
 from .validation import InputError, check_array, check_int, check_positive
@@ -117,11 +117,14 @@ def normalized_radius(X, k: int = 16) -> float:
     return float(r[-1] / r[0]) if r[0] > 0 else 0.0
 
 
+_DEVICE_COUNTS = False    # True: the device path on any non-numpy array (tests exercise it on CPU tensors)
+
+
 def stream_cluster_counts(X, delta: float) -> np.ndarray:
     """m'(j) for j = 1..n: clusters opened by SubGen's UpdateSoftmaxNormalizer (threshold ``delta``)
     after the first j rows of ``X`` (n, d). Same distance computation as :class:`kvbounds.algorithms.subgen.SubGen`.
 
-    numpy decides each row on the host; other backends keep the count m' on the device (issue 15): the
+    numpy and CPU tensors decide each row on the host; GPU arrays keep the count m' on the device (issue 15): the
     representatives' buffer holds rows beyond m' that are masked out (+inf distance), each row is written at index
     m' whether it opens a cluster or not (a row that does not is overwritten by the next one that does), and m'
     is read only when the buffer may be full (m' <= rows seen since the last read + m' then), about twice per
@@ -131,7 +134,7 @@ def stream_cluster_counts(X, delta: float) -> np.ndarray:
     xp = array_namespace(X)
     n, d = X.shape
     reps = xp.zeros((min(n, 64), d), dtype=X.dtype, device=_dev(X))
-    if not isinstance(X, np.ndarray):
+    if is_gpu_array(X) or _DEVICE_COUNTS:   # off a GPU host reads are free and the per-row loop is faster
         return _stream_cluster_counts_device(xp, X, float(delta), reps)
     m, out = 0, np.zeros(n, dtype=np.int64)
     for j in range(n):

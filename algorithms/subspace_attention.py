@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import device as _device
 
-from kvbounds.gpu.backend import array_namespace
+from kvbounds.gpu.backend import array_namespace, is_gpu_array
 
 from .blockwise_softmax import OnlineSoftmax
 from .frequent_directions import FrequentDirections, _check_row_scale
@@ -226,6 +226,8 @@ class StaticSubspaceAttention:
 class AdaptiveSubspaceAttention:
     """Residual-triggered chunking with FD-sketched bases (Subspace-FD-draft Sec. 5) and blockwise decode (Sec. 6)."""
 
+    WINDOWED = False     # True: read residuals in windows on any backend (on a GPU always; see _advance)
+
     def __init__(self, d: int, r: int, r_v: int, *, ell_k: int, ell_v: int, tau_k: float, tau_v: float, L: int,
                  gamma: Any = "sqrt(r/d)", calibrated_gamma: float | None = None, d_v: int | None = None,
                  init_bases: tuple | None = None):
@@ -311,8 +313,8 @@ class AdaptiveSubspaceAttention:
         speculatively after the chunk's last row, and one read brings every residual of the window (and, at the first
         read, the input checks) to the host. Tokens before the first trigger are committed, the trigger is handled as
         in the one-token loop, and the window restarts at one token after a trigger and doubles up to 64 without one.
-        With tau_k = tau_v = inf only the token that meets the length cap L needs its residuals. numpy reads for free:
-        its window stays at one token."""
+        With tau_k = tau_v = inf only the token that meets the length cap L needs its residuals. Off a GPU (numpy,
+        CPU tensors) host reads are free and the window stays at one token (WINDOWED forces windows, for tests)."""
         if self._active is not None:
             namespace(K, self._active["C"], names="the tokens and the cache")      # one backend and device
         pending = [xp.all(xp.isfinite(K)), xp.all(xp.isfinite(V)), xp.max(xp.abs(K)), xp.max(xp.abs(V))]
@@ -329,7 +331,7 @@ class AdaptiveSubspaceAttention:
                 i += 1
                 continue
             room = self.L - a["n"]                                              # tokens before the cap L
-            w = min(self._window if not isinstance(K, np.ndarray) else 1, n - i, room + 1)
+            w = min(self._window if (self.WINDOWED or is_gpu_array(K)) else 1, n - i, room + 1)
             res, at = [], {}
             for off in range(w):
                 k, v = K[i + off, :], V[i + off, :]

@@ -125,10 +125,12 @@ def test_backend_agreement_of_the_clusterability_measures(backend):
         assert_close(np.asarray(got[key]), np.asarray(ref[key]), atol=1e-12)
 
 
-def test_stream_cluster_counts_host_syncs_on_torch_cpu():
-    """Issue 15: m' stays on the device; it is read when the buffer may be full and once at the end (it was read
-    once per row). Same counts as numpy."""
+def test_stream_cluster_counts_host_syncs_on_torch_cpu(monkeypatch):
+    """Issue 15: m' stays on the device (the path GPU arrays take; forced here on CPU tensors); it is read when the
+    buffer may be full and once at the end (it was read once per row). Same counts as numpy."""
     pytest.importorskip("torch")
+    import kvbounds.algorithms.kcenter as kc
+    monkeypatch.setattr(kc, "_DEVICE_COUNTS", True)
     from sync_counter import count_syncs
     rng = np.random.default_rng(0)
     X = np.concatenate([rng.standard_normal((70, 3)) * 0.1 + rng.integers(0, 4, (70, 1)) * 3, rng.standard_normal((130, 3)) * 4])

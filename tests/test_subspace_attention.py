@@ -170,13 +170,14 @@ def test_bad_input_raises(case):
 
 
 @pytest.mark.parametrize("taus", [(0.05, 0.05), (0.5, 0.5), (math.inf, math.inf)])
-def test_host_syncs_per_token_and_windowed_extend_on_torch_cpu(taus):
+def test_host_syncs_per_token_and_windowed_extend_on_torch_cpu(taus, monkeypatch):
     """Issue 15: step() reads the host once per token (its checks and both residuals in one copy; it was about
     ten, with the sketches' checks); extend() reads a window of residuals at once, so on a stream that stays in its
     subspace the reads per token fall well below one. Same chunks, triggers and output as one token at a time, bit
-    for bit, and as numpy within rounding."""
+    for bit, and as numpy within rounding. (Windows are what GPU arrays get; forced here on CPU tensors.)"""
     pytest.importorskip("torch")
     from sync_counter import count_syncs
+    monkeypatch.setattr(AdaptiveSubspaceAttention, "WINDOWED", True)
     rng = np.random.default_rng(2)
     n, d = 64, 8
     basis = np.linalg.qr(rng.standard_normal((d, 3)))[0].T
