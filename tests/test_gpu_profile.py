@@ -117,3 +117,17 @@ def test_gpu_profile_runs_on_cpu_at_reduced_size(small_gpu_profile, tmp_path, ca
     # rerunning resumes: nothing recomputed, deferred trials included
     assert run_checks(sorted(GPU_CLAIMS), profile="gpu", out=tmp_path, workers=1,
                       progress=False) == []
+
+
+@pytest.mark.parametrize("mod,params", [
+    (sb_discrepancy, dict(d=2, s=1, r=1.0, q_norm=1.0, delta=0.01, reps=16, dirs=4, sweep="n-large", n=256,
+                          variant="paper c")),
+    (mr_error, dict(n=256, d=2, s=1, r=1.0, t=64, delta=0.01, sweep="t-large", c="paper")),
+])
+def test_gpu_profile_trials_record_the_same_on_torch(mod, params):
+    """The gpu profile's code path on torch (as on torch:cuda, where these trials run): same records as numpy."""
+    pytest.importorskip("torch")
+    a, b = mod.run_trial(dict(params), 3, "numpy"), mod.run_trial(dict(params), 3, "torch:cpu")
+    assert [r.check for r in a] == [r.check for r in b]
+    for x, y in zip(a, b):
+        assert x.holds == y.holds and x.measured == pytest.approx(y.measured, rel=1e-9)
