@@ -22,6 +22,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, device as _dev
 
+from .host_values import _host_floats
 from .softmax_balance import softmax_balance
 from .validation import (InputError, check_array, check_positive, check_probability, check_rng, check_scale,
                          namespace)
@@ -86,9 +87,13 @@ class MergeAndReduce:
 
     # -- streaming -------------------------------------------------------------------------------
     def update(self, k, v) -> None:
-        check_array(k, "k", ndim=1, last_dim=self.d)
-        check_array(v, "v", ndim=1, last_dim=self.s)
+        check_array(k, "k", ndim=1, last_dim=self.d, finite=False)
+        check_array(v, "v", ndim=1, last_dim=self.s, finite=False)
         self._check_like_stream(k, v)
+        xp = array_namespace(k)
+        for ok, name in zip(_host_floats(xp, xp.all(xp.isfinite(k)), xp.all(xp.isfinite(v))), "kv"):  # one read
+            if not ok:
+                raise InputError(f"{name} contains NaN or Inf")
         self._push(k, v)
 
     def _check_like_stream(self, k, v) -> None:

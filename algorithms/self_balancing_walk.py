@@ -142,6 +142,11 @@ def gram_walk(G, uniforms, c: float, *, on_fail: str = "raise") -> WalkResult:
     c = float(c)
     if on_fail not in ("raise", "continue"):
         raise InputError(f"on_fail must be 'raise' or 'continue', got {on_fail!r}")
+    return _gram_walk_unchecked(G, uniforms, float(c), on_fail)
+
+
+def _gram_walk_unchecked(G, uniforms, c: float, on_fail: str) -> WalkResult:
+    """:func:`gram_walk` for callers that have checked its inputs (SoftmaxBalance: no host read per check)."""
     if type(G) is np.ndarray and G.ndim == 2 and type(uniforms) is np.ndarray:
         return _gram_walk_numpy(G, uniforms, c, on_fail)
     return _gram_walk_array(G, uniforms, c, on_fail)

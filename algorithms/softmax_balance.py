@@ -22,7 +22,8 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _device
 
-from .self_balancing_walk import WalkResult, gram_walk, smaller_side, walk_constant
+from .host_values import _host_floats
+from .self_balancing_walk import WalkResult, _gram_walk_unchecked, smaller_side, walk_constant
 from .validation import (InputError, check_array, check_positive, check_probability, check_rng, check_scale,
                          namespace)
 
@@ -50,14 +51,18 @@ def normalized_kernel_gram(K, V, r_key: float, r_value: float, *, scale: float |
     if not (kmax <= r_key * (1 + 1e-12) and vmax <= r_value * (1 + 1e-12)):
         raise InputError(f"radii below the data: max||k|| = {kmax:.6g} (r_key = {r_key}), "
                          f"max||v|| = {vmax:.6g} (r_value = {r_value}); the exponent must be <= 0")
+    return _kernel_gram(xp, K, V, r_key, r_value, scale)
+
+
+def _kernel_gram(xp, K, V, r_key, r_value, scale):
     KK = xp.matmul(K, xp.matrix_transpose(K))
     VV = xp.matmul(V, xp.matrix_transpose(V))
     return xp.exp((KK - r_key**2) * scale) * (VV / r_value**2)
 
 
-def _check_kv(K, V):
-    check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1)
-    check_array(V, "V", ndim=K.ndim)
+def _check_kv(K, V, finite: bool = True):
+    check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1, finite=finite)
+    check_array(V, "V", ndim=K.ndim, finite=finite)
     if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
         raise InputError(f"K and V must agree in all but the last dimension, got {tuple(K.shape)} and {tuple(V.shape)}")
     return namespace(K, V, names="K and V")
@@ -93,12 +98,17 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
     ``repeats``: run that many independent walks on the same data (a leading axis on the outputs;
     the Gram matrix is computed once and shared). Returns the mask of C', the smaller side of the
     signs (lines 12-16)."""
-    xp = _check_kv(K, V)
+    xp = _check_kv(K, V, finite=False)
     check_probability(delta, "delta")
     check_rng(rng)
     rows = K.shape[-2]
-    kmax = float(xp.max(xp.linalg.vector_norm(K, axis=-1)))
-    vmax = float(xp.max(xp.linalg.vector_norm(V, axis=-1)))
+    # finiteness and the largest norms in one host read (on a GPU each read waits for the device)
+    fin_k, fin_v, kmax, vmax = _host_floats(xp, xp.all(xp.isfinite(K)), xp.all(xp.isfinite(V)),
+                                            xp.max(xp.linalg.vector_norm(K, axis=-1)),
+                                            xp.max(xp.linalg.vector_norm(V, axis=-1)))
+    for ok, name in ((fin_k, "K"), (fin_v, "V")):
+        if not ok:
+            raise InputError(f"{name} contains NaN or Inf")
     r_key = kmax if r_key is None else r_key
     r_value = (vmax if vmax > 0 else 1.0) if r_value is None else r_value
     _check_radii(r_key, r_value, check_scale(scale, K.shape[-1]), K)
@@ -122,11 +132,11 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
         walk = _row_walk(K, V, r_key, r_value, uniforms, c, scale, on_fail)
     elif memory == "panel":
         walk = _panel_walk(K, V, r_key, r_value, uniforms, c, check_scale(scale, K.shape[-1]), on_fail)
-    else:
-        G = normalized_kernel_gram(K, V, r_key, r_value, scale=scale)
+    else:        # the checks above cover normalized_kernel_gram's and gram_walk's: their unchecked cores
+        G = _kernel_gram(xp, K, V, r_key, r_value, check_scale(scale, K.shape[-1]))
         if repeats is not None:
             G = xp.broadcast_to(G, batch + (rows,))
-        walk = gram_walk(G, uniforms, c, on_fail=on_fail)
+        walk = _gram_walk_unchecked(G, uniforms, c, on_fail)
     return SoftmaxBalanceResult(smaller_side(walk.signs), walk.signs, walk, r_key, r_value, c)
 
 

@@ -124,3 +124,25 @@ def test_backend_agreement_rows_repeats_and_signed_sum(backend):
     assert_on_device_of(u, Kb)
     assert_close(m, m_ref)
     assert_close(u, u_ref, atol=1e-12)
+
+
+def test_host_reads_per_call_on_torch_cpu():
+    """Issue 15: finiteness and the largest norms come to the host in one read; the Gram and the walk are not
+    checked again (13 reads per call before on the gram path, 7 on the panel path; now 4 on both: the checks,
+    the walk's FAIL flags and certificate, the smaller side)."""
+    pytest.importorskip("torch")
+    from sync_counter import count_syncs
+    rng = np.random.default_rng(0)
+    K, V = asarray(rng.standard_normal((64, 4)), "torch:cpu"), asarray(rng.standard_normal((64, 2)), "torch:cpu")
+    for mem in ("gram", "panel"):
+        with count_syncs() as c:
+            out = softmax_balance(K, V, delta=0.1, rng=np.random.default_rng(1), memory=mem, on_fail="continue")
+        assert c.reads <= 4, (mem, c)
+        ref = softmax_balance(to_numpy(K), to_numpy(V), delta=0.1, rng=np.random.default_rng(1), memory=mem,
+                              on_fail="continue")
+        np.testing.assert_array_equal(to_numpy(out.signs), ref.signs)
+    for bad, name in ((np.nan, "K"), (np.inf, "V")):
+        Kb, Vb = rng.standard_normal((5, 2)), rng.standard_normal((5, 1))
+        (Kb if name == "K" else Vb)[2, 0] = bad
+        with pytest.raises(InputError, match=f"{name} contains NaN or Inf"):
+            softmax_balance(asarray(Kb, "torch:cpu"), asarray(Vb, "torch:cpu"), delta=0.1, rng=rng)
