@@ -3,6 +3,7 @@ and the run's metadata (package version, git commit, profile, seeds, backends, d
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import subprocess
 import time
@@ -80,9 +81,10 @@ def infer_profile(records: Sequence[Record]) -> str:
                 covered[prof] |= {trial_key(cid, dict(p), seed, backend) for p in (profile_trials(mod, prof) if mod else [])}
             except Exception:  # noqa: BLE001
                 pass
-    for prof in PROFILES:
-        if keys <= covered[prof]:
-            return prof
+    for size in range(1, len(PROFILES) + 1):          # the fewest profiles whose trials cover every record
+        for combo in itertools.combinations(PROFILES, size):
+            if keys <= set().union(*(covered[p] for p in combo)):
+                return " + ".join(combo)
     used = [p for p in PROFILES if keys & covered[p]]
     return " + ".join(used) if used else "unknown"
 

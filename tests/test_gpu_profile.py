@@ -131,3 +131,11 @@ def test_gpu_profile_trials_record_the_same_on_torch(mod, params):
     assert [r.check for r in a] == [r.check for r in b]
     for x, y in zip(a, b):
         assert x.holds == y.holds and x.measured == pytest.approx(y.measured, rel=1e-9)
+
+
+def test_report_names_the_fewest_profiles_that_cover_the_records(small_gpu_profile, tmp_path):
+    from kvbounds.report_meta import infer_profile
+    run_checks(["MR.error"], profile="smoke", out=tmp_path, workers=1, progress=False)
+    assert infer_profile(ResultStore(tmp_path).read().records) == "smoke"
+    run_checks(["MR.error"], profile="gpu", out=tmp_path, workers=1, progress=False)
+    assert infer_profile(ResultStore(tmp_path).read().records) == "smoke + gpu"
