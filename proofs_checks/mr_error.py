@@ -142,8 +142,9 @@ def _regime(large, parts, figs, findings, rate):
     if not tails:
         parts.append(f"O(1/t) regime ({sets_in.split(' (')[0]}) not measured: fewer than 2 sizes past t*/2")
         whole = growth(large, "t")
-        if rate[0] == "n/a" and whole:   # only the gpu sweep: decided on its whole range
-            return decide_rate(whole[0], stated_exponent=-1.0, sets_in=sets_in)
+        if whole:   # the gpu sweep's whole range (it reaches further), unless undetermined there
+            wide = decide_rate(whole[0], stated_exponent=-1.0, sets_in=sets_in)
+            return wide if wide[0] != "n/a" or rate[0] == "n/a" else rate
         return rate
     parts.append("001 paper c past t*/2: " + "; ".join(g.text() for g in tails))
     if got == "not-reached":

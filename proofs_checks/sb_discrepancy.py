@@ -140,8 +140,9 @@ def _regime(records, parts, figs, controls, rate):
     if not tails:
         parts.append(f"regime (n >= n*/2, {sets_in.split(':')[0]}) not measured: fewer than 2 sizes past it")
         whole = growth(paper, "n", value=ratio, group=lambda r: r.params["d"])
-        if rate[0] == "n/a" and whole:   # only the gpu sweep: its whole range, at the smallest d (earliest onset)
-            return decide_rate(whole[0], stated_exponent=0.0, label="O(log(ns/delta)) regime", sets_in=sets_in)
+        if whole:   # the gpu sweep's whole range (it reaches further), at the earliest onset, unless undetermined
+            wide = decide_rate(whole[0], stated_exponent=0.0, label="O(log(ns/delta)) regime", sets_in=sets_in)
+            return wide if wide[0] != "n/a" or rate[0] == "n/a" else rate
         return rate
     parts.append("paper c past n*/2: " + "; ".join(g.text() for g in tails))
     _, _, rand = decide_regime_rate([r for r in large if r.check == "random-signs"], "n", onset=onset,
