@@ -13,9 +13,9 @@ GPU_SUPPORT: dict[str, tuple[bool, str]] = {
     "SBW.balance": (False, "vector-form walk in numpy, O(n d) per walk: too small to gain from a GPU"),
     "SBW.kernel-identity": (False, "exact arithmetic (sympy) and small numpy vectors; backend-independent"),
     "SB.discrepancy": (True, "SoftmaxBalance (Gram panels, batched over repeats) on the backend's arrays; the gpu "
-                             "profile's walks with n > 2^14 run only on torch:cuda or cupy (deferred on a CPU backend)"),
+                             "profile's walks with n > 2^16 run only on torch:cuda or cupy (deferred on a CPU backend)"),
     "SB.cost": (True, "times SoftmaxBalance on the backend; its memory sub-check (tracemalloc) runs on numpy only"),
-    "MR.error": (True, "MergeAndReduce on the backend; the gpu profile's t-large sweep (t > 2^14) runs only on "
+    "MR.error": (True, "MergeAndReduce on the backend; the gpu profile's t-large sweep (t > 2^15) runs only on "
                        "torch:cuda or cupy (deferred on a CPU backend)"),
     "MR.memory": (True, "MergeAndReduce streamed on the backend's arrays"),
     "BKV.attention": (True, "BalanceKV (streaming) on the backend's arrays"),
