@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -40,10 +41,13 @@ def loglog_slope(x: Sequence[float], y: Sequence[float], *, n_boot: int = 400,
     """Least-squares slope of log y on log x with a bootstrap 95% interval (over points).
 
     The points are sorted first and, unless ``seed`` is given, the bootstrap is seeded from them, so the
-    result depends only on the set of points."""
+    result depends only on the set of points. Two points give a slope but no interval (every resample with two
+    distinct x is the same line): (slope, -inf, inf), so no growth test decides on them."""
     lx, ly = np.log(np.asarray(x, float)), np.log(np.maximum(np.asarray(y, float), 1e-300))
     if len(np.unique(lx)) < 2:
         return 0.0, 0.0, 0.0
+    if len(lx) < 3:
+        return float(np.polyfit(lx, ly, 1)[0]), -math.inf, math.inf
     order = np.lexsort((ly, lx))
     lx, ly = lx[order], ly[order]
     slope = float(np.polyfit(lx, ly, 1)[0])

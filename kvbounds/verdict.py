@@ -173,10 +173,10 @@ def decide_regime_rate(records: Iterable[Record], param: str, *, onset: Callable
                        label: str = "", sets_in: str = "") -> tuple[str, RateInfo | None, list[Growth]]:
     """The rate past its onset: per onset value (records with the same ``onset(r)``, e.g. one dimension d), the
     growth of ``value`` along ``param`` over the records with ``param >= onset / 2``, where a walk's drift has had
-    half the steps it needs (:func:`kvbounds.theory.balancekv.merge_reduce_rate_onset`). ``not-reached`` when any
-    of these tails grows, ``observed`` when every tail with >= 2 sizes is flat, ``n/a`` when no tail has 2 sizes
-    (then the caller decides on the whole range, with ``sets_in``). Returns (rate, RateInfo of the first tail, the
-    tails' growths)."""
+    half the steps it needs (:func:`kvbounds.theory.balancekv.merge_reduce_rate_onset`). A tail counts with >= 2
+    sizes and >= 3 points (two points give no interval, see :func:`loglog_slope`). ``not-reached`` when any tail
+    grows, ``observed`` when every tail is flat, ``n/a`` without a tail (then the caller decides on the whole
+    range, with ``sets_in``). Returns (rate, RateInfo of the first tail, the tails' growths)."""
     groups: dict[float, list[Record]] = {}
     for r in canonical_order(records):
         if param in r.params:
@@ -185,7 +185,8 @@ def decide_regime_rate(records: Iterable[Record], param: str, *, onset: Callable
     for on, rs in sorted(groups.items()):
         tail = [r for r in rs if float(r.params[param]) >= on / 2]
         for g in growth(tail, param, value=value, group=lambda r, on=on: f"{param} >= {on / 2:.3g}"):
-            tails.append(g)
+            if g.n_points >= 3:
+                tails.append(g)
     if not tails:
         return "n/a", None, []
     decided = [decide_rate(g, stated_exponent=stated_exponent, sets_in=sets_in, label=label) for g in tails]

@@ -140,7 +140,7 @@ def _regime(large, parts, figs, findings, rate):
     got, info, tails = decide_regime_rate(large, "t", onset=onset, stated_exponent=-1.0, sets_in=sets_in,
                                           label="O(1/t) regime")
     if not tails:
-        parts.append(f"O(1/t) regime ({sets_in.split(' (')[0]}) not measured: fewer than 2 sizes past t*/2")
+        parts.append(f"O(1/t) regime ({sets_in.split(' (')[0]}) not measured: fewer than 3 sizes past t*/2")
         whole = growth(large, "t")
         if whole:   # the gpu sweep's whole range (it reaches further), unless undetermined there
             wide = decide_rate(whole[0], stated_exponent=-1.0, sets_in=sets_in)

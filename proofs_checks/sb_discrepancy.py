@@ -138,7 +138,7 @@ def _regime(records, parts, figs, controls, rate):
     got, info, tails = decide_regime_rate(paper, "n", onset=onset, stated_exponent=0.0, value=ratio,
                                           label="O(log(ns/delta)) regime", sets_in=sets_in)
     if not tails:
-        parts.append(f"regime (n >= n*/2, {sets_in.split(':')[0]}) not measured: fewer than 2 sizes past it")
+        parts.append(f"regime (n >= n*/2, {sets_in.split(':')[0]}) not measured: fewer than 3 sizes past it")
         whole = growth(paper, "n", value=ratio, group=lambda r: r.params["d"])
         if whole:   # the gpu sweep's whole range (it reaches further), at the earliest onset, unless undetermined
             wide = decide_rate(whole[0], stated_exponent=0.0, label="O(log(ns/delta)) regime", sets_in=sets_in)

@@ -81,6 +81,8 @@ def test_regime_rate_is_decided_past_half_the_onset():
     assert decide_regime_rate(both, "n", onset=onset, stated_exponent=0.0)[0] == "observed"
     short = _growth_records([512, 600], [1.0, 1.0], 2)[:1] + _growth_records([64, 128], [1.0, 2.0], 2)
     assert decide_regime_rate(short, "n", onset=onset, stated_exponent=0.0) == ("n/a", None, [])
+    two = _growth_records([512, 4096], [1.0, 8.0], 2)            # two sizes: a slope, no interval, no decision
+    assert decide_regime_rate(two, "n", onset=onset, stated_exponent=0.0) == ("n/a", None, [])
     shuffled = list(flat_tail)
     random.Random(0).shuffle(shuffled)
     assert decide_regime_rate(shuffled, "n", onset=onset, stated_exponent=0.0)[1] == info

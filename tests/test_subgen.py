@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from kvbounds.algorithms.subgen import SubGen
 from kvbounds.algorithms.validation import InputError
@@ -344,9 +344,11 @@ def test_device_path_checks_and_callers_generator(monkeypatch):
 @given(n=st.integers(1, 30), d=st.integers(1, 4), t=st.integers(1, 3), s=st.integers(1, 3), delta=st.floats(0.05, 3.0),
        replicas=st.sampled_from([None, 2]), dtype=st.sampled_from(["float32", "float64"]), zeros=st.integers(0, 3),
        seed=st.integers(0, 2**16))
+@example(n=10, d=3, t=1, s=1, delta=1.0, replicas=2, dtype="float64", zeros=3, seed=58)   # an ulp apart at step 6
 def test_device_path_equals_host_path_random_streams(n, d, t, s, delta, replicas, dtype, zeros, seed):
-    """The device-resident update (SubGen.device_resident, torch) and the host path give the same state and
-    estimates, bit for bit, on random streams (values of norm 0 first: mu = 0, p = 1)."""
+    """The device-resident update (SubGen.device_resident, torch) and the host path give the same state, bit for bit,
+    and the same estimates to rounding, on random streams (values of norm 0 first: mu = 0, p = 1). (The estimates
+    can differ by an ulp: n=10, d=3, t=1, s=1, delta=1, replicas=2, float64, zeros=3, seed=58 differs at step 6.)"""
     pytest.importorskip("torch")
     rng = np.random.default_rng(seed)
     K, V, Q = rng.standard_normal((n, d)), rng.standard_normal((n, 2)), rng.standard_normal((n, d))
@@ -357,7 +359,8 @@ def test_device_path_equals_host_path_random_streams(n, d, t, s, delta, replicas
     dev.device_resident, host.device_resident = True, False
     zd, zh = dev.stream(Kt, Vt, Qt), host.stream(Kt, Vt, Qt)
     assert dev._on_device and not host._on_device
-    assert to_numpy(zd).tobytes() == to_numpy(zh).tobytes()
+    eps = float(np.finfo(dtype).eps)
+    np.testing.assert_allclose(to_numpy(zd), to_numpy(zh), rtol=8 * eps, atol=8 * eps * float(np.abs(to_numpy(zh)).max()))
     a, b = dev.state(), host.state()
     for f in a.__dataclass_fields__:
         np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)

@@ -1,5 +1,6 @@
 """The shared verdict rules (issue 9): counterexamples, rates, power, errata, order independence."""
 import dataclasses
+import math
 import random
 
 import pytest
@@ -128,6 +129,8 @@ def test_verdicts_are_a_function_of_the_set_of_records():
     perm = list(range(len(xs)))
     rng.shuffle(perm)
     assert loglog_slope(xs, ys) == loglog_slope([xs[i] for i in perm], [ys[i] for i in perm])
+    slope, lo, hi = loglog_slope([8, 64], [1.0, 8.0])            # two points: a slope but no interval
+    assert slope == pytest.approx(1.0) and (lo, hi) == (-math.inf, math.inf)
     assert [id(r) for r in canonical_order(rs)] == [id(r) for r in canonical_order(list(reversed(rs)))]
 
 
