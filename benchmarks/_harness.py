@@ -7,7 +7,9 @@ imported from the package); each lives in its own bench file, except one exact d
   machine load hits all alike) and reports, per candidate, the median time and the median of the *paired*
   per-repetition ratios to the baseline with its spread (25th/75th percentiles, min/max);
 * :func:`target` turns a measured value and a target into a line saying met / NOT met;
-* :func:`load` records the machine's load average next to each measurement; :func:`write` writes the JSON.
+* :func:`load` records the machine's load average next to each measurement; :func:`write` writes the JSON;
+* :func:`accuracy_stream` / :func:`stream_accuracy`: the accuracy part of the streaming benchmarks (a real trace
+  when cached, else a clustered synthetic stream; errors at 16 steps next to the all-zero estimator's).
 """
 from __future__ import annotations
 
@@ -168,3 +170,44 @@ def print_stream(rows) -> None:
     for r in rows:
         print(f"  {r['n']:>7} {r['mean_us_per_token']:>20.1f} {r['mean_us_per_token_all']:>18.1f} "
               f"{r['exact_step_us']:>14.1f} {fmt_ratio(r['ratio']):>24} {fmt_ratio(r['wall_ratio']):>24}  {r['load']}")
+
+
+def accuracy_stream(n: int):
+    """The SmolLM2 trace of layer 3, head 0 (if the model package and its cached trace are there), else the claims'
+    clustered synthetic stream (d = 64, 32 clusters)."""
+    try:
+        from kvbounds.traces.real import trace_from_spec
+        tr = trace_from_spec(f"smollm2:L3:H0:{n}", missing="none")
+    except Exception:          # no model package or no cached trace
+        tr = None
+    if tr is None:
+        from kvbounds.traces.synthetic import make_trace
+        tr = make_trace("clustered", n=n, d=64, seed=0, m=32, r=1.0, spread=0.05)
+    return tr
+
+
+def stream_accuracy(est, tr, *, scaled: bool = True, v_norm: str = "fro") -> dict:
+    """Stream ``tr`` through ``est`` (update(k, v), query(q)); at 16 steps in [n/8, n]: the relative error
+    ||z - Attn|| / ||Attn||, the error in the papers' units ||z - Attn|| / (||softmax||_2 ||V||) (``v_norm``:
+    "fro" or "2", the spectral norm), and the all-zero estimator's error in the same units."""
+    K, V, Q = tr.K, tr.V, tr.Q
+    n, d = K.shape
+    steps = set(np.linspace(n // 8, n, 16, dtype=int).tolist())
+    rel, paper, zero = [], [], []
+    for j in range(1, n + 1):
+        est.update(K[j - 1], V[j - 1])
+        if j in steps:
+            z = est.query(Q[j - 1])
+            s = K[:j] @ Q[j - 1] * (1 / math.sqrt(d) if scaled else 1.0)
+            p = np.exp(s - s.max())
+            p /= p.sum()
+            a = p @ V[:j]
+            unit = float(np.linalg.norm(p) * (np.linalg.norm(V[:j]) if v_norm == "fro" else np.linalg.norm(V[:j], 2)))
+            err = float(np.linalg.norm(z - a))
+            rel.append(err / float(np.linalg.norm(a)))
+            paper.append(err / unit)
+            zero.append(float(np.linalg.norm(a)) / unit)
+    return dict(trace=tr.meta.get("spec", tr.meta.get("kind")), n=n, steps=sorted(steps),
+                relative_error_median=float(np.median(rel)), paper_units_median=float(np.median(paper)),
+                zero_estimator_paper_units_median=float(np.median(zero)), relative_error=rel, paper_units=paper,
+                zero_estimator_paper_units=zero)

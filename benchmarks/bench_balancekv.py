@@ -43,8 +43,8 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
         sys.path.insert(0, p)
 
 import torch  # noqa: E402
-from _harness import (exact_decode_step, fmt_ratio, load, meta, paired, print_stream, stream_vs_exact,  # noqa: E402
-                      target, threads, write)
+from _harness import (accuracy_stream, exact_decode_step, fmt_ratio, load, meta, paired, print_stream,  # noqa: E402
+                      stream_accuracy, stream_vs_exact, target, threads, write)
 
 from kvbounds.algorithms.balance_kv import BalanceKV  # noqa: E402
 from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select  # noqa: E402
@@ -160,44 +160,12 @@ def make_balancekv(n_max, d, r=1.0):
 
 # -- accuracy ----------------------------------------------------------------------------------------------
 
-def accuracy_stream(n):
-    try:
-        from kvbounds.traces.real import trace_from_spec
-        tr = trace_from_spec(f"smollm2:L3:H0:{n}", missing="none")
-    except Exception:          # no model package or no cached trace: the claims' own synthetic stream
-        tr = None
-    if tr is None:
-        from kvbounds.traces.synthetic import make_trace
-        tr = make_trace("clustered", n=n, d=64, seed=0, m=32, r=1.0, spread=0.05)
-    return tr
-
-
-def bench_accuracy(quick: bool, make, scaled: bool = True, v_norm: str = "fro") -> dict:
+def bench_accuracy(quick: bool, make) -> dict:
     n = {"smoke": 128, "quick": 512}.get(quick, 2048)
     tr = accuracy_stream(n)
-    K, V, Q = tr.K, tr.V, tr.Q
-    d = K.shape[1]
-    r = float(max(np.linalg.norm(K, axis=1).max(), np.linalg.norm(Q, axis=1).max())) * (1 + 1e-9)
-    est = make(n, d, r)
-    steps = set(np.linspace(n // 8, n, 16, dtype=int).tolist())
-    rel, paper, zero_paper = [], [], []
-    for j in range(1, n + 1):
-        est.update(K[j - 1], V[j - 1])
-        if j in steps:
-            z = est.query(Q[j - 1])
-            s = K[:j] @ Q[j - 1] * (1 / math.sqrt(d) if scaled else 1.0)
-            p = np.exp(s - s.max())
-            p /= p.sum()
-            a = p @ V[:j]
-            unit = float(np.linalg.norm(p) * (np.linalg.norm(V[:j]) if v_norm == "fro" else np.linalg.norm(V[:j], 2)))
-            err = float(np.linalg.norm(z - a))
-            rel.append(err / float(np.linalg.norm(a)))
-            paper.append(err / unit)
-            zero_paper.append(float(np.linalg.norm(a)) / unit)
-    return dict(trace=tr.meta.get("spec", tr.meta.get("kind")), n=n, r=r, steps=sorted(steps),
-                relative_error_median=float(np.median(rel)), paper_units_median=float(np.median(paper)),
-                zero_estimator_paper_units_median=float(np.median(zero_paper)), relative_error=rel,
-                paper_units=paper, zero_estimator_paper_units=zero_paper, stored=int(est.num_stored()))
+    r = float(max(np.linalg.norm(tr.K, axis=1).max(), np.linalg.norm(tr.Q, axis=1).max())) * (1 + 1e-9)
+    est = make(n, tr.K.shape[1], r)
+    return dict(stream_accuracy(est, tr), r=r, stored=int(est.num_stored()))
 
 
 def bench_panel(quick) -> dict:

@@ -21,7 +21,6 @@ Writes JSON to benchmarks/results/bench_subgen.json (--quick: bench_subgen_quick
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -32,7 +31,8 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from _harness import exact_decode_step, load, meta, print_stream, stream_vs_exact, target, threads, write  # noqa: E402
+from _harness import (accuracy_stream, exact_decode_step, load, meta, print_stream, stream_accuracy,  # noqa: E402
+                      stream_vs_exact, target, threads, write)
 
 from kvbounds.algorithms.subgen import SubGen  # noqa: E402
 from kvbounds.traces.synthetic import make_trace  # noqa: E402
@@ -53,41 +53,12 @@ def bench_speed(quick: bool) -> dict:
     return dict(d=d, m=m, delta=delta, t=t, s=s, clusters=sg.num_clusters(), rows=rows, load=load())
 
 
-def accuracy_stream(n):
-    try:
-        from kvbounds.traces.real import trace_from_spec
-        tr = trace_from_spec(f"smollm2:L3:H0:{n}", missing="none")
-    except Exception:          # no model package or no cached trace: the clustered synthetic stream
-        tr = None
-    return tr if tr is not None else make_trace("clustered", n=n, d=64, seed=0, m=32, r=1.0, spread=0.05)
-
-
 def bench_accuracy(quick: bool) -> dict:
     n = {"smoke": 128, "quick": 512}.get(quick, 2048)
     tr = accuracy_stream(n)
-    K, V, Q = tr.K, tr.V, tr.Q
-    d = K.shape[1]
-    delta = 0.25 * float(np.linalg.norm(K, axis=1).max())
-    sg = SubGen(d, delta=delta, s=256, t=32, seed=1, scaled=True)
-    steps = set(np.linspace(n // 8, n, 16, dtype=int).tolist())
-    rel, paper, zero = [], [], []
-    for j in range(1, n + 1):
-        sg.update(K[j - 1], V[j - 1])
-        if j in steps:
-            z = sg.query(Q[j - 1])
-            s = K[:j] @ Q[j - 1] / math.sqrt(d)
-            p = np.exp(s - s.max())
-            p /= p.sum()
-            a = p @ V[:j]
-            unit = float(np.linalg.norm(p) * np.linalg.norm(V[:j], 2))
-            err = float(np.linalg.norm(z - a))
-            rel.append(err / float(np.linalg.norm(a)))
-            paper.append(err / unit)
-            zero.append(float(np.linalg.norm(a)) / unit)
-    return dict(trace=tr.meta.get("spec", tr.meta.get("kind")), n=n, delta=delta, clusters=sg.num_clusters(),
-                relative_error_median=float(np.median(rel)), paper_units_median=float(np.median(paper)),
-                zero_estimator_paper_units_median=float(np.median(zero)), relative_error=rel, paper_units=paper,
-                zero_estimator_paper_units=zero, steps=sorted(steps))
+    delta = 0.25 * float(np.linalg.norm(tr.K, axis=1).max())
+    sg = SubGen(tr.K.shape[1], delta=delta, s=256, t=32, seed=1, scaled=True)
+    return dict(stream_accuracy(sg, tr, v_norm="2"), delta=delta, clusters=sg.num_clusters())
 
 
 def main(argv=None) -> int:
