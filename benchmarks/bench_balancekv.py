@@ -3,8 +3,8 @@
 (a) Blockwise BalanceKV (:func:`kvbounds.algorithms.blockwise_balance_kv.blockwise_balance_select`, BalanceKV-NeurIPS App. B) on a
     cache of 8 heads x 8192 tokens x d = 128 (b = 256, T = 2), torch CPU float32, against
       * the authors' released ``balanced_walk`` (github.com/ksheth96/BalanceKV, src/balanced_walk.py at commit
-        4ccee30a), re-implemented below in torch step for step (:func:`released_balanced_walk`: block-centred keys,
-        the kernel exp(<k,k'>/sqrt d) (<v,v'> + 0.025), an int16 sign walk over every block in parallel, the
+        4ccee30a), re-implemented in torch step for step (benchmarks/released_walk.py, shared with bench_gpu:
+        block-centred keys, the kernel exp(<k,k'>/sqrt d) (<v,v'> + 0.025), an int16 sign walk over every block in parallel, the
         cumsum-based strict halving), and
       * exact causal attention over the same cache (torch SDPA, is_causal=True),
     at 1 and 2 threads (threadpoolctl + torch.set_num_threads; 1 thread timed in the thread's CPU time, 2 threads
@@ -45,6 +45,7 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
 import torch  # noqa: E402
 from _harness import (accuracy_stream, exact_decode_step, fmt_ratio, load, meta, paired, print_stream,  # noqa: E402
                       stream_accuracy, stream_vs_exact, target, threads, write)
+from released_walk import released_balanced_walk  # noqa: E402
 
 from kvbounds.algorithms.balance_kv import BalanceKV  # noqa: E402
 from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select  # noqa: E402
@@ -53,64 +54,6 @@ TARGET_VS_RELEASED = 0.25
 TARGET_VS_SDPA = 0.2
 TARGET_STREAM = 0.1
 TARGET_PANEL = 0.5
-
-
-# -- the baseline: the authors' released walk, re-implemented -------------------------------------------------
-
-def _pad_blocks(x, block):
-    """(b, h, n, e) -> (b, h, nb, block, e), zero rows appended."""
-    b, h, n, e = x.shape
-    pad = -(-n // block) * block - n
-    return torch.nn.functional.pad(x, (0, 0, 0, pad)).view(b, h, -1, block, e)
-
-
-def released_balanced_walk(key, value, *, generator, gamma=4.0, temp=1.0, beta=0.0, itrs=2, block_size=256):
-    """The released ``balanced_walk(key, rng, gamma, temp, beta, itrs, block_size, value)`` (no query): per
-    iteration, gather the kept tokens (values scaled by the accumulated weights), centre the keys per block, form
-    the kernel exp(temp <k,k'>/sqrt d - beta) (1e-8 + <v,v'> + 0.025), walk the signs of every block in parallel
-    (sign 0 = +1; p_i = 1/2 - gamma sum_j kernel[i, j] sign_j; int16 signs), then keep n/2 tokens by the cumsum
-    rule (up to the position where one sign reaches n/2, minority-first by a +-2 weighting) through a stable
-    argsort. Returns (kept indices (b, h, n / 2^itrs), their weights)."""
-    b, h, n, d = key.shape
-    sort_idx = weight_idx = None
-    for _ in range(itrs):
-        if sort_idx is None:
-            ks, vs = _pad_blocks(key, block_size), _pad_blocks(value, block_size)
-        else:
-            gi = sort_idx.unsqueeze(-1).expand(-1, -1, -1, d)
-            ks = _pad_blocks(key.gather(2, gi), block_size)
-            w = torch.nn.functional.pad(weight_idx, (0, -(-n // block_size) * block_size - n))
-            vs = torch.nn.functional.pad(value.gather(2, gi), (0, 0, 0, w.shape[-1] - n)) * w.unsqueeze(-1)
-            vs = vs.view(b, h, -1, block_size, d)
-        nk = ks - ks.mean(dim=-2, keepdim=True)
-        kernel = torch.exp(temp * torch.einsum("...nd,...sd->...ns", nk, nk) / math.sqrt(d) - beta)
-        kernel *= 1e-8 + torch.einsum("...nd,...sd->...ns", vs, vs) + 0.025
-        signs = torch.zeros(kernel.shape[:4], dtype=torch.int16)
-        signs[..., 0] = 1
-        rand = torch.rand(signs.shape, generator=generator)
-        for i in range(1, kernel.shape[3]):
-            inner = (kernel[:, :, :, i, :] * signs).sum(dim=-1)
-            signs[..., i] = 2 * (rand[..., i] < 0.5 - gamma * inner) - 1
-        signs = signs.view(b, h, -1)[:, :, :n]
-        half = n // 2
-        c = torch.maximum(torch.argmax(((signs == -1).cumsum(-1) == half).to(torch.int64), dim=-1),
-                          torch.argmax(((signs == 1).cumsum(-1) == half).to(torch.int64), dim=-1))
-        weight = signs.clone()
-        pos = torch.arange(n).view(1, 1, -1)
-        after = pos > c.unsqueeze(-1)
-        weight[after] = weight[after].abs()
-        before = pos <= c.unsqueeze(-1)
-        weight[before] *= 2
-        flip = before & (signs.gather(2, c.unsqueeze(-1)) == 1)
-        weight[flip] *= -1
-        order = torch.argsort(-weight, dim=-1, stable=True)[:, :, :half]
-        n = half
-        if sort_idx is None:
-            sort_idx, weight_idx = order, weight.gather(-1, order)
-        else:
-            sort_idx = sort_idx.gather(2, order)
-            weight_idx = weight_idx.gather(-1, order) * weight.gather(-1, order)
-    return sort_idx, weight_idx
 
 
 def bench_blockwise(quick: bool) -> dict:

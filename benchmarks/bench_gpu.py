@@ -11,8 +11,8 @@ walk       the walk alone on per-block Gram inputs (B blocks x b): the package's
 blockwise  blockwise BalanceKV (T = 2 levels, b = 256) on a Llama-3.1-8B-sized cache, 32 heads x 32768
            tokens x d = 128, float32 and bfloat16 inputs: :func:`kvbounds.gpu.batched_walk.batched_select`
            and the package's ``blockwise_balance_select`` against the authors' released ``balanced_walk``
-           (ksheth96/BalanceKV, src/balanced_walk.py, re-implemented in torch below: full per-block Gram,
-           one full-row reduction per step, int16 signs, cumsum halving) and against exact causal attention
+           (ksheth96/BalanceKV, src/balanced_walk.py, re-implemented in torch in benchmarks/released_walk.py: full
+           per-block Gram, one full-row reduction per step, int16 signs, cumsum halving) and against exact causal attention
            (torch SDPA, is_causal=True) on the same cache. Targets: >= 3x faster than the released walk,
            <= 0.2x of SDPA. bfloat16: the released walk runs in bfloat16 (as in the authors' code); ours
            casts to float32 first (cast timed).
@@ -67,6 +67,7 @@ from kvbounds.algorithms.block_walk import _gram_panel  # noqa: E402
 from kvbounds.gpu.batched_walk import batched_select, compiled_available, ops_per_step, walk_signs  # noqa: E402
 from kvbounds.gpu.triton_walk import triton_available  # noqa: E402
 import bench_gpu_e2e  # noqa: E402
+from released_walk import released_balanced_walk  # noqa: E402
 
 SPEEDUP_TARGET, SDPA_TARGET = 3.0, 0.2
 PEAKS_TBS = [("H200", 4.8, "H200 HBM3e 4.8 TB/s"), ("H100 PCIe", 2.0, "H100 PCIe HBM2e 2.0 TB/s"),
@@ -97,52 +98,6 @@ def paired(fns: dict, reps: int, dev: str, base: str) -> dict:
     med = {k: statistics.median(v) for k, v in times.items()}
     ratio = {k: statistics.median([a / b for a, b in zip(v, times[base])]) for k, v in times.items()}
     return dict(times=times, median_s=med, paired_ratio_to=base, paired_ratio=ratio)
-
-
-# ---------------------------------------------------------------- the authors' released walk, in torch
-
-def released_balanced_walk(key, value, gen, *, gamma, itrs, block_size, temp=1.0, beta=0.0):
-    """The released ``balanced_walk`` (BalanceKV repository, src/balanced_walk.py, no query, value given),
-    re-implemented with the same operations and costs: per level, keys (and weighted values) gathered
-    and zero-padded into blocks, keys centred per block, the full (b x b) kernel
-    exp(temp <k, k'>/sqrt d - beta) * (<v, v'> + 1e-8 + 0.025) materialized, int16 signs with the first
-    fixed to +1, then for i = 1..b-1 one reduction over the whole kernel row (kernel[i, :] * signs) and
-    p = 1/2 - gamma * that; halving: cut where either sign reaches n/2 (cumsum), +-2 weights before the
-    cut (flipped if the sign there is +1), 1 after, stable argsort. Returns (sort_idx, weights)."""
-    B, H, n, d = key.shape
-    sort_idx = weights = None
-    for _ in range(itrs):
-        n_pad = math.ceil(n / block_size) * block_size
-        if sort_idx is None:
-            ks, vs = key, value
-        else:
-            ix = sort_idx[..., None].expand(-1, -1, -1, d)
-            ks, vs = key.gather(2, ix), value.gather(2, ix) * weights[..., None].to(value.dtype)
-        ks = torch.nn.functional.pad(ks, (0, 0, 0, n_pad - ks.shape[2])).view(B, H, -1, block_size, d)
-        vs = torch.nn.functional.pad(vs, (0, 0, 0, n_pad - vs.shape[2])).view(B, H, -1, block_size, d)
-        kc = ks - ks.mean(dim=-2, keepdim=True)
-        kern = torch.exp(temp * torch.einsum("...nd,...sd->...ns", kc, kc) / math.sqrt(d) - beta)
-        kern *= 1e-8 + torch.einsum("...nd,...sd->...ns", vs, vs) + 0.025
-        signs = torch.zeros(kern.shape[:4], dtype=torch.int16, device=key.device)
-        signs[..., 0] = 1
-        u = torch.rand(signs.shape, generator=gen, device=key.device)
-        for i in range(1, block_size):
-            inner = (kern[..., i, :] * signs).sum(dim=-1)
-            signs[..., i] = 2 * (u[..., i] < 0.5 - gamma * inner) - 1
-        signs = signs.view(B, H, -1)[..., :n]
-        half = n // 2
-        cut = torch.maximum(torch.argmax(((signs == -1).cumsum(-1) == half).to(torch.int64), dim=-1),
-                            torch.argmax(((signs == 1).cumsum(-1) == half).to(torch.int64), dim=-1))
-        pos = torch.arange(n, device=key.device).view(1, 1, -1)
-        before = pos <= cut[..., None]
-        flip = (signs.gather(2, cut[..., None]) == 1)
-        w = torch.where(before, 2 * signs * torch.where(flip, -1, 1), torch.ones_like(signs))
-        order = torch.argsort(-w, dim=-1, stable=True)[..., :half]
-        sort_idx = order if sort_idx is None else sort_idx.gather(2, order)
-        wk = w.gather(-1, order)
-        weights = wk if weights is None else weights.gather(-1, order) * wk
-        n = half
-    return sort_idx, weights
 
 
 # ---------------------------------------------------------------- sections
