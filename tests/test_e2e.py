@@ -77,18 +77,6 @@ def test_weighted_attention_forward_matches_contract():
 
 # ------------------------------------------------------------------------------------------- with the model
 
-@pytest.fixture(scope="module")
-def lm():
-    pytest.importorskip("transformers")
-    from kvbounds.e2e.checks import hf_missing
-    if hf_missing():
-        pytest.skip(hf_missing())
-    import torch
-    torch.set_num_threads(1)
-    from kvbounds.e2e.model import load_smollm2
-    return load_smollm2("cpu")
-
-
 def test_hf_llama_matches_our_forward_pass(lm):
     from kvbounds.e2e.model import agreement
     a = agreement(48, sm=lm.reader, lm=lm)

@@ -23,17 +23,9 @@ HOST_READ_SITES = {"panel_walk", "greedy_k_center", "recent_plus_centers"}
 
 
 @pytest.fixture(scope="module")
-def cell():
-    pytest.importorskip("transformers")
-    from kvbounds.e2e.checks import hf_missing
-    if hf_missing():
-        pytest.skip(hf_missing())
-    import torch
-    torch.set_num_threads(1)
+def cell(lm):
     from kvbounds.e2e import harness, tasks
     from kvbounds.e2e import methods as M
-    from kvbounds.e2e.model import load_smollm2
-    lm = load_smollm2("cpu")
     task = tasks.ppl_task(lm, N, CONT, 0)
     state = harness.prefill(lm, task.context, capture_inputs=True)
     return lm, task, state, M.balance_budgets(N, SINK, (1,))[0]
