@@ -170,13 +170,16 @@ def decide_rate(g: Growth | None, *, stated_exponent: float, sets_in: str = "",
 
 def decide_regime_rate(records: Iterable[Record], param: str, *, onset: Callable[[Record], float],
                        stated_exponent: float, value: Callable[[Record], float] = lambda r: r.ratio,
-                       label: str = "", sets_in: str = "") -> tuple[str, RateInfo | None, list[Growth]]:
+                       label: str = "", sets_in: str = "",
+                       earlier: tuple[str, RateInfo | None] | None = None) -> tuple[str, RateInfo | None, list[Growth]]:
     """The rate past its onset: per onset value (records with the same ``onset(r)``, e.g. one dimension d), the
     growth of ``value`` along ``param`` over the records with ``param >= onset / 2``, where a walk's drift has had
     half the steps it needs (:func:`kvbounds.theory.balancekv.merge_reduce_rate_onset`). A tail counts with >= 2
     sizes and >= 3 points (two points give no interval, see :func:`loglog_slope`). ``not-reached`` when any tail
-    grows, ``observed`` when every tail is flat, ``n/a`` without a tail (then the caller decides on the whole
-    range, with ``sets_in``). Returns (rate, RateInfo of the first tail, the tails' growths)."""
+    grows, ``observed`` when every tail is flat; without a tail ``n/a``, or, given ``earlier`` (the rate a smaller
+    sweep decided), the whole range of the group with the earliest onset decides (it reaches further), unless it
+    is undetermined there and ``earlier`` is not: then ``earlier`` stands. Returns (rate, RateInfo, the tails'
+    growths; [] when no tail)."""
     groups: dict[float, list[Record]] = {}
     for r in canonical_order(records):
         if param in r.params:
@@ -187,9 +190,16 @@ def decide_regime_rate(records: Iterable[Record], param: str, *, onset: Callable
         for g in growth(tail, param, value=value, group=lambda r, on=on: f"{param} >= {on / 2:.3g}"):
             if g.n_points >= 3:
                 tails.append(g)
-    if not tails:
+    kw = dict(stated_exponent=stated_exponent, sets_in=sets_in, label=label)
+    if not tails and earlier is None:
         return "n/a", None, []
-    decided = [decide_rate(g, stated_exponent=stated_exponent, sets_in=sets_in, label=label) for g in tails]
+    if not tails:
+        whole = [g for on, rs in sorted(groups.items()) for g in growth(rs, param, value=value, group=lambda r: on)]
+        if not whole:
+            return earlier[0], earlier[1], []
+        wide = decide_rate(whole[0], **kw)
+        return (*(wide if wide[0] != "n/a" or earlier[0] == "n/a" else earlier), [])
+    decided = [decide_rate(g, **kw) for g in tails]
     states = [d[0] for d in decided]
     rate = "not-reached" if "not-reached" in states else "observed" if all(x == "observed" for x in states) else "n/a"
     return rate, decided[0][1], tails

@@ -30,7 +30,7 @@ from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
 from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
 from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, decide, decide_rate, decide_regime_rate,
                               fitted_constant, growth)
-from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rate_onset, walk_constant
+from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rate_onset, rate_onset, walk_constant
 
 from .common import deferred_record, make_record, on_gpu, pick, unit_directions
 
@@ -123,8 +123,8 @@ def _proven_eps(p: dict) -> float:
 
 
 def _regime(large, parts, figs, findings, rate):
-    """The gpu profile's t-large sweep: the O(1/t) rate decided on t >= t*/2 (replacing the small sweep's
-    reading when >= 2 sizes are past it)."""
+    """The gpu profile's t-large sweep: the O(1/t) rate decided on t >= t*/2 (verdict.decide_regime_rate, which
+    falls back on the sweep's whole range, then on the small sweep's reading)."""
     if not large:
         return rate
     figs.insert(0, FigureSpec("eps_hat / shape vs t, gpu profile sweep (d = 2, s = 1)", x="t", check="001 paper c",
@@ -132,20 +132,14 @@ def _regime(large, parts, figs, findings, rate):
     for g in growth(large, "t"):
         parts.append(f"t-large (d = 2, s = 1): eps_hat ~ t^{g.slope - 1:.2f} [{g.lo - 1:.2f},{g.hi - 1:.2f}] over "
                      f"t = {g.x_range[0]:g}..{g.x_range[1]:g}")
-    ons = {}
-    onset = lambda r: ons.setdefault((r.params["d"], r.params["s"], r.params["r"], r.params["delta"]), float(
-        merge_reduce_rate_onset(r.params["d"], r.params["s"], r.params["r"], r.params["delta"])["t_star"]))
+    onset = lambda r: rate_onset(r.params["d"], r.params["s"], r.params["r"], r.params["delta"])
     sets_in = f"t* = {onset(large[0]):.2g} at d = 2, s = 1, r = 1 (theory.balancekv.merge_reduce_rate_onset); " \
               "decided on t >= t*/2"
     got, info, tails = decide_regime_rate(large, "t", onset=onset, stated_exponent=-1.0, sets_in=sets_in,
-                                          label="O(1/t) regime")
+                                          label="O(1/t) regime", earlier=rate)
     if not tails:
         parts.append(f"O(1/t) regime ({sets_in.split(' (')[0]}) not measured: fewer than 3 sizes past t*/2")
-        whole = growth(large, "t")
-        if whole:   # the gpu sweep's whole range (it reaches further), unless undetermined there
-            wide = decide_rate(whole[0], stated_exponent=-1.0, sets_in=sets_in)
-            return wide if wide[0] != "n/a" or rate[0] == "n/a" else rate
-        return rate
+        return got, info
     parts.append("001 paper c past t*/2: " + "; ".join(g.text() for g in tails))
     if got == "not-reached":
         findings.append(Finding(CLAIM, f"O(1/t) rate not reached for t <= {tails[0].x_range[1]:g} past t*/2",

@@ -22,7 +22,6 @@ at every n).
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -32,7 +31,7 @@ from kvbounds.algorithms.softmax_balance import softmax_balance
 from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
 from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, decide, decide_rate,
                               decide_regime_rate, fitted_constant, growth, mark)
-from kvbounds.theory.balancekv import log_softmax_balance_shape, merge_reduce_rate_onset, walk_constant
+from kvbounds.theory.balancekv import log_softmax_balance_shape, merge_reduce_rate_onset, rate_onset, walk_constant
 
 from .common import deferred_record, make_record, on_gpu, pick, unit_directions
 
@@ -111,14 +110,9 @@ def run_trial(params: dict, seed: int, backend: str):
     return recs
 
 
-@functools.lru_cache(maxsize=None)
-def _onset(d: int, s: int, r: float, delta: float) -> float:
-    return float(merge_reduce_rate_onset(d, s, r, delta)["t_star"])
-
-
 def _regime(records, parts, figs, controls, rate):
-    """The gpu profile's n-large sweep: growth per (walk, d), and the rate decided past n*/2 (replacing the
-    small sweep's reading when a tail has >= 2 sizes); random signs must grow there (a control)."""
+    """The gpu profile's n-large sweep: growth per (walk, d), and the rate decided past n*/2
+    (verdict.decide_regime_rate, which falls back on the sweep's whole range); random signs must grow there."""
     large = [r for r in records if r.params.get("sweep") == "n-large" and r.check in WALKS]
     if not large:
         return rate
@@ -129,21 +123,17 @@ def _regime(records, parts, figs, controls, rate):
     for g in growth(large, "n", value=ratio, group=lambda r: (r.check, r.params["d"])):
         parts.append(f"n-large, d = {g.key[1]}: {g.key[0]} slope {g.slope:+.2f} [{g.lo:+.2f},{g.hi:+.2f}] "
                      f"over n = {g.x_range[0]:g}..{g.x_range[1]:g}")
-    onset = lambda r: _onset(r.params["d"], r.params["s"], r.params["r"], r.params["delta"])
+    onset = lambda r: rate_onset(r.params["d"], r.params["s"], r.params["r"], r.params["delta"])
     ons = sorted({(r.params["d"], onset(r)) for r in large})
     sets_in = "n* = " + ", ".join(f"{o:.2g} (d = {d})" for d, o in ons) + (
         ": where the walk saturates the directions of E[y y^T] holding 90% of E||y||^2 "
         "(theory.balancekv.merge_reduce_rate_onset); decided on n >= n*/2")
     paper = [r for r in large if r.check == "paper c"]
     got, info, tails = decide_regime_rate(paper, "n", onset=onset, stated_exponent=0.0, value=ratio,
-                                          label="O(log(ns/delta)) regime", sets_in=sets_in)
+                                          label="O(log(ns/delta)) regime", sets_in=sets_in, earlier=rate)
     if not tails:
         parts.append(f"regime (n >= n*/2, {sets_in.split(':')[0]}) not measured: fewer than 3 sizes past it")
-        whole = growth(paper, "n", value=ratio, group=lambda r: r.params["d"])
-        if whole:   # the gpu sweep's whole range (it reaches further), at the earliest onset, unless undetermined
-            wide = decide_rate(whole[0], stated_exponent=0.0, label="O(log(ns/delta)) regime", sets_in=sets_in)
-            return wide if wide[0] != "n/a" or rate[0] == "n/a" else rate
-        return rate
+        return got, info
     parts.append("paper c past n*/2: " + "; ".join(g.text() for g in tails))
     _, _, rand = decide_regime_rate([r for r in large if r.check == "random-signs"], "n", onset=onset,
                                     stated_exponent=0.0, value=ratio)

@@ -131,6 +131,12 @@ def kernel_feature_spectrum(d: int, s: int, r: float, m: int = 800, seed: int = 
     return tuple(float(x) for x in lam[lam > 0])
 
 
+@functools.lru_cache(maxsize=None)
+def rate_onset(d: int, s: int, r: float, delta: float) -> float:
+    """t* of :func:`merge_reduce_rate_onset` alone (cached: the verdicts ask for it once per record)."""
+    return float(merge_reduce_rate_onset(d, s, r, delta)["t_star"])
+
+
 def merge_reduce_rate_onset(d: int, s: int, r: float, delta: float, *, share: float = 0.9) -> dict:
     """Where MR.error's O(1/t) rate should set in: the batch size t at which the walk inside SoftmaxBalance
     has saturated the directions of E[y y^T] that hold ``share`` of E||y||^2 (below that, eps_hat falls like
