@@ -240,7 +240,7 @@ class AdaptiveSubspaceAttention:
         if r > d or r_v > d_v:
             raise InputError(f"need r <= d and r_v <= d_v, got r={r}, d={d}, r_v={r_v}, d_v={d_v}")
         if ell_k < r or ell_v < r_v:
-            raise InputError(f"sketch sizes must be at least the ranks (004 Sec. 5: ell >= r + Delta), got ell_k={ell_k}, "
+            raise InputError(f"sketch sizes must be at least the ranks (Subspace-FD-draft Sec. 5: ell >= r + Delta), got ell_k={ell_k}, "
                              f"r={r}, ell_v={ell_v}, r_v={r_v}")
         for name, tau in (("tau_k", tau_k), ("tau_v", tau_v)):     # math.inf: chunks end at length L only
             if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau >= 0:

@@ -77,7 +77,7 @@ class Record:
     bound_kind: str = "a-priori"
     check: str = ""          # sub-check name within the claim (e.g. "walk", "random-signs")
     control: bool = False    # negative control: a correct check must reject it (holds=False)
-    source: str = ""         # seed/theorem the bound is taken from, e.g. "BalanceKV-NeurIPS Thm 3.3"
+    source: str = ""         # paper and theorem the bound is taken from, e.g. "BalanceKV-NeurIPS Thm 3.3"
     trials: int = 1
     time_s: float = 0.0
     extra: dict = dataclasses.field(default_factory=dict)
@@ -124,6 +124,7 @@ class Record:
             if isinstance(d.get(f), str):
                 d[f] = float(d[f])        # 'inf'/'nan' as written by _jsonable; anything else raises ValueError
         _check_types(d)
+        _name_papers(d)
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -141,6 +142,22 @@ def _check_types(d: dict) -> None:
     for name, typ in {**_REQUIRED, **_OPTIONAL}.items():
         if name in d and (not isinstance(d[name], typ) or (typ in (int, (int, float)) and isinstance(d[name], bool))):
             raise ValueError(f"not a record: {name!r} is {d[name]!r}")
+
+
+# check names of records written before the papers were named (issue 25) that cite() alone does not rename
+LEGACY_CHECKS = {"buckets proof001": "buckets proof", "erased share proof001": "erased share proof"}
+
+
+def _name_papers(d: dict) -> None:
+    """Records written before issue 25 cite papers by seed label ("001 shape", "004 Sec. 8"): map their check
+    name, source and extra's strings to the papers' short names on read (params, and so trial keys, unchanged)."""
+    from .registry import cite
+    if isinstance(d.get("check"), str):
+        d["check"] = LEGACY_CHECKS.get(d["check"], cite(d["check"]))
+    if isinstance(d.get("source"), str):
+        d["source"] = cite(d["source"])
+    if isinstance(d.get("extra"), dict):
+        d["extra"] = {k: cite(v) if isinstance(v, str) and k != "traceback" else v for k, v in d["extra"].items()}
 
 
 class StoreError(RuntimeError):

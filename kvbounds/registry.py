@@ -33,7 +33,7 @@ class Paper:
         return f'{self.short}: "{self.title}", {self.where}' + (f" ({self.note})" if self.note else "")
 
 
-# The papers, keyed by the three-digit labels the checks use in their records' ``source`` fields.
+# The papers, keyed by their internal seed labels (never shown: ``cite`` maps old text to the short names).
 PAPERS: dict[str, Paper] = {
     "000": Paper("BalanceKV-preprint", "BalanceKV: KV Cache Compression through Discrepancy Theory",
                  "arXiv 2502.07861, early preprint (v1; the paper was later retitled \"Streaming Attention "
@@ -56,7 +56,8 @@ _LABEL = re.compile(r"(?<![\w.])(00[0-4])(?=[ ,;:)'\u2019]|$)")
 
 
 def cite(text: str) -> str:
-    """Replace the checks' paper labels ("BalanceKV-NeurIPS Thm 3.3") by the papers' short names ("BalanceKV-NeurIPS Thm 3.3")."""
+    """Replace the seed labels of ``PAPERS`` ("001 Thm 3.3", as records written before issue 25 cite them) by the
+    papers' short names ("BalanceKV-NeurIPS Thm 3.3"); text that already names the papers is returned unchanged."""
     return _LABEL.sub(lambda m: PAPERS[m.group(1)].short, text)
 
 

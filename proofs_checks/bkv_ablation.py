@@ -36,7 +36,7 @@ from .bkv_variants import (INGREDIENTS, LABELS, SHORT, WORDS, combine, compare, 
 from .common import fallback_notes, make_record, pick
 
 CLAIM = "BKV.ablation"
-SOURCE = "001 Sec. 4.1, Fig. 3, App. B.1"
+SOURCE = "BalanceKV-NeurIPS Sec. 4.1, Fig. 3, App. B.1"
 SWEEP_VARIANTS = ("balance", "released-t0.1")
 
 

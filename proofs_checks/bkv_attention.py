@@ -32,7 +32,7 @@ from .common import make_record, pick, unit_directions
 from .mr_error import checkpoints
 
 CLAIM = "BKV.attention"
-SOURCE = "001 Thm 3.1, Alg. 1"
+SOURCE = "BalanceKV-NeurIPS Thm 3.1, Alg. 1"
 FORMULA = "t from formula (C=1)"
 READING = "O~ of Thm 3.1 read with constant 1 and without its polylog factors"
 
@@ -91,9 +91,9 @@ def run_trial(params: dict, seed: int, backend: str):
                             source=SOURCE + " (O~ read with constant 1)", reading=READING, **common)]
     e2 = math.exp(2 * r**2 / math.sqrt(d))
     return [make_record(CLAIM, params, measured=worst, bound=math.sqrt(d) * e2 / t, holds=True, bound_kind="shape",
-                        check="001 shape", source=SOURCE, **common),
+                        check="BalanceKV-NeurIPS shape", source=SOURCE, **common),
             make_record(CLAIM, params, measured=worst, bound=e2 / t, holds=True, bound_kind="shape",
-                        check="000 shape", source="000 thm:main-theorem", **common)]
+                        check="BalanceKV-preprint shape", source="BalanceKV-preprint thm:main-theorem", **common)]
 
 
 def summarize(records) -> Verdict:
@@ -102,7 +102,7 @@ def summarize(records) -> Verdict:
     records = mark(records, lambda r: r.check == FORMULA and "reading" not in r.extra, reading=READING)
     parts, findings = [], []
     gs = {}
-    for check in ("001 shape", "000 shape"):
+    for check in ("BalanceKV-NeurIPS shape", "BalanceKV-preprint shape"):
         rs = [r for r in records if r.check == check]
         if rs:
             c = fitted_constant(rs)
@@ -132,8 +132,8 @@ def summarize(records) -> Verdict:
             f"top levels and can vanish entirely. The theorem's t = O~(.) hides a constant and log factors, so this "
             f"is a property of small t (the t-sweep from t = 16 has no undefined estimate), not a counterexample.",
             r.params, kind="finding"))
-    g = gs.get(("001 shape", "t"))
+    g = gs.get(("BalanceKV-NeurIPS shape", "t"))
     rate = decide_rate(g, stated_exponent=-1.0) if g else ("n/a", None)
-    fitted = fitted_constant([r for r in records if r.check == "001 shape"],
-                             "max eps_hat / (sqrt(d) e^{2r^2/sqrt d}/t) (001's t solved for eps; polylog factors in C)")
+    fitted = fitted_constant([r for r in records if r.check == "BalanceKV-NeurIPS shape"],
+                             "max eps_hat / (sqrt(d) e^{2r^2/sqrt d}/t) (BalanceKV-NeurIPS's t solved for eps; polylog factors in C)")
     return decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, rate=rate, fitted=fitted)

@@ -4,9 +4,9 @@ Sub-checks:
   * ``memory``           floats held (max over the stream) against d sqrt(d) e^{2r^2/sqrt d}/eps (BalanceKV-NeurIPS) and
                          e^{2r^2/sqrt d}/eps (BalanceKV-preprint), with t set from the formula; the ratio must not grow with
                          n beyond log factors (slope in n small) nor with 1/eps.
-  * ``buckets alg1`` / ``buckets proof001``  live value-norm buckets (max over the stream) against the
+  * ``buckets alg1`` / ``buckets proof``  live value-norm buckets (max over the stream) against the
                          count each threshold implies [stated: O(log n)].
-  * ``erased share alg1`` / ``erased share proof001``  the erased tokens' contribution to attention,
+  * ``erased share alg1`` / ``erased share proof``  the erased tokens' contribution to attention,
                          ||sum_{erased} softmax_i v_i||, against eps ||softmax||_2 ||V||_F, the share the
                          proof in BalanceKV-NeurIPS A.1 (eq. (3)) allots to them [stated].
 Alg. 1 line 8 erases buckets with 2^i <= eps/(2n) e^{-r^2/sqrt d} vmax; the proof in BalanceKV-NeurIPS A.1 argues with
@@ -37,8 +37,9 @@ from .bkv_attention import formula_t, spread_values
 from .common import deferred_record, make_record, on_gpu, pick, unit_directions
 
 CLAIM = "BKV.memory"
-SOURCE = "001 Thm 3.1, Alg. 1 line 8, A.1"
-SHARE_STEP = "001 A.1 eq. (3): erased buckets contribute at most their share eps of the error"
+SOURCE = "BalanceKV-NeurIPS Thm 3.1, Alg. 1 line 8, A.1"
+RULE_NAME = {"alg1": "alg1", "proof001": "proof"}   # erase rule (params["rule"]) -> check-name suffix
+SHARE_STEP = "BalanceKV-NeurIPS A.1 eq. (3): erased buckets contribute at most their share eps of the error"
 GPU_PROFILE = True
 CPU_N_MAX = 1 << 16          # largest n of the gpu profile run on a CPU backend
 LARGE_N = [1 << k for k in range(12, 21)]
@@ -95,15 +96,15 @@ def run_trial(params: dict, seed: int, backend: str):
     vmax = float(np.linalg.norm(V, axis=1).max())
     return [
         make_record(CLAIM, params, measured=max_floats, bound=balance_kv_memory_shape(d, r, eps, version="001"),
-                    holds=True, bound_kind="shape", check="memory 001", source="001 Thm 3.1", **common),
+                    holds=True, bound_kind="shape", check="memory BalanceKV-NeurIPS", source="BalanceKV-NeurIPS Thm 3.1", **common),
         make_record(CLAIM, params, measured=max_floats, bound=balance_kv_memory_shape(d, r, eps, version="000"),
-                    holds=True, bound_kind="shape", check="memory 000", source="000 thm:main-theorem", **common),
-        make_record(CLAIM, params, measured=max_buckets, check=f"buckets {rule}", bound_kind="a-priori",
+                    holds=True, bound_kind="shape", check="memory BalanceKV-preprint", source="BalanceKV-preprint thm:main-theorem", **common),
+        make_record(CLAIM, params, measured=max_buckets, check=f"buckets {RULE_NAME[rule]}", bound_kind="a-priori",
                     bound=balance_kv_bucket_count_exact(vmax / erase_threshold(rule, eps=eps, n=n, r=r, d=d, vmax=vmax)),
                     source=SOURCE + " (O(log n); exact integer count derived)",
                     stated_count=balance_kv_bucket_count_bound(n, eps, r, d, rule=rule), **common),
-        make_record(CLAIM, params, measured=share, bound=eps, check=f"erased share {rule}", bound_kind="a-priori",
-                    source="001 A.1 eq. (3)", erased_at_worst=n_erased, proof_step=SHARE_STEP, **common),
+        make_record(CLAIM, params, measured=share, bound=eps, check=f"erased share {RULE_NAME[rule]}", bound_kind="a-priori",
+                    source="BalanceKV-NeurIPS A.1 eq. (3)", erased_at_worst=n_erased, proof_step=SHARE_STEP, **common),
     ]
 
 
@@ -113,7 +114,7 @@ def summarize(records) -> Verdict:
     records = mark(records, lambda r: r.check.startswith("erased share") and "proof_step" not in r.extra,
                    proof_step=SHARE_STEP)
     parts, findings, errata = [], [], []
-    for check in ("memory 001", "memory 000"):
+    for check in ("memory BalanceKV-NeurIPS", "memory BalanceKV-preprint"):
         rs = [r for r in records if r.check == check]
         for g in growth(rs, "n"):
             parts.append(f"{check}: C = {max(r.ratio for r in rs):.3g}, ratio vs n slope {g.slope:+.2f} "
@@ -128,15 +129,15 @@ def summarize(records) -> Verdict:
     bad_share = [r for r in share if not r.holds]
     if bad_share:
         r = min(bad_share, key=lambda r: (r.params["n"], r.params["eps"]))
-        errata.append(Erratum("001 A.1, eq. (3)", f"the erased buckets' share exceeds eps in {len(bad_share)} trial(s) "
+        errata.append(Erratum("BalanceKV-NeurIPS A.1, eq. (3)", f"the erased buckets' share exceeds eps in {len(bad_share)} trial(s) "
                               f"({r.check}: {r.measured:.3g} > {r.bound:.3g})", dict(r.params)))
-    b = {rule: [r for r in records if r.check == f"buckets {rule}"] for rule in ("alg1", "proof001")}
-    if b["alg1"] and b["proof001"]:
+    b = {rule: [r for r in records if r.check == f"buckets {rule}"] for rule in ("alg1", "proof")}
+    if b["alg1"] and b["proof"]:
         r0 = min(b["alg1"], key=lambda r: (r.params["n"], r.params["eps"]))
-        p0 = next((r for r in b["proof001"] if r.params["n"] == r0.params["n"] and r.params["eps"] == r0.params["eps"]), None)
+        p0 = next((r for r in b["proof"] if r.params["n"] == r0.params["n"] and r.params["eps"] == r0.params["eps"]), None)
         ratio = 2 * math.sqrt(r0.params["n"]) * math.exp(r0.params["r"] ** 2 / math.sqrt(r0.params["d"]))
         errata.append(Erratum(
-            "001 Alg. 1 line 8 vs the proof of Thm 3.1 in 001 A.1 (erase threshold)",
+            "BalanceKV-NeurIPS Alg. 1 line 8 vs the proof of Thm 3.1 in BalanceKV-NeurIPS A.1 (erase threshold)",
             f"line 8 erases buckets with 2^i <= eps/(2n) e^(-r^2/sqrt d) vmax; the proof argues with 2^i <= eps/sqrt(n) "
             f"vmax. The algorithm's threshold is 2 sqrt(n) e^(r^2/sqrt d) = {ratio:.3g} times smaller at n = "
             f"{r0.params['n']}, so it keeps more buckets than the proof counts (measured max live buckets "
@@ -148,15 +149,15 @@ def summarize(records) -> Verdict:
     if over:
         r = min(over, key=lambda r: (r.params["n"], r.params["eps"]))
         errata.append(Erratum(
-            "000 proof of thm:main-theorem / 001 A.1 (number of live value-norm buckets)",
+            "BalanceKV-preprint proof of thm:main-theorem / BalanceKV-NeurIPS A.1 (number of live value-norm buckets)",
             f"the count log2(vmax/threshold) is short by up to 2 (rounding): {len(over)} trial(s) exceed it; smallest: "
             f"{r.check}, n = {r.params['n']}, eps = {r.params['eps']}: {int(r.measured)} live buckets vs "
             f"{r.extra['stated_count']:.3g}",
             {k: r.params[k] for k in ("n", "d", "r", "eps", "rule")},
             "the integers i with threshold < 2^i and 2^(i-1) < vmax number at most floor(log2(vmax/threshold)) + 2; "
             "still O(log n), so the memory bound is unchanged"))
-    m001 = [r for r in records if r.check == "memory 001"]
-    fitted = fitted_constant(m001, "max floats held / (d sqrt(d) e^{2r^2/sqrt d}/eps) (001's O~ with its polylog "
+    m001 = [r for r in records if r.check == "memory BalanceKV-NeurIPS"]
+    fitted = fitted_constant(m001, "max floats held / (d sqrt(d) e^{2r^2/sqrt d}/eps) (BalanceKV-NeurIPS's O~ with its polylog "
                                    "factors in the constant)")
     return standard_verdict(CLAIM, records, figures=figs, findings=findings, errata=errata, fitted=fitted,
                             label="; ".join(parts))

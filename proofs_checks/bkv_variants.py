@@ -223,7 +223,7 @@ def finish(v, per_variant: str):
 def version_findings(claim: str) -> list[Finding]:
     """BalanceKV-NeurIPS App. B's text vs the released code (ksheth96/BalanceKV): one finding per ingredient."""
     k = "versions disagree"
-    app_b = "001 App. B (arXiv:2502.07861 v2) says: run Alg. 2 (SoftmaxBalance) per block"
+    app_b = "BalanceKV-NeurIPS App. B (arXiv:2502.07861 v2) says: run Alg. 2 (SoftmaxBalance) per block"
     rel = "the released code (ksheth96/BalanceKV, src/balanced_walk.py)"
     items = [
         ("walk constant", f"{app_b}, p = 1/2 - x/(2c) on the kernel divided by R^2 = e^{{r^2/sqrt d}} r_v^2, "
@@ -240,10 +240,10 @@ def version_findings(claim: str) -> list[Finding]:
                       "other class before the cut with weight 2 and every token after it with weight 1."),
         ("weights", f"Alg. 1/2 weight every kept token 2 per level (2^T); {rel} multiplies per-level weights in "
                     "{2, 1}, and feeds w v (not v) into the next level's kernel."),
-        ("estimator", "001 Alg. 1 scales both numerator and denominator sums by 2^T; the released decode "
+        ("estimator", "BalanceKV-NeurIPS Alg. 1 scales both numerator and denominator sums by 2^T; the released decode "
                       "(src/llama_forward.py) multiplies kept values by w/2^T and adds log 2^T to their logits: "
                       "numerator weights w, denominator weights 2^T."),
-        ("GQA", "001 treats one attention head; the released code selects once per KV head and the query heads "
+        ("GQA", "BalanceKV-NeurIPS treats one attention head; the released code selects once per KV head and the query heads "
                 "of a group share that selection."),
     ]
     return [Finding(claim, f"App. B vs released code: {name}", text, {}, kind=k) for name, text in items]

@@ -40,7 +40,7 @@ from .bkv_variants import (COIN_NOTE, LABELS, SHORT, WORDS, combine, compare, ex
 from .common import fallback_notes, make_record, pick
 
 CLAIM = "BKV.vs-uniform"
-SOURCE = "001 Sec. 4.1, Fig. 1, App. B.1"
+SOURCE = "BalanceKV-NeurIPS Sec. 4.1, Fig. 1, App. B.1"
 CONTROL = "balance-unweighted"
 METHODS = ("balance", "released-t1", "released-t0.1", "consistent-t0.1", "uniform")
 BKV_VARIANTS = METHODS[:-1]

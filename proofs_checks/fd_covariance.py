@@ -40,7 +40,7 @@ from kvbounds.traces.synthetic import make_trace
 from .common import make_record, pick
 
 CLAIM = "FD.covariance"
-SOURCE = "004 Sec. 8 (Liberty 2013; GLPW16 Thm 1.1)"
+SOURCE = "Subspace-FD-draft Sec. 8 (Liberty 2013; GLPW16 Thm 1.1)"
 KINDS = ("gaussian", "low_rank", "power_law", "rank_deficient", "repeated", "zero_rows", "huge", "tiny", "rope")
 CONTROLS = ("drop-buffer", "unclamped-sqrt", "stale-rows")
 

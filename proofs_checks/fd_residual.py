@@ -34,7 +34,7 @@ from .common import make_record, pick
 from .fd_covariance import make_matrix
 
 CLAIM = "FD.residual"
-SOURCE = "004 Sec. 8 (FD linkage)"
+SOURCE = "Subspace-FD-draft Sec. 8 (FD linkage)"
 RTOL = 1e-9   # relative floating tolerance on norms of n x d float64 products (n, d <= 1e3)
 
 

@@ -57,7 +57,7 @@ from kvbounds.theory import lower_bound as lb
 from .common import clopper_pearson, failure_rate_ok, make_record, pick
 
 CLAIM = "LB.index"
-SOURCE = "001 Thm 3.2, App. C"
+SOURCE = "BalanceKV-NeurIPS Thm 3.2, App. C"
 LAMBDAS_C4 = (10.0, float(lb.LEMMA_C4_LAMBDA))
 EPS_FACTORS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)      # eps sqrt(n)
 FAMILIES = ("Lemma C.3 exact", "Lemma C.3 bounds", "Lemma C.4", "Corollary C.5", "Lemma C.6", "conclusion",
@@ -161,7 +161,7 @@ def _c3_exact(p, rng, backend):
     res = lb.lemma_c3_residuals(p["d"], variant=p["variant"])
     bad = {k: str(v) for k, v in res.items() if v != 0}
     return make_record(CLAIM, p, measured=len(bad), bound=0, bound_kind="exact", check="Lemma C.3 exact",
-                       control=p["variant"] != "paper", source="001 Lemma C.3", trials=len(res), nonzero=bad,
+                       control=p["variant"] != "paper", source="BalanceKV-NeurIPS Lemma C.3", trials=len(res), nonzero=bad,
                        pairs_enumerated=4 ** p["d"])
 
 
@@ -205,7 +205,7 @@ def _c3_bounds(p, rng, backend):
             extra.update(symbolic=sym)
         recs.append(make_record(CLAIM, dict(p, step=str(k)), measured=len(fails), bound=0, bound_kind="exact",
                                 holds=not fails and not undecided, check="Lemma C.3 bounds",
-                                source="001 Lemma C.3 (proof)",
+                                source="BalanceKV-NeurIPS Lemma C.3 (proof)",
                                 trials=len(rows), **extra))
     return recs
 
@@ -236,7 +236,7 @@ def _c4(p, rng, backend):
             has = ui > 0
             recs.append(make_record(
                 CLAIM, dict(p, lam=lam, bit=bit), measured=k / max(m, 1), bound=claimed, holds=ok, check="Lemma C.4",
-                control=control, source="001 Lemma C.4", trials=m, failures=k, p_value=pv, claimed_as=how,
+                control=control, source="BalanceKV-NeurIPS Lemma C.4", trials=m, failures=k, p_value=pv, claimed_as=how,
                 ci=list(clopper_pearson(k, m)) if m else [0.0, 1.0], mean_collisions=float(ui.mean()),
                 x2_over_ui=float(np.mean(X[has] ** 2 / ui[has])) if has.any() else 0.0, m2_exact=m2, mu_exact=mu,
                 var_y_exact=m2 - mu * mu, m2_paper_bound=lb.LEMMA_C4_SECOND_MOMENT))
@@ -275,7 +275,7 @@ def _c5(p, rng, backend):
 
     st = _instances(R, G * d, d, r, rng, backend, stats_)
     recs = [make_record(CLAIM, dict(p, stat="identity"), measured=int(st["violation"].sum()), bound=0,
-                        bound_kind="exact", check="Corollary C.5", control=iid, source="001 Corollary C.5", trials=R,
+                        bound_kind="exact", check="Corollary C.5", control=iid, source="BalanceKV-NeurIPS Corollary C.5", trials=R,
                         groups_with_repeated_coordinate=int(st["repeated"].sum()))]
     if iid:
         return recs
@@ -284,7 +284,7 @@ def _c5(p, rng, backend):
         ok, pv = failure_rate_ok(k, R, 1 - lb.COROLLARY_C5_PROB)
         recs.append(make_record(CLAIM, dict(p, stat="union bound", lam=round(lam, 3)), measured=k / R,
                                 bound=1 - lb.COROLLARY_C5_PROB, holds=ok, check="Corollary C.5",
-                                source="001 Corollary C.5", trials=R, failures=k, p_value=pv,
+                                source="BalanceKV-NeurIPS Corollary C.5", trials=R, failures=k, p_value=pv,
                                 ci=list(clopper_pearson(k, R))))
     return recs
 
@@ -305,7 +305,7 @@ def _c6(p, rng, backend):
     control = p["direction"] == "clairvoyant"
     q98 = lambda x: float(np.quantile(x, lb.LEMMA_C6_PROB))
     recs = [make_record(CLAIM, p, measured=q98(rho), bound=1.0, holds=True, bound_kind="shape",
-                        check="Lemma C.6 part 1", control=control, source="001 Lemma C.6 (1)", trials=len(rho),
+                        check="Lemma C.6 part 1", control=control, source="BalanceKV-NeurIPS Lemma C.6 (1)", trials=len(rho),
                         mean_ratio=float(rho.mean()), max_ratio=float(rho.max()))]
     if control:
         return recs
@@ -314,11 +314,11 @@ def _c6(p, rng, backend):
     k = int(fail.sum())
     ok, pv = failure_rate_ok(k, len(rho), 1 - lb.LEMMA_C6_PROB)
     recs.append(make_record(CLAIM, p, measured=k / len(rho), bound=1 - lb.LEMMA_C6_PROB, holds=ok, check="Lemma C.6",
-                            source="001 Lemma C.6 (proof's constants 10^4 and sqrt(1000 e^4 10^4))", trials=len(rho),
+                            source="BalanceKV-NeurIPS Lemma C.6 (proof's constants 10^4 and sqrt(1000 e^4 10^4))", trials=len(rho),
                             failures=k, p_value=pv, noise_constant=K, error_constant=lb.LEMMA_C6_ERROR_CONST))
     if p["direction"] == "random":
         recs.append(make_record(CLAIM, p, measured=q98(noise), bound=1.0, holds=True, bound_kind="shape",
-                                check="Lemma C.6 part 2", source="001 Lemma C.6 (2)", trials=len(noise),
+                                check="Lemma C.6 part 2", source="BalanceKV-NeurIPS Lemma C.6 (2)", trials=len(noise),
                                 m2_exact=lb.key_moments(d, r)[1]))
     return recs
 
@@ -331,7 +331,7 @@ def _group_ones(p, rng, backend):
         P = lb.group_ones_probability(d)
         Pc = lb.group_ones_probability(d, given_bit_one=True)
         recs.append(make_record(CLAIM, dict(p, d=d), measured=float(P), bound=0.9, holds=P >= Fraction(9, 10),
-                                bound_kind="exact", check="conclusion |U^i|", source="001 App. C, conclusion",
+                                bound_kind="exact", check="conclusion |U^i|", source="BalanceKV-NeurIPS App. C, conclusion",
                                 exact=f"{P.numerator}/{P.denominator}", given_bit_one=float(Pc)))
     return recs
 
@@ -354,13 +354,13 @@ def _ranges(p, rng, backend):
         k = int(fail.sum())
         ok, pv = failure_rate_ok(k, m, 0.001)
         recs.append(make_record(CLAIM, p, measured=k / max(m, 1), bound=0.001, holds=ok, check=check,
-                                source="001 App. C, conclusion", trials=m, failures=k, below_range=int(below.sum()),
+                                source="BalanceKV-NeurIPS App. C, conclusion", trials=m, failures=k, below_range=int(below.sum()),
                                 p_value=pv, ci=list(clopper_pearson(k, m)) if m else [0.0, 1.0]))
     # "This range is contained in [max/5, 20 max]": argued on the event |U^i| >= 0.4 d
     ev = ug >= 0.4 * d
     worst = int((((lo < clo) | (hi > chi)) & ev).sum())
     recs.append(make_record(CLAIM, p, measured=worst, bound=0, bound_kind="exact", check="conclusion containment",
-                            source="001 App. C, conclusion", trials=int(ev.sum()),
+                            source="BalanceKV-NeurIPS App. C, conclusion", trials=int(ev.sum()),
                             max_hi_over_20max=float(np.max(hi[ev] / chi[ev])) if ev.any() else 0.0,
                             u_above_d_ea=int((u[ev] > d * math.exp(lb.exponent(d, r))).sum())))
     return recs

@@ -31,11 +31,12 @@ from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
 from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, decide, decide_rate, decide_regime_rate,
                               fitted_constant, growth)
 from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rate_onset, rate_onset, walk_constant
+from kvbounds.registry import PAPERS
 
 from .common import deferred_record, make_record, on_gpu, pick, unit_directions
 
 CLAIM = "MR.error"
-SOURCE = {"001": "001 Thm 3.4", "000": "000 thm:MergeAndReduce"}
+SOURCE = {"001": "BalanceKV-NeurIPS Thm 3.4", "000": "BalanceKV-preprint thm:MergeAndReduce"}
 GPU_PROFILE = True
 CPU_T_MAX = 1 << 15                 # largest t of the gpu profile's t-large sweep on a CPU backend (~40 s)
 LARGE_T = [1 << k for k in range(10, 18)]
@@ -108,7 +109,7 @@ def run_trial(params: dict, seed: int, backend: str):
             continue
         shape = math.exp(2 * r**2 / math.sqrt(d)) / t * (math.sqrt(s) if version == "001" else 1.0)
         recs.append(make_record(CLAIM, params, measured=worst, bound=shape, holds=True, bound_kind="shape",
-                                check=f"{version} {'paper c' if params['c'] == 'paper' else 'c=log'}",
+                                check=f"{PAPERS[version].short} {'paper c' if params['c'] == 'paper' else 'c=log'}",
                                 source=SOURCE[version], worst_j=worst_j, T=T, fails=mr.fail_count,
                                 series_j=[a for a, _ in series], series_eps=[b for _, b in series]))
     return recs
@@ -127,7 +128,7 @@ def _regime(large, parts, figs, findings, rate):
     falls back on the sweep's whole range, then on the small sweep's reading)."""
     if not large:
         return rate
-    figs.insert(0, FigureSpec("eps_hat / shape vs t, gpu profile sweep (d = 2, s = 1)", x="t", check="001 paper c",
+    figs.insert(0, FigureSpec("eps_hat / shape vs t, gpu profile sweep (d = 2, s = 1)", x="t", check="BalanceKV-NeurIPS paper c",
                               y="ratio", sweep="t-large"))      # the regime's evidence: drawn first
     for g in growth(large, "t"):
         parts.append(f"t-large (d = 2, s = 1): eps_hat ~ t^{g.slope - 1:.2f} [{g.lo - 1:.2f},{g.hi - 1:.2f}] over "
@@ -140,7 +141,7 @@ def _regime(large, parts, figs, findings, rate):
     if not tails:
         parts.append(f"O(1/t) regime ({sets_in.split(' (')[0]}) not measured: fewer than 3 sizes past t*/2")
         return got, info
-    parts.append("001 paper c past t*/2: " + "; ".join(g.text() for g in tails))
+    parts.append("BalanceKV-NeurIPS paper c past t*/2: " + "; ".join(g.text() for g in tails))
     if got == "not-reached":
         findings.append(Finding(CLAIM, f"O(1/t) rate not reached for t <= {tails[0].x_range[1]:g} past t*/2",
                                 f"eps_hat ~ t^{info.measured_exponent:.2f} (95% CI {info.ci[0]:.2f}..{info.ci[1]:.2f}) "
@@ -151,7 +152,7 @@ def _regime(large, parts, figs, findings, rate):
 
 def summarize(records) -> Verdict:
     figs = [FigureSpec("eps_hat / shape vs t", x="t", hue="check", y="ratio", sweep="t"),
-            FigureSpec("eps_hat / shape vs s (001 has sqrt(s), 000 does not)", x="s", hue="check", y="ratio"),
+            FigureSpec("eps_hat / shape vs s (BalanceKV-NeurIPS has sqrt(s), BalanceKV-preprint does not)", x="s", hue="check", y="ratio"),
             FigureSpec("eps_hat / shape vs r", x="r", hue="check", y="ratio")]
     findings, parts = [], []
     swept = lambda key: (lambda r: r.params.get("sweep") == key)
@@ -164,30 +165,30 @@ def summarize(records) -> Verdict:
                 gs[(check, key)] = g
                 parts.append(g.text())
                 if g.grows and key != "t":
-                    kind = "versions disagree" if (key == "s" and check.startswith("000")) else "rate"
+                    kind = "versions disagree" if (key == "s" and check.startswith("BalanceKV-preprint")) else "rate"
                     findings.append(Finding(CLAIM, f"[{check}] the fitted constant grows with {key}",
                                             f"eps_hat * t / shape has log-log slope {g.slope:.2f} (95% CI {g.lo:.2f}.."
                                             f"{g.hi:.2f}) in {key}: the stated t = O(.../eps) does not capture the "
                                             f"measured dependence on {key} in the tested range", g.smallest, kind=kind))
-    s_fit = {c: gs[(c, "s")].slope for c in ("001 paper c", "000 paper c") if (c, "s") in gs}
+    s_fit = {c: gs[(c, "s")].slope for c in ("BalanceKV-NeurIPS paper c", "BalanceKV-preprint paper c") if (c, "s") in gs}
     if len(s_fit) == 2:
         better = min(s_fit, key=lambda c: abs(s_fit[c]))
         findings.append(Finding(
-            CLAIM, "000 and 001 state different t: sqrt(s) e^{2r^2/sqrt d}/eps (001) vs e^{2r^2/sqrt d}/eps (000)",
-            f"slope of the fitted constant in s: 001 {s_fit['001 paper c']:+.2f}, 000 {s_fit['000 paper c']:+.2f}; "
+            CLAIM, "BalanceKV-preprint and BalanceKV-NeurIPS state different t: sqrt(s) e^{2r^2/sqrt d}/eps (BalanceKV-NeurIPS) vs e^{2r^2/sqrt d}/eps (BalanceKV-preprint)",
+            f"slope of the fitted constant in s: BalanceKV-NeurIPS {s_fit['BalanceKV-NeurIPS paper c']:+.2f}, BalanceKV-preprint {s_fit['BalanceKV-preprint paper c']:+.2f}; "
             f"the {better[:3]} statement tracks the measured s-dependence better", {"sweep": "s"},
             kind="versions disagree"))
-    paper = [r for r in records if r.check == "001 paper c"]
+    paper = [r for r in records if r.check == "BalanceKV-NeurIPS paper c"]
     rate, proven, fitted = ("n/a", None), None, None
     if paper:
-        fitted = fitted_constant(paper, "max eps_hat / (sqrt(s) e^{2r^2/sqrt d}/t) over the 001 paper-c trials "
+        fitted = fitted_constant(paper, "max eps_hat / (sqrt(s) e^{2r^2/sqrt d}/t) over the BalanceKV-NeurIPS paper-c trials "
                                         "(the O~ of Thm 3.4 with its polylog factors in the constant)")
         prov = max(r.measured / _proven_eps(r.params) for r in paper)
-        proven = Constant(30.0, "proven", "the walk's c = 30 log(ts/delta) (001 Alg. 2 line 3) in Thm 3.3's discrepancy, "
+        proven = Constant(30.0, "proven", "the walk's c = 30 log(ts/delta) (BalanceKV-NeurIPS Alg. 2 line 3) in Thm 3.3's discrepancy, "
                           "the proof's other factors with constant 1: eps_c = 30 log(ts/delta) sqrt(s) e^{2r^2/sqrt d}/t; "
                           f"measured eps_hat at most {prov:.2g} x eps_c ({100 * prov:.2g}% of the bound)")
-        parts.insert(0, f"001 paper c: eps_hat <= {prov:.2g} x the bound with the walk's c (all trials)")
-        g = gs.get(("001 paper c", "t"))
+        parts.insert(0, f"BalanceKV-NeurIPS paper c: eps_hat <= {prov:.2g} x the bound with the walk's c (all trials)")
+        g = gs.get(("BalanceKV-NeurIPS paper c", "t"))
         p0 = next((r.params for r in paper if r.params.get("sweep") == "t"), paper[0].params)
         onset = merge_reduce_rate_onset(p0["d"], p0["s"], p0["r"], p0["delta"])
         sets_in = (f"t* ~ {onset['t_star']:.2g} at d = {p0['d']}, s = {p0['s']}, r = {p0['r']:g}: the batch size at "

@@ -26,8 +26,8 @@ from kvbounds.theory.balancekv import merge_reduce_memory_bound
 from .common import make_record, pick, unit_directions
 
 CLAIM = "MR.memory"
-SOURCE = "001 Thm 3.4, Alg. 4"
-PROOF_STEP = "001 Thm 3.4 proof: at most log2(n/t) occupied cells"
+SOURCE = "BalanceKV-NeurIPS Thm 3.4, Alg. 4"
+PROOF_STEP = "BalanceKV-NeurIPS Thm 3.4 proof: at most log2(n/t) occupied cells"
 
 
 def trials(profile: str) -> list[dict]:
@@ -88,7 +88,7 @@ def summarize(records) -> Verdict:
     if occ:
         r = min(occ, key=lambda r: (r.params["n"], r.params["t"]))
         errata.append(Erratum(
-            "001 Thm 3.4 / 000 thm:MergeAndReduce, proof of the memory bound (Alg. 4)",
+            "BalanceKV-NeurIPS Thm 3.4 / BalanceKV-preprint thm:MergeAndReduce, proof of the memory bound (Alg. 4)",
             f"'at most log2(n/t) cells occupied' is off by one: {len(occ)}/"
             f"{sum(x.check == 'occupied cells' for x in records)} trials exceed it; C^0..C^T are T + 1 = log2(n/t) + 1 "
             f"cells and all are non-empty just before the last carry (smallest: n = {r.params['n']}, t = "

@@ -37,10 +37,10 @@ from kvbounds.traces.real import MODEL_INFO, layer_heads, parse_spec, real_or_sy
 from .common import fallback_notes, make_record, pick
 
 CLAIM = "NORM.bounded"
-SOURCE = "001 Table 3; 003 Table 1"
+SOURCE = "BalanceKV-NeurIPS Table 3; ClusterGen Table 1"
 KINDS = ("q", "k", "k_centered", "v")
 MODEL_NAMES = {"smollm2": "SmolLM2-135M", "minilm": "all-MiniLM-L6-v2"}
-PAPER_SETUP = "001 Table 3: Llama-3.1-8B-Instruct-class model, TriviaQA prompts of 2281..21274 tokens"
+PAPER_SETUP = "BalanceKV-NeurIPS Table 3: Llama-3.1-8B-Instruct-class model, TriviaQA prompts of 2281..21274 tokens"
 
 
 def trials(profile: str) -> list[dict]:
@@ -156,8 +156,8 @@ def summarize(records) -> Verdict:
             controls.append(Control(f"{s[0]} ({s[1]})", rejected))
         parts.append(f"negative control (keys x sqrt(1 + i/256)) rejected {sum(c.rejected for c in controls)}/{len(series)}")
     keys = [r for r in main if r.check.endswith(" k")]
-    fitted = fitted_constant(keys, "largest key-norm 97.5% quantile (the r of 001's bounds)", value=lambda r: r.extra["hi"])
+    fitted = fitted_constant(keys, "largest key-norm 97.5% quantile (the r of BalanceKV-NeurIPS's bounds)", value=lambda r: r.extra["hi"])
     if fitted is not None:
-        parts.append(f"largest key norm 97.5% quantile (the r of 001's bounds) {fitted.value:.3g}")
+        parts.append(f"largest key norm 97.5% quantile (the r of BalanceKV-NeurIPS's bounds) {fitted.value:.3g}")
     return decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, controls=controls,
                   reproductions=reps, kind="empirical", fitted=fitted)

@@ -25,7 +25,7 @@ from kvbounds.theory.balancekv import softmax_balance_cost
 from .common import make_record, pick
 
 CLAIM = "SB.cost"
-SOURCE = "001 Thm 3.3"
+SOURCE = "BalanceKV-NeurIPS Thm 3.3"
 
 
 def trials(profile: str) -> list[dict]:

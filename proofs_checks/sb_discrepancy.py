@@ -36,8 +36,8 @@ from kvbounds.theory.balancekv import log_softmax_balance_shape, merge_reduce_ra
 from .common import deferred_record, make_record, on_gpu, pick, unit_directions
 
 CLAIM = "SB.discrepancy"
-SOURCE = "001 Thm 3.3, Alg. 2"
-READING = "O(.) read with the walk's own constant c = 30 log(n/delta) (001 Alg. 2 line 3)"
+SOURCE = "BalanceKV-NeurIPS Thm 3.3, Alg. 2"
+READING = "O(.) read with the walk's own constant c = 30 log(n/delta) (BalanceKV-NeurIPS Alg. 2 line 3)"
 WALKS = ("paper c", "c=log", "random-signs")
 GPU_PROFILE = True
 CPU_N_MAX = 1 << 16          # largest n of the gpu profile's walks on a CPU backend (~80 s per 128 walks)
@@ -199,7 +199,7 @@ def summarize(records) -> Verdict:
     rate = _regime(records, parts, figs, controls, rate)
     fitted = fitted_constant(paper, "max D / (sqrt(s) log(ns/delta) e^{||q||^2/(2 sqrt d)} e^{max||k||^2/(2 sqrt d)} "
                                     "max||v||) over the paper-c walks", value=lambda r: r.extra["ratio_to_shape"])
-    proven = Constant(30.0, "proven", "c = 30 log(n/delta) (001 Alg. 2 line 3) read as the O(.)'s constant: D at most "
+    proven = Constant(30.0, "proven", "c = 30 log(n/delta) (BalanceKV-NeurIPS Alg. 2 line 3) read as the O(.)'s constant: D at most "
                       f"{max(r.ratio for r in paper):.3g} x (c x shape)") if paper else None
     return decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, controls=controls,
                   rate=rate, fitted=fitted, proven=proven)

@@ -34,8 +34,8 @@ from kvbounds.theory.balancekv import sbw_discrepancy_shape, walk_constant
 from .common import failure_rate_ok, make_record, pick, unit_directions
 
 CLAIM = "SBW.balance"
-SOURCE = "001 Thm A.1, Alg. 3"
-READING = "O(.) read with the walk's own constant c = 30 log(n/delta) (001 Alg. 3 line 2)"
+SOURCE = "BalanceKV-NeurIPS Thm A.1, Alg. 3"
+READING = "O(.) read with the walk's own constant c = 30 log(n/delta) (BalanceKV-NeurIPS Alg. 3 line 2)"
 VARIANTS = ("walk c=30log", "random-signs")
 CHUNK = 1 << 14          # rows of u_i (and uniforms) generated at a time
 
@@ -216,7 +216,7 @@ def summarize(records) -> Verdict:
                                 {}, kind="power"))
     fitted = fitted_constant(walk_all, "max (1-delta)-quantile / (log(n/delta) max||u_i|| ||u||) over the "
                                        "paper-c walks", value=lambda r: r.extra["ratio_to_shape"])
-    proven = Constant(30.0, "proven", "c = 30 log(n/delta) (001 Alg. 3 line 2): the walk keeps |<w,u_i>| <= c r^2 "
+    proven = Constant(30.0, "proven", "c = 30 log(n/delta) (BalanceKV-NeurIPS Alg. 3 line 2): the walk keeps |<w,u_i>| <= c r^2 "
                       f"unless FAIL; measured quantile at most {max(r.ratio for r in walk_all):.3g} c" if walk_all
                       else "c = 30 log(n/delta)")
     return decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, controls=controls,

@@ -28,7 +28,7 @@ from kvbounds.theory.kernel_identity import (feature_dim, symbolic_residuals, te
 from .common import grid, make_record, pick, unit_directions
 
 CLAIM = "SBW.kernel-identity"
-SOURCE = "001 A.2 (proof of Thm 3.3)"
+SOURCE = "BalanceKV-NeurIPS A.2 (proof of Thm 3.3)"
 CONTROL = "truncation, no 1/sqrt(i!)"
 MAX_DIM = 200_000        # float feature dimension sum_i d^i, kept small so the quick profile stays fast
 MAX_EXACT_DIM = 20_000   # the exact (Fraction) tensor products are Python loops

@@ -41,7 +41,7 @@ from .common import failure_rate_ok, make_record, pick
 from .sg_partition import run_stream, smallest_passing_constant, theorem_stream
 
 CLAIM = "SG.attention"
-SOURCE = "002 Thm 1 / 003 Thm 2.4"
+SOURCE = "SubGen Thm 1 / ClusterGen Thm 2.4"
 C_T, C_S = 0.25, 32.0
 COST_SWEEPS = ("n", "m", "t", "s")
 # floats = m'(d(1 + t) + 1) + s(d + dv + 1) + 1 <= 3 d (m t + s) for dv = d, t, d >= 1 and m' <= m (Lemma 2 + Thm 1)
@@ -94,7 +94,7 @@ def combination_trial(params, seed, backend):
     ratio = (z / tau - 1) / eps
     assert ratio == Fraction(combination_factor(float(eps))).limit_denominator(10**6) or eps >= 3
     return make_record(CLAIM, params, measured=float(ratio), bound=1.0, bound_kind="exact", check="combination",
-                       source="002 Thm 1 proof, last step ((5) + (6) => (4))", ratio=str(ratio))
+                       source="SubGen Thm 1 proof, last step ((5) + (6) => (4))", ratio=str(ratio))
 
 
 # ------------------------------------------------------------------------------------------ cost
@@ -130,7 +130,7 @@ def cost_trial(params, seed, backend):
                                 bound_kind="shape", check="step time", source=SOURCE + " (per-step time)",
                                 mean_step_s=float(steady.mean()), p90_step_s=float(np.quantile(steady, 0.9)), **common))
         recs.append(make_record(CLAIM, params, measured=sg.num_clusters(), bound=m, bound_kind="exact",
-                                check="m' <= m", source="002 Thm 1 (memory)", **common))
+                                check="m' <= m", source="SubGen Thm 1 (memory)", **common))
     return recs
 
 
@@ -176,7 +176,7 @@ def combination_erratum(comb) -> Erratum | None:
         return None
     r = over[0]
     return Erratum(
-        where="002 Thm 1 proof, last step ((5) + (6) => (4)); 003 Thm 2.4 proof, same step",
+        where="SubGen Thm 1 proof, last step ((5) + (6) => (4)); ClusterGen Thm 2.4 proof, same step",
         what=(f"(5) and (6) give ||z/tau - Attn|| <= (2 eps/3)/(1 - eps/3) ||softmax|| ||V||_op, which is <= eps "
               f"||softmax|| ||V||_op iff eps <= 1 (and tau may be 0 for eps >= 3); the theorem says 'for any eps > 0'. "
               f"On the one-token stream with z = (1 + eps/3) a v and tau = (1 - eps/3) a (both meet (5), (6) with "
@@ -242,7 +242,7 @@ def summarize(records) -> Verdict:
         ok = [r for r in comb if r.params["eps"] <= 1]
         over = sorted((r for r in comb if r.params["eps"] > 1), key=lambda r: r.params["eps"])
         if any(r.measured > 1 for r in ok):
-            errata.append(Erratum("002 Thm 1 proof, last step", "(5) and (6) do not imply (4) for some eps <= 1",
+            errata.append(Erratum("SubGen Thm 1 proof, last step", "(5) and (6) do not imply (4) for some eps <= 1",
                                   dict(min((r for r in ok if r.measured > 1), key=lambda r: r.params["eps"]).params)))
         parts.append(f"(5)+(6) => (4): worst ratio {max(r.measured for r in ok):.3g} for eps <= 1"
                      + (f", {over[0].measured:.3g} at eps = {over[0].params['eps']:g}" if over else ""))

@@ -29,7 +29,7 @@ from kvbounds.traces.synthetic import make_trace
 from .common import make_record, pick
 
 CLAIM = "SG.clusterability"
-SOURCE = "003 Sec. 3.1, Fig. 1, Table 1; 002 Sec. 3.1, Fig. 1"
+SOURCE = "ClusterGen Sec. 3.1, Fig. 1, Table 1; SubGen Sec. 3.1, Fig. 1"
 RADIUS_MARGIN = 0.9
 SLOPE_MAX = 0.5
 K_CENTERS = 16
@@ -38,8 +38,8 @@ REAL_LAYERS = {"smollm2": (0, 5, 15, 29), "minilm": (0, 3, 5)}
 REAL_HEADS = {"smollm2": (0, 3), "minilm": (0, 1)}   # SmolLM2 query heads 0-2 share KV head 0 (GQA): 0 and 3 differ
 MODEL_NAMES = {"smollm2": "SmolLM2-135M", "minilm": "MiniLM-L6"}
 COMPARE_ALPHA = 0.05     # one-sided Mann-Whitney level for RoPE vs absolute-position key radii
-PAPER_SETUP = ("003 Sec. 3.1: OPT-6.7B (AbsPE), MPT-7B (ALiBi), Llama-3.1-8B and Gemma-2-9B (RoPE), ~5,600 tokens of "
-               "TriviaQA, random layers/heads, judged by t-SNE; 002 Sec. 3.1: Llama-2-7B, 1,024 tokens of MT Bench")
+PAPER_SETUP = ("ClusterGen Sec. 3.1: OPT-6.7B (AbsPE), MPT-7B (ALiBi), Llama-3.1-8B and Gemma-2-9B (RoPE), ~5,600 tokens of "
+               "TriviaQA, random layers/heads, judged by t-SNE; SubGen Sec. 3.1: Llama-2-7B, 1,024 tokens of MT Bench")
 
 
 def measure_records(K: np.ndarray, V: np.ndarray, params: dict, *, control: bool = False) -> list:
@@ -51,7 +51,7 @@ def measure_records(K: np.ndarray, V: np.ndarray, params: dict, *, control: bool
                         bound_kind="fitted", control=control, source=SOURCE,
                         key_radius=mk["normalized_radius"], value_radius=mv["normalized_radius"], **extra),
             make_record(CLAIM, params, measured=mk["count_slope"], bound=SLOPE_MAX, check="cluster growth keys",
-                        bound_kind="fitted", control=control, source="002 Thm 1 / Cor. 1 (m = n^(1-Omega(1)))",
+                        bound_kind="fitted", control=control, source="SubGen Thm 1 / Cor. 1 (m = n^(1-Omega(1)))",
                         key_counts=mk["cluster_counts"], value_counts=mv["cluster_counts"],
                         checkpoints=mk["checkpoints"])]
 

@@ -38,7 +38,7 @@ from .common import make_record, pick
 from .sg_reservoir import ALPHA, chi_square, enumerate_coins, _law_distance
 
 CLAIM = "SG.clusters"
-SOURCE = "002 Lemma 2 / 003 Lemma 2.3"
+SOURCE = "SubGen Lemma 2 / ClusterGen Lemma 2.3"
 ORDERS = ("random", "round-robin", "farthest-first", "boundary-first", "sorted")
 SHAPES = ("ball", "sphere", "touching", "lattice")
 
@@ -174,7 +174,7 @@ def invariants_trial(params, seed, backend):
         control = shape == "segment2"
         recs.append(make_record(CLAIM, params, measured=worst, bound=cluster_count_bound(1), bound_kind="exact",
                                 check="m' <= m" if not control else "m' <= m (diameter 2 delta)", control=control,
-                                source="002 Thm 1 (memory) via Lemma 2 (1), (4)", trials=n, worst_prefix=ratio_at,
+                                source="SubGen Thm 1 (memory) via Lemma 2 (1), (4)", trials=n, worst_prefix=ratio_at,
                                 clusters=sg.num_clusters(), parts=int(len(np.unique(lab))), max_part_diameter=diam,
                                 clusterable=bool(diam <= delta)))
     return recs

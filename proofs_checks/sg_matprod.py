@@ -33,7 +33,7 @@ from .common import failure_rate_ok, make_record, pick
 from .sg_partition import run_stream, smallest_passing_constant, theorem_stream
 
 CLAIM = "SG.matprod"
-SOURCE = "002 Thm 1 eq. (6) / 003 Thm 2.4"
+SOURCE = "SubGen Thm 1 eq. (6) / ClusterGen Thm 2.4"
 C_GRID = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
 
@@ -112,7 +112,7 @@ def run_trial(params: dict, seed: int, backend: str):
                   q99_err_over_bound=float(np.quantile((err / bound[None, :]).max(axis=1), 0.99)))
     recs = [make_record(CLAIM, params, measured=fails[worst] / R, bound=MATPROD_FAIL, holds=all(ok for ok, _ in tests),
                         bound_kind="a-priori" if check == "s proven" else "fitted", check=check, control=key,
-                        source=SOURCE if not key else "002 Sec. 2.2 / 003 Sec. 2.2 prose (||k||^2 sampling)",
+                        source=SOURCE if not key else "SubGen Sec. 2.2 / ClusterGen Sec. 2.2 prose (||k||^2 sampling)",
                         trials=R, failures=int(fails[worst]), p_value=min(p for _, p in tests), **common)]
     if not key and params["s_rule"] in ("C shape", "mismatch") and params["values"] in ("flat", "mismatch"):
         probs = np.sum(V**2, axis=1) / np.sum(V**2)
@@ -123,7 +123,7 @@ def run_trial(params: dict, seed: int, backend: str):
             z_score = abs(e2.mean() - expect) / (e2.std(ddof=1) / math.sqrt(R))
             worst_z = max(worst_z, z_score)
         recs.append(make_record(CLAIM, params, measured=worst_z, bound=5.0, bound_kind="exact", check="second moment",
-                                source="Drineas-Kannan l2 sampling identity (002 Thm 1 proof)", trials=R, s=s))
+                                source="Drineas-Kannan l2 sampling identity (SubGen Thm 1 proof)", trials=R, s=s))
     return recs
 
 

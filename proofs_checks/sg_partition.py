@@ -35,7 +35,7 @@ from kvbounds.theory.subgen import PARTITION_FAIL, partition_bound, partition_t,
 from .common import failure_rate_ok, make_record, pick
 
 CLAIM = "SG.partition"
-SOURCE = "002 Thm 1 eq. (5) / 003 Thm 2.4"
+SOURCE = "SubGen Thm 1 eq. (5) / ClusterGen Thm 2.4"
 C_GRID = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0)
 
 

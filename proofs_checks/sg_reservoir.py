@@ -39,7 +39,7 @@ from kvbounds.theory.subgen import exact_reservoir_distribution, reservoir_proba
 from .common import make_record, pick
 
 CLAIM = "SG.reservoir"
-SOURCE = "002 Lemma 1 / 003 Lemma 2.2 (Alg. 1 lines 24-28)"
+SOURCE = "SubGen Lemma 1 / ClusterGen Lemma 2.2 (Alg. 1 lines 24-28)"
 ALPHA = 1e-3
 SUCCESS, FAILURE = 0.0, float(np.nextafter(1.0, 0.0))
 PROSE = ("exact prose ||k||^2", "gof prose ||k||^2")
@@ -143,11 +143,11 @@ def exact_trial(params, seed, backend):
                         max_abs_difference=str(_law_distance(enumerated, lemma)), **common)]
     if not control:
         recs.append(make_record(CLAIM, params, measured=float(_law_distance(enumerated, propagated)), bound=0.0,
-                                bound_kind="exact", check="exact enumeration", source="002 Alg. 1 lines 24-28",
+                                bound_kind="exact", check="exact enumeration", source="SubGen Alg. 1 lines 24-28",
                                 paths=len(enumerated)))
         d = _law_distance(enumerated, prose)
         recs.append(make_record(CLAIM, params, measured=float(d), bound=0.0, bound_kind="exact",
-                                check="exact prose ||k||^2", source="002 Sec. 2.2 / 003 Sec. 2.2 prose",
+                                check="exact prose ||k||^2", source="SubGen Sec. 2.2 / ClusterGen Sec. 2.2 prose",
                                 max_abs_difference=str(d), **common))
     return recs
 
@@ -205,7 +205,7 @@ def gof_trial(params, seed, backend):
     control = norm == "key"
     for check, c, p, src in (("gof ||v||^2", counts, pv, SOURCE),
                              ("pairs ||v||^2", pair_counts, np.outer(pv, pv).ravel(), SOURCE + " (independence)"),
-                             ("gof prose ||k||^2", counts, pk, "002 Sec. 2.2 / 003 Sec. 2.2 prose")):
+                             ("gof prose ||k||^2", counts, pk, "SubGen Sec. 2.2 / ClusterGen Sec. 2.2 prose")):
         if control and check != "gof ||v||^2":
             continue
         stat, dof, pval = chi_square(c, p)
@@ -255,7 +255,7 @@ def summarize(records) -> Verdict:
                      f"{len(rejected)}/{sum(r.check == 'gof prose ||k||^2' for r in prose)} large streams")
     if differs or rejected:
         smallest = min(differs, key=lambda r: (r.params["n"], r.params["s"])) if differs else None
-        detail = ("002 Sec. 2.2 and 003 Sec. 2.2 say M samples 'with probabilities proportional to ||k_i||^2'; "
+        detail = ("SubGen Sec. 2.2 and ClusterGen Sec. 2.2 say M samples 'with probabilities proportional to ||k_i||^2'; "
                   "Lemma 1 / Lemma 2.2 and Alg. 1 line 26 use ||v_i||^2. "
                   + ("The algorithm's exact law equals ||v_i||^2 / sum ||v_l||^2 (the lemma holds). "
                      if lemma_ok else "The lemma's ||v||^2 statement also fails here (see the counterexample). "))

@@ -34,7 +34,7 @@ from kvbounds.theory.subspace import blockwise_softmax_identity
 from .common import make_record, pick
 
 CLAIM = "SUB.blockwise"
-SOURCE = "004 Sec. 6"
+SOURCE = "Subspace-FD-draft Sec. 6"
 EPS = float(np.finfo(float).eps)
 
 

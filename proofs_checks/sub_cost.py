@@ -32,7 +32,7 @@ from kvbounds.theory.subspace import cost_model
 from .common import make_record, pick
 
 CLAIM = "SUB.cost"
-SOURCE = "004 Secs. 4, 9 (cost model)"
+SOURCE = "Subspace-FD-draft Secs. 4, 9 (cost model)"
 
 
 def trials(profile: str) -> list[dict]:
@@ -134,13 +134,13 @@ def run_trial(params: dict, seed: int, backend: str):
         make_record(CLAIM, params, measured=rel(ops_o.bytes, model["ours_bytes"]), bound=0.0, bound_kind="exact",
                     check="bytes ours", source=SOURCE, counted=ops_o.bytes, model=model["ours_bytes"], **common),
         make_record(CLAIM, params, measured=ops_o.flops, bound=model["draft_flops_shape"], holds=True, bound_kind="shape",
-                    check="draft flop shape", source="004 Sec. 9 FLOP shape", draft_missing=2 * (J - 1) * R * d, **common),
+                    check="draft flop shape", source="Subspace-FD-draft Sec. 9 FLOP shape", draft_missing=2 * (J - 1) * R * d, **common),
     ]
     if J > 1:   # control: the draft's Sec. 9 model (no factor J on the basis term) must not match the count
         draft = model["ours_flops"] - 2 * (J - 1) * R * d - (J - 1) * r
         recs.append(make_record(CLAIM, params, measured=rel(ops_o.flops, draft), bound=0.0, bound_kind="exact",
                                 check="control model without J", control=True,
-                                source="004 Sec. 9 FLOP model without J (control)", counted=ops_o.flops, model=draft,
+                                source="Subspace-FD-draft Sec. 9 FLOP model without J (control)", counted=ops_o.flops, model=draft,
                                 **common))
     if backend == "numpy":
         t = timed_single_thread("decode", dict(T=T, d=d, R=R, L=L, reps=params["reps"], seed=seed % 2**31))
@@ -169,7 +169,7 @@ def j_erratum(records) -> Erratum | None:
     w = max(miss, key=lambda r: (r.extra["draft_missing"] / r.measured, r.params["T"]))
     small = min(miss, key=lambda r: (r.params["T"], r.params["d"], r.params["R"], r.extra["J"]))
     return Erratum(
-        where="004 Sec. 9, FLOPs per token per head (the term c3 (r + r_v) d)",
+        where="Subspace-FD-draft Sec. 9, FLOPs per token per head (the term c3 (r + r_v) d)",
         what=(f"the FLOP model omits the factor J on the basis term: each decode step projects q onto all J chunk bases "
               f"and reconstructs from all J value bases, 2 J (r + r_v) d flops (Sec. 9 writes J only in the bytes model and "
               f"calls basis reads 'amortized infrequently', but every step reads all J bases). Largest share here: "

@@ -31,7 +31,7 @@ from kvbounds.traces.synthetic import make_trace
 from .common import make_record, pick
 
 CLAIM = "SUB.logit-error"
-SOURCE = "004 Sec. 8 (logit error)"
+SOURCE = "Subspace-FD-draft Sec. 8 (logit error)"
 TOL = 1e-10
 
 

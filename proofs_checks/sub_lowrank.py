@@ -50,14 +50,14 @@ from kvbounds.traces.real import MODEL_INFO, available, default_text, kv_heads, 
 from .common import fallback_notes, make_record, pick
 
 CLAIM = "SUB.lowrank"
-SOURCE = "004 Sec. 1 (hypothesis), Sec. 11 (falsifiers), Sec. 12"
+SOURCE = "Subspace-FD-draft Sec. 1 (hypothesis), Sec. 11 (falsifiers), Sec. 12"
 CHUNK = 256
 N_QUERIES = 128
 ENERGY_THRESHOLD = 0.9
 CORR_MIN = 0.5
 PAIRED_ALPHA = 0.05     # one-sided Wilcoxon level for adaptive vs static (falsifier 2), per rank
 MODEL_NAMES = {"smollm2": "SmolLM2-135M", "minilm": "MiniLM-L6"}
-PAPER_SETUP = ("004 Secs. 11-12: GPT-2 Small (absolute positions), Pythia-410M and TinyLlama-1.1B (rotary), WikiText-103 / "
+PAPER_SETUP = ("Subspace-FD-draft Secs. 11-12: GPT-2 Small (absolute positions), Pythia-410M and TinyLlama-1.1B (rotary), WikiText-103 / "
                "C4 perplexity, LAMBADA, PIQA, PG19 / LongBench; 'many heads show >= 90% energy at r ~ d/4', static r = d/4 "
                "'<= 0.3 PPL increase'")
 ENERGY_CLAIMS = {"energy K post": "keys (post-RoPE, as cached) >= 90% energy at r = d/4 in many heads",
@@ -156,7 +156,7 @@ def _spectra_trial(params: dict) -> list:
             en = {str(k): energy_at_rank(X[h], k) for k in (d // 8, d // 4, d // 2)}
             recs.append(make_record(CLAIM, dict(params, head=h), measured=en[str(r)], bound=ENERGY_THRESHOLD,
                                     holds=en[str(r)] >= ENERGY_THRESHOLD, check=f"energy {name}",
-                                    source="004 Sec. 12 (>= 90% energy at r = d/4 for many heads)",
+                                    source="Subspace-FD-draft Sec. 12 (>= 90% energy at r = d/4 for many heads)",
                                     energies=en, r=r, sv=(sv / sv[0]).tolist(),
                                     energy_centered=energy_at_rank(X[h] - X[h].mean(0), r), **common))
     # chunk-local residuals of the keys the cache holds (post-RoPE for SmolLM2)
@@ -169,7 +169,7 @@ def _spectra_trial(params: dict) -> list:
             anchored = float(np.linalg.norm(C - C @ B0.T @ B0) ** 2 / np.linalg.norm(C) ** 2)
             recs.append(make_record(CLAIM, dict(params, head=h, position=s + CHUNK), measured=local, bound=anchored,
                                     holds=local <= anchored + 1e-12, bound_kind="exact", check="chunk residual",
-                                    source="004 Sec. 1 (locally low-rank within chunks under RoPE)",
+                                    source="Subspace-FD-draft Sec. 1 (locally low-rank within chunks under RoPE)",
                                     anchored=anchored, **common))
     if model == "smollm2":
         recs += _falsifier_units(params, meta, common)
@@ -194,7 +194,7 @@ def _falsifier_units(params: dict, meta: dict, common: dict) -> list:
             ad["fd_eps"] = math.sqrt(max(deltas)) if deltas else 0.0
             recs.append(make_record(CLAIM, dict(params, head=h, r=r), measured=ad["out_err"], bound=st["out_err"],
                                     holds=ad["out_err"] <= st["out_err"], bound_kind="exact",
-                                    check="F2 adaptive vs static", source="004 Sec. 11 falsifier 2",
+                                    check="F2 adaptive vs static", source="Subspace-FD-draft Sec. 11 falsifier 2",
                                     adaptive=ad, static=st, adaptive_basis=how, **common))
             if r == d // 4:
                 errs = []
@@ -205,7 +205,7 @@ def _falsifier_units(params: dict, meta: dict, common: dict) -> list:
                     env = errs[0][1] * (L / errs[0][0]) ** GROWTH_TOL
                     recs.append(make_record(CLAIM, dict(params, head=h, r=r, position=L), measured=e, bound=env,
                                             bound_kind="fitted", check="F3 error vs length",
-                                            source="004 Sec. 11 falsifier 3 (no-growth envelope)", **common))
+                                            source="Subspace-FD-draft Sec. 11 falsifier 3 (no-growth envelope)", **common))
     return recs
 
 
@@ -236,7 +236,7 @@ def _ppl_trial(params: dict) -> list:
             ppl = perplexity(m.forward(ev, attn_hook=hook)[0])
             inc = (ppl - base) / base
             recs.append(make_record(CLAIM, dict(params, r=r), measured=inc, bound=0.01, holds=inc <= 0.01,
-                                    check="F1 ppl increase", source="004 Sec. 11 falsifier 1 (<= 1% PPL increase)",
+                                    check="F1 ppl increase", source="Subspace-FD-draft Sec. 11 falsifier 1 (<= 1% PPL increase)",
                                     ppl=ppl, ppl_base=base, model="smollm2", fallback=""))
     return recs
 

@@ -31,7 +31,7 @@ from .common import make_record
 from .sub_logit_error import evaluate, settings, worst
 
 CLAIM = "SUB.output-error"
-SOURCE = "004 Sec. 8 (output error)"
+SOURCE = "Subspace-FD-draft Sec. 8 (output error)"
 
 
 def trials(profile: str) -> list[dict]:

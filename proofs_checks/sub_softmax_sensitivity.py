@@ -24,7 +24,7 @@ from kvbounds.gpu.backend import single_blas_thread
 from .common import make_record, pick
 
 CLAIM = "SUB.softmax-sensitivity"
-SOURCE = "004 Sec. 8 (softmax sensitivity)"
+SOURCE = "Subspace-FD-draft Sec. 8 (softmax sensitivity)"
 FLOAT_TOL = 1e-12
 
 

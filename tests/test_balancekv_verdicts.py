@@ -58,7 +58,7 @@ def test_mr_error_gpu_sweep_runs_on_torch_cpu_at_small_size():
     p = dict(n=64, d=2, s=1, r=1.0, t=16, delta=0.01, sweep="t-large", c="paper")
     a = mr_error.run_trial(dict(p), 5, "numpy")
     b = mr_error.run_trial(dict(p), 5, "torch:cpu")
-    assert [r.check for r in a] == [r.check for r in b] == ["001 paper c", "000 paper c"]
+    assert [r.check for r in a] == [r.check for r in b] == ["BalanceKV-NeurIPS paper c", "BalanceKV-preprint paper c"]
     assert abs(a[0].measured - b[0].measured) <= 1e-9 * max(1.0, a[0].measured)
     big = mr_error.run_trial(dict(p, t=mr_error.CPU_T_MAX * 2, n=8 * mr_error.CPU_T_MAX), 5, "numpy")
     assert [r.check for r in big] == ["deferred"] and "torch:cuda" in big[0].extra["deferred"]

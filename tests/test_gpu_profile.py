@@ -57,7 +57,7 @@ def test_deferred_records_stay_deferred_until_another_backend_measures_them():
     b = _rec(DEFERRED, t=256, sweep="t-large")
     measured, deferred = split_deferred([a, b])
     assert measured == [] and deferred == [a, b]
-    cuda = _rec("001 paper c", backend="torch:cuda", t=128, sweep="t-large")
+    cuda = _rec("BalanceKV-NeurIPS paper c", backend="torch:cuda", t=128, sweep="t-large")
     measured, deferred = split_deferred([a, b, cuda])
     assert measured == [cuda] and deferred == [b]
 

@@ -142,3 +142,36 @@ def test_write_loops_over_short_writes_and_reports_a_full_disk(tmp_path, monkeyp
     assert st.done_keys() == {"ok", "short"} and st.read().partial_trials == 0   # the failed write was cut off
     st.append(_trial("full", 2))
     assert [r.key for r in st.load()].count("full") == 2
+
+
+def test_records_from_before_papers_were_named_load_and_summarize_like_new_ones(tmp_path):
+    """Records written before issue 25 cite the papers by seed label ("001 shape", "004 Sec. 8"): they load with
+    the papers' short names and give the same verdict as the same records written today."""
+    from kvbounds.report import build_verdicts, summary_json
+    new = [Record("BKV.attention", {"t": t, "d": 4, "r": 1.0, "sweep": "t"}, 0, "numpy", 0.01 * t ** -0.5, 1.0 / t,
+                  True, bound_kind="shape", check=f"{paper} shape", source=src, extra={"proof_step": ""})
+           for t in (8, 16, 32, 64) for paper, src in (("BalanceKV-NeurIPS", "BalanceKV-NeurIPS Thm 3.1, Alg. 1"),
+                                                       ("BalanceKV-preprint", "BalanceKV-preprint thm:main-theorem"))]
+    ResultStore(tmp_path / "new").append(new)
+    old = tmp_path / "old" / "results.jsonl"
+    old.parent.mkdir()
+    legacy = {"BalanceKV-NeurIPS": "001", "BalanceKV-preprint": "000"}
+    with old.open("w") as f:
+        for r in new:
+            d = json.loads(r.to_json())
+            for name, label in legacy.items():
+                d["check"], d["source"] = d["check"].replace(name, label), d["source"].replace(name, label)
+            f.write(json.dumps(d) + "\n")
+        f.write(json.dumps(dict(json.loads(_rec(0).to_json()), claim="FD.residual", check="memory 001",
+                                source="004 Sec. 8", extra={"proof_step": "001 A.1 eq. (3)", "note": "0.001 s"},
+                                key="k-fd")) + "\n")
+    assert '"check": "001 shape"' in old.read_text() and '"source": "004 Sec. 8"' in old.read_text()
+    loaded = ResultStore(old.parent).load()
+    assert [r.check for r in loaded[:2]] == ["BalanceKV-NeurIPS shape", "BalanceKV-preprint shape"]
+    fd = loaded[-1]
+    assert (fd.check, fd.source) == ("memory BalanceKV-NeurIPS", "Subspace-FD-draft Sec. 8")
+    assert fd.extra == {"proof_step": "BalanceKV-NeurIPS A.1 eq. (3)", "note": "0.001 s"}
+    v = build_verdicts(loaded[:-1], ["BKV.attention"])["BKV.attention"]
+    assert v.statement == "holds-fitted" and "[BalanceKV-NeurIPS shape] fitted constant" in v.summary
+    assert summary_json(build_verdicts(loaded[:-1], ["BKV.attention"])) == \
+        summary_json(build_verdicts(ResultStore(tmp_path / "new").load(), ["BKV.attention"]))

@@ -56,7 +56,7 @@ def merge_reduce_batch_size(eps: float, r: float, d: int, s: int, *, version: st
         return const * math.sqrt(s) * base
     if version == "000":
         return const * base
-    raise ValueError(f"version must be '000' or '001', got {version!r}")
+    raise ValueError(f"version must be 'BalanceKV-preprint' or 'BalanceKV-NeurIPS', got {version!r}")
 
 
 def merge_reduce_error_bound(eps: float, j: int, r: float, d: int, max_v_norm: float) -> float:

@@ -19,7 +19,7 @@ import numpy as np
 import sympy as sp
 
 CLAIM = "SBW.kernel-identity"
-SOURCE = "001 A.2 (proof of Thm 3.3)"
+SOURCE = "BalanceKV-NeurIPS A.2 (proof of Thm 3.3)"
 MAX_ENTRIES = 2_000_000
 
 

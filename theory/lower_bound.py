@@ -25,7 +25,7 @@ from scipy import stats
 
 from kvbounds.algorithms.validation import InputError
 
-SOURCE = "001 Thm 3.2, App. C"
+SOURCE = "BalanceKV-NeurIPS Thm 3.2, App. C"
 INDEX_SUCCESS = 0.8            # Bob's success probability claimed in the proof of Thm 3.2
 BOB_THRESHOLD_FACTOR = 1 / 40  # Bob's threshold (1/40) e^a / max{d e^a, |U|}
 LEMMA_C4_LAMBDA = 1000         # |X| >= 1000 sqrt(|U|) in the proof of Lemma C.4
