@@ -45,12 +45,13 @@ def _cmd_list(args) -> int:
     print(f"kvbounds {__version__}: {len(CLAIMS)} claims ({', '.join(fams)}). "
           "`kvbounds show CLAIM` prints one in full.\n")
     w = max(map(len, CLAIMS))
-    print(f"{'CLAIM':<{w}}  {'KIND':<18}  {'CHECK':<22}  SOURCE")
+    cw = max(len(c.check.rsplit(".", 1)[-1]) for c in CLAIMS.values()) + (14 if done else 0)
+    print(f"{'CLAIM':<{w}}  {'KIND':<18}  {'CHECK (proofs_checks/)' if not done else 'CHECK, RECORDS':<{cw}}  SOURCE")
     for c in CLAIMS.values():
-        status = "check" if c.has_check else "no check yet"
-        if c.id in done:
-            status += f", {done[c.id]} records"
-        print(f"{c.id:<{w}}  {c.kind:<18}  {status:<22}  {c.source}")
+        status = c.check.rsplit(".", 1)[-1] + ".py" if c.has_check else "no check yet"
+        if done:
+            status += f", {done.get(c.id, 0)} rec."
+        print(f"{c.id:<{w}}  {c.kind:<18}  {status:<{cw}}  {c.source}")
         if not args.brief:
             print(textwrap.fill(c.statement, WIDTH, initial_indent=" " * (w + 2), subsequent_indent=" " * (w + 2)))
     return 0
@@ -121,10 +122,11 @@ def _cmd_check(args) -> int:
         for line in describe(args.claims or [c.id for c in checked_claims()], args.backend):
             print(line, file=sys.stderr)
     resume = f"finished trials are kept in {args.out}/results.jsonl; rerun the same command to resume"
+    timings: dict = {}
     try:
         with sigterm_raises():
             recs = run_checks(args.claims or None, profile=args.profile, seed=args.seed, backend=args.backend,
-                              out=args.out, workers=args.workers, progress=not args.quiet)
+                              out=args.out, workers=args.workers, progress=not args.quiet, timings=timings)
     except KeyboardInterrupt:
         print(f"kvbounds: interrupted; {resume}", file=sys.stderr)
         return 130
@@ -148,10 +150,24 @@ def _cmd_check(args) -> int:
         print(f"{cid:<{width}}  {text[:110] + '...' if len(text) > 113 else text}")
         if v.deferred:
             print(f"{'':<{width}}  deferred: {v.deferred}")
+    if timings.get("claims"):
+        print(_timing_table(timings, width))
     errors = [e for e in contents.errors if e.claim in ids]
     failed = f"; {len(errors)} trial(s) failed with an error (retried by the next `check`)" if errors else ""
     print(f"kvbounds: wrote {len(recs)} record(s) to {store.path}{failed}; details: `kvbounds report --out {args.out}`")
     return 0
+
+
+def _timing_table(run: dict, width: int) -> str:
+    """This run's time per claim, slowest first: wall clock from its first trial's start to its last trial's end
+    (claims overlap on several workers) and the seconds summed over its trials."""
+    from .progress import duration
+    rows = sorted(run["claims"].items(), key=lambda kv: -kv[1]["cpu_s"])
+    lines = [f"time of this run: wall {duration(run['wall_s'])}, {duration(run['cpu_s'])} summed over "
+             f"{run['trials']} trial(s) on {run['workers']} worker(s); per claim (slowest first):"]
+    lines += [f"  {cid:<{width}}  wall {duration(t['wall_s']):>7}  trials {duration(t['cpu_s']):>7}  ({t['trials']} trials)"
+              for cid, t in rows]
+    return "\n".join(lines)
 
 
 def _cmd_report(args) -> int:

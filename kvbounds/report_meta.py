@@ -89,23 +89,42 @@ def infer_profile(records: Sequence[Record]) -> str:
     return " + ".join(used) if used else "unknown"
 
 
+def trial_seconds(records: Sequence[Record]) -> float:
+    """Seconds summed over trials (CPU time: one thread per trial): each trial once, however many records it wrote."""
+    by_trial: dict[str, float] = {}
+    for r in records:
+        k = r.key or str(id(r))
+        by_trial[k] = max(by_trial.get(k, 0.0), r.time_s or 0.0)
+    return sum(by_trial.values())
+
+
 def run_metadata(records: Sequence[Record], verdicts: dict[str, Verdict], out_dir: Path) -> dict:
-    run_file = out_dir / "run.json"
-    run = {}
-    if run_file.exists():
+    """Package, profile, seeds, backends; the wall time of the runs that wrote ``out_dir`` (from its
+    ``runs.jsonl``, one line per ``kvbounds check``) and the CPU time summed over the trials of the records."""
+    from .progress import duration, read_runs
+    runs = read_runs(out_dir)
+    run_file = out_dir / "run.json"       # older layout: one run's duration_s
+    if not runs and run_file.exists():
         try:
-            run = json.loads(run_file.read_text())
-        except (OSError, ValueError):
-            run = {}
-    trial_time = sum(r.time_s for r in records if r.extra.get("trial_size", 1) and r.time_s) if records else 0.0
+            old = json.loads(run_file.read_text())
+            runs = [{"wall_s": float(old["duration_s"]), "profile": old.get("profile", "")}] if "duration_s" in old else []
+        except (OSError, ValueError, TypeError):
+            runs = []
+    wall = sum(r["wall_s"] for r in runs)
+    workers = sorted({r["workers"] for r in runs if isinstance(r.get("workers"), int)})
+    cpu = trial_seconds(records)
+    profiles = list(dict.fromkeys(r.get("profile") for r in runs if r.get("profile")))
     return {
         "version": __version__, "commit": git_commit(),
-        "profile": run.get("profile") or infer_profile(records),
+        "profile": infer_profile(records) if records else (" + ".join(profiles) or "unknown"),
         "seeds": ", ".join(map(str, sorted({r.seed for r in records}))) or "-",
         "backends": ", ".join(sorted({r.backend for r in records})) or "-",
         "records": len(records), "claims": len(verdicts),
-        "duration": run.get("duration_s") and f"{float(run['duration_s']):.0f} s wall clock",
-        "trial_time": f"{trial_time:.0f} s (sum over records of the time of their trial)",
+        "duration": (f"{duration(wall)} wall clock over {len(runs)} `kvbounds check` run(s)"
+                     + (f" on {'/'.join(map(str, workers))} worker(s)" if workers else "")) if runs else "",
+        "wall_s": round(wall, 1) if runs else None, "cpu_s": round(cpu, 1),
+        "trial_time": f"{duration(cpu)} CPU time summed over the {len({r.key or id(r) for r in records})} trials "
+                      "of these records (one thread per trial)",
         "generated": time.strftime("%Y-%m-%d %H:%M %Z"),
         "orphans": ", ".join(sorted({r.claim for r in records} - set(registry.CLAIMS))),
     }

@@ -28,6 +28,7 @@ import time
 import traceback
 from typing import Callable, Iterable, Sequence
 
+from .progress import Progress, append_run, duration as _duration  # noqa: F401 (re-exported)
 from .records import Record, ResultStore, canonical, trial_key
 from .registry import Claim, get_claim
 from .workers import (THREAD_VARS, Terminated, _stop_now, default_executor, one_thread,  # noqa: F401 (re-exported)
@@ -127,72 +128,20 @@ def execute_trial_or_error(trial: Trial) -> list[Record]:
         return [error_record(trial, e, time.perf_counter() - t0)]
 
 
-# ---------------------------------------------------------------------------------------- progress
-
-def _duration(s: float) -> str:
-    s = max(s, 0.0)
-    if s < 60:
-        return f"{s:.1f}s"
-    m, s = divmod(int(round(s)), 60)
-    return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
-
-
-class Progress:
-    """A tqdm bar when the stream is a terminal; otherwise one plain line per finished trial
-    (``[done/total] claim  elapsed ..., eta ...``). Failed trials are announced on their own line."""
-
-    def __init__(self, total: int, stream=None, enabled: bool = True):
-        self.total, self.done, self.errors, self.enabled = total, 0, 0, enabled
-        self.stream = stream if stream is not None else sys.stderr
-        self.t0 = time.perf_counter()
-        self.bar = None
-        if enabled and total and getattr(self.stream, "isatty", lambda: False)():
-            from tqdm import tqdm
-            self.bar = tqdm(total=total, file=self.stream, unit="trial", leave=True)
-
-    def note(self, msg: str) -> None:
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.write(msg, file=self.stream)
-        else:
-            self.stream.write(msg + "\n")
-            self.stream.flush()
-
-    def step(self, trial: Trial, recs: Sequence[Record]) -> None:
-        self.done += 1
-        failed = [r for r in recs if r.is_error]
-        if failed:
-            self.errors += 1
-            self.note(f"kvbounds: {trial.claim} {canonical(trial.params)} failed: {failed[0].error} "
-                      "(stored as an error record; the sweep goes on)")
-        if self.bar is not None:
-            self.bar.set_postfix_str(trial.claim, refresh=False)
-            self.bar.update(1)
-        elif self.enabled:
-            el = time.perf_counter() - self.t0
-            eta = el / self.done * (self.total - self.done)
-            errs = f", {self.errors} failed" if self.errors else ""
-            self.note(f"[{self.done:>4}/{self.total}] {trial.claim:<24} elapsed {_duration(el)}, "
-                      f"eta {_duration(eta)}{errs}")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 # ------------------------------------------------------------------------------------------- sweep
 
 def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed: int = 0, backend: str = "numpy",
                out: str | os.PathLike = "results", executor: cf.Executor | None = None, workers: int | None = None,
-               progress: bool = True, on_record: Callable[[Record], None] | None = None) -> list[Record]:
+               progress: bool = True, on_record: Callable[[Record], None] | None = None,
+               timings: dict | None = None) -> list[Record]:
     """Run every trial of the given claims (all checked claims when None) that is not already done.
 
     ``executor``: any ``concurrent.futures.Executor``; by default :func:`default_executor` (``workers``
     processes, all cores when None). Returns the records written by this call, error records left out
     (as in ``ResultStore.load``; they are in ``ResultStore.errors()``). Raises
     :class:`kvbounds.records.StoreError` (one-line message) before any trial runs when ``out`` is not
-    writable or another run holds it, and when a write fails later (the trials written stay valid)."""
+    writable or another run holds it, and when a write fails later (the trials written stay valid).
+    ``timings``, when given, receives this run's line of ``DIR/runs.jsonl`` (wall and CPU time, per claim too)."""
     from .registry import checked_claims
     from kvbounds.gpu.backend import validate_backend
     validate_backend(backend)
@@ -212,23 +161,31 @@ def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed:
             retry = sum(t.key in failed for t in todo)
             sys.stderr.write(f"kvbounds: {len(todo)} trial(s) to run ({len(trials) - len(todo)} already finished in "
                              f"{store.path}{f'; {retry} failed before, retried' if retry else ''})\n")
-        return _sweep(todo, store, executor, workers, progress, on_record)
+        run = dict(profile=profile, backend=backend, seed=seed)
+        return _sweep(todo, store, executor, workers, progress, on_record, run, timings)
 
 
-def _sweep(todo, store, executor, workers, progress, on_record) -> list[Record]:
+def _sweep(todo, store, executor, workers, progress, on_record, run=None, timings=None) -> list[Record]:
     if not todo:
         return []
     own = executor is None
     ex = executor or default_executor(workers)
     in_process = own and isinstance(ex, cf.ThreadPoolExecutor)
-    with single_thread_scope() if in_process else contextlib.nullcontext():
-        return _run_all(todo, store, ex, own, progress, on_record)
+    prog = Progress(len(todo), enabled=progress, todo=todo, workers=getattr(ex, "_max_workers", None) or workers or 1)
+    try:
+        with single_thread_scope() if in_process else contextlib.nullcontext():
+            return _run_all(todo, store, ex, own, progress, on_record, prog)
+    finally:
+        if prog.done:          # also for an interrupted run: its finished trials are in the records
+            line = prog.run_line(**(run or {}))
+            append_run(store.dir, line)
+            if timings is not None:
+                timings.update(line)
 
 
-def _run_all(todo, store, ex, own, progress, on_record) -> list[Record]:
+def _run_all(todo, store, ex, own, progress, on_record, prog) -> list[Record]:
     """Submit every trial, store each one's records as it finishes; on any exit but a normal one
     (Ctrl-C, SIGTERM, a write error) cancel the rest and end our own pool's workers."""
-    prog = Progress(len(todo), enabled=progress)
     written: list[Record] = []
     futures: dict[cf.Future, Trial] = {}
     try:

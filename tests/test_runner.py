@@ -1,6 +1,7 @@
 """The runner: resume, error records, the output-directory lock, write errors, progress, verdicts; and,
 in subprocesses, what happens to the pool when the main process is killed, interrupted or had torch."""
 import concurrent.futures as cf
+import dataclasses
 import errno
 import os
 import signal
@@ -15,7 +16,7 @@ import pytest
 
 from kvbounds import registry
 from kvbounds.cli import main
-from kvbounds.records import ResultStore, StoreLocked, canonical
+from kvbounds.records import Record, ResultStore, StoreLocked, canonical
 from kvbounds.registry import CLAIMS, Claim, get_claim
 from kvbounds.runner import Progress, Trial, expand, run_checks, trial_seed
 
@@ -427,3 +428,35 @@ def test_any_executor_works(tmp_path, fake):
     written = run_checks([cid], profile="smoke", out=tmp_path, executor=Inline(), progress=False, on_record=seen.append)
     assert len(written) == 6 and seen == written
     assert [e.error for e in ResultStore(tmp_path).errors()] == ["ZeroDivisionError: x"]
+
+
+def test_eta_comes_from_the_measured_trial_times_of_each_claim():
+    """A slow claim's first trial must not scale every other claim's trials (the first ETA read 8h21m for a
+    3-minute run): each claim's left trials count at its own measured mean, divided over the workers."""
+    todo = [Trial("Slow.x", {"i": i}, 0, "numpy") for i in range(2)] + [Trial("Fast.y", {"i": i}, 0, "numpy")
+                                                                         for i in range(100)]
+    p = Progress(len(todo), enabled=False, todo=todo, workers=2)
+    rec = lambda c, s: [Record(c, {}, 0, "numpy", 0.0, 1.0, True, time_s=s)]
+    p.step(todo[0], rec("Slow.x", 60.0))
+    assert p.eta() == pytest.approx((60.0 + 100 * 60.0) / 2)          # nothing else measured yet: the median
+    p.step(todo[2], rec("Fast.y", 0.1))
+    assert p.eta() == pytest.approx((60.0 + 99 * 0.1) / 2)
+    line = p.run_line("quick", "numpy", 0)
+    assert line["trials"] == 2 and line["cpu_s"] == pytest.approx(60.1) and line["workers"] == 2
+    assert line["claims"]["Slow.x"] == {"trials": 1, "wall_s": pytest.approx(60.0, abs=0.5), "cpu_s": 60.0}
+
+
+def test_a_run_appends_its_wall_and_cpu_time_to_runs_jsonl(tmp_path, fake):
+    from kvbounds.progress import read_runs
+    from kvbounds.report_meta import run_metadata, trial_seconds
+    cid = fake("timed", n=3)
+    timings = {}
+    out = tmp_path / "out"
+    recs = run_checks([cid], out=out, workers=1, progress=False, timings=timings)
+    (run,) = read_runs(out)
+    assert run == timings and run["trials"] == 3 and set(run["claims"]) == {cid} and run["wall_s"] > 0
+    per_trial = {r.key: r.time_s for r in recs}                      # 3 records per trial, each with its time
+    twice = recs + [dataclasses.replace(r) for r in recs]
+    assert len(per_trial) == 3 and trial_seconds(twice) == pytest.approx(sum(per_trial.values()))
+    meta = run_metadata(recs, {}, out)
+    assert meta["wall_s"] == pytest.approx(run["wall_s"], abs=0.1) and "1 `kvbounds check` run(s)" in meta["duration"]
