@@ -164,36 +164,69 @@ def render_terminal(verdicts: dict[str, Verdict]) -> str:
     lines = [fmt(head), "-" * (sum(w) + 2 * len(w) + 8)] + [fmt(r).rstrip() for r in rows]
     counts = Counter(dimensions(v)["statement"] for v in verdicts.values())
     lines += ["", "Statements: " + ", ".join(f"{k} {n}" for k, n in counts.most_common())]
-    findings = [f for v in verdicts.values() for f in v.findings]
-    lines += ["", f"Findings ({len(findings)})" if findings else "Findings: none"]
-    for kind, fs in _group_findings(verdicts).items():
+    unique = unique_findings(verdicts)
+    lines += ["", f"Findings ({len(unique)})" if unique else "Findings: none"]
+    for kind, fs in group_by_kind(unique).items():
         lines.append(f"  {kind} ({len(fs)})")
         for f in fs:
-            lines.append(f"  - {registry.cite(f.title)}")
-            lines.append(f"      {registry.cite(f.detail)}")
-            if f.smallest_input:
-                lines.append(f"      smallest input: {canonical(f.smallest_input)}")
+            lines.append(f"  - {f['title']}  [{', '.join(f['claims'])}]")
+            lines.append(f"      {f['detail']}")
+            if f["smallest_input"]:
+                lines.append(f"      smallest input: {canonical(f['smallest_input'])}")
     return "\n".join(lines) + "\n"
 
 
-def _group_findings(verdicts: dict[str, Verdict]) -> dict[str, list]:
-    groups: dict[str, list] = defaultdict(list)
-    for v in verdicts.values():
+def unique_findings(verdicts: dict[str, Verdict]) -> list[dict]:
+    """Each finding once (papers named, see ``registry.cite``), with the claims it concerns, in registry order:
+    a finding that several checks report (BalanceKV-NeurIPS App. B vs the released code, under BKV.vs-uniform
+    and BKV.ablation) is one finding attached to each of them. Ids ``F1``, ``F2``, ... follow that order."""
+    out: dict[tuple, dict] = {}
+    for cid, v in verdicts.items():
         for f in v.findings:
-            groups[f.kind or "finding"].append(f)
+            title, detail = registry.cite(f.title), registry.cite(f.detail)
+            key = (f.kind or "finding", title, detail, canonical(f.smallest_input or {}))
+            if key not in out:
+                out[key] = {"id": f"F{len(out) + 1}", "kind": key[0], "title": title, "detail": detail,
+                            "smallest_input": _jsonable(f.smallest_input or {}), "claims": []}
+            if (f.claim or cid) not in out[key]["claims"]:
+                out[key]["claims"].append(f.claim or cid)
+    return list(out.values())
+
+
+def group_by_kind(findings: list[dict]) -> dict[str, list[dict]]:
+    groups: dict[str, list] = defaultdict(list)
+    for f in findings:
+        groups[f["kind"]].append(f)
     return dict(sorted(groups.items()))
 
 
 # ---------------------------------------------------------------------------------------- summary
 
 def summary_dict(verdicts: dict[str, Verdict]) -> dict:
-    """Every Verdict field but the figures, JSON-ready (non-finite floats as strings)."""
+    """Per claim id, every Verdict field but the figures, JSON-ready (non-finite floats as strings), the papers
+    named (``registry.cite``) and each finding with its id; under the key ``"findings"`` the unique findings
+    (:func:`unique_findings`: id, kind, title, detail, smallest input, the claims each concerns)."""
+    unique = unique_findings(verdicts)
+    ids = {(f["kind"], f["title"], f["detail"], canonical(f["smallest_input"])): f["id"] for f in unique}
     out = {}
     for cid, v in verdicts.items():
         d = dataclasses.asdict(v)
         d.pop("figures", None)
-        out[cid] = _jsonable(d)
+        d = _named(_jsonable(d))
+        for f in d["findings"]:
+            f["id"] = ids.get((f["kind"] or "finding", f["title"], f["detail"], canonical(f["smallest_input"] or {})), "")
+        out[cid] = d
+    out["findings"] = unique
     return out
+
+
+def _named(x):
+    """Every string of a JSON-ready value with the papers named (keys and parameter values left alone)."""
+    if isinstance(x, dict):
+        return {k: (v if k in ("params", "smallest_input") else _named(v)) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_named(v) for v in x]
+    return registry.cite(x) if isinstance(x, str) else x
 
 
 def summary_json(verdicts: dict[str, Verdict]) -> str:
@@ -335,10 +368,10 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
                 meta: dict | None = None, errors: Sequence = (), board: list[dict] | None = None,
                 board_figure: str | None = None) -> str:
     cards = [_card(cid, v, figures.get(cid, [])) for cid, v in verdicts.items()]
-    groups = {kind: [{"claim": f.claim, "anchor": "claim-" + re.sub(r"[^A-Za-z0-9_-]", "_", f.claim),
-                      "title": registry.cite(f.title), "detail": registry.cite(f.detail),
-                      "input": canonical(f.smallest_input) if f.smallest_input else ""} for f in fs]
-              for kind, fs in _group_findings(verdicts).items()}
+    groups = {kind: [{"claims": [(c, "claim-" + re.sub(r"[^A-Za-z0-9_-]", "_", c)) for c in f["claims"]],
+                      "title": f["title"], "detail": f["detail"],
+                      "input": canonical(f["smallest_input"]) if f["smallest_input"] else ""} for f in fs]
+              for kind, fs in group_by_kind(unique_findings(verdicts)).items()}
     from .report_leaderboard import board_table
     return _env().get_template("report.html.j2").render(
         cards=cards, dims=DIMENSIONS, totals=_matrix_totals(verdicts), glance=_at_a_glance(verdicts),

@@ -98,6 +98,8 @@ def test_write_report(results, fake_claims):
     assert path == results / "report.html" and path.exists()
     raw = (results / "summary.json").read_bytes()
     summary = json.loads(raw)
+    unique = summary.pop("findings")
+    assert [f["claims"] for f in unique] == [["B.fail"]] and unique[0]["id"] == "F1"
     assert {k: s["status"] for k, s in summary.items()} == {
         "A.ok": HOLDS, "B.fail": FAILS, "C.notrun": NOT_RUN, "D.raises": INCONCLUSIVE, "E.nocheck": NO_CHECK,
         "F.fitted": HOLDS_FITTED}
@@ -134,7 +136,7 @@ def test_missing_or_empty_results_dir_is_an_error(tmp_path, fake_claims):
 
 def test_report_filtered_to_claims(results, fake_claims):
     report.write_report(results, claims=["B.fail"])
-    assert list(json.loads((results / "summary.json").read_text())) == ["B.fail"]
+    assert list(json.loads((results / "summary.json").read_text())) == ["B.fail", "findings"]
 
 
 def test_render_terminal(results, fake_claims):
@@ -250,3 +252,25 @@ def test_figure_keeps_to_the_quantity_its_title_names():
     spec = FigureSpec("peak memory / (8 (d+s) n bytes) vs n", x="n", hue="check", y="ratio")
     assert report_figures.title_checks(spec, checks) == {"memory gram", "memory rows"}
     assert report_figures.title_checks(FigureSpec("eps_hat vs t", x="t", hue="check"), checks) == checks
+
+
+def test_a_finding_several_checks_report_is_one_finding_with_its_claims(results, fake_claims):
+    """BalanceKV-NeurIPS App. B vs the released code is reported by BKV.vs-uniform and BKV.ablation: the
+    terminal, the html and summary.json list it once, attached to both claims, and count unique findings."""
+    recs = ResultStore(results).load()
+    verdicts = report.build_verdicts(recs)
+    shared = [Finding(c, "App. B vs released code: GQA", "001 treats one attention head", {}, kind="versions disagree")
+              for c in ("A.ok", "F.fitted")]
+    verdicts["A.ok"].findings.append(shared[0])
+    verdicts["F.fitted"].findings.append(shared[1])
+    unique = report.unique_findings(verdicts)
+    (gqa,) = [f for f in unique if f["title"].endswith("GQA")]
+    assert len(unique) == 2 and gqa["claims"] == ["A.ok", "F.fitted"]
+    assert gqa["detail"] == "BalanceKV-NeurIPS treats one attention head"
+    term = report.render_terminal(verdicts)
+    assert "Findings (2)" in term and term.count("App. B vs released code: GQA") == 1 and "[A.ok, F.fitted]" in term
+    html = report.render_html(verdicts, recs, {})
+    assert "Findings (2)" in html and html.count("treats one attention head") == 3     # once + each claim's card
+    s = json.loads(report.summary_json(verdicts))
+    assert len(s["findings"]) == 2 and gqa in s["findings"]
+    assert s["A.ok"]["findings"][-1]["id"] == s["F.fitted"]["findings"][-1]["id"] == gqa["id"]
