@@ -28,6 +28,7 @@ class Paper:
     title: str
     where: str          # arXiv id and version, venue, or "unpublished"
     note: str = ""
+    url: str = ""       # where a reader finds it (arXiv abstract page), when public
 
     def citation(self) -> str:
         return f'{self.short}: "{self.title}", {self.where}' + (f" ({self.note})" if self.note else "")
@@ -39,12 +40,13 @@ PAPERS: dict[str, Paper] = {
                  "arXiv 2502.07861, early preprint (v1; the paper was later retitled \"Streaming Attention "
                  "Approximation via Discrepancy Theory\")",
                  "numbering: Thm 3.1 BalanceKV, Thm 3.2 SoftmaxBalance, Thm 3.3 MergeAndReduce, "
-                 "Thm 3.4 self-balancing walk; Alg. 1-4 in the same order"),
+                 "Thm 3.4 self-balancing walk; Alg. 1-4 in the same order", "https://arxiv.org/abs/2502.07861v1"),
     "001": Paper("BalanceKV-NeurIPS", "Streaming Attention Approximation via Discrepancy Theory",
                  "arXiv 2502.07861, NeurIPS 2025 version",
                  "adds the space lower bound (Thm 3.2, App. C) and more experiments; Thm 3.3 SoftmaxBalance, "
-                 "Thm 3.4 MergeAndReduce, Thm A.1 self-balancing walk"),
-    "002": Paper("SubGen", "SubGen: Token Generation in Sublinear Time and Memory", "arXiv 2402.06082"),
+                 "Thm 3.4 MergeAndReduce, Thm A.1 self-balancing walk", "https://arxiv.org/abs/2502.07861"),
+    "002": Paper("SubGen", "SubGen: Token Generation in Sublinear Time and Memory", "arXiv 2402.06082",
+                 url="https://arxiv.org/abs/2402.06082"),
     "003": Paper("ClusterGen", "ClusterGen: Token Generation in Sublinear Time and Memory with Clustering KV Cache",
                  "later conference submission of SubGen (under double-blind review)",
                  "same algorithm; Lemma 2.2, Lemma 2.3, Thm 2.4 match SubGen's Lemma 1, Lemma 2, Thm 1"),

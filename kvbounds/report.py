@@ -377,7 +377,7 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
         cards=cards, dims=DIMENSIONS, totals=_matrix_totals(verdicts), glance=_at_a_glance(verdicts),
         groups=groups, n_findings=sum(len(fs) for fs in groups.values()), meta=meta or run_metadata(records, verdicts, Path(".")),
         errors=error_rows(errors), board=board_table(board) if board else None, board_figure=board_figure,
-        papers=[p.citation() for p in registry.PAPERS.values()])
+        papers=[(p.citation(), p.url) for p in registry.PAPERS.values()])
 
 
 def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:

@@ -40,3 +40,17 @@ def test_no_path_outside_the_repository_in_package_or_readme():
                                     for p in (ROOT / d).rglob("*") if p.suffix in (".py", ".ipynb", ".j2", ".md")]
     hits = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files for m in pattern.finditer(p.read_text(errors="replace"))]
     assert not hits, hits
+
+
+def test_provenance_files():
+    """A package people can cite: the MIT licence pyproject names, CITATION.cff and a changelog at the version,
+    arXiv links for the public papers in the README."""
+    import tomllib
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+    cff = (ROOT / "CITATION.cff").read_text()
+    assert "cff-version: 1.2.0" in cff and f"version: {version}" in cff and "license: MIT" in cff
+    assert f"## {version}" in (ROOT / "CHANGELOG.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for url in ("https://arxiv.org/abs/2502.07861", "https://arxiv.org/abs/2402.06082"):
+        assert url in readme and url in cff
