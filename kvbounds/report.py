@@ -286,7 +286,7 @@ def _draw_all(verdicts: dict[str, Verdict], records: Sequence[Record], fig_dir: 
     try:
         from .report_figures import draw_figure, select_records
     except ImportError as e:   # the `report` extra (matplotlib, seaborn, pandas) is not installed
-        return {cid: [{"src": None, "title": spec.title, "caption": "",
+        return {cid: [{"src": None, "title": spec.title, "caption": "", "alt": "",
                        "note": f"no figures without {e.name}: pip install 'kvbounds[report]'"} for spec in v.figures]
                 for cid, v in verdicts.items()}
     by_claim: dict[str, list[Record]] = defaultdict(list)
@@ -305,17 +305,23 @@ def _draw_all(verdicts: dict[str, Verdict], records: Sequence[Record], fig_dir: 
                 break
             sig = (spec.x, spec.y, spec.hue, tuple(id(r) for r in select_records(spec, by_claim.get(cid, []))))
             if sig in seen:
-                out[cid].append({"src": None, "title": registry.cite(spec.title), "caption": "",
+                out[cid].append({"src": None, "title": registry.cite(spec.title), "caption": "", "alt": "",
                                  "note": "the same records as a figure above"})
                 continue
             seen.add(sig)
             name = re.sub(r"[^A-Za-z0-9._-]", "_", f"{cid}_{i}") + ".png"
+            labels: dict = {}
             try:
-                note, caption = draw_figure(spec, by_claim.get(cid, []), fig_dir / name, const)
+                note, caption = draw_figure(spec, by_claim.get(cid, []), fig_dir / name, const, v.counterexample,
+                                            labels)
             except Exception as e:  # noqa: BLE001 - one bad figure must not lose the report
                 note, caption = f"drawing failed: {type(e).__name__}: {e}", ""
-            out[cid].append({"src": None if note else f"{FIG_DIR}/{name}", "title": registry.cite(spec.title),
-                             "caption": caption, "note": note})
+            title = registry.cite(spec.title)
+            alt = (f"{cid}: {title}. y axis: {labels.get('y', '')}; x axis: {labels.get('x', '')}"
+                   + ("; the smallest counterexample marked with a red cross" if labels.get("counterexample") else ""))
+            out[cid].append({"src": None if note else f"{FIG_DIR}/{name}", "title": title, "alt": alt,
+                             "caption": caption, "note": note, "xlabel": labels.get("x", ""),
+                             "ylabel": labels.get("y", "")})
     return out
 
 

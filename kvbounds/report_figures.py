@@ -22,7 +22,7 @@ import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FixedLocator, LogLocator, NullFormatter, NullLocator
+from matplotlib.ticker import FixedLocator, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
 from .records import Record
 from .registry import cite
@@ -34,7 +34,7 @@ SHAPE_KINDS = ("shape", "fitted")
 # params keys with one meaning across the checks, and their units
 PARAM_LABELS = {
     "n": "n (tokens in the stream)", "d": "d (head dimension)", "t": "t (batch size, tokens)",
-    "eps": "ε (target error)", "delta": "δ (failure probability)", "r": "r (norm bound or rank)",
+    "eps": "ε (target error)", "delta": "δ (failure probability)", "r": "r (key-norm bound, ‖k‖ ≤ r)",
     "T": "T (levels; 2^-T of the middle kept)", "J": "J (chunks)", "position": "position (tokens)",
     "layer": "layer", "block_size": "batch size (tokens)", "ell": "ℓ (sketch rows)", "l": "ℓ (sketch rows)",
     "lam": "λ (multiple of the stated sample size)", "C": "C (multiple of the stated shape)",
@@ -42,16 +42,35 @@ PARAM_LABELS = {
 }
 
 
-def param_label(key: str) -> str:
+# the same key meaning something else in a family of claims (by claim-id prefix)
+FAMILY_LABELS = {
+    ("SUB.", "r"): "r (rank of the subspace)", ("FD.", "r"): "r (rank)", ("FD.", "ell"): "ℓ (sketch rows)",
+    ("SUB.", "T"): "T (tokens in the context)", ("SG.", "m"): "m (samples kept)", ("SG.", "s"): "s (reservoir samples)",
+    ("SB.", "s"): "s (value dimension)", ("MR.", "s"): "s (value dimension)", ("BKV.", "s"): "s (value dimension)",
+    ("LB.", "d"): "d (dimension of the INDEX instance)",
+}
+INTEGER_KEYS = {"n", "d", "t", "T", "J", "m", "s", "layer", "position", "block_size", "ell", "l", "r_rank"}
+
+
+def param_label(key: str, claim: str = "") -> str:
+    """The axis label of a params key (with its unit), as the claim's family reads it."""
+    for (prefix, k), label in FAMILY_LABELS.items():
+        if k == key and claim.startswith(prefix):
+            return label
     return PARAM_LABELS.get(key, key)
 
 
-def y_label(spec: FigureSpec, shaped: bool = False) -> str:
+def y_label(spec: FigureSpec, shaped: bool = False, mixed: bool = False) -> str:
     if spec.ylabel:
         return spec.ylabel
-    if spec.y == "ratio":
-        return "measured / O(.) shape (its max: the fitted C)" if shaped else "measured / bound (1 = at the bound)"
+    if spec.y == "ratio" and mixed:
+        return "measured / bound, or / O(.) shape for shape sub-checks"
     head = spec.title.split(" vs ")[0].strip()
+    named = "/" in head and len(head) <= 40          # the title names the ratio ("eps_hat / shape", "error / uniform's error")
+    if spec.y == "ratio" and shaped:
+        return f"{head} (its max: the fitted C)" if named else "measured / O(.) shape (its max: the fitted C)"
+    if spec.y == "ratio":
+        return f"{head} (1 = at the bound)" if named else "measured / bound (1 = at the bound)"
     return head if 0 < len(head) <= 60 else "measured (units of its bound)"
 
 
@@ -167,8 +186,10 @@ def _ticks(ax, axis: str, values: np.ndarray, log: bool) -> None:
 
 
 def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
-                verdict_constant: float | None = None) -> tuple[str | None, str]:
-    """Draw one spec to ``path``. Returns (note why it was skipped or None, caption addition)."""
+                verdict_constant: float | None = None, counterexample: dict | None = None,
+                labels: dict | None = None) -> tuple[str | None, str]:
+    """Draw one spec to ``path``. Returns (note why it was skipped or None, caption addition). ``counterexample``
+    (the verdict's) is marked where its x value is known; ``labels``, when given, receives the axis labels drawn."""
     consts = fitted_constants(records, verdict_constant)   # over all sweeps of each sub-check, as the verdict fits
     recs = select_records(spec, records)
     if not recs:
@@ -209,7 +230,7 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
     style = "control" if df["control"].nunique() > 1 else None
     bands = ("pi", 90) if len(order) <= 3 else None
 
-    fig = Figure(figsize=(6.4, 4.0))
+    fig = Figure(figsize=(7.2, 4.0))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     sns.lineplot(data=df, x=spec.x, y=spec.y, hue=hue_col, hue_order=order if hue_col else None,
@@ -230,33 +251,71 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
             extra.append(Line2D([], [], ls="--", color="0.3", label=f"bound: fitted C = {cs} × shape"))
         else:
             extra.append(Line2D([], [], ls="--", color="0.3", label="bound (the paper's constants)"))
+    mixed = bool(len(main)) and bool(main["shaped"].any()) and bool((~main["shaped"]).any())
     if spec.y == "ratio":
-        if (~main["shaped"]).any():
+        if (~main["shaped"]).any():       # a number on this axis only for the bounds with the paper's constants
             ax.axhline(1.0, ls=":", lw=1.3, color="k")
-            extra.append(Line2D([], [], ls=":", color="k", label="bound (ratio = 1)"))
+            extra.append(Line2D([], [], ls=":", color="k",
+                                label="a-priori bounds (ratio = 1)" if mixed else "bound (ratio = 1)"))
+        if main["shaped"].any():
+            caption.append("shape sub-checks: measured / O(.) shape against the fitted constant C "
+                           "(an O(.) bound has no number until C is fitted)")
         shaped_checks = sorted({k for k in main.loc[main["shaped"], "check"] if k in consts})
         for k in shaped_checks:
             colour = palette.get(cite(k), "0.35") if spec.hue == "check" else "0.35"
             label = f"fitted C = {consts[k]:.3g}" + (f" ({cite(k)})" if len(shaped_checks) > 1 else " (max ratio)")
             ax.axhline(consts[k], ls="--", lw=1.2, color=colour)
             extra.append(Line2D([], [], ls="--", color=colour, label=label))
+    cx = _counterexample_point(counterexample, spec, records)
+    if cx is not None:
+        ax.plot([cx[0]], [cx[1]], marker="X", ms=11, color="#b71c1c", mec="white", mew=1.2, ls="none", zorder=5)
+        extra.append(Line2D([], [], marker="X", ms=9, color="#b71c1c", ls="none", label="counterexample (smallest)"))
     if logx:
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
     _ticks(ax, "x", df[spec.x].to_numpy(dtype=float) if numeric_x else np.array([]), logx)
     _ticks(ax, "y", df[spec.y].to_numpy(dtype=float), logy)
+    if numeric_x and not logx and _integer_valued(df[spec.x]):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))          # no fractional ticks on an integer parameter
     leg = ax.get_legend()
     handles = list(leg.legend_handles) if leg else []
-    labels = [t.get_text().strip() for t in leg.texts] if leg else []
-    if handles or extra:
-        ax.legend(handles + extra, labels + [h.get_label() for h in extra], fontsize=8, framealpha=0.85,
+    texts = [t.get_text().strip() for t in leg.texts] if leg else []
+    if handles or extra:      # outside the axes, right of the data: a legend never hides a point
+        ax.legend(handles + extra, texts + [h.get_label() for h in extra], fontsize=8, frameon=False,
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
                   title=spec.hue if hue_col and not style else None, title_fontsize=8)
+    claim = recs[0].claim
+    xlabel = spec.xlabel or param_label(spec.x, claim)
+    ylabel = y_label(spec, bool(len(main)) and bool(main["shaped"].all()), mixed)
     ax.set_title(cite(spec.title), fontsize=10)
-    ax.set_xlabel(spec.xlabel or param_label(spec.x))
-    ax.set_ylabel(y_label(spec, bool(len(main)) and bool(main["shaped"].all())))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    if labels is not None:
+        labels.update(x=xlabel, y=ylabel, counterexample=cx is not None)
     return None, "; ".join(caption)
+
+
+def _integer_valued(values) -> bool:
+    v = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+    return bool(len(v)) and bool(np.all(np.isfinite(v))) and bool(np.all(v == np.round(v)))
+
+
+def _counterexample_point(cx: dict | None, spec: FigureSpec, records: Sequence[Record]) -> tuple | None:
+    """(x, y) of the verdict's counterexample on this figure's axes, when its params have the x key and the
+    figure draws its sub-check (or all sub-checks); None otherwise."""
+    if not cx or spec.x not in (cx.get("params") or {}):
+        return None
+    if spec.check is not None and cx.get("check") != spec.check:
+        return None
+    x = cx["params"][spec.x]
+    y = cx.get("measured") if spec.y == "measured" else cx.get("ratio")
+    try:
+        x, y = float(x), float(y)
+    except (TypeError, ValueError):
+        return None
+    return (x, y) if np.isfinite(x) and np.isfinite(y) and (y > 0 or not spec.logy) else None

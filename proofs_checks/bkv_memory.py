@@ -109,7 +109,7 @@ def run_trial(params: dict, seed: int, backend: str):
 
 
 def summarize(records) -> Verdict:
-    figs = [FigureSpec("floats held / shape vs n", x="n", hue="check", y="ratio"),
+    figs = [FigureSpec("floats held / shape vs n (memory BalanceKV-NeurIPS, memory BalanceKV-preprint)", x="n", hue="check", y="ratio"),
             FigureSpec("live value-norm buckets vs n", x="n", hue="check", logy=False)]
     records = mark(records, lambda r: r.check.startswith("erased share") and "proof_step" not in r.extra,
                    proof_step=SHARE_STEP)
