@@ -230,7 +230,7 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
     style = "control" if df["control"].nunique() > 1 else None
     bands = ("pi", 90) if len(order) <= 3 else None
 
-    fig = Figure(figsize=(7.2, 4.0))
+    fig = Figure(figsize=(6.4, 3.8))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     sns.lineplot(data=df, x=spec.x, y=spec.y, hue=hue_col, hue_order=order if hue_col else None,
@@ -281,9 +281,10 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
     leg = ax.get_legend()
     handles = list(leg.legend_handles) if leg else []
     texts = [t.get_text().strip() for t in leg.texts] if leg else []
-    if handles or extra:      # outside the axes, right of the data: a legend never hides a point
-        ax.legend(handles + extra, texts + [h.get_label() for h in extra], fontsize=8, frameon=False,
-                  loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+    if handles or extra:      # below the axes, outside the data: a legend never hides a point
+        labels_all = texts + [h.get_label() for h in extra]
+        ax.legend(handles + extra, labels_all, fontsize=8, frameon=False, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.24), borderaxespad=0.0, ncol=1 if max(map(len, labels_all)) > 45 else 2,
                   title=spec.hue if hue_col and not style else None, title_fontsize=8)
     claim = recs[0].claim
     xlabel = spec.xlabel or param_label(spec.x, claim)
