@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU-only build instead.
 TORCH_INDEX ?=
 
-.PHONY: report check test test-all bench notebooks clean
+.PHONY: report results-md check test test-all bench notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,11 @@ $(STAMP): pyproject.toml
 report: $(STAMP)
 	$(BIN)/kvbounds check --profile $(PROFILE) --out $(OUT)
 	$(BIN)/kvbounds report --out $(OUT)
+
+# docs/RESULTS.md and the README's "What we found" from the records in $(OUT)/ (run `make report` first)
+results-md: $(STAMP)
+	$(BIN)/kvbounds report --out $(OUT) --markdown docs/RESULTS.md
+	$(BIN)/python -m kvbounds.report_markdown $(OUT) README.md
 
 # execute every notebook in place (outputs kept), reading the records of `make report` in $(OUT)/
 notebooks: $(STAMP)

@@ -4,6 +4,7 @@
     kvbounds show CLAIM [--out DIR]  one claim in full, with its last verdict from DIR's records
     kvbounds check [CLAIM ...]       run checks, appending records to DIR/results.jsonl
     kvbounds report [CLAIM ...]      DIR/report.html, DIR/summary.json, DIR/figures/ and a terminal summary
+                    [--markdown FILE]  and a markdown summary (``make results-md``: docs/RESULTS.md)
 """
 from __future__ import annotations
 
@@ -185,6 +186,13 @@ def _cmd_report(args) -> int:
         return 2
     print(render_terminal(build_verdicts(ResultStore(args.out).load(), claims)))
     print(f"report: {html}")
+    if args.markdown:
+        from .report_markdown import write_markdown
+        try:
+            print(f"markdown: {write_markdown(args.out, args.markdown, claims)}")
+        except OSError as e:
+            print(f"kvbounds: cannot write {args.markdown}: {e.strerror or e}", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -211,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("report", help="turn the records into report.html + figures + terminal summary")
     pr.add_argument("claims", nargs="*", metavar="CLAIM_ID", help="only these claims (default: all)")
     pr.add_argument("--out", default="results")
+    pr.add_argument("--markdown", metavar="FILE", default=None,
+                    help="also write a markdown summary (verdict matrix, findings, every claim's verdict) to FILE")
     traces_cli = _traces_cli()
     if traces_cli is not None:
         traces_cli.add_parser(sub)          # `kvbounds traces extract ...` (real Q/K/V from real models)

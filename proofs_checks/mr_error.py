@@ -176,7 +176,7 @@ def summarize(records) -> Verdict:
         findings.append(Finding(
             CLAIM, "BalanceKV-preprint and BalanceKV-NeurIPS state different t: sqrt(s) e^{2r^2/sqrt d}/eps (BalanceKV-NeurIPS) vs e^{2r^2/sqrt d}/eps (BalanceKV-preprint)",
             f"slope of the fitted constant in s: BalanceKV-NeurIPS {s_fit['BalanceKV-NeurIPS paper c']:+.2f}, BalanceKV-preprint {s_fit['BalanceKV-preprint paper c']:+.2f}; "
-            f"the {better[:3]} statement tracks the measured s-dependence better", {"sweep": "s"},
+            f"the {better.removesuffix(' paper c')} statement tracks the measured s-dependence better", {"sweep": "s"},
             kind="versions disagree"))
     paper = [r for r in records if r.check == "BalanceKV-NeurIPS paper c"]
     rate, proven, fitted = ("n/a", None), None, None

@@ -1,0 +1,63 @@
+"""`kvbounds report --markdown` (docs/RESULTS.md, `make results-md`) and the README's generated "What we found"."""
+import re
+from pathlib import Path
+
+import pytest
+
+from kvbounds import registry
+from kvbounds.records import Record, ResultStore
+from kvbounds.report import build_verdicts
+from kvbounds.report_markdown import FOUND_BEGIN, FOUND_END, anchor, found_block, render_markdown, splice
+from kvbounds.verdict import Finding
+
+ROOT = Path(__file__).resolve().parents[1]
+META = {"version": "0", "profile": "quick", "records": 0, "duration": "", "trial_time": ""}
+
+
+def _claims_in(text: str) -> set[str]:
+    rows = set(re.findall(r"^\| \[([^\]]+)\]\(#claim-", text, re.M))
+    sections = set(re.findall(r"^### ([^:]+):", text, re.M))
+    return rows & sections
+
+
+def test_every_registry_claim_is_in_the_markdown_with_its_fields():
+    verdicts = build_verdicts([])
+    v = verdicts["BKV.vs-uniform"]
+    v.findings = [Finding(c, "App. B vs released code: GQA", "001 treats one head", {}, kind="versions disagree")
+                  for c in ("BKV.vs-uniform",)]
+    verdicts["BKV.ablation"].findings = [Finding("BKV.ablation", "App. B vs released code: GQA", "001 treats one head",
+                                                 {}, kind="versions disagree")]
+    v.power_detail = "controls rejected 3/3"
+    text = render_markdown(verdicts, [], META)
+    assert _claims_in(text) == set(registry.CLAIMS)
+    assert "## Findings (1 unique)" in text and "BalanceKV-NeurIPS treats one head" in text
+    assert "[BKV.vs-uniform](#claim-BKV-vs-uniform), [BKV.ablation](#claim-BKV-ablation)" in text
+    assert "**power detail**: controls rejected 3/3" in text                  # verdict fields rendered generically
+    assert not re.search(r"\b00[0-4] ", text)
+
+
+def test_cli_writes_markdown(tmp_path, capsys):
+    from kvbounds.cli import main
+    out = tmp_path / "results"
+    ResultStore(out).append([Record("SG.reservoir", {"n": 8}, 0, "numpy", 1.0, 2.0, True, key="k")])
+    assert main(["report", "--out", str(out), "--markdown", str(tmp_path / "docs" / "RESULTS.md")]) == 0
+    text = (tmp_path / "docs" / "RESULTS.md").read_text()
+    assert _claims_in(text) == set(registry.CLAIMS) and "markdown:" in capsys.readouterr().out
+
+
+def test_committed_results_md_names_every_claim():
+    path = ROOT / "docs" / "RESULTS.md"
+    if not path.exists():
+        pytest.skip("docs/RESULTS.md not generated yet (`make report && make results-md`)")
+    assert _claims_in(path.read_text()) == set(registry.CLAIMS)
+
+
+def test_readme_what_we_found_block_is_generated_and_spliced():
+    readme = (ROOT / "README.md").read_text()
+    assert readme.index(FOUND_BEGIN) < readme.index(FOUND_END) < readme.index("## The papers")
+    assert readme.index("## What we found") < readme.index("## Installing")
+    verdicts = build_verdicts([])
+    verdicts["FD.residual"].headline = "false as stated; corrected bound given"
+    block = found_block(verdicts)
+    assert f"[FD.residual](docs/RESULTS.md#{anchor('FD.residual')})" in block and "SG.reservoir" not in block
+    assert splice(f"a\n{FOUND_BEGIN}\nold\n{FOUND_END}\nb", block) == f"a\n{block}\nb"
