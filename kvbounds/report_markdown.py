@@ -114,7 +114,7 @@ def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], met
         dims = " | ".join("·" if d[k] == "n/a" else d[k] for k in DIMENSIONS)
         lines.append(f"| [{cid}](#{anchor(cid)}) | {registry.CLAIMS[cid].kind} | {dims} | {_cell(headline(v))} | "
                      f"{_cell(evidence(v))} |")
-    lines += ["", f'<a id="findings"></a>', f"## Findings ({len(findings)} unique)", ""]
+    lines += ["", '<a id="findings"></a>', f"## Findings ({len(findings)} unique)", ""]
     if not findings:
         lines.append("none")
     for f in findings:

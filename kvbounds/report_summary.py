@@ -1,0 +1,68 @@
+"""What the report says once: each finding once with the claims it concerns (:func:`unique_findings`), and
+``summary.json`` (:func:`summary_json`): every verdict field but the figures, papers named, plus the unique
+findings. Re-exported by :mod:`kvbounds.report`."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import defaultdict
+
+from . import registry
+from .records import _jsonable, canonical
+from .verdict import Verdict
+
+
+def unique_findings(verdicts: dict[str, Verdict]) -> list[dict]:
+    """Each finding once (papers named, see ``registry.cite``), with the claims it concerns, in registry order:
+    a finding that several checks report (BalanceKV-NeurIPS App. B vs the released code, under BKV.vs-uniform
+    and BKV.ablation) is one finding attached to each of them. Ids ``F1``, ``F2``, ... follow that order."""
+    out: dict[tuple, dict] = {}
+    for cid, v in verdicts.items():
+        for f in v.findings:
+            title, detail = registry.cite(f.title), registry.cite(f.detail)
+            key = (f.kind or "finding", title, detail, canonical(f.smallest_input or {}))
+            if key not in out:
+                out[key] = {"id": f"F{len(out) + 1}", "kind": key[0], "title": title, "detail": detail,
+                            "smallest_input": _jsonable(f.smallest_input or {}), "claims": []}
+            if (f.claim or cid) not in out[key]["claims"]:
+                out[key]["claims"].append(f.claim or cid)
+    return list(out.values())
+
+
+def group_by_kind(findings: list[dict]) -> dict[str, list[dict]]:
+    groups: dict[str, list] = defaultdict(list)
+    for f in findings:
+        groups[f["kind"]].append(f)
+    return dict(sorted(groups.items()))
+
+
+def summary_dict(verdicts: dict[str, Verdict]) -> dict:
+    """Per claim id, every Verdict field but the figures, JSON-ready (non-finite floats as strings), the papers
+    named (``registry.cite``) and each finding with its id; under the key ``"findings"`` the unique findings
+    (:func:`unique_findings`: id, kind, title, detail, smallest input, the claims each concerns)."""
+    unique = unique_findings(verdicts)
+    ids = {(f["kind"], f["title"], f["detail"], canonical(f["smallest_input"])): f["id"] for f in unique}
+    out = {}
+    for cid, v in verdicts.items():
+        d = dataclasses.asdict(v)
+        d.pop("figures", None)
+        d = _named(_jsonable(d))
+        for f in d["findings"]:
+            f["id"] = ids.get((f["kind"] or "finding", f["title"], f["detail"], canonical(f["smallest_input"] or {})), "")
+        out[cid] = d
+    out["findings"] = unique
+    return out
+
+
+def _named(x):
+    """Every string of a JSON-ready value with the papers named (keys and parameter values left alone)."""
+    if isinstance(x, dict):
+        return {k: (v if k in ("params", "smallest_input") else _named(v)) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_named(v) for v in x]
+    return registry.cite(x) if isinstance(x, str) else x
+
+
+def summary_json(verdicts: dict[str, Verdict]) -> str:
+    """Deterministic: the same records give the same bytes (keys sorted, no timestamp)."""
+    return json.dumps(summary_dict(verdicts), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
