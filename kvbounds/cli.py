@@ -152,21 +152,21 @@ def _cmd_check(args) -> int:
         if v.deferred:
             print(f"{'':<{width}}  deferred: {v.deferred}")
     if timings.get("claims"):
-        print(_timing_table(timings, width))
+        print(_timing_table(timings))
     errors = [e for e in contents.errors if e.claim in ids]
     failed = f"; {len(errors)} trial(s) failed with an error (retried by the next `check`)" if errors else ""
     print(f"kvbounds: wrote {len(recs)} record(s) to {store.path}{failed}; details: `kvbounds report --out {args.out}`")
     return 0
 
 
-def _timing_table(run: dict, width: int) -> str:
+def _timing_table(run: dict) -> str:
     """This run's time per claim, slowest first: wall clock from its first trial's start to its last trial's end
     (claims overlap on several workers) and the seconds summed over its trials."""
     from .progress import duration
     rows = sorted(run["claims"].items(), key=lambda kv: -kv[1]["cpu_s"])
     lines = [f"time of this run: wall {duration(run['wall_s'])}, {duration(run['cpu_s'])} summed over "
              f"{run['trials']} trial(s) on {run['workers']} worker(s); per claim (slowest first):"]
-    lines += [f"  {cid:<{width}}  wall {duration(t['wall_s']):>7}  trials {duration(t['cpu_s']):>7}  ({t['trials']} trials)"
+    lines += [f"  wall {duration(t['wall_s']):>7}, trials {duration(t['cpu_s']):>7}: {cid} ({t['trials']} trials)"
               for cid, t in rows]
     return "\n".join(lines)
 

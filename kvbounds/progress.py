@@ -31,7 +31,8 @@ def trial_time(recs: Sequence[Record]) -> float:
 
 class ClaimTime:
     """One claim's share of a run: trials finished, seconds summed over its trials (CPU time: one thread per
-    trial), and the wall-clock span from its first trial's start to its last trial's end."""
+    trial), and the wall-clock span from its first trial's start to its last trial's end, as the main process
+    sees them finish (the run line takes at least the trials' seconds over the workers)."""
 
     def __init__(self):
         self.trials, self.cpu_s, self.start, self.end = 0, 0.0, float("inf"), 0.0
@@ -111,8 +112,8 @@ class Progress:
                 "backend": backend, "seed": seed, "workers": self.workers, "trials": self.done,
                 "wall_s": round(time.perf_counter() - self.t0, 3),
                 "cpu_s": round(sum(t.cpu_s for t in self.claims.values()), 3),
-                "claims": {c: {"trials": t.trials, "wall_s": round(t.wall_s, 3), "cpu_s": round(t.cpu_s, 3)}
-                           for c, t in self.claims.items()}}
+                "claims": {c: {"trials": t.trials, "wall_s": round(max(t.wall_s, t.cpu_s / self.workers), 3),
+                               "cpu_s": round(t.cpu_s, 3)} for c, t in self.claims.items()}}
 
 
 def append_run(out_dir: str | os.PathLike, line: dict) -> None:
