@@ -23,7 +23,7 @@ from kvbounds.e2e import checks as C
 CLAIM = "BKV.e2e"
 SOURCE = "BalanceKV (arXiv:2502.07861, later version) Sec. 4.2-4.3, Table 1"
 VARIANTS = {"pseudocode": "balancekv", "released": "balancekv_released"}
-BASELINES = ("uniform", "streaming_llm", "kvpress:snapkv", "kvpress:pyramidkv")
+BASELINES = ("uniform", "streaming_llm", "h2o", "kvpress:snapkv", "kvpress:pyramidkv")
 TASKS = ("ppl", "passkey")
 
 SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits them first
@@ -31,9 +31,9 @@ SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits
 
 def trials(profile: str) -> list[dict]:
     return C.claim_trials(profile, {"smoke": {"ppl": (256, 1, 32)},
-                                    "quick": {"ppl": (512, 3, 64), "passkey": (512, 3)},
-                                    "full": {"ppl": (1024, 8, 128), "passkey": (1024, 10)}},
-                          smoke_methods=("uniform", "balancekv", "streaming_llm"))
+                                    "quick": {"ppl": (512, 8, 32), "passkey": (512, 8)},
+                                    "full": {"ppl": (1024, 30, 128), "passkey": (1024, 30)}},
+                          smoke_methods=("uniform", "balancekv", "streaming_llm"), redraw=tuple(VARIANTS.values()))
 
 
 def run_trial(params: dict, seed: int, backend: str):

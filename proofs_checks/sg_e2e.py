@@ -19,16 +19,16 @@ from kvbounds.e2e import checks as C
 CLAIM = "SG.e2e"
 SOURCE = "SubGen (arXiv:2402.06082) Table 1; ClusterGen (anonymous submission) Table 2"
 VARIANTS = {"kcenter": "kcenter", "kcenter_sized": "kcenter_sized", "subgen": "subgen"}
-OTHERS = ("uniform", "streaming_llm", "balancekv", "kvpress:snapkv", "kvpress:pyramidkv", "kvpress:tova",
+OTHERS = ("uniform", "streaming_llm", "h2o", "balancekv", "kvpress:snapkv", "kvpress:pyramidkv", "kvpress:tova",
           "kvpress:knorm", "kvpress:expected_attention", "kvpress:streaming_llm", "kvpress:random")
 
 SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits them first
 
 
 def trials(profile: str) -> list[dict]:
-    return C.claim_trials(profile, {"smoke": {"lines": (256, 1)}, "quick": {"lines": (512, 4)},
-                                    "full": {"lines": (1024, 12)}},
-                          smoke_methods=("uniform", "kcenter", "subgen"))
+    return C.claim_trials(profile, {"smoke": {"lines": (256, 1)}, "quick": {"lines": (512, 8)},
+                                    "full": {"lines": (1024, 30)}},
+                          smoke_methods=("uniform", "kcenter", "subgen"), redraw=("subgen",))
 
 
 def run_trial(params: dict, seed: int, backend: str):

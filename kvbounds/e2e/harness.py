@@ -113,9 +113,12 @@ def _now(lm) -> float:
 
 
 def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, window: int = 32,
-             state: Prefill | None = None, where: str = "host", redraws: int = 1) -> list[dict]:
-    """Every (method, budget) on one task instance, sharing one exact prefill; randomised methods
-    (:data:`kvbounds.e2e.methods.RANDOMIZED`) ``redraws`` times from independent streams (rows carry ``draw``).
+             state: Prefill | None = None, where: str = "host", redraws: int = 1,
+             redraw: tuple = M.RANDOMIZED, extra_budgets: dict | None = None) -> list[dict]:
+    """Every (method, budget) on one task instance, sharing one exact prefill; the randomised methods named in
+    ``redraw`` (default :data:`kvbounds.e2e.methods.RANDOMIZED`) ``redraws`` times from independent streams (rows
+    carry ``draw``). ``extra_budgets``: method -> more budgets for it alone (e.g. uniform at a second budget, the
+    checks' sensitivity control).
     A method that fails (or whose package is missing), or holds memory outside
     :data:`kvbounds.e2e.methods.MEMORY_TOLERANCE` of ``budget x exact floats``, gives a row with ``error`` set
     instead of scores. ``where``: compress on the host (numpy,
@@ -130,11 +133,12 @@ def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, windo
                  hit=hit.tolist(), compress_s=0.0, score_s=_now(lm) - t0, prefill_s=state.seconds,
                  error="", draw=0)]
     missing = M.kvpress_available()
-    for method in methods:
-        for budget in budgets:
-            for draw in range(redraws if method in M.RANDOMIZED else 1):
-                rows.append(_method_row(lm, task, state, method, float(budget), exact_floats, missing, seed=seed,
-                                        draw=draw, sink=sink, window=window, where=where))
+    plan = [(m, b) for m in methods for b in budgets]
+    plan += [(m, b) for m, bs in (extra_budgets or {}).items() for b in bs if (m, b) not in plan]
+    for method, budget in plan:
+        for draw in range(redraws if method in redraw and method in M.RANDOMIZED else 1):
+            rows.append(_method_row(lm, task, state, method, float(budget), exact_floats, missing, seed=seed,
+                                    draw=draw, sink=sink, window=window, where=where))
     return rows
 
 
