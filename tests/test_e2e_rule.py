@@ -67,3 +67,24 @@ def test_units_are_instances_not_tokens():
                                                           ll=[-1.0, -2.0, -3.0], exact_ll=[0.0, 0.0, 0.0]))
     e = CMP.effects([r], "uniform", 0.25, "ppl")
     assert list(e) == [0] and list(e[0].values()) == [-2.0]   # one unit per window: the mean per token
+
+
+def test_leaderboard_ranks_marks_ties_and_collapses_uninformative_tables():
+    from kvbounds.e2e.leaderboard import KEYS, leaderboard_rows
+    from kvbounds.report_leaderboard import board_table
+    gain = {"balancekv": lambda i, d: -0.2 + 0.01 * np.sin(i + d), "uniform": lambda i, d: -0.2 + 0.01 * np.cos(i),
+            "kvpress:snapkv": lambda i, d: -2.0 + 0.1 * np.sin(i), "exact": lambda i, d: 0.0}
+    recs = _records(gain, 10)
+    for r in recs:
+        r.extra.update(hit=[False, False] if r.extra["method"] != "exact" else [True, True], memory_floats=100)
+    rows = leaderboard_rows(recs)
+    assert all(set(r) == set(KEYS) for r in rows)
+    ll = sorted((r for r in rows if r["metric"] == "passkey: answer log-likelihood (nats)" and r["method"] != "exact"),
+                key=lambda r: r["rank"])
+    assert ll[0]["best"] and ll[-1]["method"] == "kvpress:snapkv" and not ll[-1]["tied"]
+    assert ll[0]["budget_label"] == "25% of the cache" and {r["family"] for r in ll} == {"ours", "baselines", "kvpress"}
+    assert ll[1]["tied"]                     # balancekv vs uniform: 0.01-sized noise, not significant
+    em = [r for r in rows if r["metric"] == "passkey: exact match" and r["method"] != "exact"]
+    assert len(em) == 1 and em[0]["method"] == "all methods" and "no information" in em[0]["note"]
+    t = board_table(rows)
+    assert t["collapsed"] and t["tables"][0]["rows"][0]["mark"] == "best"
