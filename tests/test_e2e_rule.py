@@ -88,3 +88,12 @@ def test_leaderboard_ranks_marks_ties_and_collapses_uninformative_tables():
     assert len(em) == 1 and em[0]["method"] == "all methods" and "no information" in em[0]["note"]
     t = board_table(rows)
     assert t["collapsed"] and t["tables"][0]["rows"][0]["mark"] == "best"
+
+
+def test_first_retrieval_budget():
+    from kvbounds.e2e.leaderboard import first_retrieval
+    recs = _records({"balancekv": lambda i, d: 0.0, "uniform": lambda i, d: 0.0}, 3, budget=0.25)
+    recs += _records({"uniform": lambda i, d: 0.0}, 3, budget=0.5)
+    for r in recs:
+        r.extra["hit"] = [r.extra["method"] == "balancekv" or r.extra["budget"] == 0.5]
+    assert first_retrieval(recs) == {"passkey": {"balancekv": 0.25, "uniform": 0.5}}

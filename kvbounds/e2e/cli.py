@@ -119,13 +119,30 @@ def _run(args) -> int:
               file=sys.stderr)
     recs = [r for r in store.load() if r.claim in ("BKV.e2e", "SG.e2e")]
     rows = leaderboard_rows(recs)
-    print(f"{'method':28s} {'budget':>6s} {'floats':>9s}  {'metric':44s} {'value':>9s}  95% CI            n")
-    for r in rows:
-        ci = f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}]" if r["ci_low"] is not None else ""
-        print(f"{r['method']:28s} {r['budget']:6.3g} {r['memory_floats']:9d}  {r['metric']:44s} {r['value']:9.4g}  "
-              f"{ci:17s} {r['n']}  {r['note']}")
+    print_board(rows, recs)
     print("\nseconds per method per window (compress, score; CPU seconds on a CPU, wall seconds on a GPU):")
     for t in timing_rows(recs):
         print(f"  {t['method']:28s} n={t['n']:<5d} compress {t['compress_s']:.3f}  score {t['score_s']:.3f}  "
               f"(prefill {t['prefill_s']:.2f}, shared)")
     return 0
+
+
+def print_board(rows, records=()) -> None:
+    """The leaderboard as ranked tables (one per metric and budget), the collapsed ones as one line each, and
+    the budget at which each method first retrieves."""
+    from kvbounds.report_leaderboard import board_table
+    from .leaderboard import first_retrieval
+    t = board_table(rows)
+    for line in t["references"]:
+        print(f"reference: {line}")
+    for tab in t["tables"]:
+        print(f"\n{tab['title']}")
+        print(f"  {'#':>2s} {'method':26s} {'family':9s} {'value':>9s}  {'95% CI':22s} {'n':>3s} {'floats':>11s}")
+        for r in tab["rows"]:
+            print(f"  {r['rank']!s:>2s} {r['method']:26s} {r['family']:9s} {r['text']:>9s}  {r['ci']:22s} {r['n']!s:>3s} "
+                  f"{r['floats']:>11s}  {r['mark']}")
+    for line in t["collapsed"]:
+        print(line)
+    for task, by in first_retrieval(records).items():
+        print(f"\n{task}: first budget at which each method retrieves: " + ", ".join(
+            f"{m} {'never' if b is None else f'{100 * b:.3g}%'}" for m, b in by.items()))

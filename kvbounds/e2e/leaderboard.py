@@ -173,3 +173,18 @@ def timing_rows(records) -> list[dict]:
             t[(e["method"], int(e.get("n", 0)))].append((e["compress_s"], e["score_s"], e.get("prefill_s", 0.0)))
     return [dict(method=m, n=n, compress_s=float(np.mean([x[0] for x in v])), score_s=float(np.mean([x[1] for x in v])),
                  prefill_s=float(np.mean([x[2] for x in v])), count=len(v)) for (m, n), v in sorted(t.items())]
+
+
+def first_retrieval(records) -> dict:
+    """task -> {method: the smallest budget at which it retrieves the answer on some instance (every greedy answer
+    token right), or None when it never does at the budgets run} (full's sweep goes up to 0.75 of the cache)."""
+    got: dict = defaultdict(lambda: defaultdict(dict))
+    for r in records:
+        e = getattr(r, "extra", {}) or {}
+        if r.claim not in CLAIMS or e.get("error") or "hit" not in e or e.get("task") == "ppl" \
+                or e.get("method") == "exact":
+            continue
+        b = float(e["budget"])
+        got[e["task"]][e["method"]][b] = got[e["task"]][e["method"]].get(b, False) or bool(all(e["hit"]))
+    return {t: {m: min((b for b, ok in by.items() if ok), default=None) for m, by in sorted(ms.items())}
+            for t, ms in got.items()}
