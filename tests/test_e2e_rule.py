@@ -97,3 +97,17 @@ def test_first_retrieval_budget():
     for r in recs:
         r.extra["hit"] = [r.extra["method"] == "balancekv" or r.extra["budget"] == 0.5]
     assert first_retrieval(recs) == {"passkey": {"balancekv": 0.25, "uniform": 0.5}}
+
+
+def test_papers_setting_puts_the_question_inside_the_compressed_prompt():
+    import types
+    from kvbounds.e2e import tasks
+    from kvbounds.e2e.checks import profile_grid
+    lm = types.SimpleNamespace(encode=lambda t: np.frombuffer(t.encode(), np.uint8).astype(np.int64))
+    after, inside = tasks.passkey_task(lm, 600, 1), tasks.passkey_task(lm, 600, 1, "inside")
+    q = after.meta["question_len"]
+    assert np.array_equal(inside.context[-(q - 1):], after.tail[:q - 1])       # the question ends the prompt
+    assert len(inside.tail) == len(after.tail) - q + 1 and np.array_equal(inside.targets, after.targets)
+    grid = profile_grid("x", {"passkey": (512, 2), "ppl": (512, 2)}, settings=("after", "inside"))
+    assert sum(p.get("setting") == "inside" and p.get("block_size") == 128 for p in grid) == 2
+    assert not any("setting" in p for p in grid if p["task"] == "ppl")

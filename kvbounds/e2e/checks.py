@@ -56,7 +56,9 @@ def claim_trials(profile: str, tasks: dict, smoke_methods: tuple, redraw: tuple 
     methods = (smoke_methods, M.QUICK_METHODS, M.DEFAULT_METHODS)[pick]
     sink = (16, 32, 64)[pick]
     budgets = ((0.5,), (0.25,), (0.125, 0.25, 0.5, 0.75))[pick]
-    out = profile_grid(profile, tasks[profile], methods=methods, budgets=budgets, sink=sink, window=sink)
+    settings = ("after", "inside") if pick == 2 else ("after",)   # the papers' setting in full (and kvbounds e2e)
+    out = profile_grid(profile, tasks[profile], methods=methods, budgets=budgets, sink=sink, window=sink,
+                       settings=settings)
     for p in out:
         if pick and redraw:
             p.update(redraws=MIN_REDRAWS, redraw=list(redraw))
@@ -66,18 +68,30 @@ def claim_trials(profile: str, tasks: dict, smoke_methods: tuple, redraw: tuple 
 
 
 def profile_grid(profile: str, tasks: dict, *, methods=M.DEFAULT_METHODS, budgets=(0.25, 0.5), sink: int = 32,
-                 window: int = 32, model: str = "smollm2", device: str = "cpu", where: str = "host") -> list[dict]:
+                 window: int = 32, model: str = "smollm2", device: str = "cpu", where: str = "host",
+                 settings=("after",)) -> list[dict]:
     """``tasks``: kind -> (n, count[, cont]) for this profile; ``where``: see :func:`kvbounds.e2e.methods.compress_all`
-    (a param only when not "host", so the checks' trial keys do not change)."""
+    (a param only when not "host", so the checks' trial keys do not change); ``settings``: "after" and/or
+    "inside" (the papers' setting, :mod:`kvbounds.e2e.tasks`: passkey / lines only, BalanceKV blocks of 128 as the
+    authors use them; a param only when "inside")."""
     out = []
     for kind, spec in tasks.items():
         n, count = spec[0], spec[1]
-        for i in range(count):
-            p = dict(task=kind, n=n, index=i, methods=list(methods), budgets=[float(b) for b in budgets], sink=sink,
-                     window=window, model=model, device=device, **({} if where == "host" else {"where": where}))
-            if kind == "ppl":
-                p["cont"] = spec[2] if len(spec) > 2 else 64
-            out.append(p)
+        for setting in (settings if kind != "ppl" else ("after",)):
+            out += _grid_rows(kind, n, count, spec, setting, methods, budgets, sink, window, model, device, where)
+    return out
+
+
+def _grid_rows(kind, n, count, spec, setting, methods, budgets, sink, window, model, device, where) -> list[dict]:
+    out = []
+    for i in range(count):
+        p = dict(task=kind, n=n, index=i, methods=list(methods), budgets=[float(b) for b in budgets], sink=sink,
+                 window=window, model=model, device=device, **({} if where == "host" else {"where": where}))
+        if kind == "ppl":
+            p["cont"] = spec[2] if len(spec) > 2 else 64
+        if setting != "after":
+            p.update(setting=setting, block_size=128)
+        out.append(p)
     return out
 
 
@@ -92,10 +106,11 @@ def make_task(lm, params: dict):
     kind, n, i = params["task"], int(params["n"]), int(params["index"])
     if kind == "ppl":
         return tasks.ppl_task(lm, n, int(params.get("cont", 64)) + 1, i)
+    setting = params.get("setting", "after")
     if kind == "passkey":
-        return tasks.passkey_task(lm, n, 1000 + i)
+        return tasks.passkey_task(lm, n, 1000 + i, setting)
     if kind == "lines":
-        return tasks.lines_task(lm, n, 2000 + i)
+        return tasks.lines_task(lm, n, 2000 + i, setting)
     raise ValueError(f"unknown task {kind!r}")
 
 
@@ -114,7 +129,7 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Rec
         rows = run_cell(lm, task, params["methods"], params["budgets"], seed=seed % (2**31),
                         sink=int(params["sink"]), window=int(params["window"]), where=params.get("where", "host"),
                         redraws=int(params.get("redraws", 1)), redraw=tuple(params.get("redraw", ())),
-                        extra_budgets=params.get("extra_budgets"))
+                        extra_budgets=params.get("extra_budgets"), block_size=int(params.get("block_size", 64)))
     finally:
         torch.set_num_threads(threads)
     exact = rows[0]
@@ -125,7 +140,8 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Rec
         return float(d.mean() if params["task"] == "ppl" else d.sum())
 
     unif = {r["budget"]: loss(r) for r in rows if r["method"] == "uniform" and not r["error"] and not r.get("draw")}
-    common = dict(task=params["task"], n=int(len(task.context)), model=lm.name, exact_ll=ex_ll.tolist(),
+    common = dict(task=params["task"], setting=params.get("setting", "after"),
+                  block_size=int(params.get("block_size", 64)), n=int(len(task.context)), model=lm.name, exact_ll=ex_ll.tolist(),
                   exact_hit=ex_hit.tolist(), exact_floats=int(exact["memory_floats"]), prefill_s=exact["prefill_s"],
                   answer=task.answer, task_meta=task.meta)
     recs = []
@@ -248,6 +264,10 @@ def skipped_notes(records) -> list[str]:
     return [f"skipped: {n}" for n in notes]
 
 
+SETTING_WORDS = {"after": "question after the compressed prompt",
+                 "inside": "papers' setting: question inside the compressed prompt, blocks of 128"}
+
+
 def compare(records, variants: dict, baselines, tasks) -> dict:
     """Per variant (name -> method): dict(better, worse, cells, details, powered, note, family) over baseline x
     budget x task (:mod:`kvbounds.e2e.comparisons`: instance-level paired tests per redraw, Holm-adjusted over the
@@ -259,17 +279,21 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
     baselines = [b for b in baselines if b not in variants.values()]
     dup = CMP.duplicates(records, list(baselines), budgets, tasks)
     ref = reference_effects(records, tasks)
+    by_setting: dict = {}
+    for r in records:
+        by_setting.setdefault(r.params.get("setting", "after"), []).append(r)
     out = {}
     for variant, method in variants.items():
         cells = []
-        for b in budgets:
-            for base in baselines:
-                if base in dup:
-                    continue
-                for task in tasks:
-                    c = CMP.cell(records, method, base, b, task)
-                    if c is not None:
-                        cells.append((b, base, task, c))
+        for setting, recs in sorted(by_setting.items()):
+            for b in budgets:
+                for base in baselines:
+                    if base in dup:
+                        continue
+                    for task in tasks:
+                        c = CMP.cell(recs, method, base, b, task)
+                        if c is not None:
+                            cells.append((b, base, f"{task} [{SETTING_WORDS.get(setting, setting)}]", c))
         if not cells:
             out[variant] = dict(better=0, worse=0, cells=0, details=[], powered=False, note="", family=[])
             continue
@@ -285,7 +309,8 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
         better = sum(bool(most(w) and e) for w, e in zip(wins, eligible))
         worse = sum(bool(most(x)) for x in losses)
         mdes = [CMP.detectable(c["sd"], c["n"], len(cells)) for *_, c in cells]
-        powered = all(eligible) and all(m <= ref.get(t, float("inf")) for (_, _, t, _), m in zip(cells, mdes))
+        powered = all(eligible) and all(m <= ref.get(t.split(" [")[0], float("inf"))
+                                        for (_, _, t, _), m in zip(cells, mdes))
         details = [f"{t}@{b:g} vs {base}: {c['mean']:+.3g} nats [{c['ci'][0]:+.3g}, {c['ci'][1]:+.3g}] (n={c['n']}, "
                    f"redraws={c['redraws']}, better in {int(w)}/{R}, worse in {int(x)}/{R})"
                    for (b, base, t, c), w, x in zip(cells, wins, losses)]

@@ -27,6 +27,9 @@ def add_parser(sub) -> None:
     p.add_argument("--budgets", nargs="+", type=float, default=[0.25, 0.5],
                    help="fractions of the cache's floats, in (0, 1]; every method holds within 1%% of it")
     p.add_argument("--tasks", nargs="+", default=["ppl", "passkey", "lines"], choices=["ppl", "passkey", "lines"])
+    p.add_argument("--setting", default="after", choices=["after", "inside", "both"],
+                   help="passkey/lines: question after the compressed prompt (after), or inside it with blocks of "
+                        "128 (inside: the papers' LongBench setting), or both")
     p.add_argument("--n", type=int, default=512, help="context length in tokens")
     p.add_argument("--instances", type=int, default=8, help="instances (windows, passkeys, line sets) per task")
     p.add_argument("--window", type=int, default=32, help="first and last tokens kept exactly")
@@ -108,7 +111,8 @@ def _run(args) -> int:
         spec = {k: ((args.n, args.instances, 64) if k == "ppl" else (args.n, args.instances)) for k in kinds
                 if k in args.tasks}
         for p in profile_grid("custom", spec, methods=args.methods, budgets=args.budgets, sink=args.window,
-                              window=args.window, model=args.model, device=args.device, where=args.where):
+                              window=args.window, model=args.model, device=args.device, where=args.where,
+                              settings=("after", "inside") if args.setting == "both" else (args.setting,)):
             trials.append(Trial(claim, p, args.seed, "torch:" + args.device))
     todo = [t for t in trials if t.key not in done]
     print(f"kvbounds e2e: {len(trials)} trial(s), {len(trials) - len(todo)} already in {args.out}", file=sys.stderr)

@@ -114,7 +114,7 @@ def _now(lm) -> float:
 
 def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, window: int = 32,
              state: Prefill | None = None, where: str = "host", redraws: int = 1,
-             redraw: tuple = M.RANDOMIZED, extra_budgets: dict | None = None) -> list[dict]:
+             redraw: tuple = M.RANDOMIZED, extra_budgets: dict | None = None, block_size: int = 64) -> list[dict]:
     """Every (method, budget) on one task instance, sharing one exact prefill; the randomised methods named in
     ``redraw`` (default :data:`kvbounds.e2e.methods.RANDOMIZED`) ``redraws`` times from independent streams (rows
     carry ``draw``). ``extra_budgets``: method -> more budgets for it alone (e.g. uniform at a second budget, the
@@ -138,12 +138,12 @@ def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, windo
     for method, budget in plan:
         for draw in range(redraws if method in redraw and method in M.RANDOMIZED else 1):
             rows.append(_method_row(lm, task, state, method, float(budget), exact_floats, missing, seed=seed,
-                                    draw=draw, sink=sink, window=window, where=where))
+                                    draw=draw, sink=sink, window=window, where=where, block_size=block_size))
     return rows
 
 
 def _method_row(lm, task, state, method: str, budget: float, exact_floats: int, missing: str | None, *, seed: int,
-                draw: int, sink: int, window: int, where: str) -> dict:
+                draw: int, sink: int, window: int, where: str, block_size: int = 64) -> dict:
     row = dict(method=method, source=M.source(method), budget=budget, error="", draw=draw)
     if method.startswith("kvpress:") and missing:
         return dict(row, error=missing)
@@ -152,7 +152,7 @@ def _method_row(lm, task, state, method: str, budget: float, exact_floats: int, 
     try:
         t0 = _now(lm)
         comp = M.compress_all(method, lm, state, budget, rng, sink=sink, window=window, seed=seed + 7919 * draw,
-                              where=where)
+                              where=where, block_size=block_size)
         t1 = _now(lm)
         held = int(sum(memory_floats(c) for c in comp))
         target = budget * exact_floats

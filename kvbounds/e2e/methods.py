@@ -296,7 +296,7 @@ def path_note(method: str, where: str = "host") -> str:
 
 
 def compress_all(method: str, lm, state, budget: float, rng: np.random.Generator, *, sink: int, window: int,
-                 seed: int = 0, where: str = "host") -> list[ts.CompressedKV]:
+                 seed: int = 0, where: str = "host", block_size: int = 64) -> list[ts.CompressedKV]:
     """Every layer of the prefill ``state`` compressed by ``method`` at ``budget``, one :class:`CompressedKV` per layer.
 
     ``where="host"`` (the records of BKV.e2e / SG.e2e): each layer's K, V copied to the host as float32 numpy and
@@ -317,4 +317,4 @@ def compress_all(method: str, lm, state, budget: float, rng: np.random.Generator
     else:
         layer = lambda X: X[0].float().cpu().numpy()
     return [compress_ours(method, layer(state.keys[l]), layer(state.values[l]), floats, rng, sink=sink,
-                          window=window) for l in range(len(state.keys))]
+                          window=window, block_size=block_size) for l in range(len(state.keys))]
