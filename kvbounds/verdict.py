@@ -290,9 +290,10 @@ def headline(v: Verdict) -> str:
     if v.kind == "empirical" and v.reproduction != "n/a":
         word = {"reproduced": "reproduced", "partial": "partly reproduced", "not-reproduced": "not reproduced",
                 "not-shown": "not shown", "reversed": "reversed"}[v.reproduction]
-        notes = "; ".join(dict.fromkeys(r.bound_note for r in v.reproductions
-                                        if r.bound_note and r.status == v.reproduction))
-        word += f" ({notes})" if notes else ""
+        notes = list(dict.fromkeys(r.bound_note for r in v.reproductions
+                                   if r.bound_note and r.status == v.reproduction))
+        if notes:        # one note in the headline; each variant's own is in its reproduction row
+            word += f" ({notes[0]}" + (f"; +{len(notes) - 1} more variant(s))" if len(notes) > 1 else ")")
         parts.append(f"{word} on {setups}" if setups else word)
     elif v.statement == "false":
         parts.append("false as stated" + ("; corrected bound given" if v.corrected else ""))

@@ -90,6 +90,13 @@ def balance_layout(n: int, d: int, sink: int, window: int, floats: int, per_toke
     return T, window + lo
 
 
+def balance_budgets(n: int, window: int, levels=(3, 2)) -> list[float]:
+    """Budgets (fractions of the cache's floats) at which blockwise BalanceKV with ``window`` exact tokens at each
+    end and T halvings of the middle needs no filling (plus 0.1% slack for its weight per head). No longer needed
+    for equal memory (:func:`balance_layout` fills any budget); kept for callers that want these sizes."""
+    return [round((2 * window + ((n - 2 * window) >> T)) / n + 1e-3, 6) for T in levels]
+
+
 # equal memory: every method holds within MEMORY_TOLERANCE of budget x exact floats and never more than +tolerance
 MEMORY_TOLERANCE = 0.01
 
@@ -264,11 +271,13 @@ WHERE = ("host", "device")
 HOST_ONLY: dict[str, str] = {}
 # Device-path methods that still read a few small arrays on the host inside modules the harness does not own (no
 # copy of K or V; at most one integer per token and head). Everything else stays on the device.
+_FIT = "; memory_floats: the log-weights (one per token and head), to fit the budget (equal memory)"
 DEVICE_HOST_COPIES: dict[str, str] = {
     "balancekv": "the walk's FAIL flags, one bool per head and level (block_walk.panel_walk)",
     "kcenter": "greedy k-center's radii and cluster labels (kcenter.greedy_k_center, recent_plus_centers)",
-    "kcenter_sized": "greedy k-center's radii and cluster labels (kcenter.greedy_k_center, recent_plus_centers)",
-    "subgen": "greedy k-center's radii (kcenter.greedy_k_center)",
+    "kcenter_sized": "greedy k-center's radii and cluster labels (kcenter.greedy_k_center, recent_plus_centers)" + _FIT,
+    "subgen": "greedy k-center's radii (kcenter.greedy_k_center)" + _FIT,
+    "subspace": _FIT[2:],
 }
 
 
