@@ -230,7 +230,8 @@ def compress_kvpress(method: str, lm, state, budget: float, seed: int, *,
     ratio, best = 1.0 - budget, None
     for _ in range(4):
         out = _press_layers(method, lm, state, budget, seed, min(max(ratio, 0.0), 0.999), keep_on_device)
-        held = sum(ts.memory_floats(c) for c in out)
+        # a press keeps tokens with weights 0: 2d floats each (memory_floats' count, without reading the weights)
+        held = sum(int(c.keys.shape[0]) * int(c.keys.shape[-2]) * 2 * d for c in out)
         if held <= target * (1 + MEMORY_TOLERANCE) and (best is None or held > best[0]):
             best = (held, out)
         if target * (1 - MEMORY_TOLERANCE / 2) <= held <= target:
