@@ -37,7 +37,7 @@ LEGACY_STATEMENT = {HOLDS: "holds", HOLDS_FITTED: "holds-fitted", FAILS: "fails"
 TONE = {"holds": "good", "holds-fitted": "good", "sound": "good", "observed": "good", "reproduced": "good",
         "shown": "good", "false": "bad", "fails": "bad", "reversed": "bad", "not-reproduced": "bad",
         "errata": "warn", "not-reached": "warn", "partial": "warn", "low": "warn", "inconclusive": "warn",
-        "not-refuted": "warn"}
+        "not-refuted": "warn", "not-shown": "warn"}
 
 
 class ReportError(Exception):
@@ -279,7 +279,7 @@ GLANCE_LABELS = {"false": "false as stated", "holds": "hold as stated", "holds-f
                  "not-refuted": "not refuted (not refutable by sampling)", "inconclusive": "inconclusive",
                  "not-run": "not run", "no-check": "no check", "reproduced": "empirical: reproduced",
                  "partial": "empirical: partly reproduced", "not-reproduced": "empirical: not reproduced",
-                 "reversed": "empirical: reversed"}
+                 "not-shown": "empirical: not shown (underpowered)", "reversed": "empirical: reversed"}
 
 
 def glance_category(v: Verdict) -> str:

@@ -221,35 +221,53 @@ def fitted_constant(records: Iterable[Record], what: str = "max measured/shape",
 
 
 def combine_reproductions(reps: Sequence[Reproduction]) -> str:
-    """One label over variants/setups: all the same -> that label; any reproduced/partial -> partial."""
+    """One label over variants/setups: all the same -> that label; any reproduced/partial -> partial; else
+    not-shown when any variant was underpowered (nothing is evidence against then), else not-reproduced."""
     st = {r.status for r in reps} - {"n/a"}
     if not st:
         return "n/a"
     if len(st) == 1:
         return st.pop()
-    return "partial" if st & {"reproduced", "partial"} else "not-reproduced"
+    if st & {"reproduced", "partial"}:
+        return "partial"
+    return "not-shown" if "not-shown" in st else "not-reproduced"
 
 
-def reproduction_status(better: int, worse: int, cells: int) -> str:
+# the stricter reproduction rule (issue 21)
+PARTIAL_SHARE = 0.25        # count-type criteria: "partial" needs at least this share of the cells
+MIN_INSTANCES = 8           # test-type criteria: a cell counts only with this many independent instances ...
+MIN_REDRAWS = 5             # ... and, for a randomised method, when significant in most of this many redraws
+REPRODUCTION_KINDS = ("count", "test")
+
+
+def reproduction_status(better: int, worse: int, cells: int, *, kind: str = "count", powered: bool = True) -> str:
     """The shared rule for a comparative empirical claim, per variant of the method and per setup.
 
-    Over ``cells`` independent cells (e.g. layer x compression level), ``better`` cells show the claimed
-    direction significantly (a one-sided test at the check's level) and ``worse`` cells the opposite
-    direction significantly:
+    Over ``cells`` cells (after duplicate comparisons are merged: a baseline that falls back to another counts
+    once), ``better`` cells show the claimed direction significantly and ``worse`` cells the opposite direction:
       * ``reproduced``      better >= 3/4 of the cells and no cell significantly the other way,
       * ``reversed``        worse >= 3/4 of the cells and no cell significantly in the claimed direction,
-      * ``partial``         at least one significant cell in the claimed direction, short of ``reproduced``,
-      * ``not-reproduced``  otherwise (no significant cell in the claimed direction).
+      * ``partial``         short of ``reproduced``, with at least max(1, 1/4 of the cells) better cells
+                            (``kind="count"``: a count of cells meeting a criterion) or at least one better cell
+                            (``kind="test"``: the caller counts a cell only when it has >= :data:`MIN_INSTANCES`
+                            independent instances and, for a randomised method, is significant in most of
+                            >= :data:`MIN_REDRAWS` redraws of the method's randomness),
+      * ``not-reproduced``  otherwise, when the cells had the power to show the effect (evidence against;
+                            the caller gives the bound on the effect in ``Reproduction.bound_note``),
+      * ``not-shown``       otherwise, when they had not (``powered=False``: too few instances or redraws, or
+                            the smallest detectable effect above the effect expected; inconclusive).
     """
+    if kind not in REPRODUCTION_KINDS:
+        raise ValueError(f"kind must be one of {REPRODUCTION_KINDS}, got {kind!r}")
     if cells <= 0:
         return "n/a"
     if better >= math.ceil(0.75 * cells) and worse == 0:
         return "reproduced"
     if worse >= math.ceil(0.75 * cells) and better == 0:
         return "reversed"
-    if better >= 1:
+    if better >= (1 if kind == "test" else max(1, math.ceil(PARTIAL_SHARE * cells))):
         return "partial"
-    return "not-reproduced"
+    return "not-reproduced" if powered else "not-shown"
 
 
 def erratum_from_finding(f: Finding, corrected: str = "") -> Erratum:
@@ -271,7 +289,11 @@ def headline(v: Verdict) -> str:
     parts = []
     if v.kind == "empirical" and v.reproduction != "n/a":
         word = {"reproduced": "reproduced", "partial": "partly reproduced", "not-reproduced": "not reproduced",
-                "reversed": "reversed"}[v.reproduction]
+                "not-shown": "not shown", "reversed": "reversed"}[v.reproduction]
+        notes = list(dict.fromkeys(r.bound_note for r in v.reproductions
+                                   if r.bound_note and r.status == v.reproduction))
+        if notes:        # one note in the headline; each variant's own is in its reproduction row
+            word += f" ({notes[0]}" + (f"; +{len(notes) - 1} more variant(s))" if len(notes) > 1 else ")")
         parts.append(f"{word} on {setups}" if setups else word)
     elif v.statement == "false":
         parts.append("false as stated" + ("; corrected bound given" if v.corrected else ""))

@@ -44,7 +44,10 @@ class FigureSpec:
 STATEMENT_VALUES = ("holds", "holds-fitted", "false", "not-refuted", "inconclusive", "not-run", "no-check")
 PROOF_VALUES = ("sound", "errata", "n/a")
 RATE_VALUES = ("observed", "not-reached", "n/a")
-REPRODUCTION_VALUES = ("reproduced", "partial", "not-reproduced", "reversed", "n/a")
+# not-reproduced: no qualifying cell and the cells had the power to see the effect (evidence against, the effect
+# bounded); not-shown: no qualifying cell, but the cells were underpowered (too few instances or redraws, or the
+# smallest detectable effect above the reference) - inconclusive, not evidence against (issue 21)
+REPRODUCTION_VALUES = ("reproduced", "partial", "not-reproduced", "not-shown", "reversed", "n/a")
 POWER_VALUES = ("shown", "low", "n/a")
 CLAIM_KINDS = ("theorem", "lemma", "algorithm property", "cost", "empirical")
 LEGACY_STATUS = {"holds": HOLDS, "holds-fitted": HOLDS_FITTED, "false": FAILS, "not-refuted": NOT_REFUTED,
@@ -89,6 +92,7 @@ class Reproduction:
     status: str                     # one of REPRODUCTION_VALUES
     setup: str                      # model, layers, n, and how it differs from the paper's
     detail: str = ""
+    bound_note: str = ""            # not-reproduced: "effect bounded by X"; not-shown: "smallest detectable effect X"
 
 
 @dataclasses.dataclass

@@ -175,7 +175,7 @@ def summarize(records) -> Verdict:
                if r.check == f"runtime {m}"}
         if not err:
             continue
-        cells = [dict(p_less=r.extra.get("p_less"), p_greater=r.extra.get("p_greater"),
+        cells = [dict(p_less=r.extra.get("p_less"), p_greater=r.extra.get("p_greater"), n=r.extra.get("seeds_per_trial"),
                       gate=run[(r.params["trace"], r.params["T"], r.params["block_size"])].holds) for r in err]
         rep = reproduction(m, cells, setup)
         reps.append(rep)

@@ -45,7 +45,7 @@ SHORT = {"balance": "the pseudocode", "released-t1": "the released walk at temp 
          "released-t0.1": "the released walk at temp 0.1",
          "consistent-t0.1": "the released walk with the consistent estimator"}
 WORDS = {"reproduced": "reproduced", "partial": "partly reproduced", "not-reproduced": "not reproduced",
-         "reversed": "reversed", "n/a": "n/a"}
+         "not-shown": "not shown (underpowered)", "reversed": "reversed", "n/a": "n/a"}
 
 # the ingredient ablation: from the released recipe (temp 0.1, released estimator) change one thing
 RECIPE = VARIANTS["released-t0.1"]
@@ -195,12 +195,21 @@ def significant_counts(cells: list[dict]) -> tuple[int, int]:
 
 
 def reproduction(variant: str, cells: list[dict], setup: str) -> Reproduction:
-    """One Reproduction from cells with 'better'/'worse' flags (verdict.reproduction_status)."""
-    b, w = significant_counts(cells)
-    st = reproduction_status(b, w, len(cells))
+    """One Reproduction from cells with p-values (verdict.reproduction_status, test-type): a cell counts as better
+    only with >= MIN_INSTANCES seeds (its ``n``, when given); too few seeds anywhere make a miss ``not-shown``."""
+    from kvbounds.verdict import MIN_INSTANCES
+    ns = [c.get("n") for c in cells]
+    small = [n for n in ns if n is not None and n < MIN_INSTANCES]
+    usable = [dict(c, gate=c.get("gate", True) and not (c.get("n") is not None and c["n"] < MIN_INSTANCES))
+              for c in cells]
+    b, w = significant_counts(usable)
+    st = reproduction_status(b, w, len(cells), kind="test", powered=not small)
+    note = (f"underpowered: {len(small)}/{len(cells)} cells with fewer than {MIN_INSTANCES} seeds"
+            if st == "not-shown" else "")
     return Reproduction(variant, st, setup, f"{LABELS.get(variant, variant)}: significantly better in {b}/{len(cells)} "
                         f"cells, significantly worse in {w}/{len(cells)} (one-sided Mann-Whitney, Holm-adjusted over "
-                        f"the {len(cells)} cells, p < {ALPHA})")
+                        f"the {len(cells)} cells, p < {ALPHA}; a cell counts with >= {MIN_INSTANCES} seeds)",
+                        bound_note=note)
 
 
 def combine(reps) -> str:

@@ -179,7 +179,8 @@ def setup_text(records) -> str:
 
 
 def variant_cells(records, method: str) -> list[dict]:
-    return [dict(p_less=r.extra.get("p_less"), p_greater=r.extra.get("p_greater"), record=r)
+    return [dict(p_less=r.extra.get("p_less"), p_greater=r.extra.get("p_greater"), record=r,
+                 n=r.extra.get("seeds_per_trial"))
             for r in records if r.check == f"error {method}"]
 
 

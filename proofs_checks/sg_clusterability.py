@@ -22,7 +22,7 @@ from kvbounds.algorithms.kcenter import clusterability
 from scipy import stats
 
 from kvbounds.verdict import FigureSpec, Finding, Reproduction, Verdict, canonical_order, controls_rejected, decide, \
-    reproduction_status, standard_verdict
+    MIN_INSTANCES, reproduction_status, standard_verdict
 from kvbounds.traces.real import available, trace_from_spec
 from kvbounds.traces.synthetic import make_trace
 
@@ -126,7 +126,9 @@ def reproductions(real) -> list[Reproduction]:
         n = max(r.params["n"] for r in radius)
         out.append(Reproduction(
             "RoPE keys more clusterable than absolute-position keys",
-            reproduction_status(int(p_better < COMPARE_ALPHA), int(p_worse < COMPARE_ALPHA), 1),
+            reproduction_status(int(p_better < COMPARE_ALPHA and min(len(rope), len(other)) >= MIN_INSTANCES),
+                                int(p_worse < COMPARE_ALPHA), 1, kind="test",
+                                powered=min(len(rope), len(other)) >= MIN_INSTANCES),
             f"{'/'.join(models['rope'])} vs {'/'.join(m for k in ('absolute', 'alibi') for m in models.get(k, []))} (n = {n})",
             f"median key r(16)/r(1): RoPE {np.median(rope):.3g} ({len(rope)} cells) vs absolute {np.median(other):.3g} "
             f"({len(other)} cells); one-sided Mann-Whitney p = {p_better:.2g} (RoPE lower), {p_worse:.2g} (RoPE higher). "

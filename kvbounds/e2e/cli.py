@@ -1,11 +1,13 @@
 """``kvbounds e2e``: the end-to-end harness on any Llama-family model, writing resumable records like ``check``.
 
     kvbounds e2e [--model smollm2|PATH_OR_HF_ID] [--device cpu|cuda] [--where host|device] [--methods ...] [--budgets ...]
-                 [--tasks ppl passkey lines] [--n 512] [--instances 3] [--out DIR]
+                 [--tasks ppl passkey lines] [--n 512] [--instances 8] [--out DIR]
 
 Trials are those of the checks ``BKV.e2e`` (ppl, passkey) and ``SG.e2e`` (lines) with the given model, device,
 methods and budgets; a trial whose records are already in DIR/results.jsonl is skipped. The model is loaded
-once, offline (a local path or an HF id already in the local cache). Prints the leaderboard.
+once, offline (a local path or an HF id already in the local cache). Prints the leaderboard. Bad arguments
+(:func:`problems`) exit with 2 and one line each before any work; records are written under the output
+directory's lock, as ``check`` writes them.
 """
 from __future__ import annotations
 
@@ -20,30 +22,88 @@ def add_parser(sub) -> None:
     p.add_argument("--where", default="host", choices=["host", "device"],
                    help="where our methods compress: host (numpy, float32 copies; the checks' default) or device "
                         "(torch tensors on --device, the cache stays there)")
-    p.add_argument("--methods", nargs="+", default=list(M.DEFAULT_METHODS),
+    p.add_argument("--methods", nargs="+", default=list(M.DEFAULT_METHODS), metavar="METHOD",
                    help=f"ours: {' '.join(M.OURS)}; kvpress: {' '.join(M.KVPRESS)}")
-    p.add_argument("--budgets", nargs="+", type=float, default=None,
-                   help="fractions of the cache's floats (default: those blockwise BalanceKV reaches with T = 3, 2)")
+    p.add_argument("--budgets", nargs="+", type=float, default=[0.25, 0.5],
+                   help="fractions of the cache's floats, in (0, 1]; every method holds within 1%% of it")
     p.add_argument("--tasks", nargs="+", default=["ppl", "passkey", "lines"], choices=["ppl", "passkey", "lines"])
+    p.add_argument("--setting", default="after", choices=["after", "inside", "both"],
+                   help="passkey/lines: question after the compressed prompt (after), or inside it with blocks of "
+                        "128 (inside: the papers' LongBench setting), or both")
     p.add_argument("--n", type=int, default=512, help="context length in tokens")
-    p.add_argument("--instances", type=int, default=3, help="instances (windows, passkeys, line sets) per task")
+    p.add_argument("--instances", type=int, default=8, help="instances (windows, passkeys, line sets) per task")
     p.add_argument("--window", type=int, default=32, help="first and last tokens kept exactly")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results")
 
 
+def problems(args) -> list[str]:
+    """What is wrong with ``kvbounds e2e``'s arguments, one line each (empty when nothing): checked before any
+    work (no model loaded, no record written)."""
+    import os
+    from . import method_names as M
+    from .methods import budget_problem
+    out = []
+    for name in ("n", "instances"):
+        if getattr(args, name) < 1:
+            out.append(f"--{name} must be a positive integer, got {getattr(args, name)}")
+    if args.window < 0:
+        out.append(f"--window must be >= 0, got {args.window}")
+    if not out and 2 * args.window >= args.n:
+        out.append(f"--n {args.n} is too small for sink + window = {args.window} + {args.window} (need n > "
+                   f"{2 * args.window})")
+    if not out:
+        out += sorted({f"--budgets: {p}" for b in args.budgets
+                       if (p := budget_problem(args.n, 64, args.window, args.window, b))})
+    unknown = [m for m in args.methods if m not in M.DEFAULT_METHODS]
+    if unknown:
+        out.append(f"--methods: unknown {', '.join(map(repr, unknown))}; ours: {' '.join(M.OURS + M.CONTROLS)}; "
+                   f"kvpress: {' '.join(M.KVPRESS)}")
+    if args.model != "smollm2" and not os.path.exists(args.model) and not _in_hf_cache(args.model):
+        out.append(f"--model {args.model!r} does not exist (not a local path, not a model in the local "
+                       "Hugging Face cache; the harness loads offline)")
+    dev = args.device
+    if dev != "cpu" and not (dev == "cuda" or dev.startswith("cuda:") and dev[5:].isdigit()):
+        out.append(f"--device must be cpu, cuda or cuda:<index>, got {dev!r}")
+    elif dev.startswith("cuda"):
+        try:
+            import torch
+            ok = torch.cuda.is_available()
+        except ImportError:
+            ok = False
+        if not ok:
+            out.append(f"--device {dev}: CUDA is not available on this machine (use --device cpu)")
+    return out
+
+
+def _in_hf_cache(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:   # noqa: BLE001 - an id the hub library rejects is not in the cache
+        return False
+
+
 def run(args) -> int:
+    from kvbounds.records import ResultStore, StoreError
+    bad = problems(args)
+    if bad:
+        for line in bad:
+            print(f"kvbounds e2e: {line}", file=sys.stderr)
+        return 2
+    try:
+        with ResultStore(args.out).lock():
+            return _run(args)
+    except StoreError as e:       # StoreLocked included: another `kvbounds check` / `e2e` writes to --out
+        print(f"kvbounds e2e: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
     from kvbounds.records import ResultStore
     from kvbounds.runner import Trial, execute_trial
     from .checks import profile_grid
     from .leaderboard import leaderboard_rows, timing_rows
-    from .methods import balance_budgets
-    if args.budgets is None:
-        args.budgets = balance_budgets(args.n, args.window)
-    unknown = [b for b in args.budgets if not 0 < b < 1]
-    if unknown:
-        print(f"kvbounds e2e: budgets must lie in (0, 1), got {unknown}", file=sys.stderr)
-        return 2
     store = ResultStore(args.out)
     done = store.done_keys()
     trials = []
@@ -51,7 +111,8 @@ def run(args) -> int:
         spec = {k: ((args.n, args.instances, 64) if k == "ppl" else (args.n, args.instances)) for k in kinds
                 if k in args.tasks}
         for p in profile_grid("custom", spec, methods=args.methods, budgets=args.budgets, sink=args.window,
-                              window=args.window, model=args.model, device=args.device, where=args.where):
+                              window=args.window, model=args.model, device=args.device, where=args.where,
+                              settings=("after", "inside") if args.setting == "both" else (args.setting,)):
             trials.append(Trial(claim, p, args.seed, "torch:" + args.device))
     todo = [t for t in trials if t.key not in done]
     print(f"kvbounds e2e: {len(trials)} trial(s), {len(trials) - len(todo)} already in {args.out}", file=sys.stderr)
@@ -62,13 +123,30 @@ def run(args) -> int:
               file=sys.stderr)
     recs = [r for r in store.load() if r.claim in ("BKV.e2e", "SG.e2e")]
     rows = leaderboard_rows(recs)
-    print(f"{'method':28s} {'budget':>6s} {'floats':>9s}  {'metric':44s} {'value':>9s}  95% CI            n")
-    for r in rows:
-        ci = f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}]" if r["ci_low"] is not None else ""
-        print(f"{r['method']:28s} {r['budget']:6.3g} {r['memory_floats']:9d}  {r['metric']:44s} {r['value']:9.4g}  "
-              f"{ci:17s} {r['n']}  {r['note']}")
+    print_board(rows, recs)
     print("\nseconds per method per window (compress, score; CPU seconds on a CPU, wall seconds on a GPU):")
     for t in timing_rows(recs):
         print(f"  {t['method']:28s} n={t['n']:<5d} compress {t['compress_s']:.3f}  score {t['score_s']:.3f}  "
               f"(prefill {t['prefill_s']:.2f}, shared)")
     return 0
+
+
+def print_board(rows, records=()) -> None:
+    """The leaderboard as ranked tables (one per metric and budget), the collapsed ones as one line each, and
+    the budget at which each method first retrieves."""
+    from kvbounds.report_leaderboard import board_table
+    from .leaderboard import first_retrieval
+    t = board_table(rows)
+    for line in t["references"]:
+        print(f"reference: {line}")
+    for tab in t["tables"]:
+        print(f"\n{tab['title']}")
+        print(f"  {'#':>2s} {'method':26s} {'family':9s} {'value':>9s}  {'95% CI':22s} {'n':>3s} {'floats':>11s}")
+        for r in tab["rows"]:
+            print(f"  {r['rank']!s:>2s} {r['method']:26s} {r['family']:9s} {r['text']:>9s}  {r['ci']:22s} {r['n']!s:>3s} "
+                  f"{r['floats']:>11s}  {r['mark']}")
+    for line in t["collapsed"]:
+        print(line)
+    for task, by in first_retrieval(records).items():
+        print(f"\n{task}: first budget at which each method retrieves: " + ", ".join(
+            f"{m} {'never' if b is None else f'{100 * b:.3g}%'}" for m, b in by.items()))

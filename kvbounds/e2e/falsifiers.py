@@ -13,10 +13,12 @@ import numpy as np
 from .leaderboard import _t_interval
 
 
-def lowrank_perplexity(*, n: int = 512, windows: int = 2, cont: int = 64, budgets=(0.25, 0.5), window: int = 32,
+def lowrank_perplexity(*, n: int = 512, windows: int = 8, cont: int = 64, budgets=(0.25, 0.5), window: int = 32,
                        model: str = "smollm2", device: str = "cpu") -> list[dict]:
-    """Per budget: {"budget", "rank", "memory_fraction", "delta_nll", "ci": (lo, hi), "n_tokens",
-    "uniform_delta_nll", "ppl_exact", "ppl_subspace", "model"}; delta = NLL(method) - NLL(exact) per token."""
+    """Per budget: {"budget", "rank", "memory_fraction", "delta_nll", "ci": (lo, hi), "n_windows", "n_tokens",
+    "uniform_delta_nll", "ppl_exact", "ppl_subspace", "model"}; delta = NLL(method) - NLL(exact) per token. The unit
+    is the window (issue 21): ``ci`` is a t interval over the windows' mean per-token increases (the tokens of one
+    window are not independent), so at least 8 windows by default."""
     from kvbounds.algorithms.compressor_adapters import SubspaceCompressor
     from . import tasks
     from .checks import _model
@@ -40,10 +42,11 @@ def lowrank_perplexity(*, n: int = 512, windows: int = 2, cont: int = 64, budget
         sub = per[("subspace", float(b))]
         uni = per[("uniform", float(b))]
         diff = np.concatenate([x[0] for x in sub])
+        per_window = np.array([x[0].mean() for x in sub])
         left = int(b * n * 2 * d) - 2 * window * 2 * d
         out.append(dict(budget=float(b), rank=SubspaceCompressor(window, window).rank_for(n - 2 * window, d, left),
                         memory_fraction=float(np.mean([x[1] / x[2] for x in sub])), delta_nll=float(diff.mean()),
-                        ci=_t_interval(diff), n_tokens=int(len(diff)),
+                        ci=_t_interval(per_window), n_windows=int(len(per_window)), n_tokens=int(len(diff)),
                         uniform_delta_nll=float(np.concatenate([x[0] for x in uni]).mean()),
                         ppl_exact=float(np.exp(np.concatenate(exact_nll).mean())),
                         ppl_subspace=float(np.exp(np.concatenate(exact_nll).mean() + diff.mean())), model=lm.name))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import zlib
 
 import numpy as np
 
@@ -112,36 +113,54 @@ def _now(lm) -> float:
 
 
 def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, window: int = 32,
-             state: Prefill | None = None, where: str = "host") -> list[dict]:
-    """Every (method, budget) on one task instance, sharing one exact prefill. A method that fails (or whose
-    package is missing) gives a row with ``error`` set instead of scores. ``where``: compress on the host (numpy,
+             state: Prefill | None = None, where: str = "host", redraws: int = 1,
+             redraw: tuple = M.RANDOMIZED, extra_budgets: dict | None = None, block_size: int = 64) -> list[dict]:
+    """Every (method, budget) on one task instance, sharing one exact prefill; the randomised methods named in
+    ``redraw`` (default :data:`kvbounds.e2e.methods.RANDOMIZED`) ``redraws`` times from independent streams (rows
+    carry ``draw``). ``extra_budgets``: method -> more budgets for it alone (e.g. uniform at a second budget, the
+    checks' sensitivity control).
+    A method that fails (or whose package is missing), or holds memory outside
+    :data:`kvbounds.e2e.methods.MEMORY_TOLERANCE` of ``budget x exact floats``, gives a row with ``error`` set
+    instead of scores. ``where``: compress on the host (numpy,
     the checks' records) or on the model's device (:func:`kvbounds.e2e.methods.compress_all`)."""
-    state = state or prefill(lm, task.context, capture_inputs=any(m.startswith("kvpress:") for m in methods))
+    state = state or prefill(lm, task.context, capture_inputs=any(m.startswith("kvpress:") or m in M.NEEDS_INPUTS
+                                                                 for m in methods))
     exact_floats = lm.n_layers * lm.n_kv_heads * state.n * 2 * lm.head_dim
     t0 = _now(lm)
     ll, hit = score_tail(lm, state.n, [(k, v, None, None) for k, v in zip(state.keys, state.values)],
                          task.tail, task.targets)
     rows = [dict(method=EXACT, source="kvbounds", budget=1.0, memory_floats=exact_floats, ll=ll.tolist(),
                  hit=hit.tolist(), compress_s=0.0, score_s=_now(lm) - t0, prefill_s=state.seconds,
-                 error="")]
+                 error="", draw=0)]
     missing = M.kvpress_available()
-    for mi, method in enumerate(methods):
-        for budget in budgets:
-            row = dict(method=method, source=M.source(method), budget=float(budget), error="")
-            if method.startswith("kvpress:") and missing:
-                rows.append(dict(row, error=missing))
-                continue
-            rng = np.random.default_rng([seed, mi, int(round(budget * 1e6))])
-            try:
-                t0 = _now(lm)
-                comp = M.compress_all(method, lm, state, float(budget), rng, sink=sink, window=window, seed=seed,
-                                      where=where)
-                t1 = _now(lm)
-                ll, hit = score_tail(lm, state.n, _to_layers(lm, comp), task.tail, task.targets)
-                t2 = _now(lm)
-            except Exception as e:   # noqa: BLE001 - one method failing is a row with its error, not a crash
-                rows.append(dict(row, error=f"{type(e).__name__}: {e}"[:300]))
-                continue
-            rows.append(dict(row, memory_floats=int(sum(memory_floats(c) for c in comp)) * 1,
-                             ll=ll.tolist(), hit=hit.tolist(), compress_s=t1 - t0, score_s=t2 - t1))
+    plan = [(m, b) for m in methods for b in budgets]
+    plan += [(m, b) for m, bs in (extra_budgets or {}).items() for b in bs if (m, b) not in plan]
+    for method, budget in plan:
+        for draw in range(redraws if method in redraw and method in M.RANDOMIZED else 1):
+            rows.append(_method_row(lm, task, state, method, float(budget), exact_floats, missing, seed=seed,
+                                    draw=draw, sink=sink, window=window, where=where, block_size=block_size))
     return rows
+
+
+def _method_row(lm, task, state, method: str, budget: float, exact_floats: int, missing: str | None, *, seed: int,
+                draw: int, sink: int, window: int, where: str, block_size: int = 64) -> dict:
+    row = dict(method=method, source=M.source(method), budget=budget, error="", draw=draw)
+    if method.startswith("kvpress:") and missing:
+        return dict(row, error=missing)
+    # one stream per (seed, method, budget, draw): adding or removing a method changes no other method's draws
+    rng = np.random.default_rng([seed, zlib.crc32(method.encode()), int(round(budget * 1e6)), draw])
+    try:
+        t0 = _now(lm)
+        comp = M.compress_all(method, lm, state, budget, rng, sink=sink, window=window, seed=seed + 7919 * draw,
+                              where=where, block_size=block_size)
+        t1 = _now(lm)
+        held = int(sum(memory_floats(c) for c in comp))
+        target = budget * exact_floats
+        if not (1 - M.MEMORY_TOLERANCE) * target <= held <= (1 + M.MEMORY_TOLERANCE) * target:
+            return dict(row, memory_floats=held, error=f"unequal memory: holds {held / target:.2%} of the target "
+                        f"{target:.0f} floats (tolerance {M.MEMORY_TOLERANCE:.0%})")
+        ll, hit = score_tail(lm, state.n, _to_layers(lm, comp), task.tail, task.targets)
+        t2 = _now(lm)
+    except Exception as e:   # noqa: BLE001 - one method failing is a row with its error, not a crash
+        return dict(row, error=f"{type(e).__name__}: {e}"[:300])
+    return dict(row, memory_floats=held, ll=ll.tolist(), hit=hit.tolist(), compress_s=t1 - t0, score_s=t2 - t1)

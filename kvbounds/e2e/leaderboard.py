@@ -1,14 +1,20 @@
-"""The leaderboard: records of the end-to-end checks (``BKV.e2e``, ``SG.e2e``, ``kvbounds e2e``) -> rows of
-method x metric x budget, for the report (helper "report" renders exactly these keys).
+"""The leaderboard for choosing a method: records of the end-to-end checks (``BKV.e2e``, ``SG.e2e``,
+``kvbounds e2e``) -> rows of method x metric x budget, ranked per (metric, budget), for the report
+(:mod:`kvbounds.report_leaderboard` renders exactly these keys).
 
-Metrics (the value is a mean over units, with a 95% interval):
-* ``ppl: NLL increase vs exact (nats/token)`` - paired per-token differences against exact attention on the
-  same windows (t interval over tokens; tokens of one window are not independent, so read it as indicative);
+Metrics (the value is a mean over instances, with a 95% interval; a randomised method's redraws are averaged
+per instance first):
+* ``ppl: NLL increase vs exact (nats/token)`` - per window, the mean per-token NLL increase against exact
+  attention on the same window (t interval over windows: the window is the unit, issue 21);
 * ``ppl: perplexity`` - exp(mean NLL) of the held-out tokens (no interval);
 * ``<task>: exact match`` - greedy answer entirely right, per instance (Clopper-Pearson interval);
 * ``<task>: answer log-likelihood (nats)`` - teacher-forced log-likelihood of the answer's tokens (t interval);
-for task in passkey, lines. Skipped methods (kvpress missing, a method failing) give one row with a NaN value
-and the reason in ``note``.
+for task in passkey, lines. Per (metric, budget): ``rank`` by the mean (lower NLL / perplexity is better,
+higher match / likelihood), ``best`` the first, ``tied`` those not significantly different from it (two-sided
+paired t-test over shared instances at 0.05; exact attention is a reference, not ranked); ``family`` groups
+methods (ours, kvpress, baselines); ``budget_label`` reads "25% of the cache". A (metric, budget) table in
+which every method scores 0 or 1 (no information) is collapsed into one row of method ``all methods`` saying
+so. Skipped methods (kvpress missing, a method failing) give one row with a NaN value and the reason in ``note``.
 """
 from __future__ import annotations
 
@@ -18,8 +24,23 @@ from collections import defaultdict
 import numpy as np
 from scipy import stats
 
-KEYS = ("method", "source", "budget", "memory_floats", "metric", "value", "ci_low", "ci_high", "n", "note")
+KEYS = ("method", "source", "budget", "memory_floats", "metric", "value", "ci_low", "ci_high", "n", "note",
+        "family", "budget_label", "rank", "best", "tied")
 CLAIMS = ("BKV.e2e", "SG.e2e", "E2E")
+OURS_FAMILY = ("balancekv", "balancekv_released", "kcenter", "kcenter_sized", "subgen", "subspace")
+LOWER_IS_BETTER = ("NLL increase", "perplexity")
+
+
+def family(method: str) -> str:
+    """ours (the papers' methods as implemented here), kvpress (NVIDIA kvpress presses), baselines (ours:
+    uniform, StreamingLLM, H2O, the null control; exact attention)."""
+    if method.startswith("kvpress:"):
+        return "kvpress"
+    return "ours" if method in OURS_FAMILY else "baselines"
+
+
+def budget_label(budget: float) -> str:
+    return "exact (100% of the cache)" if budget >= 1.0 else f"{100 * budget:.3g}% of the cache"
 
 
 def _t_interval(x: np.ndarray) -> tuple[float | None, float | None]:
@@ -35,14 +56,15 @@ def _cp(k: int, n: int) -> tuple[float, float]:
     return lo, hi
 
 
-def _row(method, source, budget, mem, metric, value, ci=(None, None), n=0, note=""):
+def _row(method, source, budget, mem, metric, value, ci=(None, None), n=0, note="", units=None):
     return dict(method=method, source=source, budget=float(budget), memory_floats=int(mem), metric=metric,
-                value=float(value), ci_low=ci[0], ci_high=ci[1], n=int(n), note=note)
+                value=float(value), ci_low=ci[0], ci_high=ci[1], n=int(n), note=note, family=family(method),
+                budget_label=budget_label(float(budget)), rank=None, best=False, tied=False, _units=units)
 
 
 def leaderboard_rows(records) -> list[dict]:
     """One row per (method, budget, metric) over every end-to-end record; see the module docstring."""
-    groups: dict = defaultdict(list)
+    groups: dict = defaultdict(dict)
     skipped: dict = {}
     seen = set()
     for r in records:
@@ -53,29 +75,37 @@ def leaderboard_rows(records) -> list[dict]:
         if e.get("error"):
             skipped[k[:3]] = e["error"]
             continue
-        inst = (r.claim, r.key, e.get("task"), r.params.get("n"), r.params.get("index"))
-        if (k, inst) in seen:          # a trial run twice (resumed) counts once
+        inst = (r.claim, e.get("task"), r.params.get("n"), r.params.get("index"), r.params.get("setting", "after"))
+        draw = int(e.get("draw", 0))
+        if (k, inst, draw) in seen:          # a trial run twice (resumed) counts once
             continue
-        seen.add((k, inst))
-        groups[k].append(e)
+        seen.add((k, inst, draw))
+        groups[k].setdefault(inst, []).append(e)
     rows = []
-    for (method, source, budget, task), es in sorted(groups.items(), key=lambda kv: (kv[0][3], kv[0][2], kv[0][0])):
+    for (method, source, budget, task), by_inst in sorted(groups.items(), key=lambda kv: (kv[0][3], kv[0][2], kv[0][0])):
+        insts = sorted(by_inst)
+        es = [e for i in insts for e in by_inst[i]]
         mem = int(round(np.mean([e["memory_floats"] for e in es])))
         note = "exact attention (no compression)" if method == "exact" else ""
+        mean = lambda f: {i: float(np.mean([f(e) for e in by_inst[i]])) for i in insts}   # over redraws
         if task == "ppl":
-            d = np.concatenate([np.asarray(e["exact_ll"]) - np.asarray(e["ll"]) for e in es])
+            d = mean(lambda e: float(np.mean(np.asarray(e["exact_ll"]) - np.asarray(e["ll"]))))
+            x = np.array(list(d.values()))
             nll = np.concatenate([-np.asarray(e["ll"]) for e in es])
-            rows.append(_row(method, source, budget, mem, "ppl: NLL increase vs exact (nats/token)", d.mean(),
-                             _t_interval(d), len(d), note))
-            rows.append(_row(method, source, budget, mem, "ppl: perplexity", math.exp(nll.mean()), n=len(nll),
+            rows.append(_row(method, source, budget, mem, "ppl: NLL increase vs exact (nats/token)", x.mean(),
+                             _t_interval(x), len(x), note, units=d))
+            rows.append(_row(method, source, budget, mem, "ppl: perplexity", math.exp(nll.mean()), n=len(x),
                              note=note))
         else:
-            hits = [bool(all(e["hit"])) for e in es]
-            lls = np.array([float(np.sum(e["ll"])) for e in es])
-            rows.append(_row(method, source, budget, mem, f"{task}: exact match", np.mean(hits),
-                             _cp(sum(hits), len(hits)), len(hits), note))
-            rows.append(_row(method, source, budget, mem, f"{task}: answer log-likelihood (nats)", lls.mean(),
-                             _t_interval(lls), len(lls), note))
+            hits = mean(lambda e: float(all(e["hit"])))
+            lls = mean(lambda e: float(np.sum(e["ll"])))
+            h, l = np.array(list(hits.values())), np.array(list(lls.values()))
+            k_hit = int(round(h.sum()))
+            rows.append(_row(method, source, budget, mem, f"{task}: exact match", h.mean(), _cp(k_hit, len(h)),
+                             len(h), note, units=hits))
+            rows.append(_row(method, source, budget, mem, f"{task}: answer log-likelihood (nats)", l.mean(),
+                             _t_interval(l), len(l), note, units=lls))
+    rows = _ranked(rows)
     snap = {(r["metric"], r["budget"]): r["value"] for r in rows if r["method"] == "kvpress:snapkv"}
     for r in rows:
         if r["method"] == "kvpress:pyramidkv" and snap.get((r["metric"], r["budget"])) == r["value"]:
@@ -84,7 +114,54 @@ def leaderboard_rows(records) -> list[dict]:
     for (method, source, budget), why in sorted(skipped.items()):
         if not any(r["method"] == method and r["budget"] == budget for r in rows):
             rows.append(_row(method, source, budget, 0, "skipped", float("nan"), note=why))
+    for r in rows:
+        r.pop("_units", None)
     return rows
+
+
+def _ranked(rows: list[dict]) -> list[dict]:
+    """Rank each (metric, budget) table, mark the best and those tied with it; collapse tables without
+    information (every method 0 or 1) into one row."""
+    tables: dict = defaultdict(list)
+    for r in rows:
+        tables[(r["metric"], r["budget"] if r["method"] != "exact" else None)].append(r)
+    out = [r for r in rows if r["method"] == "exact"]
+    for (metric, budget), rs in sorted(tables.items(), key=lambda kv: (kv[0][0], kv[0][1] or 2.0)):
+        if budget is None:
+            continue
+        if "exact match" in metric and all(r["value"] in (0.0, 1.0) for r in rs):
+            vals = sorted({r["value"] for r in rs})
+            exact = [r for r in tables.get((metric, None), [])]
+            ref = f"; exact attention {exact[0]['value']:.3g}" if exact else ""
+            out.append(_row("all methods", "", budget, rs[0]["memory_floats"], metric, float(vals[0]) if len(vals) == 1
+                            else float("nan"), n=rs[0]["n"], note=f"no information: every one of {len(rs)} methods at "
+                            f"{' or '.join(f'{v:g}' for v in vals)} ({', '.join(r['method'] for r in rs if r['value'] == 1.0) or 'none'} at 1){ref}"))
+            continue
+        sign = 1.0 if any(w in metric for w in LOWER_IS_BETTER) else -1.0
+        rs = sorted(rs, key=lambda r: (sign * r["value"], r["method"]))
+        best = rs[0]
+        for i, r in enumerate(rs):
+            r["rank"], r["best"] = i + 1, i == 0
+            r["tied"] = i > 0 and _tied(best.get("_units"), r.get("_units"), best, r)
+        out += rs
+    return out
+
+
+def _tied(ua: dict | None, ub: dict | None, a: dict, b: dict) -> bool:
+    """Not significantly different (two-sided paired t-test over shared instances at 0.05); without units,
+    overlapping 95% intervals."""
+    if ua and ub:
+        keys = sorted(set(ua) & set(ub))
+        d = np.array([ua[k] - ub[k] for k in keys])
+        if len(d) >= 2:
+            if np.allclose(d, 0):
+                return True
+            if np.allclose(d, d[0]):
+                return False
+            return bool(stats.ttest_1samp(d, 0.0).pvalue >= 0.05)
+    if None in (a["ci_low"], a["ci_high"], b["ci_low"], b["ci_high"]):
+        return False
+    return a["ci_low"] <= b["ci_high"] and b["ci_low"] <= a["ci_high"]
 
 
 def timing_rows(records) -> list[dict]:
@@ -96,3 +173,18 @@ def timing_rows(records) -> list[dict]:
             t[(e["method"], int(e.get("n", 0)))].append((e["compress_s"], e["score_s"], e.get("prefill_s", 0.0)))
     return [dict(method=m, n=n, compress_s=float(np.mean([x[0] for x in v])), score_s=float(np.mean([x[1] for x in v])),
                  prefill_s=float(np.mean([x[2] for x in v])), count=len(v)) for (m, n), v in sorted(t.items())]
+
+
+def first_retrieval(records) -> dict:
+    """task -> {method: the smallest budget at which it retrieves the answer on some instance (every greedy answer
+    token right), or None when it never does at the budgets run} (full's sweep goes up to 0.75 of the cache)."""
+    got: dict = defaultdict(lambda: defaultdict(dict))
+    for r in records:
+        e = getattr(r, "extra", {}) or {}
+        if r.claim not in CLAIMS or e.get("error") or "hit" not in e or e.get("task") == "ppl" \
+                or e.get("method") == "exact":
+            continue
+        b = float(e["budget"])
+        got[e["task"]][e["method"]][b] = got[e["task"]][e["method"]].get(b, False) or bool(all(e["hit"]))
+    return {t: {m: min((b for b, ok in by.items() if ok), default=None) for m, by in sorted(ms.items())}
+            for t, ms in got.items()}

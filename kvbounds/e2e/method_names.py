@@ -2,7 +2,7 @@
 compressors)."""
 
 OURS = ("streaming_llm", "uniform", "kcenter", "kcenter_sized", "balancekv", "balancekv_released", "subgen",
-        "subspace")
+        "subspace", "h2o")
 PRESSES = {"streaming_llm": "StreamingLLMPress", "snapkv": "SnapKVPress", "pyramidkv": "PyramidKVPress",
            "knorm": "KnormPress", "tova": "TOVAPress", "expected_attention": "ExpectedAttentionPress",
            "random": "RandomPress"}
@@ -11,3 +11,11 @@ KVPRESS = tuple(f"kvpress:{p}" for p in PRESSES)
 # method separately), so "better than uniform" must not be found for it
 CONTROLS = ("uniform_control",)
 DEFAULT_METHODS = OURS + CONTROLS + KVPRESS
+# methods that read the prefill's captured attention inputs (queries), not only K and V
+NEEDS_INPUTS = ("h2o",)
+# the quick profile's list: what the verdicts of BKV.e2e / SG.e2e need (ours, the papers' baselines, the null
+# control); `full` and `kvbounds e2e` run every press
+QUICK_METHODS = ("balancekv", "balancekv_released", "kcenter", "kcenter_sized", "subgen", "uniform",
+                 "uniform_control", "streaming_llm", "h2o", "kvpress:snapkv", "kvpress:pyramidkv")
+# methods whose cache depends on a random draw: the checks redraw them (robustness to the method's randomness)
+RANDOMIZED = ("uniform", "uniform_control", "balancekv", "balancekv_released", "subgen", "kvpress:random")

@@ -11,6 +11,11 @@
 
 A task instance is a :class:`Task`: ``context`` (compressed after an exact prefill) and ``tail`` (fed after the
 compressed cache), with ``targets`` the positions in ``tail`` whose next token is scored.
+
+Two settings for passkey / lines (issue 21): ``after`` (the harness's first: the question is fed after the
+compressed prompt, so no method can choose by it) and ``inside`` (the papers' LongBench setting: the question
+ends the compressed prompt, inside its exact last window, so SnapKV-style methods see it; only its last token
+and the answer are fed after compression - that token is exact in both cases).
 """
 from __future__ import annotations
 
@@ -64,14 +69,24 @@ def _filler(lm, n_tokens: int, offset: int) -> np.ndarray:
     return ids[o:o + n_tokens]
 
 
-def _answer_task(kind: str, lm, prefix: np.ndarray, question: str, answer: str, meta: dict) -> Task:
+SETTINGS = ("after", "inside")
+
+
+def _answer_task(kind: str, lm, prefix: np.ndarray, question: str, answer: str, meta: dict,
+                 setting: str = "after") -> Task:
+    if setting not in SETTINGS:
+        raise ValueError(f"setting must be one of {SETTINGS}, got {setting!r}")
     q, a = lm.encode(question), lm.encode(answer)
+    meta = dict(meta, question_len=len(q), setting=setting)
+    if setting == "inside":        # the question ends the compressed prompt; its last token starts the tail
+        return Task(kind, np.concatenate([prefix, q[:-1]]), np.concatenate([q[-1:], a[:-1]]), a, answer=answer,
+                    meta=meta)
     tail = np.concatenate([q, a[:-1]])
     # the whole question is the tail (never compressed); the model must predict a from q
-    return Task(kind, prefix, tail, a, answer=answer, meta=dict(meta, question_len=len(q)))
+    return Task(kind, prefix, tail, a, answer=answer, meta=meta)
 
 
-def passkey_task(lm, n: int, seed: int) -> Task:
+def passkey_task(lm, n: int, seed: int, setting: str = "after") -> Task:
     """Context of about ``n`` tokens with the pass key at a uniform depth in [10%, 90%]."""
     rng = np.random.default_rng(seed)
     key = f"{int(rng.integers(10000, 100000))}"
@@ -84,10 +99,10 @@ def passkey_task(lm, n: int, seed: int) -> Task:
     cut = int(depth * body)
     ctx = np.concatenate([intro, filler[:cut], needle, filler[cut:]])
     return _answer_task("passkey", lm, ctx, "\nWhat is the pass key? The pass key is", f" {key}",
-                        dict(depth=depth, key=key, n=int(len(ctx))))
+                        dict(depth=depth, key=key, n=int(len(ctx))), setting)
 
 
-def lines_task(lm, n: int, seed: int) -> Task:
+def lines_task(lm, n: int, seed: int, setting: str = "after") -> Task:
     """As many "line name: REGISTER_CONTENT is <number>" lines as fit in about ``n`` tokens; one is asked."""
     rng = np.random.default_rng(seed)
     intro = lm.encode("Below is a record of lines I want you to remember. Each line begins with 'line <line "
@@ -114,4 +129,4 @@ def lines_task(lm, n: int, seed: int) -> Task:
     q = (f"\nNow the record is over. Tell me what is the <REGISTER_CONTENT> in line {name}? I need the number.\n"
          f"Answer: The <REGISTER_CONTENT> in line {name} is <")
     return _answer_task("lines", lm, ctx, q, num, dict(n_lines=len(lines), asked=j, depth=j / len(lines),
-                                                       n=int(len(ctx))))
+                                                       n=int(len(ctx))), setting)

@@ -1,0 +1,113 @@
+"""The stricter reproduction rule (issue 21) and the end-to-end comparisons it reads: instance-level units,
+redraws, duplicate baselines merged, not-reproduced (bounded) vs not-shown (underpowered)."""
+import numpy as np
+import pytest
+
+from kvbounds.e2e import checks as C
+from kvbounds.e2e import comparisons as CMP
+from kvbounds.records import Record
+from kvbounds.verdict import MIN_INSTANCES, MIN_REDRAWS, combine_reproductions, headline, reproduction_status
+from kvbounds.verdict_fields import REPRODUCTION_VALUES, Reproduction, Verdict
+
+
+def test_count_rule_needs_a_quarter_of_the_cells_for_partial():
+    assert reproduction_status(1, 0, 8) == "not-reproduced"          # 1/8 < 25%
+    assert reproduction_status(2, 0, 8) == "partial"
+    assert reproduction_status(6, 0, 8) == "reproduced"
+    assert reproduction_status(1, 0, 1) == "reproduced"
+    assert reproduction_status(0, 0, 8, powered=False) == "not-shown"
+    assert reproduction_status(1, 0, 8, kind="test") == "partial"     # the caller filtered the test cells
+    assert "not-shown" in REPRODUCTION_VALUES
+    with pytest.raises(ValueError):
+        reproduction_status(1, 0, 2, kind="vibes")
+
+
+def test_not_shown_is_not_evidence_against_and_headline_says_why():
+    reps = [Reproduction("a", "not-shown", "s", bound_note="underpowered: smallest detectable effect 0.2 nats"),
+            Reproduction("b", "not-reproduced", "s", bound_note="evidence against, effect bounded by +0.01 nats")]
+    assert combine_reproductions(reps) == "not-shown"
+    v = Verdict("X", "inconclusive", "", kind="empirical", reproduction="not-shown", reproductions=reps)
+    assert "not shown (underpowered: smallest detectable effect 0.2 nats)" in headline(v)
+
+
+def _records(gain: dict, n_inst: int, task: str = "passkey", budget: float = 0.25) -> list:
+    """gain: method -> callable(instance, draw) -> log-likelihood gain over exact; redraws for 'balancekv'."""
+    out = []
+    for m, f in gain.items():
+        for i in range(n_inst):
+            for draw in range(MIN_REDRAWS if m == "balancekv" else 1):
+                out.append(Record(claim="BKV.e2e", params=dict(task=task, n=512, index=i), seed=0, backend="",
+                                  measured=0.0, bound=0.0, holds=True, bound_kind="exact",
+                                  extra=dict(method=m, task=task, budget=budget, ll=[f(i, draw), 0.0],
+                                             exact_ll=[0.0, 0.0], draw=draw)))
+    return out
+
+
+def test_redraws_duplicates_and_power():
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 0.05, (40, MIN_REDRAWS))
+    base = lambda i, d: -1.0 + 0.3 * np.sin(i)
+    gain = {"balancekv": lambda i, d: base(i, d) + 0.5 + noise[i, d], "uniform": base,
+            "kvpress:snapkv": lambda i, d: base(i, d) - 0.1, "kvpress:pyramidkv": lambda i, d: base(i, d) - 0.1}
+    recs = _records(gain, 12)
+    out = C.compare(recs, {"pseudocode": "balancekv"}, ["uniform", "kvpress:snapkv", "kvpress:pyramidkv"],
+                    ("passkey",))["pseudocode"]
+    assert out["cells"] == 2                          # PyramidKV = SnapKV here: one comparison, counted once
+    assert out["better"] == 2 and out["worse"] == 0
+    assert any("counted once" in d for d in out["details"])
+    # too few instances: significant or not, no cell counts and a miss is not-shown
+    few = C.compare(_records(gain, MIN_INSTANCES - 2), {"pseudocode": "balancekv"}, ["uniform"], ("passkey",))
+    assert few["pseudocode"]["better"] == 0 and not few["pseudocode"]["powered"]
+    assert "underpowered" in few["pseudocode"]["note"]
+
+
+def test_units_are_instances_not_tokens():
+    r = Record(claim="BKV.e2e", params=dict(task="ppl", n=512, index=0), seed=0, backend="", measured=0.0, bound=0.0,
+               holds=True, bound_kind="exact", extra=dict(method="uniform", task="ppl", budget=0.25,
+                                                          ll=[-1.0, -2.0, -3.0], exact_ll=[0.0, 0.0, 0.0]))
+    e = CMP.effects([r], "uniform", 0.25, "ppl")
+    assert list(e) == [0] and list(e[0].values()) == [-2.0]   # one unit per window: the mean per token
+
+
+def test_leaderboard_ranks_marks_ties_and_collapses_uninformative_tables():
+    from kvbounds.e2e.leaderboard import KEYS, leaderboard_rows
+    from kvbounds.report_leaderboard import board_table
+    gain = {"balancekv": lambda i, d: -0.2 + 0.01 * np.sin(i + d), "uniform": lambda i, d: -0.2 + 0.01 * np.cos(i),
+            "kvpress:snapkv": lambda i, d: -2.0 + 0.1 * np.sin(i), "exact": lambda i, d: 0.0}
+    recs = _records(gain, 10)
+    for r in recs:
+        r.extra.update(hit=[False, False] if r.extra["method"] != "exact" else [True, True], memory_floats=100)
+    rows = leaderboard_rows(recs)
+    assert all(set(r) == set(KEYS) for r in rows)
+    ll = sorted((r for r in rows if r["metric"] == "passkey: answer log-likelihood (nats)" and r["method"] != "exact"),
+                key=lambda r: r["rank"])
+    assert ll[0]["best"] and ll[-1]["method"] == "kvpress:snapkv" and not ll[-1]["tied"]
+    assert ll[0]["budget_label"] == "25% of the cache" and {r["family"] for r in ll} == {"ours", "baselines", "kvpress"}
+    assert ll[1]["tied"]                     # balancekv vs uniform: 0.01-sized noise, not significant
+    em = [r for r in rows if r["metric"] == "passkey: exact match" and r["method"] != "exact"]
+    assert len(em) == 1 and em[0]["method"] == "all methods" and "no information" in em[0]["note"]
+    t = board_table(rows)
+    assert t["collapsed"] and t["tables"][0]["rows"][0]["mark"] == "best"
+
+
+def test_first_retrieval_budget():
+    from kvbounds.e2e.leaderboard import first_retrieval
+    recs = _records({"balancekv": lambda i, d: 0.0, "uniform": lambda i, d: 0.0}, 3, budget=0.25)
+    recs += _records({"uniform": lambda i, d: 0.0}, 3, budget=0.5)
+    for r in recs:
+        r.extra["hit"] = [r.extra["method"] == "balancekv" or r.extra["budget"] == 0.5]
+    assert first_retrieval(recs) == {"passkey": {"balancekv": 0.25, "uniform": 0.5}}
+
+
+def test_papers_setting_puts_the_question_inside_the_compressed_prompt():
+    import types
+    from kvbounds.e2e import tasks
+    from kvbounds.e2e.checks import profile_grid
+    lm = types.SimpleNamespace(encode=lambda t: np.frombuffer(t.encode(), np.uint8).astype(np.int64))
+    after, inside = tasks.passkey_task(lm, 600, 1), tasks.passkey_task(lm, 600, 1, "inside")
+    q = after.meta["question_len"]
+    assert np.array_equal(inside.context[-(q - 1):], after.tail[:q - 1])       # the question ends the prompt
+    assert len(inside.tail) == len(after.tail) - q + 1 and np.array_equal(inside.targets, after.targets)
+    grid = profile_grid("x", {"passkey": (512, 2), "ppl": (512, 2)}, settings=("after", "inside"))
+    assert sum(p.get("setting") == "inside" and p.get("block_size") == 128 for p in grid) == 2
+    assert not any("setting" in p for p in grid if p["task"] == "ppl")
