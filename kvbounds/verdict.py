@@ -247,11 +247,11 @@ def reproduction_status(better: int, worse: int, cells: int, *, kind: str = "cou
     once), ``better`` cells show the claimed direction significantly and ``worse`` cells the opposite direction:
       * ``reproduced``      better >= 3/4 of the cells and no cell significantly the other way,
       * ``reversed``        worse >= 3/4 of the cells and no cell significantly in the claimed direction,
-      * ``partial``         short of ``reproduced``, with at least max(1, 1/4 of the cells) better cells
-                            (``kind="count"``: a count of cells meeting a criterion) or at least one better cell
-                            (``kind="test"``: the caller counts a cell only when it has >= :data:`MIN_INSTANCES`
-                            independent instances and, for a randomised method, is significant in most of
-                            >= :data:`MIN_REDRAWS` redraws of the method's randomness),
+      * ``partial``         short of ``reproduced``, with at least max(1, 1/4 of the cells) better cells, for
+                            both kinds (one rule everywhere): ``kind="count"`` counts cells meeting a criterion;
+                            ``kind="test"`` counts a cell only when it has >= :data:`MIN_INSTANCES` independent
+                            instances and, for a randomised method, is significant in most of >= :data:`MIN_REDRAWS`
+                            redraws of the method's randomness,
       * ``not-reproduced``  otherwise, when the cells had the power to show the effect (evidence against;
                             the caller gives the bound on the effect in ``Reproduction.bound_note``),
       * ``not-shown``       otherwise, when they had not (``powered=False``: too few instances or redraws, or
@@ -265,7 +265,7 @@ def reproduction_status(better: int, worse: int, cells: int, *, kind: str = "cou
         return "reproduced"
     if worse >= math.ceil(0.75 * cells) and better == 0:
         return "reversed"
-    if better >= (1 if kind == "test" else max(1, math.ceil(PARTIAL_SHARE * cells))):
+    if better >= max(1, math.ceil(PARTIAL_SHARE * cells)):
         return "partial"
     return "not-reproduced" if powered else "not-shown"
 

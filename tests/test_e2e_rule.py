@@ -16,7 +16,9 @@ def test_count_rule_needs_a_quarter_of_the_cells_for_partial():
     assert reproduction_status(6, 0, 8) == "reproduced"
     assert reproduction_status(1, 0, 1) == "reproduced"
     assert reproduction_status(0, 0, 8, powered=False) == "not-shown"
-    assert reproduction_status(1, 0, 8, kind="test") == "partial"     # the caller filtered the test cells
+    # the same share for test-type cells (the caller filtered them: >= 8 instances, most redraws significant)
+    assert reproduction_status(1, 0, 8, kind="test") == "not-reproduced"
+    assert reproduction_status(2, 0, 8, kind="test") == "partial"
     assert "not-shown" in REPRODUCTION_VALUES
     with pytest.raises(ValueError):
         reproduction_status(1, 0, 2, kind="vibes")
