@@ -202,7 +202,8 @@ def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], 
         if avail and vals:
             cell.best = min(avail, key=lambda n: (avail[n], n))
             ms, cs = _pairs(ran, cell.best, value)
-            ratios = [m / c if c > 0 else (math.inf if m > 0 else 1.0) for m, c in zip(ms, cs)]
+            # a control at the method's memory can be exact (the method holds as much as the whole prefix): inf
+            ratios = [m / c if c > 1e-12 * abs(m) else (math.inf if m > 0 else 1.0) for m, c in zip(ms, cs)]
             med, lo, hi = median_ci(ratios)
             cell.ratio, cell.ratio_ci = med, (lo, hi)
         cells.append(cell)
@@ -210,7 +211,7 @@ def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], 
 
 
 def _fmt(x: float | None) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"{x:.3g}"
+    return "-" if x is None or math.isnan(x) else "inf" if math.isinf(x) else f"{x:.3g}"
 
 
 def _decide(cells: list[PowerCell], metric: str, alpha: float) -> TrivialPower:

@@ -3,7 +3,8 @@ and the estimators are in :mod:`kvbounds.controls`). Used by BKV.attention, SG.a
 
 Families (``FAMILIES``):
   * ``synthetic benign``   today's streams: random unit keys and queries of norm r (near-uniform softmax, where
-                           the mean of the values is almost exact);
+                           the mean of the values is almost exact); ``benign="clustered"`` in the params gives
+                           SubGen's clusterable keys (``make_trace("clustered")``) instead;
   * ``concentrated``       keys in a few tight clusters plus ``HEAVY`` heavy tokens early in the stream; every
                            query points at one heavy token, with logit gap ``GAP`` (in the claim's own logit
                            scale) over the clusters: most of the softmax mass on a few tokens;
@@ -96,6 +97,11 @@ def stream(params: dict, seed: int, *, scale_of_d, values: str = "gaussian", dv:
     if fam == "concentrated":
         Q, K, r = concentrated_stream(rng, n, d, scale_of_d(d))
         note = f"{HEAVY} heavy tokens, logit gap >= {GAP:g}"
+    elif fam == "synthetic benign" and params.get("benign") == "clustered":     # SubGen's own regime
+        from kvbounds.traces.synthetic import make_trace
+        tr = make_trace("clustered", n=n, d=d, seed=rng, m=params.get("m", 4), r=1.0, spread=0.05)
+        return tr.Q, tr.K, tr.V, float(max(np.linalg.norm(tr.K, axis=1).max(), np.linalg.norm(tr.Q, axis=1).max())), \
+            f"clusterable keys (m = {params.get('m', 4)}, spread 0.05), r = 1"
     elif fam == "synthetic benign":
         r = params.get("r", 1.0)
         Q, K = unit_directions(rng, n, d) * r, unit_directions(rng, n, d) * r
