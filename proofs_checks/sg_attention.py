@@ -208,7 +208,7 @@ def summarize(records) -> Verdict:
             FigureSpec("floats held vs n, clusterable stream (bound: d(mt+s))", x="n", check="memory"),
             FigureSpec("floats held vs n, isotropic stream (m' grows with n)", x="n", check="memory isotropic"),
             FigureSpec("seconds per step / d(mt+s) along each sweep", x="n", check="step time", y="ratio")]
-    if not records:
+    if not records and not pw:
         return standard_verdict(CLAIM, [], figures=figs)
     parts, findings, errata = [], [], []
     proven_c = fitted_c = None
