@@ -253,13 +253,12 @@ def _decide(cells: list[PowerCell], metric: str, alpha: float) -> TrivialPower:
     return TrivialPower(power, f"trivial controls ({rule}): {head}. " + "; ".join(lines), note, cells)
 
 
-def power_table_lines(table: Sequence[dict], alpha: float = ALPHA) -> list[str]:
-    """Plain-text rows of a verdict's ``power_table`` (``kvbounds show``): per setting, the method's metric beside
-    each control's (``*``: the method is significantly below it), and method / best control with its interval."""
+def power_table_cells(table: Sequence[dict], alpha: float = ALPHA) -> list[list[str]]:
+    """A verdict's ``power_table`` as rows of strings (header first): per setting, the method's metric beside each
+    control's (``*``: the method is significantly below it, after Holm), and method / best control [95%]."""
     names = sorted({n for c in table for n in c["controls"]}, key=lambda n: (list(CONTROL_LABELS).index(n)
                                                                              if n in CONTROL_LABELS else 99, n))
-    head = ["setting", "streams", "method"] + [CONTROL_LABELS.get(n, n) for n in names] + ["method / best [95%]"]
-    rows = [head]
+    rows = [["setting", "streams", "method"] + [CONTROL_LABELS.get(n, n) for n in names] + ["method / best [95%]"]]
     for c in table:
         if not c["p_adjusted"]:
             rows.append([c["setting"], "0", "not run: " + (c["missing"] or "no records")] + [""] * (len(names) + 1))
@@ -268,5 +267,43 @@ def power_table_lines(table: Sequence[dict], alpha: float = ALPHA) -> list[str]:
         lo, hi = c["ratio_ci"]
         rows.append([c["setting"], str(c["streams"]), _fmt(c["method"])] + cells +
                     [f"{_fmt(c['ratio'])} vs {CONTROL_LABELS.get(c['best'], c['best'])} [{_fmt(lo)}, {_fmt(hi)}]"])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return rows
+
+
+def power_table_lines(table: Sequence[dict], alpha: float = ALPHA) -> list[str]:
+    """:func:`power_table_cells` as aligned plain-text lines (``kvbounds show``)."""
+    rows = power_table_cells(table, alpha)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
+
+
+# ------------------------------------------------------------------ the report's "does it beat doing nothing" table
+ALGORITHMS = {"BKV.attention": "BalanceKV (pseudocode)", "MR.error": "MergeAndReduce", "SG.attention": "SubGen"}
+
+
+def beat_nothing_table(verdicts: dict) -> dict | None:
+    """Rows = algorithms (the claims whose verdict has a power table), columns = settings (stream families), cell =
+    median ratio of the method's error to the best trivial control with its 95% interval; tone ``good`` when the
+    method beats every control there (significantly, Holm), ``bad`` when the interval lies at or above 1."""
+    rows, cols = [], []
+    for cid, v in verdicts.items():
+        table = getattr(v, "power_table", None) or []
+        if not table:
+            continue
+        cells = {}
+        for c in table:
+            cols.append(c["setting"])
+            if not c["p_adjusted"]:
+                cells[c["setting"]] = dict(text="not run", title=c["missing"], tone="none")
+                continue
+            lo, hi = c["ratio_ci"]
+            beats = all(p < ALPHA for p in c["p_adjusted"].values())
+            tone = "good" if beats else "bad" if lo >= 1 else "warn"
+            cells[c["setting"]] = dict(text=f"{_fmt(c['ratio'])} [{_fmt(lo)}, {_fmt(hi)}]", tone=tone,
+                                       title=f"vs {CONTROL_LABELS.get(c['best'], c['best'])}, {c['streams']} streams")
+        rows.append(dict(algorithm=ALGORITHMS.get(cid, cid), claim=cid, cells=cells))
+    if not rows:
+        return None
+    cols = sorted(set(cols), key=lambda s: (s not in ("synthetic benign",), s))
+    return dict(columns=cols, rows=[dict(r, cells=[r["cells"].get(c, dict(text="-", title="", tone="none"))
+                                                   for c in cols]) for r in rows])
