@@ -156,9 +156,9 @@ def _pairs(records: Sequence[Record], name: str, value: Callable[[Record], float
     for r in records:
         c = r.extra.get("controls", {}).get(name)
         v = value(r)
-        if c is not None and math.isfinite(float(c)) and math.isfinite(v):
-            ms.append(v)
-            cs.append(float(c))
+        if c is not None and not math.isnan(float(c)) and not math.isnan(v):   # inf (undefined estimate) is worst
+            ms.append(min(v, 1e300))
+            cs.append(min(float(c), 1e300))
     return ms, cs
 
 
@@ -195,7 +195,7 @@ def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], 
         for name in names:
             _, cs = _pairs(ran, name, value)
             meds[name] = float(np.median(cs)) if cs else None
-        vals = [value(r) for r in ran if math.isfinite(value(r))]
+        vals = [value(r) for r in ran if not math.isnan(value(r))]
         cell = PowerCell(s, len(vals), float(np.median(vals)) if vals else math.nan, meds,
                          {n: adj[(s, n)] for n in names}, missing=info["missing"])
         avail = {n: v for n, v in meds.items() if v is not None}

@@ -104,3 +104,9 @@ def test_attention_controls_at_full_memory_are_exact():
     for name in ("uniform", "recent"):
         m, u = num[name]
         assert np.allclose(math.exp(m) * u, w @ V)
+
+
+def test_an_undefined_estimate_counts_against_the_method():
+    recs = [rec("a", i, math.inf if i < 3 else 0.01, zeros=1.0) for i in range(MIN_STREAMS)]
+    p = power_vs_controls(recs, setting=lambda r: r.params["family"])
+    assert p.cells[0].streams == MIN_STREAMS and p.power == "low"
