@@ -35,19 +35,27 @@ def power_trials(profile: str, base: dict) -> list[dict]:
     """One trial per (family, stream): ``rep`` streams per family (>= 10, the power rule's minimum)."""
     reps = pick(profile, smoke=2, quick=10, full=20)
     fams = pick(profile, smoke=FAMILIES[:2], quick=FAMILIES, full=FAMILIES)
-    head_dim = {"real SmolLM2": 64, "real MiniLM": 32}
-    return [dict(base, family=f, rep=i, sweep="power", **({"d": head_dim[f]} if f in head_dim else {}))
-            for f in fams for i in range(reps)]
+    return [dict(base, family=f, rep=i, sweep="power", **real_params(f, profile)) for f in fams for i in range(reps)]
 
 
-@functools.lru_cache(maxsize=4)
+def real_params(family: str, profile: str) -> dict:
+    """A real family's head dimension and, on smoke and quick, the few layers its streams sample (loading a layer
+    costs more than a stream); on full every layer."""
+    if family not in REAL:
+        return {}
+    few = {"real SmolLM2": (2, 14, 27), "real MiniLM": (0, 3, 5)}[family]
+    return dict(d={"real SmolLM2": 64, "real MiniLM": 32}[family],
+                **({} if profile in ("full", "gpu") else {"layers": few}))
+
+
+@functools.lru_cache(maxsize=8)
 def _layer(model: str, layer: int, n: int):
     from kvbounds.traces.real import layer_heads
     Q, K, V, _ = layer_heads(f"{model}:L{layer}:{n}")
     return Q, K, V
 
 
-def real_stream(family: str, rng: np.random.Generator, n: int):
+def real_stream(family: str, rng: np.random.Generator, n: int, layers=None):
     """(Q, K, V, note) of one random (layer, head, window) of the family's model, or raise ``LookupError`` with
     the reason when the model is unavailable here."""
     from kvbounds.traces.real import MODEL_INFO, available
@@ -56,7 +64,8 @@ def real_stream(family: str, rng: np.random.Generator, n: int):
     if why:
         raise LookupError(why)
     info = MODEL_INFO[model]
-    layer, head = int(rng.integers(info["n_layers"])), int(rng.integers(info["n_heads"]))
+    layer = int(rng.choice(layers)) if layers else int(rng.integers(info["n_layers"]))
+    head = int(rng.integers(info["n_heads"]))
     Q, K, V = _layer(model, layer, n_cached)
     start = int(rng.integers(0, n_cached - n + 1))
     sl = slice(start, start + n)
@@ -88,7 +97,7 @@ def stream(params: dict, seed: int, *, scale_of_d, values: str = "gaussian", dv:
     fam, n, d = params["family"], params["n"], params["d"]
     dv = dv or d
     if fam in REAL:
-        Q, K, V, note = real_stream(fam, rng, n)
+        Q, K, V, note = real_stream(fam, rng, n, params.get("layers"))
         d_real = K.shape[1]
         if scale_of_d(d_real) == 1.0:      # SubGen's exp(<q, k>): q / sqrt(d) gives the model's attention
             Q = Q / math.sqrt(d_real)

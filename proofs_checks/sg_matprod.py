@@ -31,7 +31,7 @@ from kvbounds.controls import WorstError, numerator_controls, power_vs_controls
 from kvbounds.theory.subgen import MATPROD_FAIL, matprod_bound, matprod_error_second_moment, matprod_s, matprod_s_proven
 
 from .common import failure_rate_ok, make_record, pick
-from .power_streams import POWER_CHECK
+from .power_streams import POWER_CHECK, real_params
 from .power_streams import stream as power_stream
 from .sg_partition import run_stream, smallest_passing_constant, theorem_stream
 
@@ -80,9 +80,8 @@ def trials(profile: str) -> list[dict]:
                C=64.0)
     out += [ctl, dict(ctl, sampling="key")]
     reps = pick(profile, smoke=2, quick=10, full=20)
-    head_dim = {"real SmolLM2": 64, "real MiniLM": 32}
     out += [dict(base, kind="power", sweep="power", family=f, rep=i, replicas=1, eps=1.0,
-                 **({"d": head_dim[f]} if f in head_dim else {}))
+                 **real_params(f, profile))
             for f in pick(profile, smoke=POWER_FAMILIES[:2], quick=POWER_FAMILIES, full=POWER_FAMILIES)
             for i in range(reps)]
     return out
