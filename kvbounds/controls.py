@@ -280,7 +280,8 @@ def power_table_lines(table: Sequence[dict], alpha: float = ALPHA) -> list[str]:
 # ------------------------------------------------------------------ the report's "does it beat doing nothing" table
 ALGORITHMS = {"BKV.attention": "BalanceKV (pseudocode)", "MR.error": "MergeAndReduce", "SG.attention": "SubGen",
               "SG.matprod": "SubGen l2 sampling (matrix product)", "FD.covariance": "Frequent Directions",
-              "SG.partition": "SubGen normaliser (partition function)", "FD.residual": "Frequent Directions (top-r space)"}
+              "SG.partition": "SubGen normaliser (partition function)", "FD.residual": "Frequent Directions (top-r space)",
+              "SUB.output-error": "static subspace (rank 8)"}
 
 
 def beat_nothing_table(verdicts: dict) -> dict | None:
