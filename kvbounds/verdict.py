@@ -14,7 +14,10 @@ A verdict has separate dimensions, each decided by one rule of this module, the 
     parameter (the measured exponent falls short of the stated one) while no decisive bound fails;
     :class:`RateInfo` carries the tested range, exponents with a 95% interval and where the rate should set in.
   * ``power``      (:func:`decide_power`) ``low`` when a negative control is not rejected (including a
-    control that also meets a bound too loose to tell it apart), ``shown`` when every control is rejected.
+    control that also meets a bound too loose to tell it apart), ``shown`` when every control is rejected;
+    for error-bound claims also against the trivial estimators (zeros, the mean of the values, a uniform sample
+    and the recent window at the method's memory; :mod:`kvbounds.controls`, issue 20): ``low`` with the headline
+    "no better than <control> (<where>)" unless the method beats every one of them significantly.
   * ``reproduction`` (:func:`combine_reproductions`, :func:`reproduction_status`) for empirical claims.
 
 :func:`decide` applies all rules to a check's records; :func:`finalize` derives ``headline`` and the legacy
