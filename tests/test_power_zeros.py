@@ -46,3 +46,13 @@ def test_zeros_in_place_of_the_method_gives_low_power(claim, monkeypatch):
     assert v.power == "low", v.power_detail
     assert "zeros" in v.power_note and v.power_note in v.headline
     assert {c["setting"] for c in v.power_table} == set(FAMILIES)
+
+
+def test_a_missing_real_trace_is_reported_not_dropped(monkeypatch):
+    import kvbounds.traces.real as real
+    monkeypatch.setattr(real, "available", lambda model: f"{model}: package not installed (test)")
+    p = dict(CASES["BKV.attention"][4], family="real MiniLM", rep=0, sweep="power", d=32)
+    recs = bkv_attention.run_trial(p, 1, "numpy")
+    assert len(recs) == 1 and "package not installed" in recs[0].extra["missing"]
+    v = bkv_attention.summarize(recs)
+    assert "real MiniLM: not run (minilm: package not installed (test))" in v.summary
