@@ -87,6 +87,12 @@ def _cmd_show(args) -> int:
     print(f"verdict: {headline(v)}  ({', '.join(f'{k} {val}' for k, val in d.items() if val != 'n/a')}; "
           f"{len(recs)} records in {args.out})")
     print(textwrap.fill(cite(v.summary), WIDTH, initial_indent="         ", subsequent_indent="         "))
+    if v.power_table:
+        from .controls import power_table_lines
+        print("         does it beat doing nothing? (the claim's metric, median over streams; * = method significantly "
+              "below, Holm)")
+        for line in power_table_lines(v.power_table):
+            print("           " + line)
     for f in v.findings:
         print(textwrap.fill(f"- [{f.kind}] {cite(f.title)}", WIDTH, initial_indent="         ",
                             subsequent_indent="           "))

@@ -203,6 +203,7 @@ def _constant_rows(v: Verdict) -> list[dict]:
 
 
 def _card(cid: str, v: Verdict, figures: list) -> dict:
+    from .controls import power_table_cells
     c = registry.CLAIMS[cid]
     return {
         "id": cid, "anchor": "claim-" + re.sub(r"[^A-Za-z0-9_-]", "_", cid), "family": c.family,
@@ -217,6 +218,7 @@ def _card(cid: str, v: Verdict, figures: list) -> dict:
                     "input": canonical(e.smallest_input) if e.smallest_input else ""} for e in v.errata],
         "rate_info": dataclasses.asdict(v.rate_info) if v.rate_info else None,
         "reproductions": [dataclasses.asdict(r) for r in v.reproductions], "power_detail": v.power_detail,
+        "power_table": power_table_cells(v.power_table) if v.power_table else None,
         "findings": [{"kind": f.kind, "title": registry.cite(f.title), "detail": registry.cite(f.detail),
                       "input": canonical(f.smallest_input) if f.smallest_input else ""} for f in v.findings],
         "deferred": v.deferred, "figures": figures, "bound_path": source_path(c.bound), "check_path": source_path(c.check),
@@ -299,7 +301,8 @@ def _at_a_glance(verdicts: dict[str, Verdict]) -> list[tuple]:
     out = sorted(((h, n, tones.get(h, "warn")) for h, n in cnt.items()), key=lambda t: (order[t[2]], -t[1], t[0]))
     extra = [("with errata in a proof step", sum(dimensions(v)["proof"] == "errata" for v in verdicts.values())),
              ("with a stated rate not reached", sum(dimensions(v)["rate"] == "not-reached" for v in verdicts.values())),
-             ("with low power", sum(dimensions(v)["power"] == "low" for v in verdicts.values()))]
+             ("with low power", sum(dimensions(v)["power"] == "low" for v in verdicts.values())),
+             ("no better than a trivial estimator somewhere", sum(bool(v.power_note) for v in verdicts.values()))]
     return out + [(h, n, "none") for h, n in extra if n]
 
 
@@ -321,7 +324,9 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
                       "input": canonical(f["smallest_input"]) if f["smallest_input"] else ""} for f in fs]
               for kind, fs in group_by_kind(unique_findings(verdicts)).items()}
     from .report_leaderboard import board_table
+    from .controls import beat_nothing_table
     return _env().get_template("report.html.j2").render(
+        nothing=beat_nothing_table(verdicts),
         cards=cards, dims=DIMENSIONS, totals=_matrix_totals(verdicts), glance=_at_a_glance(verdicts),
         groups=groups, n_findings=sum(len(fs) for fs in groups.values()), meta=meta or run_metadata(records, verdicts, Path(".")),
         errors=error_rows(errors), board=board_table(board) if board else None, board_figure=board_figure,

@@ -14,7 +14,10 @@ A verdict has separate dimensions, each decided by one rule of this module, the 
     parameter (the measured exponent falls short of the stated one) while no decisive bound fails;
     :class:`RateInfo` carries the tested range, exponents with a 95% interval and where the rate should set in.
   * ``power``      (:func:`decide_power`) ``low`` when a negative control is not rejected (including a
-    control that also meets a bound too loose to tell it apart), ``shown`` when every control is rejected.
+    control that also meets a bound too loose to tell it apart), ``shown`` when every control is rejected;
+    for error-bound claims also against the trivial estimators (zeros, the mean of the values, a uniform sample
+    and the recent window at the method's memory; :mod:`kvbounds.controls`, issue 20): ``low`` with the headline
+    "no better than <control> (<where>)" unless the method beats every one of them significantly.
   * ``reproduction`` (:func:`combine_reproductions`, :func:`reproduction_status`) for empirical claims.
 
 :func:`decide` applies all rules to a check's records; :func:`finalize` derives ``headline`` and the legacy
@@ -311,7 +314,7 @@ def headline(v: Verdict) -> str:
     if v.errata:
         parts.append(f"proof has {len(v.errata)} errat{'um' if len(v.errata) == 1 else 'a'}")
     if v.power == "low":
-        parts.append("low power (a control is not rejected)")
+        parts.append(v.power_note or "low power (a control is not rejected)")
     return "; ".join(parts)
 
 
@@ -345,23 +348,30 @@ def decide(claim: str, records: Sequence[Record], *, summary: str = "", kind: st
            controls: Sequence[Control] | None = None, rate: tuple[str, RateInfo | None] = ("n/a", None),
            reproductions: Sequence[Reproduction] = (), same_setup: bool = False,
            proven: Constant | None = None, fitted: Constant | None = None, corrected: str = "",
-           power_detail: str = "") -> Verdict:
+           power_detail: str = "", trivial=None) -> Verdict:
     """Apply every rule to a check's records and return the finalized :class:`Verdict`.
 
     ``controls`` defaults to :func:`controls_from_records`; ``rate`` comes from :func:`decide_rate`;
-    ``proof_checked`` says the check examined the proof (so no errata means ``sound``)."""
+    ``proof_checked`` says the check examined the proof (so no errata means ``sound``). ``trivial``: the
+    :class:`kvbounds.controls.TrivialPower` of the method against the trivial estimators; power is ``low`` when
+    either it or the check's own controls say so, and the headline names the trivial control that matches it."""
     records = canonical_order(records)
     kind = kind or _claim_kind(claim) or "theorem"
     repro = combine_reproductions(reproductions) if reproductions else "n/a"
     statement, cx = decide_statement(records, kind=kind, refutable=refutable, reproduction=repro,
                                      same_setup=same_setup, proof_steps=proof_steps)
     power, pdetail = decide_power(controls_from_records(records) if controls is None else controls)
+    note, table = "", []
+    if trivial is not None and trivial.power != "n/a":
+        power = "low" if "low" in (power, trivial.power) else "shown"
+        pdetail = "; ".join(x for x in (power_detail or pdetail, trivial.detail) if x)
+        power_detail, note, table = "", trivial.note, trivial.table()
     v = Verdict(claim, "", summary, findings=list(findings), figures=list(figures), n_records=len(records),
                 kind=kind, statement=statement, proof="errata" if errata else "sound" if proof_checked else "n/a",
                 rate=rate[0], reproduction=repro, power=power, counterexample=cx,
                 corrected=corrected if statement == "false" else "", errata=list(errata), rate_info=rate[1],
                 reproductions=list(reproductions), power_detail=power_detail or pdetail,
-                proven_constant=proven, fitted_constant=fitted)
+                proven_constant=proven, fitted_constant=fitted, power_note=note, power_table=table)
     return finalize(v)
 
 

@@ -120,6 +120,8 @@ class Verdict:
     rate_info: RateInfo | None = None
     reproductions: list[Reproduction] = dataclasses.field(default_factory=list)
     power_detail: str = ""
+    power_note: str = ""            # the headline's words when power is low against trivial estimators (issue 20)
+    power_table: list = dataclasses.field(default_factory=list)   # per setting: method vs trivial controls (dicts)
     proven_constant: Constant | None = None
     fitted_constant: Constant | None = None
     deferred: str = ""              # trials not run on the backends recorded (too large for them), by size

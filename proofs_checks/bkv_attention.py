@@ -28,8 +28,12 @@ from kvbounds.algorithms.balance_kv import BalanceKV, DegenerateEstimate
 from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
 from kvbounds.verdict import FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth, mark
 
+from kvbounds.controls import WorstError, attention_controls, power_vs_controls
+
 from .common import make_record, pick, unit_directions
 from .mr_error import checkpoints
+from .power_streams import POWER_CHECK, power_trials
+from .power_streams import stream as power_stream
 
 CLAIM = "BKV.attention"
 SOURCE = "BalanceKV-NeurIPS Thm 3.1, Alg. 1"
@@ -46,12 +50,13 @@ def trials(profile: str) -> list[dict]:
     n = pick(profile, smoke=256, quick=2048, full=8192)
     base = dict(n=n, d=8, r=1.0, eps=0.5, delta=0.01, values="spread")
     if profile == "smoke":
-        return [dict(base, t=16, sweep="t"), dict(base, t=formula_t(8, 1.0, 0.5), eps=0.5, sweep="formula")]
+        return [dict(base, t=16, sweep="t"), dict(base, t=formula_t(8, 1.0, 0.5), eps=0.5, sweep="formula")] + \
+            power_trials(profile, dict(base, n=128, t=32))
     out = [dict(base, t=t, sweep="t") for t in (16, 32, 64, 128)]
     out += [dict(base, d=d, t=32, sweep="d") for d in (4, 8, 16, 32)]
     out += [dict(base, r=r, t=32, sweep="r") for r in (0.5, 1.0, 1.5, 2.0)]
     out += [dict(base, eps=e, t=formula_t(8, 1.0, e), sweep="formula") for e in (1.0, 0.5, 0.25)]
-    return out
+    return out + power_trials(profile, dict(base, n=pick(profile, smoke=128, quick=256, full=512), t=32))
 
 
 def spread_values(rng, n, s):
@@ -61,6 +66,8 @@ def spread_values(rng, n, s):
 
 @single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
+    if params["sweep"] == "power":
+        return power_trial(params, seed, backend)
     n, d, r, t, eps, delta = (params[k] for k in ("n", "d", "r", "t", "eps", "delta"))
     rng = np.random.default_rng(seed)
     Q, K = unit_directions(rng, n, d) * r, unit_directions(rng, n, d) * r
@@ -99,6 +106,8 @@ def run_trial(params: dict, seed: int, backend: str):
 def summarize(records) -> Verdict:
     figs = [FigureSpec("eps_hat vs t (bound: each version's eps(t) shape)", x="t", hue="check", y="ratio"),
             FigureSpec("eps_hat vs eps with t from the formula", x="eps", check=FORMULA)]
+    n_all = len(records)
+    trivial, records = power_summary(records)
     records = mark(records, lambda r: r.check == FORMULA and "reading" not in r.extra, reading=READING)
     parts, findings = [], []
     gs = {}
@@ -136,4 +145,54 @@ def summarize(records) -> Verdict:
     rate = decide_rate(g, stated_exponent=-1.0) if g else ("n/a", None)
     fitted = fitted_constant([r for r in records if r.check == "BalanceKV-NeurIPS shape"],
                              "max eps_hat / (sqrt(d) e^{2r^2/sqrt d}/t) (BalanceKV-NeurIPS's t solved for eps; polylog factors in C)")
-    return decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, rate=rate, fitted=fitted)
+    parts.append(trivial.detail)
+    v = decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, rate=rate, fitted=fitted,
+               trivial=trivial)
+    v.n_records = n_all
+    return v
+
+
+# ------------------------------------------------------------------ power against the trivial estimators (issue 20)
+def power_trial(params: dict, seed: int, backend: str):
+    """eps_hat of BalanceKV and of each trivial estimator (kvbounds.controls) on one stream of a family, at the
+    same checkpoints and in the theorem's units ||z - Attn|| / (||softmax|| ||V_j||_F); the uniform sample and the
+    recent window hold as many tokens as BalanceKV holds at that step."""
+    n, t, eps, delta = (params[k] for k in ("n", "t", "eps", "delta"))
+    try:
+        Q, K, V, r, note = power_stream(params, seed, scale_of_d=lambda d: 1 / math.sqrt(d),
+                                        values="spread" if params["family"] == "synthetic benign" else "gaussian")
+    except LookupError as e:
+        return [make_record(CLAIM, params, measured=math.nan, bound=math.nan, holds=True, bound_kind="shape",
+                            check=POWER_CHECK, source=SOURCE, missing=str(e))]
+    d = K.shape[1]
+    T = max(int(math.log2(n / t)), 0)
+    bkv = BalanceKV(d, batch_size=t, levels=T, eps=eps, r=r * (1 + 1e-9), delta=delta, seed=seed + 1, n=n)
+    Kb, Vb, Qb = asarray(K, backend), asarray(V, backend), asarray(Q, backend)
+    cps = set(checkpoints(n, t, np.random.default_rng(seed + 2)))
+    ctl_rng, ctl = np.random.default_rng(seed + 3), WorstError()
+    worst, degenerate = 0.0, None
+    for j in range(1, n + 1):
+        bkv.update(Kb[j - 1], Vb[j - 1])
+        if j not in cps:
+            continue
+        exact = exact_attention(Q[j - 1], K[:j], V[:j])
+        scale = np.linalg.norm(attention_weights(Q[j - 1], K[:j])) * np.linalg.norm(V[:j])
+        ctl.add_all(attention_controls(Q[j - 1], K[:j], V[:j], bkv.num_stored(), ctl_rng, scale=1 / math.sqrt(d)),
+                    exact, scale)
+        try:
+            z = to_numpy(bkv.query(Qb[j - 1]))
+        except DegenerateEstimate as e:
+            degenerate, worst = degenerate or str(e), math.inf
+            continue
+        worst = max(worst, float(np.linalg.norm(z - exact) / scale))
+    controls = ctl.values()
+    return [make_record(CLAIM, params, measured=worst, bound=min(controls.values()), holds=worst < min(controls.values()),
+                        bound_kind="shape", check=POWER_CHECK, source=SOURCE, controls=controls, stream=note,
+                        stored=bkv.num_stored(), r_stream=r, degenerate=degenerate)]
+
+
+def power_summary(records):
+    """(TrivialPower, the records without the power sweep's) for :func:`summarize`."""
+    pw = [r for r in records if r.check == POWER_CHECK]
+    return power_vs_controls(pw, setting=lambda r: r.params["family"], metric="eps_hat"), \
+        [r for r in records if r.check != POWER_CHECK]

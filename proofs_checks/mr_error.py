@@ -33,7 +33,11 @@ from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, decide, de
 from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rate_onset, rate_onset, walk_constant
 from kvbounds.registry import PAPERS
 
+from kvbounds.controls import WorstError, numerator_controls, power_vs_controls
+
 from .common import deferred_record, make_record, on_gpu, pick, unit_directions
+from .power_streams import POWER_CHECK, power_trials
+from .power_streams import stream as power_stream
 
 CLAIM = "MR.error"
 SOURCE = {"001": "BalanceKV-NeurIPS Thm 3.4", "000": "BalanceKV-preprint thm:MergeAndReduce"}
@@ -46,8 +50,9 @@ def trials(profile: str) -> list[dict]:
     if profile == "gpu":   # the regime sweep: t* ~ 1.9e4 at d = 2, s = 1, r = 1
         return [dict(n=4 * t, d=2, s=1, r=1.0, t=t, delta=0.01, sweep="t-large", c="paper") for t in LARGE_T]
     base = dict(n=pick(profile, smoke=256, quick=2048, full=8192), d=8, s=4, r=1.0, t=32, delta=0.01)
+    power = power_trials(profile, dict(base, n=pick(profile, smoke=128, quick=256, full=512), t=32, c="paper"))
     if profile == "smoke":
-        return [dict(base, t=t, sweep="t", c="paper") for t in (16, 32)]
+        return [dict(base, t=t, sweep="t", c="paper") for t in (16, 32)] + power
     sweeps = {"t": [16, 32, 64, 128], "s": [1, 4, 16], "r": [0.5, 1.0, 1.5, 2.0],
               "n": pick(profile, smoke=[], quick=[512, 1024, 2048, 4096], full=[1024, 4096, 16384])}
     out = []
@@ -55,7 +60,7 @@ def trials(profile: str) -> list[dict]:
         for val in vals:
             for c in ("paper", "log"):
                 out.append(dict(base, **{key: val}, sweep=key, c=c))
-    return out
+    return out + power
 
 
 def stream(seed: int, n: int, d: int, s: int, r: float):
@@ -79,6 +84,8 @@ def exact_numerator_log(K, V, q, j):
 
 @single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
+    if params["sweep"] == "power":
+        return power_trial(params, seed, backend)
     n, d, s, r, t, delta = (params[k] for k in ("n", "d", "s", "r", "t", "delta"))
     if params["sweep"] == "t-large" and t > CPU_T_MAX and not on_gpu(backend):
         return [deferred_record(CLAIM, params, source=SOURCE["001"], reason=f"4t tokens balanced in batches of t "
@@ -151,6 +158,10 @@ def _regime(large, parts, figs, findings, rate):
 
 
 def summarize(records) -> Verdict:
+    n_all = len(records)
+    trivial = power_vs_controls([r for r in records if r.check == POWER_CHECK],
+                                setting=lambda r: r.params["family"], metric="eps_hat")
+    records = [r for r in records if r.check != POWER_CHECK]
     figs = [FigureSpec("eps_hat / shape vs t", x="t", hue="check", y="ratio", sweep="t"),
             FigureSpec("eps_hat / shape vs s (BalanceKV-NeurIPS has sqrt(s), BalanceKV-preprint does not)", x="s", hue="check", y="ratio"),
             FigureSpec("eps_hat / shape vs r", x="r", hue="check", y="ratio")]
@@ -207,5 +218,49 @@ def summarize(records) -> Verdict:
                                         f"{rate[1].ci[0]:.2f}..{rate[1].ci[1]:.2f}), not t^-1; independent random signs "
                                         f"give t^-0.5. {sets_in}", g.smallest, kind="rate"))
     rate = _regime([r for r in paper if r.params.get("sweep") == "t-large"], parts, figs, findings, rate)
-    return decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, rate=rate,
-                  proven=proven, fitted=fitted)
+    parts.append(trivial.detail)
+    v = decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, rate=rate,
+               proven=proven, fitted=fitted, trivial=trivial)
+    v.n_records = n_all
+    return v
+
+
+# ------------------------------------------------------------------ power against the trivial estimators (issue 20)
+def power_trial(params: dict, seed: int, backend: str):
+    """eps_hat of MergeAndReduce (the walk's paper c) and of each trivial estimator of the numerator
+    sum_i e^{<k_i,q_j>/sqrt d} v_i (kvbounds.controls.numerator_controls) on one stream of a family, at the same
+    checkpoints and in the theorem's units err / (j e^{-r^2/sqrt d} max||v||); the uniform sample and the recent
+    window hold as many tokens as MergeAndReduce holds at that step."""
+    n, t, delta = params["n"], params["t"], params["delta"]
+    try:
+        Q, K, V, r, note = power_stream(params, seed, scale_of_d=lambda d: 1 / math.sqrt(d), dv=params["s"])
+    except LookupError as e:
+        return [make_record(CLAIM, params, measured=math.nan, bound=math.nan, holds=True, bound_kind="shape",
+                            check=POWER_CHECK, source=SOURCE["001"], missing=str(e))]
+    d, s = K.shape[1], V.shape[1]
+    T = max(int(math.log2(n / t)), 0)
+    mr = MergeAndReduce(d, s, t=t, T=T, delta=delta, rng=np.random.default_rng(seed + 7), r_key=r * (1 + 1e-9))
+    Kb, Vb, Qb = asarray(K, backend), asarray(V, backend), asarray(Q, backend)
+    cps = set(checkpoints(n, t, np.random.default_rng(seed + 3)))
+    vmax = float(np.linalg.norm(V, axis=1).max())
+    ctl_rng, ctl, worst = np.random.default_rng(seed + 4), WorstError(), 0.0
+    for j in range(1, n + 1):
+        mr._push(Kb[j - 1], Vb[j - 1])
+        if j not in cps:
+            continue
+        q = Q[j - 1]
+        m_x, u_x = exact_numerator_log(K, V, q, j)
+        unit = merge_reduce_eps_implied(1.0, j, r, d, vmax)      # eps per unit of error
+        for name, (m_c, u_c) in numerator_controls(q, K[:j], V[:j], mr.num_stored(), ctl_rng,
+                                                   scale=1 / math.sqrt(d)).items():
+            err = float(np.linalg.norm(np.exp(m_c - m_x) * u_c - u_x)) * math.exp(m_x) if u_c.any() else \
+                float(np.linalg.norm(u_x)) * math.exp(m_x)
+            ctl.add(name, err * unit)
+        m_z, u_z = mr.estimate(Qb[j - 1])
+        err = float(np.linalg.norm(np.exp(m_z - m_x) * to_numpy(u_z) - u_x)) * math.exp(m_x)
+        worst = max(worst, err * unit)
+    controls = ctl.values()
+    best = min(controls.values())
+    return [make_record(CLAIM, params, measured=worst, bound=best, holds=worst < best, bound_kind="shape",
+                        check=POWER_CHECK, source=SOURCE["001"], controls=controls, stream=note,
+                        stored=mr.num_stored(), r_stream=r)]

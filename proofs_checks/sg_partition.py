@@ -32,7 +32,10 @@ from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_o
     standard_verdict
 from kvbounds.theory.subgen import PARTITION_FAIL, partition_bound, partition_t, partition_t_proven, partition_t_shape
 
+from kvbounds.controls import WorstError, numerator_controls, power_vs_controls
+
 from .common import failure_rate_ok, make_record, pick
+from .power_streams import POWER_CHECK, real_params
 
 CLAIM = "SG.partition"
 SOURCE = "SubGen Thm 1 eq. (5) / ClusterGen Thm 2.4"
@@ -120,11 +123,17 @@ def trials(profile: str) -> list[dict]:
             for C in grid]
     if profile == "full":
         out += [dict(base, n=n, eps=0.5, structure="adversarial", t_rule="C shape", C=0.25) for n in (256, 8192)]
+    out += [dict(base, n=pick(profile, smoke=64, quick=256, full=512), replicas=1, sweep="power", family=f, rep=i,
+                 **real_params(f, profile))
+            for f in pick(profile, smoke=POWER_FAMILIES[:2], quick=POWER_FAMILIES, full=POWER_FAMILIES)
+            for i in range(pick(profile, smoke=2, quick=10, full=20))]
     return out
 
 
 @single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
+    if params.get("sweep") == "power":
+        return power_trial(params, seed, backend)
     n, d, m, delta, r, eps, R = (params[k] for k in ("n", "d", "m", "delta", "r", "eps", "replicas"))
     rng = np.random.default_rng(seed + 1)
     K, V, Q = theorem_stream(rng, n, d, m, delta, r, structure=params["structure"])
@@ -166,9 +175,13 @@ def summarize(records) -> Verdict:
     constant; the t = 1 control shows the test has power. Both constants are reported in units of C in
     t = C eps^-2 e^(2 delta r) ln n."""
     records = canonical_order(records)
+    n_all = len(records)
+    trivial = power_vs_controls([r for r in records if r.check == POWER_CHECK],
+                                setting=lambda r: r.params["family"], metric="|tau/Z - 1|")
+    records = [r for r in records if r.check != POWER_CHECK]
     figs = [FigureSpec("failure rate of (5) vs C in t = C eps^-2 e^{2 delta r} ln n (claimed <= 0.005)", x="C",
                        check="t = C shape", hue="structure", logy=False)]
-    if not records:
+    if not records and not trivial.cells:
         return standard_verdict(CLAIM, [], figures=figs)
     findings, parts = [], []
     proven = [r for r in records if r.check == "t proven"]
@@ -204,5 +217,46 @@ def summarize(records) -> Verdict:
     rej, n_ctl = controls_rejected(records)
     if n_ctl:
         parts.append(f"controls (t = 1) rejected {rej}/{n_ctl}")
-    return decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, proven=proven_c,
-                  fitted=fitted_c)
+    parts.append(trivial.detail)
+    v = decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, proven=proven_c,
+               fitted=fitted_c, trivial=trivial)
+    v.n_records = n_all
+    return v
+
+
+# ------------------------------------------------------------------ power against the trivial estimators (issue 20)
+POWER_FAMILIES = ("adversarial", "ball", "real SmolLM2", "real MiniLM")
+
+
+def power_trial(params: dict, seed: int, backend: str):
+    """|tau/Z - 1| of one run of SubGen's normaliser (max over the queries; eq. (5)'s metric) and of each trivial
+    estimator of Z = sum_j exp(<k_j, q>) (kvbounds.controls.numerator_controls with unit values: zeros, n e^{<mean k,
+    q>}, a uniform sample and the recent window holding as many keys as SubGen's clusters do, m' t) on the same
+    stream and queries. t at C = 1/4 (eps = 1); real traces with queries divided by sqrt(d), delta = 0.5 r."""
+    n, d, m, delta, r = (params[k] for k in ("n", "d", "m", "delta", "r"))
+    rng = np.random.default_rng(seed + 1)
+    fam = params["family"]
+    if fam in ("adversarial", "ball"):
+        K, _, Q = theorem_stream(rng, n, d, m, delta, r, structure=fam)
+    else:
+        from .power_streams import stream as power_stream
+        try:
+            Qs, K, _, r, _ = power_stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1.0)
+        except LookupError as e:
+            return make_record(CLAIM, params, measured=math.nan, bound=math.nan, holds=True, bound_kind="shape",
+                               check=POWER_CHECK, source=SOURCE, missing=str(e))
+        Q, d, delta = Qs[rng.choice(n, 4, replace=False)], K.shape[1], delta * r
+    t = partition_t(1.0, params["delta"], params["r"], n, C=0.25)
+    sg = run_stream(K, np.ones((n, 1)), d=d, delta=delta, s=1, t=t, R=1, seed=seed, backend=backend)
+    _, _, log_tau = sg.query_parts(asarray(Q, backend))
+    log_z = log_partition(K, Q)
+    m_kept = sg.num_clusters() * t
+    ctl_rng, ctl = np.random.default_rng(seed + 3), WorstError()
+    for qi, q in enumerate(Q):
+        for name, (m_c, u_c) in numerator_controls(q, K, np.ones((n, 1)), m_kept, ctl_rng, scale=1.0).items():
+            ctl.add(name, abs(float(u_c[0]) * math.exp(m_c - log_z[qi]) - 1.0) if u_c[0] else 1.0)
+    worst = float(np.abs(np.expm1(to_numpy(log_tau).reshape(-1) - log_z)).max())
+    controls = ctl.values()
+    best = min(controls.values())
+    return make_record(CLAIM, params, measured=worst, bound=best, holds=worst < best, bound_kind="shape",
+                       check=POWER_CHECK, source=SOURCE, controls=controls, t=t, clusters=sg.num_clusters())

@@ -274,3 +274,26 @@ def test_a_finding_several_checks_report_is_one_finding_with_its_claims(results,
     s = json.loads(report.summary_json(verdicts))
     assert len(s["findings"]) == 2 and gqa in s["findings"]
     assert s["A.ok"]["findings"][-1]["id"] == s["F.fitted"]["findings"][-1]["id"] == gqa["id"]
+
+
+def test_beat_nothing_table_and_power_table_rendered(results, fake_claims):
+    """Issue 20: the report's 'does it beat doing nothing' table, the card's power table and the glance count come
+    from the verdict's power fields."""
+    from kvbounds.controls import power_vs_controls
+    recs = ResultStore(results).load()
+    verdicts = report.build_verdicts(recs)
+    ctl = [Record("B.fail", dict(family=f, rep=i), 0, "numpy", 1.0 + i / 100, 0.5, False, bound_kind="shape",
+                  check="trivial controls", extra=dict(controls=dict(zeros=0.5 + i / 100, mean_values=2.0)))
+           for f in ("synthetic benign", "real MiniLM") for i in range(10)]
+    p = power_vs_controls(ctl, setting=lambda r: r.params["family"])
+    v = _full_verdict("B.fail")
+    v.power, v.power_note, v.power_table, v.headline = "low", p.note, p.table(), ""
+    from kvbounds.verdict import finalize
+    verdicts["B.fail"] = finalize(v)
+    html = report.render_html(verdicts, recs, {})
+    for text in ("Does it beat doing nothing?", "synthetic benign", "real MiniLM", "no better than zeros",
+                 "1.92 [", "mean of values", "no better than a trivial estimator somewhere"):
+        assert text in html, text
+    assert html.index("Does it beat doing nothing?") < html.index('id="matrix"')
+    s = json.loads(report.summary_json({"B.fail": verdicts["B.fail"]}))["B.fail"]
+    assert s["power_table"][0]["setting"] == "real MiniLM"

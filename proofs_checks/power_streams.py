@@ -1,0 +1,124 @@
+"""Stream families on which an attention-error claim is compared with the trivial estimators (issue 20; the rule
+and the estimators are in :mod:`kvbounds.controls`). Used by BKV.attention, SG.attention and MR.error.
+
+Families (``FAMILIES``):
+  * ``synthetic benign``   today's streams: random unit keys and queries of norm r (near-uniform softmax, where
+                           the mean of the values is almost exact); ``benign="clustered"`` in the params gives
+                           SubGen's clusterable keys (``make_trace("clustered")``) instead;
+  * ``concentrated``       keys in a few tight clusters plus ``HEAVY`` heavy tokens early in the stream; every
+                           query points at one heavy token, with logit gap ``GAP`` (in the claim's own logit
+                           scale) over the clusters: most of the softmax mass on a few tokens;
+  * ``real SmolLM2`` / ``real MiniLM``  queries, keys and values of one (layer, query head) of the model on the
+                           cached text (``kvbounds.traces.real.layer_heads``), a random window of n tokens; each
+                           stream draws its layer, head and window from its seed (a sample on quick, more streams on
+                           full). A missing model gives a record that says so (``extra["missing"]``), never a crash.
+
+Each stream is (Q, K, V, r) with r the largest key or query norm; queries are in the claim's own convention:
+``scale`` is the factor of <q, k> inside the exponential (1/sqrt(d) for BalanceKV, 1 for SubGen, whose real-trace
+queries are divided by sqrt(d) so that exp(<q', k>) is the model's attention).
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from .common import pick, unit_directions
+
+FAMILIES = ("synthetic benign", "concentrated", "real SmolLM2", "real MiniLM")
+REAL = {"real SmolLM2": ("smollm2", 2048), "real MiniLM": ("minilm", 512)}
+HEAVY, GAP, POWER_CHECK = 4, 5.0, "trivial controls"
+
+
+def power_trials(profile: str, base: dict) -> list[dict]:
+    """One trial per (family, stream): ``rep`` streams per family (>= 10, the power rule's minimum)."""
+    reps = pick(profile, smoke=2, quick=10, full=20)
+    fams = pick(profile, smoke=FAMILIES[:2], quick=FAMILIES, full=FAMILIES)
+    return [dict(base, family=f, rep=i, sweep="power", **real_params(f, profile)) for f in fams for i in range(reps)]
+
+
+def real_params(family: str, profile: str) -> dict:
+    """A real family's head dimension and, on smoke and quick, the few layers its streams sample (loading a layer
+    costs more than a stream); on full every layer."""
+    if family not in REAL:
+        return {}
+    few = {"real SmolLM2": (2, 14, 27), "real MiniLM": (0, 3, 5)}[family]
+    return dict(d={"real SmolLM2": 64, "real MiniLM": 32}[family],
+                **({} if profile in ("full", "gpu") else {"layers": few}))
+
+
+@functools.lru_cache(maxsize=8)
+def _layer(model: str, layer: int, n: int):
+    from kvbounds.traces.real import layer_heads
+    Q, K, V, _ = layer_heads(f"{model}:L{layer}:{n}")
+    return Q, K, V
+
+
+def real_stream(family: str, rng: np.random.Generator, n: int, layers=None):
+    """(Q, K, V, note) of one random (layer, head, window) of the family's model, or raise ``LookupError`` with
+    the reason when the model is unavailable here."""
+    from kvbounds.traces.real import MODEL_INFO, available
+    model, n_cached = REAL[family]
+    why = available(model)
+    if why:
+        raise LookupError(why)
+    info = MODEL_INFO[model]
+    layer = int(rng.choice(layers)) if layers else int(rng.integers(info["n_layers"]))
+    head = int(rng.integers(info["n_heads"]))
+    Q, K, V = _layer(model, layer, n_cached)
+    start = int(rng.integers(0, n_cached - n + 1))
+    sl = slice(start, start + n)
+    return Q[head, sl], K[head, sl], V[head, sl], f"{model} L{layer} H{head} tokens {start}..{start + n - 1}"
+
+
+def concentrated_stream(rng: np.random.Generator, n: int, d: int, scale: float, clusters: int = 4):
+    """Keys in ``clusters`` tight clusters (radius 0.05) of norm r and ``HEAVY`` heavy tokens in the first tenth of
+    the stream; each query is a heavy key's direction, so its logit exceeds the clusters' by >= GAP."""
+    r = math.sqrt(GAP / scale)             # heavy logit r^2 scale; queries are orthogonal to the centres
+    centres = unit_directions(rng, clusters, d)
+    lab = rng.integers(0, clusters, n)
+    K = centres[lab] + 0.05 * rng.standard_normal((n, d)) / math.sqrt(d)
+    heavy_dirs = unit_directions(rng, HEAVY, d)
+    heavy_dirs -= (heavy_dirs @ centres.T) @ np.linalg.pinv(centres.T)     # orthogonal to the cluster centres
+    heavy_dirs /= np.linalg.norm(heavy_dirs, axis=1, keepdims=True)
+    pos = rng.choice(max(n // 10, HEAVY), HEAVY, replace=False)
+    K[pos] = heavy_dirs
+    K = K / np.linalg.norm(K, axis=1, keepdims=True) * r
+    which = rng.integers(0, HEAVY, n)
+    Q = heavy_dirs[which] * r
+    return Q, K, r
+
+
+def stream(params: dict, seed: int, *, scale_of_d, values: str = "gaussian", dv: int | None = None):
+    """(Q, K, V, r, note) for a power trial; ``scale_of_d(d)`` is the claim's logit scale. Raises
+    ``LookupError`` (the reason) when a real family's model is missing."""
+    rng = np.random.default_rng(seed)
+    fam, n, d = params["family"], params["n"], params["d"]
+    dv = dv or d
+    if fam in REAL:
+        Q, K, V, note = real_stream(fam, rng, n, params.get("layers"))
+        d_real = K.shape[1]
+        if scale_of_d(d_real) == 1.0:      # SubGen's exp(<q, k>): q / sqrt(d) gives the model's attention
+            Q = Q / math.sqrt(d_real)
+        r = float(max(np.linalg.norm(K, axis=1).max(), np.linalg.norm(Q, axis=1).max()))
+        return Q, K, V, r, note
+    if fam == "concentrated":
+        Q, K, r = concentrated_stream(rng, n, d, scale_of_d(d))
+        note = f"{HEAVY} heavy tokens, logit gap >= {GAP:g}"
+    elif fam == "synthetic benign" and params.get("benign") == "clustered":     # SubGen's own regime
+        from kvbounds.traces.synthetic import make_trace
+        tr = make_trace("clustered", n=n, d=d, seed=rng, m=params.get("m", 4), r=1.0, spread=0.05)
+        return tr.Q, tr.K, tr.V, float(max(np.linalg.norm(tr.K, axis=1).max(), np.linalg.norm(tr.Q, axis=1).max())), \
+            f"clusterable keys (m = {params.get('m', 4)}, spread 0.05), r = 1"
+    elif fam == "synthetic benign":
+        r = params.get("r", 1.0)
+        Q, K = unit_directions(rng, n, d) * r, unit_directions(rng, n, d) * r
+        note = f"random unit keys and queries, r = {r:g}"
+    else:
+        raise ValueError(f"unknown stream family {fam!r}; one of {FAMILIES}")
+    if values == "spread":
+        V = unit_directions(rng, n, dv) * (10.0 ** rng.uniform(-6, 0, n))[:, None]
+    else:
+        V = rng.standard_normal((n, dv)) / math.sqrt(dv)
+    return Q, K, V, float(r), note

@@ -1,0 +1,112 @@
+"""The trivial estimators and the power rule against them (kvbounds.controls, issue 20)."""
+import math
+import random
+
+import numpy as np
+import pytest
+
+from kvbounds.controls import (MIN_STREAMS, attention_controls, median_ci, numerator_controls, power_table_lines,
+                               power_vs_controls)
+from kvbounds.records import Record
+from kvbounds.verdict import decide
+
+
+def rec(setting, rep, method, **controls):
+    return Record("X.claim", dict(family=setting, rep=rep, sweep="power"), 0, "numpy", method, min(controls.values()),
+                  True, bound_kind="shape", check="trivial controls", extra=dict(controls=controls))
+
+
+def synthetic(method_scale=0.1, n=MIN_STREAMS, settings=("a", "b")):
+    rng = np.random.default_rng(0)
+    out = []
+    for s in settings:
+        for i in range(n):
+            z, mv = 5 + rng.random(), 0.5 + rng.random()
+            out.append(rec(s, i, method_scale * mv * (1 + 0.1 * rng.random()), zeros=z, mean_values=mv))
+    return out
+
+
+def test_power_shown_when_method_beats_every_control():
+    p = power_vs_controls(synthetic(0.1), setting=lambda r: r.params["family"])
+    assert p.power == "shown" and not p.note
+    assert all(c.ratio < 0.2 and c.best == "mean_values" for c in p.cells)
+
+
+def test_power_low_names_the_control_and_the_setting():
+    recs = synthetic(0.1, settings=("a",)) + synthetic(1.5, settings=("b",))
+    p = power_vs_controls(recs, setting=lambda r: r.params["family"])
+    assert p.power == "low"
+    assert "mean of values (b)" in p.note and "zeros" not in p.note
+    assert [c.beaten("mean_values") for c in p.cells] == [True, False]
+
+
+def test_power_rule_is_order_independent():
+    recs = synthetic(0.1) + synthetic(1.2, settings=("c",))
+    a = power_vs_controls(recs, setting=lambda r: r.params["family"])
+    random.Random(1).shuffle(recs)
+    b = power_vs_controls(recs, setting=lambda r: r.params["family"])
+    assert a.detail == b.detail and a.table() == b.table()
+
+
+def test_holm_over_settings_makes_power_harder_to_show():
+    # 10 streams, 9 better and one worse: raw one-sided p ~ 0.005 in each setting; with many settings Holm rejects less
+    def cell(s):
+        return [rec(s, i, 1.0 if i else 3.0, zeros=2.0) for i in range(MIN_STREAMS)]
+    one = power_vs_controls(cell("a"), setting=lambda r: r.params["family"])
+    many = power_vs_controls([r for s in "abcdefghijklmnop" for r in cell(s)], setting=lambda r: r.params["family"])
+    assert one.power == "shown" and many.power == "low"
+
+
+def test_fewer_than_ten_streams_is_not_power():
+    p = power_vs_controls(synthetic(0.1, n=MIN_STREAMS - 1), setting=lambda r: r.params["family"])
+    assert p.power == "low" and "untested" in p.detail
+
+
+def test_missing_family_is_reported_not_dropped():
+    recs = synthetic(0.1, settings=("a",))
+    recs.append(Record("X.claim", dict(family="real MiniLM", rep=0, sweep="power"), 0, "numpy", math.nan, math.nan,
+                       True, bound_kind="shape", check="trivial controls", extra=dict(missing="package not installed")))
+    p = power_vs_controls(recs, setting=lambda r: r.params["family"])
+    assert "real MiniLM: not run (package not installed)" in p.detail
+    assert any("not run" in line for line in power_table_lines(p.table()))
+
+
+def test_old_records_without_controls_give_no_power_from_trivials():
+    old = [Record("X.claim", dict(t=16), 0, "numpy", 0.1, 1.0, True, bound_kind="shape", check="shape")]
+    p = power_vs_controls([], setting=lambda r: r.params["family"])
+    v = decide("BKV.attention", old, trivial=p)
+    assert v.power == "n/a" and "no better" not in v.headline
+
+
+def test_verdict_headline_says_no_better_than_doing_nothing():
+    recs = synthetic(20.0)
+    p = power_vs_controls(recs, setting=lambda r: r.params["family"])
+    v = decide("BKV.attention", [Record("BKV.attention", dict(t=16), 0, "numpy", 0.1, 1.0, True, bound_kind="shape")],
+               trivial=p)
+    assert v.power == "low" and "no better than zeros, mean of values (every setting)" in v.headline
+    assert v.power_table and v.power_table[0]["setting"] == "a"
+
+
+def test_median_ci_covers_the_median():
+    m, lo, hi = median_ci(np.arange(1.0, 11.0))
+    assert lo <= m <= hi and (lo, hi) == (2.0, 9.0)
+
+
+def test_attention_controls_at_full_memory_are_exact():
+    rng = np.random.default_rng(0)
+    K, V, q = rng.standard_normal((20, 4)), rng.standard_normal((20, 3)), rng.standard_normal(4)
+    est = attention_controls(q, K, V, 20, rng, scale=0.5)
+    w = np.exp(K @ q * 0.5)
+    exact = w @ V / w.sum()
+    assert np.allclose(est["uniform"], exact) and np.allclose(est["recent"], exact)
+    assert np.allclose(est["mean_values"], V.mean(0)) and not est["zeros"].any()
+    num = numerator_controls(q, K, V, 20, rng, scale=0.5)
+    for name in ("uniform", "recent"):
+        m, u = num[name]
+        assert np.allclose(math.exp(m) * u, w @ V)
+
+
+def test_an_undefined_estimate_counts_against_the_method():
+    recs = [rec("a", i, math.inf if i < 3 else 0.01, zeros=1.0) for i in range(MIN_STREAMS)]
+    p = power_vs_controls(recs, setting=lambda r: r.params["family"])
+    assert p.cells[0].streams == MIN_STREAMS and p.power == "low"
