@@ -132,3 +132,94 @@ def test_subgen_query_shape_is_the_same_on_numpy_and_torch(replicas, shape):
         assert tuple(out.shape) == shape
         outs.append(np.asarray(out))
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12)
+
+
+# -- the batched walk and panel_walk -----------------------------------------------------------------------------
+
+def _walk_args(rng, lead=(2,), b=8, d=3, e=2):
+    from kvbounds.algorithms.self_balancing_walk import walk_constant
+    K = rng.standard_normal(lead + (b, d)) * d ** -0.25
+    W = rng.standard_normal(lead + (b, e))
+    return [K, W, (K * K).sum(-1), (W * W).sum(-1) + 1.0, rng.random(lead + (b,)), walk_constant(b, 0.01)]
+
+
+@pytest.mark.parametrize("fn", ["panel_walk", "walk_signs"])
+@pytest.mark.parametrize("where, value, match", [
+    (0, "nan", "Kb contains NaN"), (1, "inf", "Wb contains NaN or Inf"), (5, math.nan, "c must be a finite"),
+    (5, 0.0, "c must be > 0"), (5, "1", "c must be a real"), (4, "big", r"uniforms must lie in \[0, 1\)"),
+    (2, "neg", "squared norms"), (0, "int", "real floating"), (0, "complex", "real floating"),
+    (4, "short", "uniforms must have shape"), ("panel", 0, "panel must be an integer >= 1"),
+    ("panel", 2.5, "panel must be an integer"), ("plus_one", "yes", "plus_one must be a bool")])
+def test_walks_check_their_arguments(fn, where, value, match):
+    """Issue 24: panel_walk (public, re-exported) checked nothing: NaN keys gave signs, panel = 0 divided by zero,
+    c = NaN was accepted. Both walks now refuse by name."""
+    from kvbounds.algorithms.blockwise_balance_kv import panel_walk
+    from kvbounds.gpu.batched_walk import walk_signs
+    walk = dict(panel_walk=panel_walk, walk_signs=walk_signs)[fn]
+    args, kw = _walk_args(np.random.default_rng(0)), dict(plus_one=True)
+    if isinstance(where, str):
+        kw[where] = value
+    elif value == "nan":
+        args[where][0, 1, 0] = np.nan
+    elif value == "inf":
+        args[where][1, 0, 1] = np.inf
+    elif value == "big":
+        args[where][0, 0] = 1.0
+    elif value == "neg":
+        args[where][0, 0] = -1.0
+    elif value == "int":
+        args[where] = (args[where] * 3).astype(np.int64)
+    elif value == "complex":
+        args[where] = args[where] + 1j
+    elif value == "short":
+        args[where] = args[where][..., :4]
+    else:
+        args[where] = value
+    with pytest.raises(InputError, match=match):
+        walk(*args, **kw)
+
+
+def test_walk_signs_equal_panel_walk_after_the_checks():
+    from kvbounds.algorithms.blockwise_balance_kv import panel_walk
+    from kvbounds.gpu.batched_walk import walk_signs
+    args = _walk_args(np.random.default_rng(3), lead=(3,), b=16)
+    ref, _ = panel_walk(*args, plus_one=True)
+    np.testing.assert_array_equal(walk_signs(*args, plus_one=True)[0], ref)
+
+
+def _trials(seed=0, trials=2, heads=1, n=8, d=3):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((trials, heads, n, d)), rng.standard_normal((trials, heads, n, d))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(levels=2.5), "levels must be an integer"), (dict(levels=math.nan), "levels must be an integer"),
+    (dict(rngs=None), "rngs must be a sequence"), (dict(V="list"), "V must be an array"),
+    (dict(K="int"), "K must have a real floating dtype"), (dict(K="complex"), "K must have a real floating dtype"),
+    (dict(levels=-1), "levels must be an integer >= 0"), (dict(block_size=3), "block_size must be an even"),
+    (dict(c=math.nan), "c must be a finite"), (dict(method="fast"), "method must be one of")])
+def test_batched_select_refuses_bad_arguments(kw, match):
+    from kvbounds.gpu.batched_walk import batched_select
+    K, V = _trials()
+    args = dict(K=K, V=V, block_size=4, levels=1, rngs=[np.random.default_rng(i) for i in range(2)])
+    for k, v in kw.items():
+        args[k] = {"list": V.tolist(), "int": (K * 3).astype(np.int64), "complex": K + 1j}.get(v, v) \
+            if isinstance(v, str) and k in ("K", "V") else v
+    with pytest.raises(InputError, match=match):
+        batched_select(**args)
+
+
+def test_batched_select_block_far_above_n_answers_at_once_and_equals_the_reference():
+    """Issue 24: block_size = 2^20 on 8 tokens ran for minutes (every step over the padded block); now it walks
+    the real tokens only, drawing the same coins as blockwise_balance_select, which it equals trial by trial."""
+    import time
+    from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select
+    from kvbounds.gpu.batched_walk import batched_select
+    K, V = _trials(trials=3, heads=2, n=9)
+    for b, levels in ((2 ** 20, 2), (16, 1), (10, 3)):
+        t0 = time.perf_counter()
+        out = batched_select(K, V, block_size=b, levels=levels, rngs=[np.random.default_rng(i) for i in range(3)])
+        assert time.perf_counter() - t0 < 5.0
+        for t in range(3):
+            ref = blockwise_balance_select(K[t], V[t], block_size=b, levels=levels, rng=np.random.default_rng(t))
+            np.testing.assert_array_equal(out[t], ref)
