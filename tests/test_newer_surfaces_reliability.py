@@ -223,3 +223,36 @@ def test_batched_select_block_far_above_n_answers_at_once_and_equals_the_referen
         for t in range(3):
             ref = blockwise_balance_select(K[t], V[t], block_size=b, levels=levels, rng=np.random.default_rng(t))
             np.testing.assert_array_equal(out[t], ref)
+
+
+# -- overflow: blockwise softmax, softmax concatenation, calibrate_gamma --------------------------------------------
+
+@pytest.mark.parametrize("fn", ["blockwise_softmax", "softmax_concat"])
+def test_softmax_of_values_near_float_max_is_finite(fn):
+    """Issue 24: w^T V summed values near 1.8e308 to inf; the softmax average (a convex combination) is finite."""
+    from kvbounds.algorithms import blockwise_softmax as bsm
+    l1, l2 = np.array([0.0, 1.0]), np.array([0.5])
+    v1, v2 = np.full((2, 2), 1e308), np.full((1, 2), 1.5e308)
+    w = np.exp(np.array([0.0, 1.0, 0.5]) - 1.0)
+    ref = (w[0] + w[1] + w[2] * 1.5) / w.sum() * 1e308
+    out = getattr(bsm, fn)([(l1, v1), (l2, v2)])
+    np.testing.assert_allclose(out, [ref, ref], rtol=1e-14)
+    # low-rank values: coefficients 1e200 times a basis 1e100 give rows 2e300, finite; 1e300 x 1e100 cannot be
+    D, E = np.full((2, 2), 1e200), np.full((2, 3), 1e100)
+    np.testing.assert_allclose(getattr(bsm, fn)([(l1, D, E)]), np.full(3, 2e300), rtol=1e-14)
+    with pytest.raises(InputError, match="exceeds the range"):
+        getattr(bsm, fn)([(l1, D * 1e100, E)])
+
+
+def test_calibrate_gamma_with_a_huge_basis_is_exact():
+    """Issue 24: B of entries 1e150 overflowed the denominator to inf and gamma came back 0.0; gamma scales as
+    |B|^-2, so the exact answer is gamma(B / 1e150) * 1e-300."""
+    from kvbounds.algorithms import subspace_attention as sa
+    rng = np.random.default_rng(0)
+    Q, K = rng.standard_normal((3, 4)), rng.standard_normal((5, 4))
+    B = np.linalg.qr(rng.standard_normal((4, 2)))[0].T
+    g = sa.calibrate_gamma(Q, K, B)
+    assert math.isclose(sa.calibrate_gamma(Q, K, B * 1e150), g * 1e-300, rel_tol=1e-12)
+    assert math.isclose(sa.calibrate_gamma(Q, K, B * 1e-150), g * 1e300, rel_tol=1e-12)
+    with pytest.raises(InputError, match="outside float64's range"):
+        sa.calibrate_gamma(Q, K, B * 1e-200)          # gamma ~ 1e400
