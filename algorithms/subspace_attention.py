@@ -70,7 +70,10 @@ def calibrate_gamma(Q, K, B) -> float:
     if den == 0:
         raise InputError("calibration keys/queries have no component in the subspace: gamma undefined")
     g = float(xp.sum(L * Lp)) / den
-    gamma = math.ldexp(g, -2 * e_b)
+    try:
+        gamma = math.ldexp(g, -2 * e_b)
+    except OverflowError:
+        gamma = math.inf
     if not math.isfinite(gamma) or (gamma == 0.0 and g != 0.0):
         raise InputError(f"gamma = {g:.6g} * 2^{-2 * e_b} lies outside float64's range (B's entries are too large "
                          f"or too small)")
