@@ -115,8 +115,16 @@ def _compiled_loop():
     return torch.compile(_panel_loop, dynamic=False, fullgraph=True)
 
 
-@functools.cache
 def compiled_available(device_type: str = "cpu") -> bool:
+    """:func:`_compiled_available` for ``device_type`` "cpu" or "cuda" (anything else: InputError, not a compile
+    attempt per value)."""
+    if device_type not in ("cpu", "cuda"):
+        raise InputError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
+    return _compiled_available(device_type)
+
+
+@functools.cache
+def _compiled_available(device_type: str = "cpu") -> bool:
     """True when torch.compile can build the fused in-panel loop for tensors on ``device_type`` (inductor needs a
     C++ compiler for "cpu", Triton for "cuda": one can work without the other), tried once per device type on a
     tiny input."""
@@ -153,7 +161,8 @@ def _walk_signs(Kb, Wb, nk2, nw2, uniforms, c: float, *, plus_one: bool = False,
     b = Kb.shape[-2]
     m = panel if b % panel == 0 else b
     torch_fast = _is_torch(Kb)
-    if method == "compiled" and not (torch_fast and compiled_available(Kb.device.type)):
+    if method == "compiled" and not (torch_fast and Kb.device.type in ("cpu", "cuda")
+                                     and compiled_available(Kb.device.type)):
         method = "blocked"
     if method == "triton":
         from .triton_walk import triton_available
