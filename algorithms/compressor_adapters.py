@@ -26,7 +26,7 @@ from kvbounds.theory.lower_bound import log2_binomial
 from .attention import exact_attention
 from .balance_kv import BalanceKV, DegenerateEstimate
 from .blockwise_balance_kv import compress_cache, weighted_attention
-from .index_reduction import IndexInstance, bob_decode, random_instance
+from .index_reduction import DECODERS, IndexInstance, bob_decode, random_instance
 from .uniform_sampling import uniform_select
 from .validation import (InputError, check_array, check_int, check_positive, check_real, check_rng, check_seed,
                          namespace)
@@ -218,6 +218,12 @@ def play(name: str, setting: int, n: int, d: int, r: float, reps: int, rng: np.r
     """``reps`` independent INDEX games against compressor ``name``. Per game: a fresh instance, Bob's i
     uniform, one query q_i; Bob decodes bit i (``correct``) and, from the same answer, every bit of i's
     group (``group_accuracy``). Returns numpy arrays per game plus the memory held."""
+    if not isinstance(name, str) or name not in COMPRESSORS + ("clairvoyant",):
+        raise InputError(f"name must be one of {COMPRESSORS + ('clairvoyant',)}, got {name!r}")
+    check_int(reps, "reps", minimum=1)
+    check_rng(rng)
+    if not isinstance(rule, str) or rule not in DECODERS:
+        raise InputError(f"rule must be one of {DECODERS}, got {rule!r}")
     correct, group_acc, stored, bits = [], [], [], []
     for _ in range(reps):
         inst = random_instance(n, d, r, rng)

@@ -106,20 +106,31 @@ def asarray(x: Any, backend: str = "numpy", dtype: str = "float64") -> Any:
     if backend == "numpy":
         return arr.astype(dt, copy=False)
     if backend.startswith("torch"):
-        return _torch().as_tensor(np.ascontiguousarray(arr), dtype=dt, device=dev)
+        return _torch().as_tensor(_contiguous(arr), dtype=dt, device=dev)
     return xp.asarray(arr, dtype=dt)
 
 
+def _contiguous(arr: np.ndarray) -> np.ndarray:
+    """C-contiguous, keeping a 0-d array 0-d (``np.ascontiguousarray`` returns at least 1-d)."""
+    return np.ascontiguousarray(arr) if arr.ndim else arr
+
+
 def like(x_np: Any, ref: Any) -> Any:
-    """Move a numpy array to the namespace, device and float dtype of ``ref``."""
+    """Move a numpy array to the namespace, device and float dtype of ``ref``; a float array whose values exceed
+    the range of ref's (narrower) float dtype is an InputError, not a silent inf."""
     xp = array_namespace(ref)
     arr = np.asarray(x_np)
+    if arr.dtype.kind == "f" and arr.size and xp.isdtype(ref.dtype, "real floating") \
+            and getattr(ref.dtype, "itemsize", 8) < arr.dtype.itemsize:
+        top = float(np.max(np.abs(arr)))
+        if np.isfinite(top) and top > float(xp.finfo(ref.dtype).max):
+            raise _input_error(f"values up to {top:.3g} exceed the range of {ref.dtype}")
     if is_numpy_array(ref):
         return arr.astype(ref.dtype if arr.dtype.kind == "f" else arr.dtype, copy=False)
     if is_torch_array(ref):
         torch = _torch()
         dt = ref.dtype if arr.dtype.kind == "f" else None
-        return torch.as_tensor(np.ascontiguousarray(arr), device=ref.device, dtype=dt)
+        return torch.as_tensor(_contiguous(arr), device=ref.device, dtype=dt)
     return xp.asarray(arr, dtype=ref.dtype if arr.dtype.kind == "f" else None, device=_device(ref))
 
 

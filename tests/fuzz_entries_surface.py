@@ -294,4 +294,14 @@ E2E = [_compress_ours_entry(m) for m in ("streaming_llm", "uniform", "kcenter", 
           nonfinite_ok=lambda out, **kw: bool(np.all(np.isfinite(np.asarray(as_numpy(out[0])))))),
 ]
 
-ENTRIES = ESTIMATE + WALKS + BACKEND + E2E
+def _check_play(out, name, setting, n, d, r, reps, rng, rule):
+    ok = all(len(out[k]) == reps for k in ("correct", "group_accuracy", "stored", "state_bits"))
+    return None if ok and np.all((out["group_accuracy"] >= 0) & (out["group_accuracy"] <= 1)) else f"{out}"
+
+
+ADAPTERS = [Entry("play", lambda r, c: {}, dict(name="uniform", setting=3, n=8, d=4, r=1.0, reps=2, rng=RNG,
+                                                rule="abs"),
+                  lambda rule, **kw: __import__("kvbounds.algorithms.compressor_adapters", fromlist=["x"]).play(
+                      **kw, rule=rule), _check_play)]
+
+ENTRIES = ESTIMATE + WALKS + BACKEND + E2E + ADAPTERS
