@@ -130,6 +130,8 @@ NOT_ENTRY_POINTS = {
     "skipped_notes", "compare", "reproduction_verdict", "leaderboard_rows", "timing_rows",
     # e2e: the transformers registration hook (no arguments) and the `kvbounds e2e` CLI (tests/test_e2e.py)
     "register", "add_parser", "run",
+    # e2e: a probe without arguments that imports kvpress (seconds on a first call; tests/test_e2e.py)
+    "kvpress_available",
 }
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses")
 

@@ -256,3 +256,50 @@ def test_calibrate_gamma_with_a_huge_basis_is_exact():
     assert math.isclose(sa.calibrate_gamma(Q, K, B * 1e-150), g * 1e300, rel_tol=1e-12)
     with pytest.raises(InputError, match="outside float64's range"):
         sa.calibrate_gamma(Q, K, B * 1e-200)          # gamma ~ 1e400
+
+
+# -- the backend layer and the rest of the surface the fuzz suite found ---------------------------------------------
+
+def test_backend_helpers_refuse_by_name():
+    from kvbounds.gpu import backend as be
+    from kvbounds.gpu import support
+    from kvbounds.gpu.batched_walk import compiled_available
+    from kvbounds.gpu.triton_walk import triton_available
+    for bad in (math.nan, None, "tpu"):
+        with pytest.raises(InputError, match="unknown backend"):
+            be.validate_backend(bad)
+        assert be.why_unavailable(bad) is not None
+    with pytest.raises(InputError, match="dtype must be one of"):
+        be.asarray(np.ones(2), "numpy", "bogus")
+    with pytest.raises(InputError, match="real numeric"):
+        be.asarray("abc")
+    for fn in (be.device, be.array_namespace, lambda x: be.like(np.ones(2), x)):
+        with pytest.raises(InputError) as e:
+            fn("not an array")
+        assert isinstance(e.value, TypeError)            # also what array-api-compat's callers catch
+    with pytest.raises(InputError, match="claim_ids must be a list"):
+        support.describe("SG.e2e", "cupy")              # was one line per character
+    for probe in (compiled_available, triton_available):
+        with pytest.raises(InputError, match="device_type"):
+            probe(-0.5)                                 # was a torch.compile attempt per value
+
+
+def test_like_keeps_0d_and_refuses_what_the_target_dtype_cannot_hold():
+    from kvbounds.gpu.backend import like
+    assert like(np.asarray(1.5), torch.zeros(2)).shape == ()           # was (1,) through np.ascontiguousarray
+    with pytest.raises(InputError, match="exceed the range of float16"):
+        like(np.full(2, 1e150), np.zeros(2, np.float16))               # was inf
+    assert np.isinf(like(np.array([-np.inf, 1.0]), np.zeros(1, np.float32))[0])   # -inf flags pass through
+
+
+def test_play_and_equal_memory_baseline_check_their_arguments():
+    from kvbounds.algorithms.compressor_adapters import play
+    from kvbounds.e2e.checks import equal_memory_baseline
+    for kw, match in ((dict(reps=math.nan), "reps"), (dict(name=None), "name"), (dict(rule="x"), "rule"),
+                      (dict(rng=None), "rng")):
+        args = dict(name="uniform", setting=3, n=8, d=4, r=1.0, reps=2, rng=np.random.default_rng(0)) | kw
+        with pytest.raises(InputError, match=match):
+            play(**args)
+    for bad in (math.nan, None, math.inf):
+        with pytest.raises(InputError, match="baseline_loss"):
+            equal_memory_baseline(bad)
