@@ -47,7 +47,13 @@ def _check_estimate(out, keys, values, a, b, q, scale):
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     K, V, Q = (np.asarray(x, np.float64) for x in (keys, values, q))
     eps = eps_of(keys, values, q)
-    out = np.asarray(out, np.float64)
+    Q = Q[None] if Q.ndim == 1 else Q                               # (d,) is one query: (1, d)
+    if Q.shape[-2] == 0:                                            # zero queries: an empty answer
+        return None if np.asarray(out).size == 0 else f"answer {out} for zero queries"
+    lead = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2])          # q (..., L, d) broadcasts with the heads
+    flat = lambda x, tail: np.broadcast_to(x, lead + x.shape[x.ndim - tail:]).reshape((-1,) + x.shape[x.ndim - tail:])
+    Q, K, V, a, b = flat(Q, 2), flat(K, 2), flat(V, 2), flat(np.asarray(a), 1), flat(np.asarray(b), 1)
+    out = np.asarray(out, np.float64).reshape(Q.shape[0], Q.shape[1], V.shape[2])
     for h in range(K.shape[0]):
         for j in range(Q.shape[1]):
             l = [mp.mpf(sc) * mp.fsum(mp.mpf(float(x)) * mp.mpf(float(y)) for x, y in zip(Q[h, j], K[h, i]))
