@@ -4,10 +4,11 @@ by call. 0 defects allowed: no silent NaN/Inf, no answer
 that disagrees with its float64 / mpmath reference, no exception other than InputError (or the documented
 WalkFailed / DegenerateEstimate), no call past the time limit.
 
-The default run makes DEFAULT_EXAMPLES calls per entry (a few thousand in all); ``-m fuzz`` (``make test-all``)
+The default run makes DEFAULT_EXAMPLES calls per entry (~2,300 in all); ``-m fuzz`` (``make test-all``)
 makes FUZZ_EXAMPLES per entry (>= 10^4 in all). With ``KVBOUNDS_FUZZ_TABLE=DIR`` each entry writes its tally
 (calls per outcome) to DIR/<entry>.json; ``python tests/fuzz_table.py DIR`` prints the table per entry point.
-Entries of another engineer's module (``Entry.owner``) are xfail (non-strict): their defects are reported there."""
+Entries of another engineer's module (``Entry.owner``) are xfail (non-strict) in the long run and skipped in the
+default slice: their defects are reported there."""
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ import fuzz_entries
 import fuzz_entries_surface
 from fuzz_harness import (ARRAY_CORRUPTIONS, DATA_CLASSES, DEFECTS, PARAM_VALUES, Case, Entry, build, classify)
 
-DEFAULT_EXAMPLES = 60
+DEFAULT_EXAMPLES = 25      # ~2,500 calls over ~100 entries: the default suite's fast slice (issue 24: seconds)
 FUZZ_EXAMPLES = 300
 ENTRIES = fuzz_entries.ENTRIES + fuzz_entries_surface.ENTRIES
 
@@ -74,18 +75,21 @@ def _fuzz(entry: Entry, examples: int) -> None:
     assert not defects, f"{len(defects)} defect(s) in {len(calls)} calls:\n" + "\n".join(defects[:10])
 
 
-def _params(entries):
-    return [pytest.param(e, id=e.name, marks=[pytest.mark.xfail(reason=f"owned by the {e.owner}", strict=False)]
-                         if e.owner else []) for e in entries]
+def _params(entries, long: bool):
+    """Entries of another engineer's module: xfail in the long run (their tally goes to the table), left out of the
+    default slice (it stays fast); remove ``owner`` once that module follows docs/INPUTS.md."""
+    mark = lambda e: pytest.mark.xfail(reason=f"owned by the {e.owner}", strict=False) if long else \
+        pytest.mark.skip(reason=f"owned by the {e.owner}: fuzzed by the long run (-m fuzz)")
+    return [pytest.param(e, id=e.name, marks=[mark(e)] if e.owner else []) for e in entries]
 
 
-@pytest.mark.parametrize("entry", _params(ENTRIES))
+@pytest.mark.parametrize("entry", _params(ENTRIES, long=False))
 def test_fuzz_entry(entry: Entry) -> None:
     _fuzz(entry, DEFAULT_EXAMPLES)
 
 
 @pytest.mark.fuzz
-@pytest.mark.parametrize("entry", _params(ENTRIES))
+@pytest.mark.parametrize("entry", _params(ENTRIES, long=True))
 def test_fuzz_entry_long(entry: Entry) -> None:
     _fuzz(entry, FUZZ_EXAMPLES)
 
