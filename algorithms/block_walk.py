@@ -15,7 +15,8 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
-from .validation import InputError, check_array, check_positive, namespace
+from .validation import (InputError, check_array, check_int, check_positive, check_real, check_same_dtype,
+                         namespace)
 
 
 def _check_exponent_rounding(xp, nk2, d: int, dtype) -> None:
@@ -198,8 +199,49 @@ def _host_view(x):
     return None
 
 
+def check_walk_inputs(Kb, Wb, nk2, nw2, uniforms, c, *, panel=32, plus_one=False, ones=None):
+    """The arguments of :func:`panel_walk` / :func:`kvbounds.gpu.batched_walk.walk_signs` (issue 24: both checked
+    nothing; NaN keys gave signs, panel = 0 divided by zero, c = NaN was accepted). Kb (..., b, d) and Wb (..., b, e)
+    finite float arrays of one backend, dtype and device; nk2, nw2, uniforms (..., b) finite, the norms >= 0 and the
+    uniforms in [0, 1); ``ones`` None or a finite array broadcasting to (..., b); c > 0 finite; panel an integer
+    >= 1; plus_one a bool. Kb's squared norms must keep the Gram's exponent within rounding (as block_gram)."""
+    check_array(Kb, "Kb", ndim=tuple(range(2, 9)), min_rows=1)
+    check_array(Wb, "Wb", ndim=Kb.ndim)
+    xp = namespace(*[x for x in (Kb, Wb, nk2, nw2, uniforms, ones) if x is not None],
+                   names="Kb, Wb, nk2, nw2, uniforms and ones")
+    check_same_dtype(("Kb", Kb), ("Wb", Wb))
+    lead = tuple(Kb.shape[:-1])
+    if tuple(Wb.shape[:-1]) != lead:
+        raise InputError(f"Kb and Wb must agree in all but the last dimension, got {tuple(Kb.shape)} and {tuple(Wb.shape)}")
+    for name, x in (("nk2", nk2), ("nw2", nw2), ("uniforms", uniforms)):
+        check_array(x, name, ndim=len(lead))
+        if tuple(x.shape) != lead:
+            raise InputError(f"{name} must have shape {lead} (Kb's without its last axis), got {tuple(x.shape)}")
+    if bool(xp.any(nk2 < 0)) or bool(xp.any(nw2 < 0)):
+        raise InputError("nk2 and nw2 are squared norms: they must be >= 0")
+    if bool(xp.any(uniforms < 0)) or bool(xp.any(uniforms >= 1)):
+        raise InputError("uniforms must lie in [0, 1)")
+    if ones is not None:
+        check_array(ones, "ones", ndim=tuple(range(1, len(lead) + 1)))
+        if tuple(ones.shape) != lead[len(lead) - ones.ndim:]:
+            raise InputError(f"ones must have shape {lead} or a trailing part of it, got {tuple(ones.shape)}")
+    check_real(c, "c", minimum=0.0, strict=True)
+    check_int(panel, "panel", minimum=1)
+    if not isinstance(plus_one, (bool, np.bool_)):
+        raise InputError(f"plus_one must be a bool, got {plus_one!r}")
+    _check_exponent_rounding(xp, nk2, Kb.shape[-1], Kb.dtype)
+
+
 def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None,
                scratch: _ScratchPool | None = None):
+    """:func:`_panel_walk` after :func:`check_walk_inputs` (InputError naming the argument on bad input)."""
+    check_walk_inputs(Kb, Wb, nk2, nw2, uniforms, c, panel=panel, plus_one=plus_one, ones=ones)
+    return _panel_walk(Kb, Wb, nk2, nw2, uniforms, float(c), panel=int(panel), plus_one=bool(plus_one), ones=ones,
+                       scratch=scratch)
+
+
+def _panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None,
+                scratch: _ScratchPool | None = None):
     """The walk of :func:`panel_walk_stepwise` (same arguments, same Gram panels, same signs up to rounding),
     organised for speed: within a column panel of m steps, each step updates only the m entries of s in its
     panel; the panel's signs then reach every later s_j in one batched product s_j += sum_l eta_l G[l, j]. The

@@ -47,7 +47,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
-from .block_walk import (_ScratchPool, _check_exponent_rounding, block_gram, panel_walk,  # noqa: F401 (re-exported)
+from .block_walk import (_ScratchPool, _check_exponent_rounding, _panel_walk, block_gram, panel_walk,  # noqa: F401
                          panel_walk_stepwise, walk_diagnostic)
 from .self_balancing_walk import walk_constant
 from .uniform_sampling import _check_int, _check_rng, uniform_select
@@ -121,7 +121,7 @@ def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generat
     ones = None
     if plus_one and pad:
         ones = like(np.concatenate([np.ones(m), np.zeros(pad)]).reshape(nb, b), Kc)
-    signs, failed = panel_walk(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
+    signs, failed = _panel_walk(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
                                xp.reshape(nk2, (B, nb, b)), xp.reshape(nw2, (B, nb, b)),
                                like(rng.random((B, nb, b_draw))[..., :b], Kc), c, panel=WALK_PANEL,
                                plus_one=plus_one, ones=ones, scratch=scratch)

@@ -28,6 +28,7 @@ from array_api_compat import device as _device
 
 from kvbounds.gpu.backend import array_namespace
 
+from .attention import _mul_pow2, _pow2_exponent
 from .validation import InputError, check_array, check_same_dtype, namespace
 
 
@@ -80,7 +81,7 @@ class OnlineSoftmax:
     """The running state (m, Z, N) of Subspace-FD-draft Sec. 6; ``add`` one chunk at a time, ``result`` = N / Z."""
 
     def __init__(self):
-        self.m = self.Z = self.N = None
+        self.m = self.Z = self.N = self.e = None
         self.chunks = 0
 
     def add(self, logits, values, basis=None, mask=None) -> "OnlineSoftmax":
@@ -111,9 +112,21 @@ class OnlineSoftmax:
         with np.errstate(over="ignore"):                    # l - ref may round to -inf (|l - ref| > 1.8e308): exp -> 0
             alpha = xp.exp(self.m - ref)                    # = exp(m - m_j) when m_j > m, else 1
             w = xp.exp(logits - ref[..., None])             # arguments <= 0
-        contrib = xp.matmul(w, values)
+        # values (and basis) are scaled by powers of two so that w^T D (and its product with E) cannot overflow
+        # (issue 24: values near float max gave inf); N is kept in units of 2^self.e, the largest scale so far
+        vals, e = _unit_scaled(xp, values)
+        contrib = xp.matmul(w, vals)
         if basis is not None:
-            contrib = xp.matmul(contrib, basis)             # (w_j^T D_j) E_j
+            B, e_b = _unit_scaled(xp, basis)
+            contrib = xp.matmul(contrib, B)                 # (w_j^T D_j) E_j
+            e += e_b
+        if self.e is None:
+            self.e = e
+        elif e > self.e:
+            self.N = _mul_pow2(self.N, self.e - e)
+            self.e = e
+        else:
+            contrib = _mul_pow2(contrib, e - self.e)
         self.Z = self.Z * alpha + xp.sum(w, axis=-1)
         self.N = self.N * alpha[..., None] + contrib
         self.m = m_new
@@ -125,7 +138,7 @@ class OnlineSoftmax:
         xp = array_namespace(self.Z)
         if bool(xp.any(self.Z == 0)):
             raise InputError("every token is masked (or there are none) for some query: softmax undefined")
-        return self.N / self.Z[..., None]
+        return _scaled_back(xp, self.N / self.Z[..., None], self.e or 0)
 
 
 def blockwise_softmax(chunks: Iterable[Sequence[Any]]):
@@ -143,25 +156,43 @@ def softmax_concat(chunks: Iterable[Sequence[Any]]):
     for j, ch in enumerate(_chunk_list(chunks)):
         l, v, b, m = _chunk_parts(j, ch)
         xp_j = _check_chunk(j, l, v, b, m)
-        vj = xp_j.matmul(v, b) if b is not None else v
-        if xp is not None and (xp_j is not xp or logits[0].dtype != l.dtype or vj.shape[1] != vals[0].shape[1]
+        vj, e = _unit_scaled(xp_j, v)                         # in units of 2^e (no overflow in D E)
+        if b is not None:
+            B, e_b = _unit_scaled(xp_j, b)
+            vj, e = xp_j.matmul(vj, B), e + e_b
+        if xp is not None and (xp_j is not xp or logits[0].dtype != l.dtype or vj.shape[1] != vals[0][0].shape[1]
                                or tuple(l.shape[:-1]) != tuple(logits[0].shape[:-1])):
             raise InputError(f"chunk {j}: backend, dtype, batch shape or output dimension differs from chunk 0's")
         xp = xp_j
         if m is not None:
             l = xp.where(m, l, xp.asarray(-xp.inf, dtype=l.dtype, device=_device(l)))
         logits.append(l)
-        vals.append(vj)
+        vals.append((vj, e))
     if xp is None:
         raise InputError("no chunks")
     l = xp.concat(logits, axis=-1)
-    V = xp.concat(vals, axis=0)
+    top = max(e for _, e in vals)
+    V = xp.concat([_mul_pow2(v, e - top) for v, e in vals], axis=0)
     mx = xp.max(l, axis=-1, keepdims=True)
     if bool(xp.any(~xp.isfinite(mx))):
         raise InputError("every token is masked for some query: softmax undefined")
     with np.errstate(over="ignore"):
         w = xp.exp(l - mx)
-    return xp.matmul(w / xp.sum(w, axis=-1, keepdims=True), V)
+    return _scaled_back(xp, xp.matmul(w / xp.sum(w, axis=-1, keepdims=True), V), top)
+
+
+def _unit_scaled(xp, x):
+    """(x 2^-e, e) with max|x 2^-e| < 1: exact (powers of two), so products of such factors cannot overflow."""
+    e = _pow2_exponent(xp, x)
+    return _mul_pow2(x, -e), e
+
+
+def _scaled_back(xp, out, e: int):
+    """out 2^e, refused when the softmax average itself lies beyond the float range."""
+    out = _mul_pow2(out, e)
+    if not bool(xp.all(xp.isfinite(out))):
+        raise InputError(f"the softmax average exceeds the range of {out.dtype} (values times basis overflow)")
+    return out
 
 
 def blockwise_softmax_literal(chunks: Iterable[Sequence[Any]]) -> np.ndarray:

@@ -26,7 +26,7 @@ from kvbounds.theory.lower_bound import log2_binomial
 from .attention import exact_attention
 from .balance_kv import BalanceKV, DegenerateEstimate
 from .blockwise_balance_kv import compress_cache, weighted_attention
-from .index_reduction import IndexInstance, bob_decode, random_instance
+from .index_reduction import DECODERS, IndexInstance, bob_decode, random_instance
 from .uniform_sampling import uniform_select
 from .validation import (InputError, check_array, check_int, check_positive, check_real, check_rng, check_seed,
                          namespace)
@@ -218,6 +218,12 @@ def play(name: str, setting: int, n: int, d: int, r: float, reps: int, rng: np.r
     """``reps`` independent INDEX games against compressor ``name``. Per game: a fresh instance, Bob's i
     uniform, one query q_i; Bob decodes bit i (``correct``) and, from the same answer, every bit of i's
     group (``group_accuracy``). Returns numpy arrays per game plus the memory held."""
+    if not isinstance(name, str) or name not in COMPRESSORS + ("clairvoyant",):
+        raise InputError(f"name must be one of {COMPRESSORS + ('clairvoyant',)}, got {name!r}")
+    check_int(reps, "reps", minimum=1)
+    check_rng(rng)
+    if not isinstance(rule, str) or rule not in DECODERS:
+        raise InputError(f"rule must be one of {DECODERS}, got {rule!r}")
     correct, group_acc, stored, bits = [], [], [], []
     for _ in range(reps):
         inst = random_instance(n, d, r, rng)
@@ -379,8 +385,15 @@ class SubGenCompressor:
         n, d, left = _split(K, self.sink, self.window, budget_floats)
         lo, hi = self.sink, n - self.window
         n_mid = hi - lo
+        # a representative holds a key and a weight (d + 1 floats), a sample a key, a value and a weight (2d + 1):
+        # at least one of each must fit, and together they never exceed what is left (issue 24: at small budgets
+        # the max(1, .) of each share overshot, e.g. 192 floats held for a budget of 80)
+        if left < 3 * d + 2:
+            raise InputError(f"budget_floats = {budget_floats} leaves {left} floats after the exact sink + window; "
+                             f"SubGen needs at least 3 d + 2 = {3 * d + 2} (one representative and one sample), i.e. "
+                             f"budget_floats >= {budget_floats - left + 3 * d + 2}")
         k = max(1, min(n_mid, int(left * self.cluster_share) // (d + 1)))
-        t = max(1, int(left * (1 - self.cluster_share)) // (2 * d + 1))
+        t = max(1, min(int(left * (1 - self.cluster_share)) // (2 * d + 1), (left - k * (d + 1)) // (2 * d + 1)))
         H = K.shape[0]
         Kc = xp.zeros((H, k + t, d), dtype=xp.float32, device=dev)
         Vc = xp.zeros((H, k + t, V.shape[-1]), dtype=xp.float32, device=dev)
@@ -416,7 +429,13 @@ class SubspaceCompressor:
         self.sink, self.window = sink, window
 
     def rank_for(self, n_mid: int, d: int, left: int) -> int:
-        return max(1, min(d, left // (2 * (n_mid + d))))
+        """The largest rank r <= d whose 2 r (n_mid + d) floats (coordinates and bases of keys and values) fit in
+        ``left``; InputError when not even r = 1 fits (issue 24: r = 1 was used anyway, e.g. 124 floats for 80)."""
+        r = min(d, left // (2 * (n_mid + d)))
+        if r < 1:
+            raise InputError(f"the float budget leaves {left} floats for the middle's {n_mid} tokens; rank 1 needs "
+                             f"2 (n_mid + d) = {2 * (n_mid + d)}: raise budget_floats by {2 * (n_mid + d) - left}")
+        return r
 
     def compress(self, K, V, *, budget_floats: int, rng: np.random.Generator | None = None):
         from .token_selection import CompressedKV

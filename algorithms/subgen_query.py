@@ -87,7 +87,9 @@ class QueryStreamAttn:
         return zshift, z, log_tau
 
     def query(self, q):
-        """z / tau (line 31): the estimate of Attn(q, K_n, V_n) (paper convention exp(<q,k>) unless ``scaled``)."""
+        """z / tau (line 31): the estimate of Attn(q, K_n, V_n) (paper convention exp(<q,k>) unless ``scaled``).
+        Shape (dv,) for one q, (nq, dv) for a batch, with a leading R axis whenever ``replicas`` is set (also for
+        replicas=1), on every backend."""
         if self.fast and self._is_numpy and type(q) is np.ndarray and q.shape == (self.d,) \
                 and q.dtype == self._X.dtype and self.mu > 0:
             out = self._query_numpy(q)
@@ -148,7 +150,9 @@ class QueryStreamAttn:
                 return None
             factor = math.exp(ex)
             out = z * factor
-            return out if math.isfinite(factor) and math.isfinite(float(out.sum())) else None
+            if not (math.isfinite(factor) and math.isfinite(float(out.sum()))):
+                return None
+            return out if self.replicas is None else out[None]    # replicas=1 set: (1, dv), as the generic path
         lz = (self._Mk.reshape(R * self.s, d) @ qs).reshape(R, self.s)
         lz += math.log(self.mu / self.s)
         lz -= self._Mlogw                                                   # line 29, log domain

@@ -60,14 +60,23 @@ def calibrate_gamma(Q, K, B) -> float:
     xp = namespace(Q, K, B, names="Q, K and B")
     # gamma is invariant under Q -> a Q, K -> b K: rescale by powers of two so q.k cannot overflow
     Q, K = _mul_pow2(Q, -_pow2_exponent(xp, Q)), _mul_pow2(K, -_pow2_exponent(xp, K))
+    # and gamma(2^e B') = 2^-2e gamma(B'): B scaled too, so the denominator sum (q^T B^T B k)^2 cannot overflow
+    # (issue 24: B of entries 1e150 gave den = inf and gamma = 0.0 where the exact answer is ~1e-300)
+    e_b = _pow2_exponent(xp, B)
+    B = _mul_pow2(B, -e_b)
     L = xp.matmul(Q, xp.matrix_transpose(K))
     Lp = xp.matmul(xp.matmul(Q, xp.matrix_transpose(B)), xp.matrix_transpose(xp.matmul(K, xp.matrix_transpose(B))))
     den = float(xp.sum(Lp * Lp))
     if den == 0:
         raise InputError("calibration keys/queries have no component in the subspace: gamma undefined")
-    gamma = float(xp.sum(L * Lp)) / den
-    if not math.isfinite(gamma):
-        raise InputError(f"gamma = {gamma} is not finite (B's entries are too large or too small)")
+    g = float(xp.sum(L * Lp)) / den
+    try:
+        gamma = math.ldexp(g, -2 * e_b)
+    except OverflowError:
+        gamma = math.inf
+    if not math.isfinite(gamma) or (gamma == 0.0 and g != 0.0):
+        raise InputError(f"gamma = {g:.6g} * 2^{-2 * e_b} lies outside float64's range (B's entries are too large "
+                         f"or too small)")
     return gamma
 
 

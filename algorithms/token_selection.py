@@ -118,18 +118,45 @@ class CompressedKV:
                              f"a {tuple(self.log_w_num.shape)}, b {tuple(self.log_w_den.shape)}")
 
     def estimate(self, q, *, scale: float | None = None) -> np.ndarray:
-        """Attn_hat(q) for queries q (..., L, d) of any backend (no causal mask: every stored token is visible),
-        numpy float64."""
+        """Attn_hat(q) for queries q (..., L, d) (or (d,)) of any backend (no causal mask: every stored token is
+        visible), numpy float64. Computed in the log domain: log|num| - log den, so a numerator whose largest logit
+        exceeds the denominator's by more than 709 (SubGen's representatives vs. its samples at key norms ~1e3) is
+        still exact; a numerator with no token gives 0. Refused (InputError): a q that is not a finite float array of
+        width d or whose leading shape does not broadcast with the heads', a bad scale, a head whose denominator
+        has no token (log_w_den all -inf, or no tokens at all: Attn_hat undefined), and an estimate beyond float64's
+        range."""
+        d = self.keys.shape[-1]
+        check_array(q, "q", ndim=tuple(range(1, 8)), last_dim=d)
+        scale = check_scale(scale, d)
         q = np.asarray(to_numpy(q), dtype=np.float64)
-        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         keys, values = to_numpy(self.keys), to_numpy(self.values)
-        a, b = to_numpy(self.log_w_num), to_numpy(self.log_w_den)
-        lg = q @ np.swapaxes(keys.astype(np.float64), -1, -2) * scale
-        ln, ld = lg + a[..., None, :], lg + b[..., None, :]
-        mn, md = ln.max(-1, keepdims=True), ld.max(-1, keepdims=True)
-        num = np.exp(ln - mn) @ values.astype(np.float64)
-        den = np.exp(ld - md).sum(-1, keepdims=True)
-        return num / den * np.exp(mn - md)
+        a = np.asarray(to_numpy(self.log_w_num), np.float64)
+        b = np.asarray(to_numpy(self.log_w_den), np.float64)
+        if q.ndim >= 2:
+            try:
+                np.broadcast_shapes(q.shape[:-2], keys.shape[:-2])
+            except ValueError:
+                raise InputError(f"q's leading shape {q.shape[:-2]} does not broadcast with the cache's heads "
+                                 f"{tuple(keys.shape[:-2])} (q is (..., L, d))") from None
+        if b.shape[-1] == 0 or not bool(np.all(np.any(b > -math.inf, axis=-1))):
+            raise InputError("log_w_den is -inf for every token of a head (or the cache is empty): the denominator "
+                             "has no token, so Attn_hat is undefined")
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            lg = q @ np.swapaxes(keys.astype(np.float64), -1, -2) * scale
+            if not bool(np.all(np.isfinite(lg))):
+                raise InputError("the logits <q, k> scale overflow float64")
+            ln, ld = lg + a[..., None, :], lg + b[..., None, :]
+            mn, md = ln.max(-1, keepdims=True), ld.max(-1, keepdims=True)
+            empty = mn == -math.inf                                   # no numerator token: the sum is 0
+            num = np.exp(ln - np.where(empty, 0.0, mn)) @ values.astype(np.float64)
+            log_den = np.log(np.exp(ld - md).sum(-1, keepdims=True)) + md
+            mag = np.abs(num)
+            log_out = np.log(mag) + np.where(empty, 0.0, mn) - log_den       # log|Attn_hat|, -inf where it is 0
+            out = np.sign(num) * np.exp(log_out)
+        if not bool(np.all(np.isfinite(out))):
+            raise InputError(f"the estimate exceeds float64's range (log|Attn_hat| up to {float(np.nanmax(log_out)):.4g}): "
+                             f"the numerator's logits exceed the denominator's by more than the float range")
+        return out
 
 
 def _weight_floats(x: np.ndarray) -> int:

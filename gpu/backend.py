@@ -17,10 +17,20 @@ from array_api_compat import device as _device
 from array_api_compat import is_numpy_array, is_torch_array, is_cupy_array
 
 BACKENDS = ("numpy", "torch", "torch:cpu", "torch:cuda", "cupy")
+DTYPES = ("float32", "float64", "int32", "int64", "bool")
 
 
 class BackendUnavailable(RuntimeError):
     pass
+
+
+def _input_error(msg: str, *, type_error: bool = False) -> Exception:
+    """kvbounds.algorithms.validation.InputError (imported late: validation imports this module). With
+    ``type_error`` an InputError that is also a TypeError, for callers that catch array-api-compat's TypeError."""
+    from kvbounds.algorithms.validation import InputError
+    if type_error:
+        return type("NotAnArray", (InputError, TypeError), {})(msg)
+    return InputError(msg)
 
 
 @functools.cache
@@ -57,8 +67,9 @@ def available_backends() -> list[str]:
 
 
 def validate_backend(name: str) -> str:
-    if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    """The name if it is one of BACKENDS, else InputError (a ValueError)."""
+    if not isinstance(name, str) or name not in BACKENDS:
+        raise _input_error(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     return name
 
 
@@ -83,25 +94,43 @@ def resolve(name: str) -> tuple[Any, Any]:
 def asarray(x: Any, backend: str = "numpy", dtype: str = "float64") -> Any:
     """Move a numpy array (or nested list) to a backend with the named dtype."""
     xp, dev = resolve(backend)
-    arr = np.asarray(x)
+    if dtype not in DTYPES:
+        raise _input_error(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    try:
+        arr = np.asarray(x)
+        if arr.dtype.kind not in "biuf" or arr.dtype == object:
+            raise ValueError(f"dtype {arr.dtype}")
+    except (ValueError, TypeError) as e:
+        raise _input_error(f"x must be a real numeric array or nested list, got {type(x).__name__} ({e})") from None
     dt = getattr(xp, dtype)
     if backend == "numpy":
         return arr.astype(dt, copy=False)
     if backend.startswith("torch"):
-        return _torch().as_tensor(np.ascontiguousarray(arr), dtype=dt, device=dev)
+        return _torch().as_tensor(_contiguous(arr), dtype=dt, device=dev)
     return xp.asarray(arr, dtype=dt)
 
 
+def _contiguous(arr: np.ndarray) -> np.ndarray:
+    """C-contiguous, keeping a 0-d array 0-d (``np.ascontiguousarray`` returns at least 1-d)."""
+    return np.ascontiguousarray(arr) if arr.ndim else arr
+
+
 def like(x_np: Any, ref: Any) -> Any:
-    """Move a numpy array to the namespace, device and float dtype of ``ref``."""
-    xp = _array_namespace(ref)
+    """Move a numpy array to the namespace, device and float dtype of ``ref``; a float array whose values exceed
+    the range of ref's (narrower) float dtype is an InputError, not a silent inf."""
+    xp = array_namespace(ref)
     arr = np.asarray(x_np)
+    if arr.dtype.kind == "f" and arr.size and xp.isdtype(ref.dtype, "real floating") \
+            and getattr(ref.dtype, "itemsize", 8) < arr.dtype.itemsize:
+        top = float(np.max(np.abs(arr)))
+        if np.isfinite(top) and top > float(xp.finfo(ref.dtype).max):
+            raise _input_error(f"values up to {top:.3g} exceed the range of {ref.dtype}")
     if is_numpy_array(ref):
         return arr.astype(ref.dtype if arr.dtype.kind == "f" else arr.dtype, copy=False)
     if is_torch_array(ref):
         torch = _torch()
         dt = ref.dtype if arr.dtype.kind == "f" else None
-        return torch.as_tensor(np.ascontiguousarray(arr), device=ref.device, dtype=dt)
+        return torch.as_tensor(_contiguous(arr), device=ref.device, dtype=dt)
     return xp.asarray(arr, dtype=ref.dtype if arr.dtype.kind == "f" else None, device=_device(ref))
 
 
@@ -131,11 +160,18 @@ def is_gpu_array(x: Any) -> bool:
 
 
 def array_namespace(*xs: Any) -> Any:
-    return _array_namespace(*xs)
+    """The array-API namespace of arrays of one backend; anything else (a list, a string, mixed backends) is an
+    InputError that is also the TypeError array-api-compat raises."""
+    try:
+        return _array_namespace(*xs)
+    except TypeError as e:
+        raise _input_error(f"expected arrays of one backend (numpy, torch or cupy): {e}", type_error=True) from None
 
 
 def device(x: Any) -> Any:
     """The device an array lives on (array-API ``device``), for allocating alongside it."""
+    if not hasattr(x, "shape"):
+        raise _input_error(f"expected an array (numpy, torch or cupy), got {type(x).__name__}", type_error=True)
     return _device(x)
 
 

@@ -45,9 +45,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kvbounds.algorithms.block_walk import _gram_panel, _panel_scales
+from kvbounds.algorithms.block_walk import _check_exponent_rounding, _gram_panel, _panel_scales, check_walk_inputs
+from kvbounds.algorithms.blockwise_balance_kv import _argsort_head, _check_block, _check_levels
 from kvbounds.algorithms.self_balancing_walk import walk_constant
-from kvbounds.algorithms.validation import InputError, check_positive, check_probability
+from kvbounds.algorithms.validation import (InputError, check_array, check_probability, check_real, check_same_dtype,
+                                            namespace)
 from kvbounds.gpu.backend import array_namespace, device as _dev, like
 
 METHODS = ("exact", "blocked", "compiled", "triton")
@@ -113,8 +115,16 @@ def _compiled_loop():
     return torch.compile(_panel_loop, dynamic=False, fullgraph=True)
 
 
-@functools.cache
 def compiled_available(device_type: str = "cpu") -> bool:
+    """:func:`_compiled_available` for ``device_type`` "cpu" or "cuda" (anything else: InputError, not a compile
+    attempt per value)."""
+    if device_type not in ("cpu", "cuda"):
+        raise InputError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
+    return _compiled_available(device_type)
+
+
+@functools.cache
+def _compiled_available(device_type: str = "cpu") -> bool:
     """True when torch.compile can build the fused in-panel loop for tensors on ``device_type`` (inductor needs a
     C++ compiler for "cpu", Triton for "cuda": one can work without the other), tried once per device type on a
     tiny input."""
@@ -137,16 +147,22 @@ def walk_signs(Kb, Wb, nk2, nw2, uniforms, c: float, *, plus_one: bool = False, 
     pre-scaled by d^{-1/4}, ``Wb`` (..., b, e), ``nk2``/``nw2`` (..., b) squared norms (with ``plus_one``,
     nw2 includes o_i^2), ``ones`` (..., b) or None, ``uniforms`` (..., b); any leading shape (blocks, heads,
     layers, trials). FAIL (|x_i| > c) is ``abs(x) > c`` on the result, as in the reference."""
-    if method not in METHODS:
+    if not isinstance(method, str) or method not in METHODS:
         raise InputError(f"method must be one of {METHODS}, got {method!r}")
-    check_positive(c, "c")
+    check_walk_inputs(Kb, Wb, nk2, nw2, uniforms, c, panel=panel, plus_one=plus_one, ones=ones)
+    return _walk_signs(Kb, Wb, nk2, nw2, uniforms, float(c), plus_one=bool(plus_one), ones=ones, panel=int(panel),
+                       method=method)
+
+
+def _walk_signs(Kb, Wb, nk2, nw2, uniforms, c: float, *, plus_one: bool = False, ones=None,
+                panel: int = PANEL, method: str = "exact"):
+    """:func:`walk_signs` on checked arguments."""
     xp = array_namespace(Kb, Wb)
     b = Kb.shape[-2]
-    if tuple(uniforms.shape) != tuple(Kb.shape[:-1]):
-        raise InputError(f"uniforms must have shape {tuple(Kb.shape[:-1])}, got {tuple(uniforms.shape)}")
     m = panel if b % panel == 0 else b
     torch_fast = _is_torch(Kb)
-    if method == "compiled" and not (torch_fast and compiled_available(Kb.device.type)):
+    if method == "compiled" and not (torch_fast and Kb.device.type in ("cpu", "cuda")
+                                     and compiled_available(Kb.device.type)):
         method = "blocked"
     if method == "triton":
         from .triton_walk import triton_available
@@ -223,9 +239,10 @@ def _pad(xp, X, pad):
     return xp.concat([X, z], axis=1)
 
 
-def _draw(rngs, per_trial, nb, b, ref):
-    """One (per_trial, nb, b) uniform block from each trial's generator, stacked in trial order."""
-    return like(np.concatenate([r.random((per_trial, nb, b)) for r in rngs], axis=0), ref)
+def _draw(rngs, per_trial, nb, b_draw, b, ref):
+    """One (per_trial, nb, b_draw) uniform block from each trial's generator, its first b columns, stacked in trial
+    order."""
+    return like(np.concatenate([r.random((per_trial, nb, b_draw))[..., :b] for r in rngs], axis=0), ref)
 
 
 def _level(Kc, Wc, kc2, wc2, *, b, c, rngs, per_trial, plus_one, method):
@@ -233,12 +250,15 @@ def _level(Kc, Wc, kc2, wc2, *, b, c, rngs, per_trial, plus_one, method):
     B, m, d = Kc.shape
     e = Wc.shape[-1]
     nb = -(-m // b)
+    # a block longer than the tokens: walk only the real ones (padding never moves the walk), drawing the same coins,
+    # as the reference does (issue 24: block_size = 2^20 on 8 tokens walked 2^20 steps)
+    b_draw, b = b, min(b, m + m % 2)
     pad = nb * b - m
     Kc, Wc, kc2, wc2 = (_pad(xp, X, pad) for X in (Kc, Wc, kc2, wc2))
     ones = like(np.concatenate([np.ones(m), np.zeros(pad)]).reshape(nb, b), Kc) if plus_one and pad else None
-    signs, _ = walk_signs(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
-                          xp.reshape(kc2, (B, nb, b)), xp.reshape(wc2, (B, nb, b)),
-                          _draw(rngs, per_trial, nb, b, Kc), c, plus_one=plus_one, ones=ones, method=method)
+    signs, _ = _walk_signs(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
+                           xp.reshape(kc2, (B, nb, b)), xp.reshape(wc2, (B, nb, b)),
+                           _draw(rngs, per_trial, nb, b_draw, b, Kc), c, plus_one=plus_one, ones=ones, method=method)
     # strict halving, the reference's rule: minority sign first (+1 on a tie), random priority, real before pad
     valid_np = np.ones(nb * b, dtype=bool)
     valid_np[m:] = False
@@ -247,9 +267,9 @@ def _level(Kc, Wc, kc2, wc2, *, b, c, rngs, per_trial, plus_one, method):
     n_plus = xp.sum(xp.astype(plus & valid, xp.int64), axis=-1, keepdims=True)
     n_real = xp.sum(xp.astype(valid, xp.int64), axis=-1, keepdims=True)
     minority = xp.where(2 * n_plus <= n_real, plus, ~plus) & valid
-    prio_np = np.concatenate([np.argsort(r.random((per_trial, nb, b)), axis=-1) for r in rngs], axis=0)
+    prio_np = np.concatenate([_argsort_head(r.random((per_trial, nb, b_draw)), b) for r in rngs], axis=0)
     prio = like(prio_np.astype(np.int64), Kc)
-    score = 2 * b * xp.astype(minority, xp.int64) + b * xp.astype(valid, xp.int64) + prio
+    score = 2 * b_draw * xp.astype(minority, xp.int64) + b_draw * xp.astype(valid, xp.int64) + prio
     order = xp.argsort(score, axis=-1, descending=True, stable=True)[..., : b // 2]
     offsets = like((np.arange(nb, dtype=np.int64) * b)[:, None], Kc)
     pos = xp.reshape(order + offsets, (B, nb * (b // 2)))[:, : m // 2]
@@ -264,24 +284,29 @@ def batched_select(K, V, *, block_size: int, levels: int, rngs: Sequence[np.rand
     ``K`` (trials, ..., n, d), ``V`` (trials, ..., n, s) with ``len(rngs) == trials``; the middle axes
     (layers, heads) are batched too. Returns kept indices (trials, ..., n // 2^T), sorted; trial t equals
     ``blockwise_balance_select(K[t], V[t], block_size=..., levels=..., rng=rngs[t], ...)``."""
-    if not hasattr(K, "shape") or K.ndim < 3 or V.ndim != K.ndim or tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
-        raise InputError(f"K (trials, ..., n, d) and V (trials, ..., n, s) must agree, got "
-                         f"{getattr(K, 'shape', None)} and {getattr(V, 'shape', None)}")
+    # issue 24: integer/complex keys, levels = 2.5 (truncated), levels = NaN, rngs = None and a list for V are refused
+    check_array(K, "K", ndim=tuple(range(3, 9)), min_rows=1, finite=False)   # finiteness: on the squared norms below
+    check_array(V, "V", ndim=K.ndim, finite=False)
+    xp = namespace(K, V, names="K and V")
+    check_same_dtype(("K", K), ("V", V))
+    if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
+        raise InputError(f"K (trials, ..., n, d) and V (trials, ..., n, s) must agree, got {tuple(K.shape)} and "
+                         f"{tuple(V.shape)}")
+    if isinstance(rngs, (str, bytes, np.random.Generator)) or not hasattr(rngs, "__iter__"):
+        raise InputError(f"rngs must be a sequence of {K.shape[0]} numpy Generators (one per trial), got "
+                         f"{type(rngs).__name__}")
     rngs = list(rngs)
     if len(rngs) != K.shape[0] or not all(isinstance(r, np.random.Generator) for r in rngs):
         raise InputError(f"rngs must be {K.shape[0]} numpy Generators (one per trial), got {len(rngs)}")
-    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 2 \
-            or block_size % 2:
-        raise InputError(f"block_size must be an even integer >= 2, got {block_size!r}")
-    if value_kernel not in ("value", "value+1"):
+    b = _check_block(block_size)
+    n, d = K.shape[-2], K.shape[-1]
+    T = _check_levels(levels, n)
+    if not isinstance(value_kernel, str) or value_kernel not in ("value", "value+1"):
         raise InputError(f"value_kernel must be 'value' or 'value+1', got {value_kernel!r}")
+    if not isinstance(method, str) or method not in METHODS:
+        raise InputError(f"method must be one of {METHODS}, got {method!r}")
     check_probability(delta, "delta")
-    b, T, n, d = int(block_size), int(levels), K.shape[-2], K.shape[-1]
-    if T < 0 or n >> T < 1:
-        raise InputError(f"levels = {levels} invalid for n = {n}")
-    c = walk_constant(b, delta) if c is None else float(c)
-    check_positive(c, "c")
-    xp = array_namespace(K, V)
+    c = walk_constant(b, delta) if c is None else check_real(c, "c", minimum=0.0, strict=True)
     lead = tuple(K.shape[:-2])
     B = int(np.prod(lead, dtype=np.int64))
     per_trial = B // len(rngs)
@@ -290,6 +315,7 @@ def batched_select(K, V, *, block_size: int, levels: int, rngs: Sequence[np.rand
     nk2, nw2 = xp.sum(Kf * Kf, axis=-1), xp.sum(Wf * Wf, axis=-1)
     if not bool(xp.all(xp.isfinite(nk2))) or not bool(xp.all(xp.isfinite(nw2))):
         raise InputError("K or V contains NaN or Inf (or a row whose squared norm overflows)")
+    _check_exponent_rounding(xp, nk2, d, K.dtype)
     plus_one = value_kernel == "value+1"
     if plus_one:
         nw2 = nw2 + 1.0

@@ -48,8 +48,9 @@ GPU_SUPPORT: dict[str, tuple[bool, str]] = {
 
 def gpu_support(claim_id: str) -> tuple[bool, str]:
     """(True, why) when the claim's check runs its arrays on a GPU backend, else (False, why it runs on CPU)."""
+    from .backend import _input_error
     if not isinstance(claim_id, str):
-        raise TypeError(f"claim_id must be a string, got {type(claim_id).__name__}")
+        raise _input_error(f"claim_id must be a string, got {type(claim_id).__name__}", type_error=True)
     if claim_id in GPU_SUPPORT:
         return GPU_SUPPORT[claim_id]
     return False, "not classified for GPU: runs as its check's run_trial decides (assume CPU)"
@@ -57,6 +58,11 @@ def gpu_support(claim_id: str) -> tuple[bool, str]:
 
 def describe(claim_ids, backend: str) -> list[str]:
     """One line per claim for ``kvbounds check --backend <gpu backend>``: 'ID: GPU' or 'ID: CPU (why)'."""
+    from kvbounds.algorithms.validation import InputError
+    from .backend import validate_backend
+    if isinstance(claim_ids, str) or not hasattr(claim_ids, "__iter__"):
+        raise InputError(f"claim_ids must be a list of claim ids, got {type(claim_ids).__name__}")
+    validate_backend(backend)
     out = []
     for cid in claim_ids:
         ok, why = gpu_support(cid)

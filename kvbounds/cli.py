@@ -124,6 +124,12 @@ def _cmd_check(args) -> int:
         return 2
     if not args.claims and args.profile == "gpu":   # the gpu profile holds the scale sweeps of a few checks only
         args.claims = [c.id for c in checked_claims() if profile_trials(c.check_module(), "gpu")]
+    from .gpu.backend import BACKENDS, why_unavailable
+    if args.backend in BACKENDS:                  # an unknown name is run_checks' error (exit 2 below)
+        why = why_unavailable(args.backend)
+        if why is not None:                       # refuse before any trial runs (not one error record per trial)
+            print(f"kvbounds: --backend {args.backend} cannot run on this machine: {why}", file=sys.stderr)
+            return 2
     if args.backend in ("torch:cuda", "cupy") or (args.backend == "torch" and _cuda_visible()):
         from .gpu.support import describe    # which checks put their arrays on the device, which stay on the CPU
         for line in describe(args.claims or [c.id for c in checked_claims()], args.backend):
@@ -190,6 +196,10 @@ def _cmd_report(args) -> int:
     except ReportError as e:
         print(f"kvbounds: {e}", file=sys.stderr)
         return 2
+    except OSError as e:           # read-only or full output directory: one line, not a traceback
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"kvbounds: error: cannot write the report in {args.out}{where}: {e.strerror or e}", file=sys.stderr)
+        return 1
     print(render_terminal(build_verdicts(ResultStore(args.out).load(), claims)))
     print(f"report: {html}")
     if args.markdown:
@@ -244,6 +254,16 @@ def _traces_cli():
 
 
 def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:        # `kvbounds list | head`: the reader left; stop quietly (Python's SIGPIPE recipe)
+        import os
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd == "traces":
         return _traces_cli().run(args)

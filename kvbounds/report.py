@@ -339,6 +339,8 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
     Raises ReportError when the directory or its records are missing (nothing to report on)."""
     out = Path(out_dir)
     store = ResultStore(out)
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"{out} is a file, not a directory; pass the directory `kvbounds check --out` wrote")
     if not out.is_dir():
         raise ReportError(f"{out} does not exist; run `kvbounds check --out {out}` first")
     contents = store.read()          # one pass over results.jsonl: records and error records together

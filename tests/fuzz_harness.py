@@ -152,6 +152,7 @@ class Entry:
     check: Callable[..., str | None] | None = None
     nonfinite_ok: Callable[..., bool] | None = None
     torch_ok: bool = True       # arrays of the torch data class are a valid input
+    owner: str | None = None    # another engineer's module: defects reported there, the test is xfail (issue 24)
 
 
 RNG = object()

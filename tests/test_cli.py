@@ -66,3 +66,48 @@ def test_report_on_missing_or_empty_dir_is_an_error(tmp_path, capsys):
     assert main(["report", "--out", str(tmp_path)]) == 2
     assert "no records" in capsys.readouterr().err
     assert not (tmp_path / "report.html").exists()
+
+
+# -- issue 24: the CLI refuses clearly (one line, rc != 0, no traceback) ------------------------------------------
+
+def test_report_out_is_a_file(tmp_path, capsys):
+    f = tmp_path / "results.jsonl"
+    f.write_text("")
+    assert main(["report", "--out", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "is a file" in err and "does not exist" not in err
+
+
+def test_report_on_unwritable_dir_is_one_line(tmp_path, capsys, monkeypatch):
+    import errno
+    import pathlib
+    assert main(["check", "MR.memory", "--profile", "smoke", "--out", str(tmp_path), "--workers", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    for code in (errno.EROFS, errno.ENOSPC):      # read-only and full: root can write anywhere, so the write fails
+        def refuse(self, *a, _code=code, **kw):
+            raise OSError(_code, __import__("os").strerror(_code), str(self))
+        monkeypatch.setattr(pathlib.Path, "write_text", refuse)
+        assert main(["report", "--out", str(tmp_path)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("kvbounds: error: cannot write the report") and "Traceback" not in err
+        assert __import__("os").strerror(code) in err and len(err.strip().splitlines()) == 1
+
+
+def test_unavailable_backend_is_refused_before_starting(tmp_path, capsys, monkeypatch):
+    import kvbounds.gpu.backend as be
+    for name in ("cupy", "torch:cuda"):
+        why = be.why_unavailable(name)
+        if why is None:
+            continue                                  # runs here: nothing to refuse
+        assert main(["check", "MR.memory", "--backend", name, "--out", str(tmp_path / "x"), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert f"--backend {name} cannot run" in err and why in err
+        assert not (tmp_path / "x").exists()          # no trial ran, no error records written
+
+
+def test_list_into_a_closed_pipe_is_quiet():
+    import subprocess
+    import sys
+    r = subprocess.run(f"{sys.executable} -m kvbounds list | head -c 10", shell=True, capture_output=True,
+                       text=True, timeout=120)
+    assert "BrokenPipeError" not in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -1,23 +1,32 @@
-"""Fuzz suite of issue 11: every public entry point of kvbounds.algorithms and traces.synthetic, under the input
-classes of tests/fuzz_harness.py, classified call by call. 0 defects allowed: no silent NaN/Inf, no answer
+"""Fuzz suite of issues 11 and 24: every public entry point of kvbounds (kvbounds.algorithms, kvbounds.gpu, the
+e2e layer's array functions, traces.synthetic), under the input classes of tests/fuzz_harness.py, classified call
+by call. 0 defects allowed: no silent NaN/Inf, no answer
 that disagrees with its float64 / mpmath reference, no exception other than InputError (or the documented
 WalkFailed / DegenerateEstimate), no call past the time limit.
 
-The default run makes DEFAULT_EXAMPLES calls per entry (a few thousand in all); ``-m fuzz`` (``make test-all``)
-makes FUZZ_EXAMPLES per entry (>= 10^4 in all)."""
+The default run makes DEFAULT_EXAMPLES calls per entry (~2,300 in all); ``-m fuzz`` (``make test-all``)
+makes FUZZ_EXAMPLES per entry (>= 10^4 in all). With ``KVBOUNDS_FUZZ_TABLE=DIR`` each entry writes its tally
+(calls per outcome) to DIR/<entry>.json; ``python tests/fuzz_table.py DIR`` prints the table per entry point.
+Entries of another engineer's module (``Entry.owner``) are xfail (non-strict) in the long run and skipped in the
+default slice: their defects are reported there."""
 from __future__ import annotations
 
+import json
+import os
+import re
 import warnings
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from fuzz_entries import ENTRIES
+import fuzz_entries
+import fuzz_entries_surface
 from fuzz_harness import (ARRAY_CORRUPTIONS, DATA_CLASSES, DEFECTS, PARAM_VALUES, Case, Entry, build, classify)
 
-DEFAULT_EXAMPLES = 60
+DEFAULT_EXAMPLES = 25      # ~2,500 calls over ~100 entries: the default suite's fast slice (issue 24: seconds)
 FUZZ_EXAMPLES = 300
+ENTRIES = fuzz_entries.ENTRIES + fuzz_entries_surface.ENTRIES
 
 
 @st.composite
@@ -32,6 +41,17 @@ def cases(draw, entry: Entry) -> Case:
     elif mode == "param":
         target, corruption = draw(st.sampled_from(sorted(entry.params))), draw(st.sampled_from(PARAM_VALUES))
     return Case(data, mode, target, corruption, draw(st.integers(0, 2**31 - 1)))
+
+
+def _write_tally(entry: Entry, examples: int, calls: list) -> None:
+    where = os.environ.get("KVBOUNDS_FUZZ_TABLE")
+    if not where:
+        return
+    os.makedirs(where, exist_ok=True)
+    tally = {k: calls.count(k) for k in ("ok", "clear", "harness") + DEFECTS}
+    name = re.sub(r"[^A-Za-z0-9_.+\[\]-]", "_", entry.name)[:120]
+    with open(os.path.join(where, f"{name}.{examples}.json"), "w") as f:
+        json.dump(dict(entry=entry.name, examples=examples, calls=len(calls), owner=entry.owner, **tally), f)
 
 
 def _fuzz(entry: Entry, examples: int) -> None:
@@ -50,61 +70,112 @@ def _fuzz(entry: Entry, examples: int) -> None:
             defects.append(f"{outcome}: {entry.name}({case.describe()}): {detail[:300]}")
 
     run()
+    _write_tally(entry, examples, calls)
     assert len(calls) >= examples // 2, f"only {len(calls)} calls made"
     assert not defects, f"{len(defects)} defect(s) in {len(calls)} calls:\n" + "\n".join(defects[:10])
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
+def _params(entries, long: bool):
+    """Entries of another engineer's module: xfail in the long run (their tally goes to the table), left out of the
+    default slice (it stays fast); remove ``owner`` once that module follows docs/INPUTS.md."""
+    mark = lambda e: pytest.mark.xfail(reason=f"owned by the {e.owner}", strict=False) if long else \
+        pytest.mark.skip(reason=f"owned by the {e.owner}: fuzzed by the long run (-m fuzz)")
+    return [pytest.param(e, id=e.name, marks=[mark(e)] if e.owner else []) for e in entries]
+
+
+@pytest.mark.parametrize("entry", _params(ENTRIES, long=False))
 def test_fuzz_entry(entry: Entry) -> None:
     _fuzz(entry, DEFAULT_EXAMPLES)
 
 
 @pytest.mark.fuzz
-@pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
+@pytest.mark.parametrize("entry", _params(ENTRIES, long=True))
 def test_fuzz_entry_long(entry: Entry) -> None:
     _fuzz(entry, FUZZ_EXAMPLES)
 
 
-def test_every_public_entry_point_is_fuzzed() -> None:
-    """A new public function or class in kvbounds.algorithms must be added to fuzz_entries (or listed here)."""
+# Public callables that are not fuzz entries, each with its reason. Everything else that a module of PACKAGES
+# exports (its __all__, else every public function and class it defines) must be named by an entry.
+NOT_ENTRY_POINTS = {
+    # data holders and exceptions
+    "InputError", "WalkFailed", "DegenerateEstimate", "WalkResult", "KCenterResult", "SoftmaxBalanceResult",
+    "SubGenState", "Chunk", "OpCounter", "PublicCoins", "IndexInstance", "SlotBatch", "GroupAttention", "Trace",
+    "BackendUnavailable", "LoadedModel", "Prefill", "Task",
+    # reached through make_selector / make_compressor / attend (their entries above)
+    "TokenSelector", "StreamingLLM", "H2O", "Uniform", "KCenter", "UniformSampling", "StreamingBalanceKV",
+    "BlockwiseBalanceKV", "SubGenSketch", "Clairvoyant", "subgen_class", "aggregate", "draft_gamma",
+    # SubGen's estimator half (lines 29-31), a base class of SubGen (whose entries reach it)
+    "QueryStreamAttn",
+    # the draft's pseudocode transcribed literally: its NaN on masked chunks is the documented finding
+    "blockwise_softmax_literal",
+    # the logit helper behind every softmax: its callers validate its inputs (covered through softmax_weights)
+    "shifted_logits",
+    # INDEX-game decoding on instances built by the entries above (tests/test_index_reduction.py)
+    "build_instance", "bob_value", "bob_decode", "lemma_sum", "collisions", "read_values", "decode_group",
+    "eq2_error",
+    # the step-by-step reference of panel_walk (the reference of the panel_walk / walk_signs entries)
+    "panel_walk_stepwise",
+    # the argument checks of panel_walk / walk_signs (run by their entries)
+    "check_walk_inputs",
+    # a diagnostic recomputed from a level's own walk inside blockwise_balance_select (diagnostics=[...])
+    "walk_diagnostic",
+    # a hook returning compress_cache_released (its entry above) or None
+    "released_balancekv",
+    # gpu: a context manager limiting BLAS threads (no data; tests/test_backend.py), a profiler-based benchmark
+    # counter on fixed internal inputs (seconds per call; tests/test_batched_walk.py), the Triton kernel launcher
+    # behind walk_signs(method="triton") (needs CUDA; reached after walk_signs's checks)
+    "single_blas_thread", "ops_per_step", "triton_panel_steps",
+    # e2e: functions of a loaded model and its prefill (seconds per call; tests/test_e2e.py, test_e2e_device.py)
+    "smollm2_state_dict", "load_smollm2", "load_model", "agreement", "prefill", "score_tail", "run_cell",
+    "ppl_task", "passkey_task", "lines_task", "make_task", "run_cell_trial", "compress_kvpress", "compress_all",
+    "make_press", "lowrank_perplexity",
+    # e2e: functions of Record lists and claim tables (no arrays; tests/test_e2e_controls.py, test_e2e.py)
+    "hf_missing", "claim_trials", "profile_grid", "units", "paired_compare", "controls", "setup_line",
+    "skipped_notes", "compare", "reproduction_verdict", "leaderboard_rows", "timing_rows",
+    # e2e: the transformers registration hook (no arguments) and the `kvbounds e2e` CLI (tests/test_e2e.py)
+    "register", "add_parser", "run",
+    # e2e: a probe without arguments that imports kvpress (seconds on a first call; tests/test_e2e.py)
+    "kvpress_available",
+}
+PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses")
+
+
+def public_callables() -> dict[str, list[str]]:
+    """module -> public callables, for every module of PACKAGES that exists (subpackages included, so a new module
+    is enumerated without editing this test): the module's __all__, else the functions and classes it defines."""
     import importlib
     import inspect
     import pkgutil
-
-    import kvbounds.algorithms as pkg
-    covered = " ".join(e.name for e in ENTRIES) + " " + open(__import__("fuzz_entries").__file__).read()
-    not_entry_points = {
-        # data holders and exceptions
-        "InputError", "WalkFailed", "DegenerateEstimate", "WalkResult", "KCenterResult", "SoftmaxBalanceResult",
-        "SubGenState", "Chunk", "OpCounter", "PublicCoins", "IndexInstance", "SlotBatch", "GroupAttention", "Trace",
-        # reached through make_selector / make_compressor / attend (their entries above)
-        "TokenSelector", "StreamingLLM", "H2O", "Uniform", "KCenter", "UniformSampling", "StreamingBalanceKV",
-        "BlockwiseBalanceKV", "SubGenSketch", "Clairvoyant", "subgen_class", "aggregate", "draft_gamma", "panel_walk",
-        # SubGen's estimator half (lines 29-31), a base class of SubGen (whose entries reach it)
-        "QueryStreamAttn",
-        # the draft's pseudocode transcribed literally: its NaN on masked chunks is the documented finding
-        "blockwise_softmax_literal",
-        # the logit helper behind every softmax: its callers validate its inputs (covered through softmax_weights)
-        "shifted_logits",
-        # INDEX-game decoding on instances built by the entries above (tests/test_index_reduction.py)
-        "build_instance", "bob_value", "bob_decode", "lemma_sum", "collisions", "read_values", "decode_group",
-        "eq2_error",
-        # the step-by-step reference of panel_walk (compared with it in tests/test_fast_paths.py)
-        "panel_walk_stepwise",
-        # a diagnostic recomputed from a level's own walk inside blockwise_balance_select (diagnostics=[...])
-        "walk_diagnostic",
-        # a hook returning compress_cache_released (its entry above) or None
-        "released_balancekv"}
-    missing = []
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        if mod.name == "validation":          # the checks themselves
+    out: dict[str, list[str]] = {}
+    for pkg_name in PACKAGES:
+        try:
+            pkg = importlib.import_module(pkg_name)
+        except ImportError:
             continue
-        m = importlib.import_module(f"kvbounds.algorithms.{mod.name}")
-        for name, obj in vars(m).items():
-            if name.startswith("_") or getattr(obj, "__module__", None) != m.__name__ or not callable(obj):
+        mods = [pkg_name] + [m.name for m in pkgutil.walk_packages(getattr(pkg, "__path__", []), pkg_name + ".")]
+        for mod_name in mods:
+            if mod_name.endswith(".validation"):          # the checks themselves
                 continue
-            if name not in not_entry_points and name not in covered:
-                missing.append(f"{mod.name}.{name}")
+            m = importlib.import_module(mod_name)
+            if hasattr(m, "__all__"):
+                names = [n for n in m.__all__ if callable(getattr(m, n, None))]
+            else:
+                names = [n for n, o in vars(m).items() if not n.startswith("_") and callable(o)
+                         and getattr(o, "__module__", None) == m.__name__ and (inspect.isfunction(o) or inspect.isclass(o))]
+            out[mod_name] = names
+    return out
+
+
+def test_every_public_entry_point_is_fuzzed() -> None:
+    """A public callable of kvbounds.algorithms, kvbounds.gpu, kvbounds.e2e (and a presses module once it exists)
+    must be named by a fuzz entry (fuzz_entries*.py) or listed, with its reason, in NOT_ENTRY_POINTS."""
+    covered = " ".join(e.name for e in ENTRIES) + " " + open(fuzz_entries.__file__).read() + " " \
+        + open(fuzz_entries_surface.__file__).read()
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", covered))
+    mods = public_callables()
+    assert {"kvbounds.algorithms.token_selection", "kvbounds.gpu.batched_walk", "kvbounds.e2e.methods"} <= set(mods)
+    missing = [f"{mod}.{name}" for mod, names in mods.items() for name in names
+               if name not in NOT_ENTRY_POINTS and name not in words]
     assert not missing, missing
 
 

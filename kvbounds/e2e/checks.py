@@ -28,8 +28,9 @@ ALPHA = 0.05
 def equal_memory_baseline(baseline_loss: float) -> float:
     """The "bound" of the end-to-end claims (BKV.e2e, SG.e2e): no formula; a method's loss against exact
     attention is compared with the baseline's loss measured on the same instance at the same number of floats
-    (records: bound = uniform sampling's loss). Returns it unchanged."""
-    return float(baseline_loss)
+    (records: bound = uniform sampling's loss). Returns it unchanged (a finite real number, else InputError)."""
+    from kvbounds.algorithms.validation import check_real
+    return check_real(baseline_loss, "baseline_loss")
 
 
 def hf_missing() -> str | None:

@@ -1,0 +1,312 @@
+"""Fuzz entries of issue 24: the surfaces added after issue 11 (the compressed-cache contract's estimate, the walks
+of kvbounds.algorithms.block_walk and kvbounds.gpu, the backend layer, the end-to-end layer's array functions).
+
+Entries with ``owner`` set belong to another engineer's module (the e2e harness's budget solver and compress
+function, the weighted attention of the transformers integration): their defects are reported, not fixed here,
+and tests/test_fuzz.py marks them xfail (non-strict) until those modules are hardened."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fuzz_harness import RNG, Entry, as_numpy, eps_of, make_array
+
+from kvbounds.algorithms import block_walk as bw
+from kvbounds.algorithms import token_selection as ts
+from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select
+from kvbounds.gpu import backend as be
+from kvbounds.gpu import batched_walk as gbw
+from kvbounds.gpu import support as gs
+from kvbounds.gpu import triton_walk as gtw
+
+E2E_OWNER = "e2e helper (kvbounds/e2e/methods.py: budget solver, compress function)"
+PRESSES_OWNER = "presses helper (kvbounds/e2e/attention.py: weighted attention, WeightedCache)"
+LOG2 = math.log(2.0)
+
+
+# -- CompressedKV.estimate against a 40-digit reference ------------------------------------------------------
+
+def _estimate_arrays(rng, cls):
+    H, m, d, s, L = (int(rng.integers(1, 4)) for _ in range(5))
+    choices = np.array([0.0, 0.0, LOG2, 2 * LOG2, -np.inf, 0.5])
+    a, b = choices[rng.integers(0, 6, (H, m))], choices[rng.integers(0, 6, (H, m))]
+    b[:, 0] = np.where(rng.random(H) < 0.9, 0.0, b[:, 0])          # mostly a denominator token per head
+    return dict(keys=make_array(rng, (H, m, d), cls), values=make_array(rng, (H, m, s), cls), a=a, b=b,
+                q=make_array(rng, (H, L, d), cls))
+
+
+def _estimate_call(keys, values, a, b, q, scale):
+    return ts.CompressedKV(keys, values, a, b).estimate(q, scale=scale)
+
+
+def _check_estimate(out, keys, values, a, b, q, scale):
+    import mpmath as mp
+    mp.mp.dps = 40
+    d = keys.shape[-1]
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    K, V, Q = (np.asarray(x, np.float64) for x in (keys, values, q))
+    eps = eps_of(keys, values, q)
+    Q = Q[None] if Q.ndim == 1 else Q                               # (d,) is one query: (1, d)
+    if Q.shape[-2] == 0:                                            # zero queries: an empty answer
+        return None if np.asarray(out).size == 0 else f"answer {out} for zero queries"
+    lead = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2])          # q (..., L, d) broadcasts with the heads
+    flat = lambda x, tail: np.broadcast_to(x, lead + x.shape[x.ndim - tail:]).reshape((-1,) + x.shape[x.ndim - tail:])
+    Q, K, V, a, b = flat(Q, 2), flat(K, 2), flat(V, 2), flat(np.asarray(a), 1), flat(np.asarray(b), 1)
+    out = np.asarray(out, np.float64).reshape(Q.shape[0], Q.shape[1], V.shape[2])
+    for h in range(K.shape[0]):
+        for j in range(Q.shape[1]):
+            l = [mp.mpf(sc) * mp.fsum(mp.mpf(float(x)) * mp.mpf(float(y)) for x, y in zip(Q[h, j], K[h, i]))
+                 for i in range(K.shape[1])]
+            den = mp.fsum(mp.exp(l[i] + b[h, i]) for i in range(len(l)) if b[h, i] > -np.inf)
+            w = [mp.exp(l[i] + a[h, i]) / den if a[h, i] > -np.inf else mp.mpf(0) for i in range(len(l))]
+            qn = float(np.linalg.norm(Q[h, j]))
+            kn = float(np.max(np.linalg.norm(K[h], axis=1)))
+            delta = 2 * (d + 4) * eps * (sc * qn * kn + 2 * LOG2 + 1) + 16 * eps
+            for c in range(V.shape[2]):
+                ref = mp.fsum(w[i] * mp.mpf(float(V[h, i, c])) for i in range(len(l)))
+                mass = mp.fsum(abs(w[i] * mp.mpf(float(V[h, i, c]))) for i in range(len(l)))
+                tol = float(4 * mass * mp.expm1(mp.mpf(4 * delta)) + 64 * eps * mass) + 1e-300
+                err = abs(mp.mpf(float(out[h, j, c])) - ref)
+                if not err <= tol:
+                    return f"head {h}, query {j}, column {c}: |out - mpmath| = {float(err):.3g} > {tol:.3g}"
+    return None
+
+
+ESTIMATE = [Entry("CompressedKV.estimate", _estimate_arrays, dict(scale=None), _estimate_call, _check_estimate,
+                  torch_ok=False)]
+
+
+# -- the walks: panel_walk, walk_signs (gpu), batched_select (gpu) ----------------------------------------------
+
+def _walk_arrays(rng, cls):
+    B, b, d, e = int(rng.integers(1, 3)), int(rng.integers(1, 12)), int(rng.integers(1, 4)), int(rng.integers(1, 3))
+    Kb, Wb = make_array(rng, (B, b, d), cls), make_array(rng, (B, b, e), cls)
+    with np.errstate(over="ignore"):
+        nk2 = (Kb.astype(np.float64) ** 2).sum(-1).astype(Kb.dtype)
+        nw2 = ((Wb.astype(np.float64) ** 2).sum(-1) + 1.0).astype(Wb.dtype)
+    return dict(Kb=Kb, Wb=Wb, nk2=nk2, nw2=nw2, uniforms=rng.random((B, b)).astype(Kb.dtype))
+
+
+def _check_walk(out, Kb, Wb, nk2, nw2, uniforms, c, panel, plus_one, **kw):
+    signs = np.asarray(as_numpy(out[0]))
+    if not np.all(np.abs(signs) == 1):
+        return f"signs not +-1: {signs}"
+    ref, _ = bw.panel_walk_stepwise(Kb, Wb, nk2, nw2, uniforms, float(c), panel=int(panel), plus_one=bool(plus_one))
+    if not np.array_equal(signs, np.asarray(ref)):
+        return f"signs {signs} differ from panel_walk_stepwise's {np.asarray(ref)}"
+    return None
+
+
+WALK_PARAMS = dict(c=5.0, panel=4, plus_one=True)
+
+RNGS = object()         # stands for one numpy Generator per trial (replaced in the call; a corruption replaces it)
+
+
+def _batched_arrays(rng, cls):
+    trials, heads, n, d = int(rng.integers(1, 3)), int(rng.integers(1, 3)), int(rng.integers(1, 13)), \
+        int(rng.integers(1, 4))
+    return dict(K=make_array(rng, (trials, heads, n, d), cls), V=make_array(rng, (trials, heads, n, d), cls))
+
+
+def _trial_rngs(K, rngs):
+    if rngs is RNGS:
+        return [np.random.default_rng(100 + t) for t in range(K.shape[0] if hasattr(K, "shape") and K.ndim else 1)]
+    return rngs
+
+
+def _batched_call(K, V, block_size, levels, rngs, delta, c, method):
+    return gbw.batched_select(K, V, block_size=block_size, levels=levels, rngs=_trial_rngs(K, rngs), delta=delta,
+                              c=c, method=method)
+
+
+def _check_batched(out, K, V, block_size, levels, rngs, delta, c, method):
+    out = np.asarray(as_numpy(out))
+    for t in range(K.shape[0]):
+        ref = blockwise_balance_select(K[t], V[t], block_size=block_size, levels=levels,
+                                       rng=np.random.default_rng(100 + t), delta=delta, c=c)
+        if not np.array_equal(out[t], np.asarray(ref)):
+            return f"trial {t}: {out[t].tolist()} != blockwise_balance_select's {np.asarray(ref).tolist()}"
+    return None
+
+
+WALKS = [
+    Entry("panel_walk", _walk_arrays, dict(WALK_PARAMS),
+          lambda Kb, Wb, nk2, nw2, uniforms, c, panel, plus_one: bw.panel_walk(
+              Kb, Wb, nk2, nw2, uniforms, c, panel=panel, plus_one=plus_one), _check_walk),
+    Entry("walk_signs", _walk_arrays, dict(WALK_PARAMS, method="exact"),
+          lambda Kb, Wb, nk2, nw2, uniforms, c, panel, plus_one, method: gbw.walk_signs(
+              Kb, Wb, nk2, nw2, uniforms, c, panel=panel, plus_one=plus_one, method=method), _check_walk),
+    Entry("walk_signs[blocked]", _walk_arrays, dict(WALK_PARAMS, method="blocked"),
+          lambda Kb, Wb, nk2, nw2, uniforms, c, panel, plus_one, method: gbw.walk_signs(
+              Kb, Wb, nk2, nw2, uniforms, c, panel=panel, plus_one=plus_one, method=method),
+          lambda out, **kw: None if np.all(np.abs(np.asarray(as_numpy(out[0]))) == 1) else "signs not +-1"),
+    Entry("batched_select", _batched_arrays, dict(block_size=4, levels=1, rngs=RNGS, delta=0.01, c=None,
+                                                  method="exact"), _batched_call, _check_batched),
+    Entry("batched_select[block >> n]", _batched_arrays, dict(block_size=2 ** 16, levels=2, rngs=RNGS, delta=0.01,
+                                                              c=None, method="exact"), _batched_call, _check_batched),
+    # the valid device types compile a kernel once (seconds: past the time limit on a first call); the entry
+    # checks that every other value is refused, and that the answers are bools when the probe is already cached
+    Entry("compiled_available+triton_available", lambda r, c: {}, dict(device_type="gpu"),
+          lambda device_type: (gtw.triton_available(device_type), gbw.compiled_available(device_type)),
+          lambda out, **kw: None if all(isinstance(x, bool) for x in out) else f"not bools: {out}"),
+]
+
+
+# -- the backend layer ----------------------------------------------------------------------------------------
+
+def _conv_arrays(rng, cls):
+    shape = tuple(int(rng.integers(1, 4)) for _ in range(int(rng.integers(1, 3))))
+    return dict(x=make_array(rng, shape, cls), ref=make_array(rng, (2,), cls))
+
+
+def _conv_call(x, ref):
+    y = be.like(x, ref)
+    be.synchronize(y)
+    return (be.to_numpy(y), be.backend_of(y), be.is_gpu_array(y), str(be.device(y)),
+            be.array_namespace(y, ref).__name__)
+
+
+def _check_conv(out, x, ref):
+    y = out[0]
+    x = np.asarray(x)
+    want = x.astype(ref.dtype) if x.dtype.kind == "f" else x
+    if y.shape != x.shape or not np.array_equal(y, want, equal_nan=True):
+        return f"like/to_numpy round trip {y} != {want}"
+    return None
+
+
+def _conv_nonfinite_ok(out, x, **kw):
+    return not bool(np.all(np.isfinite(np.asarray(as_numpy(x), np.float64))))   # conversions pass values through
+
+
+def _asarray_check(out, x, backend, dtype):
+    y = be.to_numpy(out)
+    want = np.asarray(x).astype(dtype)
+    return None if y.shape == want.shape and np.array_equal(y, want, equal_nan=True) else f"{y} != {want}"
+
+
+BACKEND = [
+    Entry("validate_backend+resolve+why_unavailable", lambda r, c: {}, dict(name="numpy"),
+          lambda name: (be.validate_backend(name), be.resolve(name)[1], be.why_unavailable(name))),
+    Entry("available_backends", lambda r, c: {}, {}, lambda: be.available_backends(),
+          lambda out: None if "numpy" in out else f"{out} lacks numpy"),
+    Entry("asarray", lambda r, c: dict(x=_conv_arrays(r, c)["x"]), dict(backend="numpy", dtype="float64"),
+          lambda x, backend, dtype: be.asarray(x, backend, dtype), _asarray_check,
+          nonfinite_ok=lambda out, x, **kw: _conv_nonfinite_ok(out, x)),
+    Entry("like+to_numpy+backend_of+is_gpu_array+device+synchronize+array_namespace", _conv_arrays, {},
+          _conv_call, _check_conv, nonfinite_ok=_conv_nonfinite_ok),
+    Entry("gpu_support+describe", lambda r, c: {}, dict(claim_id="SG.e2e", backend="cupy"),
+          lambda claim_id, backend: (gs.gpu_support(claim_id), gs.describe([claim_id], backend))),
+]
+
+
+# -- the end-to-end layer's array functions -------------------------------------------------------------------
+
+def _e2e_cache(rng, cls):
+    H, n, d = int(rng.integers(1, 3)), int(rng.integers(3, 20)), int(rng.integers(1, 5))
+    return dict(K=make_array(rng, (H, n, d), cls).astype(np.float32),
+                V=make_array(rng, (H, n, d), cls).astype(np.float32))
+
+
+def _compress_ours_entry(method):
+    from kvbounds.e2e import methods as M
+
+    def call(K, V, floats, rng, sink, window):
+        return M.compress_ours(method, K, V, floats, rng, sink=sink, window=window, block_size=4)
+
+    def check(out, K, V, floats, rng, sink, window):
+        used = ts.memory_floats(ts.CompressedKV(*(np.asarray(as_numpy(x)) for x in (
+            out.keys, out.values, out.log_w_num, out.log_w_den)), extra_floats=out.extra_floats, rank=out.rank,
+            projected=out.projected))
+        return None if used <= floats * K.shape[0] else f"holds {used} floats, budget {floats} x {K.shape[0]} heads"
+
+    def nonfinite_ok(out, **kw):
+        a, b = (np.asarray(as_numpy(x)) for x in (out.log_w_num, out.log_w_den))
+        return bool(np.all(np.isfinite(np.asarray(as_numpy(out.keys)))) and np.all(np.isfinite(a) | (a == -np.inf))
+                    and np.all(np.isfinite(b) | (b == -np.inf)))
+
+    return Entry(f"compress_ours[{method}]", _e2e_cache, dict(floats=120, rng=RNG, sink=1, window=1), call, check,
+                 nonfinite_ok=nonfinite_ok, owner=E2E_OWNER)
+
+
+def _methods():
+    from kvbounds.e2e import methods as M
+    return M
+
+
+def _weighted_arrays(rng, cls):
+    H, L, d = int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    M = L + int(rng.integers(0, 5))
+    return dict(query=make_array(rng, (1, H, L, d), cls), key=make_array(rng, (1, H, M, d), cls),
+                value=make_array(rng, (1, H, M, d), cls), logw=rng.integers(0, 3, (1, H, M)) * LOG2)
+
+
+def _weighted_call(query, key, value, logw, scaling):
+    import torch
+    from kvbounds.e2e.attention import _LOGW, weighted_attention_forward
+    t = lambda x: torch.as_tensor(x) if isinstance(x, np.ndarray) else x
+    query, key, value, logw = t(query), t(key), t(value), t(logw)
+    if isinstance(key, torch.Tensor):
+        setattr(key, _LOGW, (logw, logw))
+    return weighted_attention_forward(None, query, key, value, None, scaling=scaling)[0]
+
+
+def _check_weighted(out, query, key, value, logw, scaling):
+    from fuzz_harness import compare_attention
+    out = np.asarray(as_numpy(out))                                  # (1, L, H, d)
+    L, M = query.shape[2], key.shape[2]
+    sc = 1.0 / math.sqrt(query.shape[-1]) if scaling is None else float(scaling)
+    for h in range(query.shape[1]):
+        for i in range(L):
+            vis = M - L + i + 1
+            why = compare_attention(out[0, i, h], query[0, h, i], key[0, h, :vis], value[0, h, :vis], sc,
+                                    extra=logw[0, h, :vis])
+            if why:
+                return f"head {h}, query {i}: {why}"
+    return None
+
+
+def _weighted_cache_call(K, V, a, b):
+    import torch
+    from kvbounds.e2e.attention import WeightedCache
+    t = lambda x: torch.as_tensor(x) if isinstance(x, np.ndarray) else x
+    cache = WeightedCache([(t(K), t(V), t(a), t(b))])
+    layer = cache.layers[0]
+    return layer.keys, layer.values, layer.log_w_num, layer.log_w_den
+
+
+def _cache_arrays(rng, cls):
+    H, m, d = int(rng.integers(1, 3)), int(rng.integers(1, 6)), int(rng.integers(1, 4))
+    choices = np.array([0.0, LOG2, -np.inf])
+    return dict(K=make_array(rng, (1, H, m, d), cls), V=make_array(rng, (1, H, m, d), cls),
+                a=choices[rng.integers(0, 3, (1, H, m))], b=choices[rng.integers(0, 2, (1, H, m))])
+
+
+E2E = [_compress_ours_entry(m) for m in ("streaming_llm", "uniform", "kcenter", "balancekv", "subgen", "subspace")] + [
+    Entry("balance_levels", lambda r, c: {}, dict(n=16, d=4, sink=1, window=1, floats=100, per_token_weights=0),
+          lambda **kw: _methods().balance_levels(**kw), owner=E2E_OWNER),
+    Entry("balance_budgets", lambda r, c: {}, dict(n=64, window=4, levels=(3, 2)),
+          lambda **kw: _methods().balance_budgets(**kw), owner=E2E_OWNER),
+    Entry("source+runs_on+path_note", lambda r, c: {}, dict(method="uniform", where="host"),
+          lambda method, where: (_methods().source(method), _methods().runs_on(method, where),
+                                 _methods().path_note(method, where)), owner=E2E_OWNER),
+    Entry("equal_memory_baseline", lambda r, c: {}, dict(baseline_loss=0.5),
+          lambda baseline_loss: __import__("kvbounds.e2e.checks", fromlist=["x"]).equal_memory_baseline(baseline_loss)),
+    Entry("weighted_attention_forward", _weighted_arrays, dict(scaling=None), _weighted_call, _check_weighted,
+          torch_ok=False, owner=PRESSES_OWNER),
+    Entry("WeightedCache", _cache_arrays, {}, _weighted_cache_call, owner=PRESSES_OWNER,
+          nonfinite_ok=lambda out, **kw: bool(np.all(np.isfinite(np.asarray(as_numpy(out[0])))))),
+]
+
+def _check_play(out, name, setting, n, d, r, reps, rng, rule):
+    ok = all(len(out[k]) == reps for k in ("correct", "group_accuracy", "stored", "state_bits"))
+    return None if ok and np.all((out["group_accuracy"] >= 0) & (out["group_accuracy"] <= 1)) else f"{out}"
+
+
+ADAPTERS = [Entry("play", lambda r, c: {}, dict(name="uniform", setting=3, n=8, d=4, r=1.0, reps=2, rng=RNG,
+                                                rule="abs"),
+                  lambda rule, **kw: __import__("kvbounds.algorithms.compressor_adapters", fromlist=["x"]).play(
+                      **kw, rule=rule), _check_play)]
+
+ENTRIES = ESTIMATE + WALKS + BACKEND + E2E + ADAPTERS
