@@ -102,6 +102,14 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
     raise InputError(f"unknown method {method!r}; ours: {', '.join(OURS + CONTROLS)}; kvpress: {', '.join(KVPRESS)}")
 
 
+def compress_layer(method: str, K, V, budget: float, rng: np.random.Generator, *, sink: int, window: int
+                   ) -> ts.CompressedKV:
+    """One layer's K, V (Hkv, n, d) compressed by ``method`` to ``budget`` (a fraction of their floats), the step
+    :func:`compress_all` takes per layer; used by the presses of :mod:`kvbounds.press`."""
+    floats = int(math.floor(budget * K.shape[-2] * 2 * K.shape[-1]))
+    return compress_ours(method, K, V, floats, rng, sink=sink, window=window)
+
+
 def make_press(method: str, budget: float, seed: int):
     import kvpress
     name = method.split(":", 1)[1]

@@ -85,7 +85,7 @@ class WeightedLayer(DynamicLayer):
                 raise InputError("log_w_den is -inf for every stored token of some (batch, head): that head's "
                                  "denominator would rest on the new tokens alone")
             if bool((a != 0).any() | (b != 0).any()):
-                self.log_w_num, self.log_w_den = a, b
+                self.log_w_num, self.log_w_den = a, (a if torch.equal(a, b) else b)   # shared: one SDPA bias
 
     @property
     def weighted(self) -> bool:
