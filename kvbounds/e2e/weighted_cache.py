@@ -60,6 +60,7 @@ class WeightedLayer(DynamicLayer):
         super().__init__()
         self.log_w_num = self.log_w_den = None
         self.dropped = 0
+        self.stored = 0                   # tokens stored at construction (the compressed cache), never cropped
         self._pending = None              # the key tensor of the last weighted hand-off, until the attention reads it
         if keys is None:
             return
@@ -70,7 +71,7 @@ class WeightedLayer(DynamicLayer):
                              f"{getattr(values, 'shape', values)}")
         self.lazy_initialization(keys, values)
         self.keys, self.values = keys, values
-        m = int(keys.shape[-2])
+        m = self.stored = int(keys.shape[-2])
         if logical_length is not None:
             if int(logical_length) < m:
                 raise InputError(f"logical_length = {logical_length} is less than the {m} tokens stored")
@@ -144,9 +145,9 @@ class WeightedLayer(DynamicLayer):
         if n <= max_length:
             return
         keep = max_length - self.dropped
-        if keep < 0:
-            raise InputError(f"cannot crop a compressed cache to {max_length} tokens: its first {self.dropped} "
-                             "tokens were compressed away")
+        if self.dropped and keep < self.stored:
+            raise InputError(f"cannot crop a compressed cache to {max_length} tokens: its first "
+                             f"{self.dropped + self.stored} tokens were compressed away to {self.stored}")
         self._each(lambda x: x[:, :, :keep])
 
     def offload(self):
