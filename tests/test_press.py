@@ -114,3 +114,38 @@ def test_press_options_are_validated():
         with pytest.raises(InputError):
             P.UniformPress(**bad)
     assert P.KCenterPress(cluster_sized=True).method == "kcenter_sized"
+
+
+IMPORT_ORDER = r"""
+import kvpress                                   # first: kvpress patches the attention functions present now
+from kvpress import AdaKVPress, KnormPress
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from kvbounds.e2e.attention import ATTN_IMPLEMENTATION, register   # registered after kvpress's patching
+register()
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=8, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+ids = torch.randint(3, 64, (1, 40), generator=torch.Generator().manual_seed(1))
+def logits(attn, press):
+    torch.manual_seed(0)
+    cfg._attn_implementation = attn
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad(), (press(model) if press else torch.no_grad()):
+        g = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False,
+                           output_logits=True, return_dict_in_generate=True)
+    return torch.stack(g.logits[1:])
+ours = logits(ATTN_IMPLEMENTATION, AdaKVPress(KnormPress(0.6)))
+eager = logits("sdpa", AdaKVPress(KnormPress(0.6)))      # kvpress's own patched sdpa attention
+plain = logits(ATTN_IMPLEMENTATION, None)
+print(float((ours - eager).abs().max()), float((ours - plain).abs().max()))
+"""
+
+
+def test_adakv_compresses_when_kvpress_is_imported_before_kvbounds():
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "-c", IMPORT_ORDER], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    vs_eager, vs_plain = map(float, res.stdout.split()[-2:])
+    assert vs_eager < 1e-5 and vs_plain > 1e-3, res.stdout          # AdaKV's evictions applied, as kvpress applies them
