@@ -202,3 +202,23 @@ def test_weighted_attention_rejects_bad_input():
         WeightedLayer(k, v, a, torch.full((1, 1, 5), -math.inf))
     with pytest.raises(InputError, match="shape"):
         WeightedLayer(k, v, torch.zeros(1, 1, 4), torch.zeros(1, 1, 4))
+
+
+def test_split_values_kept_by_the_layer_follow_updates():
+    from kvbounds.e2e.attention import weighted_attention_forward
+    g = torch.Generator().manual_seed(2)
+    k, v = torch.randn(1, 2, 9, 4, generator=g), torch.randn(1, 2, 9, 4, generator=g)
+    a = torch.randn(1, 2, 9, generator=g)
+    b = a + torch.randn(1, 2, 9, generator=g)
+    b[0, 1, 2] = -math.inf
+    layer = WeightedLayer(k, v, a, b, logical_length=20)
+
+    class Mod:
+        num_key_value_groups = 2
+    for step in range(3):                      # the cached [V e^{a-c}, e^{b-c}] is extended, not rebuilt
+        kn, vn = torch.randn(1, 2, 1, 4, generator=g), torch.randn(1, 2, 1, 4, generator=g)
+        keys, values = layer.update(kn, vn)
+        q = torch.randn(1, 4, 1, 4, generator=g)
+        out = weighted_attention_forward(Mod(), q, keys, values, None)[0].transpose(1, 2)
+        ref = weighted_sdpa(q, keys, values, layer.log_w_num.clone(), layer.log_w_den.clone())
+        assert layer._split is not None and float((out - ref).abs().max()) < 1e-6

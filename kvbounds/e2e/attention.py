@@ -64,12 +64,13 @@ def _check_call(query, key, value, scaling):
 
 
 def weighted_sdpa(query, key, value, log_w_num=None, log_w_den=None, *, scale=None, new_mask=None,
-                  dropped: int = 0, full_mask=None):
+                  dropped: int = 0, full_mask=None, split_values=None):
     """(b, H, L, d) queries over (b, Hkv, M, d) keys/values with (b, Hkv, M) log-weights (None: 0) -> (b, H, L, d).
 
     The last L keys are the queries' own tokens. Their visibility is ``new_mask`` (bool (b|1, 1, L, L), True =
     visible) or, when None, causal; the first M - L keys are visible to every query, scaled by the weights.
-    ``full_mask`` (bool (b|1, 1, L, M)) replaces both when the prefix is not compressed (``dropped == 0``)."""
+    ``full_mask`` (bool (b|1, 1, L, M)) replaces both when the prefix is not compressed (``dropped == 0``).
+    ``split_values``: (c, V~) precomputed for split weights (:meth:`WeightedLayer.split_values`)."""
     import torch
     import torch.nn.functional as F
     from kvbounds.algorithms.validation import InputError
@@ -89,11 +90,14 @@ def weighted_sdpa(query, key, value, log_w_num=None, log_w_den=None, *, scale=No
         vis = torch.cat([torch.ones(1, 1, L, M - L, dtype=torch.bool, device=dev).expand(new.shape[0], 1, L, M - L),
                          new.to(torch.bool)], -1)
     mask = torch.zeros(vis.shape, dtype=torch.float32, device=dev).masked_fill_(~vis, -math.inf)  # (b|1, 1, L, M)
-    split = log_w_num is not None and not (log_w_den is log_w_num or torch.equal(log_w_num, log_w_den))
+    split = split_values is not None or (log_w_num is not None and not (log_w_den is log_w_num
+                                                                        or torch.equal(log_w_num, log_w_den)))
     if log_w_num is None:
         bias_kv, v = None, value
     elif not split:
         bias_kv, v = log_w_num, value
+    elif split_values is not None:
+        bias_kv, v = split_values
     else:
         c = torch.maximum(log_w_num, log_w_den)
         live = torch.isfinite(c)
@@ -138,7 +142,8 @@ def weighted_attention_forward(module, query, key, value, attention_mask, dropou
     if mask is not None and mask.dtype != torch.bool:
         mask = mask == 0                      # an additive float mask: 0 = visible
     dropped = layer.dropped if layer is not None else 0
-    out = weighted_sdpa(query, key, value, a, b, scale=scaling, dropped=dropped,
+    pre = layer.split_values() if weighted and masked is None and layer.split else None
+    out = weighted_sdpa(query, key, value, a, b, scale=scaling, dropped=dropped, split_values=pre,
                         new_mask=None if mask is None else mask[..., -L:],
                         full_mask=None if mask is None or dropped else mask[..., -M:])
     return out.transpose(1, 2).contiguous(), None

@@ -61,6 +61,7 @@ class WeightedLayer(DynamicLayer):
         self.log_w_num = self.log_w_den = None
         self.dropped = 0
         self.stored = 0                   # tokens stored at construction (the compressed cache), never cropped
+        self._split = None                # (c, [V e^{a-c}, e^{b-c}]) for split weights, built on first use
         self._pending = None              # the key tensor of the last weighted hand-off, until the attention reads it
         if keys is None:
             return
@@ -94,8 +95,22 @@ class WeightedLayer(DynamicLayer):
 
     @property
     def split(self) -> bool:
-        """Numerator and denominator weights differ (SubGen, the released walk)."""
-        return self.weighted and not torch.equal(self.log_w_num, self.log_w_den)
+        """Numerator and denominator weights differ (SubGen, the released walk); equal ones share one tensor."""
+        return self.weighted and self.log_w_den is not self.log_w_num
+
+    def split_values(self):
+        """For split weights: the bias c = max(a, b) (b, Hkv, M) and the values augmented by one column,
+        [V e^{a-c}, e^{b-c}] (b, Hkv, M, d+1), that the attention's single SDPA call reads. Kept beside the cache
+        (one more copy of V for these layers) and extended by ``update``, so a decode step does not rebuild it."""
+        if self._split is None:
+            a, b = self.log_w_num, self.log_w_den
+            c = torch.maximum(a, b)
+            live = torch.isfinite(c)
+            c0 = c.where(live, 0)
+            fa = torch.where(live, torch.exp(a - c0), 0).to(self.values.dtype)
+            fb = torch.where(live, torch.exp(b - c0), 0).to(self.values.dtype)
+            self._split = (c, torch.cat([self.values * fa[..., None], fb[..., None]], -1))
+        return self._split
 
     def update(self, key_states, value_states, cache_kwargs=None):
         if self._pending is not None and hasattr(self._pending, HANDOFF):
@@ -105,6 +120,10 @@ class WeightedLayer(DynamicLayer):
             z = key_states.new_zeros(tuple(key_states.shape[:-1]), dtype=torch.float32)
             self.log_w_num = torch.cat([self.log_w_num, z], -1)
             self.log_w_den = self.log_w_num if self.log_w_den is self.log_w_num else torch.cat([self.log_w_den, z], -1)
+            if self._split is not None:      # new tokens: c = 0, factors 1
+                c, va = self._split
+                one = value_states.new_ones(tuple(value_states.shape[:-1]) + (1,))
+                self._split = (torch.cat([c, z], -1), torch.cat([va, torch.cat([value_states, one], -1)], -2))
         if self.weighted or self.dropped:
             setattr(keys, HANDOFF, self)
             self._pending = keys if self.weighted else None
@@ -120,6 +139,7 @@ class WeightedLayer(DynamicLayer):
         return super().get_seq_length() + int(cache_position.shape[0]), self.dropped
 
     def _each(self, fn) -> None:
+        self._split = None
         if self.is_initialized and self.keys.numel():
             self.keys, self.values = fn(self.keys), fn(self.values)
             if self.weighted:
