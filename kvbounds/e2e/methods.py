@@ -41,7 +41,7 @@ def kvpress_available() -> str | None:
     try:
         import kvpress  # noqa: F401
     except Exception as e:   # noqa: BLE001 - any import failure means "skip the kvpress rows"
-        return f"kvpress not installed ({type(e).__name__}: {e}); pip install 'kvbounds[hf]'"
+        return f"kvpress not installed ({type(e).__name__}: {e}); pip install 'kvbounds[kvpress]'"
     return None
 
 
