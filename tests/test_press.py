@@ -149,3 +149,20 @@ def test_adakv_compresses_when_kvpress_is_imported_before_kvbounds():
     assert res.returncode == 0, res.stderr[-2000:]
     vs_eager, vs_plain = map(float, res.stdout.split()[-2:])
     assert vs_eager < 1e-5 and vs_plain > 1e-3, res.stdout          # AdaKV's evictions applied, as kvpress applies them
+
+
+@pytest.mark.parametrize("name", ["uniform", "subgen"])
+def test_press_on_a_left_padded_batch_equals_each_row_alone(name):
+    from test_weighted_cache import IDS, tiny
+    model = tiny()
+    rows = [IDS[0], IDS[0, 5:]]
+    press = P.PRESSES[name](compression_ratio=0.5, sink=2, window=2, seed=1)
+    gen = dict(max_new_tokens=3, do_sample=False, output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+    with torch.no_grad(), press(model):
+        alone = [torch.stack(model.generate(r[None], attention_mask=torch.ones(1, len(r), dtype=torch.long),
+                                            **gen).logits, 1)[0] for r in rows]
+        ids = torch.stack([rows[0], torch.cat([torch.zeros(5, dtype=torch.long), rows[1]])])
+        mask = (torch.arange(16)[None] >= torch.tensor([[0], [5]])).long()
+        batch = torch.stack(model.generate(ids, attention_mask=mask, **gen).logits, 1)
+    for r in range(2):
+        torch.testing.assert_close(batch[r], alone[r], rtol=0, atol=1e-5)
