@@ -52,7 +52,8 @@ def test_split_weights_and_subgen_estimator():
 def test_weighted_attention_forward_matches_contract():
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from kvbounds.e2e.attention import _LOGW, weighted_attention_forward
+    from kvbounds.e2e.attention import weighted_attention_forward
+    from kvbounds.e2e.weighted_cache import WeightedLayer
     K, V, q = _kv(h=2, n=50, d=8)
     a = np.random.default_rng(3).normal(size=(2, 50)).astype(np.float32)
     b = a + np.random.default_rng(4).normal(size=(2, 50)).astype(np.float32) * 0.3
@@ -64,13 +65,14 @@ def test_weighted_attention_forward_matches_contract():
                            np.concatenate([a, np.zeros((2, 1), np.float32)], 1),
                            np.concatenate([b, np.zeros((2, 1), np.float32)], 1))
     Q = np.repeat(q[:, :1], 1, axis=1)                                  # (2, 1, 8): two query heads, GQA 1:1
-    key = torch.as_tensor(full.keys)[None]
-    setattr(key, _LOGW, (torch.as_tensor(full.log_w_num)[None], torch.as_tensor(full.log_w_den)[None]))
+    t = lambda x: torch.as_tensor(x)[None]
+    layer = WeightedLayer(t(K), t(V), t(a), t(b))
+    key, value = layer.update(t(kq), t(vq))
 
     class M:
         num_key_value_groups = 1
     out, _ = weighted_attention_forward(M(), torch.as_tensor(Q, dtype=torch.float32)[None], key,
-                                        torch.as_tensor(full.values)[None], None, scaling=1 / math.sqrt(8))
+                                        value, None, scaling=1 / math.sqrt(8))
     np.testing.assert_allclose(out[0].transpose(0, 1).numpy(), full.estimate(Q), rtol=1e-4, atol=1e-5)
     assert c.keys.shape == (2, 50, 8)
 

@@ -21,10 +21,19 @@ def test_wheel_has_only_kvbounds_at_top_level(tmp_path):
     for sub in ("algorithms", "theory", "proofs_checks", "gpu", "traces"):
         assert f"kvbounds/{sub}/__init__.py" in names, sub
     assert "kvbounds/templates/report.html.j2" in names
+    assert "kvbounds/press.py" in names and "kvbounds/e2e/weighted_cache.py" in names
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
-    for extra in ("report", "notebooks", "dask", "gpu", "models", "dev"):
+    for extra in ("report", "notebooks", "dask", "gpu", "models", "dev", "torch", "hf", "kvpress"):
         assert f"Provides-Extra: {extra}" in text, extra
+    requires = [l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("Requires-Dist:")]
+    # torch as a range, never pinned; transformers in hf without kvpress, kvpress only in its own extra
+    assert [r for r in requires if r.startswith("torch")] and not [r for r in requires if r.startswith("torch==")]
+    assert any(r.startswith("transformers") and 'extra == "hf"' in r for r in requires)
+    assert all('extra == "kvpress"' in r for r in requires if r.startswith("kvpress")), requires
+    # no upper cap on Python (no dependency needs one)
+    py = next(l for l in text.splitlines() if l.startswith("Requires-Python:"))
+    assert "<" not in py, py
     core = [l.split(":", 1)[1].strip() for l in text.splitlines()
             if l.startswith("Requires-Dist:") and "extra ==" not in l]
     assert not [r for r in core if r.split(">")[0].split("=")[0].strip().lower()

@@ -1,117 +1,156 @@
-"""Weighted attention inside Hugging Face transformers: a cache that stores per-token log-weights beside K/V,
-and an attention function (registered through ``transformers.AttentionInterface``) that reads them.
+"""Weighted attention inside Hugging Face transformers, on the framework's kernel
+(``torch.nn.functional.scaled_dot_product_attention``), registered as ``attn_implementation="kvbounds_weighted"``.
 
-The contract (issue 14; :class:`kvbounds.algorithms.token_selection.CompressedKV`): a layer's compressed cache
-is ``(K', V', log_w_num, log_w_den)`` per KV head, and attention over it is
+Over a layer of :class:`kvbounds.e2e.weighted_cache.WeightedLayer` holding ``(K', V', a, b)``:
 
-    o(q) = sum_i exp(l_i + a_i) v_i / sum_i exp(l_i + b_i),    l_i = <q, k_i> * scale,
+    o(q) = sum_i exp(l_i + a_i) v_i / sum_i exp(l_i + b_i),    l_i = <q, k_i> * scale.
 
-a = log_w_num, b = log_w_den (-inf drops a token from one side). Tokens appended after compression (the
-continuation, the question) get a = b = 0, so exact attention is the special case a = b = 0. Computed as
-``softmax(l + a) V * exp(LSE(l + a) - LSE(l + b))``. GQA: the weights live per KV head and are repeated to
-the query heads of its group, as K and V are.
+* a = b (every selection, BalanceKV's pseudocode): one SDPA call with the additive bias a.
+* a != b (SubGen, the released walk): one SDPA call with the bias c = max(a, b) over the values augmented by one
+  column, V~ = [V e^{a-c}, e^{b-c}]: its output is (sum e^{l+a} v, sum e^{l+b}) / sum e^{l+c}, and the ratio of
+  the two parts is o(q). Every factor e^{a-c}, e^{b-c} is <= 1, so nothing overflows.
+* no weights: transformers' own ``sdpa_attention_forward``, mask included.
 
-The causal structure is rebuilt from the shapes, ignoring the model's mask: the last L keys are the L queries'
-own tokens (causal among them), every earlier key (the compressed prefix) is visible to all of them. This holds
-for a prefill (no prefix) and for any continuation fed after a (compressed) cache, batch size 1, no padding.
-Positions are the caller's: pass ``position_ids`` = the original positions (RoPE), not the cache length.
+GQA: the query heads of a KV group are stacked along the query axis ((b, Hkv, rep*L, d)), so the KV heads and
+their weights are never repeated. The mask: queries see the stored prefix through the weights (padding is
+a = b = -inf) and the L new tokens through the model's mask (causal and padding), which the layer's
+``get_mask_sizes`` places at their logical positions. kvpress's head-wise eviction (``module.masked_key_indices``,
+AdaKV) is honoured here as a = b = -inf, so it does not depend on whether kvpress was imported first.
 """
 from __future__ import annotations
 
 import math
 
 ATTN_IMPLEMENTATION = "kvbounds_weighted"
-_LOGW = "_kvbounds_log_weights"        # attribute carried by the key tensor the cache returns
-_registered = False
 
 
 def register() -> None:
-    """Register :func:`weighted_attention_forward` under ``attn_implementation="kvbounds_weighted"``."""
-    global _registered
-    if _registered:
-        return
+    """Register :func:`weighted_attention_forward` (and the SDPA mask builder) under ``"kvbounds_weighted"``.
+    Idempotent; kvpress's import-time patching is not needed (AdaKV's masked keys are handled here)."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
     AttentionInterface.register(ATTN_IMPLEMENTATION, weighted_attention_forward)
-    _registered = True
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTN_IMPLEMENTATION, sdpa_mask)
 
 
-def weighted_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """query (b, H, L, d), key/value (b, Hkv, M, d) -> (b, L, H, d), None. Reads the log-weights the
-    :class:`WeightedCache` attached to ``key``; without them, exact causal attention."""
+def use_weighted_attention(model) -> None:
+    """Switch a loaded transformers model to the weighted attention (in place)."""
+    register()
+    model.set_attn_implementation(ATTN_IMPLEMENTATION)
+
+
+def require_weighted_attention(model) -> None:
+    """Raise :class:`~kvbounds.e2e.weighted_cache.ModelNotWeighted` unless ``model`` runs the weighted attention."""
+    from .weighted_cache import ModelNotWeighted, _not_weighted_message
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if impl != ATTN_IMPLEMENTATION:
+        raise ModelNotWeighted(f"model runs attn_implementation={impl!r}: " + _not_weighted_message())
+
+
+def _check_call(query, key, value, scaling):
+    from kvbounds.algorithms.validation import InputError
+    if query.ndim != 4 or key.ndim != 4 or value.shape[:-1] != key.shape[:-1]:
+        raise InputError(f"query/key/value must be (batch, heads, tokens, head_dim), got {tuple(query.shape)}, "
+                         f"{tuple(key.shape)}, {tuple(value.shape)}")
+    L, M = query.shape[2], key.shape[2]
+    if L > M:
+        raise InputError(f"more queries ({L}) than keys ({M}): the keys must include the queries' own tokens")
+    if query.shape[1] % key.shape[1]:
+        raise InputError(f"query heads {query.shape[1]} are not a multiple of KV heads {key.shape[1]}")
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scaling is None else scaling
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise InputError(f"scaling must be a finite positive number, got {scaling!r}")
+    return float(scale)
+
+
+def weighted_sdpa(query, key, value, log_w_num=None, log_w_den=None, *, scale=None, new_mask=None,
+                  dropped: int = 0, full_mask=None, split_values=None):
+    """(b, H, L, d) queries over (b, Hkv, M, d) keys/values with (b, Hkv, M) log-weights (None: 0) -> (b, H, L, d).
+
+    The last L keys are the queries' own tokens. Their visibility is ``new_mask`` (bool (b|1, 1, L, L), True =
+    visible) or, when None, causal; the first M - L keys are visible to every query, scaled by the weights.
+    ``full_mask`` (bool (b|1, 1, L, M)) replaces both when the prefix is not compressed (``dropped == 0``).
+    ``split_values``: (c, V~) precomputed for split weights (:meth:`WeightedLayer.split_values`)."""
     import torch
     import torch.nn.functional as F
+    from kvbounds.algorithms.validation import InputError
+    scale = _check_call(query, key, value, scale)
     b, H, L, d = query.shape
     Hkv, M = key.shape[1], key.shape[2]
     rep = H // Hkv
-    scale = scaling if scaling is not None else 1.0 / math.sqrt(d)
-    lw = getattr(key, _LOGW, None)
-    k = key.repeat_interleave(rep, dim=1) if rep > 1 else key
-    v = value.repeat_interleave(rep, dim=1) if rep > 1 else value
-    if lw is None:
-        if M == L:
-            out = F.scaled_dot_product_attention(query, k, v, is_causal=True, scale=scale)
-        else:
-            out = F.scaled_dot_product_attention(query, k, v, attn_mask=_visible(L, M, query.device), scale=scale)
-        return out.transpose(1, 2).contiguous(), None
-    a, bb = lw
-    a = a.repeat_interleave(rep, dim=1) if rep > 1 else a
-    bb = bb.repeat_interleave(rep, dim=1) if rep > 1 else bb
-    logits = torch.matmul(query.float(), k.float().transpose(2, 3)) * scale        # (b, H, L, M)
-    hidden = ~_visible(L, M, query.device)
-    ln = (logits + a[:, :, None, :].float()).masked_fill(hidden, -math.inf)
-    ld = (logits + bb[:, :, None, :].float()).masked_fill(hidden, -math.inf)
-    lse_n, lse_d = torch.logsumexp(ln, -1, keepdim=True), torch.logsumexp(ld, -1, keepdim=True)
-    p = torch.exp(ln - lse_n) * torch.exp(lse_n - lse_d)
-    out = torch.matmul(p, v.float()).to(query.dtype)
+    if log_w_num is not None and (tuple(log_w_num.shape) != (key.shape[0], Hkv, M)
+                                  or tuple(log_w_den.shape) != (key.shape[0], Hkv, M)):
+        raise InputError(f"log-weights must have shape {(key.shape[0], Hkv, M)} (one per key), got "
+                         f"{tuple(log_w_num.shape)} and {tuple(log_w_den.shape)}")
+    dt, dev = query.dtype, query.device
+    if full_mask is not None and dropped == 0:
+        vis = full_mask.expand(b, 1, L, M)
+    else:
+        new = new_mask if new_mask is not None else torch.ones(L, L, dtype=torch.bool, device=dev).tril()[None, None]
+        vis = torch.cat([torch.ones(1, 1, L, M - L, dtype=torch.bool, device=dev).expand(new.shape[0], 1, L, M - L),
+                         new.to(torch.bool)], -1)
+    mask = torch.zeros(vis.shape, dtype=torch.float32, device=dev).masked_fill_(~vis, -math.inf)  # (b|1, 1, L, M)
+    split = split_values is not None or (log_w_num is not None and not (log_w_den is log_w_num
+                                                                        or torch.equal(log_w_num, log_w_den)))
+    if log_w_num is None:
+        bias_kv, v = None, value
+    elif not split:
+        bias_kv, v = log_w_num, value
+    elif split_values is not None:
+        bias_kv, v = split_values
+    else:
+        c = torch.maximum(log_w_num, log_w_den)
+        live = torch.isfinite(c)
+        fa = torch.where(live, torch.exp(log_w_num - c.where(live, 0)), 0)
+        fb = torch.where(live, torch.exp(log_w_den - c.where(live, 0)), 0)
+        bias_kv = c
+        v = torch.cat([value * fa[..., None].to(value.dtype), fb[..., None].to(value.dtype)], -1)
+    # stack each KV group's query heads along the query axis: (b, Hkv, rep*L, d), bias (b, Hkv, rep*L, M)
+    qg = query.reshape(b, Hkv, rep * L, d)
+    bias = mask[:, :, None] if bias_kv is None else mask[:, :, None] + bias_kv[:, :, None, None, :]
+    bias = bias.expand(b, Hkv, rep, L, M).reshape(b, Hkv, rep * L, M).to(dt)
+    out = F.scaled_dot_product_attention(qg, key, v.to(dt), attn_mask=bias, scale=scale)
+    if split:
+        out = out[..., :d] / out[..., d:]
+    if full_mask is not None or new_mask is not None:     # a query that sees nothing (a padding position): 0
+        out = torch.nan_to_num(out, nan=0.0)
+    return out.reshape(b, H, L, d)
+
+
+def weighted_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """transformers' attention interface: query (b, H, L, d), key/value (b, Hkv, M, d) -> (b, L, H, d), None.
+    Reads the weights of the :class:`~kvbounds.e2e.weighted_cache.WeightedLayer` that returned ``key``."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from .weighted_cache import HANDOFF
+    layer = key.__dict__.pop(HANDOFF, None)
+    L, M = query.shape[2], key.shape[2]
+    if L == M and hasattr(module, "masked_key_indices"):
+        module.masked_key_indices = None          # a new prefill: kvpress's head-wise eviction starts afresh
+    masked = getattr(module, "masked_key_indices", None)
+    weighted = layer is not None and layer.weighted
+    if not weighted and masked is None and (layer is None or layer.dropped == 0):
+        _check_call(query, key, value, scaling)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    a, b = (layer.log_w_num, layer.log_w_den) if weighted else (None, None)
+    if masked is not None:
+        a = key.new_zeros(key.shape[:-1], dtype=torch.float32) if a is None else a.clone()
+        b = a if b is None or b is layer.log_w_num else b.clone()
+        a[masked], b[masked] = -math.inf, -math.inf
+    mask = attention_mask
+    if mask is not None and mask.dtype != torch.bool:
+        mask = mask == 0                      # an additive float mask: 0 = visible
+    dropped = layer.dropped if layer is not None else 0
+    pre = layer.split_values() if weighted and masked is None and layer.split else None
+    out = weighted_sdpa(query, key, value, a, b, scale=scaling, dropped=dropped, split_values=pre,
+                        new_mask=None if mask is None else mask[..., -L:],
+                        full_mask=None if mask is None or dropped else mask[..., -M:])
     return out.transpose(1, 2).contiguous(), None
 
 
-def _visible(L: int, M: int, device):
-    """(L, M) bool: key j is visible to query i iff j <= M - L + i."""
-    import torch
-    i = torch.arange(L, device=device)[:, None]
-    j = torch.arange(M, device=device)[None, :]
-    return j <= (M - L) + i
-
-
-def _weighted_layer_class():
-    from transformers.cache_utils import DynamicLayer
-
-    class WeightedLayer(DynamicLayer):
-        """A DynamicLayer with log_w_num / log_w_den (b, Hkv, m) beside keys / values (b, Hkv, m, d)."""
-
-        def __init__(self, keys, values, log_w_num=None, log_w_den=None):
-            super().__init__()
-            import torch
-            self.lazy_initialization(keys, values)
-            self.keys, self.values = keys, values
-            shape = tuple(keys.shape[:-1])
-            z = lambda: torch.zeros(shape, dtype=torch.float32, device=keys.device)
-            self.log_w_num = z() if log_w_num is None else log_w_num.to(keys.device, torch.float32)
-            self.log_w_den = z() if log_w_den is None else log_w_den.to(keys.device, torch.float32)
-            self.weighted = log_w_num is not None or log_w_den is not None
-
-        def update(self, key_states, value_states, cache_kwargs=None):
-            import torch
-            keys, values = super().update(key_states, value_states, cache_kwargs)
-            if self.weighted:
-                z = torch.zeros(tuple(key_states.shape[:-1]), dtype=torch.float32, device=keys.device)
-                self.log_w_num = torch.cat([self.log_w_num, z], -1)
-                self.log_w_den = torch.cat([self.log_w_den, z], -1)
-                setattr(keys, _LOGW, (self.log_w_num, self.log_w_den))
-            return keys, values
-
-    return WeightedLayer
-
-
-class _Factory:
-    layer = None
-
-
 def WeightedCache(layers):
-    """A transformers ``Cache`` from per-layer ``(K', V', log_w_num, log_w_den)`` torch tensors of shapes
-    (b, Hkv, m, d) and (b, Hkv, m) (weights may be None: exact). Layers may differ in m."""
-    from transformers.cache_utils import Cache
-    if _Factory.layer is None:
-        _Factory.layer = _weighted_layer_class()
-    return Cache(layers=[_Factory.layer(*entry) for entry in layers])
+    """A :class:`~kvbounds.e2e.weighted_cache.WeightedCache` from per-layer ``(K', V', a, b)`` (kept for callers
+    of the earlier function)."""
+    from .weighted_cache import WeightedCache as _WC
+    return _WC.from_compressed(layers)

@@ -49,7 +49,7 @@ def kvpress_available() -> str | None:
     try:
         import kvpress  # noqa: F401
     except Exception as e:   # noqa: BLE001 - any import failure means "skip the kvpress rows"
-        return f"kvpress not installed ({type(e).__name__}: {e}); pip install 'kvbounds[hf]'"
+        return f"kvpress not installed ({type(e).__name__}: {e}); pip install 'kvbounds[kvpress]'"
     return None
 
 
@@ -204,6 +204,14 @@ def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int) -> t
     if best[1] is None:
         raise InputError(f"{method} holds more than the budget of {floats} floats per head")
     return best[1]
+
+
+def compress_layer(method: str, K, V, budget: float, rng: np.random.Generator, *, sink: int, window: int
+                   ) -> ts.CompressedKV:
+    """One layer's K, V (Hkv, n, d) compressed by ``method`` to ``budget`` (a fraction of their floats), the step
+    :func:`compress_all` takes per layer; used by the presses of :mod:`kvbounds.press`."""
+    floats = int(math.floor(budget * K.shape[-2] * 2 * K.shape[-1]))
+    return compress_ours(method, K, V, floats, rng, sink=sink, window=window)
 
 
 def make_press(method: str, budget: float, seed: int, ratio: float | None = None):

@@ -49,6 +49,15 @@ class LoadedModel:
         c = self.config
         return int(getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads)
 
+    def hf_tokenizer(self):
+        """A transformers tokenizer (SmolLM2: our GGUF tokenizer wrapped, no chat template) for pipelines such as
+        kvpress's ``"kv-press-text-generation"``."""
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast
+        if self.reader is not None:
+            return PreTrainedTokenizerFast(tokenizer_object=self.reader.tokenizer, bos_token="<|im_start|>",
+                                           eos_token="<|im_end|>", pad_token="<|endoftext|>")
+        return AutoTokenizer.from_pretrained(self.name, local_files_only=True)
+
     def exact_cache_floats(self, n: int) -> int:
         """Floats of an exact cache of n tokens: every layer, KV head, key and value."""
         return self.n_layers * self.n_kv_heads * n * 2 * self.head_dim

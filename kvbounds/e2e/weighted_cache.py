@@ -1,0 +1,195 @@
+"""A transformers cache that holds a compressed KV cache with its per-token log-weights, safe inside ``generate``.
+
+The contract (issue 14; :class:`kvbounds.algorithms.token_selection.CompressedKV`): a layer's compressed cache
+is ``(K', V', a, b)`` per KV head and attention over it is
+
+    o(q) = sum_i exp(l_i + a_i) v_i / sum_i exp(l_i + b_i),    l_i = <q, k_i> * scale,
+
+a = log_w_num, b = log_w_den (-inf drops a token from one side; both -inf is padding). Tokens appended after
+compression get a = b = 0. The weights live in :class:`WeightedLayer` beside K' and V', so every cache operation
+``generate`` performs (``reorder_cache`` for beam search, ``batch_select_indices``, ``batch_repeat_interleave``,
+``crop``) moves them with the keys. The layer reports the LOGICAL sequence length (tokens seen, not tokens kept),
+so ``generate`` feeds only the tokens after the prompt, and tells the mask builder the offset between the two.
+
+Hand-off to the attention: ``update`` returns the keys it holds with the layer attached
+(attribute ``_kvbounds_layer``); :func:`kvbounds.e2e.attention.weighted_attention_forward` reads and removes
+it. If the model's attention implementation does not read it (e.g. ``sdpa``), the next ``update`` of the cache
+finds it still there and raises :class:`ModelNotWeighted` instead of letting the weights be ignored.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+from kvbounds.algorithms.validation import InputError
+
+HANDOFF = "_kvbounds_layer"
+
+
+class ModelNotWeighted(InputError):
+    """The model's attention implementation ignored a weighted cache's log-weights."""
+
+
+def _not_weighted_message() -> str:
+    from .attention import ATTN_IMPLEMENTATION
+    return ("the model's attention implementation ignored the cache's log-weights (a weighted cache needs "
+            f"attn_implementation={ATTN_IMPLEMENTATION!r}: kvbounds.e2e.model.load_model, or "
+            f"kvbounds.e2e.attention.use_weighted_attention(model))")
+
+
+def check_log_weights(lw, name: str, shape: tuple) -> torch.Tensor:
+    """float32 log-weights of ``shape`` (b, Hkv, m): finite or -inf; NaN / +inf raise :class:`InputError`."""
+    if not isinstance(lw, torch.Tensor):
+        raise InputError(f"{name} must be a torch tensor, got {type(lw).__name__}")
+    if tuple(lw.shape) != tuple(shape):
+        raise InputError(f"{name} must have shape {tuple(shape)} (batch, KV heads, kept tokens), got {tuple(lw.shape)}")
+    lw = lw.float()
+    if not bool((torch.isfinite(lw) | (lw == -math.inf)).all()):
+        raise InputError(f"{name} contains NaN or +inf (only -inf, 'not used on this side', is allowed)")
+    return lw
+
+
+class WeightedLayer(DynamicLayer):
+    """One layer's cache: ``keys``/``values`` (b, Hkv, m, d), ``log_w_num``/``log_w_den`` (b, Hkv, m) float32
+    (None: all zero, exact attention), and ``dropped``, the tokens seen but not stored (logical length =
+    dropped + m). Tokens appended by ``update`` get weight 0 on both sides."""
+
+    def __init__(self, keys=None, values=None, log_w_num=None, log_w_den=None, *, logical_length: int | None = None):
+        super().__init__()
+        self.log_w_num = self.log_w_den = None
+        self.dropped = 0
+        self.stored = 0                   # tokens stored at construction (the compressed cache), never cropped
+        self._split = None                # (c, [V e^{a-c}, e^{b-c}]) for split weights, built on first use
+        self._pending = None              # the key tensor of the last weighted hand-off, until the attention reads it
+        if keys is None:
+            return
+        if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor)) or keys.ndim != 4 \
+                or values.shape[:-1] != keys.shape[:-1]:
+            raise InputError("keys/values must be torch tensors (batch, KV heads, tokens, head_dim) agreeing in all "
+                             f"but the last dimension, got {getattr(keys, 'shape', keys)} and "
+                             f"{getattr(values, 'shape', values)}")
+        self.lazy_initialization(keys, values)
+        self.keys, self.values = keys, values
+        m = self.stored = int(keys.shape[-2])
+        if logical_length is not None:
+            if int(logical_length) < m:
+                raise InputError(f"logical_length = {logical_length} is less than the {m} tokens stored")
+            self.dropped = int(logical_length) - m
+        if (log_w_num is None) != (log_w_den is None):
+            raise InputError("give both log_w_num and log_w_den, or neither (exact attention)")
+        if log_w_num is not None:
+            shape = tuple(keys.shape[:-1])
+            a = check_log_weights(log_w_num, "log_w_num", shape).to(keys.device)
+            b = check_log_weights(log_w_den, "log_w_den", shape).to(keys.device)
+            if m and bool((b == -math.inf).all(-1).any()):
+                raise InputError("log_w_den is -inf for every stored token of some (batch, head): that head's "
+                                 "denominator would rest on the new tokens alone")
+            if bool((a != 0).any() | (b != 0).any()):
+                self.log_w_num, self.log_w_den = a, (a if torch.equal(a, b) else b)   # shared: one SDPA bias
+
+    @property
+    def weighted(self) -> bool:
+        return self.log_w_num is not None
+
+    @property
+    def split(self) -> bool:
+        """Numerator and denominator weights differ (SubGen, the released walk); equal ones share one tensor."""
+        return self.weighted and self.log_w_den is not self.log_w_num
+
+    def split_values(self):
+        """For split weights: the bias c = max(a, b) (b, Hkv, M) and the values augmented by one column,
+        [V e^{a-c}, e^{b-c}] (b, Hkv, M, d+1), that the attention's single SDPA call reads. Kept beside the cache
+        (one more copy of V for these layers) and extended by ``update``, so a decode step does not rebuild it."""
+        if self._split is None:
+            a, b = self.log_w_num, self.log_w_den
+            c = torch.maximum(a, b)
+            live = torch.isfinite(c)
+            c0 = c.where(live, 0)
+            fa = torch.where(live, torch.exp(a - c0), 0).to(self.values.dtype)
+            fb = torch.where(live, torch.exp(b - c0), 0).to(self.values.dtype)
+            self._split = (c, torch.cat([self.values * fa[..., None], fb[..., None]], -1))
+        return self._split
+
+    def update(self, key_states, value_states, cache_kwargs=None):
+        if self._pending is not None and hasattr(self._pending, HANDOFF):
+            raise ModelNotWeighted(_not_weighted_message())
+        keys, values = super().update(key_states, value_states, cache_kwargs)
+        if self.weighted:
+            z = key_states.new_zeros(tuple(key_states.shape[:-1]), dtype=torch.float32)
+            self.log_w_num = torch.cat([self.log_w_num, z], -1)
+            self.log_w_den = self.log_w_num if self.log_w_den is self.log_w_num else torch.cat([self.log_w_den, z], -1)
+            if self._split is not None:      # new tokens: c = 0, factors 1
+                c, va = self._split
+                one = value_states.new_ones(tuple(value_states.shape[:-1]) + (1,))
+                self._split = (torch.cat([c, z], -1), torch.cat([va, torch.cat([value_states, one], -1)], -2))
+        if self.weighted or self.dropped:
+            setattr(keys, HANDOFF, self)
+            self._pending = keys if self.weighted else None
+        return keys, values
+
+    def get_seq_length(self) -> int:
+        return self.dropped + super().get_seq_length()
+
+    def get_mask_sizes(self, cache_position):
+        """The mask covers the stored keys plus the queries; ``kv_offset`` = dropped maps them to their logical
+        positions, so the queries' causal and padding columns are right (the stored prefix is read from the
+        weights, see :func:`kvbounds.e2e.attention.weighted_attention_forward`)."""
+        return super().get_seq_length() + int(cache_position.shape[0]), self.dropped
+
+    def _each(self, fn) -> None:
+        self._split = None
+        if self.is_initialized and self.keys.numel():
+            self.keys, self.values = fn(self.keys), fn(self.values)
+            if self.weighted:
+                same = self.log_w_den is self.log_w_num
+                self.log_w_num = fn(self.log_w_num)
+                self.log_w_den = self.log_w_num if same else fn(self.log_w_den)
+
+    def reorder_cache(self, beam_idx) -> None:
+        self._each(lambda x: x.index_select(0, beam_idx.to(x.device)))
+
+    def batch_select_indices(self, indices) -> None:
+        self._each(lambda x: x[indices, ...])
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._each(lambda x: x.repeat_interleave(repeats, dim=0))
+
+    def crop(self, max_length: int) -> None:
+        """Keep the first ``max_length`` LOGICAL tokens (negative: drop that many from the end); only tokens
+        appended after compression can be cropped away."""
+        n = self.get_seq_length()
+        if max_length < 0:
+            max_length = n - abs(max_length)
+        if n <= max_length:
+            return
+        keep = max_length - self.dropped
+        if self.dropped and keep < self.stored:
+            raise InputError(f"cannot crop a compressed cache to {max_length} tokens: its first "
+                             f"{self.dropped + self.stored} tokens were compressed away to {self.stored}")
+        self._each(lambda x: x[:, :, :keep])
+
+    def offload(self):
+        raise InputError("WeightedLayer does not support offloading")
+
+
+class WeightedCache(Cache):
+    """A ``Cache`` of :class:`WeightedLayer`; ``update`` also checks that the previous layer's weights were read
+    by the attention (so a model on the wrong attention raises within its first forward pass)."""
+
+    def __init__(self, layers):
+        layers = [l if isinstance(l, WeightedLayer) else WeightedLayer(*l) for l in layers]
+        super().__init__(layers=layers)
+
+    @classmethod
+    def from_compressed(cls, layers, logical_length: int | None = None) -> "WeightedCache":
+        """From per-layer ``(K', V', log_w_num, log_w_den)`` torch tensors of shapes (b, Hkv, m, d) and (b, Hkv, m)
+        (weights may be None: exact); layers may differ in m. ``logical_length``: the tokens they stand for."""
+        return cls([WeightedLayer(*entry, logical_length=logical_length) for entry in layers])
+
+    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+        for layer in self.layers:
+            if layer._pending is not None and hasattr(layer._pending, HANDOFF):
+                raise ModelNotWeighted(_not_weighted_message())
+        return super().update(key_states, value_states, layer_idx, cache_kwargs)
