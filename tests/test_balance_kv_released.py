@@ -174,7 +174,7 @@ def test_vs_uniform_records_every_variant_with_walk_diagnostics_and_findings():
         assert w["walk_note"] == (bkv_variants.COIN_NOTE if w["walk_is_coin"] else "")
     v = bkv_vs_uniform.summarize(recs)
     assert [r.variant for r in v.reproductions] == list(bkv_vs_uniform.BKV_VARIANTS)
-    assert v.kind == "empirical" and v.reproduction in ("reproduced", "partial", "not-reproduced", "reversed")
+    assert v.kind == "empirical" and v.reproduction in ("reproduced", "partial", "not-reproduced", "not-shown", "reversed")
     assert "the pseudocode" in v.headline and "released walk" in v.headline
     assert sum(f.kind == "versions disagree" for f in v.findings) == 8
 
