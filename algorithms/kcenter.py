@@ -39,6 +39,9 @@ class KCenterResult:
 
 
 
+_NUMPY_LOOP = True   # numpy input: the in-place traversal (_traverse_numpy); False: the array-API loop (tests)
+
+
 def _check_k(k, n: int, name: str = "k") -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise InputError(f"{name} must be an integer >= 1, got {k!r}")
@@ -65,6 +68,9 @@ def greedy_k_center(X, k: int, *, start: int = 0) -> KCenterResult:
     e = _pow2_exponent(xp, X)
     Xf = _mul_pow2(xp.reshape(X, (B, n, d)), -e)                              # max |entry| in [1/2, 1)
     sq = xp.sum(Xf * Xf, axis=-1)                                             # (B, n)
+    if type(X) is np.ndarray and _NUMPY_LOOP:
+        C, r, assign = _traverse_numpy(Xf, sq, k, int(start))
+        return _result(C, r, assign, e, lead, xp)
     rows = xp.arange(B, device=_dev(X)) * n
     flat = xp.reshape(Xf, (B * n, d))
     c = xp.full((B,), int(start), dtype=xp.int64, device=_dev(X))
@@ -86,8 +92,48 @@ def greedy_k_center(X, k: int, *, start: int = 0) -> KCenterResult:
         taken = _set_cols(xp, taken, c, True)
         radii.append(xp.sqrt(xp.max(mind, axis=-1)))
         c = xp.argmax(xp.where(taken, xp.full_like(mind, -1.0), mind), axis=-1)   # farthest point not yet chosen
-    C = xp.stack(centers, axis=-1)
-    r = np.ldexp(to_numpy(xp.stack(radii, axis=-1)).astype(np.float64), e)      # one device-to-host copy, not k
+    return _result(xp.stack(centers, axis=-1), to_numpy(xp.stack(radii, axis=-1)), assign, e, lead, xp)
+
+
+def _traverse_numpy(Xf, sq, k: int, start: int):
+    """The traversal of :func:`greedy_k_center` on numpy (B, n, d), bit for bit the same arithmetic with in-place
+    operations on flat indices and no per-center masks (the array-API loop spends most of its time allocating
+    them): a chosen point's distance is held at -1, so argmax skips it (the array-API loop masks it with -1 the
+    same way), and the radius after j centers is the distance of the next one (max(., 0) once every point is
+    chosen). ||c||^2 is read from ``sq`` (the same float32 reduction of the same row)."""
+    B, n, d = Xf.shape
+    base = np.arange(B, dtype=np.int64) * n
+    flat = Xf.reshape(B * n, d)
+    sq_flat = np.ascontiguousarray(sq).reshape(-1)
+    IDX = np.empty((B, k), dtype=np.int64)
+    r2 = np.empty((B, k), dtype=Xf.dtype)
+    mind = np.full((B, n), np.inf, dtype=Xf.dtype)
+    assign = np.zeros((B, n), dtype=np.int64)
+    mind_flat, assign_flat = mind.reshape(-1), assign.reshape(-1)
+    d2 = np.empty((B, n, 1), dtype=Xf.dtype)
+    d2v = d2[..., 0]
+    closer = np.empty((B, n), dtype=bool)
+    idx = base + start
+    for j in range(k):
+        IDX[:, j] = idx
+        np.matmul(Xf, np.take(flat, idx, axis=0)[:, :, None], out=d2)
+        d2v *= -2.0
+        d2v += sq                                                            # sq - 2<x, c>
+        d2v += np.take(sq_flat, idx)[:, None]                                # + ||c||^2
+        np.maximum(d2v, 0.0, out=d2v)
+        np.less(d2v, mind, out=closer)
+        np.putmask(assign, closer, j)
+        np.minimum(mind, d2v, out=mind)
+        np.put(mind_flat, idx, -1.0)                                         # chosen: distance 0, never again
+        np.put(assign_flat, idx, j)
+        idx = np.argmax(mind, axis=-1) + base                                # farthest point not yet chosen
+        r2[:, j] = np.take(mind_flat, idx)
+    return IDX - base[:, None], np.sqrt(np.maximum(r2, 0.0)), assign
+
+
+def _result(C, r, assign, e: int, lead: tuple, xp) -> KCenterResult:
+    k, n = C.shape[-1], assign.shape[-1]
+    r = np.ldexp(r.astype(np.float64), e)                                      # one device-to-host copy, not k
     if not np.all(np.isfinite(r)):
         raise InputError("X is too large: its covering radii overflow float64")
     exhausted = (r[..., -2] == 0) if k > 1 else np.zeros(r.shape[:-1], dtype=bool)
