@@ -97,7 +97,7 @@ def greedy_k_center(X, k: int, *, start: int = 0) -> KCenterResult:
 
 def _traverse_numpy(Xf, sq, k: int, start: int):
     """The traversal of :func:`greedy_k_center` on numpy (B, n, d), bit for bit the same arithmetic with in-place
-    operations on flat indices and no per-center masks (the array-API loop spends most of its time allocating
+    operations on flat indices (ndarray methods, no dispatch wrappers) and no per-center masks (the array-API loop spends most of its time allocating
     them): a chosen point's distance is held at -1, so argmax skips it (the array-API loop masks it with -1 the
     same way), and the radius after j centers is the distance of the next one (max(., 0) once every point is
     chosen). ||c||^2 is read from ``sq`` (the same float32 reduction of the same row)."""
@@ -116,18 +116,18 @@ def _traverse_numpy(Xf, sq, k: int, start: int):
     idx = base + start
     for j in range(k):
         IDX[:, j] = idx
-        np.matmul(Xf, np.take(flat, idx, axis=0)[:, :, None], out=d2)
+        np.matmul(Xf, flat.take(idx, axis=0)[:, :, None], out=d2)
         d2v *= -2.0
         d2v += sq                                                            # sq - 2<x, c>
-        d2v += np.take(sq_flat, idx)[:, None]                                # + ||c||^2
+        d2v += sq_flat.take(idx)[:, None]                                     # + ||c||^2
         np.maximum(d2v, 0.0, out=d2v)
         np.less(d2v, mind, out=closer)
         np.putmask(assign, closer, j)
         np.minimum(mind, d2v, out=mind)
-        np.put(mind_flat, idx, -1.0)                                         # chosen: distance 0, never again
-        np.put(assign_flat, idx, j)
-        idx = np.argmax(mind, axis=-1) + base                                # farthest point not yet chosen
-        r2[:, j] = np.take(mind_flat, idx)
+        mind_flat.put(idx, -1.0)                                             # chosen: distance 0, never again
+        assign_flat.put(idx, j)
+        idx = mind.argmax(axis=-1) + base                                    # farthest point not yet chosen
+        r2[:, j] = mind_flat.take(idx)
     return IDX - base[:, None], np.sqrt(np.maximum(r2, 0.0)), assign
 
 
