@@ -25,6 +25,7 @@ import numpy as np
 
 from kvbounds.algorithms import compressor_adapters as ca
 from kvbounds.algorithms import token_selection as ts
+from kvbounds.algorithms.balance_layers import compress_cache_layers
 from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.algorithms.validation import InputError
 from kvbounds.gpu.backend import array_namespace
@@ -100,6 +101,16 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
     if method == "subspace":
         return ca.SubspaceCompressor(sink=sink, window=window).compress(K, V, budget_floats=floats)
     raise InputError(f"unknown method {method!r}; ours: {', '.join(OURS + CONTROLS)}; kvpress: {', '.join(KVPRESS)}")
+
+
+def _balancekv_layers(state, floats: int, rng, *, sink: int, window: int, block_size: int = 64):
+    """compress_ours("balancekv") of every layer on the host, the layers' walks stacked
+    (:func:`kvbounds.algorithms.balance_layers.compress_cache_layers`: the same indices as one call per layer)."""
+    K = np.stack([X[0].float().cpu().numpy() for X in state.keys])
+    V = np.stack([X[0].float().cpu().numpy() for X in state.values])
+    T = balance_levels(state.n, K.shape[-1], sink, window, floats)
+    idx, lw = compress_cache_layers(K, V, sink=sink, window=window, levels=T, block_size=block_size, rng=rng)
+    return [ts.gather_selection(K[l], V[l], idx[l], lw[l]) for l in range(K.shape[0])]
 
 
 def make_press(method: str, budget: float, seed: int):
@@ -192,6 +203,8 @@ def compress_all(method: str, lm, state, budget: float, rng: np.random.Generator
         return compress_kvpress(method, lm, state, budget, seed, keep_on_device=where == "device")
     d = state.keys[0].shape[-1]
     floats = int(math.floor(budget * state.n * 2 * d))
+    if path == "host" and method == "balancekv":   # every layer in one walk: the same tokens as layer by layer
+        return _balancekv_layers(state, floats, rng, sink=sink, window=window)
     if path == "device":
         layer = lambda X: X[0].float()
     else:
