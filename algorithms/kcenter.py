@@ -39,6 +39,8 @@ class KCenterResult:
 
 
 
+TRAVERSE_BYTES = 1 << 20   # numpy traversal: heads per group (measured on 2 AMD EPYC cores: 3 heads x 448 x 64
+#                            float32 ran 1.7x faster per head in groups of 9 than alone, 1984-point heads no faster)
 _NUMPY_LOOP = True   # numpy input: the in-place traversal (_traverse_numpy); False: the array-API loop (tests)
 
 
@@ -69,7 +71,11 @@ def greedy_k_center(X, k: int, *, start: int = 0) -> KCenterResult:
     Xf = _mul_pow2(xp.reshape(X, (B, n, d)), -e)                              # max |entry| in [1/2, 1)
     sq = xp.sum(Xf * Xf, axis=-1)                                             # (B, n)
     if type(X) is np.ndarray and _NUMPY_LOOP:
-        C, r, assign = _traverse_numpy(Xf, sq, k, int(start))
+        # heads in groups of about TRAVERSE_BYTES of points: fewer Python steps than one head at a time, while the
+        # group's points stay near the core (all 90 heads of a model at once ran slower than one layer's 3)
+        per = max(1, TRAVERSE_BYTES // max(1, n * d * Xf.dtype.itemsize))
+        parts = [_traverse_numpy(Xf[i:i + per], sq[i:i + per], k, int(start)) for i in range(0, B, per)]
+        C, r, assign = (np.concatenate([p[f] for p in parts]) for f in range(3))
         return _result(C, r, assign, e, lead, xp)
     rows = xp.arange(B, device=_dev(X)) * n
     flat = xp.reshape(Xf, (B * n, d))

@@ -72,8 +72,9 @@ def paired(fns: dict, *, baseline: str, reps: int, warmup: int = 1, per_call: di
     candidate's time (e.g. rows or tokens per call, for a per-unit cost). Returns {name: {time: spread of seconds
     per unit, ratio: spread of the paired ratios to ``baseline`` (per unit)}, ..., "load": [before, after]}.
     ``clock="cpu"``: the calling thread's CPU time (single-threaded work only): a descheduled stretch on a
-    loaded machine does not count, so short and long candidates are measured alike."""
-    now = time.thread_time if clock == "cpu" else time.perf_counter
+    loaded machine does not count, so short and long candidates are measured alike. ``clock="process"``: the
+    process's CPU time, all threads (multi-threaded work, e.g. torch at 2 threads; the e2e harness's clock)."""
+    now = {"cpu": time.thread_time, "process": time.process_time}.get(clock, time.perf_counter)
     names = list(fns)
     per_call = per_call or {}
     for _ in range(warmup):

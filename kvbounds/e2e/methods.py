@@ -205,6 +205,10 @@ def compress_all(method: str, lm, state, budget: float, rng: np.random.Generator
     floats = int(math.floor(budget * state.n * 2 * d))
     if path == "host" and method == "balancekv":   # every layer in one walk: the same tokens as layer by layer
         return _balancekv_layers(state, floats, rng, sink=sink, window=window)
+    if path == "host" and method in ("kcenter", "kcenter_sized"):   # deterministic: every layer in one call
+        K, V = (np.stack([X[0].float().cpu().numpy() for X in xs]) for xs in (state.keys, state.values))
+        c = compress_ours(method, K, V, floats, rng, sink=sink, window=window)
+        return [ts.CompressedKV(c.keys[l], c.values[l], c.log_w_num[l], c.log_w_den[l]) for l in range(len(K))]
     if path == "device":
         layer = lambda X: X[0].float()
     else:
