@@ -113,6 +113,21 @@ def _balancekv_layers(state, floats: int, rng, *, sink: int, window: int, block_
     return [ts.gather_selection(K[l], V[l], idx[l], lw[l]) for l in range(K.shape[0])]
 
 
+# Methods whose heads are independent and drawn in head order (SubGen's value samples; the others draw nothing):
+# every layer's heads in one call, layer after layer, give each layer the tokens, weights and draws of its own call.
+LAYERS_AS_HEADS = ("kcenter", "kcenter_sized", "subgen", "subspace")
+
+
+def _layers_as_heads(method: str, state, floats: int, rng, *, sink: int, window: int) -> list[ts.CompressedKV]:
+    """compress_ours of every layer on the host in one call on the (layers x heads, n, d) stack, split back."""
+    K, V = (np.concatenate([X[0].float().cpu().numpy() for X in xs]) for xs in (state.keys, state.values))
+    L = len(state.keys)
+    H = K.shape[0] // L
+    c = compress_ours(method, K, V, floats, rng, sink=sink, window=window)
+    return [ts.CompressedKV(*(x[l * H:(l + 1) * H] for x in (c.keys, c.values, c.log_w_num, c.log_w_den)),
+                            extra_floats=c.extra_floats // L, rank=c.rank, projected=c.projected) for l in range(L)]
+
+
 def make_press(method: str, budget: float, seed: int):
     import kvpress
     name = method.split(":", 1)[1]
@@ -205,10 +220,8 @@ def compress_all(method: str, lm, state, budget: float, rng: np.random.Generator
     floats = int(math.floor(budget * state.n * 2 * d))
     if path == "host" and method == "balancekv":   # every layer in one walk: the same tokens as layer by layer
         return _balancekv_layers(state, floats, rng, sink=sink, window=window)
-    if path == "host" and method in ("kcenter", "kcenter_sized"):   # deterministic: every layer in one call
-        K, V = (np.stack([X[0].float().cpu().numpy() for X in xs]) for xs in (state.keys, state.values))
-        c = compress_ours(method, K, V, floats, rng, sink=sink, window=window)
-        return [ts.CompressedKV(c.keys[l], c.values[l], c.log_w_num[l], c.log_w_den[l]) for l in range(len(K))]
+    if path == "host" and method in LAYERS_AS_HEADS:
+        return _layers_as_heads(method, state, floats, rng, sink=sink, window=window)
     if path == "device":
         layer = lambda X: X[0].float()
     else:
