@@ -81,17 +81,21 @@ def paired(fns: dict, *, baseline: str, reps: int, warmup: int = 1, per_call: di
         for k in names:
             fns[k]()
     ts = {k: [] for k in names}
+    ws = {k: [] for k in names}                       # wall seconds of the same calls (equal to ts for "wall")
     load0 = load()
     for r in range(reps):
         order = names[r % len(names):] + names[:r % len(names)]
         for k in order:
-            t0 = now()
+            t0, w0 = now(), time.perf_counter()
             fns[k]()
             ts[k].append((now() - t0) / per_call.get(k, 1))
+            ws[k].append((time.perf_counter() - w0) / per_call.get(k, 1))
     out = {}
-    base = np.asarray(ts[baseline])
+    base, wbase = np.asarray(ts[baseline]), np.asarray(ws[baseline])
     for k in names:
         out[k] = dict(time=_spread(ts[k]), ratio=_spread(np.asarray(ts[k]) / base), times=ts[k])
+        if clock != "wall":
+            out[k].update(wall_time=_spread(ws[k]), wall_ratio=_spread(np.asarray(ws[k]) / wbase))
     out["load"] = [load0, load()]
     out["clock"] = clock
     return out
