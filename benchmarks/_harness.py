@@ -98,7 +98,20 @@ def paired(fns: dict, *, baseline: str, reps: int, warmup: int = 1, per_call: di
             out[k].update(wall_time=_spread(ws[k]), wall_ratio=_spread(np.asarray(ws[k]) / wbase))
     out["load"] = [load0, load()]
     out["clock"] = clock
+    out["baseline"] = baseline
+    out["interleaving"] = (f"{reps} repetitions after {warmup} warm-up(s); every candidate once per repetition, the "
+                           f"order rotating by one each time; ratios paired per repetition")
+    out["threads"] = thread_counts()
     return out
+
+
+def thread_counts() -> dict:
+    """The thread counts in force: each BLAS/OpenMP pool's (threadpoolctl) and torch's intra-op pool's."""
+    from threadpoolctl import threadpool_info
+    torch = sys.modules.get("torch")
+    return dict(pools={f"{p.get('internal_api')}:{Path(p.get('filepath', '')).name}": p.get("num_threads")
+                       for p in threadpool_info()},
+                torch=torch.get_num_threads() if torch is not None else None)
 
 
 def fmt_ratio(r: dict) -> str:

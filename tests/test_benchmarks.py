@@ -38,8 +38,12 @@ def test_bench_balancekv(tmp_path):
     data, _ = _run("bench_balancekv", tmp_path)
     a = data["blockwise"]
     assert set(a["by_threads"]) == {"1", "2"}
-    for res in a["by_threads"].values():
+    for nt, res in a["by_threads"].items():
         assert {"sdpa", "released", "ours", "ours_over_released"} <= set(res)
+        assert res["baseline"] == "sdpa" and "rotating" in res["interleaving"]     # issue 26: stated in the JSON
+        assert res["threads"]["torch"] == int(nt)
+    prof = a["profile"]           # where the time goes: the parts add up to the total
+    assert abs(sum(prof["seconds"].values()) - prof["total_s"]) <= 1e-9 + 1e-6 * prof["total_s"]
     rows = data["streaming"]["rows"]
     assert [r["n"] for r in rows] == [256, 512] and all(r["mean_us_per_token"] > 0 for r in rows)
     acc = data["accuracy"]
