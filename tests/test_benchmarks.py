@@ -68,3 +68,21 @@ def test_released_walk_keeps_half_per_iteration():
     assert idx.shape == (1, 2, 75) and w.shape == (1, 2, 75)
     for h in range(2):
         assert len(set(idx[0, h].tolist())) == 75 and int(idx.max()) < 300
+
+
+@pytest.mark.slow
+def test_bench_e2e_compression(tmp_path):
+    """Issue 26's benchmark: every method's compress_all / the exact prefill, baseline and threads in the JSON."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "e2e.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_e2e_compression.py"), "--n", "160",
+                           "--reps", "1", "--threads", "1", "--out", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    if "skipped" in proc.stdout:
+        pytest.skip(proc.stdout.strip())
+    data = json.loads(out.read_text())
+    run = data["runs"][0]
+    assert run["threads"] == 1 and "prefill" in run["baseline"] and "rotating" in run["interleaving"]
+    assert {r["method"] for r in run["rows"]} >= {"kcenter", "subgen", "balancekv"}
+    assert data["targets"] and proc.stdout.count("TARGET") == len(data["targets"])
