@@ -232,6 +232,9 @@ def check_walk_inputs(Kb, Wb, nk2, nw2, uniforms, c, *, panel=32, plus_one=False
     _check_exponent_rounding(xp, nk2, Kb.shape[-1], Kb.dtype)
 
 
+STEP_ENTRIES = 16384   # blocks x panel width above which panel_walk narrows its panel (torch's split size)
+
+
 def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None,
                scratch: _ScratchPool | None = None):
     """:func:`_panel_walk` after :func:`check_walk_inputs` (InputError naming the argument on bad input)."""
@@ -258,7 +261,7 @@ def _panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_o
     b = Kb.shape[-2]
     blocks = int(np.prod(Kb.shape[:-2], dtype=np.int64)) if Kb.ndim > 2 else 1
     m = panel if b % panel == 0 else b
-    while m > 8 and m % 2 == 0 and b % (m // 2) == 0 and blocks * m > 16384:
+    while m > 8 and m % 2 == 0 and b % (m // 2) == 0 and blocks * m > STEP_ENTRIES:
         m //= 2
     rk2, inv_rw2 = _panel_scales(xp, nk2, nw2)
     s = xp.zeros(tuple(Kb.shape[:-1]), dtype=Kb.dtype, device=_dev(Kb))

@@ -147,14 +147,16 @@ def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generat
 
 def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.random.Generator,
                              delta: float = 0.01, c: float | None = None, value_kernel: str = "value+1",
-                             diagnostics: list | None = None):
+                             diagnostics: list | None = None, _uniforms=None):
     """Indices (..., n // 2**levels) of the tokens kept by T = ``levels`` rounds of blockwise BalanceKV.
 
     ``K`` (..., n, d), ``V`` (..., n, s), any array-API backend; leading dimensions (heads) are
     independent and processed in the same array operations. Indices are integer arrays of the input's
     backend, sorted ascending along the last axis. ``c`` defaults to 30 log(block_size/delta) (the
     paper's constant, applied per block); ``value_kernel`` is "value" or "value+1" (module docstring).
-    ``levels = 0`` keeps everything. ``diagnostics``: a list that receives one :func:`walk_diagnostic` dict per level."""
+    ``levels = 0`` keeps everything. ``diagnostics``: a list that receives one :func:`walk_diagnostic` dict per level.
+    ``_uniforms``: internal (:mod:`kvbounds.algorithms.balance_layers`), an object whose ``random(shape)`` hands
+    out the levels' uniforms instead of ``rng``."""
     _check_kv(K, V, finite=False)   # finiteness: checked below on the squared norms (one pass fewer)
     b = _check_block(block_size)
     n = K.shape[-2]
@@ -192,7 +194,7 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     # w's and panels
     scratch = _ScratchPool()
     for level in range(T):   # torch CPU: the large operations may use torch's threads; the walk's steps run in numpy
-        pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=rng, plus_one=plus_one,
+        pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=_uniforms or rng, plus_one=plus_one,
                                 diagnostics=diagnostics, scratch=scratch)
         if diagnostics is not None:
             diagnostics[-1]["level"] = level + 1
@@ -248,7 +250,7 @@ def _flat_view(X):
 
 def compress_cache(K, V, *, sink: int, window: int, levels: int, block_size: int, rng: np.random.Generator,
                    method: str = "balance", delta: float = 0.01, c: float | None = None,
-                   value_kernel: str = "value+1", diagnostics: list | None = None):
+                   value_kernel: str = "value+1", diagnostics: list | None = None, _uniforms=None):
     """The BalanceKV-NeurIPS B.1 cache: tokens [0, sink) and the last ``window`` kept exactly, the middle compressed.
 
     The middle [sink, n - window) is reduced to n_mid // 2^levels tokens by :func:`blockwise_balance_select`
@@ -280,7 +282,7 @@ def compress_cache(K, V, *, sink: int, window: int, levels: int, block_size: int
         if method == "balance":
             mid = blockwise_balance_select(K[..., sink:n - window, :], V[..., sink:n - window, :], block_size=b,
                                            levels=levels, rng=rng, delta=delta, c=c, value_kernel=value_kernel,
-                                           diagnostics=diagnostics)
+                                           diagnostics=diagnostics, _uniforms=_uniforms)
         else:
             mid = like(uniform_select(n_mid, m, rng, batch=lead), K)
         mid = mid + sink

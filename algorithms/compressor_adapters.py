@@ -338,6 +338,14 @@ def _bincount(x, k: int):
     return xp.sum(xp.astype(x[:, None] == xp.arange(k, device=_dev(x))[None, :], xp.int64), axis=0)
 
 
+def _cluster_counts(lab, k: int):
+    """(H, k) int64 counts of 0..k-1 in each row of the integer labels lab (H, m), on lab's backend."""
+    if isinstance(lab, np.ndarray):
+        H = lab.shape[0]
+        return np.bincount((lab + np.arange(H)[:, None] * k).reshape(-1), minlength=H * k).reshape(H, k)
+    return array_namespace(lab).stack([_bincount(lab[h], k) for h in range(lab.shape[0])], axis=0)
+
+
 def _l2_draws(p, t: int, rng: np.random.Generator):
     """t i.i.d. draws of 0..len(p)-1 with probabilities p (1-D float64). numpy: ``rng.choice(n, t, p=p)``; other
     backends: the same algorithm (numpy's inverse CDF: cdf = cumsum(p) / its last entry, searchsorted(cdf, u,
@@ -401,13 +409,14 @@ class SubGenCompressor:
         b = xp.full((H, k + t), -math.inf, dtype=xp.float32, device=dev)
         Km, Vm = K[:, lo:hi], V[:, lo:hi]
         res = greedy_k_center(Km, k)
-        centers, lab = res.centers, xp.reshape(res.assignment, (H, n_mid))
+        # the clusters of every head at once (one gather, one count); then the value samples head by head
+        counts = _cluster_counts(xp.reshape(res.assignment, (H, n_mid)), k)                  # (H, k)
+        Kc[:, :k] = xp.take_along_axis(Km, res.centers[..., None], axis=1)
+        logc = xp.log(xp.astype(xp.maximum(counts, xp.ones_like(counts)), xp.float64))
+        b[:, :k] = xp.astype(xp.where(counts == 0, xp.full_like(logc, -math.inf), logc), xp.float32)
+        P = xp.sum(xp.astype(Vm, xp.float64) ** 2, axis=-1)                                  # (H, n_mid)
         for h in range(H):
-            counts = _bincount(lab[h], k)
-            Kc[h, :k] = xp.take(Km[h], centers[h], axis=0)
-            logc = xp.log(xp.astype(xp.maximum(counts, xp.ones_like(counts)), xp.float64))
-            b[h, :k] = xp.astype(xp.where(counts == 0, xp.full_like(logc, -math.inf), logc), xp.float32)
-            p = xp.sum(xp.astype(Vm[h], xp.float64) ** 2, axis=-1)
+            p = P[h]
             total = float(xp.sum(p))
             p = p / total if total > 0 else xp.full((n_mid,), 1.0 / n_mid, dtype=xp.float64, device=dev)
             uniq, cnt = _unique_counts(_l2_draws(p, t, rng))

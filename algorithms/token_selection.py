@@ -234,9 +234,18 @@ def gather_selection(K, V, indices, log_weights) -> CompressedKV:
                          f"{tuple(idx.shape)}") from e
     if not isinstance(lw, np.ndarray):
         lw = xp.asarray(lw, copy=True)                   # a broadcast view made contiguous
-    Ks = xp.take_along_axis(K, idx[..., None], axis=-2)
-    Vs = xp.take_along_axis(V, idx[..., None], axis=-2)
-    return CompressedKV(Ks, Vs, lw, xp.asarray(lw, copy=True))
+    return CompressedKV(_take_rows(xp, K, idx), _take_rows(xp, V, idx), lw, xp.asarray(lw, copy=True))
+
+
+def _take_rows(xp, X, idx):
+    """X[..., idx[..., j], :]: rows of X (..., n, e) at idx (...,  m). numpy: one flat ``take`` (take_along_axis
+    broadcasts the index over e, ~20x slower at the e2e harness's shapes); other backends: take_along_axis."""
+    if type(X) is not np.ndarray:
+        return xp.take_along_axis(X, idx[..., None], axis=-2)
+    n, e = X.shape[-2], X.shape[-1]
+    B = math.prod(X.shape[:-2])
+    flat = (idx.reshape(B, -1) + np.arange(B, dtype=np.int64)[:, None] * n).reshape(-1)
+    return X.reshape(B * n, e).take(flat, axis=0).reshape(tuple(idx.shape) + (e,))
 
 
 class TokenSelector(abc.ABC):

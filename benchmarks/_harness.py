@@ -72,28 +72,46 @@ def paired(fns: dict, *, baseline: str, reps: int, warmup: int = 1, per_call: di
     candidate's time (e.g. rows or tokens per call, for a per-unit cost). Returns {name: {time: spread of seconds
     per unit, ratio: spread of the paired ratios to ``baseline`` (per unit)}, ..., "load": [before, after]}.
     ``clock="cpu"``: the calling thread's CPU time (single-threaded work only): a descheduled stretch on a
-    loaded machine does not count, so short and long candidates are measured alike."""
-    now = time.thread_time if clock == "cpu" else time.perf_counter
+    loaded machine does not count, so short and long candidates are measured alike. ``clock="process"``: the
+    process's CPU time, all threads (multi-threaded work, e.g. torch at 2 threads; the e2e harness's clock)."""
+    now = {"cpu": time.thread_time, "process": time.process_time}.get(clock, time.perf_counter)
     names = list(fns)
     per_call = per_call or {}
     for _ in range(warmup):
         for k in names:
             fns[k]()
     ts = {k: [] for k in names}
+    ws = {k: [] for k in names}                       # wall seconds of the same calls (equal to ts for "wall")
     load0 = load()
     for r in range(reps):
         order = names[r % len(names):] + names[:r % len(names)]
         for k in order:
-            t0 = now()
+            t0, w0 = now(), time.perf_counter()
             fns[k]()
             ts[k].append((now() - t0) / per_call.get(k, 1))
+            ws[k].append((time.perf_counter() - w0) / per_call.get(k, 1))
     out = {}
-    base = np.asarray(ts[baseline])
+    base, wbase = np.asarray(ts[baseline]), np.asarray(ws[baseline])
     for k in names:
         out[k] = dict(time=_spread(ts[k]), ratio=_spread(np.asarray(ts[k]) / base), times=ts[k])
+        if clock != "wall":
+            out[k].update(wall_time=_spread(ws[k]), wall_ratio=_spread(np.asarray(ws[k]) / wbase))
     out["load"] = [load0, load()]
     out["clock"] = clock
+    out["baseline"] = baseline
+    out["interleaving"] = (f"{reps} repetitions after {warmup} warm-up(s); every candidate once per repetition, the "
+                           f"order rotating by one each time; ratios paired per repetition")
+    out["threads"] = thread_counts()
     return out
+
+
+def thread_counts() -> dict:
+    """The thread counts in force: each BLAS/OpenMP pool's (threadpoolctl) and torch's intra-op pool's."""
+    from threadpoolctl import threadpool_info
+    torch = sys.modules.get("torch")
+    return dict(pools={f"{p.get('internal_api')}:{Path(p.get('filepath', '')).name}": p.get("num_threads")
+                       for p in threadpool_info()},
+                torch=torch.get_num_threads() if torch is not None else None)
 
 
 def fmt_ratio(r: dict) -> str:

@@ -80,6 +80,49 @@ def bench_blockwise(quick: bool) -> dict:
     return out
 
 
+def profile_blockwise(quick: bool, reps: int = 3) -> dict:
+    """Where part (a)'s select spends its time at 1 thread (the thread's CPU time, median of ``reps`` runs): the
+    Gram panels (block_walk._gram_panel: products, exp, the w-Gram), the sequential sign loop
+    (block_walk._panel_steps_host: b steps per level of a few numpy operations on every block), the rest of the walk
+    (the panels' products s += E P, thresholds, FAIL flags) and everything outside the walk (norms, strict halving,
+    gathers, Python)."""
+    import time
+
+    from kvbounds.algorithms import block_walk as bw
+    from kvbounds.algorithms import blockwise_balance_kv as bbk
+    H, n, d, b, T = {"smoke": (1, 256, 16, 32, 2), "quick": (2, 1024, 32, 64, 2)}.get(quick, (8, 8192, 128, 256, 2))
+    rng = np.random.default_rng(0)
+    K, V = (torch.as_tensor(rng.standard_normal((H, n, d)) / s, dtype=torch.float32) for s in (d ** 0.25, 1.0))
+    acc = {}
+
+    def timed(name, f):
+        def g(*a, **kw):
+            t0 = time.thread_time()
+            try:
+                return f(*a, **kw)
+            finally:
+                acc[name] = acc.get(name, 0.0) + time.thread_time() - t0
+        return g
+    orig = (bw._gram_panel, bw._panel_steps_host, bbk.panel_walk)
+    runs = []
+    try:
+        bw._gram_panel, bw._panel_steps_host = timed("gram", orig[0]), timed("steps", orig[1])
+        bbk.panel_walk = timed("walk", orig[2])
+        with threads(1), torch.inference_mode():
+            for _ in range(reps + 1):
+                acc.clear()
+                t0 = time.thread_time()
+                blockwise_balance_select(K, V, block_size=b, levels=T, rng=np.random.default_rng(1))
+                runs.append(dict(acc, total=time.thread_time() - t0))
+    finally:
+        bw._gram_panel, bw._panel_steps_host, bbk.panel_walk = orig
+    med = {k: float(np.median([r.get(k, 0.0) for r in runs[1:]])) for k in ("total", "gram", "steps", "walk")}
+    parts = dict(gram_panels=med["gram"], sign_loop=med["steps"], walk_other=med["walk"] - med["gram"] - med["steps"],
+                 outside_walk=med["total"] - med["walk"])
+    return dict(total_s=med["total"], seconds=parts, shares={k: v / med["total"] for k, v in parts.items()},
+                reps=reps, clock="thread CPU time, 1 thread")
+
+
 # -- streaming ---------------------------------------------------------------------------------------------
 
 def unit_ball_stream(n, d, seed=0):
@@ -140,6 +183,7 @@ def main(argv=None) -> int:
     print(f"load before: {load()}")
     a = bench_blockwise(args.quick) if "a" in args.parts else None
     if a is not None:
+        a["profile"] = profile_blockwise(args.quick)
         _print_blockwise(a, targets)
     with threads(1):
         s = bench_streaming(args.quick) if "b" in args.parts else None
@@ -176,6 +220,10 @@ def _print_blockwise(a, targets) -> None:
                               TARGET_VS_RELEASED, res["ours_over_released"]))
         targets.append(target(f"blockwise / SDPA, {nt} thread(s)", res["ours"]["ratio"]["median"], "<=",
                               TARGET_VS_SDPA, res["ours"]["ratio"]))
+    p = a.get("profile")
+    if p:
+        print(f"  where the select's time goes ({p['clock']}, {p['total_s'] * 1e3:.1f} ms): " + ", ".join(
+            f"{k.replace('_', ' ')} {v * 1e3:.1f} ms ({p['shares'][k]:.0%})" for k, v in p["seconds"].items()))
 
 
 def _print_streaming(s, targets, quick) -> None:

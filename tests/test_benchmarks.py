@@ -38,8 +38,12 @@ def test_bench_balancekv(tmp_path):
     data, _ = _run("bench_balancekv", tmp_path)
     a = data["blockwise"]
     assert set(a["by_threads"]) == {"1", "2"}
-    for res in a["by_threads"].values():
+    for nt, res in a["by_threads"].items():
         assert {"sdpa", "released", "ours", "ours_over_released"} <= set(res)
+        assert res["baseline"] == "sdpa" and "rotating" in res["interleaving"]     # issue 26: stated in the JSON
+        assert res["threads"]["torch"] == int(nt)
+    prof = a["profile"]           # where the time goes: the parts add up to the total
+    assert abs(sum(prof["seconds"].values()) - prof["total_s"]) <= 1e-9 + 1e-6 * prof["total_s"]
     rows = data["streaming"]["rows"]
     assert [r["n"] for r in rows] == [256, 512] and all(r["mean_us_per_token"] > 0 for r in rows)
     acc = data["accuracy"]
@@ -64,3 +68,21 @@ def test_released_walk_keeps_half_per_iteration():
     assert idx.shape == (1, 2, 75) and w.shape == (1, 2, 75)
     for h in range(2):
         assert len(set(idx[0, h].tolist())) == 75 and int(idx.max()) < 300
+
+
+@pytest.mark.slow
+def test_bench_e2e_compression(tmp_path):
+    """Issue 26's benchmark: every method's compress_all / the exact prefill, baseline and threads in the JSON."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "e2e.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_e2e_compression.py"), "--n", "160",
+                           "--reps", "1", "--threads", "1", "--out", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    if "skipped" in proc.stdout:
+        pytest.skip(proc.stdout.strip())
+    data = json.loads(out.read_text())
+    run = data["runs"][0]
+    assert run["threads"] == 1 and "prefill" in run["baseline"] and "rotating" in run["interleaving"]
+    assert {r["method"] for r in run["rows"]} >= {"kcenter", "subgen", "balancekv"}
+    assert data["targets"] and proc.stdout.count("TARGET") == len(data["targets"])

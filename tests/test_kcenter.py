@@ -141,3 +141,26 @@ def test_stream_cluster_counts_host_syncs_on_torch_cpu(monkeypatch):
         assert c.total <= 4, c
         np.testing.assert_array_equal(got, stream_cluster_counts(X[:64], delta))
         np.testing.assert_array_equal(stream_cluster_counts(Xt, delta), stream_cluster_counts(X, delta))  # grows
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_traversal_is_the_array_api_loop_bit_for_bit(monkeypatch, dtype):
+    """The in-place numpy traversal (issue 26, the e2e harness's cost) and the array-API loop give the same
+    centers, radii, assignment and exhausted flags, ties and duplicates included."""
+    from kvbounds.algorithms import kcenter
+    rng = np.random.default_rng(26)
+    for trial in range(40):
+        B, n, d = int(rng.integers(1, 4)), int(rng.integers(2, 90)), int(rng.integers(1, 12))
+        X = rng.standard_normal((B, n, d)).astype(dtype)
+        if trial % 3 == 0:
+            X[:, n // 2:] = X[:, :n - n // 2]                  # duplicates: the radius reaches 0
+        if trial % 5 == 0:
+            X = np.round(X)                                    # many exact ties
+        k, start = int(rng.integers(1, n + 1)), int(rng.integers(n))
+        monkeypatch.setattr(kcenter, "TRAVERSE_BYTES", [1, 1 << 20][trial % 2])   # heads one by one / together
+        fast = greedy_k_center(X, k, start=start)
+        monkeypatch.setattr(kcenter, "_NUMPY_LOOP", False)
+        ref = greedy_k_center(X, k, start=start)
+        monkeypatch.setattr(kcenter, "_NUMPY_LOOP", True)
+        for f in ("centers", "radii", "assignment", "exhausted"):
+            assert np.array_equal(getattr(fast, f), getattr(ref, f)), (trial, f)

@@ -32,6 +32,7 @@ import numpy as np
 
 from kvbounds.algorithms import compressor_adapters as ca
 from kvbounds.algorithms import token_selection as ts
+from kvbounds.algorithms.balance_layers import compress_cache_layers
 from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.algorithms.validation import InputError
 from kvbounds.gpu.backend import array_namespace
@@ -214,6 +215,32 @@ def compress_layer(method: str, K, V, budget: float, rng: np.random.Generator, *
     return compress_ours(method, K, V, floats, rng, sink=sink, window=window)
 
 
+def _balancekv_layers(state, floats: int, rng, *, sink: int, window: int, block_size: int = 64):
+    """compress_ours("balancekv") of every layer on the host, the layers' walks stacked
+    (:func:`kvbounds.algorithms.balance_layers.compress_cache_layers`: the same indices as one call per layer)."""
+    K = np.stack([X[0].float().cpu().numpy() for X in state.keys])
+    V = np.stack([X[0].float().cpu().numpy() for X in state.values])
+    T, win = balance_layout(state.n, K.shape[-1], sink, window, floats)
+    idx, lw = compress_cache_layers(K, V, sink=sink, window=win, levels=T, block_size=block_size, rng=rng)
+    return [ts.gather_selection(K[l], V[l], idx[l], lw[l]) for l in range(K.shape[0])]
+
+
+# Methods whose heads are independent and draw nothing: every layer's heads in one call give each layer the tokens
+# and weights of its own call. SubGen, subspace and k-center with cluster sizes are fitted to the budget layer by
+# layer (:func:`_filled`), so they stay per layer.
+LAYERS_AS_HEADS = ("kcenter",)
+
+
+def _layers_as_heads(method: str, state, floats: int, rng, *, sink: int, window: int) -> list[ts.CompressedKV]:
+    """compress_ours of every layer on the host in one call on the (layers x heads, n, d) stack, split back."""
+    K, V = (np.concatenate([X[0].float().cpu().numpy() for X in xs]) for xs in (state.keys, state.values))
+    L = len(state.keys)
+    H = K.shape[0] // L
+    c = compress_ours(method, K, V, floats, rng, sink=sink, window=window)
+    return [ts.CompressedKV(*(x[l * H:(l + 1) * H] for x in (c.keys, c.values, c.log_w_num, c.log_w_den)),
+                            extra_floats=c.extra_floats // L, rank=c.rank, projected=c.projected) for l in range(L)]
+
+
 def make_press(method: str, budget: float, seed: int, ratio: float | None = None):
     import kvpress
     name = method.split(":", 1)[1]
@@ -330,6 +357,10 @@ def compress_all(method: str, lm, state, budget: float, rng: np.random.Generator
         return compress_kvpress(method, lm, state, budget, seed, keep_on_device=where == "device")
     d = state.keys[0].shape[-1]
     floats = int(math.floor(budget * state.n * 2 * d))
+    if path == "host" and method == "balancekv":   # every layer in one walk: the same tokens as layer by layer
+        return _balancekv_layers(state, floats, rng, sink=sink, window=window)
+    if path == "host" and method in LAYERS_AS_HEADS:
+        return _layers_as_heads(method, state, floats, rng, sink=sink, window=window)
     if path == "device":
         layer = lambda X: X[0].float()
     else:

@@ -1,0 +1,66 @@
+"""Blockwise BalanceKV's cache (BalanceKV-NeurIPS App. B.1, :func:`kvbounds.algorithms.blockwise_balance_kv.compress_cache`)
+for every layer of a model at once (issue 26: the end-to-end harness's cost; claims BKV.e2e, BKV.vs-uniform).
+
+One call per layer spends most of its time in the walk's ~b small sequential steps per level, each a few numpy
+operations on a handful of blocks; stacking the layers makes each step act on every layer's blocks at once.
+:func:`compress_cache_layers` returns exactly what one ``compress_cache`` call per layer, in layer order, with the
+same ``rng``, returns: each layer's uniforms are pre-drawn as its own contiguous stretch of the stream (numpy's
+``Generator.random`` fills arrays in C order, one 64-bit draw per double, so ``random(a)`` then ``random(b)`` is
+``random(a + b)``) and handed to the walk level by level (:class:`_LayerUniforms`); layers are stacked only
+while the walk's panel width stays the one-layer call's (``block_walk.STEP_ENTRIES``), so every block's Gram
+panel and step sees the same arithmetic. Tests pin the equality (tests/test_balance_layers.py).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .block_walk import STEP_ENTRIES
+from .blockwise_balance_kv import WALK_PANEL, _check_block, compress_cache
+from .validation import InputError, check_array, check_int, check_rng
+
+
+class _LayerUniforms:
+    """``random(shape)`` for the stacked call: shape (Lc * H, nb, b), the next stretch of each layer's uniforms."""
+
+    def __init__(self, R: np.ndarray):
+        self.R, self.off = R, 0                        # R (Lc, S): layer l's S uniforms in its stream order
+
+    def random(self, shape):
+        size = math.prod(shape) // self.R.shape[0]
+        out = self.R[:, self.off:self.off + size].reshape(shape)
+        self.off += size
+        return out
+
+
+def _level_shapes(n_mid: int, levels: int, block_size: int):
+    """Per level (blocks nb, walk length b, panel width) of one head's middle of n_mid tokens."""
+    out, m = [], n_mid
+    for _ in range(levels):
+        b = min(block_size, m + m % 2)
+        out.append((-(-m // block_size), b, WALK_PANEL if b % WALK_PANEL == 0 else b))
+        m //= 2
+    return out
+
+
+def compress_cache_layers(K, V, *, sink: int, window: int, levels: int, block_size: int, rng: np.random.Generator,
+                          **kw):
+    """``compress_cache`` (method "balance") of every layer: K (L, ..., n, d), V (L, ..., n, s) numpy, layer first.
+    Returns ``(indices, log_weights)`` (L, ..., n_kept), equal to stacking ``compress_cache(K[l], V[l], ...)`` for
+    l = 0..L-1 called in that order with ``rng``; ``kw`` as compress_cache's (not ``method``)."""
+    if "method" in kw:
+        raise InputError("compress_cache_layers runs blockwise BalanceKV only (method='balance')")
+    check_array(K, "K", ndim=tuple(range(3, 8)), min_rows=1)
+    check_rng(rng)
+    L, H, n = K.shape[0], math.prod(K.shape[1:-2]), K.shape[-2]
+    n_mid = n - check_int(sink, "sink") - check_int(window, "window")
+    shapes = _level_shapes(n_mid, check_int(levels, "levels"), _check_block(block_size)) if n_mid > 0 else []
+    S = sum(2 * H * nb * block_size for nb, _, _ in shapes)       # the walk's and the priorities' uniforms
+    widest = max((H * nb * p for nb, _, p in shapes), default=1)
+    per = max(1, STEP_ENTRIES // widest) if widest <= STEP_ENTRIES else 1
+    R = rng.random((L, S))
+    parts = [compress_cache(K[l0:l0 + per], V[l0:l0 + per], sink=sink, window=window, levels=levels,
+                            block_size=block_size, rng=rng, _uniforms=_LayerUniforms(R[l0:l0 + per]), **kw)
+             for l0 in range(0, L, per)]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([np.broadcast_to(p[1], p[0].shape) for p in parts])

@@ -1,0 +1,117 @@
+"""Compression next to the prefill in the end-to-end harness (issue 26; claims BKV.e2e, SG.e2e). A script.
+
+SmolLM2-135M on the CPU (:func:`kvbounds.e2e.model.load_smollm2`), the first n tokens of the harness's text (the
+``ppl`` task's window 0), n = 512 and 2048 (--quick: 512). Per n, timed in interleaved repetitions
+(_harness.paired: one warm-up each, the order rotating every repetition, medians of >= 5 repetitions):
+
+* ``prefill``: :func:`kvbounds.e2e.harness.prefill`, the exact prefill of the window (every layer's K, V and the
+  attention inputs kvpress reads): the baseline;
+* ``<method>``: :func:`kvbounds.e2e.methods.compress_all` on that prefill, every layer (30), host path (what
+  the checks' records time), at the budget where blockwise BalanceKV keeps n_mid / 4 (T = 2, the harness's larger
+  budget), sink = window = 32; kvbounds's methods and kvpress's scorers alike.
+
+Each row's ratio is the median of the paired per-repetition ratios compress / prefill. Target (issue 26): every
+kvbounds method <= 0.05 at n = 512 and 2048. Clock: the process's CPU time (all threads; what the harness's
+``compress_s`` and ``prefill_s`` measure, robust to other load on the machine), wall time alongside. Thread counts
+fixed (threadpoolctl and torch): 1 and 2 (--threads).
+
+Usage: python benchmarks/bench_e2e_compression.py [--quick] [--reps R] [--threads 1,2] [--out PATH]
+Writes JSON to benchmarks/results/bench_e2e_compression.json (--quick: bench_e2e_compression_quick.json).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (str(ROOT), str(ROOT / "benchmarks")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+from _harness import fmt_ratio, load, meta, paired, target, threads, write  # noqa: E402
+
+TARGET = 0.05
+SINK = WINDOW = 32
+LEVELS = 2
+
+
+def bench(lm, n: int, reps: int, clock: str) -> dict:
+    from kvbounds.e2e import harness, tasks
+    from kvbounds.e2e import methods as M
+    task = tasks.ppl_task(lm, n, 2, 0)
+    budget = M.balance_budgets(n, WINDOW, levels=(LEVELS,))[0]
+    missing = M.kvpress_available()
+    methods = list(M.OURS) + ([] if missing else [f"kvpress:{p}" for p in ("knorm", "snapkv", "expected_attention",
+                                                                             "streaming_llm")])
+    state = {}
+
+    def prefill():
+        state["p"] = harness.prefill(lm, task.context, capture_inputs=True)
+
+    def compress(i, m):
+        return lambda: M.compress_all(m, lm, state["p"], budget, np.random.default_rng([0, i]), sink=SINK,
+                                      window=WINDOW, where="host")
+    prefill()
+    fns = {"prefill": prefill}
+    fns.update({m: compress(i, m) for i, m in enumerate(methods)})
+    main = paired(fns, baseline="prefill", reps=reps, clock=clock)
+    w = lambda m, f: main[m].get(f"wall_{f}", main[m][f])        # clock="wall": the main figures are wall
+    rows = [dict(method=m, source=M.source(m), seconds=main[m]["time"]["median"], ratio=main[m]["ratio"],
+                 wall_seconds=w(m, "time")["median"], wall_ratio=w(m, "ratio")) for m in methods]
+    return dict(n=n, budget=budget, levels=LEVELS, sink=SINK, window=WINDOW, reps=reps, clock=clock,
+                interleaving="paired: one warm-up each, order rotating every repetition; CPU and wall time of "
+                             "the same calls",
+                baseline="prefill (exact, every layer, kvpress's inputs captured)",
+                prefill_s=main["prefill"]["time"]["median"], prefill_wall_s=w("prefill", "time")["median"],
+                rows=rows, kvpress=missing or "kvpress installed", load=main["load"])
+
+
+def report(r: dict, nthreads: int) -> list:
+    print(f"n = {r['n']}, {nthreads} thread(s), budget {r['budget']:.3f} (BalanceKV T = {r['levels']}), "
+          f"{r['reps']} interleaved reps; baseline prefill {r['prefill_s']:.3f} s CPU ({r['prefill_wall_s']:.3f} s "
+          f"wall); load {r['load']}")
+    print(f"  {'method':<28} {'CPU s':>8} {'/prefill [q25-q75]':>24} {'wall s':>8} {'wall /prefill':>24}")
+    for row in r["rows"]:
+        print(f"  {row['method']:<28} {row['seconds']:8.4f} {fmt_ratio(row['ratio']):>24} {row['wall_seconds']:8.4f} "
+              f"{fmt_ratio(row['wall_ratio']):>24}")
+    return [target(f"{row['method']} compress / prefill, n = {r['n']}, {nthreads} thread(s)", row["ratio"]["median"],
+                   "<=", TARGET, row["ratio"]) for row in r["rows"] if row["source"] == "kvbounds"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="n = 512 only")
+    ap.add_argument("--n", default=None, help="comma-separated window lengths (default 512,2048; --quick 512)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    ap.add_argument("--clock", default="process", choices=("process", "wall"))
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args(argv)
+    from kvbounds.e2e.checks import hf_missing
+    missing = hf_missing()
+    if missing:
+        print(f"skipped: {missing}")
+        return 0
+    import torch  # noqa: F401 (threads() sets torch's pool once it is imported)
+    from kvbounds.e2e.model import load_smollm2
+    lm = load_smollm2("cpu")
+    ns = [int(x) for x in (a.n or ("512" if a.quick else "512,2048")).split(",")]
+    out = dict(meta=meta(), target=f"every kvbounds method's compress_all <= {TARGET} x the exact prefill",
+               runs=[], targets=[])
+    for nt in (int(x) for x in a.threads.split(",")):
+        for n in ns:
+            with threads(nt):
+                r = bench(lm, n, a.reps, a.clock)
+            r["threads"] = nt
+            out["runs"].append(r)
+            out["targets"] += report(r, nt)
+    out["load_end"] = load()
+    write("bench_e2e_compression", a.quick, out, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
