@@ -36,7 +36,8 @@ from .records import Record
 from .statistics import canonical_order, holm_adjust
 
 CONTROL_LABELS = {"zeros": "zeros", "mean_values": "mean of values", "uniform": "uniform sample",
-                  "recent": "recent window", "random_signs": "random signs", "best_rank": "best rank-l"}
+                  "recent": "recent window", "random_signs": "random signs", "best_rank": "best rank-l",
+                  "mean_keys": "mean of keys"}
 MIN_STREAMS = 10
 ALPHA = 0.05
 
