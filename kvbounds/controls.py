@@ -97,6 +97,12 @@ class WorstError:
         return dict(sorted(self.worst.items()))
 
 
+def not_applicable(reason: str) -> str:
+    """The summary's sentence for a claim whose statement is no estimator's error bound (an exact identity, a
+    property of the data or of softmax itself): there is no trivial estimator to beat, and the summary says why."""
+    return f"trivial controls: none apply ({reason})"
+
+
 # ------------------------------------------------------------------ the power rule
 @dataclasses.dataclass
 class PowerCell:
