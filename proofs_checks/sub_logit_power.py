@@ -82,4 +82,4 @@ def stream_trial(claim: str, source: str, params: dict, seed: int):
 
 def setting(r) -> str:
     g = r.extra.get("gamma_choice", "?")
-    return f"{r.params['family']} gamma={'1' if g == '1.0' else g}"
+    return f"{r.params['family']} | gamma={'1' if g == '1.0' else g}"

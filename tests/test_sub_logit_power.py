@@ -20,7 +20,7 @@ def test_low_rank_keys_beat_doing_nothing_at_gamma_1():
     power = [r for r in recs if "controls" in r.extra]
     assert len(power) == 20 and all(set(r.extra["controls"]) == {"zeros", "mean_keys"} for r in power)
     v = sub_logit_error.summarize(recs)
-    cell = next(c for c in v.power_table if c["setting"] == "low_rank gamma=1")
+    cell = next(c for c in v.power_table if c["setting"] == "low_rank | gamma=1")
     assert all(p < 0.05 for p in cell["p_adjusted"].values()) and cell["ratio"] < 0.05
     assert "trivial controls" in v.summary
 
