@@ -110,3 +110,13 @@ def test_an_undefined_estimate_counts_against_the_method():
     recs = [rec("a", i, math.inf if i < 3 else 0.01, zeros=1.0) for i in range(MIN_STREAMS)]
     p = power_vs_controls(recs, setting=lambda r: r.params["family"])
     assert p.cells[0].streams == MIN_STREAMS and p.power == "low"
+
+
+def test_a_hold_no_better_than_doing_nothing_is_not_green_in_the_glance():
+    """Issue 20: the headline chip and the glance counts of a hold that a trivial estimator also earns say so."""
+    from kvbounds.report import glance_category, tone
+    from kvbounds.verdict import Verdict
+    v = Verdict("X.y", "", "s", statement="holds-fitted", power="low", power_note="no better than zeros (every setting)")
+    assert glance_category(v) == "hold with a fitted constant, no better than doing nothing"
+    assert tone("holds with fitted constant C = 1.5; no better than zeros (every setting)") == "warn"
+    assert glance_category(Verdict("X.y", "", "s", statement="holds-fitted", power="shown")) == "hold with a fitted constant"
