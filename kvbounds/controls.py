@@ -36,7 +36,8 @@ from .records import Record
 from .statistics import canonical_order, holm_adjust
 
 CONTROL_LABELS = {"zeros": "zeros", "mean_values": "mean of values", "uniform": "uniform sample",
-                  "recent": "recent window", "random_signs": "random signs", "best_rank": "best rank-l"}
+                  "recent": "recent window", "random_signs": "random signs", "best_rank": "best rank-l",
+                  "mean_keys": "mean of keys"}
 MIN_STREAMS = 10
 ALPHA = 0.05
 
@@ -94,6 +95,12 @@ class WorstError:
 
     def values(self) -> dict[str, float]:
         return dict(sorted(self.worst.items()))
+
+
+def not_applicable(reason: str) -> str:
+    """The summary's sentence for a claim whose statement is no estimator's error bound (an exact identity, a
+    property of the data or of softmax itself): there is no trivial estimator to beat, and the summary says why."""
+    return f"trivial controls: none apply ({reason})"
 
 
 # ------------------------------------------------------------------ the power rule
@@ -281,11 +288,13 @@ def power_table_lines(table: Sequence[dict], alpha: float = ALPHA) -> list[str]:
 ALGORITHMS = {"BKV.attention": "BalanceKV (pseudocode)", "MR.error": "MergeAndReduce", "SG.attention": "SubGen",
               "SG.matprod": "SubGen l2 sampling (matrix product)", "FD.covariance": "Frequent Directions",
               "SG.partition": "SubGen normaliser (partition function)", "FD.residual": "Frequent Directions (top-r space)",
-              "SUB.output-error": "static subspace (rank 8)"}
+              "SUB.output-error": "static subspace (rank 8)", "SUB.logit-error": "static subspace logits (rank 8)",
+              "BKV.vs-uniform": "BalanceKV (single-layer experiment)"}
 
 
 def beat_nothing_table(verdicts: dict) -> dict | None:
-    """Rows = algorithms (the claims whose verdict has a power table), columns = settings (stream families), cell =
+    """Rows = algorithms (the claims whose verdict has a power table; a setting "family | variant" gives one row
+    per variant), columns = settings (stream families), cell =
     median ratio of the method's error to the best trivial control with its 95% interval; tone ``good`` when the
     method beats every control there (significantly, Holm), ``bad`` when the interval lies at or above 1."""
     rows, cols = [], []
@@ -293,18 +302,23 @@ def beat_nothing_table(verdicts: dict) -> dict | None:
         table = getattr(v, "power_table", None) or []
         if not table:
             continue
-        cells = {}
+        by_row: dict[str, dict] = {}
         for c in table:
-            cols.append(c["setting"])
+            # "family | variant": one row per variant of the claim (BKV.vs-uniform's BalanceKV variants)
+            col, _, variant = c["setting"].partition(" | ")
+            cols.append(col)
+            cells = by_row.setdefault(variant, {})
             if not c["p_adjusted"]:
-                cells[c["setting"]] = dict(text="not run", title=c["missing"], tone="none")
+                cells[col] = dict(text="not run", title=c["missing"], tone="none")
                 continue
             lo, hi = c["ratio_ci"]
             beats = all(p < ALPHA for p in c["p_adjusted"].values())
             tone = "good" if beats else "bad" if lo >= 1 else "warn"
-            cells[c["setting"]] = dict(text=f"{_fmt(c['ratio'])} [{_fmt(lo)}, {_fmt(hi)}]", tone=tone,
-                                       title=f"vs {CONTROL_LABELS.get(c['best'], c['best'])}, {c['streams']} streams")
-        rows.append(dict(algorithm=ALGORITHMS.get(cid, cid), claim=cid, cells=cells))
+            cells[col] = dict(text=f"{_fmt(c['ratio'])} [{_fmt(lo)}, {_fmt(hi)}]", tone=tone,
+                              title=f"vs {CONTROL_LABELS.get(c['best'], c['best'])}, {c['streams']} streams")
+        for variant, cells in sorted(by_row.items()):
+            name = ALGORITHMS.get(cid, cid)
+            rows.append(dict(algorithm=f"{name}: {variant}" if variant else name, claim=cid, cells=cells))
     if not rows:
         return None
     cols = sorted(set(cols), key=lambda s: (s not in ("synthetic benign",), s))

@@ -127,6 +127,8 @@ def tone(value: str) -> str:
         return TONE[v]
     if v.startswith(("false", "fails", "not reproduced", "reversed")):
         return "bad"
+    if "no better than" in v:          # a hold that a trivial estimator also earns is no evidence (issue 20)
+        return "warn"
     if v.startswith(("holds", "reproduced", "bound holds")):
         return "good"
     if v in ("n/a", "not-run", "no-check", "not run", "no check"):
@@ -285,11 +287,14 @@ GLANCE_LABELS = {"false": "false as stated", "holds": "hold as stated", "holds-f
 
 
 def glance_category(v: Verdict) -> str:
-    """The first screen's category: the statement dimension, or for an empirical claim its reproduction."""
+    """The first screen's category: the statement dimension, or for an empirical claim its reproduction; a hold
+    or a reproduction that a trivial estimator matches says so ("hold as stated, no better than doing nothing")."""
     d = dimensions(v)
-    if v.kind == "empirical" and d["reproduction"] != "n/a":
-        return GLANCE_LABELS.get(d["reproduction"], d["reproduction"])
-    return GLANCE_LABELS.get(d["statement"], d["statement"])
+    key = d["reproduction"] if v.kind == "empirical" and d["reproduction"] != "n/a" else d["statement"]
+    label = GLANCE_LABELS.get(key, key)
+    if v.power_note and key in ("holds", "holds-fitted", "reproduced", "partial"):
+        label += ", no better than doing nothing"
+    return label
 
 
 def _at_a_glance(verdicts: dict[str, Verdict]) -> list[tuple]:

@@ -37,6 +37,7 @@ from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 from .bkv_variants import (COIN_NOTE, LABELS, SHORT, WORDS, combine, compare, exact_last, finish, per_kv_head, reproduction,
                            significant_counts,
                            run_variants, version_findings, walk_summary)
+from .bkv_trivial import CAVEAT, mean_values_error, trivial_power
 from .common import fallback_notes, make_record, pick
 
 CLAIM = "BKV.vs-uniform"
@@ -118,6 +119,7 @@ def run_experiment(Q, K, V, *, T: int, sink: int, window: int, block_size: int, 
                        control="balance" if CONTROL in methods else None)
     errs = {m: [float(x) for x in e.mean(axis=1)] for m, e in res["errors"].items()}
     exact, qpos = exact_last(Q, K, V, window, causal)
+    errs["mean_values"] = [mean_values_error(V, exact, qpos, causal)]
     for name, sel in (others or {}).items():
         try:
             idx, lw = sel.select(K, V, budget=res["budget"], rng=np.random.default_rng(seeds[0]), Q=Q)
@@ -149,7 +151,8 @@ def run_trial(params: dict, seed: int, backend: str):
             continue
         v = np.asarray(vals, dtype=float)
         test = compare(v, unif) if name != "uniform" else dict(p_less=None, p_greater=None, better=False, worse=False)
-        extra = dict(method=name, variant=LABELS.get(name, name), stats=mean_and_spread(v), ratio=float(v.mean() / unif.mean()),
+        extra = dict(method=name, variant=LABELS.get(name, name), stats=mean_and_spread(v), per_seed=v.tolist(),
+                     ratio=float(v.mean() / unif.mean()),
                      seeds_per_trial=len(seeds), **test, **common)
         if name in heads:
             pk = per_kv_head(heads[name], group)
@@ -244,6 +247,11 @@ def summarize(records) -> Verdict:
             findings.append(Finding(CLAIM, "negative control not rejected",
                                     "BalanceKV without its 2^T weights was below uniform sampling: the comparison "
                                     "cannot tell a broken estimator apart here", c.params, kind="erratum"))
+    trivial = trivial_power(CLAIM, records, {m: SHORT[m].replace("the ", "", 1) for m in BKV_VARIANTS})
+    parts.append(f"against doing nothing ({CAVEAT}): " + trivial.detail if trivial else
+                 "trivial controls (zeros, mean of values, recent window): not recorded (records from before issue 20)")
+    if trivial and trivial.power != "n/a":
+        power = "low" if "low" in (power, trivial.power) else "shown"
     text = per_variant_text(reps, records)
     main = [r for r in records if r.check == "error balance"]
     ratios = [r.measured / r.bound for r in main]
@@ -252,4 +260,6 @@ def summarize(records) -> Verdict:
                 constant_spread=(float(min(ratios)), float(np.median(ratios))) if ratios else None,
                 constant_kind="fitted", reproductions=reps, reproduction=combine(reps), power=power,
                 power_detail=f"negative control rejected {sum(not r.holds for r in ctl)}/{len(ctl)}" if ctl else "")
+    if trivial:
+        v.power_note, v.power_table = trivial.note, trivial.table()
     return finish(v, text)

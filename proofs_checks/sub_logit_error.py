@@ -28,7 +28,11 @@ from kvbounds.theory.subspace import logit_error_bound, output_error_bound, \
 from kvbounds.traces.rope import rope_trace
 from kvbounds.traces.synthetic import make_trace
 
+from kvbounds.controls import power_vs_controls
+
 from .common import make_record, pick
+from .power_streams import POWER_CHECK
+from .sub_logit_power import power_trial, power_trials, setting as power_setting
 
 CLAIM = "SUB.logit-error"
 SOURCE = "Subspace-FD-draft Sec. 8 (logit error)"
@@ -56,7 +60,7 @@ def settings(profile: str) -> list[dict]:
 
 
 def trials(profile: str) -> list[dict]:
-    return settings(profile)
+    return settings(profile) + power_trials(profile)
 
 
 def _minimal():
@@ -172,6 +176,8 @@ def worst(rows, key, tol_key="tol", measured="linf"):
 
 @single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
+    if params["mode"] == "power":
+        return power_trial(CLAIM, SOURCE, params, seed)
     ev = evaluate(params, seed, backend)
     recs = []
     for g, res in ev["per_gamma"].items():
@@ -207,6 +213,10 @@ def summarize(records) -> Verdict:
     """Every gamma choice is part of the statement (the draft's default sqrt(r/d) included), so a failing
     draft record at any gamma is a counterexample; the corrected bound and its halved control give power."""
     records = canonical_order(records)
+    n_all = len(records)
+    trivial = power_vs_controls([r for r in records if r.check == POWER_CHECK], setting=power_setting,
+                                metric="||l - l^||_inf / (||q|| max||k|| / sqrt d)")
+    records = [r for r in records if r.check != POWER_CHECK]
     figs = [FigureSpec("||l - l^||_inf / stated bound, default gamma = sqrt(r/d), static basis", x="r",
                        check="draft sqrt(r/d) single", hue="kind", y="ratio"),
             FigureSpec("||l - l^||_inf / stated bound, gamma = 1, static basis", x="r", check="draft 1 single", hue="kind",
@@ -249,8 +259,10 @@ def summarize(records) -> Verdict:
             f"on the basis's own calibration keys it is exactly 1 (P K^T K (I - P) = 0 for an SVD basis). sqrt(r/d) also "
             f"shrinks the logits the wrong way for an isotropy argument (that would give sqrt(d/r)).",
             w.params, kind="versions disagree"))
-    v = standard_verdict(CLAIM, records, figures=figs, findings=findings, corrected=CORRECTED)
+    parts.append(trivial.detail)
+    v = standard_verdict(CLAIM, records, figures=figs, findings=findings, corrected=CORRECTED, trivial=trivial)
     if findings:   # the specific findings above name each failing reading; drop the generic one
         v.findings = [f for f in v.findings if f in findings]
     v.summary = "; ".join([v.summary] + parts)
+    v.n_records = n_all
     return v

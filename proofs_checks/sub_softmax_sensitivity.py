@@ -17,6 +17,7 @@ import math
 import mpmath as mp
 import numpy as np
 
+from kvbounds.controls import not_applicable
 from kvbounds.verdict import Constant, FigureSpec, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subspace import softmax_sensitivity_bound, softmax_sensitivity_extremal, softmax_sensitivity_symbolic
 
@@ -125,6 +126,9 @@ def summarize(records) -> Verdict:
     proven = Constant(2.0, "proven", "2 in 2 tanh(t/2) (proof in theory/subspace.py; attained by the extremal "
                       "construction, so no smaller constant is valid)"
                       + (f"; max measured/bound {max(r.ratio for r in rnd):.6f}" if rnd else ""))
+    parts.append(not_applicable("a Lipschitz bound of softmax itself, for every logit perturbation, attained by the "
+                                "extremal construction: no estimator is compared; a do-nothing estimate enters only "
+                                "through SUB.logit-error's and SUB.output-error's controls"))
     v = standard_verdict(CLAIM, records, figures=figs, proven=proven)
     v.summary = "; ".join([v.summary] + parts)
     return v

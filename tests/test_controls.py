@@ -110,3 +110,35 @@ def test_an_undefined_estimate_counts_against_the_method():
     recs = [rec("a", i, math.inf if i < 3 else 0.01, zeros=1.0) for i in range(MIN_STREAMS)]
     p = power_vs_controls(recs, setting=lambda r: r.params["family"])
     assert p.cells[0].streams == MIN_STREAMS and p.power == "low"
+
+
+def test_a_hold_no_better_than_doing_nothing_is_not_green_in_the_glance():
+    """Issue 20: the headline chip and the glance counts of a hold that a trivial estimator also earns say so."""
+    from kvbounds.report import glance_category, tone
+    from kvbounds.verdict import Verdict
+    v = Verdict("X.y", "", "s", statement="holds-fitted", power="low", power_note="no better than zeros (every setting)")
+    assert glance_category(v) == "hold with a fitted constant, no better than doing nothing"
+    assert tone("holds with fitted constant C = 1.5; no better than zeros (every setting)") == "warn"
+    assert glance_category(Verdict("X.y", "", "s", statement="holds-fitted", power="shown")) == "hold with a fitted constant"
+
+
+def test_vs_uniform_pairs_each_seed_with_the_cell_controls_and_old_records_say_so():
+    """BKV.vs-uniform's comparison with doing nothing (proofs_checks/bkv_trivial.py): per-seed errors against
+    zeros (= 1), the mean of the values and the recent window of the same cell; records without per-seed errors
+    (stored before issue 20) give None."""
+    from kvbounds.proofs_checks.bkv_trivial import trivial_power
+    from kvbounds.proofs_checks.common import make_record
+    recs = []
+    for T in (1, 2):
+        p = dict(trace="smollm2:L1:2048", T=T)
+        recs += [make_record("BKV.vs-uniform", p, measured=0.1, bound=0.2, check="error balance", model="smollm2",
+                             per_seed=[0.1 + 0.001 * i for i in range(6)]),
+                 make_record("BKV.vs-uniform", p, measured=0.9, bound=0.2, check="error mean_values", model="smollm2"),
+                 make_record("BKV.vs-uniform", p, measured=0.05, bound=0.2, check="error streaming_llm", model="smollm2")]
+    tp = trivial_power("BKV.vs-uniform", recs, {"balance": "pseudocode"})
+    (cell,) = tp.table()
+    assert cell["setting"] == "real SmolLM2 | pseudocode" and cell["streams"] == 12
+    assert cell["best"] == "recent" and tp.power == "low" and "recent window" in tp.note
+    for r in recs:
+        r.extra.pop("per_seed", None)
+    assert trivial_power("BKV.vs-uniform", recs, {"balance": "pseudocode"}) is None
