@@ -136,6 +136,13 @@ NOT_ENTRY_POINTS = {
     "register", "add_parser", "run",
     # e2e: a probe without arguments that imports kvpress (seconds on a first call; tests/test_e2e.py)
     "kvpress_available",
+    # e2e: functions of a loaded model (tests/test_weighted_cache.py, test_press.py, test_e2e.py) and the
+    # exception a model on the wrong attention raises
+    "use_weighted_attention", "require_weighted_attention", "accumulated_attention", "h2o_compress",
+    "ModelNotWeighted",
+    # e2e: functions of Record lists, claim tables and parsed CLI arguments (no arrays; tests/test_e2e*.py)
+    "reference_effects", "problems", "print_board", "effects", "paired", "cell", "duplicates", "detectable",
+    "family", "budget_label", "first_retrieval",
 }
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses")
 
