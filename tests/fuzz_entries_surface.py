@@ -231,7 +231,14 @@ def _methods():
     return M
 
 
+def _warm_transformers():
+    import kvbounds.e2e.attention  # noqa: F401 - imports outside the timed call (seconds on a first import)
+    import transformers.integrations.sdpa_attention  # noqa: F401
+    import kvbounds.e2e.weighted_cache  # noqa: F401
+
+
 def _weighted_arrays(rng, cls):
+    _warm_transformers()
     H, L, d = int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 4))
     M = L + int(rng.integers(0, 5))
     return dict(query=make_array(rng, (1, H, L, d), cls), key=make_array(rng, (1, H, M, d), cls),
@@ -269,14 +276,15 @@ def _check_weighted(out, query, key, value, logw, scaling, forward=False):
     out = np.asarray(as_numpy(out))
     out = out if forward else out.transpose(0, 2, 1, 3)              # (1, L, H, d)
     L, M = query.shape[2], key.shape[2]
-    if forward:                                                      # the new tokens get weight 0
-        logw = np.concatenate([logw[..., :M - L], np.zeros(logw.shape[:-1] + (L,))], -1)
+    if forward:      # the layer stores its weights in float32 (documented); the new tokens get weight 0
+        logw = np.concatenate([logw[..., :M - L].astype(np.float32), np.zeros(logw.shape[:-1] + (L,))], -1)
     sc = 1.0 / math.sqrt(query.shape[-1]) if scaling is None else float(scaling)
     for h in range(query.shape[1]):
         for i in range(L):
             vis = M - L + i + 1
-            why = compare_attention(out[0, i, h], query[0, h, i], key[0, h, :vis], value[0, h, :vis], sc,
-                                    extra=logw[0, h, :vis])
+            live = logw[0, h, :vis] > -np.inf                         # -inf: the key is not attended
+            why = compare_attention(out[0, i, h], query[0, h, i], key[0, h, :vis][live], value[0, h, :vis][live],
+                                    sc, extra=logw[0, h, :vis][live])
             if why:
                 return f"head {h}, query {i}: {why}"
     return None
@@ -294,6 +302,7 @@ def _weighted_cache_call(K, V, a, b):
 
 
 def _cache_arrays(rng, cls):
+    _warm_transformers()
     H, m, d = int(rng.integers(1, 3)), int(rng.integers(1, 6)), int(rng.integers(1, 4))
     choices = np.array([0.0, LOG2, -np.inf])
     return dict(K=make_array(rng, (1, H, m, d), cls), V=make_array(rng, (1, H, m, d), cls),
