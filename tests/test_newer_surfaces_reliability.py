@@ -303,4 +303,3 @@ def test_play_and_equal_memory_baseline_check_their_arguments():
     for bad in (math.nan, None, math.inf):
         with pytest.raises(InputError, match="baseline_loss"):
             equal_memory_baseline(bad)
-
