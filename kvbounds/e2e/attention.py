@@ -184,10 +184,12 @@ def weighted_attention_forward(module, query, key, value, attention_mask, dropou
     if mask is not None and mask.dtype != torch.bool:
         mask = mask == 0                      # an additive float mask: 0 = visible
     dropped = layer.dropped if layer is not None else 0
+    # transformers builds one mask for all layers from layer 0's size; layers kept to other sizes (SubGen's
+    # filled caches) read only its last L columns, the queries' own (the stored prefix is visible to every query)
     pre = layer.split_values() if weighted and masked is None and layer.split else None
     out = weighted_sdpa(query, key, value, a, b, scale=scaling, dropped=dropped, split_values=pre,
                         new_mask=None if mask is None else mask[..., -L:],
-                        full_mask=None if mask is None or dropped else mask[..., -M:])
+                        full_mask=None if mask is None or dropped or mask.shape[-1] != M else mask[..., -M:])
     return out.transpose(1, 2).contiguous(), None
 
 
