@@ -7,8 +7,8 @@ WalkFailed / DegenerateEstimate), no call past the time limit.
 The default run makes DEFAULT_EXAMPLES calls per entry (~2,300 in all); ``-m fuzz`` (``make test-all``)
 makes FUZZ_EXAMPLES per entry (>= 10^4 in all). With ``KVBOUNDS_FUZZ_TABLE=DIR`` each entry writes its tally
 (calls per outcome) to DIR/<entry>.json; ``python tests/fuzz_table.py DIR`` prints the table per entry point.
-Entries of another engineer's module (``Entry.owner``) are xfail (non-strict) in the long run and skipped in the
-default slice: their defects are reported there."""
+An entry of a module being rewritten elsewhere may set ``Entry.owner``: it is then xfail (non-strict) in the long
+run and skipped in the default slice (none is set: every entry must be clean)."""
 from __future__ import annotations
 
 import json
