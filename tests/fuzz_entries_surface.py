@@ -1,9 +1,7 @@
 """Fuzz entries of issue 24: the surfaces added after issue 11 (the compressed-cache contract's estimate, the walks
-of kvbounds.algorithms.block_walk and kvbounds.gpu, the backend layer, the end-to-end layer's array functions).
-
-Entries with ``owner`` set belong to another engineer's module (the e2e harness's budget solver and compress
-function, the weighted attention of the transformers integration): their defects are reported, not fixed here,
-and tests/test_fuzz.py marks them xfail (non-strict) until those modules are hardened."""
+of kvbounds.algorithms.block_walk and kvbounds.gpu, the backend layer, the end-to-end layer's array functions,
+the weighted attention and cache of the transformers integration, the kvpress presses, the equal-memory
+budget solver)."""
 from __future__ import annotations
 
 import math
@@ -20,8 +18,6 @@ from kvbounds.gpu import batched_walk as gbw
 from kvbounds.gpu import support as gs
 from kvbounds.gpu import triton_walk as gtw
 
-E2E_OWNER = "e2e helper (kvbounds/e2e/methods.py: budget solver, compress function)"
-PRESSES_OWNER = "presses helper (kvbounds/e2e/attention.py: weighted attention, WeightedCache)"
 LOG2 = math.log(2.0)
 
 
@@ -227,7 +223,7 @@ def _compress_ours_entry(method):
                     and np.all(np.isfinite(b) | (b == -np.inf)))
 
     return Entry(f"compress_ours[{method}]", _e2e_cache, dict(floats=120, rng=RNG, sink=1, window=1), call, check,
-                 nonfinite_ok=nonfinite_ok, owner=E2E_OWNER)
+                 nonfinite_ok=nonfinite_ok)
 
 
 def _methods():
@@ -235,68 +231,125 @@ def _methods():
     return M
 
 
+def _warm_transformers():
+    import kvbounds.e2e.attention  # noqa: F401 - imports outside the timed call (seconds on a first import)
+    import transformers.integrations.sdpa_attention  # noqa: F401
+    import kvbounds.e2e.weighted_cache  # noqa: F401
+
+
 def _weighted_arrays(rng, cls):
+    _warm_transformers()
     H, L, d = int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 4))
     M = L + int(rng.integers(0, 5))
     return dict(query=make_array(rng, (1, H, L, d), cls), key=make_array(rng, (1, H, M, d), cls),
                 value=make_array(rng, (1, H, M, d), cls), logw=rng.integers(0, 3, (1, H, M)) * LOG2)
 
 
-def _weighted_call(query, key, value, logw, scaling):
+def _t(x):
     import torch
-    from kvbounds.e2e.attention import _LOGW, weighted_attention_forward
-    t = lambda x: torch.as_tensor(x) if isinstance(x, np.ndarray) else x
-    query, key, value, logw = t(query), t(key), t(value), t(logw)
-    if isinstance(key, torch.Tensor):
-        setattr(key, _LOGW, (logw, logw))
-    return weighted_attention_forward(None, query, key, value, None, scaling=scaling)[0]
+    return torch.as_tensor(x) if isinstance(x, np.ndarray) else x
 
 
-def _check_weighted(out, query, key, value, logw, scaling):
+def _weighted_sdpa_call(query, key, value, logw, scaling):
+    from kvbounds.e2e.attention import weighted_sdpa
+    return weighted_sdpa(_t(query), _t(key), _t(value), _t(logw), _t(logw), scale=scaling)
+
+
+def _weighted_forward_call(query, key, value, logw, scaling):
+    """The transformers path: a WeightedLayer holding the first M - L tokens with their log-weights, ``update``
+    with the L new ones (weight 0), then the attention reads the layer from the keys it returned."""
+    from kvbounds.e2e.attention import weighted_attention_forward
+    from kvbounds.e2e.weighted_cache import WeightedLayer
+    query, key, value, logw = _t(query), _t(key), _t(value), _t(logw)
+    L = query.shape[2] if getattr(query, "ndim", 0) == 4 else 0
+    cut = lambda x, sl: x[..., sl, :] if getattr(x, "ndim", 0) >= 2 else x
+    M = key.shape[-2] if getattr(key, "ndim", 0) >= 2 else 0
+    layer = WeightedLayer(cut(key, slice(0, M - L)), cut(value, slice(0, M - L)),
+                          logw[..., :M - L] if getattr(logw, "ndim", 0) else logw,
+                          logw[..., :M - L] if getattr(logw, "ndim", 0) else logw)
+    keys, values = layer.update(cut(key, slice(M - L, M)), cut(value, slice(M - L, M)))
+    return weighted_attention_forward(None, query, keys, values, None, scaling=scaling)[0]
+
+
+def _check_weighted(out, query, key, value, logw, scaling, forward=False):
     from fuzz_harness import compare_attention
-    out = np.asarray(as_numpy(out))                                  # (1, L, H, d)
+    out = np.asarray(as_numpy(out))
+    out = out if forward else out.transpose(0, 2, 1, 3)              # (1, L, H, d)
     L, M = query.shape[2], key.shape[2]
+    if forward:      # the layer stores its weights in float32 (documented); the new tokens get weight 0
+        logw = np.concatenate([logw[..., :M - L].astype(np.float32), np.zeros(logw.shape[:-1] + (L,))], -1)
     sc = 1.0 / math.sqrt(query.shape[-1]) if scaling is None else float(scaling)
     for h in range(query.shape[1]):
         for i in range(L):
             vis = M - L + i + 1
-            why = compare_attention(out[0, i, h], query[0, h, i], key[0, h, :vis], value[0, h, :vis], sc,
-                                    extra=logw[0, h, :vis])
+            live = logw[0, h, :vis] > -np.inf                         # -inf: the key is not attended
+            why = compare_attention(out[0, i, h], query[0, h, i], key[0, h, :vis][live], value[0, h, :vis][live],
+                                    sc, extra=logw[0, h, :vis][live])
             if why:
                 return f"head {h}, query {i}: {why}"
     return None
 
 
 def _weighted_cache_call(K, V, a, b):
-    import torch
     from kvbounds.e2e.attention import WeightedCache
-    t = lambda x: torch.as_tensor(x) if isinstance(x, np.ndarray) else x
-    cache = WeightedCache([(t(K), t(V), t(a), t(b))])
+    from kvbounds.e2e.weighted_cache import WeightedLayer, check_log_weights
+    cache = WeightedCache([(_t(K), _t(V), _t(a), _t(b))])
     layer = cache.layers[0]
+    assert isinstance(layer, WeightedLayer)
+    if layer.weighted:
+        check_log_weights(layer.log_w_num, "log_w_num", tuple(layer.keys.shape[:-1]))
     return layer.keys, layer.values, layer.log_w_num, layer.log_w_den
 
 
 def _cache_arrays(rng, cls):
+    _warm_transformers()
     H, m, d = int(rng.integers(1, 3)), int(rng.integers(1, 6)), int(rng.integers(1, 4))
     choices = np.array([0.0, LOG2, -np.inf])
     return dict(K=make_array(rng, (1, H, m, d), cls), V=make_array(rng, (1, H, m, d), cls),
                 a=choices[rng.integers(0, 3, (1, H, m))], b=choices[rng.integers(0, 2, (1, H, m))])
 
 
+def _press_arrays(rng, cls):
+    import kvbounds.press  # noqa: F401 - imports kvpress outside the timed call (seconds on a first import)
+    return {}
+
+
+def _press_call(compression_ratio, sink, window, seed):
+    from kvbounds import press as P
+    classes = (P.KVBoundsPress, P.BalanceKVPress, P.BalanceKVReleasedPress, P.SubGenPress, P.SubspacePress,
+               P.UniformPress, P.KCenterPress, P.H2OPress)
+    return [c(compression_ratio=compression_ratio, sink=sink, window=window, seed=seed).budget for c in classes]
+
+
+def _compress_layer_call(K, V, budget, rng, sink, window):
+    return _methods().compress_layer("uniform", K, V, budget, rng, sink=sink, window=window)
+
+
 E2E = [_compress_ours_entry(m) for m in ("streaming_llm", "uniform", "kcenter", "balancekv", "subgen", "subspace")] + [
+    Entry("compress_layer", _e2e_cache, dict(budget=0.5, rng=RNG, sink=1, window=1),
+          _compress_layer_call),
     Entry("balance_levels", lambda r, c: {}, dict(n=16, d=4, sink=1, window=1, floats=100, per_token_weights=0),
-          lambda **kw: _methods().balance_levels(**kw), owner=E2E_OWNER),
+          lambda **kw: _methods().balance_levels(**kw)),
+    Entry("balance_floats+balance_layout", lambda r, c: {},
+          dict(n=16, d=4, sink=1, window=1, floats=100, per_token_weights=0),
+          lambda floats, **kw: (_methods().balance_floats(T=1, **kw), _methods().balance_layout(floats=floats, **kw))),
     Entry("balance_budgets", lambda r, c: {}, dict(n=64, window=4, levels=(3, 2)),
-          lambda **kw: _methods().balance_budgets(**kw), owner=E2E_OWNER),
+          lambda **kw: _methods().balance_budgets(**kw)),
+    Entry("budget_problem", lambda r, c: {}, dict(n=256, d=4, sink=4, window=4, budget=0.5),
+          lambda **kw: _methods().budget_problem(**kw)),
     Entry("source+runs_on+path_note", lambda r, c: {}, dict(method="uniform", where="host"),
           lambda method, where: (_methods().source(method), _methods().runs_on(method, where),
-                                 _methods().path_note(method, where)), owner=E2E_OWNER),
+                                 _methods().path_note(method, where))),
     Entry("equal_memory_baseline", lambda r, c: {}, dict(baseline_loss=0.5),
           lambda baseline_loss: __import__("kvbounds.e2e.checks", fromlist=["x"]).equal_memory_baseline(baseline_loss)),
-    Entry("weighted_attention_forward", _weighted_arrays, dict(scaling=None), _weighted_call, _check_weighted,
-          torch_ok=False, owner=PRESSES_OWNER),
-    Entry("WeightedCache", _cache_arrays, {}, _weighted_cache_call, owner=PRESSES_OWNER,
+    Entry("weighted_sdpa", _weighted_arrays, dict(scaling=None), _weighted_sdpa_call, _check_weighted,
+          torch_ok=False),
+    Entry("weighted_attention_forward", _weighted_arrays, dict(scaling=None), _weighted_forward_call,
+          lambda out, **kw: _check_weighted(out, forward=True, **kw), torch_ok=False),
+    Entry("WeightedCache+WeightedLayer+check_log_weights", _cache_arrays, {}, _weighted_cache_call,
           nonfinite_ok=lambda out, **kw: bool(np.all(np.isfinite(np.asarray(as_numpy(out[0])))))),
+    Entry("KVBoundsPress+BalanceKVPress+BalanceKVReleasedPress+SubGenPress+SubspacePress+UniformPress+KCenterPress"
+          "+H2OPress", _press_arrays, dict(compression_ratio=0.5, sink=4, window=4, seed=0), _press_call),
 ]
 
 def _check_play(out, name, setting, n, d, r, reps, rng, rule):

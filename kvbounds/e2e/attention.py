@@ -48,17 +48,29 @@ def require_weighted_attention(model) -> None:
 
 
 def _check_call(query, key, value, scaling):
+    import torch
     from kvbounds.algorithms.validation import InputError
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, torch.Tensor):
+            raise InputError(f"{name} must be a torch tensor (batch, heads, tokens, head_dim), got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise InputError(f"{name} must be a real floating-point tensor, got {x.dtype}")
+    if not query.dtype == key.dtype == value.dtype:
+        raise InputError(f"query/key/value must share one dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
     if query.ndim != 4 or key.ndim != 4 or value.shape[:-1] != key.shape[:-1]:
         raise InputError(f"query/key/value must be (batch, heads, tokens, head_dim), got {tuple(query.shape)}, "
                          f"{tuple(key.shape)}, {tuple(value.shape)}")
     L, M = query.shape[2], key.shape[2]
     if L > M:
         raise InputError(f"more queries ({L}) than keys ({M}): the keys must include the queries' own tokens")
+    if query.shape[-1] != key.shape[-1] or query.shape[0] != key.shape[0]:
+        raise InputError(f"query {tuple(query.shape)} and key {tuple(key.shape)} must agree in batch and head_dim")
+    if not bool(torch.isfinite(query).all()):          # O(L d): the cache's keys/values are checked on the output
+        raise InputError("query contains NaN or inf")
     if query.shape[1] % key.shape[1]:
         raise InputError(f"query heads {query.shape[1]} are not a multiple of KV heads {key.shape[1]}")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scaling is None else scaling
-    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+    if isinstance(scale, bool) or not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
         raise InputError(f"scaling must be a finite positive number, got {scaling!r}")
     return float(scale)
 
@@ -78,10 +90,18 @@ def weighted_sdpa(query, key, value, log_w_num=None, log_w_den=None, *, scale=No
     b, H, L, d = query.shape
     Hkv, M = key.shape[1], key.shape[2]
     rep = H // Hkv
+    for name, lw in (("log_w_num", log_w_num), ("log_w_den", log_w_den)):
+        if lw is not None and not isinstance(lw, torch.Tensor):
+            raise InputError(f"{name} must be a torch tensor or None, got {type(lw).__name__}")
+    if (log_w_num is None) != (log_w_den is None):
+        raise InputError("give both log_w_num and log_w_den, or neither (exact attention)")
     if log_w_num is not None and (tuple(log_w_num.shape) != (key.shape[0], Hkv, M)
                                   or tuple(log_w_den.shape) != (key.shape[0], Hkv, M)):
         raise InputError(f"log-weights must have shape {(key.shape[0], Hkv, M)} (one per key), got "
                          f"{tuple(log_w_num.shape)} and {tuple(log_w_den.shape)}")
+    for name, lw in (("log_w_num", log_w_num), ("log_w_den", log_w_den)):
+        if lw is not None and not bool((torch.isfinite(lw) | (lw == -math.inf)).all()):
+            raise InputError(f"{name} contains NaN or +inf (only -inf, 'not used on this side', is allowed)")
     dt, dev = query.dtype, query.device
     if full_mask is not None and dropped == 0:
         vis = full_mask.expand(b, 1, L, M)
@@ -111,10 +131,26 @@ def weighted_sdpa(query, key, value, log_w_num=None, log_w_den=None, *, scale=No
     bias = bias.expand(b, Hkv, rep, L, M).reshape(b, Hkv, rep * L, M).to(dt)
     out = F.scaled_dot_product_attention(qg, key, v.to(dt), attn_mask=bias, scale=scale)
     if split:
-        out = out[..., :d] / out[..., d:]
+        out = out[..., :value.shape[-1]] / out[..., value.shape[-1]:]
     if full_mask is not None or new_mask is not None:     # a query that sees nothing (a padding position): 0
         out = torch.nan_to_num(out, nan=0.0)
-    return out.reshape(b, H, L, d)
+    _check_finite_output(out, query, key, value, log_w_den)
+    return out.reshape(b, H, L, value.shape[-1])
+
+
+def _check_finite_output(out, query, key, value, log_w_den) -> None:
+    """Never a silent NaN/Inf: a non-finite output (checked on the output, O(L d), not on the whole cache)
+    raises InputError naming the input that caused it."""
+    import torch
+    from kvbounds.algorithms.validation import InputError
+    if bool(torch.isfinite(out).all()):
+        return
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not bool(torch.isfinite(x).all()):
+            raise InputError(f"{name} contains NaN or inf")
+    if log_w_den is not None and bool((log_w_den == -math.inf).all(-1).any()):
+        raise InputError("log_w_den is -inf for every key of some (batch, head): the denominator is empty")
+    raise InputError(f"the attention overflows {query.dtype} (logits or weighted values beyond its range)")
 
 
 def weighted_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -123,16 +159,22 @@ def weighted_attention_forward(module, query, key, value, attention_mask, dropou
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from .weighted_cache import HANDOFF
+    _check_call(query, key, value, scaling)
     layer = key.__dict__.pop(HANDOFF, None)
     L, M = query.shape[2], key.shape[2]
     if L == M and hasattr(module, "masked_key_indices"):
         module.masked_key_indices = None          # a new prefill: kvpress's head-wise eviction starts afresh
     masked = getattr(module, "masked_key_indices", None)
     weighted = layer is not None and layer.weighted
-    if not weighted and masked is None and (layer is None or layer.dropped == 0):
-        _check_call(query, key, value, scaling)
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+    # transformers passes no mask only when L == M or L == 1 (then SDPA's is_causal is right); for a maskless
+    # call with 1 < L < M the queries are the last L tokens, which weighted_sdpa's causal mask places correctly
+    bottom_right = attention_mask is None and 1 < L < M
+    if not weighted and masked is None and (layer is None or layer.dropped == 0) and not bottom_right:
+        out, w = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                        **kwargs)
+        if attention_mask is None:         # (a masked padding query may be NaN by transformers' own convention)
+            _check_finite_output(out, query, key, value, None)
+        return out, w
     a, b = (layer.log_w_num, layer.log_w_den) if weighted else (None, None)
     if masked is not None:
         a = key.new_zeros(key.shape[:-1], dtype=torch.float32) if a is None else a.clone()
@@ -142,12 +184,14 @@ def weighted_attention_forward(module, query, key, value, attention_mask, dropou
     if mask is not None and mask.dtype != torch.bool:
         mask = mask == 0                      # an additive float mask: 0 = visible
     dropped = layer.dropped if layer is not None else 0
+    # transformers builds one mask for all layers from layer 0's size; layers kept to other sizes (SubGen's
+    # filled caches) read only its last L columns, the queries' own (the stored prefix is visible to every query)
     pre = layer.split_values() if weighted and masked is None and layer.split else None
     out = weighted_sdpa(query, key, value, a, b, scale=scaling, dropped=dropped, split_values=pre,
                         new_mask=None if mask is None else mask[..., -L:],
                         # a compressed cache may store more entries than tokens seen (SubGen's samples at equal
                         # memory): the mask then does not cover them, and the stored prefix is visible to all
-                        full_mask=None if mask is None or dropped or mask.shape[-1] < M else mask[..., -M:])
+                        full_mask=None if mask is None or dropped or mask.shape[-1] != M else mask[..., -M:])
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -34,14 +34,37 @@ from kvbounds.algorithms import compressor_adapters as ca
 from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.balance_layers import compress_cache_layers
 from kvbounds.algorithms.blockwise_balance_kv import compress_cache
-from kvbounds.algorithms.validation import InputError
+from kvbounds.algorithms.validation import InputError, check_int, check_rng
 from kvbounds.gpu.backend import array_namespace
 
 from .method_names import (CONTROLS, DEFAULT_METHODS, KVPRESS, NEEDS_INPUTS, OURS, PRESSES,  # noqa: F401
                            QUICK_METHODS, RANDOMIZED)
 
 
+def _check_method(method) -> str:
+    if not isinstance(method, str):
+        raise InputError(f"method must be a method name (str), got {type(method).__name__}")
+    return method
+
+
+def _check_sizes(**sizes) -> None:
+    """Token counts and float budgets of the budget solver: integers >= 0 (n, d, floats >= 1)."""
+    for name, v in sizes.items():
+        check_int(v, name, minimum=1 if name in ("n", "d", "floats") else 0)
+
+
+def _check_kv(K, V) -> None:
+    """K (Hkv, n, d) and V (Hkv, n, dv) arrays (numpy or torch) of the same heads and tokens."""
+    for name, x in (("K", K), ("V", V)):
+        if not hasattr(x, "shape") or not hasattr(x, "dtype") or len(x.shape) != 3:
+            raise InputError(f"{name} must be a (KV heads, tokens, head_dim) numpy array or torch tensor, got "
+                             f"{getattr(x, 'shape', type(x).__name__)}")
+    if tuple(V.shape[:2]) != tuple(K.shape[:2]):
+        raise InputError(f"V {tuple(V.shape)} must have K's heads and tokens {tuple(K.shape[:2])}")
+
+
 def source(method: str) -> str:
+    _check_method(method)
     return "kvpress" if method.startswith("kvpress:") else "kvbounds"
 
 
@@ -57,6 +80,7 @@ def kvpress_available() -> str | None:
 def balance_levels(n: int, d: int, sink: int, window: int, floats: int, per_token_weights: int = 0) -> int:
     """The fewest halvings T whose blockwise BalanceKV cache fits ``floats`` per head: keys and values of the
     kept tokens, one constant log-weight (2^T) per head, plus ``per_token_weights`` per kept middle token."""
+    _check_sizes(n=n, d=d, sink=sink, window=window, floats=floats, per_token_weights=per_token_weights)
     n_mid = n - sink - window
     if n_mid <= 0:
         raise InputError(f"sink + window = {sink} + {window} leaves no middle to compress in n = {n} tokens")
@@ -71,6 +95,7 @@ def balance_levels(n: int, d: int, sink: int, window: int, floats: int, per_toke
 def balance_floats(n: int, d: int, sink: int, window: int, T: int, per_token_weights: int = 0) -> int:
     """Floats per head of a blockwise BalanceKV cache: sink + window exact tokens, n_mid // 2^T kept middle
     tokens with ``per_token_weights`` each, and one constant log-weight (T log 2)."""
+    _check_sizes(n=n, d=d, sink=sink, window=window, T=T, per_token_weights=per_token_weights)
     kept = (n - sink - window) >> T
     return (sink + window + kept) * 2 * d + kept * per_token_weights + 1
 
@@ -95,6 +120,10 @@ def balance_budgets(n: int, window: int, levels=(3, 2)) -> list[float]:
     """Budgets (fractions of the cache's floats) at which blockwise BalanceKV with ``window`` exact tokens at each
     end and T halvings of the middle needs no filling (plus 0.1% slack for its weight per head). No longer needed
     for equal memory (:func:`balance_layout` fills any budget); kept for callers that want these sizes."""
+    _check_sizes(n=n, window=window)
+    if isinstance(levels, (str, bytes)) or not hasattr(levels, "__iter__"):
+        raise InputError(f"levels must be a sequence of halvings T (integers >= 0), got {levels!r}")
+    levels = [check_int(T, "levels[i]") for T in levels]
     return [round((2 * window + ((n - 2 * window) >> T)) / n + 1e-3, 6) for T in levels]
 
 
@@ -106,6 +135,10 @@ def budget_problem(n: int, d: int, sink: int, window: int, budget: float) -> str
     """Why ``budget`` cannot be met within :data:`MEMORY_TOLERANCE` by every method at context ``n`` (None when it
     can): it must lie in (0, 1], leave a middle (sink + window < n), cover the exact sink + window plus at least one
     middle token, and hold at least 1/tolerance tokens' floats (a token is the granularity of every method)."""
+    try:
+        _check_sizes(n=n, d=d, sink=sink, window=window)
+    except InputError as e:
+        return str(e)
     if not (isinstance(budget, (int, float)) and 0 < budget <= 1):
         return f"budget must lie in (0, 1], got {budget!r}"
     if sink + window >= n:
@@ -124,6 +157,11 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
                   sink: int, window: int, block_size: int = 64) -> ts.CompressedKV:
     """One layer, K/V (Hkv, n, d) float32 (numpy on the host path; torch on the model's device on the device
     path, see :func:`compress_all`), ``floats`` per KV head; the result lives where K does."""
+    _check_method(method)
+    _check_kv(K, V)
+    _check_sizes(floats=floats, sink=sink, window=window)
+    check_int(block_size, "block_size", minimum=1)
+    check_rng(rng)
     n, d = K.shape[-2], K.shape[-1]
     if method == "streaming_llm":
         return ts.StreamingLLM(sink=sink).compress(K, V, budget=floats // (2 * d))
@@ -211,6 +249,10 @@ def compress_layer(method: str, K, V, budget: float, rng: np.random.Generator, *
                    ) -> ts.CompressedKV:
     """One layer's K, V (Hkv, n, d) compressed by ``method`` to ``budget`` (a fraction of their floats), the step
     :func:`compress_all` takes per layer; used by the presses of :mod:`kvbounds.press`."""
+    _check_kv(K, V)
+    if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)) \
+            or not 0 < budget <= 1:
+        raise InputError(f"budget must be a number in (0, 1] (a fraction of the layer's floats), got {budget!r}")
     floats = int(math.floor(budget * K.shape[-2] * 2 * K.shape[-1]))
     return compress_ours(method, K, V, floats, rng, sink=sink, window=window)
 
@@ -320,6 +362,7 @@ DEVICE_HOST_COPIES: dict[str, str] = {
 def runs_on(method: str, where: str = "host") -> str:
     """Where :func:`compress_all` runs ``method``: "host" (numpy float32 copies of K, V) or "device" (torch
     tensors on the model's device); kvpress presses always run their torch ``compress`` on the device."""
+    _check_method(method)
     if where not in WHERE:
         raise InputError(f"where must be one of {WHERE}, got {where!r}")
     if method.startswith("kvpress:"):
@@ -329,6 +372,7 @@ def runs_on(method: str, where: str = "host") -> str:
 
 def path_note(method: str, where: str = "host") -> str:
     """One line saying where ``method`` ran under ``where`` and what crossed to the host (for benchmark rows)."""
+    _check_method(method)
     path = runs_on(method, where)
     if method.startswith("kvpress:"):
         return "torch press on the device; " + ("output kept there" if where == "device" else

@@ -40,7 +40,8 @@ def _not_weighted_message() -> str:
 
 
 def check_log_weights(lw, name: str, shape: tuple) -> torch.Tensor:
-    """float32 log-weights of ``shape`` (b, Hkv, m): finite or -inf; NaN / +inf raise :class:`InputError`."""
+    """float32 log-weights of ``shape`` (b, Hkv, m): finite or -inf; NaN / +inf raise :class:`InputError`.
+    They are stored in float32 whatever their dtype (a float64 cache attends with float32-rounded weights)."""
     if not isinstance(lw, torch.Tensor):
         raise InputError(f"{name} must be a torch tensor, got {type(lw).__name__}")
     if tuple(lw.shape) != tuple(shape):
@@ -70,6 +71,10 @@ class WeightedLayer(DynamicLayer):
             raise InputError("keys/values must be torch tensors (batch, KV heads, tokens, head_dim) agreeing in all "
                              f"but the last dimension, got {getattr(keys, 'shape', keys)} and "
                              f"{getattr(values, 'shape', values)}")
+        for name, x in (("keys", keys), ("values", values)):
+            if not x.is_floating_point() or not bool(torch.isfinite(x).all()):
+                raise InputError(f"{name} must be a real floating-point tensor with finite entries, got {x.dtype}"
+                                 + ("" if not x.is_floating_point() else " with NaN or inf"))
         self.lazy_initialization(keys, values)
         self.keys, self.values = keys, values
         m = self.stored = int(keys.shape[-2])
