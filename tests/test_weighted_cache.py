@@ -222,3 +222,14 @@ def test_split_values_kept_by_the_layer_follow_updates():
         out = weighted_attention_forward(Mod(), q, keys, values, None)[0].transpose(1, 2)
         ref = weighted_sdpa(q, keys, values, layer.log_w_num.clone(), layer.log_w_den.clone())
         assert layer._split is not None and float((out - ref).abs().max()) < 1e-6
+
+
+def test_equal_weights_stay_shared_after_update():
+    """Equal numerator and denominator weights are one tensor (one SDPA bias); appending tokens keeps them one."""
+    from kvbounds.e2e.weighted_cache import WeightedLayer
+    K, V = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
+    lw = torch.full((1, 2, 5), 0.5)
+    layer = WeightedLayer(K, V, lw, lw.clone(), logical_length=9)
+    assert not layer.split
+    layer.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4))
+    assert layer.weighted and not layer.split and layer.log_w_num.shape == (1, 2, 6)

@@ -189,8 +189,6 @@ def weighted_attention_forward(module, query, key, value, attention_mask, dropou
     pre = layer.split_values() if weighted and masked is None and layer.split else None
     out = weighted_sdpa(query, key, value, a, b, scale=scaling, dropped=dropped, split_values=pre,
                         new_mask=None if mask is None else mask[..., -L:],
-                        # a compressed cache may store more entries than tokens seen (SubGen's samples at equal
-                        # memory): the mask then does not cover them, and the stored prefix is visible to all
                         full_mask=None if mask is None or dropped or mask.shape[-1] != M else mask[..., -M:])
     return out.transpose(1, 2).contiguous(), None
 

@@ -123,8 +123,9 @@ class WeightedLayer(DynamicLayer):
         keys, values = super().update(key_states, value_states, cache_kwargs)
         if self.weighted:
             z = key_states.new_zeros(tuple(key_states.shape[:-1]), dtype=torch.float32)
+            shared = self.log_w_den is self.log_w_num     # equal weights stay one tensor (one SDPA bias)
             self.log_w_num = torch.cat([self.log_w_num, z], -1)
-            self.log_w_den = self.log_w_num if self.log_w_den is self.log_w_num else torch.cat([self.log_w_den, z], -1)
+            self.log_w_den = self.log_w_num if shared else torch.cat([self.log_w_den, z], -1)
             if self._split is not None:      # new tokens: c = 0, factors 1
                 c, va = self._split
                 one = value_states.new_ones(tuple(value_states.shape[:-1]) + (1,))
