@@ -85,14 +85,20 @@ def _leaderboard(rows: list[dict] | None) -> list[str]:
         return []
     from .report_leaderboard import board_table
     t = board_table(rows)
-    lines = ["## End-to-end leaderboard", ""]
-    for m in t["metrics"]:
-        lines += [f"**{m['metric']}**", "", "| method | source | " + " | ".join(f"budget {b:g}" for b in t["budgets"]) + " |",
-                  "|---|---|" + "---|" * len(t["budgets"])]
-        for r in m["rows"]:
-            cells = [f"{c['text']} {c['ci']}".strip() for c in r["cells"]]
-            lines.append(f"| {r['method']} | {r['source']} | " + " | ".join(cells) + " |")
+    lines = ["## End-to-end leaderboard", "",
+             "Per metric and budget, methods ranked by mean effect with a 95% interval; **best** and those "
+             "statistically tied with it marked; floats held per method beside each row.", ""]
+    for tab in t["tables"]:
+        lines += [f"**{tab['title']}**", "", "| rank | method | source | mean [95% CI] | n | floats held | mark |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in tab["rows"]:
+            lines.append(f"| {r['rank']} | {r['method']} | {r['source']} | {r['text']} {r['ci']} | {r['n']} | "
+                         f"{r['floats']} | {r['mark']} |")
         lines.append("")
+    if t["references"]:
+        lines += ["Reference: " + "; ".join(t["references"]), ""]
+    if t["collapsed"]:
+        lines += ["Tables without information (collapsed):", ""] + [f"- {c}" for c in t["collapsed"]] + [""]
     return lines
 
 

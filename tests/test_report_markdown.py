@@ -61,3 +61,22 @@ def test_readme_what_we_found_block_is_generated_and_spliced():
     block = found_block(verdicts)
     assert f"[FD.residual](docs/RESULTS.md#{anchor('FD.residual')})" in block and "SG.reservoir" not in block
     assert splice(f"a\n{FOUND_BEGIN}\nold\n{FOUND_END}\nb", block) == f"a\n{block}\nb"
+
+
+def test_leaderboard_in_markdown_is_ranked_with_intervals_and_floats():
+    """The e2e leaderboard's tables (kvbounds.report_leaderboard.board_table) as markdown: rank, interval, floats,
+    best/tied marks, exact attention as a reference and uninformative tables collapsed."""
+    board = [dict(metric="passkey log-likelihood", method="h2o", source="kvbounds", budget=0.25,
+                  budget_label="25% of the cache", value=-12.5, ci_low=-15.2, ci_high=-9.7, n=8, rank=1, best=True,
+                  memory_floats=1474560),
+             dict(metric="passkey log-likelihood", method="uniform", source="kvbounds", budget=0.25,
+                  budget_label="25% of the cache", value=-14.6, ci_low=-16.0, ci_high=-13.1, n=8, rank=2, tied=True,
+                  memory_floats=1470000),
+             dict(metric="passkey log-likelihood", method="exact", source="kvbounds", value=-1.4, n=8),
+             dict(metric="lines exact match", method="all methods", budget=0.25, budget_label="25% of the cache",
+                  note="every method at 0")]
+    text = render_markdown(build_verdicts([]), [], META, board)
+    assert "**passkey log-likelihood - 25% of the cache**" in text
+    assert "| 1 | h2o | kvbounds | -12.5 [-15.2, -9.7] | 8 | 1,474,560 | best |" in text
+    assert "| 2 | uniform | kvbounds | -14.6 [-16, -13.1] | 8 | 1,470,000 | tied with best |" in text
+    assert "exact attention -1.4" in text and "lines exact match at 25% of the cache: every method at 0" in text
