@@ -321,6 +321,8 @@ def beat_nothing_table(verdicts: dict) -> dict | None:
             rows.append(dict(algorithm=f"{name}: {variant}" if variant else name, claim=cid, cells=cells))
     if not rows:
         return None
-    cols = sorted(set(cols), key=lambda s: (s not in ("synthetic benign",), s))
+    # the four families first (the columns most rows share), then each claim's own streams
+    main = ("synthetic benign", "concentrated", "real SmolLM2", "real MiniLM")
+    cols = sorted(set(cols), key=lambda s: (main.index(s) if s in main else len(main), s))
     return dict(columns=cols, rows=[dict(r, cells=[r["cells"].get(c, dict(text="-", title="", tone="none"))
                                                    for c in cols]) for r in rows])
