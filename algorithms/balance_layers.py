@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from .block_walk import STEP_ENTRIES
-from .blockwise_balance_kv import WALK_PANEL, _check_block, compress_cache
+from .blockwise_balance_kv import WALK_PANEL, _check_block, _check_levels, compress_cache
 from .validation import InputError, check_array, check_int, check_rng
 
 
@@ -51,11 +51,18 @@ def compress_cache_layers(K, V, *, sink: int, window: int, levels: int, block_si
     l = 0..L-1 called in that order with ``rng``; ``kw`` as compress_cache's (not ``method``)."""
     if "method" in kw:
         raise InputError("compress_cache_layers runs blockwise BalanceKV only (method='balance')")
+    if not (isinstance(K, np.ndarray) and isinstance(V, np.ndarray)):
+        raise InputError(f"compress_cache_layers takes numpy arrays (the host path), got {type(K).__name__} and "
+                         f"{type(V).__name__}; call compress_cache per layer for other backends")
     check_array(K, "K", ndim=tuple(range(3, 8)), min_rows=1)
+    check_array(V, "V", ndim=K.ndim)
+    if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
+        raise InputError(f"K and V must agree in all but the last dimension, got {K.shape} and {V.shape}")
     check_rng(rng)
     L, H, n = K.shape[0], math.prod(K.shape[1:-2]), K.shape[-2]
     n_mid = n - check_int(sink, "sink") - check_int(window, "window")
-    shapes = _level_shapes(n_mid, check_int(levels, "levels"), _check_block(block_size)) if n_mid > 0 else []
+    levels = _check_levels(levels, n_mid) if n_mid > 0 else check_int(levels, "levels")
+    shapes = _level_shapes(n_mid, levels, _check_block(block_size)) if n_mid > 0 else []
     S = sum(2 * H * nb * block_size for nb, _, _ in shapes)       # the walk's and the priorities' uniforms
     widest = max((H * nb * p for nb, _, p in shapes), default=1)
     per = max(1, STEP_ENTRIES // widest) if widest <= STEP_ENTRIES else 1

@@ -11,6 +11,7 @@ import numpy as np
 from fuzz_harness import RNG, Entry, as_numpy, eps_of, make_array
 
 from kvbounds.algorithms import block_walk as bw
+from kvbounds.algorithms.balance_layers import compress_cache_layers
 from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select
 from kvbounds.gpu import backend as be
@@ -126,6 +127,21 @@ def _check_batched(out, K, V, block_size, levels, rngs, delta, c, method):
     return None
 
 
+
+def _layers_arrays(rng, cls):
+    """Two layers of one head's K (16 x d) and V (16 x s) (compress_cache_layers stacks layers first)."""
+    d, s = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+    return dict(K=make_array(rng, (2, 1, 16, d), cls), V=make_array(rng, (2, 1, 16, s), cls))
+
+
+def _check_layers(out, K, **kw):
+    idx, lw = out
+    if idx.shape[:2] != K.shape[:2] or lw.shape != idx.shape:
+        return f"shapes {idx.shape} / {lw.shape} do not lead with K's layers and heads {K.shape[:2]}"
+    if idx.size and (idx.min() < 0 or idx.max() >= K.shape[-2]):
+        return "an index outside the n tokens"
+    return None if np.all(np.isfinite(lw)) else "non-finite log-weights"
+
 WALKS = [
     Entry("panel_walk", _walk_arrays, dict(WALK_PARAMS),
           lambda Kb, Wb, nk2, nw2, uniforms, c, panel, plus_one: bw.panel_walk(
@@ -137,6 +153,8 @@ WALKS = [
           lambda Kb, Wb, nk2, nw2, uniforms, c, panel, plus_one, method: gbw.walk_signs(
               Kb, Wb, nk2, nw2, uniforms, c, panel=panel, plus_one=plus_one, method=method),
           lambda out, **kw: None if np.all(np.abs(np.asarray(as_numpy(out[0]))) == 1) else "signs not +-1"),
+    Entry("compress_cache_layers", _layers_arrays, dict(sink=1, window=1, levels=1, block_size=4, rng=RNG),
+          lambda K, V, **kw: compress_cache_layers(K, V, **kw), _check_layers, torch_ok=False),
     Entry("batched_select", _batched_arrays, dict(block_size=4, levels=1, rngs=RNGS, delta=0.01, c=None,
                                                   method="exact"), _batched_call, _check_batched),
     Entry("batched_select[block >> n]", _batched_arrays, dict(block_size=2 ** 16, levels=2, rngs=RNGS, delta=0.01,
