@@ -32,7 +32,7 @@ from kvbounds.controls import WorstError, attention_controls, power_vs_controls
 
 from .common import make_record, pick, unit_directions
 from .mr_error import checkpoints
-from .power_streams import POWER_CHECK, power_trials
+from .power_streams import POWER_CHECK, missing_record, power_record, power_trials
 from .power_streams import stream as power_stream
 
 CLAIM = "BKV.attention"
@@ -162,8 +162,7 @@ def power_trial(params: dict, seed: int, backend: str):
         Q, K, V, r, note = power_stream(params, seed, scale_of_d=lambda d: 1 / math.sqrt(d),
                                         values="spread" if params["family"] == "synthetic benign" else "gaussian")
     except LookupError as e:
-        return [make_record(CLAIM, params, measured=math.nan, bound=math.nan, holds=True, bound_kind="shape",
-                            check=POWER_CHECK, source=SOURCE, missing=str(e))]
+        return [missing_record(CLAIM, params, SOURCE, e)]
     d = K.shape[1]
     T = max(int(math.log2(n / t)), 0)
     bkv = BalanceKV(d, batch_size=t, levels=T, eps=eps, r=r * (1 + 1e-9), delta=delta, seed=seed + 1, n=n)
@@ -186,9 +185,8 @@ def power_trial(params: dict, seed: int, backend: str):
             continue
         worst = max(worst, float(np.linalg.norm(z - exact) / scale))
     controls = ctl.values()
-    return [make_record(CLAIM, params, measured=worst, bound=min(controls.values()), holds=worst < min(controls.values()),
-                        bound_kind="shape", check=POWER_CHECK, source=SOURCE, controls=controls, stream=note,
-                        stored=bkv.num_stored(), r_stream=r, degenerate=degenerate)]
+    return [power_record(CLAIM, params, SOURCE, worst, controls, stream=note, stored=bkv.num_stored(), r_stream=r,
+                         degenerate=degenerate)]
 
 
 def power_summary(records):

@@ -40,7 +40,7 @@ from kvbounds.traces.synthetic import make_trace
 from kvbounds.controls import power_vs_controls
 
 from .common import make_record, pick
-from .power_streams import POWER_CHECK
+from .power_streams import POWER_CHECK, power_record
 
 CLAIM = "FD.covariance"
 SOURCE = "Subspace-FD-draft Sec. 8 (Liberty 2013; GLPW16 Thm 1.1)"
@@ -323,6 +323,5 @@ def power_trial(params: dict, seed: int, backend: str):
     controls = {"zeros": err(np.zeros((1, d))), "uniform": err(A[idx] * math.sqrt(n / len(idx))),
                 "recent": err(A[-ell:])}
     m = err(S)
-    return make_record(CLAIM, params, measured=m, bound=min(controls.values()), holds=m < min(controls.values()),
-                       bound_kind="shape", check=POWER_CHECK, source=SOURCE, controls=controls,
-                       reference=dict(best_rank=float(sv[ell] ** 2 / fro2) if len(sv) > ell else 0.0))
+    return power_record(CLAIM, params, SOURCE, m, controls,
+                        reference=dict(best_rank=float(sv[ell] ** 2 / fro2) if len(sv) > ell else 0.0))

@@ -33,7 +33,7 @@ from kvbounds.theory.frequent_directions import (covariance_bound_from_sv, covar
 from kvbounds.controls import power_vs_controls
 
 from .common import make_record, pick
-from .power_streams import POWER_CHECK
+from .power_streams import POWER_CHECK, power_record
 from .fd_covariance import make_matrix
 
 CLAIM = "FD.residual"
@@ -208,6 +208,5 @@ def power_trial(params: dict, seed: int, backend: str):
     controls = {"zeros": 1.0, "uniform": residual(A, top_right_projector(A[idx], r)) / top,
                 "recent": residual(A, top_right_projector(A[-ell:], r)) / top}
     m = residual(A, top_right_projector(np.asarray(to_numpy(fd.sketch()), float), r)) / top
-    return make_record(CLAIM, params, measured=m, bound=min(controls.values()), holds=m < min(controls.values()),
-                       bound_kind="shape", check=POWER_CHECK, source=SOURCE, controls=controls,
-                       reference=dict(best_rank=float(s[r]) / top if len(s) > r else 0.0))
+    return power_record(CLAIM, params, SOURCE, m, controls,
+                        reference=dict(best_rank=float(s[r]) / top if len(s) > r else 0.0))

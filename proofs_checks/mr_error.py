@@ -36,7 +36,7 @@ from kvbounds.registry import PAPERS
 from kvbounds.controls import WorstError, numerator_controls, power_vs_controls
 
 from .common import deferred_record, make_record, on_gpu, pick, unit_directions
-from .power_streams import POWER_CHECK, power_trials
+from .power_streams import POWER_CHECK, missing_record, power_record, power_trials
 from .power_streams import stream as power_stream
 
 CLAIM = "MR.error"
@@ -235,8 +235,7 @@ def power_trial(params: dict, seed: int, backend: str):
     try:
         Q, K, V, r, note = power_stream(params, seed, scale_of_d=lambda d: 1 / math.sqrt(d), dv=params["s"])
     except LookupError as e:
-        return [make_record(CLAIM, params, measured=math.nan, bound=math.nan, holds=True, bound_kind="shape",
-                            check=POWER_CHECK, source=SOURCE["001"], missing=str(e))]
+        return [missing_record(CLAIM, params, SOURCE["001"], e)]
     d, s = K.shape[1], V.shape[1]
     T = max(int(math.log2(n / t)), 0)
     mr = MergeAndReduce(d, s, t=t, T=T, delta=delta, rng=np.random.default_rng(seed + 7), r_key=r * (1 + 1e-9))
@@ -259,8 +258,5 @@ def power_trial(params: dict, seed: int, backend: str):
         m_z, u_z = mr.estimate(Qb[j - 1])
         err = float(np.linalg.norm(np.exp(m_z - m_x) * to_numpy(u_z) - u_x)) * math.exp(m_x)
         worst = max(worst, err * unit)
-    controls = ctl.values()
-    best = min(controls.values())
-    return [make_record(CLAIM, params, measured=worst, bound=best, holds=worst < best, bound_kind="shape",
-                        check=POWER_CHECK, source=SOURCE["001"], controls=controls, stream=note,
-                        stored=mr.num_stored(), r_stream=r)]
+    return [power_record(CLAIM, params, SOURCE["001"], worst, ctl.values(), stream=note, stored=mr.num_stored(),
+                         r_stream=r)]

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from .common import pick, unit_directions
+from .common import make_record, pick, unit_directions
 
 FAMILIES = ("synthetic benign", "concentrated", "real SmolLM2", "real MiniLM")
 REAL = {"real SmolLM2": ("smollm2", 2048), "real MiniLM": ("minilm", 512)}
@@ -122,3 +122,18 @@ def stream(params: dict, seed: int, *, scale_of_d, values: str = "gaussian", dv:
     else:
         V = rng.standard_normal((n, dv)) / math.sqrt(dv)
     return Q, K, V, float(r), note
+
+
+def missing_record(claim: str, params: dict, source: str, error: Exception, **extra):
+    """The record of a power trial whose stream could not be built (a real trace missing): no measurement, the
+    reason in ``extra["missing"]``, reported by the verdict as not run."""
+    return make_record(claim, params, measured=math.nan, bound=math.nan, holds=True, bound_kind="shape",
+                       check=POWER_CHECK, source=source, missing=str(error), **extra)
+
+
+def power_record(claim: str, params: dict, source: str, measured: float, controls: dict, **extra):
+    """The method's error on one stream beside each trivial estimator's (``extra["controls"]``, same metric); the
+    record's bound is the best control's, so ``holds`` reads "beat every control on this stream"."""
+    best = min(controls.values())
+    return make_record(claim, params, measured=measured, bound=best, holds=measured < best, bound_kind="shape",
+                       check=POWER_CHECK, source=source, controls=controls, **extra)

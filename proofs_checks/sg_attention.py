@@ -41,7 +41,7 @@ from kvbounds.controls import WorstError, attention_controls, power_vs_controls
 
 from .common import failure_rate_ok, make_record, pick
 from .mr_error import checkpoints
-from .power_streams import POWER_CHECK, power_trials
+from .power_streams import POWER_CHECK, missing_record, power_record, power_trials
 from .power_streams import stream as power_stream
 from .sg_partition import run_stream, smallest_passing_constant, theorem_stream
 
@@ -313,8 +313,7 @@ def power_trial(params: dict, seed: int, backend: str):
     try:
         Q, K, V, r, note = power_stream(params, seed, scale_of_d=lambda d: 1.0)
     except LookupError as e:
-        return make_record(CLAIM, params, measured=float("nan"), bound=float("nan"), holds=True, bound_kind="shape",
-                           check=POWER_CHECK, source=SOURCE, missing=str(e))
+        return missing_record(CLAIM, params, SOURCE, e)
     d, dv = K.shape[1], V.shape[1]
     sg = SubGen(d, delta=params["delta"] * r, s=POWER_S, t=POWER_T, seed=seed + 1)
     Kb, Vb, Qb = asarray(K, backend), asarray(V, backend), asarray(Q, backend)
@@ -334,11 +333,8 @@ def power_trial(params: dict, seed: int, backend: str):
         ctl.add_all(attention_controls(q, K[:j], V[:j], mem, ctl_rng, scale=1.0), exact, scale)
         z = to_numpy(sg.query(Qb[j - 1])).reshape(-1)
         worst = max(worst, float(np.linalg.norm(z - exact)) / scale)
-    controls = ctl.values()
-    best = min(controls.values())
-    return make_record(CLAIM, params, measured=worst, bound=best, holds=worst < best, bound_kind="shape",
-                       check=POWER_CHECK, source=SOURCE, controls=controls, stream=note, clusters=sg.num_clusters(),
-                       memory_floats=sg.memory_floats(), memory_tokens=mem, r_stream=r)
+    return power_record(CLAIM, params, SOURCE, worst, ctl.values(), stream=note, clusters=sg.num_clusters(),
+                        memory_floats=sg.memory_floats(), memory_tokens=mem, r_stream=r)
 
 
 def memory_findings(power_records) -> list[Finding]:

@@ -31,7 +31,7 @@ from kvbounds.controls import WorstError, numerator_controls, power_vs_controls
 from kvbounds.theory.subgen import MATPROD_FAIL, matprod_bound, matprod_error_second_moment, matprod_s, matprod_s_proven
 
 from .common import failure_rate_ok, make_record, pick
-from .power_streams import POWER_CHECK, real_params
+from .power_streams import POWER_CHECK, missing_record, power_record, real_params
 from .power_streams import stream as power_stream
 from .sg_partition import run_stream, smallest_passing_constant, theorem_stream
 
@@ -228,8 +228,7 @@ def power_trial(params: dict, seed: int, backend: str):
         try:
             Qs, K, V, _, _ = power_stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1.0)
         except LookupError as e:
-            return make_record(CLAIM, params, measured=math.nan, bound=math.nan, holds=True, bound_kind="shape",
-                               check=POWER_CHECK, source=SOURCE, missing=str(e))
+            return missing_record(CLAIM, params, SOURCE, e)
         Q = Qs[rng.choice(n, 4, replace=False)]
         d = K.shape[1]
     sg = run_stream(K, V, d=d, delta=params["delta"], s=s, t=1, R=1, seed=seed, backend=backend)
@@ -245,7 +244,4 @@ def power_trial(params: dict, seed: int, backend: str):
         worst = max(worst, float(np.linalg.norm(z[qi] * math.exp(zshift[qi] - m_x) - y)) * unit)
         for name, (m_c, u_c) in numerator_controls(q, K, V, s, ctl_rng, scale=1.0).items():
             ctl.add(name, float(np.linalg.norm(u_c * math.exp(m_c - m_x) - y)) * unit)
-    controls = ctl.values()
-    best = min(controls.values())
-    return make_record(CLAIM, params, measured=worst, bound=best, holds=worst < best, bound_kind="shape",
-                       check=POWER_CHECK, source=SOURCE, controls=controls, s=s)
+    return power_record(CLAIM, params, SOURCE, worst, ctl.values(), s=s)

@@ -35,7 +35,7 @@ from kvbounds.theory.subgen import PARTITION_FAIL, partition_bound, partition_t,
 from kvbounds.controls import WorstError, numerator_controls, power_vs_controls
 
 from .common import failure_rate_ok, make_record, pick
-from .power_streams import POWER_CHECK, real_params
+from .power_streams import POWER_CHECK, missing_record, power_record, real_params
 
 CLAIM = "SG.partition"
 SOURCE = "SubGen Thm 1 eq. (5) / ClusterGen Thm 2.4"
@@ -243,8 +243,7 @@ def power_trial(params: dict, seed: int, backend: str):
         try:
             Qs, K, _, r, _ = power_stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1.0)
         except LookupError as e:
-            return make_record(CLAIM, params, measured=math.nan, bound=math.nan, holds=True, bound_kind="shape",
-                               check=POWER_CHECK, source=SOURCE, missing=str(e))
+            return missing_record(CLAIM, params, SOURCE, e)
         Q, d, delta = Qs[rng.choice(n, 4, replace=False)], K.shape[1], delta * r
     t = partition_t(1.0, params["delta"], params["r"], n, C=0.25)
     sg = run_stream(K, np.ones((n, 1)), d=d, delta=delta, s=1, t=t, R=1, seed=seed, backend=backend)
@@ -256,7 +255,4 @@ def power_trial(params: dict, seed: int, backend: str):
         for name, (m_c, u_c) in numerator_controls(q, K, np.ones((n, 1)), m_kept, ctl_rng, scale=1.0).items():
             ctl.add(name, abs(float(u_c[0]) * math.exp(m_c - log_z[qi]) - 1.0) if u_c[0] else 1.0)
     worst = float(np.abs(np.expm1(to_numpy(log_tau).reshape(-1) - log_z)).max())
-    controls = ctl.values()
-    best = min(controls.values())
-    return make_record(CLAIM, params, measured=worst, bound=best, holds=worst < best, bound_kind="shape",
-                       check=POWER_CHECK, source=SOURCE, controls=controls, t=t, clusters=sg.num_clusters())
+    return power_record(CLAIM, params, SOURCE, worst, ctl.values(), t=t, clusters=sg.num_clusters())

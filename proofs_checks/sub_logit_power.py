@@ -18,8 +18,8 @@ from kvbounds.algorithms.subspace_attention import StaticSubspaceAttention
 from kvbounds.controls import WorstError
 from kvbounds.gpu.backend import to_numpy
 
-from .common import make_record, pick
-from .power_streams import POWER_CHECK, real_params
+from .common import pick
+from .power_streams import missing_record, power_record, real_params
 
 POWER_FAMILIES = ("low_rank", "gaussian", "real SmolLM2", "real MiniLM")
 POWER_R = 8
@@ -56,8 +56,7 @@ def stream_trial(claim: str, source: str, params: dict, seed: int):
     try:
         Q, K, V = _stream(params, seed, rng)
     except LookupError as e:
-        return [make_record(claim, params, measured=math.nan, bound=math.nan, holds=True, bound_kind="shape",
-                            check=POWER_CHECK, source=source, missing=str(e), gamma_choice=str(g)) for g in GAMMAS]
+        return [missing_record(claim, params, source, e, gamma_choice=str(g)) for g in GAMMAS]
     n, d = K.shape
     qs = Q[rng.choice(len(Q), 8, replace=False)]
     unit = np.linalg.norm(qs, axis=1) * float(np.linalg.norm(K, axis=1).max()) / math.sqrt(d)
@@ -73,10 +72,8 @@ def stream_trial(claim: str, source: str, params: dict, seed: int):
                                                        gamma=g).extend(K, V)
         lhat = to_numpy(att.logits(qs))
         worst = float((np.abs(exact - lhat).max(axis=1) / unit).max())
-        best = min(controls.values())
-        recs.append(make_record(claim, params, measured=worst, bound=best,
-                                holds=worst < best, bound_kind="shape", check=POWER_CHECK, source=source,
-                                controls=controls, gamma=float(att.gamma), gamma_choice=str(g)))
+        recs.append(power_record(claim, params, source, worst, controls, gamma=float(att.gamma),
+                                 gamma_choice=str(g)))
     return recs
 
 

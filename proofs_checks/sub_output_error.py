@@ -30,7 +30,7 @@ from kvbounds.theory.subspace import output_error_bound
 from kvbounds.controls import WorstError, attention_controls, power_vs_controls
 
 from .common import make_record, pick
-from .power_streams import POWER_CHECK, real_params
+from .power_streams import POWER_CHECK, missing_record, power_record, real_params
 from .sub_logit_error import evaluate, settings, worst
 
 CLAIM = "SUB.output-error"
@@ -172,8 +172,7 @@ def power_trial(params: dict, seed: int, backend: str):
         try:
             Q, K, V, _, _ = power_stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1 / math.sqrt(d))
         except LookupError as e:
-            return make_record(CLAIM, params, measured=math.nan, bound=math.nan, holds=True, bound_kind="shape",
-                               check=POWER_CHECK, source=SOURCE, missing=str(e))
+            return missing_record(CLAIM, params, SOURCE, e)
     d, dv = K.shape[1], V.shape[1]
     att = StaticSubspaceAttention.from_calibration(K[: n // 2], V[: n // 2], r=POWER_R, r_v=POWER_R).extend(K, V)
     mem = (n * 2 * POWER_R + (d + dv) * POWER_R) // (d + dv)
@@ -184,7 +183,4 @@ def power_trial(params: dict, seed: int, backend: str):
         exact = exact_attention(q[None], K, V)[0]
         worst = max(worst, float(np.linalg.norm(to_numpy(att.attend(q)) - exact)) / vmax)
         ctl.add_all(attention_controls(q, K, V, mem, ctl_rng, scale=1 / math.sqrt(d)), exact, vmax)
-    controls = ctl.values()
-    best = min(controls.values())
-    return make_record(CLAIM, params, measured=worst, bound=best, holds=worst < best, bound_kind="shape",
-                       check=POWER_CHECK, source=SOURCE, controls=controls, memory_tokens=mem)
+    return power_record(CLAIM, params, SOURCE, worst, ctl.values(), memory_tokens=mem)
