@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kvbounds.algorithms.validation import InputError
 from kvbounds.traces import real
-from kvbounds.traces.smollm2 import unpermute
 
 SMOL = real.available("smollm2")
 MINI = real.available("minilm")
@@ -32,15 +32,6 @@ def short_text(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------------- no model needed
-
-def test_unpermute_inverts_llama_cpp_permute():
-    rng = np.random.default_rng(0)
-    for n_head in (9, 3):
-        w = rng.standard_normal((n_head * 64, 576))
-        # convert_hf_to_gguf.py LlamaModel.permute
-        gg = w.reshape(n_head, 2, 32, 576).swapaxes(1, 2).reshape(w.shape)
-        assert np.array_equal(unpermute(gg, n_head), w)
-
 
 def test_spec_parsing():
     assert real.parse_spec("smollm2:L3:H0:1024") == dict(model="smollm2", layer=3, head=0, n=1024, rope="post")
@@ -118,8 +109,9 @@ def test_missing_package_gives_clear_error_and_fallback(monkeypatch, tmp_path):
 @need_smol
 def test_smollm2_extraction(tmp_path, short_text, monkeypatch):
     """One test (one model load, one xdist worker): extraction, verification, the recomputed attention, cache
-    reuse and traces, and the RoPE layout."""
+    reuse and traces, the RoPE layout, and transformers' GGUF loader reproducing the former forward pass."""
     ex = real.extract("smollm2", 300, layers=[0, 7, 29], text=short_text, cache_dir=tmp_path)
+    _check_smollm2_equals_former_forward_pass()
     _check_extraction_verified(ex)
     _check_recomputed_attention_matches_model(ex)
     _check_rope_layout_matters_and_identity_hook(ex)
@@ -170,20 +162,23 @@ def _check_cache_reuse_and_traces(smol_extraction, short_text, monkeypatch):
 
 
 def _check_rope_layout_matters_and_identity_hook(smol_extraction):
-    """Undoing llama.cpp's permutation is what makes the rotate-half RoPE right: without it the model predicts
-    the text much worse. An identity attention hook changes nothing."""
+    """Undoing llama.cpp's permutation (transformers' GGUF loader does it) is what makes the rotate-half RoPE right:
+    with the GGUF row order the model predicts the text much worse. An identity attention hook changes nothing."""
+    import copy
+    import torch
     from kvbounds.traces.smollm2 import SmolLM2
     m = real._load_model("smollm2")
     tokens = smol_extraction.tokens()[:200]
     good = m.forward(tokens)[0]
     hook = lambda l, q, k, v: (q, k, v)
     assert np.allclose(m.forward(tokens, attn_hook=hook)[0], good)
-    w = dict(m.w)
-    for l in range(m.cfg.n_layers):
-        for name, nh in (("attn_q", 9), ("attn_k", 3)):
-            t = w[f"blk.{l}.{name}.weight"]
-            w[f"blk.{l}.{name}.weight"] = t.reshape(nh, 2, 32, 576).transpose(1, 2).reshape(t.shape)
-    bad = SmolLM2(m.cfg, w, m.tokenizer, m.path).forward(tokens)[0]
+    permuted = copy.deepcopy(m.model)
+    with torch.no_grad():
+        for layer in permuted.model.layers:
+            for proj, nh in ((layer.self_attn.q_proj, 9), (layer.self_attn.k_proj, 3)):
+                t = proj.weight   # convert_hf_to_gguf.py LlamaModel.permute
+                t.copy_(t.reshape(nh, 2, 32, 576).transpose(1, 2).reshape(t.shape))
+    bad = SmolLM2(m.cfg, permuted, m.tokenizer, m.path).forward(tokens)[0]
     assert -bad.mean() > -good.mean() + 0.3
 
 
@@ -212,6 +207,7 @@ def test_minilm_extraction_segments_and_similarity(tmp_path, short_text):
     assert np.allclose(first["k"], a["k"][:512], atol=1e-5)
     tr = real.trace_from_spec("minilm:L5:H11:600", text=short_text, cache_dir=tmp_path)
     assert tr.meta["pre_or_post_rope"] == "none" and tr.K.shape == (600, 32)
+    _check_minilm_equals_former_forward_pass()
 
 
 def test_extract_rejects_bad_input(tmp_path):
@@ -226,3 +222,40 @@ def test_extract_rejects_bad_input(tmp_path):
     with pytest.raises(InputError):
         real.extract("minilm", 10, text=tmp_path / "missing.txt", cache_dir=tmp_path)
     assert math.isfinite(real.VERIFY_TOL)
+
+
+# ------------------------------------------------------- transformers' loaders vs the former forward passes
+
+# The models loaded by transformers' loaders (kvbounds.traces.smollm2, kvbounds.traces.minilm; issue 22) reproduce
+# the numbers of the forward passes of ours they replaced. tests/data/former_forward_reference.npz holds what our own torch forward passes
+# (removed) gave on the first 96 tokens of the default text: SmolLM2's next-token log-probabilities and some rows of
+# its captured q (pre-RoPE, layer 0), k (post-RoPE, layer 29) and v (layer 29); MiniLM's last hidden states and
+# layer-5 q/k on one segment of 96 positions.
+FORMER = Path(__file__).parent / "data" / "former_forward_reference.npz"
+
+
+def _check_smollm2_equals_former_forward_pass():
+    z = np.load(FORMER)
+    m = real._load_model("smollm2")
+    ids = m.encode(real.default_text())[:96]
+    assert np.array_equal(ids, z["smollm2_ids"])            # our GGUF tokenizer (transformers' drops the digit split)
+    lp, caps = m.forward(ids, capture=[0, 29])
+    r = z["rows"]
+    # bitwise on the machine that stored them; the tolerance only allows another BLAS
+    np.testing.assert_allclose(lp, z["smollm2_logprobs"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(caps[0]["q_pre"][r], z["smollm2_q_pre_L0"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(caps[29]["k_post"][r], z["smollm2_k_post_L29"], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(caps[29]["v"][r], z["smollm2_v_L29"], rtol=0, atol=1e-4)
+
+
+def _check_minilm_equals_former_forward_pass():
+    z = np.load(FORMER)
+    m = real._load_model("minilm")
+    seg = z["minilm_ids"]
+    assert np.array_equal(m.segments(m.encode(real.default_text()), 96)[0], seg)
+    h, caps = m.forward(seg, capture=[5])
+    r = z["rows"]
+    # float32 rounding only: transformers sums the embeddings and adds the biases in another order (measured 3e-6)
+    np.testing.assert_allclose(h[r], z["minilm_hidden"], rtol=0, atol=2e-5)
+    np.testing.assert_allclose(caps[5]["k"][r], z["minilm_k_L5"], rtol=0, atol=2e-5)
+    np.testing.assert_allclose(caps[5]["q"][r], z["minilm_q_L5"], rtol=0, atol=2e-5)

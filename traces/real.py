@@ -47,7 +47,7 @@ from kvbounds.gpu.backend import single_blas_thread  # noqa: F401 - re-exported 
 
 from .smollm2 import ModelUnavailable
 from .synthetic import Trace, make_trace  # noqa: F401 - re-exported
-from .real_cache import (DEFAULT_TEXT, FORMAT_VERSION, MODEL_INFO, MODELS, VERIFY_ROWS, VERIFY_TOL,  # noqa: F401
+from .real_cache import (DEFAULT_TEXT, FORMAT_VERSION, MODEL_FORMAT, MODEL_INFO, MODELS, VERIFY_ROWS, VERIFY_TOL,  # noqa: F401
                          _atomic_write, _check_model, _entry_dir, _file_hash, _load_model, _locked, _module, available,
                          cache_root, default_text, file_hash, layout, model_info, read_text, text_hash)
 from .real_verify import _rows, recompute_attention, rope_numpy, verify_layer  # noqa: F401
@@ -137,7 +137,7 @@ def extract(model: str, n_tokens: int, *, layers=None, text: str | os.PathLike |
     with _locked(entry.parent / (entry.name + ".lock")):
         meta = _read_meta(entry)
         fhash = file_hash(mfile)
-        if meta is not None and (force or meta.get("file_hash") != fhash or meta.get("format") != FORMAT_VERSION
+        if meta is not None and (force or meta.get("file_hash") != fhash or meta.get("format") != MODEL_FORMAT[model]
                                  or meta.get("text_hash") != thash):
             meta = None
         have = set(meta["layers"]) if meta else set()
@@ -154,7 +154,7 @@ def _cached(model, n_tokens, text, cache_dir) -> Extraction | None:
         body, _ = read_text(text)
         entry = _entry_dir(cache_root(cache_dir), model, int(n_tokens), text_hash(body))
         meta = _read_meta(entry)
-        if meta is None or meta.get("format") != FORMAT_VERSION or meta.get("file_hash") != file_hash(_module(model).model_file()):
+        if meta is None or meta.get("format") != MODEL_FORMAT[model] or meta.get("file_hash") != file_hash(_module(model).model_file()):
             return None
         return Extraction(entry, meta)
     except (ModelUnavailable, OSError):
@@ -228,7 +228,7 @@ def _run_extraction(model, n, layers, body, source, thash, fhash, mfile, entry, 
     _atomic_write(entry / "tokens.npy", lambda tmp: _save(tmp, np.save, np.asarray(tokens, np.int64)))
     old_layers = list(meta["layers"]) if meta else []
     new = {
-        "format": FORMAT_VERSION, "model": model, "model_file": str(mfile), "file_hash": fhash,
+        "format": MODEL_FORMAT[model], "model": model, "model_file": str(mfile), "file_hash": fhash,
         "text_source": source, "text_hash": thash, "text_chars": len(body), "n_tokens": n,
         "tokens_hash": hashlib.sha256(np.asarray(tokens, np.int64).tobytes()).hexdigest(),
         "dtype": "float32", "layers": sorted(set(old_layers) | set(layers)), "layout": layout(model),

