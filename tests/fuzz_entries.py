@@ -384,9 +384,21 @@ def _selection_entry(name: str, kwargs: dict):
     return Entry(f"select[{name}]", arrays, dict(budget=4, rng=RNG, **kwargs), call)
 
 
+def _kernel_thinning_entry():
+    """KernelThinning (kvbounds.algorithms.kernel_thinning; an InputError naming the extra without goodpoints)."""
+    def call(K, V, Q, q, budget, rng, **kw):
+        from kvbounds.algorithms.kernel_thinning import KernelThinning
+        idx, lw = KernelThinning(**kw).select(K, V, budget=budget, rng=rng, Q=Q)
+        return ts.estimate(q, K, V, idx, lw)
+
+    return Entry("select[kernel_thinning]", _selection_entry("uniform", {}).arrays, dict(budget=4, rng=RNG, sink=1,
+                                                                                           window=1), call)
+
+
 SELECTION = [_selection_entry(n, kw) for n, kw in (
     ("streaming_llm", dict(sink=1)), ("h2o", dict(recent=1)), ("uniform", dict(sink=1, window=1)),
     ("kcenter", dict(window=1, weights="cluster_size")), ("balancekv", dict(sink=1, window=1, block_size=2)))] + [
+    _kernel_thinning_entry()] + [
     Entry("relative_error", _weighted_arrays, dict(scale=None),
           lambda q, K, V, idx, logw, scale: ts.relative_error(q, K, V, idx, logw, scale=scale),
           nonfinite_ok=lambda out, V, **kw: not np.any(np.asarray(as_numpy(V))))]

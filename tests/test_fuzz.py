@@ -136,6 +136,8 @@ NOT_ENTRY_POINTS = {
     "register", "add_parser", "run",
     # e2e: a probe without arguments that imports kvpress (seconds on a first call; tests/test_e2e.py)
     "kvpress_available",
+    # algorithms: a probe without arguments (is goodpoints importable; tests/test_kernel_thinning.py)
+    "goodpoints_missing",
     # e2e: functions of a loaded model (tests/test_weighted_cache.py, test_press.py, test_e2e.py) and the
     # exception a model on the wrong attention raises
     "use_weighted_attention", "require_weighted_attention", "accumulated_attention", "h2o_compress",

@@ -1,0 +1,106 @@
+"""Kernel thinning (Dwivedi & Mackey, "Kernel Thinning", COLT 2021 / JMLR 2024) as a KV-cache baseline, through
+the ``goodpoints`` package (its ``kt.thin``: KT-SPLIT then KT-SWAP); the optional extra ``kvbounds[kt]``.
+
+Why a baseline: BalanceKV-preprint / BalanceKV-NeurIPS (claims BKV.vs-uniform, BKV.e2e) compress by discrepancy
+(signed walks that halve the tokens); kernel thinning is the discrepancy-based halving with the sharpest known MMD
+guarantees. A user deciding whether discrepancy-based compression is worth it sees both beside uniform sampling.
+
+The kernel. The cache must answer, for every query q, the numerator sum_j e^{<q,k_j>/sqrt d} v_j and the
+denominator sum_j e^{<q,k_j>/sqrt d}: integrals of f_q(k, v) = e^{<q,k>/sqrt d} (1, v) against the tokens'
+empirical measure. Those functions lie in the RKHS of
+    kappa((k, v), (k', v')) = e^{<k,k'>/sqrt d} (1 + <v, v'> / s^2)        (s^2 = mean ||v||^2 of the head),
+the softmax (exponential dot-product) kernel on keys times a linear kernel on values, so kernel thinning in
+kappa controls both sums for every query at once - the same target as BalanceKV's discrepancy. kappa is
+used for KT-SPLIT and KT-SWAP ("target KT"); its entries are computed in float64 with the largest exponent
+subtracted (a constant factor, which changes no choice of KT).
+
+Sizes. Kernel thinning halves: m rounds keep n / 2^m points. The first ``sink`` and last ``window`` tokens are
+kept exactly (as :class:`kvbounds.algorithms.token_selection.Uniform`); of the n_mid middle tokens, kept = budget -
+sink - window, m = floor(log2(n_mid / kept)) rounds; when kept * 2^m < n_mid a uniform subset of kept * 2^m middle
+tokens (drawn from ``rng``) is thinned (goodpoints' own recipe for sizes that are not n / 2^m). Each kept middle
+token has weight n_mid / kept, as uniform sampling's. goodpoints' seed is drawn from ``rng``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+
+import numpy as np
+
+from kvbounds.gpu.backend import array_namespace, like, to_numpy
+
+from .token_selection import TokenSelector, _check_fields
+from .uniform_sampling import _check_int, _check_rng
+from .validation import InputError
+
+
+def goodpoints_missing() -> str | None:
+    """None when goodpoints is importable, else the reason and the install command."""
+    if importlib.util.find_spec("goodpoints") is None:
+        return "kernel thinning needs the package 'goodpoints': pip install 'kvbounds[kt]'"
+    return None
+
+
+def _scales(K: np.ndarray, V: np.ndarray) -> tuple[float, float]:
+    """(s^2 = mean ||v||^2, the largest ||k||^2 / sqrt d: an upper bound of every exponent, subtracted)."""
+    s2 = float(np.mean(np.sum(V * V, axis=-1))) or 1.0
+    return s2, float(np.max(np.sum(K * K, axis=-1))) / math.sqrt(K.shape[-1])
+
+
+def _kernel_function(K: np.ndarray, V: np.ndarray):
+    """kappa(y, X) in goodpoints' form (y one row [k, v] (1, 2d), X rows [k, v]); see the module docstring."""
+    d = K.shape[-1]
+    s2, shift = _scales(K, V)
+    return lambda y, X: (np.exp(y[:, :d] @ X[:, :d].T / math.sqrt(d) - shift) * (1.0 + y[:, d:] @ X[:, d:].T / s2))[0]
+
+
+def _kernel_matrix(K: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """The (n, n) matrix of kappa over the tokens, float64 (one product instead of goodpoints' row loop)."""
+    K, V = K.astype(np.float64), V.astype(np.float64)
+    s2, shift = _scales(K, V)
+    return np.exp(K @ K.T / math.sqrt(K.shape[-1]) - shift) * (1.0 + V @ V.T / s2)
+
+
+def _thin_indices(K: np.ndarray, V: np.ndarray, rounds: int, seed: int) -> np.ndarray:
+    """goodpoints' kernel-thinning coreset (sorted row indices, n / 2^rounds of them) of the tokens (K, V) (n, d):
+    ``kt.thin_K`` on kappa's matrix, the same split and swap as ``kt.thin(X, rounds, kappa, kappa, store_K=True)``."""
+    from goodpoints import kt
+    Km = _kernel_matrix(K, V)
+    return np.sort(kt.thin_K(Km, Km, rounds, seed=seed, unique=True))
+
+
+@dataclasses.dataclass
+class KernelThinning(TokenSelector):
+    """Sink and window exact, the middle by kernel thinning (goodpoints); weights n_mid / kept. numpy in and out
+    (other backends are copied to the host and back)."""
+    sink: int = 0
+    window: int = 0
+    name = "kernel_thinning"
+
+    def __post_init__(self):
+        _check_fields(self, ("sink", "window"))
+        why = goodpoints_missing()
+        if why:
+            raise InputError(why)
+
+    def _select(self, K, V, budget, rng, Q):
+        xp, n, lead = array_namespace(K), K.shape[-2], tuple(K.shape[:-2])
+        _check_rng(rng)
+        sink, window = _check_int(self.sink, "sink"), _check_int(self.window, "window")
+        if sink + window >= budget:
+            raise InputError(f"sink + window = {sink + window} must be below the budget {budget}")
+        n_mid, kept = n - sink - window, budget - sink - window
+        rounds = int(math.floor(math.log2(n_mid / kept)))
+        Kn, Vn = to_numpy(K).reshape(-1, n, K.shape[-1]), to_numpy(V).reshape(-1, n, V.shape[-1])
+        rows = []
+        for h in range(Kn.shape[0]):
+            pool = np.sort(rng.choice(n_mid, kept << rounds, replace=False)) if kept << rounds < n_mid \
+                else np.arange(n_mid)
+            pool = pool + sink
+            seed = int(rng.integers(2 ** 31 - 1))
+            mid = pool[_thin_indices(Kn[h, pool], Vn[h, pool], rounds, seed)]
+            rows.append(np.concatenate([np.arange(sink), mid, np.arange(n - window, n)]))
+        idx = np.stack(rows).reshape(lead + (budget,)).astype(np.int64)
+        lw = np.concatenate([np.zeros(sink), np.full(kept, math.log(n_mid / kept)), np.zeros(window)])
+        return like(idx, K), xp.broadcast_to(like(lw, K), idx.shape)
