@@ -49,8 +49,8 @@ from kvbounds.e2e.attention import register, require_weighted_attention, use_wei
 from kvbounds.e2e.weighted_cache import ModelNotWeighted, WeightedCache, WeightedLayer
 
 __all__ = ["KVBoundsPress", "BalanceKVPress", "BalanceKVReleasedPress", "SubGenPress", "SubspacePress",
-           "UniformPress", "KCenterPress", "H2OPress", "PRESSES", "WeightedLayer", "WeightedCache",
-           "ModelNotWeighted", "use_weighted_attention"]
+           "UniformPress", "KCenterPress", "H2OPress", "KernelThinningPress", "PRESSES", "WeightedLayer",
+           "WeightedCache", "ModelNotWeighted", "use_weighted_attention"]
 
 register()
 
@@ -166,6 +166,9 @@ SubspacePress = _press("SubspacePress", "subspace",
                        "Top-r projection of the middle keys/values (Subspace-FD-draft), exact sink and window.")
 UniformPress = _press("UniformPress", "uniform",
                       "Sink and window exact, the middle sampled uniformly, weight n_mid / kept (unbiased).")
+KernelThinningPress = _press("KernelThinningPress", "kernel_thinning",
+                             "Sink and window exact, the middle by kernel thinning (goodpoints; the extra "
+                             "kvbounds[kt]) in the softmax-times-value kernel, weight n_mid / kept.")
 
 
 @dataclasses.dataclass
@@ -194,4 +197,5 @@ class H2OPress(KVBoundsPress):
 PRESSES: dict[str, type[KVBoundsPress]] = {
     "balancekv": BalanceKVPress, "balancekv_released": BalanceKVReleasedPress, "subgen": SubGenPress,
     "subspace": SubspacePress, "uniform": UniformPress, "kcenter": KCenterPress, "h2o": H2OPress,
+    "kernel_thinning": KernelThinningPress,
 }

@@ -11,7 +11,9 @@ Variants side by side (:mod:`kvbounds.proofs_checks.bkv_variants`): ``balance`` 
 blockwise Alg. 2), ``released-t1`` / ``released-t0.1`` = the authors' released walk at temp 1 (run_longbench.py)
 and 0.1 (the notebook behind Fig. 1), ``consistent-t0.1`` = the released walk with the consistent estimator, and
 ``uniform`` = independent uniform sampling at equal memory. Also (informational) every other selector of
-:mod:`kvbounds.algorithms.token_selection` (StreamingLLM, H2O, k-center) at the same budget.
+:mod:`kvbounds.algorithms.token_selection` (StreamingLLM, H2O, k-center) at the same budget, and kernel thinning
+(:mod:`kvbounds.algorithms.kernel_thinning`, goodpoints; one selection per KV head, first seed only) when the
+``kt`` extra is installed: the discrepancy-based halving with the sharpest known guarantees, beside BalanceKV's.
 
 Records (one trial = one layer and one T): ``error <variant>`` with measured = mean error over seeds, bound =
 uniform sampling's mean error (``bound_kind="exact"``: an inequality between two measurements), the ratio,
@@ -26,6 +28,7 @@ When the SmolLM2 package is missing, the trace is synthetic (params name it) and
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -110,19 +113,35 @@ def other_selectors(sink: int, window: int) -> dict:
     return out
 
 
+def kv_head_selectors(sink: int, window: int) -> dict:
+    """Selectors run once per KV head (their selection shared by the group): kernel thinning, if goodpoints is here."""
+    from kvbounds.algorithms.kernel_thinning import KernelThinning, goodpoints_missing
+    return {} if goodpoints_missing() else {"kernel_thinning": KernelThinning(sink=sink, window=window)}
+
+
 def run_experiment(Q, K, V, *, T: int, sink: int, window: int, block_size: int, seeds, causal: bool = True,
-                   group: int = 1, methods=METHODS + (CONTROL,), others: dict | None = None) -> dict:
+                   group: int = 1, methods=METHODS + (CONTROL,), others: dict | None = None,
+                   kv_others: dict | None = None) -> dict:
     """Per method, the mean relative error per seed (``errors``) and per seed and query head (``head_errors``);
-    selections per KV head (K[::group]) shared by the group; the walk diagnostics of the first seed."""
+    selections per KV head (K[::group]) shared by the group; the walk diagnostics of the first seed. ``others``
+    select per query head, ``kv_others`` per KV head; both once, with the first seed."""
     res = run_variants(Q, K, V, T=T, sink=sink, window=window, block_size=block_size, seeds=seeds, group=group,
                        causal=causal, methods=tuple(m for m in methods if m != CONTROL),
                        control="balance" if CONTROL in methods else None)
     errs = {m: [float(x) for x in e.mean(axis=1)] for m, e in res["errors"].items()}
     exact, qpos = exact_last(Q, K, V, window, causal)
     errs["mean_values"] = [mean_values_error(V, exact, qpos, causal)]
-    for name, sel in (others or {}).items():
+    for name, sel in [(n, (s, False)) for n, s in (others or {}).items()] + \
+            [(n, (s, True)) for n, s in (kv_others or {}).items()]:
+        sel, per_kv = sel
         try:
-            idx, lw = sel.select(K, V, budget=res["budget"], rng=np.random.default_rng(seeds[0]), Q=Q)
+            t0 = time.perf_counter()
+            if per_kv:
+                idx, lw = sel.select(K[::group], V[::group], budget=res["budget"], rng=np.random.default_rng(seeds[0]))
+                idx, lw = np.repeat(np.asarray(idx), group, axis=0), np.repeat(np.asarray(lw), group, axis=0)
+                res["times"][name] = [time.perf_counter() - t0]
+            else:
+                idx, lw = sel.select(K, V, budget=res["budget"], rng=np.random.default_rng(seeds[0]), Q=Q)
             errs[name] = [_rel(causal_estimate(Q[:, qpos], qpos, K, V, np.asarray(idx), np.asarray(lw)), exact)]
         except Exception as e:   # noqa: BLE001 - an optional baseline failing is reported, not fatal
             errs[name] = []
@@ -138,7 +157,8 @@ def run_trial(params: dict, seed: int, backend: str):
     T, sink, window = params["T"], params["sink"], params["window"]
     seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(params["seeds"])]
     res = run_experiment(Q, K, V, T=T, sink=sink, window=window, block_size=params["block_size"], seeds=seeds,
-                         causal=meta["causal"], group=group, others=other_selectors(sink, window))
+                         causal=meta["causal"], group=group, others=other_selectors(sink, window),
+                         kv_others=kv_head_selectors(sink, window))
     errs, heads = res["errors"], res["head_errors"]
     unif = np.asarray(errs["uniform"])
     common = dict(budget=res["budget"], n=int(K.shape[1]), heads=int(K.shape[0]), kv_heads=int(K.shape[0]) // group,
@@ -200,6 +220,15 @@ def per_variant_text(reps, records) -> str:
     return "; ".join(out)
 
 
+def kernel_thinning_text(kt, records) -> str:
+    """Kernel thinning's error against uniform sampling's and the released walk's (t = 1), cell by cell."""
+    rel = {(r.params["trace"], r.params["T"]): r.measured for r in records if r.check == "error released-t1"}
+    to_rel = [r.measured / rel[(r.params["trace"], r.params["T"])] for r in kt if (r.params["trace"], r.params["T"]) in rel]
+    text = (f"kernel thinning (goodpoints, one seed): below uniform in {sum(r.holds for r in kt)}/{len(kt)} cells, "
+            f"ratio to uniform {min(r.ratio for r in kt):.3g}..{max(r.ratio for r in kt):.3g}")
+    return text + (f", to the released walk (t = 1) {min(to_rel):.3g}..{max(to_rel):.3g}" if to_rel else "")
+
+
 def summarize(records) -> Verdict:
     figs = [FigureSpec("relative error vs compression level T (each method; bound = uniform)", x="T", hue="check",
                        logx=False),
@@ -236,6 +265,9 @@ def summarize(records) -> Verdict:
         best = [r for r in records if r.check == "error released-t0.1"]
         wins = sum(1 for r in best if (r.params["trace"], r.params["T"]) in rs and r.measured < rs[(r.params["trace"], r.params["T"])])
         parts.append(f"released-t0.1 below {m} in {wins}/{len(rs)}")
+    kt = [r for r in records if r.check == "error kernel_thinning"]
+    parts.append(kernel_thinning_text(kt, records) if kt else
+                 "kernel thinning: not recorded (goodpoints not installed: pip install 'kvbounds[kt]')")
     ctl = [r for r in records if r.control]
     power = "n/a"
     if ctl:

@@ -5,12 +5,15 @@ import math
 import numpy as np
 import pytest
 
+from kvbounds.algorithms.kernel_thinning import goodpoints_missing
 from kvbounds.algorithms.token_selection import memory_floats
 from kvbounds.algorithms.validation import InputError
 from kvbounds.e2e import methods as M
 
 BUDGETS = (0.2, 0.235375, 0.34475, 0.5, 0.75, 1.0)
-HOST_METHODS = [m for m in M.OURS + M.CONTROLS if m not in M.NEEDS_INPUTS]
+HOST_METHODS = [m for m in M.OURS + M.CONTROLS if m not in M.NEEDS_INPUTS and m != "kernel_thinning"] + [
+    pytest.param("kernel_thinning", marks=pytest.mark.skipif(goodpoints_missing() is not None,
+                                                             reason=str(goodpoints_missing())))]
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,10 @@
 """The end-to-end methods' names (no imports: the CLI builds its parser from them without loading the
 compressors)."""
 
+# run by kvbounds' own code (kernel_thinning: a baseline through goodpoints, the optional extra kvbounds[kt]; without
+# it its rows are skipped with the install command)
 OURS = ("streaming_llm", "uniform", "kcenter", "kcenter_sized", "balancekv", "balancekv_released", "subgen",
-        "subspace", "h2o")
+        "subspace", "h2o", "kernel_thinning")
 PRESSES = {"streaming_llm": "StreamingLLMPress", "snapkv": "SnapKVPress", "pyramidkv": "PyramidKVPress",
            "knorm": "KnormPress", "tova": "TOVAPress", "expected_attention": "ExpectedAttentionPress",
            "random": "RandomPress"}
@@ -18,4 +20,5 @@ NEEDS_INPUTS = ("h2o",)
 QUICK_METHODS = ("balancekv", "balancekv_released", "kcenter", "kcenter_sized", "subgen", "uniform",
                  "uniform_control", "streaming_llm", "h2o", "kvpress:snapkv", "kvpress:pyramidkv")
 # methods whose cache depends on a random draw: the checks redraw them (robustness to the method's randomness)
-RANDOMIZED = ("uniform", "uniform_control", "balancekv", "balancekv_released", "subgen", "kvpress:random")
+RANDOMIZED = ("uniform", "uniform_control", "balancekv", "balancekv_released", "subgen", "kvpress:random",
+              "kernel_thinning")

@@ -169,6 +169,9 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
         return ts.Uniform(sink=sink, window=window).compress(K, V, budget=(floats - 1) // (2 * d), rng=rng)
     if method == "kcenter":
         return ts.KCenter(window=window).compress(K, V, budget=floats // (2 * d))
+    if method == "kernel_thinning":      # uniform's layout and weights, the middle by kernel thinning (goodpoints)
+        from kvbounds.algorithms.kernel_thinning import KernelThinning
+        return KernelThinning(sink=sink, window=window).compress(K, V, budget=(floats - 1) // (2 * d), rng=rng)
     if method == "balancekv":
         T, win = balance_layout(n, d, sink, window, floats)
         idx, lw = compress_cache(K, V, sink=sink, window=win, levels=T, block_size=block_size, rng=rng)
