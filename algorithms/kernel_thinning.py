@@ -10,9 +10,13 @@ denominator sum_j e^{<q,k_j>/sqrt d}: integrals of f_q(k, v) = e^{<q,k>/sqrt d} 
 empirical measure. Those functions lie in the RKHS of
     kappa((k, v), (k', v')) = e^{<k,k'>/sqrt d} (1 + <v, v'> / s^2)        (s^2 = mean ||v||^2 of the head),
 the softmax (exponential dot-product) kernel on keys times a linear kernel on values, so kernel thinning in
-kappa controls both sums for every query at once - the same target as BalanceKV's discrepancy. kappa is
-used for KT-SPLIT and KT-SWAP ("target KT"); its entries are computed in float64 with the largest exponent
-subtracted (a constant factor, which changes no choice of KT).
+kappa controls both sums for every query at once - the same target as BalanceKV's discrepancy. Keys and
+values enter centred (their means over the tokens being thinned subtracted): attention is exactly invariant
+to it (<q, k - mu> shifts every logit of q by the same amount; values shifted by mu shift the weighted mean by
+mu), and on real keys, which share a large common component (SmolLM2 layer 1: mean key norm 17 of 21), it
+shrinks kappa's dynamic range e^{||k||^2 / sqrt d}. kappa is used for KT-SPLIT and KT-SWAP ("target KT"); its
+entries are computed in float64 with the largest exponent subtracted (a constant factor, which changes no
+choice of KT).
 
 Sizes. Kernel thinning halves: m rounds keep n / 2^m points. The first ``sink`` and last ``window`` tokens are
 kept exactly (as :class:`kvbounds.algorithms.token_selection.Uniform`); of the n_mid middle tokens, kept = budget -
@@ -42,29 +46,37 @@ def goodpoints_missing() -> str | None:
     return None
 
 
-def _scales(K: np.ndarray, V: np.ndarray) -> tuple[float, float]:
-    """(s^2 = mean ||v||^2, the largest ||k||^2 / sqrt d: an upper bound of every exponent, subtracted)."""
+def _centred(K: np.ndarray, V: np.ndarray):
+    """(keys, values) minus their means in float64, s^2 = mean ||v - mu_v||^2, and the largest ||k - mu_k||^2 /
+    sqrt d (an upper bound of every exponent, subtracted)."""
+    K, V = K.astype(np.float64), V.astype(np.float64)
+    K, V = K - K.mean(axis=0), V - V.mean(axis=0)
     s2 = float(np.mean(np.sum(V * V, axis=-1))) or 1.0
-    return s2, float(np.max(np.sum(K * K, axis=-1))) / math.sqrt(K.shape[-1])
+    return K, V, s2, float(np.max(np.sum(K * K, axis=-1))) / math.sqrt(K.shape[-1])
 
 
 def _kernel_function(K: np.ndarray, V: np.ndarray):
-    """kappa(y, X) in goodpoints' form (y one row [k, v] (1, 2d), X rows [k, v]); see the module docstring."""
+    """kappa(y, X) in goodpoints' form for X = the centred rows [k, v] that :func:`_centred_rows` returns."""
     d = K.shape[-1]
-    s2, shift = _scales(K, V)
+    _, _, s2, shift = _centred(K, V)
     return lambda y, X: (np.exp(y[:, :d] @ X[:, :d].T / math.sqrt(d) - shift) * (1.0 + y[:, d:] @ X[:, d:].T / s2))[0]
+
+
+def _centred_rows(K: np.ndarray, V: np.ndarray) -> np.ndarray:
+    Kc, Vc, _, _ = _centred(K, V)
+    return np.concatenate([Kc, Vc], axis=-1)
 
 
 def _kernel_matrix(K: np.ndarray, V: np.ndarray) -> np.ndarray:
     """The (n, n) matrix of kappa over the tokens, float64 (one product instead of goodpoints' row loop)."""
-    K, V = K.astype(np.float64), V.astype(np.float64)
-    s2, shift = _scales(K, V)
+    K, V, s2, shift = _centred(K, V)
     return np.exp(K @ K.T / math.sqrt(K.shape[-1]) - shift) * (1.0 + V @ V.T / s2)
 
 
 def _thin_indices(K: np.ndarray, V: np.ndarray, rounds: int, seed: int) -> np.ndarray:
     """goodpoints' kernel-thinning coreset (sorted row indices, n / 2^rounds of them) of the tokens (K, V) (n, d):
-    ``kt.thin_K`` on kappa's matrix, the same split and swap as ``kt.thin(X, rounds, kappa, kappa, store_K=True)``."""
+    ``kt.thin_K`` on kappa's matrix, the same split and swap as ``kt.thin(X, rounds, kappa, kappa, store_K=True)``
+    on the centred rows X."""
     from goodpoints import kt
     Km = _kernel_matrix(K, V)
     return np.sort(kt.thin_K(Km, Km, rounds, seed=seed, unique=True))
