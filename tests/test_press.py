@@ -101,6 +101,19 @@ def test_pipeline_runs_a_press(lm):
     check_pipeline(lm, "subgen", 400)
 
 
+def test_pipeline_answers_several_questions_on_one_compressed_context(lm):
+    """kvpress's multi-question path: the context is compressed once and the cache cut back to it after each
+    question (WeightedCache.crop at the logical length); each answer equals the one asked alone."""
+    from transformers import pipeline
+    from kvbounds.traces.real import default_text
+    pipe = pipeline("kv-press-text-generation", model=lm.model, tokenizer=lm.hf_tokenizer())
+    context, questions = default_text()[:400], ["What is this text about?", "Name one keyword."]
+    press = lambda: P.UniformPress(compression_ratio=0.5, sink=SINK, window=WINDOW, seed=SEED)
+    both = pipe(context, questions=questions, press=press(), max_new_tokens=3)["answers"]
+    alone = [pipe(context, question=q, press=press(), max_new_tokens=3)["answer"] for q in questions]
+    assert both == alone
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", every_press())
 def test_pipeline_runs_every_press(lm, name):
