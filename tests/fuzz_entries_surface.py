@@ -335,7 +335,7 @@ def _press_arrays(rng, cls):
 def _press_call(compression_ratio, sink, window, seed):
     from kvbounds import press as P
     classes = (P.KVBoundsPress, P.BalanceKVPress, P.BalanceKVReleasedPress, P.SubGenPress, P.SubspacePress,
-               P.UniformPress, P.KCenterPress, P.H2OPress)
+               P.UniformPress, P.KCenterPress, P.H2OPress, P.KernelThinningPress)
     return [c(compression_ratio=compression_ratio, sink=sink, window=window, seed=seed).budget for c in classes]
 
 
@@ -367,7 +367,7 @@ E2E = [_compress_ours_entry(m) for m in ("streaming_llm", "uniform", "kcenter", 
     Entry("WeightedCache+WeightedLayer+check_log_weights", _cache_arrays, {}, _weighted_cache_call,
           nonfinite_ok=lambda out, **kw: bool(np.all(np.isfinite(np.asarray(as_numpy(out[0])))))),
     Entry("KVBoundsPress+BalanceKVPress+BalanceKVReleasedPress+SubGenPress+SubspacePress+UniformPress+KCenterPress"
-          "+H2OPress", _press_arrays, dict(compression_ratio=0.5, sink=4, window=4, seed=0), _press_call),
+          "+H2OPress+KernelThinningPress", _press_arrays, dict(compression_ratio=0.5, sink=4, window=4, seed=0), _press_call),
 ]
 
 def _check_play(out, name, setting, n, d, r, reps, rng, rule):
