@@ -23,6 +23,8 @@ import dataclasses
 import importlib.util
 import math
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -49,23 +51,41 @@ def model_file() -> Path:
 
 
 def load_hf(path: str | os.PathLike | None = None, *, attn_implementation: str = "sdpa"):
-    """``LlamaForCausalLM`` in float32 on the CPU from the GGUF file, by transformers' GGUF loader."""
+    """``LlamaForCausalLM`` in float32 on the CPU from the GGUF file, by transformers' GGUF loader.
+
+    The dequantized model is saved once with transformers' ``save_pretrained`` (safetensors, the same tensors)
+    under ``cache_root()/models/smollm2-<file hash>`` and later loads read that folder: the GGUF loader parses the
+    file twice and rebuilds gguf's tensor-name map for every tensor (about 50 s of a 70 s load on 2 busy cores)."""
     path = Path(path) if path else model_file()
     _require("gguf", "gguf")
     torch = _require("torch", "torch")
     _require("transformers", "transformers")
     hf_capture.quiet_transformers()
     from transformers import AutoModelForCausalLM
+    from .real_cache import cache_root, file_hash
+    kw = dict(local_files_only=True, dtype=torch.float32, attn_implementation=attn_implementation)
+    saved = cache_root() / "models" / f"smollm2-{file_hash(path)[:16]}"
+    if (saved / "config.json").is_file() and (saved / "model.safetensors").is_file():
+        return AutoModelForCausalLM.from_pretrained(str(saved), **kw).eval()
     old = os.environ.get("TQDM_DISABLE")
     os.environ["TQDM_DISABLE"] = "1"     # the GGUF loader's own progress bar ignores transformers' switch
     try:
-        return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True,
-                                                    dtype=torch.float32, attn_implementation=attn_implementation).eval()
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kw).eval()
     finally:
         if old is None:
             os.environ.pop("TQDM_DISABLE", None)
         else:
             os.environ["TQDM_DISABLE"] = old
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=saved.parent, prefix=saved.name + ".tmp"))
+    try:
+        model.save_pretrained(str(tmp))
+        os.replace(tmp, saved)           # atomic; fails harmlessly when another process saved it first
+    except OSError:
+        pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return model
 
 
 def load_tokenizer(path: str | os.PathLike | None = None):
