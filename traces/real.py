@@ -14,7 +14,8 @@ Cache: ``cache_root()/traces/<model>-n<N>-t<text hash>/`` with one ``L<layer>.np
 sentence-similarity sanity). A cached extraction is reused when the model file and text hashes match;
 missing layers are added by one more forward pass. ``cache_root()`` is ``$KVBOUNDS_CACHE`` if set,
 else ``$XDG_CACHE_HOME/kvbounds``, else ``~/.cache/kvbounds`` (outside the repository). Concurrent
-processes (the runner's pool) serialise on a lock file, so an extraction runs once.
+processes (the runner's pool) serialise on a lock file, so an extraction runs once. SmolLM2's dequantized
+model is kept beside them (``cache_root()/models/``, see :func:`kvbounds.traces.smollm2.load_hf`).
 
 Verification (stored per layer in the sidecar, and raised as :class:`ExtractionError` if it fails):
 attention recomputed in float64 from the captured post-RoPE q/k/v (causal for SmolLM2, within each

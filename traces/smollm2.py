@@ -76,15 +76,17 @@ def load_hf(path: str | os.PathLike | None = None, *, attn_implementation: str =
             os.environ.pop("TQDM_DISABLE", None)
         else:
             os.environ["TQDM_DISABLE"] = old
-    saved.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=saved.parent, prefix=saved.name + ".tmp"))
-    try:
+    tmp = None
+    try:                                 # a cache that cannot be written only costs the next load its time
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=saved.parent, prefix=saved.name + ".tmp"))
         model.save_pretrained(str(tmp))
         os.replace(tmp, saved)           # atomic; fails harmlessly when another process saved it first
     except OSError:
         pass
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     return model
 
 
