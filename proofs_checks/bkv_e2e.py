@@ -31,6 +31,8 @@ SOURCE = "BalanceKV (arXiv:2502.07861, later version) Sec. 4.2-4.3, Table 1"
 VARIANTS = {"pseudocode": "balancekv", "released": "balancekv_released"}
 BASELINES = ("uniform", "streaming_llm", "h2o", "kvpress:snapkv", "kvpress:pyramidkv")
 TASKS = ("ppl", "passkey")
+# quick: what this verdict reads (the variants, the baselines, the null control); full runs every method
+QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform", "uniform_control") + BASELINES[1:]
 
 SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits them first
 
@@ -39,7 +41,8 @@ def trials(profile: str) -> list[dict]:
     return C.claim_trials(profile, {"smoke": {"ppl": (256, 1, 32)},
                                     "quick": {"ppl": (512, 8, 32), "passkey": (512, 8)},
                                     "full": {"ppl": (1024, 30, 128), "passkey": (1024, 30)}},
-                          smoke_methods=("uniform", "balancekv", "streaming_llm"), redraw=tuple(VARIANTS.values()))
+                          smoke_methods=("uniform", "balancekv", "streaming_llm"), redraw=tuple(VARIANTS.values()),
+                          quick_methods=QUICK_METHODS)
 
 
 def run_trial(params: dict, seed: int, backend: str):

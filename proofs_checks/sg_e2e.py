@@ -24,6 +24,10 @@ SOURCE = "SubGen (arXiv:2402.06082) Table 1; ClusterGen (anonymous submission) T
 VARIANTS = {"kcenter": "kcenter", "kcenter_sized": "kcenter_sized", "subgen": "subgen"}
 OTHERS = ("uniform", "streaming_llm", "h2o", "balancekv", "kvpress:snapkv", "kvpress:pyramidkv", "kvpress:tova",
           "kvpress:knorm", "kvpress:expected_attention", "kvpress:streaming_llm", "kvpress:random")
+# quick: the variants, the papers' baselines (uniform, Sink, H2O), kvpress's SnapKV / PyramidKV, BalanceKV's
+# pseudocode (one draw) and the null control; full runs every method
+QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform", "uniform_control", "streaming_llm", "h2o", "balancekv",
+                                             "kvpress:snapkv", "kvpress:pyramidkv")
 
 SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits them first
 
@@ -31,7 +35,7 @@ SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits
 def trials(profile: str) -> list[dict]:
     return C.claim_trials(profile, {"smoke": {"lines": (256, 1)}, "quick": {"lines": (512, 8)},
                                     "full": {"lines": (1024, 30)}},
-                          smoke_methods=("uniform", "kcenter", "subgen"), redraw=("subgen",))
+                          smoke_methods=("uniform", "kcenter", "subgen"), redraw=("subgen",), quick_methods=QUICK_METHODS)
 
 
 def run_trial(params: dict, seed: int, backend: str):

@@ -45,16 +45,17 @@ def hf_missing() -> str | None:
     return None
 
 
-def claim_trials(profile: str, tasks: dict, smoke_methods: tuple, redraw: tuple = ()) -> list[dict]:
+def claim_trials(profile: str, tasks: dict, smoke_methods: tuple, redraw: tuple = (),
+                 quick_methods: tuple = M.QUICK_METHODS) -> list[dict]:
     """The trials of an end-to-end claim: ``tasks`` maps each profile to its task specs (see
     :func:`profile_grid`). Every method at the same budgets, each holding within 1% of budget x exact floats
-    (:data:`kvbounds.e2e.methods.MEMORY_TOLERANCE`). quick runs what the verdicts need
-    (:data:`kvbounds.e2e.method_names.QUICK_METHODS`), full every press and a sweep of budgets up to 0.75; the
+    (:data:`kvbounds.e2e.methods.MEMORY_TOLERANCE`). quick runs what the claim's verdict needs
+    (``quick_methods``: its variants, its baselines and the null control), full every press and a sweep of budgets up to 0.75; the
     claim's randomised variants (``redraw``) are redrawn :data:`kvbounds.verdict.MIN_REDRAWS` times (quick, full).
     quick holds every method at 0.25 of the cache (the papers' compression) and uniform also at 0.5."""
     from kvbounds.verdict import MIN_REDRAWS
     pick = {"smoke": 0, "quick": 1, "full": 2}[profile]
-    methods = (smoke_methods, M.QUICK_METHODS, M.DEFAULT_METHODS)[pick]
+    methods = (smoke_methods, quick_methods, M.DEFAULT_METHODS)[pick]
     sink = (16, 32, 64)[pick]
     budgets = ((0.5,), (0.25,), (0.125, 0.25, 0.5, 0.75))[pick]
     settings = ("after", "inside") if pick == 2 else ("after",)   # the papers' setting in full (and kvbounds e2e)
@@ -98,7 +99,11 @@ def _grid_rows(kind, n, count, spec, setting, methods, budgets, sink, window, mo
 
 @functools.lru_cache(maxsize=2)
 def _model(spec: str, device: str):
-    from .model import load_model
+    from .model import DEFAULT_MODEL, load_model, load_smollm2
+    if spec == DEFAULT_MODEL:
+        # one GGUF read per worker (~16 s), shared with the trace checks' reader (SUB.lowrank's falsifier 1)
+        from kvbounds.traces.real import _load_model
+        return load_smollm2(device, _load_model("smollm2"))
     return load_model(spec, device)
 
 
