@@ -111,5 +111,11 @@ def test_papers_setting_puts_the_question_inside_the_compressed_prompt():
     assert np.array_equal(inside.context[-(q - 1):], after.tail[:q - 1])       # the question ends the prompt
     assert len(inside.tail) == len(after.tail) - q + 1 and np.array_equal(inside.targets, after.targets)
     grid = profile_grid("x", {"passkey": (512, 2), "ppl": (512, 2)}, settings=("after", "inside"))
-    assert sum(p.get("setting") == "inside" and p.get("block_size") == 128 for p in grid) == 2
+    # both settings: one trial per instance (one prefill), whose records carry each setting's own params
+    both = [p for p in grid if p.get("setting") == "both"]
+    assert len(both) == 2 and all(p["block_size"] == 128 for p in both)
     assert not any("setting" in p for p in grid if p["task"] == "ppl")
+    from kvbounds.e2e.checks import _setting_params
+    assert _setting_params(both[0], "inside")["setting"] == "inside" and _setting_params(both[0], "inside")["block_size"] == 128
+    assert "setting" not in _setting_params(both[0], "after") and "block_size" not in _setting_params(both[0], "after")
+    assert profile_grid("x", {"passkey": (512, 2)}, settings=("inside",))[0]["setting"] == "inside"

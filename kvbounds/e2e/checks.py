@@ -58,7 +58,8 @@ def claim_trials(profile: str, tasks: dict, smoke_methods: tuple, redraw: tuple 
     methods = (smoke_methods, quick_methods, M.DEFAULT_METHODS)[pick]
     sink = (16, 32, 64)[pick]
     budgets = ((0.5,), (0.25,), (0.125, 0.25, 0.5, 0.75))[pick]
-    settings = ("after", "inside") if pick == 2 else ("after",)   # the papers' setting in full (and kvbounds e2e)
+    # both settings in quick and full, one prefill per instance for both (a trial with setting "both")
+    settings = ("after", "inside") if pick else ("after",)
     out = profile_grid(profile, tasks[profile], methods=methods, budgets=budgets, sink=sink, window=sink,
                        settings=settings)
     for p in out:
@@ -75,11 +76,13 @@ def profile_grid(profile: str, tasks: dict, *, methods=M.DEFAULT_METHODS, budget
     """``tasks``: kind -> (n, count[, cont]) for this profile; ``where``: see :func:`kvbounds.e2e.methods.compress_all`
     (a param only when not "host", so the checks' trial keys do not change); ``settings``: "after" and/or
     "inside" (the papers' setting, :mod:`kvbounds.e2e.tasks`: passkey / lines only, BalanceKV blocks of 128 as the
-    authors use them; a param only when "inside")."""
+    authors use them; a param only when "inside"); both give one trial per instance with setting "both", whose
+    records carry the params of their own setting (:func:`_setting_params`)."""
     out = []
     for kind, spec in tasks.items():
         n, count = spec[0], spec[1]
-        for setting in (settings if kind != "ppl" else ("after",)):
+        ss = tuple(settings) if kind != "ppl" else ("after",)
+        for setting in (("both",) if set(ss) == {"after", "inside"} else ss):
             out += _grid_rows(kind, n, count, spec, setting, methods, budgets, sink, window, model, device, where)
     return out
 
@@ -120,24 +123,54 @@ def make_task(lm, params: dict):
     raise ValueError(f"unknown task {kind!r}")
 
 
+def _setting_params(params: dict, setting: str) -> dict:
+    """The params a record of ``setting`` carries: a trial with ``setting="both"`` (one prefill for both settings)
+    gives each record the params a trial of that setting alone would have (comparisons group by them)."""
+    if params.get("setting") != "both":
+        return dict(params)
+    p = {k: v for k, v in params.items() if k not in ("setting", "block_size")}
+    return dict(p, setting="inside", block_size=int(params.get("block_size", 128))) if setting == "inside" else p
+
+
 def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Record]:
     why = hf_missing()
     if why:
         return [Record(claim=claim, params=dict(params), seed=0, backend="", measured=0.0, bound=0.0, holds=True,
                        bound_kind="exact", check="unavailable", source=source, extra=dict(skipped=why))]
     import torch
-    from .harness import EXACT, run_cell
+    from .harness import prefill, run_cell, slice_prefill
+    settings = SETTINGS_OF.get(params.get("setting", "after"), (params.get("setting", "after"),))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)       # the runner's workers share the cores: one thread each
     try:
         lm = _model(params.get("model", "smollm2"), params.get("device", "cpu"))
-        task = make_task(lm, params)
-        rows = run_cell(lm, task, params["methods"], params["budgets"], seed=seed % (2**31),
-                        sink=int(params["sink"]), window=int(params["window"]), where=params.get("where", "host"),
-                        redraws=int(params.get("redraws", 1)), redraw=tuple(params.get("redraw", ())),
-                        extra_budgets=params.get("extra_budgets"), block_size=int(params.get("block_size", 64)))
+        tasks = {s: make_task(lm, _setting_params(params, s)) for s in settings}
+        states = {}
+        if len(settings) > 1:          # the papers' prompt ends with the question: ours is its prefix
+            inside, after = tasks["inside"].context, tasks["after"].context
+            if not np.array_equal(inside[:len(after)], after):
+                raise RuntimeError("the question-after prompt is not a prefix of the question-inside prompt")
+            states["inside"] = prefill(lm, inside, capture_inputs=any(
+                m.startswith("kvpress:") or m in M.NEEDS_INPUTS for m in params["methods"]))
+            states["after"] = slice_prefill(states["inside"], len(after))
+        recs = []
+        for s in settings:
+            p = _setting_params(params, s)
+            rows = run_cell(lm, tasks[s], p["methods"], p["budgets"], seed=seed % (2**31), sink=int(p["sink"]),
+                            window=int(p["window"]), where=p.get("where", "host"), state=states.get(s),
+                            redraws=int(p.get("redraws", 1)), redraw=tuple(p.get("redraw", ())),
+                            extra_budgets=p.get("extra_budgets"), block_size=int(p.get("block_size", 64)))
+            recs += _cell_records(claim, source, p, lm, tasks[s], rows)
     finally:
         torch.set_num_threads(threads)
+    return recs
+
+
+SETTINGS_OF = {"both": ("after", "inside")}
+
+
+def _cell_records(claim: str, source: str, params: dict, lm, task, rows) -> list[Record]:
+    from .harness import EXACT
     exact = rows[0]
     ex_ll, ex_hit = np.asarray(exact["ll"]), np.asarray(exact["hit"], bool)
 
