@@ -14,6 +14,9 @@ instances, Holm-adjusted over the cells, a cell counting with >= 8 instances (an
 SubGen); a miss is ``not-reproduced`` only when powered, else ``not-shown``. Power: the controls of
 :func:`kvbounds.e2e.checks.controls` (null: an independent uniform draw is not better than uniform, judged in one
 Holm family with the cells it guards; sensitivity: uniform with fewer floats is worse), as in BKV.e2e.
+Settings: the question after the compressed prompt and the papers' setting (question inside it, its last window
+exact; BalanceKV blocks of 128), both in quick and full from one prefill per instance; every cell names its
+setting. quick runs ``QUICK_METHODS`` (the variants, the papers' baselines, kvpress's SnapKV / PyramidKV).
 """
 from __future__ import annotations
 

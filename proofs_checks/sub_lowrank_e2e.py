@@ -39,7 +39,7 @@ def trials(profile: str) -> list[dict]:
 
 def run_trial(params: dict, claim: str) -> list:
     import torch
-    from kvbounds.e2e.checks import _model
+    from kvbounds.e2e.trial import _model
     from kvbounds.e2e.falsifiers import window_rows
     threads = torch.get_num_threads()
     torch.set_num_threads(1)      # the runner's workers share the cores: one thread each

@@ -119,3 +119,17 @@ def test_papers_setting_puts_the_question_inside_the_compressed_prompt():
     assert _setting_params(both[0], "inside")["setting"] == "inside" and _setting_params(both[0], "inside")["block_size"] == 128
     assert "setting" not in _setting_params(both[0], "after") and "block_size" not in _setting_params(both[0], "after")
     assert profile_grid("x", {"passkey": (512, 2)}, settings=("inside",))[0]["setting"] == "inside"
+
+
+def test_leaderboard_keeps_the_papers_setting_apart():
+    from kvbounds.e2e.leaderboard import leaderboard_rows
+    after = _records({"uniform": lambda i, d: -1.0, "exact": lambda i, d: 0.0}, 3)
+    inside = _records({"uniform": lambda i, d: -3.0, "exact": lambda i, d: 0.0}, 3)
+    for r in after + inside:
+        r.extra.update(memory_floats=10, hit=[True, True], source="kvbounds")
+    for r in inside:
+        r.params.update(setting="inside", block_size=128)
+    rows = [r for r in leaderboard_rows(after + inside) if r["method"] == "uniform" and "log-likelihood" in r["metric"]]
+    by = {r["metric"]: r for r in rows}
+    assert by["passkey: answer log-likelihood (nats)"]["value"] == -1.0 and by["passkey: answer log-likelihood (nats)"]["n"] == 3
+    assert by["passkey, question inside: answer log-likelihood (nats)"]["value"] == -3.0

@@ -9,7 +9,8 @@ per instance first):
 * ``ppl: perplexity`` - exp(mean NLL) of the held-out tokens (no interval);
 * ``<task>: exact match`` - greedy answer entirely right, per instance (Clopper-Pearson interval);
 * ``<task>: answer log-likelihood (nats)`` - teacher-forced log-likelihood of the answer's tokens (t interval);
-for task in passkey, lines. Per (metric, budget): ``rank`` by the mean (lower NLL / perplexity is better,
+for task in passkey, lines, and "passkey, question inside" / "lines, question inside" for the papers' setting
+(:func:`task_label`; never pooled with ours). Per (metric, budget): ``rank`` by the mean (lower NLL / perplexity is better,
 higher match / likelihood), ``best`` the first, ``tied`` those not significantly different from it (two-sided
 paired t-test over shared instances at 0.05; exact attention is a reference, not ranked); ``family`` groups
 methods (ours, kvpress, baselines); ``budget_label`` reads "25% of the cache". A (metric, budget) table in
@@ -62,6 +63,13 @@ def _row(method, source, budget, mem, metric, value, ci=(None, None), n=0, note=
                 budget_label=budget_label(float(budget)), rank=None, best=False, tied=False, _units=units)
 
 
+def task_label(record) -> str:
+    """The task as the tables name it: the papers' setting (question inside the compressed prompt) is its own
+    table, never pooled with ours (question after it)."""
+    task = (getattr(record, "extra", {}) or {}).get("task", "")
+    return task if record.params.get("setting", "after") == "after" else f"{task}, question inside"
+
+
 def leaderboard_rows(records) -> list[dict]:
     """One row per (method, budget, metric) over every end-to-end record; see the module docstring."""
     groups: dict = defaultdict(dict)
@@ -71,7 +79,7 @@ def leaderboard_rows(records) -> list[dict]:
         e = getattr(r, "extra", {}) or {}
         if r.claim not in CLAIMS or "method" not in e:
             continue
-        k = (e["method"], e.get("source", ""), float(e.get("budget", 1.0)), e.get("task", ""))
+        k = (e["method"], e.get("source", ""), float(e.get("budget", 1.0)), task_label(r))
         if e.get("error"):
             skipped[k[:3]] = e["error"]
             continue
@@ -185,6 +193,7 @@ def first_retrieval(records) -> dict:
                 or e.get("method") == "exact":
             continue
         b = float(e["budget"])
-        got[e["task"]][e["method"]][b] = got[e["task"]][e["method"]].get(b, False) or bool(all(e["hit"]))
+        t = task_label(r)
+        got[t][e["method"]][b] = got[t][e["method"]].get(b, False) or bool(all(e["hit"]))
     return {t: {m: min((b for b, ok in by.items() if ok), default=None) for m, by in sorted(ms.items())}
             for t, ms in got.items()}
