@@ -133,3 +133,12 @@ def test_leaderboard_keeps_the_papers_setting_apart():
     by = {r["metric"]: r for r in rows}
     assert by["passkey: answer log-likelihood (nats)"]["value"] == -1.0 and by["passkey: answer log-likelihood (nats)"]["n"] == 3
     assert by["passkey, question inside: answer log-likelihood (nats)"]["value"] == -3.0
+
+
+def test_lines_exact_match_collapses_with_the_measured_reason():
+    from kvbounds.e2e.leaderboard import leaderboard_rows
+    recs = _records({"uniform": lambda i, d: -1.0, "exact": lambda i, d: 0.0}, 3, task="lines")
+    for r in recs:
+        r.extra.update(memory_floats=10, hit=[False, False], source="kvbounds")
+    row = [r for r in leaderboard_rows(recs) if r["method"] == "all methods" and "exact match" in r["metric"]][0]
+    assert "no information" in row["note"] and "cannot do line retrieval" in row["note"] and "0/8" in row["note"]
