@@ -144,7 +144,7 @@ NOT_ENTRY_POINTS = {
     "ModelNotWeighted",
     # e2e: functions of Record lists, claim tables and parsed CLI arguments (no arrays; tests/test_e2e*.py)
     "reference_effects", "problems", "print_board", "effects", "paired", "cell", "duplicates", "detectable",
-    "family", "budget_label", "first_retrieval",
+    "family", "budget_label", "first_retrieval", "task_label",
 }
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses")
 
