@@ -16,8 +16,11 @@ Per variant, ``reproduction`` follows :func:`kvbounds.verdict.reproduction_statu
 log-likelihood for perplexity, the answer's for passkey), Holm-adjusted over the variant's cells per redraw; a
 cell counts with >= 8 instances when significant in most of >= 5 redraws (:mod:`kvbounds.e2e.comparisons`).
 A miss is ``not-reproduced`` (effect bounded) only when the cells could detect the memory effect, else
-``not-shown``. Settings: the question after the compressed prompt (quick, full) and the papers' setting with the
-question inside it and blocks of 128 (full; ``kvbounds e2e --setting``).
+``not-shown``. Settings (passkey; perplexity has no question): the question after the compressed prompt and the
+papers' setting with the question inside it and blocks of 128: full runs both (one prefill serves both:
+:func:`kvbounds.e2e.harness.slice_prefill`), quick the first (the second too with
+:data:`kvbounds.e2e.checks.QUICK_PAPERS_SETTING`, off for time); every cell of the verdict names its setting. quick runs this
+verdict's methods only (``QUICK_METHODS``), with 32 held-out tokens per perplexity window.
 Power (kvbounds.e2e.checks.controls): ``uniform_control`` (uniform again, its own random stream) must not be found
 better than uniform (null, Holm-adjusted together with the claim's cells), and uniform at 0.25 must be found worse
 than at 0.5 (sensitivity, with the minimal detectable effect); either failing makes power ``low``.
@@ -31,6 +34,8 @@ SOURCE = "BalanceKV (arXiv:2502.07861, later version) Sec. 4.2-4.3, Table 1"
 VARIANTS = {"pseudocode": "balancekv", "released": "balancekv_released"}
 BASELINES = ("uniform", "streaming_llm", "h2o", "kvpress:snapkv", "kvpress:pyramidkv")
 TASKS = ("ppl", "passkey")
+# quick: what this verdict reads (the variants, the baselines, the null control); full runs every method
+QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform", "uniform_control") + BASELINES[1:]
 
 SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits them first
 
@@ -39,7 +44,8 @@ def trials(profile: str) -> list[dict]:
     return C.claim_trials(profile, {"smoke": {"ppl": (256, 1, 32)},
                                     "quick": {"ppl": (512, 8, 32), "passkey": (512, 8)},
                                     "full": {"ppl": (1024, 30, 128), "passkey": (1024, 30)}},
-                          smoke_methods=("uniform", "balancekv", "streaming_llm"), redraw=tuple(VARIANTS.values()))
+                          smoke_methods=("uniform", "balancekv", "streaming_llm"), redraw=tuple(VARIANTS.values()),
+                          quick_methods=QUICK_METHODS)
 
 
 def run_trial(params: dict, seed: int, backend: str):

@@ -14,6 +14,9 @@ instances, Holm-adjusted over the cells, a cell counting with >= 8 instances (an
 SubGen); a miss is ``not-reproduced`` only when powered, else ``not-shown``. Power: the controls of
 :func:`kvbounds.e2e.checks.controls` (null: an independent uniform draw is not better than uniform, judged in one
 Holm family with the cells it guards; sensitivity: uniform with fewer floats is worse), as in BKV.e2e.
+Settings: the question after the compressed prompt and the papers' setting (question inside it, its last window
+exact; BalanceKV blocks of 128): full runs both from one prefill per instance, quick the first (both with
+:data:`kvbounds.e2e.checks.QUICK_PAPERS_SETTING`); every cell names its setting. quick runs ``QUICK_METHODS`` (the variants, the papers' baselines, kvpress's SnapKV / PyramidKV).
 """
 from __future__ import annotations
 
@@ -24,6 +27,10 @@ SOURCE = "SubGen (arXiv:2402.06082) Table 1; ClusterGen (anonymous submission) T
 VARIANTS = {"kcenter": "kcenter", "kcenter_sized": "kcenter_sized", "subgen": "subgen"}
 OTHERS = ("uniform", "streaming_llm", "h2o", "balancekv", "kvpress:snapkv", "kvpress:pyramidkv", "kvpress:tova",
           "kvpress:knorm", "kvpress:expected_attention", "kvpress:streaming_llm", "kvpress:random")
+# quick: the variants, the papers' baselines (uniform, Sink, H2O), kvpress's SnapKV / PyramidKV, BalanceKV's
+# pseudocode (one draw) and the null control; full runs every method
+QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform", "uniform_control", "streaming_llm", "h2o", "balancekv",
+                                             "kvpress:snapkv", "kvpress:pyramidkv")
 
 SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits them first
 
@@ -31,7 +38,7 @@ SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits
 def trials(profile: str) -> list[dict]:
     return C.claim_trials(profile, {"smoke": {"lines": (256, 1)}, "quick": {"lines": (512, 8)},
                                     "full": {"lines": (1024, 30)}},
-                          smoke_methods=("uniform", "kcenter", "subgen"), redraw=("subgen",))
+                          smoke_methods=("uniform", "kcenter", "subgen"), redraw=("subgen",), quick_methods=QUICK_METHODS)
 
 
 def run_trial(params: dict, seed: int, backend: str):

@@ -47,6 +47,7 @@ from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.traces.real import MODEL_INFO, available, default_text, kv_heads, layer_heads, parse_spec, \
     real_or_synthetic_spec
 
+from . import sub_lowrank_e2e as E2E
 from .common import fallback_notes, make_record, pick
 
 CLAIM = "SUB.lowrank"
@@ -84,6 +85,7 @@ def trials(profile: str) -> list[dict]:
     if n_ppl and available("smollm2") is None:
         out.append(dict(kind="ppl", trace=f"smollm2:L0-29:{n_ppl}", model="smollm2", ranks=[8, 16, 32],
                         calibration=f"tokens [{n_ppl}, {2 * n_ppl}) of the corpus", gamma=1.0, fallback=""))
+        out += E2E.trials(profile)     # falsifier 1 end to end at equal memory, one trial per window
     return out
 
 
@@ -211,38 +213,40 @@ def _falsifier_units(params: dict, meta: dict, common: dict) -> list:
 
 def _ppl_trial(params: dict) -> list:
     import torch
-    from kvbounds.traces.real import _load_model, _torch_threads
+    from kvbounds.traces.real import _load_model
     from kvbounds.traces.smollm2 import perplexity
     m = _load_model("smollm2")
     n = int(params["trace"].rsplit(":", 1)[1])
     ids = m.encode(default_text())
     ev, cal = ids[:n], ids[n:2 * n]
-    with _torch_threads():
-        _, caps = m.forward(cal, capture=range(m.cfg.n_layers), logits=False)
-        base = perplexity(m.forward(ev)[0])
-        recs = []
-        for r in params["ranks"]:
-            P = {}
-            for l, c in caps.items():
-                Pk = np.stack([(lambda B: B.T @ B)(top_basis(c["k_post"][:, j].astype(np.float64), r))
-                               for j in range(c["k_post"].shape[1])])
-                Pv = np.stack([(lambda B: B.T @ B)(top_basis(c["v"][:, j].astype(np.float64), r))
-                               for j in range(c["v"].shape[1])])
-                P[l] = (torch.as_tensor(Pk, dtype=torch.float32), torch.as_tensor(Pv, dtype=torch.float32))
+    # the runner's one thread: torch on every core beside another worker costs ~3x the CPU (measured)
+    _, caps = m.forward(cal, capture=range(m.cfg.n_layers), logits=False)
+    base = perplexity(m.forward(ev)[0])
+    recs = []
+    for r in params["ranks"]:
+        P = {}
+        for l, c in caps.items():
+            Pk = np.stack([(lambda B: B.T @ B)(top_basis(c["k_post"][:, j].astype(np.float64), r))
+                           for j in range(c["k_post"].shape[1])])
+            Pv = np.stack([(lambda B: B.T @ B)(top_basis(c["v"][:, j].astype(np.float64), r))
+                           for j in range(c["v"].shape[1])])
+            P[l] = (torch.as_tensor(Pk, dtype=torch.float32), torch.as_tensor(Pv, dtype=torch.float32))
 
-            def hook(l, q, k, v, P=P, g=float(params["gamma"])):
-                return q * g, torch.einsum("nhd,hde->nhe", k, P[l][0]), torch.einsum("nhd,hde->nhe", v, P[l][1])
+        def hook(l, q, k, v, P=P, g=float(params["gamma"])):
+            return q * g, torch.einsum("nhd,hde->nhe", k, P[l][0]), torch.einsum("nhd,hde->nhe", v, P[l][1])
 
-            ppl = perplexity(m.forward(ev, attn_hook=hook)[0])
-            inc = (ppl - base) / base
-            recs.append(make_record(CLAIM, dict(params, r=r), measured=inc, bound=0.01, holds=inc <= 0.01,
-                                    check="F1 ppl increase", source="Subspace-FD-draft Sec. 11 falsifier 1 (<= 1% PPL increase)",
-                                    ppl=ppl, ppl_base=base, model="smollm2", fallback=""))
+        ppl = perplexity(m.forward(ev, attn_hook=hook)[0])
+        inc = (ppl - base) / base
+        recs.append(make_record(CLAIM, dict(params, r=r), measured=inc, bound=0.01, holds=inc <= 0.01,
+                                check="F1 ppl increase", source="Subspace-FD-draft Sec. 11 falsifier 1 (<= 1% PPL increase)",
+                                ppl=ppl, ppl_base=base, model="smollm2", fallback=""))
     return recs
 
 
 @single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
+    if params["kind"] == "ppl-window":
+        return E2E.run_trial(params, CLAIM)
     return _ppl_trial(params) if params["kind"] == "ppl" else _spectra_trial(params)
 
 
@@ -329,7 +333,8 @@ def reproductions(records) -> list[Reproduction]:
                                 reproduction_status(cleared, 0, len(tests)), _setup(f2),
                                 "Spearman(bound, observed): " + ", ".join(f"{name} {rho:.2f} (p {p:.1g})" for name, rho, p in tests)
                                 + f" (predictive: rho >= {CORR_MIN}, p < 0.01)"))
-    return out
+    e2e, _ = E2E.reproduction(records)
+    return out + ([e2e] if e2e else [])
 
 
 def summarize(records) -> Verdict:
@@ -371,7 +376,9 @@ def summarize(records) -> Verdict:
     fired = []
     for rep in reps:
         detail = rep.detail.split(". Differs")[0]
-        if rep.variant.startswith("falsifier"):
+        if rep.variant == E2E.VARIANT:
+            parts.append(E2E.reproduction(records)[1])
+        elif rep.variant.startswith("falsifier"):
             k = rep.variant.split()[1]
             if rep.status != "reproduced":
                 fired.append(k)

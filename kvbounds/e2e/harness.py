@@ -9,6 +9,7 @@ compressing and scoring. Rows become records in :mod:`kvbounds.proofs_checks.bkv
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import zlib
 
@@ -17,7 +18,6 @@ import numpy as np
 from kvbounds.algorithms.token_selection import memory_floats
 
 from . import methods as M
-from .attention import WeightedCache
 
 EXACT = "exact"
 
@@ -62,22 +62,79 @@ def prefill(lm, ids: np.ndarray, *, capture_inputs: bool = True) -> Prefill:
     return Prefill(int(len(ids)), keys, values, kws, _now(lm) - t0)   # CPU seconds on CPU, wall on a GPU
 
 
+def slice_prefill(state: Prefill, n: int) -> Prefill:
+    """The prefill of the first ``n`` tokens, cut from a longer one (a causal model: the first n positions' keys,
+    values and attention inputs do not depend on what follows). One prefill serves both settings of a passkey /
+    lines instance: the papers' (question inside the prompt) and ours (question after it), whose prompt is a prefix."""
+    if not 0 < n <= state.n:
+        raise ValueError(f"cannot cut a prefill of {state.n} tokens to {n}")
+
+    def cut(kw):
+        if kw is None:
+            return None
+        cos, sin = kw["position_embeddings"]
+        cp = kw.get("cache_position")
+        return {"hidden_states": kw["hidden_states"][:, :n], "position_embeddings": (cos[:, :n], sin[:, :n]),
+                "cache_position": None if cp is None else cp[:n]}
+    return Prefill(n, [k[:, :, :n].contiguous() for k in state.keys], [v[:, :, :n].contiguous() for v in state.values],
+                   [cut(kw) for kw in state.attn_kwargs], state.seconds)
+
+
 def score_tail(lm, n: int, layers, tail: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Feed ``tail`` at positions n.. after a cache (list of per-layer (K, V, a, b) torch); returns the
     log-likelihood of each of the last len(targets) next tokens and whether the argmax equals it."""
+    ll, hit = score_tails(lm, n, batch_layers([layers]), tail, targets)
+    return ll[0], hit[0]
+
+
+def score_tails(lm, n: int, layers, tail: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`score_tail` for a batch of caches (layers' first axis, from :func:`batch_layers`): the same tail
+    after each; (batch, len(targets)) log-likelihoods and hits."""
     import torch
-    cache = WeightedCache(layers)
-    m = len(targets)
+    from .weighted_cache import WeightedCache as Cache
+    # the logical length n: a layer holding fewer tokens is read as compressed (the queries' own mask columns at
+    # their place), whatever its length next to the other layers' (PyramidKV's per-layer sizes)
+    cache = Cache.from_compressed(layers, logical_length=n)
+    m, B = len(targets), int(layers[0][0].shape[0])
     with torch.no_grad():
-        x = torch.as_tensor(np.asarray(tail, dtype=np.int64), device=lm.device)[None]
-        pos = torch.arange(n, n + x.shape[1], device=lm.device)[None]
+        x = torch.as_tensor(np.asarray(tail, dtype=np.int64), device=lm.device)[None].expand(B, -1)
+        pos = torch.arange(n, n + x.shape[1], device=lm.device)[None].expand(B, -1)
         logits = lm.model(input_ids=x, past_key_values=cache, position_ids=pos, use_cache=True,
-                          logits_to_keep=m).logits[0].double()
+                          logits_to_keep=m).logits.double()
         lp = torch.log_softmax(logits, -1)
-        t = torch.as_tensor(np.asarray(targets, dtype=np.int64), device=lm.device)
-        ll = lp.gather(1, t[:, None])[:, 0]
-        hit = lp.argmax(-1) == t
+        t = torch.as_tensor(np.asarray(targets, dtype=np.int64), device=lm.device)[None, :, None].expand(B, -1, 1)
+        ll = lp.gather(2, t)[..., 0]
+        hit = lp.argmax(-1) == t[..., 0]
     return ll.cpu().numpy(), hit.cpu().numpy()
+
+
+def batch_layers(per_row: list) -> list:
+    """Per-layer ``(K, V, a, b)`` of several caches (each batch 1, as from :func:`_to_layers`) stacked along the
+    batch axis; a layer's shorter caches are padded with a = b = -inf (padding: no weight on either side), and a
+    cache without weights gets a = b = 0 on its real tokens. Attention per row is unchanged (up to rounding)."""
+    import torch
+    import torch.nn.functional as F
+    out = []
+    # caches of one length in every layer and row without weights stay plain attention; any other (PyramidKV's
+    # per-layer sizes included) goes through the weighted path, which places each layer's own length
+    same = len({int(e[0].shape[2]) for row in per_row for e in row}) == 1
+    for entries in zip(*per_row):
+        M = max(int(e[0].shape[2]) for e in entries)
+        plain = same and all(e[2] is None for e in entries)
+        split = any(e[2] is not None and e[3] is not e[2] and not torch.equal(e[2], e[3]) for e in entries)
+        ks, vs, aa, bb = [], [], [], []
+        for K, V, a, b in entries:
+            pad = M - int(K.shape[2])
+            ks.append(F.pad(K, (0, 0, 0, pad)))
+            vs.append(F.pad(V, (0, 0, 0, pad)))
+            if not plain:
+                a = torch.zeros(K.shape[:3], dtype=torch.float32, device=K.device) if a is None else a
+                b = a if b is None else b
+                aa.append(F.pad(a, (0, pad), value=-math.inf))
+                bb.append(F.pad(b, (0, pad), value=-math.inf))
+        a = None if plain else torch.cat(aa)
+        out.append((torch.cat(ks), torch.cat(vs), a, None if plain else (torch.cat(bb) if split else a)))
+    return out
 
 
 def _to_layers(lm, compressed):
@@ -135,18 +192,56 @@ def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, windo
     missing = M.kvpress_available()
     plan = [(m, b) for m in methods for b in budgets]
     plan += [(m, b) for m, bs in (extra_budgets or {}).items() for b in bs if (m, b) not in plan]
+    todo = []
     for method, budget in plan:
         for draw in range(redraws if method in redraw and method in M.RANDOMIZED else 1):
-            rows.append(_method_row(lm, task, state, method, float(budget), exact_floats, missing, seed=seed,
-                                    draw=draw, sink=sink, window=window, where=where, block_size=block_size))
+            row, comp = _method_row(lm, state, method, float(budget), exact_floats, missing, seed=seed, draw=draw,
+                                    sink=sink, window=window, where=where, block_size=block_size)
+            rows.append(row)
+            if comp is not None:
+                todo.append((row, comp))
+            if len(todo) == SCORE_BATCH:        # at most SCORE_BATCH compressed caches held at once
+                _score_rows(lm, task, state.n, todo)
+                todo = []
+    if todo:
+        _score_rows(lm, task, state.n, todo)
     return rows
 
 
-def _method_row(lm, task, state, method: str, budget: float, exact_floats: int, missing: str | None, *, seed: int,
-                draw: int, sink: int, window: int, where: str, block_size: int = 64) -> dict:
+SCORE_BATCH = 12    # compressed caches scored in one forward pass of the tail (about 2x less CPU than one by one)
+
+
+def _score_rows(lm, task, n: int, batch: list) -> None:
+    """Score the tail after each (row, compressed cache) in one batched forward pass (:func:`batch_layers`),
+    filling the rows' ``ll``, ``hit`` and ``score_s`` (the batch's seconds shared equally); if the batch fails,
+    row by row, so a failing cache is that row's ``error``."""
+    t0 = _now(lm)
+    try:
+        ll, hit = score_tails(lm, n, batch_layers([_to_layers(lm, c) for _, c in batch]), task.tail, task.targets)
+    except Exception:   # noqa: BLE001 - retried row by row below, where each error is kept with its row
+        ll = None
+    if ll is None or len(batch) == 1:
+        for row, comp in batch:
+            t1 = _now(lm)
+            try:
+                r_ll, r_hit = score_tail(lm, n, _to_layers(lm, comp), task.tail, task.targets)
+            except Exception as e:   # noqa: BLE001 - one method failing is a row with its error, not a crash
+                row.update(error=f"{type(e).__name__}: {e}"[:300])
+                continue
+            row.update(ll=r_ll.tolist(), hit=r_hit.tolist(), score_s=_now(lm) - t1)
+        return
+    each = (_now(lm) - t0) / len(batch)
+    for (row, _), r_ll, r_hit in zip(batch, ll, hit):
+        row.update(ll=r_ll.tolist(), hit=r_hit.tolist(), score_s=each)
+
+
+def _method_row(lm, state, method: str, budget: float, exact_floats: int, missing: str | None, *, seed: int,
+                draw: int, sink: int, window: int, where: str, block_size: int = 64) -> tuple[dict, list | None]:
+    """(row, compressed cache) of one method at one budget; the cache is None (and ``error`` set) when the method
+    fails, its package is missing, or it holds memory outside the tolerance."""
     row = dict(method=method, source=M.source(method), budget=budget, error="", draw=draw)
     if method.startswith("kvpress:") and missing:
-        return dict(row, error=missing)
+        return dict(row, error=missing), None
     # one stream per (seed, method, budget, draw): adding or removing a method changes no other method's draws
     rng = np.random.default_rng([seed, zlib.crc32(method.encode()), int(round(budget * 1e6)), draw])
     try:
@@ -155,12 +250,11 @@ def _method_row(lm, task, state, method: str, budget: float, exact_floats: int, 
                               where=where, block_size=block_size)
         t1 = _now(lm)
         held = int(sum(memory_floats(c) for c in comp))
-        target = budget * exact_floats
-        if not (1 - M.MEMORY_TOLERANCE) * target <= held <= (1 + M.MEMORY_TOLERANCE) * target:
-            return dict(row, memory_floats=held, error=f"unequal memory: holds {held / target:.2%} of the target "
-                        f"{target:.0f} floats (tolerance {M.MEMORY_TOLERANCE:.0%})")
-        ll, hit = score_tail(lm, state.n, _to_layers(lm, comp), task.tail, task.targets)
-        t2 = _now(lm)
     except Exception as e:   # noqa: BLE001 - one method failing is a row with its error, not a crash
-        return dict(row, error=f"{type(e).__name__}: {e}"[:300])
-    return dict(row, memory_floats=held, ll=ll.tolist(), hit=hit.tolist(), compress_s=t1 - t0, score_s=t2 - t1)
+        return dict(row, error=f"{type(e).__name__}: {e}"[:300]), None
+    target = budget * exact_floats
+    if not (1 - M.MEMORY_TOLERANCE) * target <= held <= (1 + M.MEMORY_TOLERANCE) * target:
+        return dict(row, memory_floats=held, error=f"unequal memory: holds {held / target:.2%} of the target "
+                    f"{target:.0f} floats (tolerance {M.MEMORY_TOLERANCE:.0%})"), None
+    row.update(memory_floats=held, compress_s=t1 - t0)
+    return row, comp
