@@ -15,7 +15,8 @@ def state(lm):
 @pytest.mark.parametrize("method", ["kcenter", "kcenter_sized", "subgen", "subspace", "balancekv"])
 def test_stacked_layers_equal_layer_by_layer(lm, state, method):
     from kvbounds.e2e import methods as M
-    got = M.compress_all(method, lm, state, 0.35, np.random.default_rng([0, 1]), sink=16, window=16)
+    rng_all = np.random.default_rng([0, 1])
+    got = M.compress_all(method, lm, state, 0.35, rng_all, sink=16, window=16)
     d = state.keys[0].shape[-1]
     floats, rng = int(np.floor(0.35 * state.n * 2 * d)), np.random.default_rng([0, 1])
     for l, c in enumerate(got):
@@ -24,3 +25,4 @@ def test_stacked_layers_equal_layer_by_layer(lm, state, method):
         for f in ("keys", "values", "log_w_num", "log_w_den"):
             assert np.array_equal(getattr(c, f), getattr(ref, f)), (l, f)
         assert memory_floats(c) == memory_floats(ref)
+    assert rng_all.bit_generator.state == rng.bit_generator.state     # the same draws, layer by layer

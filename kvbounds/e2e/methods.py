@@ -193,20 +193,22 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
     raise InputError(f"unknown method {method!r}; ours: {', '.join(OURS + CONTROLS)}; kvpress: {', '.join(KVPRESS)}")
 
 
-def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int) -> ts.CompressedKV:
+def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int, traversal=None) -> ts.CompressedKV:
     """SubGen / subspace / k-center with cluster sizes at equal memory. k-center's clusters of size 1 need no
     weight, so it holds less than counted: it gets more centres the same way as SubGen. SubGen's l2 draws repeat tokens, so it holds less than the floats it is
     given: it is given more (its nominal budget raised by the shortfall over its efficiency, the same seed each
     round, at most 6 rounds; when the draws saturate, exact recent tokens as below). A subspace rank costs 2 (n_mid + d) floats at once: the floats left over go to exact
-    recent tokens (a longer last window). Either way the largest cache that fits ``floats`` is kept."""
+    recent tokens (a longer last window). Either way the largest cache that fits ``floats`` is kept. ``traversal``
+    (SubGen, numpy): the greedy k-center traversal of K's middle (:class:`~kvbounds.algorithms.kcenter.FarthestFirst`),
+    shared by the rounds that keep the window (the same clusters as a new traversal per round)."""
     d, H = K.shape[-1], K.shape[0]
     seed = int(rng.integers(2**63))
     best = [0.0, None, floats]               # held floats per head, cache, nominal budget
 
     def run(nominal: int, extra: int) -> float:
         if method == "subgen":
-            c = ca.SubGenCompressor(sink=sink, window=window + extra).compress(K, V, budget_floats=nominal,
-                                                                               rng=np.random.default_rng(seed))
+            c = ca.SubGenCompressor(sink=sink, window=window + extra).compress(
+                K, V, budget_floats=nominal, rng=np.random.default_rng(seed), traversal=None if extra else traversal)
         elif method == "kcenter_sized":
             # the last window's weights are 0 (no float), a centre's log-size one float unless its cluster is 1
             c = ts.KCenter(window=window, weights="cluster_size").compress(
@@ -267,10 +269,33 @@ def _balancekv_layers(state, floats: int, rng, *, sink: int, window: int, block_
     return [ts.gather_selection(K[l], V[l], idx[l], lw[l]) for l in range(K.shape[0])]
 
 
+def _subgen_layers(state, floats: int, rng, *, sink: int, window: int) -> list[ts.CompressedKV]:
+    """compress_ours("subgen") of every layer on the host, in layer order (the same draws), with one greedy
+    k-center traversal of all layers' middle keys (:class:`~kvbounds.algorithms.kcenter.FarthestFirst`) run to the
+    first round's k for every layer at once and then continued per layer by the rounds of :func:`_filled`."""
+    from kvbounds.algorithms.kcenter import FarthestFirst
+    K = np.stack([X[0].float().cpu().numpy() for X in state.keys])
+    V = np.stack([X[0].float().cpu().numpy() for X in state.values])
+    _check_kv(K[0], V[0])
+    _check_sizes(floats=floats, sink=sink, window=window)
+    check_rng(rng)
+    n, d = K.shape[-2], K.shape[-1]
+    trav = [None] * K.shape[0]
+    if sink + window < n and floats - (sink + window) * 2 * d >= 3 * d + 2:   # else _filled raises the reason
+        ff = FarthestFirst(K[:, :, sink:n - window])
+        ff.advance(ca.SubGenCompressor(sink=sink, window=window).sizes(n - sink - window, d,
+                                                                       floats - (sink + window) * 2 * d, floats)[0])
+        trav = ff.layers()
+    return [_filled("subgen", K[l], V[l], floats, rng, sink=sink, window=window, traversal=trav[l])
+            for l in range(K.shape[0])]
+
+
 # Methods whose heads are independent and draw nothing: every layer's heads in one call give each layer the tokens
-# and weights of its own call. SubGen, subspace and k-center with cluster sizes are fitted to the budget layer by
-# layer (:func:`_filled`), so they stay per layer.
-LAYERS_AS_HEADS = ("kcenter",)
+# and weights of its own call. Subspace's fit to the budget (:func:`_filled`) reads only per-head float counts that
+# are the same in every layer (rank from n, d and the budget), so its rounds are the same in one call as per layer.
+# SubGen and k-center with cluster sizes are fitted layer by layer (their counts depend on the data); SubGen's
+# rounds share one traversal per layer (:func:`_subgen_layers`).
+LAYERS_AS_HEADS = ("kcenter", "subspace")
 
 
 def _layers_as_heads(method: str, state, floats: int, rng, *, sink: int, window: int) -> list[ts.CompressedKV]:
@@ -279,6 +304,9 @@ def _layers_as_heads(method: str, state, floats: int, rng, *, sink: int, window:
     L = len(state.keys)
     H = K.shape[0] // L
     c = compress_ours(method, K, V, floats, rng, sink=sink, window=window)
+    if method == "subspace":           # _filled draws a seed per call (unused by subspace): the stream as per layer
+        for _ in range(L - 1):
+            rng.integers(2**63)
     return [ts.CompressedKV(*(x[l * H:(l + 1) * H] for x in (c.keys, c.values, c.log_w_num, c.log_w_den)),
                             extra_floats=c.extra_floats // L, rank=c.rank, projected=c.projected) for l in range(L)]
 
@@ -403,6 +431,8 @@ def compress_all(method: str, lm, state, budget: float, rng: np.random.Generator
     floats = int(math.floor(budget * state.n * 2 * d))
     if path == "host" and method == "balancekv":   # every layer in one walk: the same tokens as layer by layer
         return _balancekv_layers(state, floats, rng, sink=sink, window=window)
+    if path == "host" and method == "subgen":     # one k-center traversal per layer for all rounds of the fit
+        return _subgen_layers(state, floats, rng, sink=sink, window=window)
     if path == "host" and method in LAYERS_AS_HEADS:
         return _layers_as_heads(method, state, floats, rng, sink=sink, window=window)
     if path == "device":
