@@ -461,6 +461,9 @@ def _check_traversal(traversal, Km) -> None:
                          "(the same numpy memory)")
 
 
+PROJECT_BYTES = 1 << 22
+
+
 class SubspaceCompressor:
     """Subspace projection (Subspace-FD-draft draft, falsifier 1 of SUB.lowrank): the middle's keys and values replaced by
     their projections onto their own top-r right singular subspaces (r per head from the float budget:
@@ -487,11 +490,19 @@ class SubspaceCompressor:
         lo, hi = self.sink, n - self.window
         r = self.rank_for(hi - lo, d, left)
 
-        def project(X):
+        def project_heads(X):
             X = xp.astype(X, xp.float64)
             _, vec = xp.linalg.eigh(xp.matrix_transpose(X) @ X)                  # ascending eigenvalues
             B = xp.flip(vec, axis=-1)[..., :r]                                   # (H, d, r) top-r right singular vectors
             return xp.astype(X @ B @ xp.matrix_transpose(B), xp.float32)
+
+        def project(X):
+            # numpy: heads in groups of about PROJECT_BYTES of float64 (the same products per head; many layers'
+            # heads at once, issue 26, ran 0.1 GB temporaries through memory at n = 2048)
+            if not isinstance(X, np.ndarray):
+                return project_heads(X)
+            per = max(1, PROJECT_BYTES // max(1, X.shape[-2] * X.shape[-1] * 8))
+            return np.concatenate([project_heads(X[i:i + per]) for i in range(0, X.shape[0], per)])
         z = xp.zeros((K.shape[0], hi - lo), dtype=xp.float32, device=_dev(K))
         out = _with_exact_ends(K, V, lo, hi, project(K[:, lo:hi]), project(V[:, lo:hi]), z, xp.asarray(z, copy=True))
         out.extra_floats, out.rank, out.projected = 2 * r * d * K.shape[0], r, hi - lo

@@ -26,3 +26,21 @@ def test_stacked_layers_equal_layer_by_layer(lm, state, method):
             assert np.array_equal(getattr(c, f), getattr(ref, f)), (l, f)
         assert memory_floats(c) == memory_floats(ref)
     assert rng_all.bit_generator.state == rng.bit_generator.state     # the same draws, layer by layer
+
+
+@pytest.mark.parametrize("budget", [0.2, 0.31, 0.45])
+def test_subspace_rounds_on_one_head_build_the_same_cache(monkeypatch, budget):
+    """Issue 26: subspace's equal-memory rounds run on the first head and the cache is built once; the cache is bit
+    for bit the one of rounds on every head (the fit reads per-head float counts that do not depend on the data)."""
+    from kvbounds.e2e import methods as M
+    rng = np.random.default_rng(7)
+    K = rng.standard_normal((3, 300, 16)).astype(np.float32)
+    V = rng.standard_normal((3, 300, 16)).astype(np.float32)
+    floats = int(budget * 300 * 32)
+    got = M._filled("subspace", K, V, floats, np.random.default_rng(1), sink=8, window=8)
+    monkeypatch.setattr(M, "_SUBSPACE_PROBE", False)
+    ref = M._filled("subspace", K, V, floats, np.random.default_rng(1), sink=8, window=8)
+    for f in ("keys", "values", "log_w_num", "log_w_den"):
+        assert np.array_equal(getattr(got, f), getattr(ref, f)), f
+    assert (got.rank, got.projected, got.extra_floats) == (ref.rank, ref.projected, ref.extra_floats)
+    assert memory_floats(got) == memory_floats(ref)

@@ -193,6 +193,9 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
     raise InputError(f"unknown method {method!r}; ours: {', '.join(OURS + CONTROLS)}; kvpress: {', '.join(KVPRESS)}")
 
 
+_SUBSPACE_PROBE = True   # False: subspace's rounds on every head (the code before issue 26; tests compare the two)
+
+
 def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int, traversal=None) -> ts.CompressedKV:
     """SubGen / subspace / k-center with cluster sizes at equal memory. k-center's clusters of size 1 need no
     weight, so it holds less than counted: it gets more centres the same way as SubGen. SubGen's l2 draws repeat tokens, so it holds less than the floats it is
@@ -200,12 +203,17 @@ def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int, trav
     round, at most 6 rounds; when the draws saturate, exact recent tokens as below). A subspace rank costs 2 (n_mid + d) floats at once: the floats left over go to exact
     recent tokens (a longer last window). Either way the largest cache that fits ``floats`` is kept. ``traversal``
     (SubGen, numpy): the greedy k-center traversal of K's middle (:class:`~kvbounds.algorithms.kcenter.FarthestFirst`),
-    shared by the rounds that keep the window (the same clusters as a new traversal per round)."""
+    shared by the rounds that keep the window (the same clusters as a new traversal per round). Subspace's held
+    floats per head depend only on n, d and the rank (not on the data): its rounds run on the first head and the
+    cache is built once, for every head, at the round kept."""
     d, H = K.shape[-1], K.shape[0]
     seed = int(rng.integers(2**63))
-    best = [0.0, None, floats]               # held floats per head, cache, nominal budget
+    best = [0.0, None, floats, 0]            # held floats per head, cache, nominal budget, extra window
+    probe = method == "subspace" and _SUBSPACE_PROBE
+    Kr, Vr, Hr = (K[:1], V[:1], 1) if probe else (K, V, H)
 
     def run(nominal: int, extra: int) -> float:
+        K, V = Kr, Vr
         if method == "subgen":
             c = ca.SubGenCompressor(sink=sink, window=window + extra).compress(
                 K, V, budget_floats=nominal, rng=np.random.default_rng(seed), traversal=None if extra else traversal)
@@ -215,9 +223,9 @@ def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int, trav
                 K, V, budget=min(K.shape[-2], window + (nominal - window * 2 * d) // (2 * d + 1)))
         else:
             c = ca.SubspaceCompressor(sink=sink, window=window + extra).compress(K, V, budget_floats=nominal)
-        held = ts.memory_floats(c) / H
+        held = ts.memory_floats(c) / Hr
         if best[0] < held <= floats:
-            best[:] = [held, c, nominal]
+            best[:] = [held, c, nominal, extra]
         return held
 
     done = lambda: best[0] >= (1 - MEMORY_TOLERANCE / 2) * floats
@@ -244,6 +252,8 @@ def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int, trav
         run(best[2] + (short * 2 * d if method == "subgen" else 0), extra)
     if best[1] is None:
         raise InputError(f"{method} holds more than the budget of {floats} floats per head")
+    if probe:
+        return ca.SubspaceCompressor(sink=sink, window=window + best[3]).compress(K, V, budget_floats=best[2])
     return best[1]
 
 
