@@ -12,7 +12,7 @@ def state(lm):
     return harness.prefill(lm, tasks.ppl_task(lm, 160, 2, 0).context, capture_inputs=False)
 
 
-@pytest.mark.parametrize("method", ["kcenter", "kcenter_sized", "subgen", "subspace", "balancekv"])
+@pytest.mark.parametrize("method", ["kcenter", "kcenter_sized", "subgen", "subspace", "balancekv", "balancekv_released"])
 def test_stacked_layers_equal_layer_by_layer(lm, state, method):
     from kvbounds.e2e import methods as M
     rng_all = np.random.default_rng([0, 1])

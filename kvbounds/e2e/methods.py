@@ -279,6 +279,24 @@ def _balancekv_layers(state, floats: int, rng, *, sink: int, window: int, block_
     return [ts.gather_selection(K[l], V[l], idx[l], lw[l]) for l in range(K.shape[0])]
 
 
+def _released_layers(state, floats: int, rng, *, sink: int, window: int, block_size: int = 64):
+    """compress_ours("balancekv_released") of every layer on the host, the layers' walks stacked
+    (:func:`kvbounds.algorithms.balance_layers.compress_cache_released_layers`: the same caches as one call per
+    layer, a layer whose kernel overflows float32 evaluated in float64 on its own)."""
+    from kvbounds.algorithms.balance_layers import compress_cache_released_layers
+    K = np.stack([X[0].float().cpu().numpy() for X in state.keys])
+    V = np.stack([X[0].float().cpu().numpy() for X in state.values])
+    T, win = balance_layout(state.n, K.shape[-1], sink, window, floats, per_token_weights=1)
+    idx, a, b = compress_cache_released_layers(K, V, sink=sink, window=win, levels=T, block_size=block_size, rng=rng,
+                                               overflow="float64")
+    out = []
+    for l in range(K.shape[0]):
+        c = ts.gather_selection(K[l], V[l], idx[l], a[l])
+        c.log_w_den = np.array(np.broadcast_to(np.asarray(b[l], np.float32), c.log_w_num.shape))
+        out.append(c)
+    return out
+
+
 def _subgen_layers(state, floats: int, rng, *, sink: int, window: int) -> list[ts.CompressedKV]:
     """compress_ours("subgen") of every layer on the host, in layer order (the same draws), with one greedy
     k-center traversal of all layers' middle keys (:class:`~kvbounds.algorithms.kcenter.FarthestFirst`) run to the
@@ -441,6 +459,8 @@ def compress_all(method: str, lm, state, budget: float, rng: np.random.Generator
     floats = int(math.floor(budget * state.n * 2 * d))
     if path == "host" and method == "balancekv":   # every layer in one walk: the same tokens as layer by layer
         return _balancekv_layers(state, floats, rng, sink=sink, window=window)
+    if path == "host" and method == "balancekv_released" and ca.released_balancekv() is not None:
+        return _released_layers(state, floats, rng, sink=sink, window=window, block_size=block_size)
     if path == "host" and method == "subgen":     # one k-center traversal per layer for all rounds of the fit
         return _subgen_layers(state, floats, rng, sink=sink, window=window)
     if path == "host" and method in LAYERS_AS_HEADS:
