@@ -129,6 +129,8 @@ NOT_ENTRY_POINTS = {
     "smollm2_state_dict", "load_smollm2", "load_model", "agreement", "prefill", "score_tail", "run_cell",
     "ppl_task", "passkey_task", "lines_task", "make_task", "run_cell_trial", "compress_kvpress", "compress_all",
     "make_press", "lowrank_perplexity",
+    # e2e: compress_all's stacked host path on a prefill (tests/test_e2e_layers.py: equal to layer by layer)
+    "compress_stacked",
     # e2e: functions of Record lists and claim tables (no arrays; tests/test_e2e_controls.py, test_e2e.py)
     "hf_missing", "claim_trials", "profile_grid", "units", "paired_compare", "controls", "setup_line",
     "skipped_notes", "compare", "reproduction_verdict", "leaderboard_rows", "timing_rows",
