@@ -453,10 +453,7 @@ class SubGenCompressor:
 
 def _check_traversal(traversal, Km) -> None:
     from .kcenter import FarthestFirst
-    X = getattr(traversal, "X", None)
-    if not isinstance(traversal, FarthestFirst) or X.ndim != 3 or not isinstance(Km, np.ndarray) \
-            or X.shape != Km.shape or X.strides != Km.strides \
-            or X.__array_interface__["data"][0] != Km.__array_interface__["data"][0]:
+    if not isinstance(traversal, FarthestFirst) or not traversal.is_of(Km):
         raise InputError("traversal must be a FarthestFirst of this call's middle keys K[:, sink:n - window] "
                          "(the same numpy memory)")
 

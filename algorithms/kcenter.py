@@ -182,6 +182,13 @@ class FarthestFirst:
                        np.zeros((L, H, n), dtype=np.int64))
         self._checkpoints = {0: self._copy(self._state)}
 
+    def is_of(self, X) -> bool:
+        """True when this traversal was built on exactly ``X`` (H, n, d): the same numpy memory, shape and strides
+        (a layer of a stack: that layer's slice)."""
+        Y = self.X
+        return (type(X) is np.ndarray and Y.ndim == 3 and X.shape == Y.shape and X.strides == Y.strides
+                and X.__array_interface__["data"][0] == Y.__array_interface__["data"][0])
+
     @staticmethod
     def _copy(state):
         return tuple(a.copy() for a in state)
@@ -335,11 +342,12 @@ def _stream_cluster_counts_device(xp, X, delta: float, reps) -> np.ndarray:
     return to_numpy(counts).astype(np.int64)
 
 
-def recent_plus_centers(K, *, window: int, k: int, start: str = "first") -> tuple[Any, Any]:
+def recent_plus_centers(K, *, window: int, k: int, start: str = "first", traversal=None) -> tuple[Any, Any]:
     """The practical variant (ClusterGen Sec. 4.1): the last ``window`` tokens plus ``k`` greedy k-center centers
     of the keys before them. Returns ``(indices, cluster_sizes)`` of shape (..., k + window) on K's
     backend: indices sorted ascending, and for each kept token the number of tokens it represents
-    (its cluster's size for a center, 1 for a window token)."""
+    (its cluster's size for a center, 1 for a window token). ``traversal``: optional :class:`FarthestFirst` of
+    exactly ``K[..., :n - window, :]`` (numpy, start "first"), shared by calls at several k (the same result)."""
     check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1)
     xp = array_namespace(K)
     n = K.shape[-2]
@@ -359,7 +367,14 @@ def recent_plus_centers(K, *, window: int, k: int, start: str = "first") -> tupl
     ones = xp.ones(lead + (int(window),), dtype=K.dtype, device=dev)
     if k == 0:
         return xp.asarray(tail, copy=True), ones
-    res = greedy_k_center(K[..., :rest, :], k, start=0 if start == "first" else rest - 1)
+    if traversal is None:
+        res = greedy_k_center(K[..., :rest, :], k, start=0 if start == "first" else rest - 1)
+    elif not isinstance(traversal, FarthestFirst) or not traversal.is_of(K[..., :rest, :]) or start != "first" \
+            or traversal.start != 0:
+        raise InputError("traversal must be a FarthestFirst of K[..., :n - window, :] (the same numpy memory), "
+                         "started at the first token (start='first')")
+    else:
+        res = traversal.result(k)
     lab = to_numpy(res.assignment).reshape(-1, rest)
     B = lab.shape[0]
     counts = np.bincount((lab + (np.arange(B) * k)[:, None]).ravel(), minlength=B * k).reshape(lead + (k,))

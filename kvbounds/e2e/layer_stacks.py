@@ -24,8 +24,8 @@ def compress_stacked(method: str, state, floats: int, rng, *, sink: int, window:
         return _balancekv_layers(state, floats, rng, sink=sink, window=window, block_size=block_size)
     if method == "balancekv_released" and ca.released_balancekv() is not None:
         return _released_layers(state, floats, rng, sink=sink, window=window, block_size=block_size)
-    if method == "subgen":
-        return _subgen_layers(state, floats, rng, sink=sink, window=window)
+    if method in ("subgen", "kcenter_sized"):
+        return _traversal_layers(method, state, floats, rng, sink=sink, window=window)
     if method in LAYERS_AS_HEADS:
         return _layers_as_heads(method, state, floats, rng, sink=sink, window=window)
     return None
@@ -59,10 +59,11 @@ def _released_layers(state, floats: int, rng, *, sink: int, window: int, block_s
     return out
 
 
-def _subgen_layers(state, floats: int, rng, *, sink: int, window: int) -> list[ts.CompressedKV]:
-    """compress_ours("subgen") of every layer on the host, in layer order (the same draws), with one greedy
-    k-center traversal of all layers' middle keys (:class:`~kvbounds.algorithms.kcenter.FarthestFirst`) run to the
-    first round's k for every layer at once and then continued per layer by the rounds of :func:`_filled`."""
+def _traversal_layers(method: str, state, floats: int, rng, *, sink: int, window: int) -> list[ts.CompressedKV]:
+    """compress_ours("subgen" / "kcenter_sized") of every layer on the host, in layer order (the same draws), with
+    one greedy k-center traversal of all layers' keys (:class:`~kvbounds.algorithms.kcenter.FarthestFirst`: SubGen's
+    middle, k-center's tokens before its window) run to the first round's k for every layer at once and then
+    continued per layer by the rounds of :func:`_filled`."""
     from kvbounds.algorithms.kcenter import FarthestFirst
     K = np.stack([X[0].float().cpu().numpy() for X in state.keys])
     V = np.stack([X[0].float().cpu().numpy() for X in state.values])
@@ -71,20 +72,25 @@ def _subgen_layers(state, floats: int, rng, *, sink: int, window: int) -> list[t
     check_rng(rng)
     n, d = K.shape[-2], K.shape[-1]
     trav = [None] * K.shape[0]
-    if sink + window < n and floats - (sink + window) * 2 * d >= 3 * d + 2:   # else _filled raises the reason
+    left = floats - (sink + window) * 2 * d
+    if method == "subgen" and sink + window < n and left >= 3 * d + 2:        # else _filled raises the reason
         ff = FarthestFirst(K[:, :, sink:n - window])
-        ff.advance(ca.SubGenCompressor(sink=sink, window=window).sizes(n - sink - window, d,
-                                                                       floats - (sink + window) * 2 * d, floats)[0])
+        ff.advance(ca.SubGenCompressor(sink=sink, window=window).sizes(n - sink - window, d, left, floats)[0])
         trav = ff.layers()
-    return [_filled("subgen", K[l], V[l], floats, rng, sink=sink, window=window, traversal=trav[l])
+    k = min(n, window + (floats - window * 2 * d) // (2 * d + 1)) - window     # _filled's first k-center budget
+    if method == "kcenter_sized" and 0 < k <= n - window:
+        ff = FarthestFirst(K[:, :, :n - window])
+        ff.advance(k)
+        trav = ff.layers()
+    return [_filled(method, K[l], V[l], floats, rng, sink=sink, window=window, traversal=trav[l])
             for l in range(K.shape[0])]
 
 
 # Methods whose heads are independent and draw nothing: every layer's heads in one call give each layer the tokens
 # and weights of its own call. Subspace's fit to the budget (:func:`_filled`) reads only per-head float counts that
 # are the same in every layer (rank from n, d and the budget), so its rounds are the same in one call as per layer.
-# SubGen and k-center with cluster sizes are fitted layer by layer (their counts depend on the data); SubGen's
-# rounds share one traversal per layer (:func:`_subgen_layers`).
+# SubGen and k-center with cluster sizes are fitted layer by layer (their counts depend on the data); their
+# rounds share one traversal per layer (:func:`_traversal_layers`).
 LAYERS_AS_HEADS = ("kcenter", "subspace")
 
 

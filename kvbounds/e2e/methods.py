@@ -201,8 +201,9 @@ def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int, trav
     given: it is given more (its nominal budget raised by the shortfall over its efficiency, the same seed each
     round, at most 6 rounds; when the draws saturate, exact recent tokens as below). A subspace rank costs 2 (n_mid + d) floats at once: the floats left over go to exact
     recent tokens (a longer last window). Either way the largest cache that fits ``floats`` is kept. ``traversal``
-    (SubGen, numpy): the greedy k-center traversal of K's middle (:class:`~kvbounds.algorithms.kcenter.FarthestFirst`),
-    shared by the rounds that keep the window (the same clusters as a new traversal per round). Subspace's held
+    (numpy): the greedy k-center traversal (:class:`~kvbounds.algorithms.kcenter.FarthestFirst`) of SubGen's middle
+    or of k-center's keys before its window, shared by the rounds that keep the window (the same clusters as a new
+    traversal per round). Subspace's held
     floats per head depend only on n, d and the rank (not on the data): its rounds run on the first head and the
     cache is built once, for every head, at the round kept."""
     d, H = K.shape[-1], K.shape[0]
@@ -218,7 +219,7 @@ def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int, trav
                 K, V, budget_floats=nominal, rng=np.random.default_rng(seed), traversal=None if extra else traversal)
         elif method == "kcenter_sized":
             # the last window's weights are 0 (no float), a centre's log-size one float unless its cluster is 1
-            c = ts.KCenter(window=window, weights="cluster_size").compress(
+            c = ts.KCenter(window=window, weights="cluster_size", traversal=traversal).compress(
                 K, V, budget=min(K.shape[-2], window + (nominal - window * 2 * d) // (2 * d + 1)))
         else:
             c = ca.SubspaceCompressor(sink=sink, window=window + extra).compress(K, V, budget_floats=nominal)
