@@ -101,6 +101,18 @@ def compress_cache_released_layers(K, V, *, sink: int, window: int, levels: int,
     for _ in range(check_int(levels, "levels") if m > 0 else 0):   # released_select's (heads, blocks, b) per level
         S += H * (-(-m // b)) * b
         m //= 2
-    U = _LayerUniforms(rng.random((L, S)))
-    return compress_cache_released(K, V, sink=sink, window=window, levels=levels, block_size=block_size,
-                                   uniforms=lambda shape: U.random(shape).astype(K.dtype), _groups=H, **walk)
+    R = rng.random((L, S))
+    # layers in groups whose first-level kernels (H x blocks x b x b) stay within RELEASED_BYTES: each walk step
+    # reads a column of every block's kernel, which is slower than one layer at a time once it leaves the cache
+    nb0 = -(-(n - sink - window) // b) if n - sink - window > 0 else 1
+    per = max(1, RELEASED_BYTES // max(1, H * nb0 * b * b * K.dtype.itemsize))
+    parts = []
+    for l0 in range(0, L, per):
+        U = _LayerUniforms(R[l0:l0 + per])
+        parts.append(compress_cache_released(K[l0:l0 + per], V[l0:l0 + per], sink=sink, window=window, levels=levels,
+                                             block_size=block_size, uniforms=lambda shape, U=U: U.random(shape).astype(
+                                                 K.dtype), _groups=H, **walk))
+    return tuple(np.concatenate([p[j] for p in parts]) for j in range(3))
+
+
+RELEASED_BYTES = 1 << 23
