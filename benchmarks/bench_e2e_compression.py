@@ -50,6 +50,8 @@ SHORTFALL = {
               "the window start new traversals, and at n = 2048 the traversal itself costs what kcenter's does",
     "subspace": "two float64 64 x 64 eigendecompositions per head: 180 LAPACK syevd calls, ~0.4 ms each at 1 thread "
                 "(0.07 s), plus the float64 Grams and projections of every head (~0.07 s at n = 512)",
+    "balancekv": "at the line (0.042-0.052 over runs on a loaded machine): the stacked walk's sequential steps per "
+                 "level and the Gram panels of every layer's blocks (issue 26's earlier stacking; unchanged here)",
     "balancekv_released": "the released walk's b = 64 sequential steps per level (a Python-level loop over every "
                           "layer's blocks at once) and its full b x b kernel per block; a layer whose kernel overflows "
                           "float32 is redone in float64",
