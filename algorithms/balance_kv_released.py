@@ -85,28 +85,41 @@ def _self_gram(X):
 OVERFLOW = ("raise", "float64")
 
 
-def _walk(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, diag_level, overflow="raise"):
+def _walk(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, diag_level, overflow="raise", groups=None):
     """Signs (B, nb, b) of the released walk on blocks Kc (B, nb, b, d), weighted values Wc (B, nb, b, s).
     ``overflow="float64"``: when the kernel overflows a narrower float, the level is evaluated in float64 (the
-    recipe's exact value; the authors' code would carry Inf/NaN into p and set those signs to -1)."""
+    recipe's exact value; the authors' code would carry Inf/NaN into p and set those signs to -1). ``groups``: the
+    rows are independent groups of that many rows (layers of a stacked call, :mod:`.balance_layers`): a group whose
+    kernel overflows is evaluated in float64 on its own, the others in K's dtype, as one call per group would."""
     xp = array_namespace(Kc)
-    try:
-        return _walk_once(Kc, Wc, U, temp=temp, beta=beta, gamma=gamma, kernel_const=kernel_const, center=center,
-                          walk_c=walk_c, diag_level=diag_level)
-    except InputError:
-        if overflow != "float64" or Kc.dtype == xp.float64:
-            raise
+    kw = dict(temp=temp, beta=beta, gamma=gamma, kernel_const=kernel_const, center=center, walk_c=walk_c,
+              diag_level=diag_level)
+    G, Kii, Kc0 = _kernel(Kc, Wc, temp=temp, beta=beta, kernel_const=kernel_const, center=center)
+    finite = _finite_rows(xp, G, Kii)
+    if bool(xp.all(finite)):
+        return _signs(G, Kii, U, **kw)
+    if overflow != "float64" or Kc.dtype == xp.float64:
+        _overflow_error(xp, Kc0, temp, beta)
     f64 = lambda x: xp.astype(x, xp.float64)
-    signs = _walk_once(f64(Kc), f64(Wc), f64(U), temp=temp, beta=beta, gamma=gamma, kernel_const=kernel_const,
-                       center=center, walk_c=walk_c, diag_level=diag_level)
+    B = Kc.shape[0]
+    if groups is not None and B > groups and isinstance(Kc, np.ndarray) and diag_level is None:
+        ok = np.repeat(finite.reshape(-1, groups).all(axis=1), groups)
+        signs = np.empty(U.shape, dtype=Kc.dtype)
+        if ok.any():
+            signs[ok] = _signs(G[ok], Kii[ok], U[ok], **kw)
+        signs[~ok] = _walk_once(f64(Kc[~ok]), f64(Wc[~ok]), f64(U[~ok]), **kw).astype(Kc.dtype)
+        return signs
+    signs = _walk_once(f64(Kc), f64(Wc), f64(U), **kw)
     if diag_level is not None:
         diag_level["evaluated_in"] = f"float64 (the kernel overflows {Kc.dtype})"
     return xp.astype(signs, Kc.dtype)
 
 
-def _walk_once(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, diag_level):
+def _kernel(Kc, Wc, *, temp, beta, kernel_const, center):
+    """The released kernel of each block: G (B, nb, b, b), its diagonal K_ii from the vectors (B, nb, b), and the
+    (centred) keys."""
     xp = array_namespace(Kc)
-    b, d = Kc.shape[-2], Kc.shape[-1]
+    d = Kc.shape[-1]
     if center:
         Kc = Kc - xp.mean(Kc, axis=-2, keepdims=True)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -115,17 +128,41 @@ def _walk_once(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, di
     with np.errstate(over="ignore", invalid="ignore"):    # K_ii, from the vectors
         Kii = xp.exp(temp * xp.sum(Kc * Kc, axis=-1) / math.sqrt(d) - beta) \
             * (xp.sum(Wc * Wc, axis=-1) + (kernel_const + KERNEL_EPS))
-    if not (bool(xp.all(xp.isfinite(G))) and bool(xp.all(xp.isfinite(Kii)))):
-        # the released kernel exp(temp <k~_i, k~_j>/sqrt d - beta) has no normalisation: past float's range its
-        # entries are Inf and inf - inf in the walk's sums is NaN (every sign would silently become -1)
-        big = float(xp.max(xp.sum(Kc * Kc, axis=-1)))
-        raise InputError(f"the released walk's kernel overflows {Kc.dtype}: temp * max ||k - mean||^2 / sqrt(d) - beta"
-                         f" = {temp * big / math.sqrt(d) - beta:.3g} (or the value Gram overflows); rescale K and V, "
-                         f"lower temp, or pass overflow='float64'")
+    return G, Kii, Kc
+
+
+def _finite_rows(xp, G, Kii):
+    """(B,) bool: row b's kernel entries are all finite."""
+    B = G.shape[0]
+    return xp.all(xp.isfinite(xp.reshape(G, (B, -1))), axis=-1) & xp.all(xp.isfinite(xp.reshape(Kii, (B, -1))), axis=-1)
+
+
+def _overflow_error(xp, Kc, temp, beta):
+    # the released kernel exp(temp <k~_i, k~_j>/sqrt d - beta) has no normalisation: past float's range its
+    # entries are Inf and inf - inf in the walk's sums is NaN (every sign would silently become -1)
+    d = Kc.shape[-1]
+    big = float(xp.max(xp.sum(Kc * Kc, axis=-1)))
+    raise InputError(f"the released walk's kernel overflows {Kc.dtype}: temp * max ||k - mean||^2 / sqrt(d) - beta"
+                     f" = {temp * big / math.sqrt(d) - beta:.3g} (or the value Gram overflows); rescale K and V, "
+                     f"lower temp, or pass overflow='float64'")
+
+
+def _walk_once(Kc, Wc, U, *, temp, beta, gamma, kernel_const, center, walk_c, diag_level):
+    xp = array_namespace(Kc)
+    G, Kii, Kc0 = _kernel(Kc, Wc, temp=temp, beta=beta, kernel_const=kernel_const, center=center)
+    if not bool(xp.all(_finite_rows(xp, G, Kii))):
+        _overflow_error(xp, Kc0, temp, beta)
+    return _signs(G, Kii, U, gamma=gamma, walk_c=walk_c, diag_level=diag_level)
+
+
+def _signs(G, Kii, U, *, gamma, walk_c, diag_level, **_):
+    """The sequential walk on finite kernels G (B, nb, b, b), diagonals Kii (B, nb, b) and uniforms U (B, nb, b)."""
+    xp = array_namespace(G)
+    b = G.shape[-1]
     R2 = xp.max(Kii, axis=-1)                                               # (B, nb)
     # released: p = 1/2 - gamma x; the theory's normalisation: p = 1/2 - x / (2 c R^2)
     scale = gamma if walk_c is None else 1.0 / (2.0 * walk_c * R2)
-    s = xp.zeros(tuple(Kc.shape[:-1]), dtype=Kc.dtype, device=_dev(Kc))   # s_i = sum_{j < i} K_ij eta_j
+    s = xp.zeros(tuple(G.shape[:-1]), dtype=G.dtype, device=_dev(G))      # s_i = sum_{j < i} K_ij eta_j
     one = xp.ones_like(s[..., 0])
     cols, ps = [one], []
     s = s + G[..., :, 0] * one[..., None]
@@ -175,7 +212,8 @@ def _cut_weights(signs):
 def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Generator | None = None,
                     uniforms: Callable | None = None, gamma: float = 4.0, temp: float = 1.0, beta: float = 0.0,
                     kernel_const: float = 0.025, center: bool = True, carry_weights: bool = True,
-                    walk_c: float | None = None, diagnostics: list | None = None, overflow: str = "raise"):
+                    walk_c: float | None = None, diagnostics: list | None = None, overflow: str = "raise",
+                    _groups: int | None = None):
     """The released code's T-level selection on K (..., n, d), V (..., n, s) (one row per KV head).
 
     Returns ``(indices, weights)``, both (..., n // 2^T) on K's backend (int64): indices into the n tokens in
@@ -183,7 +221,8 @@ def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Genera
     2s and 1s). ``diagnostics``: a list that receives one dict per level (mean |p - 1/2|, share of clipped
     p, median log10 R^2 with R^2 the block's largest kernel diagonal, gamma or c). ``overflow``: "raise" (an
     InputError when the unnormalised kernel overflows K's float type) or "float64" (that level evaluated in
-    float64, said in its diagnostic as ``evaluated_in``)."""
+    float64, said in its diagnostic as ``evaluated_in``). ``_groups`` (internal, :mod:`.balance_layers`): the
+    rows are layers of that many heads each, each falling back to float64 on its own."""
     _check_kv(K, V)
     b = _check_block(block_size)
     n = K.shape[-2]
@@ -222,7 +261,7 @@ def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Genera
         dl = None if diagnostics is None else {"level": t + 1, "tokens": m}
         signs = _walk(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Vc, (B, nb, b, e)), U, temp=temp, beta=beta,
                       gamma=gamma, kernel_const=kernel_const, center=center, walk_c=walk_c, diag_level=dl,
-                      overflow=overflow)
+                      overflow=overflow, groups=_groups)
         if dl is not None:
             diagnostics.append(dl)
         sg = xp.astype(xp.round(xp.reshape(signs, (B, nb * b))[:, :m]), xp.int64)

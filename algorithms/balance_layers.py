@@ -1,5 +1,6 @@
 """Blockwise BalanceKV's cache (BalanceKV-NeurIPS App. B.1, :func:`kvbounds.algorithms.blockwise_balance_kv.compress_cache`)
-for every layer of a model at once (issue 26: the end-to-end harness's cost; claims BKV.e2e, BKV.vs-uniform).
+and the authors' released walk's (:func:`kvbounds.algorithms.balance_kv_released.compress_cache_released`) for
+every layer of a model at once (issue 26: the end-to-end harness's cost; claims BKV.e2e, BKV.vs-uniform).
 
 One call per layer spends most of its time in the walk's ~b small sequential steps per level, each a few numpy
 operations on a handful of blocks; stacking the layers makes each step act on every layer's blocks at once.
@@ -71,3 +72,47 @@ def compress_cache_layers(K, V, *, sink: int, window: int, levels: int, block_si
                             block_size=block_size, rng=rng, _uniforms=_LayerUniforms(R[l0:l0 + per]), **kw)
              for l0 in range(0, L, per)]
     return np.concatenate([p[0] for p in parts]), np.concatenate([np.broadcast_to(p[1], p[0].shape) for p in parts])
+
+
+def compress_cache_released_layers(K, V, *, sink: int, window: int, levels: int, block_size: int,
+                                   rng: np.random.Generator, **walk):
+    """``compress_cache_released`` of every layer: K (L, ..., n, d), V (L, ..., n, s) numpy, layer first. Returns
+    ``(indices, log_w_num, log_w_den)`` (L, ..., n_kept), equal to stacking ``compress_cache_released(K[l], V[l],
+    ...)`` for l = 0..L-1 called in that order with ``rng``: each layer's uniforms pre-drawn as its own stretch of
+    the stream (:class:`_LayerUniforms`), and a layer whose kernel overflows K's dtype at a level evaluated in
+    float64 on its own (``overflow="float64"``), as its own call would. ``walk``: as compress_cache_released's
+    (not ``uniforms`` or ``diagnostics``)."""
+    from .balance_kv_released import compress_cache_released
+    for name in ("uniforms", "diagnostics"):
+        if name in walk:
+            raise InputError(f"compress_cache_released_layers draws from rng and keeps no diagnostics ({name})")
+    if not (isinstance(K, np.ndarray) and isinstance(V, np.ndarray)):
+        raise InputError(f"compress_cache_released_layers takes numpy arrays (the host path), got {type(K).__name__} "
+                         f"and {type(V).__name__}; call compress_cache_released per layer for other backends")
+    check_array(K, "K", ndim=tuple(range(3, 8)), min_rows=1)
+    check_array(V, "V", ndim=K.ndim)
+    if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
+        raise InputError(f"K and V must agree in all but the last dimension, got {K.shape} and {V.shape}")
+    check_rng(rng)
+    L, H, n = K.shape[0], math.prod(K.shape[1:-2]), K.shape[-2]
+    m = n - check_int(sink, "sink") - check_int(window, "window")
+    b = _check_block(block_size)
+    S = 0
+    for _ in range(check_int(levels, "levels") if m > 0 else 0):   # released_select's (heads, blocks, b) per level
+        S += H * (-(-m // b)) * b
+        m //= 2
+    R = rng.random((L, S))
+    # layers in groups whose first-level kernels (H x blocks x b x b) stay within RELEASED_BYTES: each walk step
+    # reads a column of every block's kernel, which is slower than one layer at a time once it leaves the cache
+    nb0 = -(-(n - sink - window) // b) if n - sink - window > 0 else 1
+    per = max(1, RELEASED_BYTES // max(1, H * nb0 * b * b * K.dtype.itemsize))
+    parts = []
+    for l0 in range(0, L, per):
+        U = _LayerUniforms(R[l0:l0 + per])
+        parts.append(compress_cache_released(K[l0:l0 + per], V[l0:l0 + per], sink=sink, window=window, levels=levels,
+                                             block_size=block_size, uniforms=lambda shape, U=U: U.random(shape).astype(
+                                                 K.dtype), _groups=H, **walk))
+    return tuple(np.concatenate([p[j] for p in parts]) for j in range(3))
+
+
+RELEASED_BYTES = 1 << 23

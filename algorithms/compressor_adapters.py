@@ -268,6 +268,19 @@ def _exact_part(K, V, lo: int, hi: int):
     return CompressedKV(K[..., lo:hi, :], V[..., lo:hi, :], z, xp.asarray(z, copy=True))
 
 
+def _with_exact_ends(K, V, lo: int, hi: int, Kc, Vc, a, b):
+    """``concat_compressed([_exact_part(K, V, 0, lo), CompressedKV(Kc, Vc, a, b), _exact_part(K, V, hi, n)])``
+    with one CompressedKV built (and validated) instead of four: the same arrays, a third of the checks (the
+    equal-memory fit of :func:`kvbounds.e2e.methods._filled` builds a cache per round)."""
+    from .token_selection import CompressedKV
+    xp = array_namespace(K)
+    n = K.shape[-2]
+    z = lambda m: xp.zeros(tuple(K.shape[:-2]) + (m,), dtype=xp.float32, device=_dev(K))
+    return CompressedKV(xp.concat([K[..., :lo, :], Kc, K[..., hi:, :]], axis=-2),
+                        xp.concat([V[..., :lo, :], Vc, V[..., hi:, :]], axis=-2),
+                        xp.concat([z(lo), a, z(n - hi)], axis=-1), xp.concat([z(lo), b, z(n - hi)], axis=-1))
+
+
 def concat_compressed(parts):
     """Concatenate :class:`CompressedKV` pieces along the token axis (the same H and d, one backend; full-width
     only)."""
@@ -382,33 +395,45 @@ class SubGenCompressor:
     def __init__(self, sink: int = 32, window: int = 32, cluster_share: float = 0.5):
         self.sink, self.window, self.cluster_share = sink, window, cluster_share
 
-    def compress(self, K, V, *, budget_floats: int, rng: np.random.Generator):
-        from .kcenter import greedy_k_center
-        from .token_selection import CompressedKV
-        K, V = _check_cache(K, V, self.sink, self.window, budget_floats)
-        check_rng(rng)
+    def sizes(self, n_mid: int, d: int, left: int, budget_floats: int) -> tuple[int, int]:
+        """(k representatives, t samples) for ``left`` floats after the exact sink + window: a representative
+        holds a key and a weight (d + 1 floats), a sample a key, a value and a weight (2d + 1); at least one of
+        each must fit, and together they never exceed what is left (issue 24: at small budgets the max(1, .) of
+        each share overshot, e.g. 192 floats held for a budget of 80)."""
         if isinstance(self.cluster_share, bool) or not 0 < check_real(self.cluster_share, "cluster_share") < 1:
             raise InputError(f"cluster_share must be in (0, 1), got {self.cluster_share!r}")
-        xp, dev = array_namespace(K, V), _dev(K)
-        n, d, left = _split(K, self.sink, self.window, budget_floats)
-        lo, hi = self.sink, n - self.window
-        n_mid = hi - lo
-        # a representative holds a key and a weight (d + 1 floats), a sample a key, a value and a weight (2d + 1):
-        # at least one of each must fit, and together they never exceed what is left (issue 24: at small budgets
-        # the max(1, .) of each share overshot, e.g. 192 floats held for a budget of 80)
         if left < 3 * d + 2:
             raise InputError(f"budget_floats = {budget_floats} leaves {left} floats after the exact sink + window; "
                              f"SubGen needs at least 3 d + 2 = {3 * d + 2} (one representative and one sample), i.e. "
                              f"budget_floats >= {budget_floats - left + 3 * d + 2}")
         k = max(1, min(n_mid, int(left * self.cluster_share) // (d + 1)))
         t = max(1, min(int(left * (1 - self.cluster_share)) // (2 * d + 1), (left - k * (d + 1)) // (2 * d + 1)))
+        return k, t
+
+    def compress(self, K, V, *, budget_floats: int, rng: np.random.Generator, traversal=None):
+        """``traversal``: optional :class:`kvbounds.algorithms.kcenter.FarthestFirst` of exactly these middle keys
+        (numpy ``K[:, sink:n - window]``, the same memory), reused across calls at other budgets (the
+        equal-memory fit); the clusters are those of ``greedy_k_center`` either way."""
+        from .kcenter import greedy_k_center
+        from .token_selection import CompressedKV
+        K, V = _check_cache(K, V, self.sink, self.window, budget_floats)
+        check_rng(rng)
+        xp, dev = array_namespace(K, V), _dev(K)
+        n, d, left = _split(K, self.sink, self.window, budget_floats)
+        lo, hi = self.sink, n - self.window
+        n_mid = hi - lo
+        k, t = self.sizes(n_mid, d, left, budget_floats)
         H = K.shape[0]
         Kc = xp.zeros((H, k + t, d), dtype=xp.float32, device=dev)
         Vc = xp.zeros((H, k + t, V.shape[-1]), dtype=xp.float32, device=dev)
         a = xp.full((H, k + t), -math.inf, dtype=xp.float32, device=dev)
         b = xp.full((H, k + t), -math.inf, dtype=xp.float32, device=dev)
         Km, Vm = K[:, lo:hi], V[:, lo:hi]
-        res = greedy_k_center(Km, k)
+        if traversal is None:
+            res = greedy_k_center(Km, k)
+        else:
+            _check_traversal(traversal, Km)
+            res = traversal.result(k)
         # the clusters of every head at once (one gather, one count); then the value samples head by head
         counts = _cluster_counts(xp.reshape(res.assignment, (H, n_mid)), k)                  # (H, k)
         Kc[:, :k] = xp.take_along_axis(Km, res.centers[..., None], axis=1)
@@ -423,8 +448,17 @@ class SubGenCompressor:
             j = slice(k, k + int(uniq.shape[0]))
             Kc[h, j], Vc[h, j] = xp.take(Km[h], uniq, axis=0), xp.take(Vm[h], uniq, axis=0)
             a[h, j] = xp.astype(xp.log(xp.astype(cnt, xp.float64) / (t * xp.take(p, uniq))), xp.float32)
-        mid = CompressedKV(Kc, Vc, a, b)
-        return concat_compressed([_exact_part(K, V, 0, lo), mid, _exact_part(K, V, hi, n)])
+        return _with_exact_ends(K, V, lo, hi, Kc, Vc, a, b)
+
+
+def _check_traversal(traversal, Km) -> None:
+    from .kcenter import FarthestFirst
+    if not isinstance(traversal, FarthestFirst) or not traversal.is_of(Km):
+        raise InputError("traversal must be a FarthestFirst of this call's middle keys K[:, sink:n - window] "
+                         "(the same numpy memory)")
+
+
+PROJECT_BYTES = 1 << 22
 
 
 class SubspaceCompressor:
@@ -447,22 +481,27 @@ class SubspaceCompressor:
         return r
 
     def compress(self, K, V, *, budget_floats: int, rng: np.random.Generator | None = None):
-        from .token_selection import CompressedKV
         K, V = _check_cache(K, V, self.sink, self.window, budget_floats)
         xp = array_namespace(K, V)
         n, d, left = _split(K, self.sink, self.window, budget_floats)
         lo, hi = self.sink, n - self.window
         r = self.rank_for(hi - lo, d, left)
 
-        def project(X):
+        def project_heads(X):
             X = xp.astype(X, xp.float64)
             _, vec = xp.linalg.eigh(xp.matrix_transpose(X) @ X)                  # ascending eigenvalues
             B = xp.flip(vec, axis=-1)[..., :r]                                   # (H, d, r) top-r right singular vectors
             return xp.astype(X @ B @ xp.matrix_transpose(B), xp.float32)
+
+        def project(X):
+            # numpy: heads in groups of about PROJECT_BYTES of float64 (the same products per head; many layers'
+            # heads at once, issue 26, ran 0.1 GB temporaries through memory at n = 2048)
+            if not isinstance(X, np.ndarray):
+                return project_heads(X)
+            per = max(1, PROJECT_BYTES // max(1, X.shape[-2] * X.shape[-1] * 8))
+            return np.concatenate([project_heads(X[i:i + per]) for i in range(0, X.shape[0], per)])
         z = xp.zeros((K.shape[0], hi - lo), dtype=xp.float32, device=_dev(K))
-        out = concat_compressed([_exact_part(K, V, 0, lo),
-                                 CompressedKV(project(K[:, lo:hi]), project(V[:, lo:hi]), z, xp.asarray(z, copy=True)),
-                                 _exact_part(K, V, hi, n)])
+        out = _with_exact_ends(K, V, lo, hi, project(K[:, lo:hi]), project(V[:, lo:hi]), z, xp.asarray(z, copy=True))
         out.extra_floats, out.rank, out.projected = 2 * r * d * K.shape[0], r, hi - lo
         return out
 

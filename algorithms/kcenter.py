@@ -39,8 +39,9 @@ class KCenterResult:
 
 
 
-TRAVERSE_BYTES = 1 << 20   # numpy traversal: heads per group (measured on 2 AMD EPYC cores: 3 heads x 448 x 64
-#                            float32 ran 1.7x faster per head in groups of 9 than alone, 1984-point heads no faster)
+TRAVERSE_BYTES = 1 << 22   # numpy traversal: heads per group (measured on 2 AMD EPYC cores, 90 heads at 1 thread:
+#                            448 x 64 float32 points, 110 centres, 0.082 s in 1 MiB groups, 0.067 s in 4 MiB, 0.15 s
+#                            all at once; 1984 points, 530 centres: 1.15 s, 1.01 s, 2.6 s)
 _NUMPY_LOOP = True   # numpy input: the in-place traversal (_traverse_numpy); False: the array-API loop (tests)
 
 
@@ -102,25 +103,38 @@ def greedy_k_center(X, k: int, *, start: int = 0) -> KCenterResult:
 
 
 def _traverse_numpy(Xf, sq, k: int, start: int):
-    """The traversal of :func:`greedy_k_center` on numpy (B, n, d), bit for bit the same arithmetic with in-place
-    operations on flat indices (ndarray methods, no dispatch wrappers) and no per-center masks (the array-API loop spends most of its time allocating
-    them): a chosen point's distance is held at -1, so argmax skips it (the array-API loop masks it with -1 the
-    same way), and the radius after j centers is the distance of the next one (max(., 0) once every point is
-    chosen). ||c||^2 is read from ``sq`` (the same float32 reduction of the same row)."""
+    """The traversal of :func:`greedy_k_center` on numpy (B, n, d): :func:`_advance` from the first centre
+    ``start`` of every head to k centres. Returns (centres (B, k), radii (B, k), assignment (B, n))."""
+    B, n, _ = Xf.shape
+    IDX, r2 = np.empty((B, k), dtype=np.int64), np.empty((B, k), dtype=Xf.dtype)
+    mind, assign = np.full((B, n), np.inf, dtype=Xf.dtype), np.zeros((B, n), dtype=np.int64)
+    _advance(Xf, sq, np.full(B, start, dtype=np.int64), mind, assign, IDX, r2, 0, k)
+    return IDX, np.sqrt(np.maximum(r2, 0.0)), assign
+
+
+def _advance(Xf, sq, nxt, mind, assign, IDX, r2, j0: int, k: int):
+    """Steps j0..k-1 of the farthest-first traversal of Xf (B, n, d), in place on its state: ``mind`` (B, n)
+    squared distance to the nearest chosen centre (-1 once chosen), ``assign`` (B, n) that centre's step,
+    ``IDX`` / ``r2`` (B, >= k) centres and squared radii by step; ``nxt`` (B,) the next centre of each head.
+    Returns the next centres after step k-1.
+
+    Bit for bit the arithmetic of the array-API loop of :func:`greedy_k_center`, with in-place operations on
+    flat indices (ndarray methods, no dispatch wrappers) and no per-centre masks (the array-API loop spends most
+    of its time allocating them): a chosen point's distance is held at -1, so argmax skips it (the array-API loop
+    masks it with -1 the same way), and the radius after j centres is the distance of the next one (max(., 0)
+    once every point is chosen). ||c||^2 is read from ``sq`` (the same float32 reduction of the same row). A
+    head's steps do not depend on the other heads of the call (matmul is one product per head), so the state
+    may be split by heads between calls."""
     B, n, d = Xf.shape
     base = np.arange(B, dtype=np.int64) * n
     flat = Xf.reshape(B * n, d)
-    sq_flat = np.ascontiguousarray(sq).reshape(-1)
-    IDX = np.empty((B, k), dtype=np.int64)
-    r2 = np.empty((B, k), dtype=Xf.dtype)
-    mind = np.full((B, n), np.inf, dtype=Xf.dtype)
-    assign = np.zeros((B, n), dtype=np.int64)
+    sq_flat = sq.reshape(-1)
     mind_flat, assign_flat = mind.reshape(-1), assign.reshape(-1)
     d2 = np.empty((B, n, 1), dtype=Xf.dtype)
     d2v = d2[..., 0]
     closer = np.empty((B, n), dtype=bool)
-    idx = base + start
-    for j in range(k):
+    idx = nxt + base
+    for j in range(j0, k):
         IDX[:, j] = idx
         np.matmul(Xf, flat.take(idx, axis=0)[:, :, None], out=d2)
         d2v *= -2.0
@@ -134,7 +148,111 @@ def _traverse_numpy(Xf, sq, k: int, start: int):
         assign_flat.put(idx, j)
         idx = mind.argmax(axis=-1) + base                                    # farthest point not yet chosen
         r2[:, j] = mind_flat.take(idx)
-    return IDX - base[:, None], np.sqrt(np.maximum(r2, 0.0)), assign
+    IDX[:, j0:k] -= base[:, None]
+    return idx - base
+
+
+class FarthestFirst:
+    """A resumable greedy k-center traversal (:func:`greedy_k_center`'s numpy loop) of numpy keys X (H, n, d),
+    or of a stack of layers (L, H, n, d) whose layers are then split (:meth:`layers`): SubGen's equal-memory fit
+    (:func:`kvbounds.e2e.methods._filled`) asks the same keys for 490, 513, 509, 510 centres in turn; the
+    traversal's first k centres, radii and assignment do not depend on how many follow, so one traversal answers
+    every k, continuing from the nearest earlier state (checkpoints at each k asked) instead of starting again.
+
+    :meth:`result` (k) is bit for bit ``greedy_k_center(X, k)`` (tests/test_kcenter.py): each layer is scaled by
+    its own power of two, as a call per layer would scale it, and the steps are :func:`_advance`'s. Claims SG.e2e
+    (SubGen's clusters at equal memory)."""
+
+    def __init__(self, X, *, start: int = 0):
+        if type(X) is not np.ndarray:
+            raise InputError(f"X must be a numpy array (FarthestFirst is the host loop), got {type(X).__name__}")
+        check_array(X, "X", ndim=(3, 4), min_rows=1)
+        n = X.shape[-2]
+        if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or not 0 <= start < n:
+            raise InputError(f"start must be an index in [0, {n}), got {start!r}")
+        self.X, self.start = X, int(start)
+        stack = X if X.ndim == 4 else X[None]
+        self.exps = [_pow2_exponent(np, x) for x in stack]
+        self.Xf = np.stack([_mul_pow2(x, -e) for x, e in zip(stack, self.exps)])     # (L, H, n, d) as per layer
+        self.sq = np.sum(self.Xf * self.Xf, axis=-1)
+        L, H = self.Xf.shape[:2]
+        self.j = 0
+        self.IDX, self.r2 = np.empty((L, H, 0), dtype=np.int64), np.empty((L, H, 0), dtype=self.Xf.dtype)
+        self._state = (np.full((L, H), self.start, dtype=np.int64), np.full((L, H, n), np.inf, dtype=self.Xf.dtype),
+                       np.zeros((L, H, n), dtype=np.int64))
+        self._checkpoints = {0: self._copy(self._state)}
+
+    def is_of(self, X) -> bool:
+        """True when this traversal was built on exactly ``X`` (H, n, d): the same numpy memory, shape and strides
+        (a layer of a stack: that layer's slice)."""
+        Y = self.X
+        return (type(X) is np.ndarray and Y.ndim == 3 and X.shape == Y.shape and X.strides == Y.strides
+                and X.__array_interface__["data"][0] == Y.__array_interface__["data"][0])
+
+    @staticmethod
+    def _copy(state):
+        return tuple(a.copy() for a in state)
+
+    def _run(self, state, j0: int, k: int) -> None:
+        """Steps j0..k-1 on ``state`` in place, heads in groups of about TRAVERSE_BYTES (as greedy_k_center)."""
+        L, H, n, d = self.Xf.shape
+        Xf, sq, IDX, r2 = (a.reshape((L * H,) + a.shape[2:]) for a in (self.Xf, self.sq, self.IDX, self.r2))
+        nxt, mind, assign = (a.reshape((L * H,) + a.shape[2:]) for a in state)
+        per = max(1, TRAVERSE_BYTES // max(1, n * d * Xf.dtype.itemsize))
+        for i in range(0, L * H, per):
+            g = slice(i, i + per)
+            nxt[g] = _advance(Xf[g], sq[g], nxt[g], mind[g], assign[g], IDX[g], r2[g], j0, k)
+
+    def advance(self, k: int) -> None:
+        """Run the traversal on to ``k`` centres (nothing when it has them)."""
+        k = _check_k(k, self.Xf.shape[-2])
+        if k <= self.j:
+            return
+        if k > self.IDX.shape[-1]:
+            grow = lambda a: np.concatenate([a, np.empty(a.shape[:2] + (k - a.shape[-1],), a.dtype)], axis=-1)
+            self.IDX, self.r2 = grow(self.IDX), grow(self.r2)
+        self._run(self._state, self.j, k)
+        self.j = k
+
+    def layers(self) -> list["FarthestFirst"]:
+        """One traversal per layer of a (L, H, n, d) stack, each continuing from this one's state (copies)."""
+        out = []
+        for l in range(self.Xf.shape[0]):
+            f = object.__new__(FarthestFirst)
+            f.X, f.start, f.exps, f.j = self.X[l] if self.X.ndim == 4 else self.X, self.start, [self.exps[l]], self.j
+            f.Xf, f.sq = self.Xf[l:l + 1], self.sq[l:l + 1]
+            f.IDX, f.r2 = self.IDX[l:l + 1].copy(), self.r2[l:l + 1].copy()
+            f._state = tuple(a[l:l + 1].copy() for a in self._state)
+            f._checkpoints = {j: tuple(a[l:l + 1].copy() for a in s) for j, s in self._checkpoints.items()}
+            f._checkpoints.setdefault(f.j, f._copy(f._state))
+            out.append(f)
+        return out
+
+    def result(self, k: int) -> KCenterResult:
+        """``greedy_k_center(X, k)`` of every layer (a (L, H, ...) stack, or (H, ...) for (H, n, d) input)."""
+        k = _check_k(k, self.Xf.shape[-2])
+        self.advance(k)
+        if k == self.j:
+            assign = self._state[2]
+        else:                                   # replay from the last checkpoint at or before k on a copy
+            j0 = max(j for j in self._checkpoints if j <= k)
+            state = self._copy(self._checkpoints[j0])
+            IDX, r2 = self.IDX, self.r2
+            self.IDX, self.r2 = IDX[..., :k].copy(), r2[..., :k].copy()    # rewritten with the same values
+            try:
+                self._run(state, j0, k)
+            finally:
+                self.IDX, self.r2 = IDX, r2
+            assign = state[2]
+        self._checkpoints.setdefault(k, self._copy(self._state) if k == self.j else state)
+        r = np.sqrt(np.maximum(self.r2[..., :k], 0.0))
+        L, H = self.Xf.shape[:2]
+        parts = [_result(self.IDX[l, :, :k].copy(), r[l], assign[l].copy(), self.exps[l], (H,), np)
+                 for l in range(L)]
+        if self.X.ndim == 3:
+            return parts[0]
+        return KCenterResult(*(np.stack([getattr(p, f) for p in parts]) for f in ("centers", "radii", "assignment",
+                                                                                   "exhausted")))
 
 
 def _result(C, r, assign, e: int, lead: tuple, xp) -> KCenterResult:
@@ -224,11 +342,12 @@ def _stream_cluster_counts_device(xp, X, delta: float, reps) -> np.ndarray:
     return to_numpy(counts).astype(np.int64)
 
 
-def recent_plus_centers(K, *, window: int, k: int, start: str = "first") -> tuple[Any, Any]:
+def recent_plus_centers(K, *, window: int, k: int, start: str = "first", traversal=None) -> tuple[Any, Any]:
     """The practical variant (ClusterGen Sec. 4.1): the last ``window`` tokens plus ``k`` greedy k-center centers
     of the keys before them. Returns ``(indices, cluster_sizes)`` of shape (..., k + window) on K's
     backend: indices sorted ascending, and for each kept token the number of tokens it represents
-    (its cluster's size for a center, 1 for a window token)."""
+    (its cluster's size for a center, 1 for a window token). ``traversal``: optional :class:`FarthestFirst` of
+    exactly ``K[..., :n - window, :]`` (numpy, start "first"), shared by calls at several k (the same result)."""
     check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1)
     xp = array_namespace(K)
     n = K.shape[-2]
@@ -248,7 +367,14 @@ def recent_plus_centers(K, *, window: int, k: int, start: str = "first") -> tupl
     ones = xp.ones(lead + (int(window),), dtype=K.dtype, device=dev)
     if k == 0:
         return xp.asarray(tail, copy=True), ones
-    res = greedy_k_center(K[..., :rest, :], k, start=0 if start == "first" else rest - 1)
+    if traversal is None:
+        res = greedy_k_center(K[..., :rest, :], k, start=0 if start == "first" else rest - 1)
+    elif not isinstance(traversal, FarthestFirst) or not traversal.is_of(K[..., :rest, :]) or start != "first" \
+            or traversal.start != 0:
+        raise InputError("traversal must be a FarthestFirst of K[..., :n - window, :] (the same numpy memory), "
+                         "started at the first token (start='first')")
+    else:
+        res = traversal.result(k)
     lab = to_numpy(res.assignment).reshape(-1, rest)
     B = lab.shape[0]
     counts = np.bincount((lab + (np.arange(B) * k)[:, None]).ravel(), minlength=B * k).reshape(lead + (k,))

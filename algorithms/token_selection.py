@@ -370,6 +370,8 @@ class Uniform(TokenSelector):
 class KCenter(TokenSelector):
     window: int = 0
     weights: str = "none"           # "none" (what SubGen/ClusterGen keep) | "cluster_size"
+    # optional kcenter.FarthestFirst of K[..., :n - window, :], shared by calls at several budgets (the same result)
+    traversal: Any = dataclasses.field(default=None, repr=False, compare=False)
     name = "kcenter"
 
     def __post_init__(self):
@@ -382,7 +384,7 @@ class KCenter(TokenSelector):
         if window >= budget:
             raise InputError(f"window = {window} leaves no center in budget {budget}")
         xp = array_namespace(K)
-        idx, sizes = recent_plus_centers(K, window=window, k=budget - window)
+        idx, sizes = recent_plus_centers(K, window=window, k=budget - window, traversal=self.traversal)
         lw = xp.log(sizes) if self.weights == "cluster_size" else xp.zeros(sizes.shape, dtype=K.dtype, device=_dev(K))
         return idx, lw
 

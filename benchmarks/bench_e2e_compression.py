@@ -36,6 +36,30 @@ from _harness import fmt_ratio, load, meta, paired, target, threads, write  # no
 TARGET = 0.05
 SINK = WINDOW = 32
 LEVELS = 2
+# Where the time goes when a method misses the target (profiled at 1 thread, n = 512 and 2048; issue 26). Printed and
+# written beside a target that is NOT met.
+SHORTFALL = {
+    "kcenter": "greedy k-center is k sequential farthest-point steps (k ~ 490 at n = 2048), each reading every point of "
+               "every layer and head (90 x 1984 x 64 float32 = 45 MB): ~22 GB of memory traffic at 1 thread, ~1.0 s "
+               "of the exact float32 traversal; skipping clusters the triangle inequality rules out is the next step",
+    "kcenter_sized": "as kcenter, plus its equal-memory fit: 2-5 caches built per layer (the rounds share one "
+                     "traversal per layer, kcenter.FarthestFirst)",
+    "subgen": "its equal-memory fit builds 3-5 caches per layer (held floats depend on the l2 draws' repeats): the "
+              "rounds share one k-center traversal per layer (kcenter.FarthestFirst), but each still draws, "
+              "de-duplicates and validates a cache (~3 ms per round and layer at n = 512), the rounds that lengthen "
+              "the window start new traversals, and at n = 2048 the traversal itself costs what kcenter's does",
+    "subspace": "two float64 64 x 64 eigendecompositions per head: 180 LAPACK syevd calls, ~0.4 ms each at 1 thread "
+                "(0.07 s), plus the float64 Grams and projections of every head (~0.07 s at n = 512)",
+    "balancekv": "at the line (0.042-0.052 over runs on a loaded machine): the stacked walk's sequential steps per "
+                 "level and the Gram panels of every layer's blocks (issue 26's earlier stacking; unchanged here)",
+    "balancekv_released": "the released walk's b = 64 sequential steps per level (a Python-level loop over every "
+                          "layer's blocks at once) and its full b x b kernel per block; a layer whose kernel overflows "
+                          "float32 is redone in float64",
+    "h2o": "H2O needs every prompt query's causal attention weights per layer: it recomputes the query projection "
+           "(n x 576 x 576) and the n x n softmax of 9 query heads in every layer, a sizeable share of the prefill's "
+           "own work; capturing the queries' attention column sums during the prefill (kvbounds/e2e/harness.py) "
+           "would remove it",
+}
 
 
 def bench(lm, n: int, reps: int, clock: str) -> dict:
@@ -77,8 +101,15 @@ def report(r: dict, nthreads: int) -> list:
     for row in r["rows"]:
         print(f"  {row['method']:<28} {row['seconds']:8.4f} {fmt_ratio(row['ratio']):>24} {row['wall_seconds']:8.4f} "
               f"{fmt_ratio(row['wall_ratio']):>24}")
-    return [target(f"{row['method']} compress / prefill, n = {r['n']}, {nthreads} thread(s)", row["ratio"]["median"],
-                   "<=", TARGET, row["ratio"]) for row in r["rows"] if row["source"] == "kvbounds"]
+    out = []
+    for row in r["rows"]:
+        if row["source"] != "kvbounds":
+            continue
+        met = row["ratio"]["median"] <= TARGET
+        out.append(target(f"{row['method']} compress / prefill, n = {r['n']}, {nthreads} thread(s)",
+                          row["ratio"]["median"], "<=", TARGET, row["ratio"],
+                          note="" if met else SHORTFALL.get(row["method"], "")))
+    return out
 
 
 def main(argv=None) -> int:

@@ -187,9 +187,17 @@ def _check_kcenter(out, X, k, start=0):
     return None
 
 
+def _check_farthest_first(out, X, k, start, **kw):
+    ref = kc.greedy_k_center(X, k, start=start)
+    same = all(np.array_equal(getattr(out, f), getattr(ref, f)) for f in ("centers", "radii", "assignment", "exhausted"))
+    return None if same else "differs from greedy_k_center"
+
+
 KCENTER = [
     Entry("greedy_k_center", _X, dict(k=3, start=0), lambda X, k, start: kc.greedy_k_center(X, k, start=start),
           _check_kcenter),
+    Entry("FarthestFirst", lambda r, c: dict(X=_X(r, c)["X"][None]), dict(k=3, start=0),
+          lambda X, k, start: kc.FarthestFirst(X, start=start).result(k), _check_farthest_first, torch_ok=False),
     Entry("covering_radius_curve", _X, dict(k_max=3), lambda X, k_max: kc.covering_radius_curve(X, k_max)),
     Entry("normalized_radius", _X, dict(k=2), lambda X, k: kc.normalized_radius(X, k)),
     Entry("stream_cluster_counts", _X, dict(delta=0.5), lambda X, delta: kc.stream_cluster_counts(X, delta)),

@@ -11,7 +11,7 @@ import numpy as np
 from fuzz_harness import RNG, Entry, as_numpy, eps_of, make_array
 
 from kvbounds.algorithms import block_walk as bw
-from kvbounds.algorithms.balance_layers import compress_cache_layers
+from kvbounds.algorithms.balance_layers import compress_cache_layers, compress_cache_released_layers
 from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select
 from kvbounds.gpu import backend as be
@@ -155,6 +155,8 @@ WALKS = [
           lambda out, **kw: None if np.all(np.abs(np.asarray(as_numpy(out[0]))) == 1) else "signs not +-1"),
     Entry("compress_cache_layers", _layers_arrays, dict(sink=1, window=1, levels=1, block_size=4, rng=RNG),
           lambda K, V, **kw: compress_cache_layers(K, V, **kw), _check_layers, torch_ok=False),
+    Entry("compress_cache_released_layers", _layers_arrays, dict(sink=1, window=1, levels=1, block_size=4, rng=RNG),
+          lambda K, V, **kw: compress_cache_released_layers(K, V, **kw)[:2], _check_layers, torch_ok=False),
     Entry("batched_select", _batched_arrays, dict(block_size=4, levels=1, rngs=RNGS, delta=0.01, c=None,
                                                   method="exact"), _batched_call, _check_batched),
     Entry("batched_select[block >> n]", _batched_arrays, dict(block_size=2 ** 16, levels=2, rngs=RNGS, delta=0.01,

@@ -35,3 +35,30 @@ def test_layers_bad_input():
                               method="uniform")
     with pytest.raises(InputError, match="rng"):
         compress_cache_layers(K, K, sink=0, window=0, levels=1, block_size=8, rng=0)
+
+
+@pytest.mark.parametrize("L,H,n,d,sink,window,levels,block,big", [
+    (4, 3, 200, 8, 4, 4, 2, 64, None),      # partial last block
+    (3, 2, 130, 6, 0, 3, 3, 32, 1),         # layer 1's kernel overflows float32: that layer alone in float64
+    (2, 1, 40, 4, 2, 2, 0, 16, None),       # no level
+])
+def test_released_layers_equal_one_call_per_layer(L, H, n, d, sink, window, levels, block, big):
+    from kvbounds.algorithms.balance_kv_released import compress_cache_released
+    from kvbounds.algorithms.balance_layers import compress_cache_released_layers
+    rng = np.random.default_rng(L * 1000 + n)
+    K = rng.standard_normal((L, H, n, d)).astype(np.float32) * 2
+    V = rng.standard_normal((L, H, n, d + 1)).astype(np.float32)
+    if big is not None:
+        K[big] *= 4.0
+    r1, r2 = np.random.default_rng(7), np.random.default_rng(7)
+    ref = [compress_cache_released(K[l], V[l], sink=sink, window=window, levels=levels, block_size=block, rng=r1,
+                                   overflow="float64") for l in range(L)]
+    got = compress_cache_released_layers(K, V, sink=sink, window=window, levels=levels, block_size=block, rng=r2,
+                                         overflow="float64")
+    for j in range(3):
+        assert np.array_equal(got[j], np.stack([r[j] for r in ref])), j
+    assert r1.random() == r2.random()
+    if big is not None:
+        with pytest.raises(InputError, match="overflows"):
+            compress_cache_released_layers(K, V, sink=sink, window=window, levels=levels, block_size=block,
+                                           rng=np.random.default_rng(7))

@@ -131,6 +131,9 @@ NOT_ENTRY_POINTS = {
     "make_press", "lowrank_perplexity", "window_rows", "slice_prefill", "score_tails", "batch_layers",
     # e2e: a function of per-window floats (no model; tests/test_sub_lowrank_e2e.py)
     "window_effects",
+    "make_press", "lowrank_perplexity",
+    # e2e: compress_all's stacked host path on a prefill (tests/test_e2e_layers.py: equal to layer by layer)
+    "compress_stacked",
     # e2e: functions of Record lists and claim tables (no arrays; tests/test_e2e_controls.py, test_e2e.py)
     "hf_missing", "claim_trials", "profile_grid", "units", "paired_compare", "controls", "setup_line",
     "skipped_notes", "compare", "reproduction_verdict", "leaderboard_rows", "timing_rows",

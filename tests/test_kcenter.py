@@ -164,3 +164,50 @@ def test_numpy_traversal_is_the_array_api_loop_bit_for_bit(monkeypatch, dtype):
         monkeypatch.setattr(kcenter, "_NUMPY_LOOP", True)
         for f in ("centers", "radii", "assignment", "exhausted"):
             assert np.array_equal(getattr(fast, f), getattr(ref, f)), (trial, f)
+
+
+def test_farthest_first_answers_every_k_as_greedy_k_center(monkeypatch):
+    """FarthestFirst (issue 26: SubGen's equal-memory fit asks one layer for several k) gives greedy_k_center's
+    result for every k, in any order, for a (L, H, n, d) stack split into layers (each layer scaled on its own) and
+    for (H, n, d); ties and duplicates included."""
+    from kvbounds.algorithms import kcenter
+    rng = np.random.default_rng(261)
+    for trial in range(6):
+        L, H, n, d = 3, int(rng.integers(1, 4)), int(rng.integers(8, 70)), int(rng.integers(1, 9))
+        X = rng.standard_normal((L, H, n, d)).astype(np.float32) * np.float32([1e-3, 1.0, 7e2])[:, None, None, None]
+        if trial % 2:
+            X[:, :, n // 2:] = np.round(X[:, :, :n - n // 2])
+        monkeypatch.setattr(kcenter, "TRAVERSE_BYTES", [1, 1 << 20][trial % 2])
+        start = int(rng.integers(n))
+        ff = kcenter.FarthestFirst(X, start=start)
+        k0 = int(rng.integers(1, n + 1))
+        whole = ff.result(k0)
+        layers = ff.layers()
+        for l in range(L):
+            ref = greedy_k_center(X[l], k0, start=start)
+            for f in ("centers", "radii", "assignment", "exhausted"):
+                assert np.array_equal(getattr(whole, f)[l], getattr(ref, f)), (trial, l, f)
+            for k in rng.integers(1, n + 1, size=5).tolist() + [k0, n]:
+                got, ref = layers[l].result(int(k)), greedy_k_center(X[l], int(k), start=start)
+                for f in ("centers", "radii", "assignment", "exhausted"):
+                    assert np.array_equal(getattr(got, f), getattr(ref, f)), (trial, l, k, f)
+        one = kcenter.FarthestFirst(X[0])
+        assert np.array_equal(one.result(3).centers, greedy_k_center(X[0], 3).centers)
+    with pytest.raises(InputError, match="numpy"):
+        kcenter.FarthestFirst([[1.0]])
+    with pytest.raises(InputError, match="exceeds"):
+        kcenter.FarthestFirst(X).result(n + 1)
+
+
+def test_subgen_refuses_a_traversal_of_other_keys():
+    from kvbounds.algorithms.compressor_adapters import SubGenCompressor
+    from kvbounds.algorithms.kcenter import FarthestFirst
+    rng = np.random.default_rng(0)
+    K, V = rng.standard_normal((2, 2, 80, 8)).astype(np.float32)
+    c = SubGenCompressor(sink=4, window=4)
+    with pytest.raises(InputError, match="traversal"):
+        c.compress(K, V, budget_floats=900, rng=np.random.default_rng(1), traversal=FarthestFirst(K.copy()[:, 4:76]))
+    got = c.compress(K, V, budget_floats=900, rng=np.random.default_rng(1), traversal=FarthestFirst(K[:, 4:76]))
+    ref = c.compress(K, V, budget_floats=900, rng=np.random.default_rng(1))
+    for f in ("keys", "values", "log_w_num", "log_w_den"):
+        assert np.array_equal(getattr(got, f), getattr(ref, f))

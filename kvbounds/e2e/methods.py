@@ -32,7 +32,6 @@ import numpy as np
 
 from kvbounds.algorithms import compressor_adapters as ca
 from kvbounds.algorithms import token_selection as ts
-from kvbounds.algorithms.balance_layers import compress_cache_layers
 from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.algorithms.validation import InputError, check_int, check_rng
 from kvbounds.gpu.backend import array_namespace
@@ -196,29 +195,40 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
     raise InputError(f"unknown method {method!r}; ours: {', '.join(OURS + CONTROLS)}; kvpress: {', '.join(KVPRESS)}")
 
 
-def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int) -> ts.CompressedKV:
+_SUBSPACE_PROBE = True   # False: subspace's rounds on every head (the code before issue 26; tests compare the two)
+
+
+def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int, traversal=None) -> ts.CompressedKV:
     """SubGen / subspace / k-center with cluster sizes at equal memory. k-center's clusters of size 1 need no
     weight, so it holds less than counted: it gets more centres the same way as SubGen. SubGen's l2 draws repeat tokens, so it holds less than the floats it is
     given: it is given more (its nominal budget raised by the shortfall over its efficiency, the same seed each
     round, at most 6 rounds; when the draws saturate, exact recent tokens as below). A subspace rank costs 2 (n_mid + d) floats at once: the floats left over go to exact
-    recent tokens (a longer last window). Either way the largest cache that fits ``floats`` is kept."""
+    recent tokens (a longer last window). Either way the largest cache that fits ``floats`` is kept. ``traversal``
+    (numpy): the greedy k-center traversal (:class:`~kvbounds.algorithms.kcenter.FarthestFirst`) of SubGen's middle
+    or of k-center's keys before its window, shared by the rounds that keep the window (the same clusters as a new
+    traversal per round). Subspace's held
+    floats per head depend only on n, d and the rank (not on the data): its rounds run on the first head and the
+    cache is built once, for every head, at the round kept."""
     d, H = K.shape[-1], K.shape[0]
     seed = int(rng.integers(2**63))
-    best = [0.0, None, floats]               # held floats per head, cache, nominal budget
+    best = [0.0, None, floats, 0]            # held floats per head, cache, nominal budget, extra window
+    probe = method == "subspace" and _SUBSPACE_PROBE
+    Kr, Vr, Hr = (K[:1], V[:1], 1) if probe else (K, V, H)
 
     def run(nominal: int, extra: int) -> float:
+        K, V = Kr, Vr
         if method == "subgen":
-            c = ca.SubGenCompressor(sink=sink, window=window + extra).compress(K, V, budget_floats=nominal,
-                                                                               rng=np.random.default_rng(seed))
+            c = ca.SubGenCompressor(sink=sink, window=window + extra).compress(
+                K, V, budget_floats=nominal, rng=np.random.default_rng(seed), traversal=None if extra else traversal)
         elif method == "kcenter_sized":
             # the last window's weights are 0 (no float), a centre's log-size one float unless its cluster is 1
-            c = ts.KCenter(window=window, weights="cluster_size").compress(
+            c = ts.KCenter(window=window, weights="cluster_size", traversal=traversal).compress(
                 K, V, budget=min(K.shape[-2], window + (nominal - window * 2 * d) // (2 * d + 1)))
         else:
             c = ca.SubspaceCompressor(sink=sink, window=window + extra).compress(K, V, budget_floats=nominal)
-        held = ts.memory_floats(c) / H
+        held = ts.memory_floats(c) / Hr
         if best[0] < held <= floats:
-            best[:] = [held, c, nominal]
+            best[:] = [held, c, nominal, extra]
         return held
 
     done = lambda: best[0] >= (1 - MEMORY_TOLERANCE / 2) * floats
@@ -245,6 +255,8 @@ def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int) -> t
         run(best[2] + (short * 2 * d if method == "subgen" else 0), extra)
     if best[1] is None:
         raise InputError(f"{method} holds more than the budget of {floats} floats per head")
+    if probe:
+        return ca.SubspaceCompressor(sink=sink, window=window + best[3]).compress(K, V, budget_floats=best[2])
     return best[1]
 
 
@@ -258,32 +270,6 @@ def compress_layer(method: str, K, V, budget: float, rng: np.random.Generator, *
         raise InputError(f"budget must be a number in (0, 1] (a fraction of the layer's floats), got {budget!r}")
     floats = int(math.floor(budget * K.shape[-2] * 2 * K.shape[-1]))
     return compress_ours(method, K, V, floats, rng, sink=sink, window=window)
-
-
-def _balancekv_layers(state, floats: int, rng, *, sink: int, window: int, block_size: int = 64):
-    """compress_ours("balancekv") of every layer on the host, the layers' walks stacked
-    (:func:`kvbounds.algorithms.balance_layers.compress_cache_layers`: the same indices as one call per layer)."""
-    K = np.stack([X[0].float().cpu().numpy() for X in state.keys])
-    V = np.stack([X[0].float().cpu().numpy() for X in state.values])
-    T, win = balance_layout(state.n, K.shape[-1], sink, window, floats)
-    idx, lw = compress_cache_layers(K, V, sink=sink, window=win, levels=T, block_size=block_size, rng=rng)
-    return [ts.gather_selection(K[l], V[l], idx[l], lw[l]) for l in range(K.shape[0])]
-
-
-# Methods whose heads are independent and draw nothing: every layer's heads in one call give each layer the tokens
-# and weights of its own call. SubGen, subspace and k-center with cluster sizes are fitted to the budget layer by
-# layer (:func:`_filled`), so they stay per layer.
-LAYERS_AS_HEADS = ("kcenter",)
-
-
-def _layers_as_heads(method: str, state, floats: int, rng, *, sink: int, window: int) -> list[ts.CompressedKV]:
-    """compress_ours of every layer on the host in one call on the (layers x heads, n, d) stack, split back."""
-    K, V = (np.concatenate([X[0].float().cpu().numpy() for X in xs]) for xs in (state.keys, state.values))
-    L = len(state.keys)
-    H = K.shape[0] // L
-    c = compress_ours(method, K, V, floats, rng, sink=sink, window=window)
-    return [ts.CompressedKV(*(x[l * H:(l + 1) * H] for x in (c.keys, c.values, c.log_w_num, c.log_w_den)),
-                            extra_floats=c.extra_floats // L, rank=c.rank, projected=c.projected) for l in range(L)]
 
 
 def make_press(method: str, budget: float, seed: int, ratio: float | None = None):
@@ -404,10 +390,11 @@ def compress_all(method: str, lm, state, budget: float, rng: np.random.Generator
         return compress_kvpress(method, lm, state, budget, seed, keep_on_device=where == "device")
     d = state.keys[0].shape[-1]
     floats = int(math.floor(budget * state.n * 2 * d))
-    if path == "host" and method == "balancekv":   # every layer in one walk: the same tokens as layer by layer
-        return _balancekv_layers(state, floats, rng, sink=sink, window=window)
-    if path == "host" and method in LAYERS_AS_HEADS:
-        return _layers_as_heads(method, state, floats, rng, sink=sink, window=window)
+    if path == "host":          # every layer at once where that gives each layer its own call's cache
+        from .layer_stacks import compress_stacked
+        out = compress_stacked(method, state, floats, rng, sink=sink, window=window, block_size=block_size)
+        if out is not None:
+            return out
     if path == "device":
         layer = lambda X: X[0].float()
     else:

@@ -1,0 +1,107 @@
+"""The end-to-end harness's host path with every layer in one call (issue 26: compression cheap next to the
+prefill; claims BKV.e2e, SG.e2e). Each function returns exactly what :func:`kvbounds.e2e.methods.compress_ours`
+gives one layer at a time, in layer order, with the same ``rng`` (tests/test_e2e_layers.py): BalanceKV's and the
+released walk's levels stacked over layers (:mod:`kvbounds.algorithms.balance_layers`), SubGen's greedy k-center
+traversal run once for every layer and shared by the rounds of its equal-memory fit, k-center and subspace on the
+(layers x heads) stack.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kvbounds.algorithms import compressor_adapters as ca
+from kvbounds.algorithms import token_selection as ts
+from kvbounds.algorithms.balance_layers import compress_cache_layers
+from kvbounds.algorithms.validation import check_rng
+
+from .methods import _check_kv, _check_sizes, _filled, balance_layout, compress_ours
+
+
+def compress_stacked(method: str, state, floats: int, rng, *, sink: int, window: int, block_size: int = 64):
+    """Every layer of ``state`` compressed by ``method`` on the host in one stacked call, or None when the method
+    has no stacked form (the caller then goes layer by layer)."""
+    if method == "balancekv":
+        return _balancekv_layers(state, floats, rng, sink=sink, window=window, block_size=block_size)
+    if method == "balancekv_released" and ca.released_balancekv() is not None:
+        return _released_layers(state, floats, rng, sink=sink, window=window, block_size=block_size)
+    if method in ("subgen", "kcenter_sized"):
+        return _traversal_layers(method, state, floats, rng, sink=sink, window=window)
+    if method in LAYERS_AS_HEADS:
+        return _layers_as_heads(method, state, floats, rng, sink=sink, window=window)
+    return None
+
+
+def _balancekv_layers(state, floats: int, rng, *, sink: int, window: int, block_size: int = 64):
+    """compress_ours("balancekv") of every layer on the host, the layers' walks stacked
+    (:func:`kvbounds.algorithms.balance_layers.compress_cache_layers`: the same indices as one call per layer)."""
+    K = np.stack([X[0].float().cpu().numpy() for X in state.keys])
+    V = np.stack([X[0].float().cpu().numpy() for X in state.values])
+    T, win = balance_layout(state.n, K.shape[-1], sink, window, floats)
+    idx, lw = compress_cache_layers(K, V, sink=sink, window=win, levels=T, block_size=block_size, rng=rng)
+    return [ts.gather_selection(K[l], V[l], idx[l], lw[l]) for l in range(K.shape[0])]
+
+
+def _released_layers(state, floats: int, rng, *, sink: int, window: int, block_size: int = 64):
+    """compress_ours("balancekv_released") of every layer on the host, the layers' walks stacked
+    (:func:`kvbounds.algorithms.balance_layers.compress_cache_released_layers`: the same caches as one call per
+    layer, a layer whose kernel overflows float32 evaluated in float64 on its own)."""
+    from kvbounds.algorithms.balance_layers import compress_cache_released_layers
+    K = np.stack([X[0].float().cpu().numpy() for X in state.keys])
+    V = np.stack([X[0].float().cpu().numpy() for X in state.values])
+    T, win = balance_layout(state.n, K.shape[-1], sink, window, floats, per_token_weights=1)
+    idx, a, b = compress_cache_released_layers(K, V, sink=sink, window=win, levels=T, block_size=block_size, rng=rng,
+                                               overflow="float64")
+    out = []
+    for l in range(K.shape[0]):
+        c = ts.gather_selection(K[l], V[l], idx[l], a[l])
+        c.log_w_den = np.array(np.broadcast_to(np.asarray(b[l], np.float32), c.log_w_num.shape))
+        out.append(c)
+    return out
+
+
+def _traversal_layers(method: str, state, floats: int, rng, *, sink: int, window: int) -> list[ts.CompressedKV]:
+    """compress_ours("subgen" / "kcenter_sized") of every layer on the host, in layer order (the same draws), with
+    one greedy k-center traversal of all layers' keys (:class:`~kvbounds.algorithms.kcenter.FarthestFirst`: SubGen's
+    middle, k-center's tokens before its window) run to the first round's k for every layer at once and then
+    continued per layer by the rounds of :func:`_filled`."""
+    from kvbounds.algorithms.kcenter import FarthestFirst
+    K = np.stack([X[0].float().cpu().numpy() for X in state.keys])
+    V = np.stack([X[0].float().cpu().numpy() for X in state.values])
+    _check_kv(K[0], V[0])
+    _check_sizes(floats=floats, sink=sink, window=window)
+    check_rng(rng)
+    n, d = K.shape[-2], K.shape[-1]
+    trav = [None] * K.shape[0]
+    left = floats - (sink + window) * 2 * d
+    if method == "subgen" and sink + window < n and left >= 3 * d + 2:        # else _filled raises the reason
+        ff = FarthestFirst(K[:, :, sink:n - window])
+        ff.advance(ca.SubGenCompressor(sink=sink, window=window).sizes(n - sink - window, d, left, floats)[0])
+        trav = ff.layers()
+    k = min(n, window + (floats - window * 2 * d) // (2 * d + 1)) - window     # _filled's first k-center budget
+    if method == "kcenter_sized" and 0 < k <= n - window:
+        ff = FarthestFirst(K[:, :, :n - window])
+        ff.advance(k)
+        trav = ff.layers()
+    return [_filled(method, K[l], V[l], floats, rng, sink=sink, window=window, traversal=trav[l])
+            for l in range(K.shape[0])]
+
+
+# Methods whose heads are independent and draw nothing: every layer's heads in one call give each layer the tokens
+# and weights of its own call. Subspace's fit to the budget (:func:`_filled`) reads only per-head float counts that
+# are the same in every layer (rank from n, d and the budget), so its rounds are the same in one call as per layer.
+# SubGen and k-center with cluster sizes are fitted layer by layer (their counts depend on the data); their
+# rounds share one traversal per layer (:func:`_traversal_layers`).
+LAYERS_AS_HEADS = ("kcenter", "subspace")
+
+
+def _layers_as_heads(method: str, state, floats: int, rng, *, sink: int, window: int) -> list[ts.CompressedKV]:
+    """compress_ours of every layer on the host in one call on the (layers x heads, n, d) stack, split back."""
+    K, V = (np.concatenate([X[0].float().cpu().numpy() for X in xs]) for xs in (state.keys, state.values))
+    L = len(state.keys)
+    H = K.shape[0] // L
+    c = compress_ours(method, K, V, floats, rng, sink=sink, window=window)
+    if method == "subspace":           # _filled draws a seed per call (unused by subspace): the stream as per layer
+        for _ in range(L - 1):
+            rng.integers(2**63)
+    return [ts.CompressedKV(*(x[l * H:(l + 1) * H] for x in (c.keys, c.values, c.log_w_num, c.log_w_den)),
+                            extra_floats=c.extra_floats // L, rank=c.rank, projected=c.projected) for l in range(L)]
