@@ -131,7 +131,6 @@ NOT_ENTRY_POINTS = {
     "make_press", "lowrank_perplexity", "window_rows", "slice_prefill", "score_tails", "batch_layers",
     # e2e: a function of per-window floats (no model; tests/test_sub_lowrank_e2e.py)
     "window_effects",
-    "make_press", "lowrank_perplexity",
     # e2e: compress_all's stacked host path on a prefill (tests/test_e2e_layers.py: equal to layer by layer)
     "compress_stacked",
     # e2e: functions of Record lists and claim tables (no arrays; tests/test_e2e_controls.py, test_e2e.py)
