@@ -22,7 +22,7 @@ from .common import pick
 
 PROFILES = {  # prompt tokens, new tokens, target, interval, sink, window, checkpoint every
     "smoke": dict(prompt=64, new=32, target=48, interval=16, sink=4, window=8, every=16),
-    "quick": dict(prompt=128, new=128, target=96, interval=32, sink=4, window=16, every=32),
+    "quick": dict(prompt=128, new=96, target=96, interval=32, sink=4, window=16, every=32),
     "full": dict(prompt=512, new=1024, target=256, interval=64, sink=4, window=32, every=64),
 }
 FAMILY = "SmolLM2 greedy decode"

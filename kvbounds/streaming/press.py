@@ -72,6 +72,7 @@ class StreamingPress(BasePress):
             raise InputError(f"target must be >= sink + window + {MIN_MIDDLE} (a compressed middle of at least "
                              f"{MIN_MIDDLE} tokens), got target = {self.target}, sink = {self.sink}, "
                              f"window = {self.window}")
+        self._n_layers = None
         self.reset()
 
     @property
@@ -84,12 +85,10 @@ class StreamingPress(BasePress):
         self.reductions = 0
         self._mid = 0                  # tokens in the compressed middle (every layer the same)
         self._vmax = None              # (layers, b, Hkv) the largest value norm absorbed into the middle
-        self._n_layers = None
 
     @contextmanager
     def __call__(self, model):
         require_weighted_attention(model)
-        self.reset()
         self._n_layers = int(model.config.num_hidden_layers)
         with BasePress.__call__(self, model):
             yield
@@ -103,7 +102,9 @@ class StreamingPress(BasePress):
         if idx == 0 and not bool(torch.isfinite(kwargs["hidden_states"]).all()):
             raise InputError("hidden_states contain NaN or inf: the streaming press cannot compress them")
         layer = cache.layers[idx]
-        if not isinstance(layer, WeightedLayer):
+        if not isinstance(layer, WeightedLayer):       # a new cache: the press's state starts afresh
+            if idx == 0:
+                self.reset()
             layer = cache.layers[idx] = self._weighted(layer, kwargs)
         stored = int(layer.keys.shape[-2])
         self.peak = max(self.peak, stored)
@@ -114,7 +115,7 @@ class StreamingPress(BasePress):
         return output
 
     def _weighted(self, layer, kwargs) -> WeightedLayer:
-        if self._mid or getattr(layer, "keys", None) is None or layer.keys.shape[-2] != kwargs["hidden_states"].shape[1]:
+        if getattr(layer, "keys", None) is None or layer.keys.shape[-2] != kwargs["hidden_states"].shape[1]:
             raise InputError("a streaming press must be entered before the first forward pass (it found a cache "
                              "filled without it)")
         k, v = layer.keys, layer.values
