@@ -19,8 +19,11 @@ when the input comes in chunks of at most ``interval`` (:func:`generate`); a who
 The same safety rules as :mod:`kvbounds.press`: the model must run the weighted attention (else
 :class:`~kvbounds.e2e.weighted_cache.ModelNotWeighted` on entering the press), padding (from the attention mask of
 the first chunk) is stored with weight 0 (log-weight -inf: with left padding a row's sink counts its pad positions),
-and ``reorder_cache``/``crop``/``batch_select_indices`` keep the weights aligned (the layer's own methods). Non-finite
-hidden states raise :class:`~kvbounds.algorithms.validation.InputError` at the first layer.
+and ``reorder_cache``/``crop``/``batch_select_indices`` keep the weights aligned (the layer's own methods). The
+press's own per-row state (SubGen's centres and counts, the certificate's sums) does not follow a reordering of the
+rows (beam search): use greedy or sampled decoding, one beam per row; a change of the batch size between reductions
+raises :class:`~kvbounds.algorithms.validation.InputError`. Non-finite hidden states raise ``InputError`` at the
+first layer.
 
 The live certificate (:meth:`StreamingPress.certificate`): per layer and query head, an error bar on the compressed
 attention output computed from the press's own state, without exact attention; each press's docstring says what it
@@ -133,10 +136,13 @@ class StreamingPress(BasePress):
         A, Bw = flat([log_weights(l)[0] for l in layers]), flat([log_weights(l)[1] for l in layers])
         s, mid, w = self.sink, self._mid, self.window
         cut = (slice(None, s), slice(s, s + mid), slice(s + mid, S - w), slice(S - w, None))
+        if self._vmax is not None and self._vmax.shape != (len(layers), b, H):
+            raise InputError(f"the batch changed from {self._vmax.shape[1]} to {b} rows between reductions: a "
+                             "streaming press's state is per row (no beam search or batch selection)")
+        Km, Vm, Am, Bm = self._reduce_middle(*(x[:, cut[1]] for x in (K, V, A, Bw)),
+                                             *(x[:, cut[2]] for x in (K, V, A, Bw)), scale=self._attn_scale)
         vmax = V[:, cut[2]].double().norm(dim=-1).max(-1).values.reshape(len(layers), b, H)
         self._vmax = vmax if self._vmax is None else torch.maximum(self._vmax, vmax)
-        Km, Vm, Am, Bm = self._reduce_middle(*(x[:, cut[1]] for x in (K, V, A, Bw)),
-                                             *(x[:, cut[2]] for x in (K, V, A, Bw)), scale=self._scale(cache))
         self._mid = Km.shape[1]
         Kn = torch.cat([K[:, cut[0]], Km.to(K.dtype), K[:, cut[3]]], 1)
         Vn = torch.cat([V[:, cut[0]], Vm.to(V.dtype), V[:, cut[3]]], 1)
@@ -153,9 +159,6 @@ class StreamingPress(BasePress):
             layer.stored = S2
             layer._split = None
         self.reductions += 1
-
-    def _scale(self, cache) -> float:
-        return self._attn_scale
 
     def _reduce_middle(self, Km, Vm, Am, Bm, Kx, Vx, Ax, Bx, *, scale):
         raise NotImplementedError
@@ -265,7 +268,7 @@ class StreamingSubGenPress(StreamingPress):
             n = self._state.slots
             Km, Vm = Kx.new_zeros(B, n, d), Vx.new_zeros(B, n, e)
         alive = torch.isfinite(Ax) | torch.isfinite(Bx)
-        return self._state.absorb(Km, Vm, None, None, Kx, Vx, alive, self._gen)
+        return self._state.absorb(Km, Vm, Kx, Vx, alive, self._gen)
 
     def certificate(self, layer_idx, layer, q, scale):
         b, H, d = q.shape

@@ -46,9 +46,9 @@ class SubGenState:
     def slots(self) -> int:
         return self.m * self.t + self.s
 
-    def absorb(self, Km, Vm, lm_num, lm_den, Kx, Vx, alive, gen):
-        """Middle slots Km, Vm (B, slots, .), their log-weights, and new tokens Kx, Vx (B, E, .) with ``alive``
-        (B, E) -> the new middle (K, V, log_w_num, log_w_den)."""
+    def absorb(self, Km, Vm, Kx, Vx, alive, gen):
+        """Middle slots Km, Vm (B, slots, .) and new tokens Kx, Vx (B, E, .) with ``alive`` (B, E) -> the new middle
+        (K, V, log_w_num, log_w_den); the slots' weights follow from the state (counts, W)."""
         B, E, d = Kx.shape
         m, t, s = self.m, self.t, self.s
         Kx64, Vx64 = Kx.double(), Vx.double()
