@@ -152,3 +152,17 @@ def test_smollm2_512_plus_1024_stays_under_320(cls):
     press = cls(target=256, interval=64, observer=lambda p, m, kw, layer: obs.sizes.append(layer.keys.shape[-2]))
     out = generate(lm.model, press, ids, 1024)
     assert out.shape == (1, 1536) and max(obs.sizes) <= 320 and press.reductions >= 20
+
+
+@pytest.mark.parametrize("cls", PRESSES)
+def test_inside_model_generate(cls):
+    """``with press(model): model.generate(...)``: the prompt is held whole during its own forward pass, then every
+    layer stays at target + interval while decoding."""
+    model, obs = tiny_model(), Sizes()
+    press = cls(target=48, interval=16, sink=4, window=8, observer=obs)
+    ids = torch.randint(0, 100, (1, 90))
+    with torch.no_grad(), press(model):
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=50, do_sample=False,
+                             pad_token_id=0)
+    assert out.shape == (1, 140)
+    assert obs.sizes[:2] == [90, 90] and max(obs.sizes[2:]) <= 64 and press.reductions >= 3
