@@ -21,22 +21,42 @@ from kvbounds.gpu.backend import single_blas_thread
 from .common import pick
 
 PROFILES = {  # prompt tokens, new tokens, target, interval, sink, window, checkpoint every
-    "smoke": dict(prompt=64, new=32, target=48, interval=16, sink=4, window=8, every=16),
+    "smoke": dict(prompt=64, new=32, target=48, interval=16, sink=4, window=8, every=16, model="tiny"),
     "quick": dict(prompt=128, new=96, target=96, interval=32, sink=4, window=16, every=32),
     "full": dict(prompt=512, new=1024, target=256, interval=64, sink=4, window=32, every=64),
 }
 FAMILY = "SmolLM2 greedy decode"
+FAMILIES = {"smollm2": FAMILY, "tiny": "tiny random Llama greedy decode (smoke: plumbing only)"}
 
 
 def trial_params(profile: str) -> dict:
-    return dict(pick(profile, smoke=PROFILES["smoke"], quick=PROFILES["quick"], full=PROFILES["full"]),
-                model="smollm2")
+    """The profile's generation; smoke runs a tiny random Llama (the default test run stays fast), the others
+    SmolLM2."""
+    return dict({"model": "smollm2"}, **pick(profile, smoke=PROFILES["smoke"], quick=PROFILES["quick"],
+                                             full=PROFILES["full"]))
 
 
 @functools.lru_cache(maxsize=1)
 def _model(spec: str):
+    if spec == "tiny":
+        return _tiny_model()
     from kvbounds.e2e.model import load_model
     return load_model(spec)
+
+
+def _tiny_model():
+    """A seeded random 2-layer Llama with the weighted attention, and an encoder mapping bytes to its vocabulary."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from kvbounds.e2e.attention import use_weighted_attention
+    from kvbounds.e2e.model import LoadedModel
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    model = LlamaForCausalLM(cfg).eval()
+    use_weighted_attention(model)
+    encode = lambda text: np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+    return LoadedModel(model=model, encode=encode, name="tiny random Llama")
 
 
 def _prompt(lm, n: int, seed: int):

@@ -21,7 +21,7 @@ from kvbounds.statistics import growth
 from kvbounds.verdict import FigureSpec, Finding, decide, decide_rate, fitted_constant
 
 from .common import make_record
-from .decode_stream import FAMILY, certificate_stats, head_eps
+from .decode_stream import FAMILIES, FAMILY, certificate_stats, head_eps
 from .power_streams import POWER_CHECK, power_record
 
 SHAPE = "decode error vs the theorem's scale"
@@ -49,9 +49,15 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
         for k, v in ctl.items():
             best["ctl"][k] = max(best["ctl"].get(k, 0.0), v)
     for layer, b in sorted(per_layer.items()):
-        out.append(power_record(claim, dict(params, layer=layer, family=FAMILY, sweep="power"), source, b["eps"],
+        out.append(power_record(claim, dict(params, layer=layer, family=FAMILIES.get(params.get("model"), FAMILY),
+                                            sweep="power"), source, b["eps"],
                                 b["ctl"], stored=b["stored"]))
     return out
+
+
+def _model_name(records) -> str:
+    models = sorted({str(r.params.get("model", "smollm2")) for r in records})
+    return ", ".join({"smollm2": "SmolLM2", "tiny": "a tiny random Llama (smoke)"}.get(m, m) for m in models)
 
 
 def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
@@ -67,7 +73,7 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
                      f"{max(r.params['n'] for r in rs)} at {max(r.extra['stored'] for r in rs)} tokens held")
         logs = np.array([r.extra["log_scale"] for r in rs])
         parts.append(f"the theorem's scale ({scale_text}) is e^{np.median(logs):.0f} (median; e^{logs.min():.0f}.."
-                     f"e^{logs.max():.0f}) on SmolLM2's keys")
+                     f"e^{logs.max():.0f}) on the keys of {_model_name(rs)}")
         if np.median(logs) > 20:
             findings.append(Finding(claim, "the a-priori scale is vacuous on a real model's keys",
                                     f"median log of the scale {np.median(logs):.0f} (key norms r up to "
@@ -130,7 +136,7 @@ def decode_rows(records) -> list[dict]:
         cells = {(r.params["n"], r.params["layer"], r.seed): r for r in rs}
         budget = float(np.median([r.extra["stored"] / r.params["n"] for r in cells.values()]))
         stored = int(np.median([r.extra["stored"] for r in cells.values()]))
-        metric = f"decode: attention error / ({UNITS[claim]}), SmolLM2 generating"
+        metric = f"decode: attention error / ({UNITS[claim]}), {_model_name(rs)} generating"
         series = {press: {k: r.measured for k, r in cells.items()}}
         for c, name in CONTROL_NAMES.items():
             series[name] = {k: r.extra["controls_eps"][c] for k, r in cells.items() if c in r.extra["controls_eps"]}

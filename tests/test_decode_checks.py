@@ -29,7 +29,7 @@ def rows(method_err: float, layers: int = 12, seed: int = 0):
 
 
 def test_records_and_verdict():
-    rs = build_records("BKV.decode", "src", trial_params("smoke"), rows(0.01), "F", lambda row, h: math.log(2.0))
+    rs = build_records("BKV.decode", "src", trial_params("quick"), rows(0.01), "F", lambda row, h: math.log(2.0))
     shape = [r for r in rs if r.check == SHAPE]
     power = [r for r in rs if r.check == POWER_CHECK]
     assert len(shape) == 48 and len(power) == 12 and all(r.params["family"] == FAMILY for r in power)
@@ -41,7 +41,7 @@ def test_records_and_verdict():
 
 
 def test_no_better_than_a_control_is_low_power():
-    rs = build_records("SG.decode", "src", trial_params("smoke"), rows(2.0), "op", lambda row, h: 0.0)
+    rs = build_records("SG.decode", "src", trial_params("quick"), rows(2.0), "op", lambda row, h: 0.0)
     v = summarize("SG.decode", rs, scale_text="s", certificate_kind="an estimate")
     assert v.power == "low"
 
@@ -57,4 +57,5 @@ def test_claims_registered_with_profiles():
         c = get_claim(mod.CLAIM)
         assert c.check_module() is mod and c.bound_function() is not None and c.kind == "theorem"
         assert mod.trials("full")[0]["prompt"] == 512 and mod.trials("full")[0]["new"] == 1024
+        assert mod.trials("quick")[0]["model"] == "smollm2" and mod.trials("smoke")[0]["model"] == "tiny"
     assert PROFILES["full"]["target"] == 256 and PROFILES["full"]["interval"] == 64
