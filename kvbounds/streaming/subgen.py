@@ -59,7 +59,6 @@ class SubGenState:
             else:
                 pick = torch.cdist(Kx64, self.centres).min(-1).values.masked_fill(~alive, -1.0).argmax(-1)
             self.centres = torch.cat([self.centres, Kx64[torch.arange(B), pick][:, None]], 1)
-        mc = self.centres.shape[1]
         dist = torch.cdist(Kx64, self.centres)                                        # (B, E, mc)
         near, assign = dist.min(-1)
         self.radius = torch.maximum(self.radius, near.masked_fill(~alive, 0.0).max(-1).values)
