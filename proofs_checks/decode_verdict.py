@@ -94,12 +94,16 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
         if cov < heads:
             findings.append(Finding(claim, "the live certificate misses the measured error in some cells",
                                     f"{heads - cov}/{heads} cells ({certificate_kind})", {}, kind="finding"))
-    gs = growth(rs, "n", value=lambda r: r.ratio if math.isfinite(r.ratio) else math.nan) if rs else []
+    finite = [r for r in rs if math.isfinite(r.bound) and r.bound > 0]
+    if len(finite) < len(rs):
+        parts.append(f"{len(rs) - len(finite)}/{len(rs)} cells have a scale beyond e^{LOG_CAP:.0f} (stored as inf, "
+                     "left out of the fitted constant and the growth)")
+    gs = growth(finite, "n") if finite else []
     g = gs[0] if gs else None
     if g is not None:
         parts.append(g.text())
     rate = decide_rate(g, stated_exponent=0.0, label="error / scale flat in n at fixed memory") if g else ("n/a", None)
-    fitted = fitted_constant([r for r in rs if math.isfinite(r.ratio)],
+    fitted = fitted_constant(finite,
                              f"max eps_hat / ({scale_text}) (fitted; the O~'s constant and polylogs)")
     if fitted is not None:
         parts.append(f"fitted constant C = {fitted.value:.3g} (labelled fitted)")
