@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import fmt_ratio, meta, paired, target, threads, write  # noqa: E402
 
 TARGET, INTERVAL, SINK, WINDOW = 256, 64, 4, 32
+SMOKE = dict(TARGET=48, INTERVAL=16, SINK=4, WINDOW=8)      # --smoke: a tiny random Llama, n = 256 and 512
 
 
 def _floats(cache) -> int:
@@ -46,7 +47,7 @@ def _exact(model, n: int, g: torch.Generator):
     cache = DynamicCache()
     for i in range(cfg.num_hidden_layers):
         cache.update(torch.randn(1, H, n, d, generator=g), torch.randn(1, H, n, d, generator=g), i)
-    tok = torch.tensor([[42]])
+    tok = torch.tensor([[42 % model.config.vocab_size]])
 
     def run():
         for _ in range(INTERVAL):
@@ -60,9 +61,9 @@ def _decoding_press(model, n: int, g: torch.Generator):
     from transformers import DynamicCache
     press = DecodingPress(base_press=KnormPress(), compression_interval=INTERVAL, target_size=TARGET)
     cache = DynamicCache()
-    ids = torch.randint(100, 20000, (1, TARGET), generator=g)
+    ids = torch.randint(0, min(20000, model.config.vocab_size), (1, TARGET), generator=g)
     model(input_ids=ids, past_key_values=cache, use_cache=True)
-    tok = torch.tensor([[42]])
+    tok = torch.tensor([[42 % model.config.vocab_size]])
 
     def run():
         with press(model):
@@ -75,7 +76,7 @@ def _streaming(model, cls, n: int, g: torch.Generator):
     from transformers import DynamicCache
     press = cls(target=TARGET, interval=INTERVAL, sink=SINK, window=WINDOW)
     cache = DynamicCache()
-    ids = torch.randint(100, 20000, (1, TARGET + INTERVAL), generator=g)
+    ids = torch.randint(0, min(20000, model.config.vocab_size), (1, TARGET + INTERVAL), generator=g)
     ctx = press(model)
     ctx.__enter__()
     for i in range(0, ids.shape[1], INTERVAL):
@@ -83,7 +84,7 @@ def _streaming(model, cls, n: int, g: torch.Generator):
     for layer in cache.layers:                      # logical position n (RoPE angles only)
         layer.dropped += n - layer.get_seq_length()
     ctx.__exit__(None, None, None)
-    tok = torch.tensor([[42]])
+    tok = torch.tensor([[42 % model.config.vocab_size]])
 
     def run():
         with press(model):
@@ -95,13 +96,19 @@ def _streaming(model, cls, n: int, g: torch.Generator):
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--smoke", action="store_true", help="a tiny random Llama, tiny sizes (tests)")
     ap.add_argument("--lengths", default="4096,16384")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     from kvbounds.e2e.model import load_model
     from kvbounds.streaming import StreamingBalanceKVPress, StreamingSubGenPress
-    reps = 3 if args.quick else 7
-    model = load_model().model
+    reps = 1 if args.smoke else 3 if args.quick else 7
+    if args.smoke:
+        from kvbounds.proofs_checks.decode_stream import _tiny_model
+        globals().update(SMOKE)
+        model, args.lengths = _tiny_model().model, "256,512"
+    else:
+        model = load_model().model
     rows, targets = [], []
     with threads(1), torch.no_grad():
         for n in [int(x) for x in args.lengths.split(",")]:
@@ -110,7 +117,7 @@ def main(argv=None) -> dict:
                      "streaming_balancekv": _streaming(model, StreamingBalanceKVPress, n, g),
                      "streaming_subgen": _streaming(model, StreamingSubGenPress, n, g)}
             fns = {k: v[0] for k, v in built.items()}
-            res = paired(fns, baseline="exact", reps=reps, warmup=1, per_call={k: INTERVAL for k in fns}, clock="cpu")
+            res = paired(fns, baseline="exact", reps=reps, warmup=0 if args.smoke else 1, per_call={k: INTERVAL for k in fns}, clock="cpu")
             row = dict(n=n, load=res["load"], floats_held={k: _floats(v[1]) for k, v in built.items()})
             for k in fns:
                 row[k] = dict(ms_per_token=res[k]["time"]["median"] * 1e3, ratio_to_exact=res[k]["ratio"])
@@ -127,8 +134,9 @@ def main(argv=None) -> dict:
                   + "; ".join(f"{k} {row[k]['ms_per_token']:.1f} ms ({fmt_ratio(row[k]['ratio_to_exact'])}x exact)"
                               for k in fns if k != "exact") + f"; floats held {row['floats_held']}")
     data = dict(meta=meta(threads=1, clock="thread CPU time", target=TARGET, interval=INTERVAL, sink=SINK,
-                          window=WINDOW, model="SmolLM2-135M"), rows=rows, targets=targets)
-    write("bench_streaming_decode", args.quick, data, args.out)
+                          window=WINDOW, model="tiny random Llama" if args.smoke else "SmolLM2-135M"),
+                rows=rows, targets=targets)
+    write("bench_streaming_decode", args.quick or args.smoke, data, args.out)
     return data
 
 

@@ -166,3 +166,22 @@ def test_inside_model_generate(cls):
                              pad_token_id=0)
     assert out.shape == (1, 140)
     assert obs.sizes[:2] == [90, 90] and max(obs.sizes[2:]) <= 64 and press.reductions >= 3
+
+
+@pytest.mark.slow
+def test_bench_streaming_decode_smoke(tmp_path):
+    """benchmarks/bench_streaming_decode.py --smoke (a subprocess importing transformers and kvpress: ~20-70 s)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_streaming_decode.py"), "--smoke",
+                           "--out", str(out)], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert [r["n"] for r in data["rows"]] == [256, 512] and len(data["targets"]) == 4
+    assert proc.stdout.count("TARGET") == 4
+    for r in data["rows"]:
+        assert r["floats_held"]["exact"] > r["floats_held"]["streaming_balancekv"] > 0
