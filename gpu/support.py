@@ -43,6 +43,10 @@ GPU_SUPPORT: dict[str, tuple[bool, str]] = {
     "SUB.cost": (True, "operation counts of the coefficient decode and the exact decode on the backend's arrays; "
                        "the timing sub-check runs on numpy only"),
     "SUB.lowrank": (False, "spectra of real-model traces, numpy on CPU"),
+    "BKV.decode": (False, "SmolLM2 generates on the CPU with the streaming press (torch, batched over layers and "
+                          "heads); the backend argument is ignored"),
+    "SG.decode": (False, "SmolLM2 generates on the CPU with the streaming press (torch, batched over layers and "
+                         "heads); the backend argument is ignored"),
 }
 
 

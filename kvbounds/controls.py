@@ -289,7 +289,8 @@ ALGORITHMS = {"BKV.attention": "BalanceKV (pseudocode)", "MR.error": "MergeAndRe
               "SG.matprod": "SubGen l2 sampling (matrix product)", "FD.covariance": "Frequent Directions",
               "SG.partition": "SubGen normaliser (partition function)", "FD.residual": "Frequent Directions (top-r space)",
               "SUB.output-error": "static subspace (rank 8)", "SUB.logit-error": "static subspace logits (rank 8)",
-              "BKV.vs-uniform": "BalanceKV (single-layer experiment)"}
+              "BKV.vs-uniform": "BalanceKV (single-layer experiment)",
+              "BKV.decode": "BalanceKV (streaming, in generation)", "SG.decode": "SubGen (streaming, in generation)"}
 
 
 def beat_nothing_table(verdicts: dict) -> dict | None:

@@ -268,6 +268,21 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "is more accurate than the other compressors at the same memory budget.",
           "SubGen Table 1; ClusterGen Table 2",
           "kvbounds.e2e.checks:equal_memory_baseline", "kvbounds.proofs_checks.sg_e2e", kind="empirical"),
+    # decode-time claims (issue 23): the streaming theorems where they are meant to hold, inside generation
+    Claim("BKV.decode", _BKV,
+          "BalanceKV while a real model generates: with each layer's cache maintained as a stream (merge-and-reduce "
+          "over weighted coresets at a fixed memory), at every step j each layer's output z_j satisfies "
+          "||z_j - Attn(q_j, K_j, V_j)|| <= eps ||softmax(K_j q_j/sqrt d)|| ||V_j||_F against exact attention over "
+          "the layer's whole history, with eps = O~(sqrt(d) e^{2r^2/sqrt d}/t) at memory t log(n/t).",
+          f"{_BN} Thm 3.1, Alg. 1 (streaming, inside generation)",
+          "kvbounds.theory.balancekv:balance_kv_error_bound", "kvbounds.proofs_checks.bkv_decode", kind="theorem"),
+    Claim("SG.decode", _SG,
+          "SubGen while a real model generates: with each layer's cache maintained as a stream (online clusters "
+          "with uniform samples, l2 samples of the values), at every step each layer's output satisfies "
+          "||z/tau - Attn|| <= eps ||softmax(K q)|| ||V||_op against exact attention over the layer's whole history, "
+          "with t = Omega(eps^-2 e^{2 delta r} log n) samples per cluster and s = Omega(eps^-2 d) value samples.",
+          "SubGen Thm 1, Alg. 1; ClusterGen Thm 2.4 (streaming, inside generation)",
+          "kvbounds.theory.subgen:attention_bound", "kvbounds.proofs_checks.sg_decode", kind="theorem"),
 ]}
 
 

@@ -62,7 +62,7 @@ def _thread_ex():
 
 
 def test_registry_covers_catalogue_ids():
-    assert len(CLAIMS) == 28 and "SBW.balance" in CLAIMS and "BKV.e2e" in CLAIMS
+    assert len(CLAIMS) == 30 and "SBW.balance" in CLAIMS and "BKV.e2e" in CLAIMS and "SG.decode" in CLAIMS
     with pytest.raises(KeyError, match="unknown claim"):
         get_claim("NOPE.x")
 

@@ -129,7 +129,8 @@ def leaderboard_rows(records) -> list[dict]:
             rows.append(_row(method, source, budget, 0, "skipped", float("nan"), note=why))
     for r in rows:
         r.pop("_units", None)
-    return rows
+    from kvbounds.proofs_checks.decode_verdict import decode_rows      # issue 23: the decode-time rows
+    return rows + decode_rows(records)
 
 
 def _ranked(rows: list[dict]) -> list[dict]:

@@ -1,0 +1,164 @@
+"""Shared by BKV.decode and SG.decode (issue 23): SmolLM2 generates greedily with a streaming press
+(:mod:`kvbounds.streaming`), and at checkpoints every layer's compressed attention output is compared with exact
+attention over that layer's whole history (the keys and values the same run computed), at the query of the current
+step, with the trivial estimators at the memory the press holds then (:func:`kvbounds.controls.attention_controls`:
+zeros, mean of the values, a uniform sample, the most recent tokens) and the press's live certificate.
+
+Units: ``||o_hat - o|| / (||softmax||_2 ||V_j||_F)`` (BalanceKV-NeurIPS Thm 3.1) or ``/ (||softmax||_2 ||V_j||_op)``
+(SubGen Thm 1; the softmax is the model's own, so SubGen's logit convention without 1/sqrt(d) changes nothing but
+the norm of V). One generation gives one record per (checkpoint, layer) and one power record per layer.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from kvbounds.controls import attention_controls
+from kvbounds.gpu.backend import single_blas_thread
+
+from .common import pick
+
+PROFILES = {  # prompt tokens, new tokens, target, interval, sink, window, checkpoint every
+    "smoke": dict(prompt=64, new=32, target=48, interval=16, sink=4, window=8, every=16, model="tiny"),
+    "quick": dict(prompt=128, new=96, target=96, interval=32, sink=4, window=16, every=32),
+    "full": dict(prompt=512, new=1024, target=256, interval=64, sink=4, window=32, every=64),
+}
+FAMILY = "SmolLM2 greedy decode"
+FAMILIES = {"smollm2": FAMILY, "tiny": "tiny random Llama greedy decode (smoke: plumbing only)"}
+
+
+def trial_params(profile: str) -> dict:
+    """The profile's generation; smoke runs a tiny random Llama (the default test run stays fast), the others
+    SmolLM2."""
+    return dict({"model": "smollm2"}, **pick(profile, smoke=PROFILES["smoke"], quick=PROFILES["quick"],
+                                             full=PROFILES["full"]))
+
+
+@functools.lru_cache(maxsize=1)
+def _model(spec: str):
+    if spec == "tiny":
+        return _tiny_model()
+    from kvbounds.e2e.model import load_model
+    return load_model(spec)
+
+
+def _tiny_model():
+    """A seeded random 2-layer Llama with the weighted attention, and an encoder mapping bytes to its vocabulary."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from kvbounds.e2e.attention import use_weighted_attention
+    from kvbounds.e2e.model import LoadedModel
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    model = LlamaForCausalLM(cfg).eval()
+    use_weighted_attention(model)
+    encode = lambda text: np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+    return LoadedModel(model=model, encode=encode, name="tiny random Llama")
+
+
+def _prompt(lm, n: int, seed: int):
+    from kvbounds.traces.real import default_text
+    ids = lm.encode(default_text())
+    start = int(np.random.default_rng(seed).integers(0, max(len(ids) - n, 1)))
+    return ids[start:start + n]
+
+
+def _queries(module, kwargs):
+    """Post-RoPE queries of the last position: (b, H, d)."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+    hid = kwargs["hidden_states"]
+    b, L, _ = hid.shape
+    q = module.q_proj(hid).view(b, L, -1, module.head_dim).transpose(1, 2)
+    cos, sin = kwargs["position_embeddings"]
+    return apply_rotary_pos_emb(q, q, cos, sin)[0][:, :, -1]
+
+
+class DecodeObserver:
+    """The press's observer: keeps each layer's full history and measures at the checkpoints."""
+
+    def __init__(self, params: dict, seed: int):
+        self.p, self.hist, self.rows = params, {}, []
+        self.rng = np.random.default_rng(seed + 3)
+
+    def __call__(self, press, module, kwargs, layer):
+        import torch
+        L = kwargs["hidden_states"].shape[1]
+        i = module.layer_idx
+        nk, nv = layer.keys[0, :, -L:].double().numpy(), layer.values[0, :, -L:].double().numpy()
+        k, v = self.hist.get(i, ([], []))
+        k.append(nk)
+        v.append(nv)
+        self.hist[i] = (k, v)
+        n = layer.get_seq_length()
+        step = n - self.p["prompt"]
+        if L != 1 or step <= 0 or step % self.p["every"] or press.reductions == 0:
+            return
+        with torch.no_grad():
+            self.measure(press, module, kwargs, layer, i, n)
+
+    def measure(self, press, module, kwargs, layer, i: int, n: int) -> None:
+        from kvbounds.streaming import weighted_output
+        scale = float(module.scaling)
+        q = _queries(module, kwargs)
+        est, _, _ = weighted_output(layer, q, scale)
+        cert = press.certificate(i, layer, q, scale)[0].numpy()
+        est, q = est[0].numpy(), q[0].double().numpy()
+        K = np.concatenate(self.hist[i][0], 1)
+        V = np.concatenate(self.hist[i][1], 1)
+        H, Hkv = q.shape[0], K.shape[0]
+        stored = int(layer.keys.shape[-2])
+        # per KV group: ||V||_F, ||V||_op (from the d x d Gram, not an n x d SVD), the largest key and value norms
+        vf = [float(np.linalg.norm(V[g])) for g in range(Hkv)]
+        vop = [math.sqrt(max(float(np.linalg.eigvalsh(V[g].T @ V[g])[-1]), 0.0)) for g in range(Hkv)]
+        kmax = [float(np.linalg.norm(K[g], axis=1).max()) for g in range(Hkv)]
+        vmax = [float(np.linalg.norm(V[g], axis=1).max()) for g in range(Hkv)]
+        row = dict(n=n, layer=i, stored=stored, d=int(q.shape[1]), heads=[])
+        for h in range(H):
+            g = h // (H // Hkv)
+            x = K[g] @ q[h] * scale
+            w = np.exp(x - x.max())
+            w /= w.sum()
+            exact = w @ V[g]
+            err = float(np.linalg.norm(est[h] - exact))
+            sm = float(np.linalg.norm(w))
+            units = {"F": sm * vf[g], "op": sm * vop[g]}
+            ctl = {name: float(np.linalg.norm(e - exact))
+                   for name, e in attention_controls(q[h], K[g], V[g], stored, self.rng, scale=scale).items()}
+            qn = float(np.linalg.norm(q[h]))
+            row["heads"].append(dict(err=err, units=units, controls=ctl, cert=float(cert[h]), r=max(kmax[g], qn),
+                                     kmax=kmax[g], vmax=vmax[g], qnorm=qn))
+        self.rows.append(row)
+
+
+@single_blas_thread()
+def run_generation(press_cls, params: dict, seed: int, **press_kw):
+    """Generate with the press; returns (rows of measurements, the press)."""
+    import torch
+    from kvbounds.streaming import generate
+    lm = _model(params["model"])
+    obs = DecodeObserver(params, seed)
+    press = press_cls(target=params["target"], interval=params["interval"], sink=params["sink"],
+                      window=params["window"], seed=seed, observer=obs, **press_kw)
+    ids = torch.as_tensor(np.asarray(_prompt(lm, params["prompt"], seed))[None]).long()
+    torch.set_num_threads(1)
+    generate(lm.model, press, ids, params["new"])
+    return obs.rows, press
+
+
+def head_eps(h: dict, units: str) -> float:
+    return h["err"] / h["units"][units]
+
+
+def certificate_stats(rows) -> dict:
+    """Coverage (err <= certificate), looseness (certificate / err) and vacuity (certificate >= 2 max ||v||,
+    which any convex combination of the values meets) over every (checkpoint, layer, head)."""
+    hs = [h for r in rows for h in r["heads"]]
+    if not hs:
+        return dict(heads=0, covered=0, looseness=math.nan, vacuous=0)
+    loose = [h["cert"] / h["err"] for h in hs if h["err"] > 0]
+    return dict(heads=len(hs), covered=sum(h["err"] <= h["cert"] * (1 + 1e-6) for h in hs),
+                looseness=float(np.median(loose)) if loose else math.nan,
+                vacuous=sum(h["cert"] >= 2 * h["vmax"] for h in hs))

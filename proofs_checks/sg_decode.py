@@ -1,0 +1,53 @@
+"""SG.decode: SubGen's guarantee where it is meant to hold, while a real model generates (SubGen Thm 1, Alg. 1;
+ClusterGen Thm 2.4; issue 23).
+
+SmolLM2 generates greedily with :class:`kvbounds.streaming.StreamingSubGenPress` (online centres with per-cluster
+reservoirs for the denominator, l2 samples of the values for the numerator, every layer kept at ``target``). At
+checkpoints, each layer's output against exact attention over the layer's whole history at the current query, in
+SubGen's units ``||z/tau - Attn|| / (||softmax(K q)||_2 ||V||_op)`` (:mod:`proofs_checks.decode_stream`; the softmax
+is the model's own, SubGen's logits <q', k> with q' = q / sqrt(d)).
+
+Scale: Thm 1 needs t = Omega(eps^-2 e^{2 delta r} log n) samples per cluster and s = Omega(eps^-2 d) value samples,
+so at the press's t and s, eps ~ sqrt(e^{2 delta r} log n / t) + sqrt(d / s) (a shape: constant fitted), delta the
+largest distance of a key to its centre, r the largest ||k|| or ||q'||. Records and verdict:
+:mod:`proofs_checks.decode_verdict`.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .decode_stream import run_generation, trial_params
+from .decode_verdict import build_records, summarize as _summarize
+
+CLAIM = "SG.decode"
+SOURCE = "SubGen Thm 1, Alg. 1; ClusterGen Thm 2.4 (streaming, inside generation)"
+SCALE = "sqrt(e^{2 delta r} log n / t) + sqrt(d / s)"
+
+
+def trials(profile: str) -> list[dict]:
+    return [trial_params(profile)]
+
+
+def run_trial(params: dict, seed: int, backend: str):
+    from kvbounds.streaming import StreamingSubGenPress
+    rows, press = run_generation(StreamingSubGenPress, params, seed)
+    st = press._state
+    L = press._n_layers
+    radius = st.radius.reshape(L, -1).max(-1).values.numpy()
+    scale = 1.0 / math.sqrt(rows[0]["d"]) if rows else 1.0
+
+    def log_scale(row, h):
+        r = max(h["kmax"], h["qnorm"] * scale)
+        a = 0.5 * (2 * float(radius[row["layer"]]) * r + math.log(math.log(row["n"])) - math.log(st.t))
+        return float(np.logaddexp(a, 0.5 * math.log(row["d"] / st.s)))
+
+    return build_records(CLAIM, SOURCE, params, rows, "op", log_scale, clusters=st.m, per_cluster=st.t,
+                         samples=st.s, radius=[float(x) for x in radius], reductions=press.reductions)
+
+
+def summarize(records):
+    return _summarize(CLAIM, records, scale_text=SCALE,
+                      certificate_kind="an estimate, not a bound: 3 sampling standard errors of the two sums from "
+                                       "the press's own samples, (se_num + R_v se_den) / Z_hat")
