@@ -18,8 +18,8 @@ cell counts with >= 8 instances when significant in most of >= 5 redraws (:mod:`
 A miss is ``not-reproduced`` (effect bounded) only when the cells could detect the memory effect, else
 ``not-shown``. Settings (passkey; perplexity has no question): the question after the compressed prompt and the
 papers' setting with the question inside it and blocks of 128: full runs both (one prefill serves both:
-:func:`kvbounds.e2e.harness.slice_prefill`), quick the first (the second too with
-:data:`kvbounds.e2e.checks.QUICK_PAPERS_SETTING`, off for time); every cell of the verdict names its setting. quick runs this
+:func:`kvbounds.e2e.harness.slice_prefill`), and so does quick (both while
+:data:`kvbounds.e2e.checks.QUICK_PAPERS_SETTING` is on, the default); every cell of the verdict names its setting. quick runs this
 verdict's methods only (``QUICK_METHODS``), with 32 held-out tokens per perplexity window.
 Power (kvbounds.e2e.checks.controls): ``uniform_control`` (uniform again, its own random stream) must not be found
 better than uniform (null, Holm-adjusted together with the claim's cells), and uniform at 0.25 must be found worse
