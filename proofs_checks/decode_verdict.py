@@ -101,8 +101,8 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
     gs = growth(finite, "n") if finite else []
     g = gs[0] if gs else None
     if g is not None:
-        parts.append(g.text())
-    rate = decide_rate(g, stated_exponent=0.0, label="error / scale flat in n at fixed memory") if g else ("n/a", None)
+        parts.append(g.text() + " (the scale grows with the largest key norm seen, so the ratio may fall steeply)")
+    rate = decide_rate(g, stated_exponent=0.0, label="error / scale not growing in n at fixed memory") if g else ("n/a", None)
     fitted = fitted_constant(finite,
                              f"max eps_hat / ({scale_text}) (fitted; the O~'s constant and polylogs)")
     if fitted is not None:
