@@ -115,7 +115,7 @@ class DecodeObserver:
         vop = [math.sqrt(max(float(np.linalg.eigvalsh(V[g].T @ V[g])[-1]), 0.0)) for g in range(Hkv)]
         kmax = [float(np.linalg.norm(K[g], axis=1).max()) for g in range(Hkv)]
         vmax = [float(np.linalg.norm(V[g], axis=1).max()) for g in range(Hkv)]
-        row = dict(n=n, layer=i, stored=stored, d=int(q.shape[1]), heads=[])
+        row = dict(n=n, layer=i, stored=stored, d=int(q.shape[1]), kv_heads=int(Hkv), heads=[])
         for h in range(H):
             g = h // (H // Hkv)
             x = K[g] @ q[h] * scale

@@ -41,7 +41,7 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
         out.append(make_record(
             claim, dict(params, n=row["n"], layer=row["layer"], sweep="n"), measured=max(eps),
             bound=math.exp(ls) if ls < LOG_CAP else math.inf, holds=True, bound_kind="shape", check=SHAPE,
-            source=source, log_scale=ls, stored=row["stored"], r=max(h["r"] for h in hs), controls_eps=ctl,
+            source=source, log_scale=ls, stored=row["stored"], head_dim=row.get("d"), kv_heads=row.get("kv_heads"), r=max(h["r"] for h in hs), controls_eps=ctl,
             certificate=[h["cert"] for h in hs], error=[h["err"] for h in hs], vmax=max(h["vmax"] for h in hs),
             cert_covered=cs["covered"], cert_heads=cs["heads"], cert_vacuous=cs["vacuous"], **extra))
         best = per_layer.setdefault(row["layer"], dict(eps=0.0, ctl={}, stored=row["stored"]))
@@ -127,6 +127,18 @@ PRESS_NAMES = {"BKV.decode": "streaming BalanceKV", "SG.decode": "streaming SubG
 UNITS = {"BKV.decode": "||softmax|| ||V||_F", "SG.decode": "||softmax|| ||V||_op"}
 
 
+# KV heads x head dim of the models the records predate these fields for (SmolLM2-135M: 3 KV heads of 64)
+_KV_SHAPE = {"smollm2": (3, 64)}
+
+
+def _floats_per_layer_token(record) -> int:
+    """KV heads x head dim of one layer: the floats of one token's key (or value) in one layer."""
+    h, d = record.extra.get("kv_heads"), record.extra.get("head_dim")
+    if h is None or d is None:
+        h, d = _KV_SHAPE.get(str(record.params.get("model")), (1, 1))
+    return int(h) * int(d)
+
+
 def decode_rows(records) -> list[dict]:
     """Leaderboard rows of the decode-time claims: per claim one table, metric = the worst head's attention error
     per (checkpoint, layer) in the theorem's units (lower is better), the streaming press against each trivial
@@ -140,6 +152,7 @@ def decode_rows(records) -> list[dict]:
         cells = {(r.params["n"], r.params["layer"], r.seed): r for r in rs}
         budget = float(np.median([r.extra["stored"] / r.params["n"] for r in cells.values()]))
         stored = int(np.median([r.extra["stored"] for r in cells.values()]))
+        floats = stored * 2 * len({r.params["layer"] for r in rs}) * _floats_per_layer_token(rs[0])
         metric = f"decode: attention error / ({UNITS[claim]}), {_model_name(rs)} generating"
         series = {press: {k: r.measured for k, r in cells.items()}}
         for c, name in CONTROL_NAMES.items():
@@ -147,7 +160,7 @@ def decode_rows(records) -> list[dict]:
         rows = []
         for method, units in series.items():
             x = np.array(list(units.values()))
-            row = _row(method, claim, budget, stored, metric, float(x.mean()), _t_interval(x), len(x),
+            row = _row(method, claim, budget, floats, metric, float(x.mean()), _t_interval(x), len(x),
                        note=f"{stored} tokens per layer held (median), {len(x)} (checkpoint, layer) cells",
                        units={str(k): v for k, v in units.items()})
             row["family"] = "ours" if method == press else "baselines"
