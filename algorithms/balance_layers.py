@@ -45,6 +45,19 @@ def _level_shapes(n_mid: int, levels: int, block_size: int):
     return out
 
 
+def _check_layer_stack(K, V, rng, name: str, per_layer: str) -> None:
+    """The stacked host path's inputs: numpy K (L, ..., n, d) and V (L, ..., n, s) agreeing in all but the last
+    dimension, and a numpy Generator; ``name`` is the caller, ``per_layer`` the function to call otherwise."""
+    if not (isinstance(K, np.ndarray) and isinstance(V, np.ndarray)):
+        raise InputError(f"{name} takes numpy arrays (the host path), got {type(K).__name__} and "
+                         f"{type(V).__name__}; call {per_layer} per layer for other backends")
+    check_array(K, "K", ndim=tuple(range(3, 8)), min_rows=1)
+    check_array(V, "V", ndim=K.ndim)
+    if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
+        raise InputError(f"K and V must agree in all but the last dimension, got {K.shape} and {V.shape}")
+    check_rng(rng)
+
+
 def compress_cache_layers(K, V, *, sink: int, window: int, levels: int, block_size: int, rng: np.random.Generator,
                           **kw):
     """``compress_cache`` (method "balance") of every layer: K (L, ..., n, d), V (L, ..., n, s) numpy, layer first.
@@ -52,14 +65,7 @@ def compress_cache_layers(K, V, *, sink: int, window: int, levels: int, block_si
     l = 0..L-1 called in that order with ``rng``; ``kw`` as compress_cache's (not ``method``)."""
     if "method" in kw:
         raise InputError("compress_cache_layers runs blockwise BalanceKV only (method='balance')")
-    if not (isinstance(K, np.ndarray) and isinstance(V, np.ndarray)):
-        raise InputError(f"compress_cache_layers takes numpy arrays (the host path), got {type(K).__name__} and "
-                         f"{type(V).__name__}; call compress_cache per layer for other backends")
-    check_array(K, "K", ndim=tuple(range(3, 8)), min_rows=1)
-    check_array(V, "V", ndim=K.ndim)
-    if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
-        raise InputError(f"K and V must agree in all but the last dimension, got {K.shape} and {V.shape}")
-    check_rng(rng)
+    _check_layer_stack(K, V, rng, "compress_cache_layers", "compress_cache")
     L, H, n = K.shape[0], math.prod(K.shape[1:-2]), K.shape[-2]
     n_mid = n - check_int(sink, "sink") - check_int(window, "window")
     levels = _check_levels(levels, n_mid) if n_mid > 0 else check_int(levels, "levels")
@@ -86,14 +92,7 @@ def compress_cache_released_layers(K, V, *, sink: int, window: int, levels: int,
     for name in ("uniforms", "diagnostics"):
         if name in walk:
             raise InputError(f"compress_cache_released_layers draws from rng and keeps no diagnostics ({name})")
-    if not (isinstance(K, np.ndarray) and isinstance(V, np.ndarray)):
-        raise InputError(f"compress_cache_released_layers takes numpy arrays (the host path), got {type(K).__name__} "
-                         f"and {type(V).__name__}; call compress_cache_released per layer for other backends")
-    check_array(K, "K", ndim=tuple(range(3, 8)), min_rows=1)
-    check_array(V, "V", ndim=K.ndim)
-    if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
-        raise InputError(f"K and V must agree in all but the last dimension, got {K.shape} and {V.shape}")
-    check_rng(rng)
+    _check_layer_stack(K, V, rng, "compress_cache_released_layers", "compress_cache_released")
     L, H, n = K.shape[0], math.prod(K.shape[1:-2]), K.shape[-2]
     m = n - check_int(sink, "sink") - check_int(window, "window")
     b = _check_block(block_size)

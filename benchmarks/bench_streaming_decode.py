@@ -56,6 +56,17 @@ def _exact(model, n: int, g: torch.Generator):
     return run, cache
 
 
+def _decode_steps(model, press, cache):
+    """One timed call: INTERVAL greedy decode steps of one fixed token under ``press`` (one reduction per call)."""
+    tok = torch.tensor([[42 % model.config.vocab_size]])
+
+    def run():
+        with press(model):
+            for _ in range(INTERVAL):
+                model(input_ids=tok, past_key_values=cache, use_cache=True)
+    return run
+
+
 def _decoding_press(model, n: int, g: torch.Generator):
     from kvpress import DecodingPress, KnormPress
     from transformers import DynamicCache
@@ -63,13 +74,7 @@ def _decoding_press(model, n: int, g: torch.Generator):
     cache = DynamicCache()
     ids = torch.randint(0, min(20000, model.config.vocab_size), (1, TARGET), generator=g)
     model(input_ids=ids, past_key_values=cache, use_cache=True)
-    tok = torch.tensor([[42 % model.config.vocab_size]])
-
-    def run():
-        with press(model):
-            for _ in range(INTERVAL):
-                model(input_ids=tok, past_key_values=cache, use_cache=True)
-    return run, cache
+    return _decode_steps(model, press, cache), cache
 
 
 def _streaming(model, cls, n: int, g: torch.Generator):
@@ -77,20 +82,12 @@ def _streaming(model, cls, n: int, g: torch.Generator):
     press = cls(target=TARGET, interval=INTERVAL, sink=SINK, window=WINDOW)
     cache = DynamicCache()
     ids = torch.randint(0, min(20000, model.config.vocab_size), (1, TARGET + INTERVAL), generator=g)
-    ctx = press(model)
-    ctx.__enter__()
-    for i in range(0, ids.shape[1], INTERVAL):
-        model(input_ids=ids[:, i:i + INTERVAL], past_key_values=cache, use_cache=True)
-    for layer in cache.layers:                      # logical position n (RoPE angles only)
-        layer.dropped += n - layer.get_seq_length()
-    ctx.__exit__(None, None, None)
-    tok = torch.tensor([[42 % model.config.vocab_size]])
-
-    def run():
-        with press(model):
-            for _ in range(INTERVAL):
-                model(input_ids=tok, past_key_values=cache, use_cache=True)
-    return run, cache
+    with press(model):
+        for i in range(0, ids.shape[1], INTERVAL):
+            model(input_ids=ids[:, i:i + INTERVAL], past_key_values=cache, use_cache=True)
+        for layer in cache.layers:                  # logical position n (RoPE angles only)
+            layer.dropped += n - layer.get_seq_length()
+    return _decode_steps(model, press, cache), cache
 
 
 def main(argv=None) -> dict:

@@ -36,6 +36,11 @@ def trial_params(profile: str) -> dict:
                                              full=PROFILES["full"]))
 
 
+def trials(profile: str) -> list[dict]:
+    """The trials of BKV.decode and SG.decode: one generation of the profile each."""
+    return [trial_params(profile)]
+
+
 @functools.lru_cache(maxsize=1)
 def _model(spec: str):
     if spec == "tiny":
