@@ -96,8 +96,10 @@ def compress_cache_released_layers(K, V, *, sink: int, window: int, levels: int,
     L, H, n = K.shape[0], math.prod(K.shape[1:-2]), K.shape[-2]
     m = n - check_int(sink, "sink") - check_int(window, "window")
     b = _check_block(block_size)
+    # the per-layer call's rule (released_select's), before the levels drive the loop below
+    levels = _check_levels(levels, m) if m > 0 else check_int(levels, "levels")
     S = 0
-    for _ in range(check_int(levels, "levels") if m > 0 else 0):   # released_select's (heads, blocks, b) per level
+    for _ in range(levels if m > 0 else 0):   # released_select's (heads, blocks, b) per level
         S += H * (-(-m // b)) * b
         m //= 2
     R = rng.random((L, S))
