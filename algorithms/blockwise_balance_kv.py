@@ -172,7 +172,10 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     B = int(np.prod(lead, dtype=np.int64)) if lead else 1
     d = K.shape[-1]
     scale = 1.0 / math.sqrt(d)
-    Kf = xp.reshape(K, (B, n, d)) * math.sqrt(scale)     # keys pre-scaled once: <k', k''> = <k, k''>/sqrt d
+    # keys pre-scaled once: <k', k''> = <k, k''>/sqrt d. On the host into memory from the select's _ScratchPool
+    # (numpy's allocator: huge pages, see block_walk._host_empty), handed on to the next level's w's after level 1
+    scratch = _ScratchPool()
+    Kf = _scaled(xp.reshape(K, (B, n, d)), math.sqrt(scale), scratch)
     Wf = xp.reshape(V, (B, n, V.shape[-1]))
     # squared norms through vector_norm: one reduction, no (B, n, d) temporary (torch: 10x faster than sum(x * x))
     nk2, nw2 = xp.linalg.vector_norm(Kf, axis=-1) ** 2, xp.linalg.vector_norm(Wf, axis=-1) ** 2
@@ -192,7 +195,6 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     # memory the select has touched is reused (_ScratchPool): the walk's panel scratch; the next level's keys go into
     # the freed panel scratch, then Kf is dead (later levels gather from the current level) and holds the next
     # w's and panels
-    scratch = _ScratchPool()
     for level in range(T):   # torch CPU: the large operations may use torch's threads; the walk's steps run in numpy
         pos, _ = _balance_level(Kc, Wc, kc2, wc2, b=b, c=float(c), rng=_uniforms or rng, plus_one=plus_one,
                                 diagnostics=diagnostics, scratch=scratch)
@@ -208,6 +210,18 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
             Kc, Wc = Kn, Wn
             kc2, wc2 = _take_cols(kc2, pos), _take_cols(wc2, pos)
     return xp.reshape(idx, lead + (idx.shape[-1],))
+
+
+def _scaled(X, a: float, scratch: _ScratchPool):
+    """X * a, for a numpy array or torch CPU tensor written into memory taken from ``scratch`` (the same
+    products, so the same values)."""
+    if type(X) is np.ndarray and X.dtype.kind == "f":
+        return np.multiply(X, X.dtype.type(a), out=scratch.take(X, X.size).reshape(X.shape))
+    torch = sys.modules.get("torch")
+    if (torch is not None and isinstance(X, torch.Tensor) and X.device.type == "cpu" and X.is_floating_point()
+            and not X.requires_grad):
+        return torch.mul(X, a, out=scratch.take(X, X.numel()).view(X.shape))
+    return X * a
 
 
 def _flat(idx, n):

@@ -81,11 +81,17 @@ def bench_blockwise(quick: bool) -> dict:
 
 
 def profile_blockwise(quick: bool, reps: int = 3) -> dict:
-    """Where part (a)'s select spends its time at 1 thread (the thread's CPU time, median of ``reps`` runs): the
-    Gram panels (block_walk._gram_panel: products, exp, the w-Gram), the sequential sign loop
-    (block_walk._panel_steps_host: b steps per level of a few numpy operations on every block), the rest of the walk
-    (the panels' products s += E P, thresholds, FAIL flags) and everything outside the walk (norms, strict halving,
-    gathers, Python)."""
+    """Where part (a)'s select spends its time at 1 thread (the thread's CPU time, median of ``reps`` runs after one
+    warm-up), measured by timing the functions the select calls (wrapped for the run):
+
+    * gram_panels: the walk's Gram panels (block_walk._gram_panel: key products, exponent, exp, the w-Gram);
+    * sign_loop: the sequential steps (block_walk._panel_steps_host: b steps per level of a few numpy operations
+      on every block);
+    * walk_other: the rest of the walk (the panels' products s += E P, thresholds, FAIL flags, Python);
+    * halving: the level outside the walk (coin draws, strict halving: priorities, argsort, positions);
+    * prescale: the keys times d^(-1/4) (blockwise_balance_kv._scaled);
+    * gathers: the next level's keys, w's, squared norms and indices (_gather_dev, _take_cols);
+    * rest: input checks, squared norms, Python between them (total minus the above)."""
     import time
 
     from kvbounds.algorithms import block_walk as bw
@@ -103,11 +109,14 @@ def profile_blockwise(quick: bool, reps: int = 3) -> dict:
             finally:
                 acc[name] = acc.get(name, 0.0) + time.thread_time() - t0
         return g
-    orig = (bw._gram_panel, bw._panel_steps_host, bbk.panel_walk)
+    wrap = dict(gram=(bw, "_gram_panel"), steps=(bw, "_panel_steps_host"), walk=(bbk, "_panel_walk"),
+                level=(bbk, "_balance_level"), prescale=(bbk, "_scaled"), gather=(bbk, "_gather_dev"),
+                take=(bbk, "_take_cols"))
+    orig = {k: getattr(mod, name) for k, (mod, name) in wrap.items()}
     runs = []
     try:
-        bw._gram_panel, bw._panel_steps_host = timed("gram", orig[0]), timed("steps", orig[1])
-        bbk.panel_walk = timed("walk", orig[2])
+        for k, (mod, name) in wrap.items():
+            setattr(mod, name, timed(k, orig[k]))
         with threads(1), torch.inference_mode():
             for _ in range(reps + 1):
                 acc.clear()
@@ -115,10 +124,12 @@ def profile_blockwise(quick: bool, reps: int = 3) -> dict:
                 blockwise_balance_select(K, V, block_size=b, levels=T, rng=np.random.default_rng(1))
                 runs.append(dict(acc, total=time.thread_time() - t0))
     finally:
-        bw._gram_panel, bw._panel_steps_host, bbk.panel_walk = orig
-    med = {k: float(np.median([r.get(k, 0.0) for r in runs[1:]])) for k in ("total", "gram", "steps", "walk")}
+        for k, (mod, name) in wrap.items():
+            setattr(mod, name, orig[k])
+    med = {k: float(np.median([r.get(k, 0.0) for r in runs[1:]])) for k in ("total", *wrap)}
     parts = dict(gram_panels=med["gram"], sign_loop=med["steps"], walk_other=med["walk"] - med["gram"] - med["steps"],
-                 outside_walk=med["total"] - med["walk"])
+                 halving=med["level"] - med["walk"], prescale=med["prescale"], gathers=med["gather"] + med["take"])
+    parts["rest"] = med["total"] - med["level"] - med["prescale"] - parts["gathers"]
     return dict(total_s=med["total"], seconds=parts, shares={k: v / med["total"] for k, v in parts.items()},
                 reps=reps, clock="thread CPU time, 1 thread")
 

@@ -80,3 +80,51 @@ def test_scratch_pool_keeps_no_device_memory():
     assert pool.take(x, 4) is None
     pool.give(x)
     assert pool.free == []
+
+
+def test_host_scratch_is_numpy_memory_aligned_like_torch():
+    """Fresh host scratch comes from numpy's allocator (huge pages for large arrays), 64-byte aligned; for torch it
+    is a CPU tensor of the asked dtype sharing that memory (zero copy)."""
+    torch = pytest.importorskip("torch")
+    from kvbounds.algorithms.block_walk import _host_empty
+    for dt in (torch.float32, torch.float64):
+        t = _host_empty(torch.zeros(1, dtype=dt), 1000)
+        assert t.dtype == dt and t.shape == (1000,) and t.device.type == "cpu" and t.data_ptr() % 64 == 0
+        t[:] = 1.0                                                     # writable
+    a = _host_empty(np.zeros(1, dtype=np.float32), 7)
+    assert a.dtype == np.float32 and a.shape == (7,)
+
+
+def test_fused_gram_panel_equals_unfused():
+    """The fused chunk-by-chunk panel (_gram_panel with out=, the walk's host path) equals the panel computed in
+    whole-panel passes (out=None) bit for bit, with and without padded rows, chunks of 1 block and of several."""
+    torch = pytest.importorskip("torch")
+    from kvbounds.algorithms import block_walk as bw
+    for pad, chunk in ((0, 1), (5, 3), (0, 1 << 12)):
+        K, W, nk2, nw2, _, ones = _blocks(2, lead=(2, 3), b=32, d=8, e=4, pad=pad)
+        for xs in ((K, W, nk2, nw2), tuple(torch.as_tensor(x, dtype=torch.float32) for x in (K, W, nk2, nw2))):
+            Kt, Wt, k2, w2 = xs
+            o = None if ones is None else (ones if isinstance(Kt, np.ndarray) else torch.as_tensor(ones, dtype=Kt.dtype))
+            xp = bw.array_namespace(Kt)
+            rk2, inv = bw._panel_scales(xp, k2, w2)
+            for start, m in ((0, 8), (8, 8), (24, 8)):
+                args = (Kt[..., start:, :], Wt[..., start:, :], m, rk2, inv, True, None if o is None else o[..., start:])
+                ref = bw._gram_panel(*args)
+                buf = (bw._host_empty(Kt, 6 * m * 32), bw._host_empty(Kt, max(chunk, m * (32 - start))))
+                got = bw._gram_panel(*args, out=buf)
+                assert np.array_equal(np.asarray(got), np.asarray(ref))
+
+
+def test_prescaled_keys_equal_plain_product():
+    """blockwise_balance_kv._scaled (keys times d^(-1/4) into scratch memory) equals X * a bit for bit; integer
+    arrays and tensors that need gradients fall back to X * a."""
+    torch = pytest.importorskip("torch")
+    from kvbounds.algorithms.blockwise_balance_kv import _ScratchPool, _scaled
+    rng = np.random.default_rng(0)
+    a = 128 ** -0.25
+    for X in (rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 5, 3)).astype(np.float32),
+              torch.as_tensor(rng.standard_normal((2, 5, 3)), dtype=torch.float32), np.arange(6).reshape(2, 3)):
+        got = _scaled(X, a, _ScratchPool())
+        assert got.dtype == (X * a).dtype and np.array_equal(np.asarray(got), np.asarray(X * a))
+    X = torch.ones(3, requires_grad=True)
+    assert _scaled(X, a, _ScratchPool()).requires_grad
