@@ -81,8 +81,8 @@ def bench_blockwise(quick: bool) -> dict:
 
 
 def profile_blockwise(quick: bool, reps: int = 3) -> dict:
-    """Where part (a)'s select spends its time at 1 thread (the thread's CPU time, median of ``reps`` runs after one
-    warm-up), measured by timing the functions the select calls (wrapped for the run):
+    """Where part (a)'s select spends its time at 1 thread (the thread's CPU time; of ``reps`` runs after one warm-up,
+    the run of median total), measured by timing the functions the select calls (wrapped for the run):
 
     * gram_panels: the walk's Gram panels (block_walk._gram_panel: key products, exponent, exp, the w-Gram);
     * sign_loop: the sequential steps (block_walk._panel_steps_host: b steps per level of a few numpy operations
@@ -126,7 +126,9 @@ def profile_blockwise(quick: bool, reps: int = 3) -> dict:
     finally:
         for k, (mod, name) in wrap.items():
             setattr(mod, name, orig[k])
-    med = {k: float(np.median([r.get(k, 0.0) for r in runs[1:]])) for k in ("total", *wrap)}
+    # the run of median total time, its parts (parts of one run add up to its total and none is negative)
+    kept = sorted(runs[1:], key=lambda r: r["total"])[len(runs[1:]) // 2]
+    med = {k: float(kept.get(k, 0.0)) for k in ("total", *wrap)}
     parts = dict(gram_panels=med["gram"], sign_loop=med["steps"], walk_other=med["walk"] - med["gram"] - med["steps"],
                  halving=med["level"] - med["walk"], prescale=med["prescale"], gathers=med["gather"] + med["take"])
     parts["rest"] = med["total"] - med["level"] - med["prescale"] - parts["gathers"]

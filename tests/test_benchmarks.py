@@ -32,6 +32,10 @@ def test_bench_fd(tmp_path):
         assert fd["timing"][k]["time"]["median"] > 0
     assert fd["equal_accuracy"]
     assert {r["J"] for r in data["decode"]["rows"]} == {1, 32}
+    for r in data["decode"]["rows"]:     # issue 26: the time model's terms and measured constants are recorded
+        tm = r["time_model"]
+        assert set(tm["terms"]["ours"]) == {"stream", "exp", "passes", "call"} and tm["ratio"] > 0
+        assert r["model"] == tm["ratio"] and r["count_model"] > 0 and "measured" in tm["constants_are"]
 
 
 def test_bench_balancekv(tmp_path):
@@ -44,6 +48,8 @@ def test_bench_balancekv(tmp_path):
         assert res["threads"]["torch"] == int(nt)
     prof = a["profile"]           # where the time goes: the parts add up to the total
     assert abs(sum(prof["seconds"].values()) - prof["total_s"]) <= 1e-9 + 1e-6 * prof["total_s"]
+    assert set(prof["seconds"]) == {"gram_panels", "sign_loop", "walk_other", "halving", "prescale", "gathers", "rest"}
+    assert prof["seconds"]["walk_other"] >= 0 and prof["seconds"]["gram_panels"] > 0    # each part timed, not a difference gone negative
     rows = data["streaming"]["rows"]
     assert [r["n"] for r in rows] == [256, 512] and all(r["mean_us_per_token"] > 0 for r in rows)
     acc = data["accuracy"]

@@ -167,3 +167,20 @@ def test_delta_term_is_needed(ell):
     res = residual(A, top_right_projector(S, 1))
     assert delta > 0 and res > residual_lower_bound(A, 1) * 1.1           # sigma_2(A) alone is not a bound
     assert res / residual_certificate(S, delta, 1) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_decode_time_model_terms():
+    """decode_time_model: with only the streaming term it is cost_model's byte ratio; the exponentials (equal on
+    both sides) pull the ratio towards 1; every term is the product its docstring states."""
+    from kvbounds.theory.subspace import decode_time_model
+    T, d, r, r_v, J = 16384, 64, 16, 16, 32
+    m = cost_model(T, d, r, r_v, J=J, bytes_per_float=4)
+    base = decode_time_model(T, d, r, r_v, J=J, s_per_byte_exact=1e-10, s_per_byte_ours=1e-10, s_per_exp=0.0,
+                             s_per_pass=0.0)
+    assert base["ratio"] == pytest.approx(m["bytes_ratio"], rel=1e-12)
+    full = decode_time_model(T, d, r, r_v, J=J, s_per_byte_exact=1e-10, s_per_byte_ours=1e-10, s_per_exp=3e-9,
+                             s_per_pass=4e-10, call_s_exact=2e-5, call_s_ours=3e-5)
+    assert m["bytes_ratio"] < full["ratio"] < 1.0
+    assert full["terms"]["ours"] == pytest.approx(dict(stream=m["ours_bytes"] * 1e-10, exp=T * 3e-9,
+                                                       passes=3 * T * 4e-10, call=3e-5))
+    assert full["exact_s"] == pytest.approx(m["baseline_bytes"] * 1e-10 + T * 3e-9 + 4 * T * 4e-10 + 2e-5)

@@ -34,7 +34,10 @@ SUB.blockwise [proven; :func:`blockwise_softmax_identity` checks it symbolically
   max (the draft) every exponent is <= 0. The literal pseudocode's m_j = -inf case (a fully masked leading chunk)
   is 0/0 and needs the guard of :mod:`kvbounds.algorithms.blockwise_softmax`.
 
-SUB.cost: :func:`cost_model`, the operation and byte counts of one decode step, term by term.
+SUB.cost: :func:`cost_model`, the operation and byte counts of one decode step, term by term;
+:func:`decode_time_model` turns them into seconds on one core with the terms the counts leave out (the
+exponentials, the passes over the logits, the working set's streaming rate, the per-call cost), each constant
+measured on its own micro-kernel by benchmarks/bench_fd.py (b).
 """
 from __future__ import annotations
 
@@ -184,6 +187,42 @@ def cost_model(T: int, d: int, r: int, r_v: int, *, J: int = 1, ell_k: int = 0, 
         draft_flops_shape=T * R + R * d + d * (ell_k + ell_v), draft_bytes_shape=T * R + J * R * d,
         baseline_shape=T * d,
     )
+
+
+def decode_time_model(T: int, d: int, r: int, r_v: int, *, J: int = 1, s_per_byte_exact: float,
+                      s_per_byte_ours: float, s_per_exp: float, s_per_pass: float, call_s_exact: float = 0.0,
+                      call_s_ours: float = 0.0, bytes_per_float: int = 4) -> dict:
+    """Seconds of one decode step on one CPU core, exact and coefficient-space, from :func:`cost_model`'s byte
+    counts plus the terms its FLOP/byte ratio leaves out (benchmarks/bench_fd.py (b) measures every constant
+    separately, on micro-kernels, never on the decodes themselves; the constants are machine properties,
+    [measured], none is fitted to the decode's time).
+
+    Why the byte ratio alone is not the time ratio (both are measured in bench_fd (b)):
+      * the exponential: :func:`cost_model` counts exp as 1 flop, but np.exp on float32 costs ``s_per_exp`` per
+        value (measured 2.3-3.2 ns on the 2-core dev VM, as long as streaming ~30 bytes of the cache at the
+        measured GEMV rate, i.e. ~7 floats: not 1 flop's worth). Both sides take T exponentials, so the term adds
+        the same time to both and pulls the ratio towards 1: at T = 16384, d = 64, r + r_v = 32 (bench_fd (b)) the
+        exponentials took ~40-50 us against ~190 us for streaming the coefficient cache and ~700 us for the exact
+        step's stream, which alone moves the time ratio from the byte ratio 0.28 to ~0.33;
+      * the passes over the T logits (max, subtract, sum; exact also scales): ``s_per_pass`` per value and pass,
+        3 passes for :func:`kvbounds.algorithms.subspace_decode.coefficient_decode`, 4 for the exact step;
+      * the streaming rate depends on the working set: the exact step streams 2 T d floats, the coefficient step
+        T (r + r_v) + J (r + r_v) d (4x fewer here), which may sit in a faster cache level; ``s_per_byte_exact``
+        and ``s_per_byte_ours`` are GEMV times per byte measured on matrices of each side's size;
+      * the per-call cost (Python, argument checks, ~10 numpy dispatches): ``call_s_*``, each side's decode
+        timed on a 1-token cache.
+
+        t = bytes * s_per_byte + T (s_per_exp + passes * s_per_pass) + call_s
+
+    Returns the two times, each term, and ``ratio`` = t_ours / t_exact."""
+    m = cost_model(T, d, r, r_v, J=J, bytes_per_float=bytes_per_float)
+    terms = {}
+    for side, nbytes, s_byte, passes, call in (("exact", m["baseline_bytes"], s_per_byte_exact, 4, call_s_exact),
+                                               ("ours", m["ours_bytes"], s_per_byte_ours, 3, call_s_ours)):
+        terms[side] = dict(stream=nbytes * s_byte, exp=T * s_per_exp, passes=T * passes * s_per_pass, call=call)
+    t_exact, t_ours = (sum(terms[k].values()) for k in ("exact", "ours"))
+    return dict(exact_s=t_exact, ours_s=t_ours, ratio=t_ours / t_exact, terms=terms,
+                bytes_ratio=m["bytes_ratio"], flops_ratio=m["flops_ratio"])
 
 
 # -- SUB.lowrank helper ---------------------------------------------------------------------------------
