@@ -15,6 +15,7 @@ import numpy as np
 
 from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
 
+from .host_scratch import _ScratchPool, _exp_inplace, _host_empty, _host_view, _native, _on_host  # noqa: F401
 from .validation import (InputError, check_array, check_int, check_positive, check_real, check_same_dtype,
                          namespace)
 
@@ -101,10 +102,13 @@ def _gram_panel_into(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, P_buf, W_buf
     """:func:`_gram_panel` written into P_buf, a few blocks at a time (fused): per chunk of blocks the key products
     go straight into the panel, then minus max||k'||^2, exp in place, the w-Gram in W_buf, + 1 (or o_i o_j), times
     1/max||w||^2, and the product, while the chunk is still in cache (before: the exponent and exp were two passes
-    over the whole panel in memory). Same operations on the same values, so the same panel."""
+    over the whole panel in memory; at 1 thread 5-9% of a blockwise select at 8 x 8192 x 128, paired runs). Same
+    operations on the same values, so the same panel. torch with several threads: :func:`_gram_panel_whole`."""
+    nat = _native(Kr)
+    if nat is not np and nat.get_num_threads() > 1:
+        return _gram_panel_whole(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, P_buf, W_buf)
     lead, rows = tuple(Kr.shape[:-2]), Kr.shape[-2]
     nblk = math.prod(lead)
-    nat = _native(Kr)
     mm, exp = nat.matmul, nat.exp
     P = xp.reshape(P_buf[:nblk * m * rows], lead + (m, rows))
     P3 = xp.reshape(P, (nblk, m, rows))
@@ -129,76 +133,33 @@ def _gram_panel_into(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, P_buf, W_buf
     return P
 
 
-def _native(x):
-    """numpy for a numpy array, torch for a torch tensor (their matmul/exp take ``out=``); None otherwise."""
-    if type(x) is np.ndarray:
-        return np
-    torch = sys.modules.get("torch")
-    return torch if torch is not None and isinstance(x, torch.Tensor) else None
+def _gram_panel_whole(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, P_buf, W_buf):
+    """:func:`_gram_panel` written into P_buf in whole-panel passes, the w-Gram formed in W_buf chunk by chunk of
+    blocks: the path for torch running several threads, whose operations split across threads only when large."""
+    lead, rows = tuple(Kr.shape[:-2]), Kr.shape[-2]
+    nblk = math.prod(lead)
+    mm = _native(Kr).matmul
+    P = mm(Kr[..., :m, :], xp.matrix_transpose(Kr), out=xp.reshape(P_buf[:nblk * m * rows], lead + (m, rows)))
+    P -= rk2
+    P = _exp_inplace(xp, P)
+    P3, W3 = xp.reshape(P, (nblk, m, rows)), xp.reshape(Wr, (nblk, rows, Wr.shape[-1]))
+    inv3 = xp.reshape(xp.broadcast_to(inv_rw2, lead + (1, 1)), (nblk, 1, 1))
+    o3 = None if ones_r is None or not plus_one else xp.reshape(xp.broadcast_to(ones_r, lead + (rows,)), (nblk, rows))
+    step = max(1, W_buf.shape[0] // (m * rows))
+    for c0 in range(0, nblk, step):
+        c1 = min(nblk, c0 + step)
+        Wp = mm(W3[c0:c1, :m, :], xp.matrix_transpose(W3[c0:c1]),
+                out=xp.reshape(W_buf[:(c1 - c0) * m * rows], (c1 - c0, m, rows)))
+        if o3 is None and plus_one:
+            Wp += 1.0
+        elif plus_one:
+            Wp += o3[c0:c1, :m, None] * o3[c0:c1, None, :]
+        Wp *= inv3[c0:c1]
+        P3[c0:c1] *= Wp
+    return P
 
 
-def _on_host(x) -> bool:
-    """A numpy array or a torch CPU tensor: where fresh memory costs page faults and scratch reuse pays (a GPU's
-    caching allocator reuses memory already, and small chunked operations would cost kernel launches there)."""
-    nat = _native(x)
-    return nat is np or (nat is not None and x.device.type == "cpu")
-
-
-def _exp_inplace(xp, P):
-    """exp(P), written over P where the backend allows it (numpy, torch): no fresh memory for the panel."""
-    nat = _native(P)
-    if nat is None:
-        return xp.exp(P)
-    return nat.exp(P, out=P)
-
-
-W_CHUNK = 1 << 17    # entries of the w-Gram scratch (1 MiB in float32): a few blocks' rows at a time, cache-resident
-
-
-class _ScratchPool:
-    """Flat scratch arrays handed out (:meth:`take`) and handed back (:meth:`give`) within one computation, so that
-    memory it has already touched is reused: fresh memory costs a page fault per 4 KiB on first touch (~2 us each
-    on a virtual machine: one blockwise select at 8 x 8192 x 128 took ~20k faults, ~45 ms of its ~250). Best fit, a
-    larger array split; only on the host (numpy, torch CPU), :meth:`take` gives None otherwise."""
-
-    def __init__(self):
-        self.free = []
-
-    def take(self, like, n: int):
-        """A flat array of n elements of like's kind, dtype and device (contents undefined), or None."""
-        if not _on_host(like):
-            return None
-        best = None
-        for k, f in enumerate(self.free):
-            if (type(f) is type(like) and f.dtype == like.dtype and _dev(f) == _dev(like) and f.shape[0] >= n
-                    and (best is None or f.shape[0] < self.free[best].shape[0])):
-                best = k
-        if best is None:
-            return _host_empty(like, n)
-        f = self.free.pop(best)
-        if f.shape[0] > n:
-            self.free.append(f[n:])
-        return f[:n]
-
-    def give(self, *arrays) -> None:
-        """Hand back flat arrays (from :meth:`take`, or the flat view of a dead array); None is ignored."""
-        self.free.extend(a for a in arrays if a is not None and _on_host(a))
-
-
-def _host_empty(like, n: int):
-    """A fresh flat array of n elements of like's kind and dtype on the host (numpy, or torch CPU), allocated by
-    numpy and, for torch, shared with :func:`torch.from_numpy` (zero copy). numpy advises the kernel to back
-    large allocations with huge pages (madvise MADV_HUGEPAGE), torch's CPU allocator does not: first touch of 32
-    MiB measured 23 ms from torch's allocator, 9 ms from numpy's, 4.4 ms for memory already touched (1 thread; on
-    this machine transparent huge pages are in "madvise" mode). The start is 64-byte aligned like torch's own
-    allocations, so BLAS kernels see the same alignment as before (same products, same values)."""
-    if type(like) is np.ndarray:
-        return np.empty((n,), dtype=like.dtype)
-    torch = sys.modules["torch"]
-    item = like.element_size()
-    raw = np.empty((n * item + 64,), dtype=np.uint8)
-    off = (-raw.ctypes.data) % 64
-    return torch.from_numpy(raw[off:off + n * item]).view(like.dtype)
+W_CHUNK = 1 << 18    # entries of the w-Gram scratch (1 MiB in float32): a few blocks' rows at a time, cache-resident
 
 
 def _panel_buffers(Kb, m: int, pool: _ScratchPool | None):
@@ -210,16 +171,6 @@ def _panel_buffers(Kb, m: int, pool: _ScratchPool | None):
     size = math.prod(tuple(Kb.shape[:-2])) * m * Kb.shape[-2]
     pool = _ScratchPool() if pool is None else pool
     return pool.take(Kb, size), pool.take(Kb, min(size, max(W_CHUNK, m * Kb.shape[-2])))
-
-
-def _host_view(x):
-    """A numpy view (no copy) of a CPU array: a numpy array itself or a torch CPU tensor; None otherwise."""
-    if type(x) is np.ndarray:
-        return x
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor) and x.device.type == "cpu" and not x.requires_grad:
-        return x.numpy()
-    return None
 
 
 def check_walk_inputs(Kb, Wb, nk2, nw2, uniforms, c, *, panel=32, plus_one=False, ones=None):

@@ -113,6 +113,8 @@ def test_fused_gram_panel_equals_unfused():
                 buf = (bw._host_empty(Kt, 6 * m * 32), bw._host_empty(Kt, max(chunk, m * (32 - start))))
                 got = bw._gram_panel(*args, out=buf)
                 assert np.array_equal(np.asarray(got), np.asarray(ref))
+                whole = bw._gram_panel_whole(bw.array_namespace(Kt), *args, *buf)   # torch's path at >1 thread
+                assert np.array_equal(np.asarray(whole), np.asarray(ref))
 
 
 def test_prescaled_keys_equal_plain_product():
