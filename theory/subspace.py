@@ -199,16 +199,20 @@ def decode_time_model(T: int, d: int, r: int, r_v: int, *, J: int = 1, s_per_byt
 
     Why the byte ratio alone is not the time ratio (both are measured in bench_fd (b)):
       * the exponential: :func:`cost_model` counts exp as 1 flop, but np.exp on float32 costs ``s_per_exp`` per
-        value (measured 2.3-3.2 ns on the 2-core dev VM, as long as streaming ~30 bytes of the cache at the
-        measured GEMV rate, i.e. ~7 floats: not 1 flop's worth). Both sides take T exponentials, so the term adds
-        the same time to both and pulls the ratio towards 1: at T = 16384, d = 64, r + r_v = 32 (bench_fd (b)) the
-        exponentials took ~40-50 us against ~190 us for streaming the coefficient cache and ~700 us for the exact
-        step's stream, which alone moves the time ratio from the byte ratio 0.28 to ~0.33;
+        value (measured 1.9-3.2 ns on the loaded 2-core dev VM, as long as streaming ~30 bytes of the cache at
+        the measured GEMV rate, i.e. ~7 floats: not 1 flop's worth). Both sides take T exponentials, so the term
+        adds the same time to both and pulls the ratio towards 1: at T = 16384, d = 64, r + r_v = 32 (bench_fd (b))
+        the exponentials took ~30-50 us against ~150-190 us for streaming the coefficient cache and ~550-700 us
+        for the exact step's stream, which alone moves the time ratio from the byte ratio 0.28 to ~0.32;
       * the passes over the T logits (max, subtract, sum; exact also scales): ``s_per_pass`` per value and pass,
         3 passes for :func:`kvbounds.algorithms.subspace_decode.coefficient_decode`, 4 for the exact step;
       * the streaming rate depends on the working set: the exact step streams 2 T d floats, the coefficient step
         T (r + r_v) + J (r + r_v) d (4x fewer here), which may sit in a faster cache level; ``s_per_byte_exact``
-        and ``s_per_byte_ours`` are GEMV times per byte measured on matrices of each side's size;
+        and ``s_per_byte_ours`` are GEMV times per byte measured on matrices of each side's size (the exact
+        step's kernels, rows of d floats; on the dev VM both rates came out equal, ~65-90 ps per byte). The
+        coefficient kernels stream rows of L floats and ran up to ~1.7x faster per byte than that (bench_fd's
+        C/D parts), so the model is pessimistic for ours where the cache term dominates: measured / model was
+        0.9-1.0 at J = 32 and 0.7-0.76 at J = 1 (one chunk of 16384 tokens);
       * the per-call cost (Python, argument checks, ~10 numpy dispatches): ``call_s_*``, each side's decode
         timed on a 1-token cache.
 
