@@ -173,7 +173,7 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     d = K.shape[-1]
     scale = 1.0 / math.sqrt(d)
     # keys pre-scaled once: <k', k''> = <k, k''>/sqrt d. On the host into memory from the select's _ScratchPool
-    # (numpy's allocator: huge pages, see block_walk._host_empty), handed on to the next level's w's after level 1
+    # (numpy's allocator: huge pages, see host_scratch._host_empty), handed on to the next level's w's after level 1
     scratch = _ScratchPool()
     Kf = _scaled(xp.reshape(K, (B, n, d)), math.sqrt(scale), scratch)
     Wf = xp.reshape(V, (B, n, V.shape[-1]))
