@@ -36,8 +36,8 @@ from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.algorithms.validation import InputError, check_int, check_rng
 from kvbounds.gpu.backend import array_namespace
 
-from .method_names import (CONTROLS, DEFAULT_METHODS, KVPRESS, NEEDS_INPUTS, OURS, PRESSES,  # noqa: F401
-                           QUICK_METHODS, RANDOMIZED)
+from .method_names import (CONTROLS, DEFAULT_METHODS, KVPRESS, NEEDS_INPUTS, NEEDS_SCORES, OURS,  # noqa: F401
+                           PRESSES, QUICK_METHODS, RANDOMIZED)
 
 
 def _check_method(method) -> str:
