@@ -51,7 +51,10 @@ SHORTFALL = {
     "subgen": "its equal-memory fit builds 3-5 caches per layer (held floats depend on the l2 draws' repeats): the "
               "rounds share one k-center traversal per layer (kcenter.FarthestFirst), but each still draws, "
               "de-duplicates and validates a cache (~3 ms per round and layer at n = 512), the rounds that lengthen "
-              "the window start new traversals, and at n = 2048 the traversal itself costs what kcenter's does",
+              "the window start new traversals, and at n = 2048 the traversal itself costs what kcenter's does. "
+              "Profiled at n = 512, 1 thread: ~3.9 rounds per layer; the traversal's steps ~25% of the time, "
+              "building and validating the rounds' caches (gathers, input checks, memory_floats) most of the rest; "
+              "next step: a round's held floats counted from its draws (SubGenCompressor) and one cache built",
     "subspace": "two float64 64 x 64 eigendecompositions per head: 180 LAPACK syevd calls, ~0.4 ms each at 1 thread "
                 "(0.07 s), plus the float64 Grams and projections of every head (~0.07 s at n = 512)",
     "balancekv": "at the line (0.042-0.052 over runs on a loaded machine): the stacked walk's sequential steps per "
