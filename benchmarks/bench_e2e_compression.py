@@ -68,7 +68,7 @@ SHORTFALL = {
            "prefill (harness.prefill(received=True)): its compression is the top-k and the gather only",
     "h2o+scores": "the scores cost about one more causal attention pass per layer (the n x n / 2 logits of 9 query "
                   "heads, their softmax and column sums, in blocks of 96 queries), as much as the prefill's own "
-                  "attention kernel: ~12% of the prefill at n = 512, ~30% at n = 2048 (attention is quadratic, the "
+                  "attention kernel: ~12% of the prefill at n = 512, 30-40% at n = 2048 (attention is quadratic, the "
                   "prefill's projections linear). The logits SDPA computes are not returned, so they are computed "
                   "again; recomputing the queries (before issue 26) cost more",
 }
