@@ -146,6 +146,11 @@ NOT_ENTRY_POINTS = {
     # exception a model on the wrong attention raises
     "use_weighted_attention", "require_weighted_attention", "accumulated_attention", "h2o_compress",
     "ModelNotWeighted",
+    # e2e: H2O's scores from a prefill's rotated torch queries/keys (refuses other input by name) and the prefill
+    # observer's context manager (tests/test_e2e_h2o_scores.py)
+    "received_attention", "observe_prefill",
+    # e2e: the floats of a SubGen round, for arrays the compressor has already checked (tests/test_e2e_subgen_rounds.py)
+    "subgen_held_floats",
     # e2e: functions of Record lists, claim tables and parsed CLI arguments (no arrays; tests/test_e2e*.py)
     "reference_effects", "problems", "print_board", "effects", "paired", "cell", "duplicates", "detectable",
     "family", "budget_label", "first_retrieval", "task_label",

@@ -19,6 +19,7 @@ AdaKV) is honoured here as a = b = -inf, so it does not depend on whether kvpres
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 ATTN_IMPLEMENTATION = "kvbounds_weighted"
@@ -153,6 +154,24 @@ def _check_finite_output(out, query, key, value, log_w_den) -> None:
     raise InputError(f"the attention overflows {query.dtype} (logits or weighted values beyond its range)")
 
 
+_PREFILL_OBSERVERS: list = []      # callables (module, query, key, scaling) run on every exact causal prefill
+
+
+@contextlib.contextmanager
+def observe_prefill(fn):
+    """Inside the block, ``fn(module, query, key, scaling)`` is called on every exact causal prefill attention
+    call (as many queries as keys, no mask, no weights; the rotated queries and keys the kernel reads), e.g.
+    to collect H2O's scores while the prefill runs (:func:`kvbounds.e2e.h2o.received_attention`)."""
+    if not callable(fn):
+        from kvbounds.algorithms.validation import InputError
+        raise InputError(f"fn must be callable (module, query, key, scaling), got {type(fn).__name__}")
+    _PREFILL_OBSERVERS.append(fn)
+    try:
+        yield fn
+    finally:
+        _PREFILL_OBSERVERS.remove(fn)
+
+
 def weighted_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """transformers' attention interface: query (b, H, L, d), key/value (b, Hkv, M, d) -> (b, L, H, d), None.
     Reads the weights of the :class:`~kvbounds.e2e.weighted_cache.WeightedLayer` that returned ``key``."""
@@ -174,6 +193,9 @@ def weighted_attention_forward(module, query, key, value, attention_mask, dropou
                                         **kwargs)
         if attention_mask is None:         # (a masked padding query may be NaN by transformers' own convention)
             _check_finite_output(out, query, key, value, None)
+        if _PREFILL_OBSERVERS and attention_mask is None and L == M > 1 and layer is None:
+            for fn in list(_PREFILL_OBSERVERS):
+                fn(module, query, key, scaling)
         return out, w
     a, b = (layer.log_w_num, layer.log_w_den) if weighted else (None, None)
     if masked is not None:

@@ -25,20 +25,43 @@ EXACT = "exact"
 @dataclasses.dataclass
 class Prefill:
     """The exact prefill of a context: per layer K, V (1, Hkv, n, d) torch and the attention module's
-    inputs (``hidden_states``, ``position_embeddings``, ...) that kvpress's presses read; the time it took."""
+    inputs (``hidden_states``, ``position_embeddings``, ...) that kvpress's presses read; the time it took.
+    ``received`` (when the prefill collected them): per layer the (Hkv, n) attention each key received from the
+    prompt's queries (H2O's scores, :func:`kvbounds.e2e.h2o.received_attention`), ``received_s`` of ``seconds``
+    spent collecting them, ``received_prefixes`` {m: per-layer scores over the first m queries} for
+    :func:`slice_prefill`."""
     n: int
     keys: list
     values: list
     attn_kwargs: list
     seconds: float
+    received: list | None = None
+    received_s: float = 0.0
+    received_prefixes: dict | None = None
 
 
-def prefill(lm, ids: np.ndarray, *, capture_inputs: bool = True) -> Prefill:
+def prefill(lm, ids: np.ndarray, *, capture_inputs: bool = True, received: bool = False,
+            prefixes: tuple = ()) -> Prefill:
+    """The exact prefill of ``ids``. ``received``: collect H2O's scores while it runs (the attention each key
+    receives, from the rotated queries the attention kernel reads; issue 26), also over the first m queries for
+    each m in ``prefixes`` (the prompts :func:`slice_prefill` cuts)."""
+    import contextlib
+
     import torch
     from transformers import DynamicCache
+
+    from .attention import observe_prefill
     model = lm.model
     layers = model.model.layers
     kws: list = [None] * len(layers)
+    scores: dict = {}
+    spent = [0.0]
+
+    def collect(module, query, key, scaling):
+        from .h2o import received_attention
+        t = _now(lm)
+        scores[module.layer_idx] = received_attention(query, key, scaling, prefixes=prefixes)
+        spent[0] += _now(lm) - t
     hooks = []
     if capture_inputs:
         def hook(l):
@@ -50,7 +73,7 @@ def prefill(lm, ids: np.ndarray, *, capture_inputs: bool = True) -> Prefill:
         hooks = [layer.self_attn.register_forward_pre_hook(hook(l), with_kwargs=True) for l, layer in enumerate(layers)]
     t0 = _now(lm)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), (observe_prefill(collect) if received else contextlib.nullcontext()):
             x = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=lm.device)[None]
             cache = DynamicCache()
             model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1)
@@ -59,7 +82,12 @@ def prefill(lm, ids: np.ndarray, *, capture_inputs: bool = True) -> Prefill:
             h.remove()
     keys = [cache.layers[l].keys for l in range(len(layers))]
     values = [cache.layers[l].values for l in range(len(layers))]
-    return Prefill(int(len(ids)), keys, values, kws, _now(lm) - t0)   # CPU seconds on CPU, wall on a GPU
+    seconds = _now(lm) - t0                                           # CPU seconds on CPU, wall on a GPU
+    n = int(len(ids))
+    got = received and len(scores) == len(layers)     # (a layer not seen: the scores are recomputed when needed)
+    return Prefill(n, keys, values, kws, seconds, received=[scores[l][n] for l in range(len(layers))] if got else None,
+                   received_s=spent[0], received_prefixes={m: [scores[l][m] for l in range(len(layers))]
+                                                           for m in scores[0] if m != n} if got else None)
 
 
 def slice_prefill(state: Prefill, n: int) -> Prefill:
@@ -76,8 +104,11 @@ def slice_prefill(state: Prefill, n: int) -> Prefill:
         cp = kw.get("cache_position")
         return {"hidden_states": kw["hidden_states"][:, :n], "position_embeddings": (cos[:, :n], sin[:, :n]),
                 "cache_position": None if cp is None else cp[:n]}
+    cut_scores = (state.received_prefixes or {}).get(n, state.received if n == state.n else None)
     return Prefill(n, [k[:, :, :n].contiguous() for k in state.keys], [v[:, :, :n].contiguous() for v in state.values],
-                   [cut(kw) for kw in state.attn_kwargs], state.seconds)
+                   [cut(kw) for kw in state.attn_kwargs], state.seconds,
+                   received=None if cut_scores is None else [r[:, :n].contiguous() for r in cut_scores],
+                   received_s=state.received_s)
 
 
 def score_tail(lm, n: int, layers, tail: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -181,14 +212,15 @@ def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, windo
     instead of scores. ``where``: compress on the host (numpy,
     the checks' records) or on the model's device (:func:`kvbounds.e2e.methods.compress_all`)."""
     state = state or prefill(lm, task.context, capture_inputs=any(m.startswith("kvpress:") or m in M.NEEDS_INPUTS
-                                                                 for m in methods))
+                                                                 for m in methods),
+                             received=any(m in M.NEEDS_SCORES for m in methods))
     exact_floats = lm.n_layers * lm.n_kv_heads * state.n * 2 * lm.head_dim
     t0 = _now(lm)
     ll, hit = score_tail(lm, state.n, [(k, v, None, None) for k, v in zip(state.keys, state.values)],
                          task.tail, task.targets)
     rows = [dict(method=EXACT, source="kvbounds", budget=1.0, memory_floats=exact_floats, ll=ll.tolist(),
                  hit=hit.tolist(), compress_s=0.0, score_s=_now(lm) - t0, prefill_s=state.seconds,
-                 error="", draw=0)]
+                 prefill_scores_s=state.received_s, error="", draw=0)]
     missing = M.kvpress_available()
     plan = [(m, b) for m in methods for b in budgets]
     plan += [(m, b) for m, bs in (extra_budgets or {}).items() for b in bs if (m, b) not in plan]

@@ -15,6 +15,9 @@ CONTROLS = ("uniform_control",)
 DEFAULT_METHODS = OURS + CONTROLS + KVPRESS
 # methods that read the prefill's captured attention inputs (queries), not only K and V
 NEEDS_INPUTS = ("h2o",)
+# methods that read the attention each key received from the prompt's queries, collected during the prefill
+# (harness.prefill(received=True); without it they recompute it from the captured inputs)
+NEEDS_SCORES = ("h2o",)
 # the quick profile's list: what the verdicts of BKV.e2e / SG.e2e need (ours, the papers' baselines, the null
 # control); `full` and `kvbounds e2e` run every press
 QUICK_METHODS = ("balancekv", "balancekv_released", "kcenter", "kcenter_sized", "subgen", "uniform",

@@ -36,8 +36,8 @@ from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.algorithms.validation import InputError, check_int, check_rng
 from kvbounds.gpu.backend import array_namespace
 
-from .method_names import (CONTROLS, DEFAULT_METHODS, KVPRESS, NEEDS_INPUTS, OURS, PRESSES,  # noqa: F401
-                           QUICK_METHODS, RANDOMIZED)
+from .method_names import (CONTROLS, DEFAULT_METHODS, KVPRESS, NEEDS_INPUTS, NEEDS_SCORES, OURS,  # noqa: F401
+                           PRESSES, QUICK_METHODS, RANDOMIZED)
 
 
 def _check_method(method) -> str:
@@ -196,6 +196,7 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
 
 
 _SUBSPACE_PROBE = True   # False: subspace's rounds on every head (the code before issue 26; tests compare the two)
+_SUBGEN_COUNT = True     # False: SubGen's rounds build their caches (the code before; tests compare the two)
 
 
 def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int, traversal=None) -> ts.CompressedKV:
@@ -214,9 +215,22 @@ def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int, trav
     best = [0.0, None, floats, 0]            # held floats per head, cache, nominal budget, extra window
     probe = method == "subspace" and _SUBSPACE_PROBE
     Kr, Vr, Hr = (K[:1], V[:1], 1) if probe else (K, V, H)
+    count = method == "subgen" and _SUBGEN_COUNT and isinstance(K, np.ndarray)
+    if count:                                # checked once, as the compressor checks them
+        K, V = ca._check_cache(K, V, sink, window, floats)
+        Kr, Vr = K, V
+    build = lambda nominal, extra: ca.SubGenCompressor(sink=sink, window=window + extra).compress(
+        K, V, budget_floats=nominal, rng=np.random.default_rng(seed), traversal=None if extra else traversal)
 
     def run(nominal: int, extra: int) -> float:
         K, V = Kr, Vr
+        if count:                            # the floats it would hold; the cache kept is built once, below
+            from .subgen_rounds import subgen_held_floats
+            held = subgen_held_floats(K, V, nominal, seed, sink=sink, window=window + extra,
+                                      traversal=None if extra else traversal) / Hr
+            if best[0] < held <= floats:
+                best[:] = [held, (nominal, extra), nominal, extra]
+            return held
         if method == "subgen":
             c = ca.SubGenCompressor(sink=sink, window=window + extra).compress(
                 K, V, budget_floats=nominal, rng=np.random.default_rng(seed), traversal=None if extra else traversal)
@@ -257,7 +271,7 @@ def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int, trav
         raise InputError(f"{method} holds more than the budget of {floats} floats per head")
     if probe:
         return ca.SubspaceCompressor(sink=sink, window=window + best[3]).compress(K, V, budget_floats=best[2])
-    return best[1]
+    return build(best[2], best[3]) if count else best[1]
 
 
 def compress_layer(method: str, K, V, budget: float, rng: np.random.Generator, *, sink: int, window: int

@@ -79,7 +79,8 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Rec
             if not np.array_equal(inside[:len(after)], after):
                 raise RuntimeError("the question-after prompt is not a prefix of the question-inside prompt")
             states["inside"] = prefill(lm, inside, capture_inputs=any(
-                m.startswith("kvpress:") or m in M.NEEDS_INPUTS for m in params["methods"]))
+                m.startswith("kvpress:") or m in M.NEEDS_INPUTS for m in params["methods"]),
+                received=any(m in M.NEEDS_SCORES for m in params["methods"]), prefixes=(len(after),))
             states["after"] = slice_prefill(states["inside"], len(after))
         recs = []
         for s in settings:
@@ -110,6 +111,7 @@ def _cell_records(claim: str, source: str, params: dict, lm, task, rows) -> list
     common = dict(task=params["task"], setting=params.get("setting", "after"),
                   block_size=int(params.get("block_size", 64)), n=int(len(task.context)), model=lm.name, exact_ll=ex_ll.tolist(),
                   exact_hit=ex_hit.tolist(), exact_floats=int(exact["memory_floats"]), prefill_s=exact["prefill_s"],
+                  prefill_scores_s=float(exact.get("prefill_scores_s", 0.0)),
                   answer=task.answer, task_meta=task.meta)
     recs = []
     for r in rows:
