@@ -98,12 +98,13 @@ def load_tokenizer(path: str | os.PathLike | None = None):
     'ĊĠĠĠ', '2' (on the default text the ids part at token 11659), and it takes ~10 s to build.
 
     The built tokenizer is saved once (its own JSON serialization, ``Tokenizer.to_str``) as
-    ``cache_root()/models/smollm2-<file hash>-tokenizer-v1.json``; later loads read that file instead of parsing
-    the GGUF file's metadata again (gguf's reader: ~7 s of CPU per process)."""
+    ``cache_root()/models/smollm2-<file hash>-tokenizer-v1-tokenizers<version>.json``; later loads read that file
+    instead of parsing the GGUF file's metadata again (gguf's reader: ~7 s of CPU per process). A damaged file is
+    rebuilt; another ``tokenizers`` version builds its own."""
     tk = _require("tokenizers", "tokenizers")
     from .real_cache import cache_root, file_hash
     path = Path(path) if path else model_file()
-    saved = cache_root() / "models" / f"smollm2-{file_hash(path)[:16]}-tokenizer-v1.json"
+    saved = cache_root() / "models" / f"smollm2-{file_hash(path)[:16]}-tokenizer-v1-tokenizers{tk.__version__}.json"
     if saved.is_file():
         try:
             return tk.Tokenizer.from_file(str(saved))
