@@ -2,8 +2,9 @@
 (claims BKV.e2e, SG.e2e, SUB.lowrank): :class:`CompressedKV`, the floats it holds (:func:`memory_floats`) and
 a token selection in its form (:func:`gather_selection`).
 
-The contract (issue 14; every method, selection or not): :meth:`kvbounds.algorithms.token_selection.TokenSelector.compress`
-returns a :class:`CompressedKV` ``(K', V', log_w_num, log_w_den)`` with
+The contract (issue 14; every method, selection or not):
+:meth:`kvbounds.algorithms.token_selection.TokenSelector.compress` returns a :class:`CompressedKV`
+``(K', V', log_w_num, log_w_den)`` with
 
     Attn_hat(q) = sum_i exp(l_i + a_i) v'_i / sum_i exp(l_i + b_i),   l_i = <q, k'_i> scale,
 

@@ -86,8 +86,8 @@ def main(argv=None) -> int:
     print(f"(b) accuracy on {acc['trace']} (n = {acc['n']}, delta = {acc['delta']:.3g}, {acc['clusters']} clusters): "
           f"median relative error {acc['relative_error_median']:.3g}; SG.attention units (||softmax|| ||V||_op): "
           f"{acc['paper_units_median']:.3g}, the all-zero estimator {acc['zero_estimator_paper_units_median']:.3g}")
-    write("bench_subgen", args.quick, dict(meta=meta(quick=args.quick, threads=1, thread_counts=pools, clock="thread CPU time",
-                                                          **stream_pairing()), speed=sp, accuracy=acc,
+    info = meta(quick=args.quick, threads=1, thread_counts=pools, clock="thread CPU time", **stream_pairing())
+    write("bench_subgen", args.quick, dict(meta=info, speed=sp, accuracy=acc,
                                            targets=targets), args.out)
     return 0
 

@@ -69,9 +69,10 @@ def test_released_walk_halves_and_keeps_distinct_tokens():
 
 
 def test_bench_gpu_e2e_quick_cpu(tmp_path):
-    """The e2e section at n = 128 on CPU, one repetition and no warm-up (the test checks the rows, not the times): every method timed on the host path and the device path against the exact
-    prefill of the same run (or a row with its reason), equal memory, each row saying where it ran; the two paths
-    agree on the next token's log-likelihood (the k-center methods up to float32 ties, see test_e2e_device.py)."""
+    """The e2e section at n = 128 on CPU, one repetition and no warm-up (the test checks the rows, not the times):
+    every method timed on the host path and the device path against the exact prefill of the same run (or a row with
+    its reason), equal memory, each row saying where it ran; the two paths agree on the next token's log-likelihood
+    (the k-center methods up to float32 ties, see test_e2e_device.py); baseline, interleaving and threads stated."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from kvbounds.e2e.checks import hf_missing
