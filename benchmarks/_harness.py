@@ -142,6 +142,13 @@ def write(name: str, quick: bool, data: dict, out: Path | None = None) -> Path:
     return out
 
 
+def stream_pairing(chunk: int = 256) -> dict:
+    """The baseline and interleaving of :func:`stream_vs_exact`, for a benchmark's JSON metadata."""
+    return dict(baseline="one exact decode step at the current length (the exact step the benchmark passes; mean of 3)",
+                interleaving=f"the stream in chunks of {chunk} tokens, each chunk followed by the exact step at its "
+                             f"length; one paired ratio per chunk (mean per-token cost / exact step)")
+
+
 def stream_vs_exact(est, K, V, Q, exact_step, exps, chunk: int = 256) -> list[dict]:
     """Streaming estimator ``est`` (update(k, v) then query(q) per token) against ``exact_step(q, K[:m], V[:m])``:
     the stream runs in chunks of ``chunk`` tokens; after each chunk the exact step at the current length is timed

@@ -67,6 +67,7 @@ from kvbounds.algorithms.block_walk import _gram_panel  # noqa: E402
 from kvbounds.gpu.batched_walk import batched_select, compiled_available, ops_per_step, walk_signs  # noqa: E402
 from kvbounds.gpu.triton_walk import triton_available  # noqa: E402
 import bench_gpu_e2e  # noqa: E402
+from _harness import thread_counts  # noqa: E402
 from released_walk import released_balanced_walk  # noqa: E402
 
 SPEEDUP_TARGET, SDPA_TARGET = 3.0, 0.2
@@ -87,17 +88,26 @@ def _timed(fn, dev):
     return time.perf_counter() - t
 
 
+WARMUP = [1]      # warm-up calls of each candidate (--warmup); every section's paired() reads it
+
+
 def paired(fns: dict, reps: int, dev: str, base: str) -> dict:
-    """Interleaved repetitions of every fn (after one warm-up each); medians and paired ratios to ``base``."""
-    for f in fns.values():
-        f()
+    """Interleaved repetitions of every fn (after WARMUP[0] warm-up calls each; the same order every repetition);
+    medians and paired ratios to ``base``. The result states its baseline, interleaving and thread counts."""
+    warmup = WARMUP[0]
+    for _ in range(warmup):
+        for f in fns.values():
+            f()
     times = {k: [] for k in fns}
     for _ in range(reps):
         for k, f in fns.items():
             times[k].append(_timed(f, dev))
     med = {k: statistics.median(v) for k, v in times.items()}
     ratio = {k: statistics.median([a / b for a, b in zip(v, times[base])]) for k, v in times.items()}
-    return dict(times=times, median_s=med, paired_ratio_to=base, paired_ratio=ratio)
+    return dict(times=times, median_s=med, paired_ratio_to=base, paired_ratio=ratio, baseline=base,
+                interleaving=(f"{reps} repetitions after {warmup} warm-up(s); every candidate once per repetition, "
+                              f"in the same order; ratios paired per repetition"),
+                threads=thread_counts())
 
 
 # ---------------------------------------------------------------- sections
@@ -319,6 +329,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="reduced sizes (CPU smoke run, well under a minute)")
     ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
     ap.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default 3 quick, 7 full)")
+    ap.add_argument("--warmup", type=int, default=1, help="warm-up calls of each candidate before the repetitions")
     ap.add_argument("--stream-budget", type=float, default=200.0, help="seconds per stream in 'streaming'")
     ap.add_argument("--dtypes", default="float32,bfloat16", help="dtypes of the 'blockwise' cache")
     ap.add_argument("--peak-tbs", type=float, default=None, help="device peak memory bandwidth, TB/s")
@@ -333,8 +344,10 @@ def main(argv=None) -> int:
         ap.error(f"unknown section(s) {sorted(bad)}; choose from {SECTIONS}")
     reps = args.reps or (3 if args.quick else 7)
     dev = args.device
+    WARMUP[0] = args.warmup
     meta = dict(device=dev, device_name=torch.cuda.get_device_name() if dev == "cuda" else platform.processor(),
                 quick=args.quick, torch=torch.__version__, torch_threads=torch.get_num_threads(), reps=reps,
+                warmup=args.warmup,
                 time=time.strftime("%Y-%m-%dT%H:%M:%S"))
     results = {}
     runners = {"walk": lambda: bench_walk(args.quick, dev, reps),

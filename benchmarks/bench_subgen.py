@@ -32,7 +32,7 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
         sys.path.insert(0, p)
 
 from _harness import (accuracy_stream, exact_decode_step, load, meta, print_stream, stream_accuracy,  # noqa: E402
-                      stream_vs_exact, target, threads, write)
+                      stream_pairing, stream_vs_exact, target, thread_counts, threads, write)
 
 from kvbounds.algorithms.subgen import SubGen  # noqa: E402
 from kvbounds.traces.synthetic import make_trace  # noqa: E402
@@ -72,6 +72,7 @@ def main(argv=None) -> int:
     with threads(1):
         sp = bench_speed(args.quick)
         acc = bench_accuracy(args.quick)
+        pools = thread_counts()
     print(f"(a) SubGen (delta = {sp['delta']}, t = {sp['t']}, s = {sp['s']}; {sp['clusters']} clusters) update + query "
           f"per token vs one exact decode step, clustered stream d = {sp['d']}, numpy float64, 1 thread")
     print_stream(sp["rows"])
@@ -85,7 +86,8 @@ def main(argv=None) -> int:
     print(f"(b) accuracy on {acc['trace']} (n = {acc['n']}, delta = {acc['delta']:.3g}, {acc['clusters']} clusters): "
           f"median relative error {acc['relative_error_median']:.3g}; SG.attention units (||softmax|| ||V||_op): "
           f"{acc['paper_units_median']:.3g}, the all-zero estimator {acc['zero_estimator_paper_units_median']:.3g}")
-    write("bench_subgen", args.quick, dict(meta=meta(quick=args.quick, threads=1), speed=sp, accuracy=acc,
+    info = meta(quick=args.quick, threads=1, thread_counts=pools, clock="thread CPU time", **stream_pairing())
+    write("bench_subgen", args.quick, dict(meta=info, speed=sp, accuracy=acc,
                                            targets=targets), args.out)
     return 0
 

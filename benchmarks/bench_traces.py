@@ -76,6 +76,9 @@ def main(argv=None) -> int:
     torch.set_num_threads(os.cpu_count() or 1)
     res = {"machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
                        "processor": platform.processor()},
+           "meta": {"baseline": "none: absolute seconds per 1000 tokens of one forward pass",
+                    "interleaving": "none: the lengths in order, each once, after one warm-up run at the first length",
+                    "torch_threads": torch.get_num_threads(), "verify_blas_threads": 1},
            "smollm2": bench_model("smollm2", lengths), "minilm": bench_model("minilm", lengths)}
     out = Path(a.out) if a.out else ROOT / "benchmarks" / "results" / f"bench_traces{'_quick' if a.quick else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

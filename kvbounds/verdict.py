@@ -25,8 +25,9 @@ A verdict has separate dimensions, each decided by one rule of this module, the 
 the *set* of records: every rule orders records canonically (:func:`canonical_order`) and the bootstrap of
 :func:`loglog_slope` is seeded from its (sorted) points.
 
-The verdict's fields live in :mod:`kvbounds.verdict_fields` and the shared statistics in
-:mod:`kvbounds.statistics`; both are re-exported here, so checks import everything from this module.
+The verdict's fields live in :mod:`kvbounds.verdict_fields`, the shared statistics in :mod:`kvbounds.statistics`,
+the power rule in :mod:`kvbounds.verdict_power` and the reproduction rule in :mod:`kvbounds.verdict_reproduction`;
+all are re-exported here, so checks import everything from this module.
 """
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ from .verdict_fields import (CLAIM_KINDS, FAILS, HOLDS, HOLDS_FITTED, INCONCLUSI
                              NO_CHECK, NOT_REFUTED, NOT_RUN, POWER_VALUES, PROOF_VALUES, RATE_VALUES,
                              REPRODUCTION_VALUES, STATEMENT_VALUES, Constant, Erratum, FigureSpec, Finding,
                              RateInfo, Reproduction, Verdict)
+from .verdict_power import Control, controls_from_records, controls_rejected, decide_power  # noqa: F401
+from .verdict_reproduction import (MIN_INSTANCES, MIN_REDRAWS, PARTIAL_SHARE, REPRODUCTION_KINDS,  # noqa: F401
+                                   combine_reproductions, reproduction_status, statement_from_reproduction)
 
 DECISIVE_KINDS = ("a-priori", "exact", "certificate")
 
@@ -81,17 +85,6 @@ def counterexample(records: Iterable[Record], *, proof_steps: Iterable[str] = ()
                 violations=sum(not x.holds for x in dec), decisive_trials=len(dec))
 
 
-def statement_from_reproduction(reproduction: str, *, same_setup: bool = False) -> str:
-    """An empirical claim's statement: ``holds`` when reproduced; a partial, failed or reversed reproduction
-    on a *different* setup (model, size) is ``inconclusive`` (the headline says "not reproduced on <setup>");
-    on the paper's own setup, ``not-reproduced``/``reversed`` make it ``false``."""
-    if reproduction == "reproduced":
-        return "holds"
-    if same_setup and reproduction in ("not-reproduced", "reversed"):
-        return "false"
-    return "inconclusive"
-
-
 def decide_statement(records: Sequence[Record], *, kind: str = "theorem", refutable: bool = True,
                      reproduction: str = "n/a", same_setup: bool = False,
                      proof_steps: Iterable[str] = ()) -> tuple[str, dict | None]:
@@ -113,43 +106,7 @@ def decide_statement(records: Sequence[Record], *, kind: str = "theorem", refuta
     return "not-refuted", None
 
 
-# ------------------------------------------------------------------ power
-@dataclasses.dataclass
-class Control:
-    """A negative control and whether the check's test rejected it."""
-    name: str
-    rejected: bool
-    detail: str = ""
-
-
-def controls_rejected(records: Iterable[Record]) -> tuple[int, int]:
-    ctl = [r for r in records if r.control]
-    return sum(not r.holds for r in ctl), len(ctl)
-
-
-def controls_from_records(records: Iterable[Record], *, rule: str = "all") -> list[Control]:
-    """One :class:`Control` per control sub-check: rejected when ``all`` (or ``any``) of its records fail."""
-    groups: dict[str, list[Record]] = {}
-    for r in canonical_order(records):
-        if r.control:
-            groups.setdefault(r.check, []).append(r)
-    agg = all if rule == "all" else any
-    return [Control(name, agg(not r.holds for r in rs), f"{sum(not r.holds for r in rs)}/{len(rs)} records rejected")
-            for name, rs in sorted(groups.items())]
-
-
-def decide_power(controls: Sequence[Control]) -> tuple[str, str]:
-    """``low`` if any control passes the check (or meets a bound too loose to tell it apart), ``shown`` if
-    every control is rejected, ``n/a`` without controls. Returns (power, detail)."""
-    if not controls:
-        return "n/a", ""
-    passed = [c for c in controls if not c.rejected]
-    text = "; ".join(f"{c.name}: {'rejected' if c.rejected else 'NOT rejected'}" + (f" ({c.detail})" if c.detail else "")
-                     for c in controls)
-    return ("low" if passed else "shown"), text
-
-
-# ------------------------------------------------------------------ rate, constants, reproduction
+# ------------------------------------------------------------------ rate, constants, errata
 def rate_label(param: str, exponent: float) -> str:
     if exponent == 0:
         return "O(1)"
@@ -221,56 +178,6 @@ def fitted_constant(records: Iterable[Record], what: str = "max measured/shape",
     if not vals.size:
         return None
     return Constant(float(vals.max()), "fitted", what, (float(np.percentile(vals, 5)), float(np.median(vals))))
-
-
-def combine_reproductions(reps: Sequence[Reproduction]) -> str:
-    """One label over variants/setups: all the same -> that label; any reproduced/partial -> partial; else
-    not-shown when any variant was underpowered (nothing is evidence against then), else not-reproduced."""
-    st = {r.status for r in reps} - {"n/a"}
-    if not st:
-        return "n/a"
-    if len(st) == 1:
-        return st.pop()
-    if st & {"reproduced", "partial"}:
-        return "partial"
-    return "not-shown" if "not-shown" in st else "not-reproduced"
-
-
-# the stricter reproduction rule (issue 21)
-PARTIAL_SHARE = 0.25        # count-type criteria: "partial" needs at least this share of the cells
-MIN_INSTANCES = 8           # test-type criteria: a cell counts only with this many independent instances ...
-MIN_REDRAWS = 5             # ... and, for a randomised method, when significant in most of this many redraws
-REPRODUCTION_KINDS = ("count", "test")
-
-
-def reproduction_status(better: int, worse: int, cells: int, *, kind: str = "count", powered: bool = True) -> str:
-    """The shared rule for a comparative empirical claim, per variant of the method and per setup.
-
-    Over ``cells`` cells (after duplicate comparisons are merged: a baseline that falls back to another counts
-    once), ``better`` cells show the claimed direction significantly and ``worse`` cells the opposite direction:
-      * ``reproduced``      better >= 3/4 of the cells and no cell significantly the other way,
-      * ``reversed``        worse >= 3/4 of the cells and no cell significantly in the claimed direction,
-      * ``partial``         short of ``reproduced``, with at least max(1, 1/4 of the cells) better cells, for
-                            both kinds (one rule everywhere): ``kind="count"`` counts cells meeting a criterion;
-                            ``kind="test"`` counts a cell only when it has >= :data:`MIN_INSTANCES` independent
-                            instances and, for a randomised method, is significant in most of >= :data:`MIN_REDRAWS`
-                            redraws of the method's randomness,
-      * ``not-reproduced``  otherwise, when the cells had the power to show the effect (evidence against;
-                            the caller gives the bound on the effect in ``Reproduction.bound_note``),
-      * ``not-shown``       otherwise, when they had not (``powered=False``: too few instances or redraws, or
-                            the smallest detectable effect above the effect expected; inconclusive).
-    """
-    if kind not in REPRODUCTION_KINDS:
-        raise ValueError(f"kind must be one of {REPRODUCTION_KINDS}, got {kind!r}")
-    if cells <= 0:
-        return "n/a"
-    if better >= math.ceil(0.75 * cells) and worse == 0:
-        return "reproduced"
-    if worse >= math.ceil(0.75 * cells) and better == 0:
-        return "reversed"
-    if better >= max(1, math.ceil(PARTIAL_SHARE * cells)):
-        return "partial"
-    return "not-reproduced" if powered else "not-shown"
 
 
 def erratum_from_finding(f: Finding, corrected: str = "") -> Erratum:

@@ -61,6 +61,9 @@ def test_bench_subgen(tmp_path):
     data, _ = _run("bench_subgen", tmp_path)
     assert [r["n"] for r in data["speed"]["rows"]] == [256, 512]
     assert data["accuracy"]["zero_estimator_paper_units_median"] > 0
+    m = data["meta"]                  # issue 26: baseline, interleaving and thread counts stated in the JSON
+    assert "exact decode step" in m["baseline"] and "chunks of 256" in m["interleaving"]
+    assert m["threads"] == 1 and m["thread_counts"]["pools"]
 
 
 def test_released_walk_keeps_half_per_iteration():

@@ -20,6 +20,9 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 KERNEL = "python3"
+# The kernel's numerical pools on one thread each: `make test` runs two xdist workers on two cores, and a kernel's
+# second OpenMP/BLAS thread only spins against them (~25% more CPU for the same cells on a loaded machine).
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +38,7 @@ def kernel_specs(tmp_path_factory) -> KernelSpecManager:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_on_smoke(path: Path, tmp_path: Path, kernel_specs: KernelSpecManager):
     nb = nbformat.read(path, as_version=4)
-    env = {**os.environ, "KVBOUNDS_PROFILE": "smoke", "KVBOUNDS_OUT": str(tmp_path / "results")}
+    env = {**os.environ, "KVBOUNDS_PROFILE": "smoke", "KVBOUNDS_OUT": str(tmp_path / "results"), **ONE_THREAD}
     env.pop("MPLBACKEND", None)  # the kernel picks its inline backend, whatever the caller's setting
     km = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs)
     client = NotebookClient(nb, km=km, kernel_name=KERNEL, timeout=300,

@@ -1,10 +1,12 @@
 """The README's Python examples run as written and print what the README shows.
 
-Each ```python block runs in a fresh interpreter; when a ```text block follows it directly, that is the
-output it must print: the same words, integers equal, decimals within 25% (or 0.02), so a faster
-implementation that draws the same numbers in another order does not break the README."""
+Each ```python block runs in a fresh interpreter (its numerical pools on one thread each: `make test` runs two
+xdist workers on two cores, where a second OpenMP/BLAS thread only spins against them); when a ```text block
+follows it directly, that is the output it must print: the same words, integers equal, decimals within 25% (or
+0.02), so a faster implementation that draws the same numbers in another order does not break the README."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -47,7 +49,9 @@ def test_readme_has_an_example_per_family():
 @pytest.mark.parametrize("i", range(len(examples())))
 def test_readme_example_runs(i, tmp_path):
     code, want = examples()[i]
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         env=env)
     assert res.returncode == 0, res.stderr
     if want is not None:
         assert same_output(res.stdout, want), f"printed:\n{res.stdout}\nREADME shows:\n{want}"

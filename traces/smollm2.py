@@ -95,11 +95,43 @@ def load_tokenizer(path: str | os.PathLike | None = None):
 
     Not transformers' GGUF tokenizer: its conversion drops SmolLM2's digit pre-split (tokenizer.json:
     Digits(individual_digits) before the byte-level split), so "\\n   2" becomes 'ĊĠĠ', 'Ġ', '2' instead of
-    'ĊĠĠĠ', '2' (on the default text the ids part at token 11659), and it takes ~10 s to build."""
+    'ĊĠĠĠ', '2' (on the default text the ids part at token 11659), and it takes ~10 s to build.
+
+    The built tokenizer is saved once (its own JSON serialization, ``Tokenizer.to_str``) as
+    ``cache_root()/models/smollm2-<file hash>-tokenizer-v1-tokenizers<version>.json``; later loads read that file
+    instead of parsing the GGUF file's metadata again (gguf's reader: ~7 s of CPU per process). A damaged file is
+    rebuilt; another ``tokenizers`` version builds its own."""
+    tk = _require("tokenizers", "tokenizers")
+    from .real_cache import cache_root, file_hash
+    path = Path(path) if path else model_file()
+    saved = cache_root() / "models" / f"smollm2-{file_hash(path)[:16]}-tokenizer-v1-tokenizers{tk.__version__}.json"
+    if saved.is_file():
+        try:
+            return tk.Tokenizer.from_file(str(saved))
+        except Exception:                # a damaged cache file: rebuilt below
+            pass
+    tok = _tokenizer_from_gguf(path)
+    tmp = None
+    try:                                 # a cache that cannot be written only costs the next load its time
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=saved.parent, prefix=saved.name + ".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(tok.to_str())
+        os.replace(tmp, saved)           # atomic
+        tmp = None
+    except OSError:
+        pass
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return tok
+
+
+def _tokenizer_from_gguf(path: Path):
     gguf = _require("gguf", "gguf")
     tk = _require("tokenizers", "tokenizers")
     from tokenizers import decoders, models, pre_tokenizers
-    f = gguf.GGUFReader(str(Path(path) if path else model_file())).fields
+    f = gguf.GGUFReader(str(path)).fields
     tokens, merges, types = (f[k].contents() for k in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges",
                                                       "tokenizer.ggml.token_type"))
     bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[tuple(m.split(" ", 1)) for m in merges],

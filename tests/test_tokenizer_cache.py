@@ -1,0 +1,34 @@
+"""SmolLM2's tokenizer is built from the GGUF file once and then read from its JSON in the cache
+(kvbounds.traces.smollm2.load_tokenizer): the cached tokenizer is the built one, a damaged cache file is rebuilt.
+The real tokenizer's ids are checked against stored ones in tests/test_real_traces.py."""
+import pytest
+
+from kvbounds.traces import smollm2
+
+
+def _small_tokenizer():
+    tk = pytest.importorskip("tokenizers")
+    from tokenizers import decoders, models, pre_tokenizers
+    tok = tk.Tokenizer(models.BPE(vocab={"a": 0, "b": 1, "ab": 2, "1": 3}, merges=[("a", "b")], fuse_unk=False))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|im_end|>"])
+    return tok
+
+
+def test_tokenizer_built_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    built = []
+    monkeypatch.setenv("KVBOUNDS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(smollm2, "_tokenizer_from_gguf", lambda p: built.append(p) or _small_tokenizer())
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"not really a gguf file")
+    first = smollm2.load_tokenizer(gguf)
+    (saved,) = (tmp_path / "cache" / "models").iterdir()
+    assert saved.name.startswith("smollm2-") and "-tokenizer-v1-tokenizers" in saved.name and built == [gguf]
+    second = smollm2.load_tokenizer(gguf)
+    assert built == [gguf] and second.to_str() == first.to_str()
+    assert second.encode("ab1<|im_end|>").ids == first.encode("ab1<|im_end|>").ids == [2, 3, 4]
+    saved.write_text("{ damaged")
+    assert smollm2.load_tokenizer(gguf).to_str() == first.to_str() and built == [gguf, gguf]
+    assert smollm2.load_tokenizer(gguf).to_str() == first.to_str() and len(built) == 2
