@@ -122,14 +122,7 @@ def _gram_panel_into(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, P_buf, W_buf
         Pc = mm(K3[c0:c1, :m, :], xp.matrix_transpose(K3[c0:c1]), out=P3[c0:c1])
         Pc -= rk3[c0:c1]
         exp(Pc, out=Pc)
-        Wp = mm(W3[c0:c1, :m, :], xp.matrix_transpose(W3[c0:c1]),
-                out=xp.reshape(W_buf[:(c1 - c0) * m * rows], (c1 - c0, m, rows)))
-        if o3 is None and plus_one:
-            Wp += 1.0
-        elif plus_one:
-            Wp += o3[c0:c1, :m, None] * o3[c0:c1, None, :]
-        Wp *= inv3[c0:c1]
-        Pc *= Wp
+        Pc *= _w_gram_chunk(xp, mm, W3, o3, inv3, plus_one, W_buf, m, c0, c1)
     return P
 
 
@@ -148,15 +141,22 @@ def _gram_panel_whole(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, P_buf, W_bu
     step = max(1, W_buf.shape[0] // (m * rows))
     for c0 in range(0, nblk, step):
         c1 = min(nblk, c0 + step)
-        Wp = mm(W3[c0:c1, :m, :], xp.matrix_transpose(W3[c0:c1]),
-                out=xp.reshape(W_buf[:(c1 - c0) * m * rows], (c1 - c0, m, rows)))
-        if o3 is None and plus_one:
-            Wp += 1.0
-        elif plus_one:
-            Wp += o3[c0:c1, :m, None] * o3[c0:c1, None, :]
-        Wp *= inv3[c0:c1]
-        P3[c0:c1] *= Wp
+        P3[c0:c1] *= _w_gram_chunk(xp, mm, W3, o3, inv3, plus_one, W_buf, m, c0, c1)
     return P
+
+
+def _w_gram_chunk(xp, mm, W3, o3, inv3, plus_one, W_buf, m, c0, c1):
+    """Blocks c0..c1's value-kernel factor of the panel, written into W_buf: (<w_i, w_j> + 1, or + o_i o_j) /
+    max||w||^2 over the panel's m rows and every column (both panel paths multiply it in)."""
+    rows = W3.shape[-2]
+    Wp = mm(W3[c0:c1, :m, :], xp.matrix_transpose(W3[c0:c1]),
+            out=xp.reshape(W_buf[:(c1 - c0) * m * rows], (c1 - c0, m, rows)))
+    if o3 is None and plus_one:
+        Wp += 1.0
+    elif plus_one:
+        Wp += o3[c0:c1, :m, None] * o3[c0:c1, None, :]
+    Wp *= inv3[c0:c1]
+    return Wp
 
 
 W_CHUNK = 1 << 18    # entries of the w-Gram scratch (1 MiB in float32): a few blocks' rows at a time, cache-resident
