@@ -134,6 +134,17 @@ def _l2_draws(p, t: int, rng: np.random.Generator):
     return xp.searchsorted(cdf, like(rng.random(t), p), side="right")
 
 
+def _l2_sample(P_h, t: int, rng: np.random.Generator):
+    """One head's l2 samples (SubGen Alg. 1): t draws with probabilities P_h / sum(P_h) (uniform when the values
+    are all zero), returned as the distinct tokens drawn and their float32 log importance weights
+    log(count / (t p))."""
+    xp = array_namespace(P_h)
+    total = float(xp.sum(P_h))
+    p = P_h / total if total > 0 else xp.full((P_h.shape[0],), 1.0 / P_h.shape[0], dtype=xp.float64, device=_dev(P_h))
+    uniq, cnt = _unique_counts(_l2_draws(p, t, rng))
+    return uniq, xp.astype(xp.log(xp.astype(cnt, xp.float64) / (t * xp.take(p, uniq))), xp.float32)
+
+
 def _unique_counts(x):
     """Sorted distinct values of the 1-D integer array x and their counts, on x's backend."""
     if isinstance(x, np.ndarray):
@@ -202,13 +213,10 @@ class SubGenCompressor:
         b[:, :k] = xp.astype(xp.where(counts == 0, xp.full_like(logc, -math.inf), logc), xp.float32)
         P = xp.sum(xp.astype(Vm, xp.float64) ** 2, axis=-1)                                  # (H, n_mid)
         for h in range(H):
-            p = P[h]
-            total = float(xp.sum(p))
-            p = p / total if total > 0 else xp.full((n_mid,), 1.0 / n_mid, dtype=xp.float64, device=dev)
-            uniq, cnt = _unique_counts(_l2_draws(p, t, rng))
+            uniq, a_h = _l2_sample(P[h], t, rng)
             j = slice(k, k + int(uniq.shape[0]))
             Kc[h, j], Vc[h, j] = xp.take(Km[h], uniq, axis=0), xp.take(Vm[h], uniq, axis=0)
-            a[h, j] = xp.astype(xp.log(xp.astype(cnt, xp.float64) / (t * xp.take(p, uniq))), xp.float32)
+            a[h, j] = a_h
         return _with_exact_ends(K, V, lo, hi, Kc, Vc, a, b)
 
 

@@ -232,8 +232,7 @@ def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int, trav
                 best[:] = [held, (nominal, extra), nominal, extra]
             return held
         if method == "subgen":
-            c = ca.SubGenCompressor(sink=sink, window=window + extra).compress(
-                K, V, budget_floats=nominal, rng=np.random.default_rng(seed), traversal=None if extra else traversal)
+            c = build(nominal, extra)
         elif method == "kcenter_sized":
             # the last window's weights are 0 (no float), a centre's log-size one float unless its cluster is 1
             c = ts.KCenter(window=window, weights="cluster_size", traversal=traversal).compress(

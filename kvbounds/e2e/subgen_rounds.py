@@ -1,7 +1,7 @@
 """The floats a SubGen cache would hold, counted from its draws without building it (issue 26: the equal-memory
 fit of :func:`kvbounds.e2e.methods._filled` asks 3-5 budgets per layer and keeps one cache; claim SG.e2e).
 
-SubGen (arXiv:2402.06082, Alg. 1) as :class:`kvbounds.algorithms.compressor_adapters.SubGenCompressor` builds it:
+SubGen (arXiv:2402.06082, Alg. 1) as :class:`kvbounds.algorithms.cache_compressors.SubGenCompressor` builds it:
 per head, the exact sink + window (keys and values, no weight), k cluster representatives (a key and the log of
 its cluster's size, b; a = -inf) and the distinct tokens of t l2 draws (a key, a value and the log of its
 importance weight, a; b = -inf). :func:`subgen_held_floats` is
@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvbounds.algorithms import compressor_adapters as ca
+from kvbounds.algorithms import cache_compressors as ca
+from kvbounds.algorithms.compressed_kv import _weight_floats
 
 
 def subgen_held_floats(K: np.ndarray, V: np.ndarray, budget_floats: int, seed: int, *, sink: int, window: int,
                        traversal=None) -> int:
     """memory_floats of ``SubGenCompressor(sink, window).compress(K, V, budget_floats=budget_floats,
     rng=np.random.default_rng(seed), traversal=traversal)`` for numpy K, V (H, n, d) already checked by that
-    compressor (:func:`kvbounds.algorithms.compressor_adapters._check_cache`)."""
+    compressor (:func:`kvbounds.algorithms.cache_compressors._check_cache`)."""
     from kvbounds.algorithms.kcenter import greedy_k_center
     n, d, left = ca._split(K, sink, window, budget_floats)
     lo, hi = sink, n - window
@@ -40,12 +41,7 @@ def subgen_held_floats(K: np.ndarray, V: np.ndarray, budget_floats: int, seed: i
     P = np.sum(V[:, lo:hi].astype(np.float64) ** 2, axis=-1)
     floats = 0
     for h in range(H):                       # the compressor's draws, head by head, from the same stream
-        p = P[h]
-        total = float(np.sum(p))
-        p = p / total if total > 0 else np.full((n_mid,), 1.0 / n_mid, dtype=np.float64)
-        uniq, cnt = ca._unique_counts(ca._l2_draws(p, t, rng))
-        a = np.log(cnt.astype(np.float64) / (t * np.take(p, uniq))).astype(np.float32)
+        a = np.asarray(ca._l2_sample(P[h], t, rng)[1])
         a = a[np.isfinite(a)]                # a sample whose weight overflows float32 is not used on either side
-        a_floats = 0 if a.size == 0 else (1 if np.all(a == a[0]) else int(a.size))
-        floats += (sink + window) * 2 * d + k * d + int(a.size) * 2 * d + a_floats + int(b_floats[h])
+        floats += (sink + window) * 2 * d + k * d + int(a.size) * 2 * d + _weight_floats(a) + int(b_floats[h])
     return floats
