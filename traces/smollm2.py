@@ -62,7 +62,7 @@ def load_hf(path: str | os.PathLike | None = None, *, attn_implementation: str =
     _require("transformers", "transformers")
     hf_capture.quiet_transformers()
     from transformers import AutoModelForCausalLM
-    from .real_cache import cache_root, file_hash
+    from .real_cache import _atomic_write, cache_root, file_hash
     kw = dict(local_files_only=True, dtype=torch.float32, attn_implementation=attn_implementation)
     saved = cache_root() / "models" / f"smollm2-{file_hash(path)[:16]}"
     if (saved / "config.json").is_file() and (saved / "model.safetensors").is_file():
@@ -102,7 +102,7 @@ def load_tokenizer(path: str | os.PathLike | None = None):
     instead of parsing the GGUF file's metadata again (gguf's reader: ~7 s of CPU per process). A damaged file is
     rebuilt; another ``tokenizers`` version builds its own."""
     tk = _require("tokenizers", "tokenizers")
-    from .real_cache import cache_root, file_hash
+    from .real_cache import _atomic_write, cache_root, file_hash
     path = Path(path) if path else model_file()
     saved = cache_root() / "models" / f"smollm2-{file_hash(path)[:16]}-tokenizer-v1-tokenizers{tk.__version__}.json"
     if saved.is_file():
@@ -111,19 +111,11 @@ def load_tokenizer(path: str | os.PathLike | None = None):
         except Exception:                # a damaged cache file: rebuilt below
             pass
     tok = _tokenizer_from_gguf(path)
-    tmp = None
     try:                                 # a cache that cannot be written only costs the next load its time
         saved.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=saved.parent, prefix=saved.name + ".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(tok.to_str())
-        os.replace(tmp, saved)           # atomic
-        tmp = None
+        _atomic_write(saved, lambda tmp: Path(tmp).write_text(tok.to_str(), encoding="utf-8"))
     except OSError:
         pass
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
     return tok
 
 
