@@ -44,7 +44,7 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
 
 import torch  # noqa: E402
 from _harness import (accuracy_stream, exact_decode_step, fmt_ratio, load, meta, paired, print_stream,  # noqa: E402
-                      stream_accuracy, stream_vs_exact, target, threads, write)
+                      stream_accuracy, stream_pairing, stream_vs_exact, target, threads, write)
 from released_walk import released_balanced_walk  # noqa: E402
 
 from kvbounds.algorithms.balance_kv import BalanceKV  # noqa: E402
@@ -150,7 +150,8 @@ def bench_streaming(quick: bool, d: int = 64) -> dict:
     n_max = 2 ** exps[-1]
     K, V, Q = unit_ball_stream(n_max, d)
     rows = stream_vs_exact(make_balancekv(n_max, d), K, V, Q, exact_decode_step, exps)
-    return dict(d=d, batch_size=64, rows=rows, load=load())
+    return dict(d=d, batch_size=64, rows=rows, load=load(), threads=1, clock="thread CPU time (wall alongside)",
+                **stream_pairing())
 
 
 def make_balancekv(n_max, d, r=1.0):
