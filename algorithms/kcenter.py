@@ -72,7 +72,12 @@ def greedy_k_center(X, k: int, *, start: int = 0) -> KCenterResult:
     Xf = _mul_pow2(xp.reshape(X, (B, n, d)), -e)                              # max |entry| in [1/2, 1)
     sq = xp.sum(Xf * Xf, axis=-1)                                             # (B, n)
     if type(X) is np.ndarray and _NUMPY_LOOP:
-        return _result(*_traverse_numpy(Xf, sq, k, int(start)), e, lead, xp)
+        # heads in groups of about TRAVERSE_BYTES of points: fewer Python steps than one head at a time, while the
+        # group's points stay near the core (all 90 heads of a model at once ran slower than one layer's 3)
+        per = max(1, TRAVERSE_BYTES // max(1, n * d * Xf.dtype.itemsize))
+        parts = [_traverse_numpy(Xf[i:i + per], sq[i:i + per], k, int(start)) for i in range(0, B, per)]
+        C, r, assign = (np.concatenate([p[f] for p in parts]) for f in range(3))
+        return _result(C, r, assign, e, lead, xp)
     rows = xp.arange(B, device=_dev(X)) * n
     flat = xp.reshape(Xf, (B * n, d))
     c = xp.full((B,), int(start), dtype=xp.int64, device=_dev(X))
@@ -98,21 +103,13 @@ def greedy_k_center(X, k: int, *, start: int = 0) -> KCenterResult:
 
 
 def _traverse_numpy(Xf, sq, k: int, start: int):
-    """The traversal of :func:`greedy_k_center` on numpy (B, n, d): :func:`_advance`'s steps from the first centre
-    ``start`` of every head to k centres (:func:`kvbounds.algorithms.kcenter_pruned.advance`: the same steps,
-    distances computed only where the triangle inequality leaves a point a candidate). Returns (centres (B, k), radii (B, k), assignment (B, n))."""
-    from .kcenter_pruned import advance
-    B, n, d = Xf.shape
+    """The traversal of :func:`greedy_k_center` on numpy (B, n, d): :func:`_advance` from the first centre
+    ``start`` of every head to k centres. Returns (centres (B, k), radii (B, k), assignment (B, n))."""
+    B, n, _ = Xf.shape
     IDX, r2 = np.empty((B, k), dtype=np.int64), np.empty((B, k), dtype=Xf.dtype)
     mind, assign = np.full((B, n), np.inf, dtype=Xf.dtype), np.zeros((B, n), dtype=np.int64)
-    advance(Xf, sq, np.full(B, start, dtype=np.int64), mind, assign, IDX, r2, 0, k, per=_per(n, d, Xf.dtype))
+    _advance(Xf, sq, np.full(B, start, dtype=np.int64), mind, assign, IDX, r2, 0, k)
     return IDX, np.sqrt(np.maximum(r2, 0.0)), assign
-
-
-def _per(n: int, d: int, dtype) -> int:
-    """Heads per dense step: groups of about TRAVERSE_BYTES of points (fewer Python steps than one head at a time,
-    while the group's points stay near the core; all 90 heads of a model at once ran slower than one layer's 3)."""
-    return max(1, TRAVERSE_BYTES // max(1, n * d * np.dtype(dtype).itemsize))
 
 
 def _advance(Xf, sq, nxt, mind, assign, IDX, r2, j0: int, k: int):
@@ -145,7 +142,7 @@ def _advance(Xf, sq, nxt, mind, assign, IDX, r2, j0: int, k: int):
         d2v += sq_flat.take(idx)[:, None]                                     # + ||c||^2
         np.maximum(d2v, 0.0, out=d2v)
         np.less(d2v, mind, out=closer)
-        np.putmask(assign, closer, j)
+        assign[closer] = j                                                    # (faster than np.putmask)
         np.minimum(mind, d2v, out=mind)
         mind_flat.put(idx, -1.0)                                             # chosen: distance 0, never again
         assign_flat.put(idx, j)
@@ -197,12 +194,14 @@ class FarthestFirst:
         return tuple(a.copy() for a in state)
 
     def _run(self, state, j0: int, k: int) -> None:
-        """Steps j0..k-1 on ``state`` in place, as greedy_k_center runs them."""
-        from .kcenter_pruned import advance
+        """Steps j0..k-1 on ``state`` in place, heads in groups of about TRAVERSE_BYTES (as greedy_k_center)."""
         L, H, n, d = self.Xf.shape
         Xf, sq, IDX, r2 = (a.reshape((L * H,) + a.shape[2:]) for a in (self.Xf, self.sq, self.IDX, self.r2))
         nxt, mind, assign = (a.reshape((L * H,) + a.shape[2:]) for a in state)
-        nxt[:] = advance(Xf, sq, nxt, mind, assign, IDX, r2, j0, k, per=_per(n, d, Xf.dtype))
+        per = max(1, TRAVERSE_BYTES // max(1, n * d * Xf.dtype.itemsize))
+        for i in range(0, L * H, per):
+            g = slice(i, i + per)
+            nxt[g] = _advance(Xf[g], sq[g], nxt[g], mind[g], assign[g], IDX[g], r2[g], j0, k)
 
     def advance(self, k: int) -> None:
         """Run the traversal on to ``k`` centres (nothing when it has them)."""
