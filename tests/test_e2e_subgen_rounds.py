@@ -116,3 +116,6 @@ def test_shared_value_norms_are_each_rounds_own():
             budget = (sink + window + extra) * 2 * d + 20 * d
             assert subgen_held_floats(K, V, budget, 5, sink=sink, window=window + extra, norms2=norms2) == \
                 subgen_held_floats(K, V, budget, 5, sink=sink, window=window + extra)
+    from kvbounds.algorithms.validation import InputError
+    with pytest.raises(InputError, match="norms2"):
+        subgen_held_floats(K, V, budget, 5, sink=1, window=1, norms2=norms2[:, 1:])
