@@ -43,17 +43,17 @@ LEVELS = 2
 # Where the time goes when a method misses the target (profiled at 1 thread, n = 512 and 2048; issue 26). Printed and
 # written beside a target that is NOT met.
 SHORTFALL = {
-    "kcenter": "the exact greedy k-center traversal: k sequential farthest-point steps (k = 144 of 480 keys at n = 512, "
-               "530 of 2016 at 2048), each a float32 GEMV over every point of every layer and head (46 MB at 2048): "
-               "~1.3 s of ~1.4 s at n = 2048 and ~0.07 s of ~0.09-0.13 s at 512 (1 thread). Skipping the points a new "
-               "centre cannot take does not pay on SmolLM2's keys (64-d, flat spectrum: a head's top 16 principal "
-               "directions hold ~66% of its variance): Elkan's test ||c - c_a|| >= 2 sqrt(m_i) leaves 41-93% of the "
-               "points candidates while 0.2-7% move; a bound projected on the top 32 directions leaves 1-11% but its "
-               "own pass reads half the GEMV's bytes (exact, measured 2.7-3.5 s against 0.9-1.25 s dense at "
-               "n = 2048; issue 26)",
+    "kcenter": "the exact greedy k-center traversal: k sequential farthest-point steps (k = 144 of 480 keys at "
+               "n = 512, 530 of 2016 at 2048), each a float32 GEMV over every point of every layer and head (46 MB "
+               "at 2048): 1.1-1.3 s, nearly all of its time, at n = 2048 and ~0.07 s of 0.09-0.13 s at 512 (1 "
+               "thread). Skipping the points a new centre cannot take does not pay on SmolLM2's keys (64-d, flat "
+               "spectrum: a head's top 16 principal directions hold ~66% of its variance): Elkan's test "
+               "||c - c_a|| >= 2 sqrt(m_i) leaves 41-93% of the points candidates while 0.2-7% move; a bound "
+               "projected on the top 32 directions leaves 1-11% but its own pass reads half the GEMV's bytes "
+               "(exact, measured 2.7-3.5 s against 0.9-1.25 s dense at n = 2048; issue 26)",
     "kcenter_sized": "as kcenter: one traversal per layer, shared by the equal-memory rounds (kcenter.FarthestFirst; "
-                     "k ~ 140 of 480 keys at n = 512), about half to two thirds of its time at 512 and ~1.3 s of "
-                     "~1.4 s at 2048; the rest one KCenter cache per layer (selection, checks, memory_floats)",
+                     "k ~ 140 of 480 keys at n = 512), about half to two thirds of its time at 512 and nearly all "
+                     "of it at 2048; the rest one KCenter cache per layer (selection, checks, memory_floats)",
     "subgen": "at n = 512 about half its time is the k-center traversal of the 90 heads' middles (k = 110 of 448 keys, "
               "~0.07-0.09 s), the rest ~3 counted rounds per layer (~0.5 ms each: the l2 draws of 3 heads) and the "
               "kept cache's build (~1.5 ms per layer); issue 26 removed the draws' checks of p, the rounds' "
