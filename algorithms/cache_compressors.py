@@ -122,12 +122,16 @@ def _cluster_counts(lab, k: int):
 
 
 def _l2_draws(p, t: int, rng: np.random.Generator):
-    """t i.i.d. draws of 0..len(p)-1 with probabilities p (1-D float64). numpy: ``rng.choice(n, t, p=p)``; other
-    backends: the same algorithm (numpy's inverse CDF: cdf = cumsum(p) / its last entry, searchsorted(cdf, u,
-    side='right') of t uniforms ``rng.random(t)``), uniforms drawn on the host and the search done where p is, so
-    a seed draws the same tokens on every backend (up to the float rounding of the CDF's sums)."""
+    """t i.i.d. draws of 0..len(p)-1 with probabilities p (1-D float64): ``rng.choice(n, t, p=p)``'s algorithm
+    (numpy's inverse CDF: cdf = cumsum(p) / its last entry, searchsorted(cdf, u, side='right') of t uniforms
+    ``rng.random(t)``; the same draws, tests/test_e2e_subgen_rounds.py), without choice's checks of p on numpy
+    (issue 26: the equal-memory fit draws 3-5 times per head and layer). Other backends: uniforms drawn on the
+    host and the search done where p is, so a seed draws the same tokens on every backend (up to the float
+    rounding of the CDF's sums)."""
     if isinstance(p, np.ndarray):
-        return rng.choice(p.shape[0], size=t, p=p)
+        cdf = np.cumsum(p)
+        cdf /= cdf[-1]
+        return cdf.searchsorted(rng.random(t), side="right")
     xp = array_namespace(p)
     cdf = xp.cumulative_sum(p)
     cdf = cdf / cdf[-1]
@@ -138,6 +142,13 @@ def _l2_sample(P_h, t: int, rng: np.random.Generator):
     """One head's l2 samples (SubGen Alg. 1): t draws with probabilities P_h / sum(P_h) (uniform when the values
     are all zero), returned as the distinct tokens drawn and their float32 log importance weights
     log(count / (t p))."""
+    if isinstance(P_h, np.ndarray):      # numpy: the same operations without the array-API dispatch (issue 26)
+        n = P_h.shape[0]
+        total = float(np.sum(P_h))
+        p = P_h / total if total > 0 else np.full((n,), 1.0 / n, dtype=np.float64)
+        cnt = np.bincount(_l2_draws(p, t, rng), minlength=n)
+        uniq = np.flatnonzero(cnt)                                   # np.unique's sorted draws and their counts
+        return uniq, np.log(cnt[uniq].astype(np.float64) / (t * p[uniq])).astype(np.float32)
     xp = array_namespace(P_h)
     total = float(xp.sum(P_h))
     p = P_h / total if total > 0 else xp.full((P_h.shape[0],), 1.0 / P_h.shape[0], dtype=xp.float64, device=_dev(P_h))
@@ -187,9 +198,13 @@ class SubGenCompressor:
         """``traversal``: optional :class:`kvbounds.algorithms.kcenter.FarthestFirst` of exactly these middle keys
         (numpy ``K[:, sink:n - window]``, the same memory), reused across calls at other budgets (the
         equal-memory fit); the clusters are those of ``greedy_k_center`` either way."""
-        from .kcenter import greedy_k_center
         K, V = _check_cache(K, V, self.sink, self.window, budget_floats)
         check_rng(rng)
+        return self._compress_checked(K, V, budget_floats, rng, traversal)
+
+    def _compress_checked(self, K, V, budget_floats: int, rng, traversal=None):
+        """:meth:`compress` of K, V that :func:`_check_cache` returned (the equal-memory fit checks them once)."""
+        from .kcenter import greedy_k_center
         xp, dev = array_namespace(K, V), _dev(K)
         n, d, left = _split(K, self.sink, self.window, budget_floats)
         lo, hi = self.sink, n - self.window
@@ -208,7 +223,10 @@ class SubGenCompressor:
             res = traversal.result(k)
         # the clusters of every head at once (one gather, one count); then the value samples head by head
         counts = _cluster_counts(xp.reshape(res.assignment, (H, n_mid)), k)                  # (H, k)
-        Kc[:, :k] = xp.take_along_axis(Km, res.centers[..., None], axis=1)
+        if isinstance(Km, np.ndarray):   # the same rows; take_along_axis broadcasts its indices over d (slow)
+            Kc[:, :k] = Km[np.arange(H)[:, None], res.centers]
+        else:
+            Kc[:, :k] = xp.take_along_axis(Km, res.centers[..., None], axis=1)
         logc = xp.log(xp.astype(xp.maximum(counts, xp.ones_like(counts)), xp.float64))
         b[:, :k] = xp.astype(xp.where(counts == 0, xp.full_like(logc, -math.inf), logc), xp.float32)
         P = xp.sum(xp.astype(Vm, xp.float64) ** 2, axis=-1)                                  # (H, n_mid)

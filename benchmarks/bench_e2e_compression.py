@@ -43,18 +43,23 @@ LEVELS = 2
 # Where the time goes when a method misses the target (profiled at 1 thread, n = 512 and 2048; issue 26). Printed and
 # written beside a target that is NOT met.
 SHORTFALL = {
-    "kcenter": "greedy k-center is k sequential farthest-point steps (k ~ 490 at n = 2048), each reading every point of "
-               "every layer and head (90 x 1984 x 64 float32 = 45 MB): ~22 GB of memory traffic at 1 thread, ~1.0 s "
-               "of the exact float32 traversal; skipping clusters the triangle inequality rules out is the next step",
-    "kcenter_sized": "as kcenter, plus its equal-memory fit: 2-5 caches built per layer (the rounds share one "
-                     "traversal per layer, kcenter.FarthestFirst)",
-    "subgen": "its equal-memory fit builds 3-5 caches per layer (held floats depend on the l2 draws' repeats): the "
-              "rounds share one k-center traversal per layer (kcenter.FarthestFirst), but each still draws, "
-              "de-duplicates and validates a cache (~3 ms per round and layer at n = 512), the rounds that lengthen "
-              "the window start new traversals, and at n = 2048 the traversal itself costs what kcenter's does. "
-              "Profiled at n = 512, 1 thread: ~3.9 rounds per layer; the traversal's steps ~25% of the time, "
-              "building and validating the rounds' caches (gathers, input checks, memory_floats) most of the rest; "
-              "next step: a round's held floats counted from its draws (SubGenCompressor) and one cache built",
+    "kcenter": "the exact greedy k-center traversal: k sequential farthest-point steps (k = 144 of 480 keys at "
+               "n = 512, 530 of 2016 at 2048), each a float32 GEMV over every point of every layer and head (46 MB "
+               "at 2048): 1.1-1.3 s, nearly all of its time, at n = 2048 and ~0.07 s of 0.09-0.13 s at 512 (1 "
+               "thread). Skipping the points a new centre cannot take does not pay on SmolLM2's keys (64-d, flat "
+               "spectrum: a head's top 16 principal directions hold ~66% of its variance): Elkan's test "
+               "||c - c_a|| >= 2 sqrt(m_i) leaves 41-93% of the points candidates while 0.2-7% move; a bound "
+               "projected on the top 32 directions leaves 1-11% but its own pass reads half the GEMV's bytes "
+               "(exact, measured 2.7-3.5 s against 0.9-1.25 s dense at n = 2048; issue 26)",
+    "kcenter_sized": "as kcenter: one traversal per layer, shared by the equal-memory rounds (kcenter.FarthestFirst; "
+                     "k ~ 140 of 480 keys at n = 512), about half to two thirds of its time at 512 and nearly all "
+                     "of it at 2048; the rest one KCenter cache per layer (selection, checks, memory_floats)",
+    "subgen": "at n = 512 about half its time is the k-center traversal of the 90 heads' middles (k = 110 of 448 keys, "
+              "~0.07-0.09 s), the rest ~3 counted rounds per layer (~0.5 ms each: the l2 draws of 3 heads) and the "
+              "kept cache's build (~1.5 ms per layer); issue 26 removed the draws' checks of p, the rounds' "
+              "recomputed value norms and a second check of the inputs (0.11 -> 0.08 of the prefill on a loaded "
+              "machine, the same caches). At n = 2048 the traversal (k = 490 of 1984 keys, ~1.1 s of ~1.4 s) as "
+              "kcenter's",
     "subspace": "two float64 64 x 64 eigendecompositions per head: 180 LAPACK syevd calls, ~0.4 ms each at 1 thread "
                 "(0.07 s), plus the float64 Grams and projections of every head (~0.07 s at n = 512); numpy's eigh already "
                 "takes the stacked heads in one call, and torch.linalg.eigh on the same stack costs the same "

@@ -76,3 +76,46 @@ def test_counted_floats_when_clusters_can_have_one_size():
         c = ca.SubGenCompressor(sink=2, window=2).compress(K, V, budget_floats=b, rng=np.random.default_rng(b))
         assert subgen_held_floats(K, V, b, b, sink=2, window=2) == memory_floats(c), b
     assert seen >= 10
+
+
+def test_l2_draws_are_generator_choice():
+    """SubGen's l2 draws on numpy (issue 26: choice's algorithm without its checks of p) are ``rng.choice(n, t, p)``,
+    zero probabilities and one-token supports included; the per-head sample's distinct tokens and counts are
+    np.unique's."""
+    from kvbounds.algorithms import cache_compressors as ca
+    r = np.random.default_rng(26)
+    for trial in range(60):
+        n, t = int(r.integers(1, 500)), int(r.integers(1, 300))
+        P = r.random(n) ** 3
+        if trial % 3 == 0:
+            P[r.integers(n, size=n // 2 + 1)] = 0.0
+        if trial % 10 == 0:
+            P[:] = 0.0
+            P[r.integers(n)] = 2.0
+        p = P / P.sum()
+        assert np.array_equal(ca._l2_draws(p, t, np.random.default_rng(trial)),
+                              np.random.default_rng(trial).choice(n, size=t, p=p))
+        uniq, a = ca._l2_sample(P, t, np.random.default_rng(trial))
+        vals, cnt = np.unique(np.random.default_rng(trial).choice(n, size=t, p=p), return_counts=True)
+        assert np.array_equal(uniq, vals) and a.dtype == np.float32
+        assert np.array_equal(a, np.log(cnt.astype(np.float64) / (t * p[vals])).astype(np.float32))
+
+
+def test_shared_value_norms_are_each_rounds_own():
+    """The fit's rounds share V's squared row norms (issue 26): a slice of them is what a round computes on its
+    middle, bit for bit, and the counted floats are the same with or without them."""
+    from kvbounds.e2e.subgen_rounds import subgen_held_floats
+    r = np.random.default_rng(7)
+    for H, n, d, sink, window in ((3, 96, 8, 4, 4), (2, 131, 64, 32, 17), (1, 40, 3, 1, 1)):
+        K, V = _kv(H, n, d, int(r.integers(99)))
+        V *= np.float32(10.0) ** r.integers(-3, 4, size=(1, n, 1)).astype(np.float32)
+        norms2 = np.sum(V.astype(np.float64) ** 2, axis=-1)
+        for extra in (0, 3):
+            hi = n - window - extra
+            assert np.array_equal(norms2[:, sink:hi], np.sum(V[:, sink:hi].astype(np.float64) ** 2, axis=-1))
+            budget = (sink + window + extra) * 2 * d + 20 * d
+            assert subgen_held_floats(K, V, budget, 5, sink=sink, window=window + extra, norms2=norms2) == \
+                subgen_held_floats(K, V, budget, 5, sink=sink, window=window + extra)
+    from kvbounds.algorithms.validation import InputError
+    with pytest.raises(InputError, match="norms2"):
+        subgen_held_floats(K, V, budget, 5, sink=1, window=1, norms2=norms2[:, 1:])

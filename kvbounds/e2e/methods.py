@@ -219,15 +219,20 @@ def _filled(method: str, K, V, floats: int, rng, *, sink: int, window: int, trav
     if count:                                # checked once, as the compressor checks them
         K, V = ca._check_cache(K, V, sink, window, floats)
         Kr, Vr = K, V
-    build = lambda nominal, extra: ca.SubGenCompressor(sink=sink, window=window + extra).compress(
-        K, V, budget_floats=nominal, rng=np.random.default_rng(seed), traversal=None if extra else traversal)
+    norms2 = np.sum(V.astype(np.float64) ** 2, axis=-1) if count else None     # SubGen's l2 weights, every round
+
+    def build(nominal: int, extra: int):
+        c, trav = ca.SubGenCompressor(sink=sink, window=window + extra), None if extra else traversal
+        if count:                            # K, V checked above
+            return c._compress_checked(K, V, nominal, np.random.default_rng(seed), trav)
+        return c.compress(K, V, budget_floats=nominal, rng=np.random.default_rng(seed), traversal=trav)
 
     def run(nominal: int, extra: int) -> float:
         K, V = Kr, Vr
         if count:                            # the floats it would hold; the cache kept is built once, below
             from .subgen_rounds import subgen_held_floats
             held = subgen_held_floats(K, V, nominal, seed, sink=sink, window=window + extra,
-                                      traversal=None if extra else traversal) / Hr
+                                      traversal=None if extra else traversal, norms2=norms2) / Hr
             if best[0] < held <= floats:
                 best[:] = [held, (nominal, extra), nominal, extra]
             return held

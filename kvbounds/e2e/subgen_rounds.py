@@ -15,13 +15,15 @@ import numpy as np
 
 from kvbounds.algorithms import cache_compressors as ca
 from kvbounds.algorithms.compressed_kv import _weight_floats
+from kvbounds.algorithms.validation import InputError
 
 
 def subgen_held_floats(K: np.ndarray, V: np.ndarray, budget_floats: int, seed: int, *, sink: int, window: int,
-                       traversal=None) -> int:
+                       traversal=None, norms2=None) -> int:
     """memory_floats of ``SubGenCompressor(sink, window).compress(K, V, budget_floats=budget_floats,
     rng=np.random.default_rng(seed), traversal=traversal)`` for numpy K, V (H, n, d) already checked by that
-    compressor (:func:`kvbounds.algorithms.cache_compressors._check_cache`)."""
+    compressor (:func:`kvbounds.algorithms.cache_compressors._check_cache`). ``norms2``: optional (H, n) float64
+    squared norms of V's rows, ``np.sum(V.astype(np.float64) ** 2, axis=-1)`` (the rounds of one fit share them)."""
     from kvbounds.algorithms.kcenter import greedy_k_center
     n, d, left = ca._split(K, sink, window, budget_floats)
     lo, hi = sink, n - window
@@ -38,7 +40,10 @@ def subgen_held_floats(K: np.ndarray, V: np.ndarray, budget_floats: int, seed: i
         counts = ca._cluster_counts(np.reshape(res.assignment, (H, n_mid)), k)
         b_floats = np.where((counts == counts[:, :1]).all(axis=1), 1, k)
     rng = np.random.default_rng(seed)
-    P = np.sum(V[:, lo:hi].astype(np.float64) ** 2, axis=-1)
+    if norms2 is not None and (not isinstance(norms2, np.ndarray) or norms2.shape != V.shape[:2]
+                               or norms2.dtype != np.float64):
+        raise InputError(f"norms2 must be V's squared row norms, a float64 numpy array of shape {V.shape[:2]}")
+    P = np.sum(V[:, lo:hi].astype(np.float64) ** 2, axis=-1) if norms2 is None else norms2[:, lo:hi]
     floats = 0
     for h in range(H):                       # the compressor's draws, head by head, from the same stream
         a = np.asarray(ca._l2_sample(P[h], t, rng)[1])
