@@ -148,6 +148,24 @@ LONGEST_FIRST = (
 )
 
 
+# Tests that share a module-scoped computation per parameter: the second runs right after the first with the same
+# parameter, so the xdist worker that ran the first most likely runs the second too and reuses it (else it
+# recomputes it: order only, as above).
+RUN_TOGETHER = (
+    ("tests/test_e2e_device.py::test_device_path_matches_host_path",          # the device path's compressed cache
+     "tests/test_e2e_device.py::test_device_path_converts_nothing_to_numpy"),
+)
+
+
 def pytest_collection_modifyitems(session, config, items):
     rank = {nodeid: i for i, nodeid in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))      # stable: the rest keep collection order
+    for first, second in RUN_TOGETHER:
+        partners = {it.nodeid[len(second):]: it for it in items if it.nodeid.startswith(second + "[")}
+        if not partners:
+            continue
+        rest = [it for it in items if it not in set(partners.values())]
+        items[:] = [x for it in rest
+                    for x in ([it, partners.pop(it.nodeid[len(first):])]
+                              if it.nodeid.startswith(first + "[") and it.nodeid[len(first):] in partners else [it])]
+        items += partners.values()                  # those without a partner: at the end, as collected
