@@ -123,25 +123,24 @@ def smoke_store(tmp_path_factory) -> SmokeStore:
 # benchmark alone. A name that no longer matches a test only loses its place (tests/test_conftest_order.py checks
 # the names). Order only: every test runs as before.
 LONGEST_FIRST = (
-    "tests/test_bench_gpu.py::test_bench_gpu_e2e_quick_cpu",                      # ~13 s of CPU
-    "tests/test_readme.py::test_readme_example_runs[5]",                          # SmolLM2 + generate, ~13 s
-    "tests/test_real_traces.py::test_smollm2_extraction",                         # ~14 s with the model load
-    "tests/test_press.py::test_adakv_compresses_when_kvpress_is_imported_before_kvbounds",
-    "tests/test_e2e_layers.py::test_stacked_layers_equal_layer_by_layer[subspace]",
-    "tests/test_e2e_device.py::test_device_path_matches_host_path[subgen]",
-    "tests/test_runner.py::test_torch_in_the_parent_then_workers_with_torch_threads",
-    "tests/test_press.py::test_press_generate_matches_the_harness_path[subgen]",
-    "tests/test_e2e_device.py::test_device_path_matches_host_path[kcenter_sized]",
-    # the notebooks: ~8 s each, reading the session's smoke records (conftest.SmokeStore)
-    "tests/test_notebooks.py::test_notebook_runs_on_smoke[balancekv.ipynb]",
+    "tests/test_bench_gpu.py::test_bench_gpu_e2e_quick_cpu",                      # ~12 s
+    "tests/test_readme.py::test_readme_example_runs[5]",                          # SmolLM2 + generate, ~14 s
+    "tests/test_notebooks.py::test_notebook_runs_on_smoke[balancekv.ipynb]",      # ~16 s
     "tests/test_notebooks.py::test_notebook_runs_on_smoke[real_traces.ipynb]",
     "tests/test_notebooks.py::test_notebook_runs_on_smoke[decode.ipynb]",
+    "tests/test_e2e_layers.py::test_stacked_layers_equal_layer_by_layer[subspace]",
+    "tests/test_press.py::test_adakv_compresses_when_kvpress_is_imported_before_kvbounds",
     "tests/test_checks.py::test_smoke_profile[BKV.e2e]",
     "tests/test_notebooks.py::test_notebook_runs_on_smoke[subspace_fd.ipynb]",
-    "tests/test_notebooks.py::test_notebook_runs_on_smoke[subgen.ipynb]",
+    "tests/test_runner.py::test_torch_in_the_parent_then_workers_with_torch_threads",
+    "tests/test_press.py::test_press_generate_matches_the_harness_path[subgen]",
     "tests/test_notebooks.py::test_notebook_runs_on_smoke[lower_bound.ipynb]",
+    "tests/test_notebooks.py::test_notebook_runs_on_smoke[subgen.ipynb]",
     "tests/test_benchmarks.py::test_bench_balancekv",
+    "tests/test_e2e_device.py::test_device_path_matches_host_path[kcenter_sized]",
+    "tests/test_real_traces.py::test_smollm2_extraction",
     "tests/test_e2e.py::test_harness_cell_equal_memory_and_exactness",
+    "tests/test_e2e_device.py::test_device_path_matches_host_path[subgen]",
     "tests/test_gpu_paths.py::test_gpu_path_records_match_numpy[torch:cpu-LB.index]",
     "tests/test_press.py::test_press_generate_matches_the_harness_path[uniform]",
     "tests/test_press.py::test_pipeline_runs_a_press",
@@ -165,7 +164,8 @@ def pytest_collection_modifyitems(session, config, items):
         partners = {it.nodeid[len(second):]: it for it in items if it.nodeid.startswith(second + "[")}
         if not partners:
             continue
-        rest = [it for it in items if it not in set(partners.values())]
+        paired = set(partners.values())
+        rest = [it for it in items if it not in paired]
         items[:] = [x for it in rest
                     for x in ([it, partners.pop(it.nodeid[len(first):])]
                               if it.nodeid.startswith(first + "[") and it.nodeid[len(first):] in partners else [it])]
