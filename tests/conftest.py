@@ -1,8 +1,12 @@
-"""Shared fixtures: the backends present here (numpy is the reference), hypothesis profile."""
+"""Shared fixtures: the backends present here (numpy is the reference), hypothesis profile, the smoke records of
+every check computed once per test session (``smoke_store``)."""
+import concurrent.futures as cf
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
+from filelock import FileLock, Timeout
 from hypothesis import HealthCheck, settings
 
 from kvbounds.gpu.backend import why_unavailable
@@ -56,6 +60,63 @@ def lm():
     return load_smollm2("cpu")
 
 
+class SmokeStore:
+    """The smoke-profile records (seed 0, numpy) of each checked claim, computed once per test session by
+    ``kvbounds.run_checks`` into ``ROOT/<claim>/results.jsonl`` and read back by every test that needs them
+    (tests/test_checks.py's smoke test, the notebooks, the numpy reference of tests/test_gpu_paths.py, ...), instead
+    of each recomputing the same trials. ``ROOT`` is shared by the xdist workers; a file lock per claim makes the
+    first worker that asks compute it while another asking waits, then reads. A trial that raised is stored as an
+    error record (``errors``): the smoke test fails on it, a notebook reruns it."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def dir(self, claim_id: str, wait: bool = True) -> Path | None:
+        """The store of ``claim_id``'s smoke records, computed here unless done; with ``wait=False``, None (and
+        nothing done) when another worker is computing it now."""
+        from kvbounds.runner import run_checks
+        d = self.root / claim_id
+        try:
+            with FileLock(str(self.root / f"{claim_id}.lock"), timeout=-1 if wait else 0):
+                if not (d / "complete").exists():
+                    with cf.ThreadPoolExecutor(1) as ex:        # in this process, as a notebook runs them
+                        run_checks([claim_id], profile="smoke", seed=0, backend="numpy", out=d, executor=ex,
+                                   progress=False)
+                    (d / "complete").touch()
+        except Timeout:
+            return None
+        return d
+
+    def records(self, claim_id: str) -> list:
+        from kvbounds.records import ResultStore
+        return ResultStore(self.dir(claim_id)).load()
+
+    def errors(self, claim_id: str) -> list:
+        from kvbounds.records import ResultStore
+        return ResultStore(self.dir(claim_id)).errors()
+
+    def copy_into(self, out: Path, claim_ids) -> None:
+        """Append the stored records of ``claim_ids`` to ``out/results.jsonl`` (a store of their own: each write
+        carries a unique id, so concatenated stores read as one). The claims no other worker is computing come
+        first, so two workers filling overlapping lists wait on each other as little as possible."""
+        from kvbounds.records import RESULTS_FILE
+        ready = {cid: self.dir(cid, wait=False) for cid in claim_ids}
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / RESULTS_FILE, "ab") as f:
+            for cid in claim_ids:
+                f.write(((ready[cid] or self.dir(cid)) / RESULTS_FILE).read_bytes())
+
+
+@pytest.fixture(scope="session")
+def smoke_store(tmp_path_factory) -> SmokeStore:
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent        # pytest-xdist: each worker's basetemp sits in the session's common directory
+    root = base / "smoke-records"
+    root.mkdir(exist_ok=True)
+    return SmokeStore(root)
+
+
 # The longest tests of the default run (`make test` = `pytest -n 2`), longest first, as measured with --durations
 # (seconds on a quiet 2-core machine, approximate). They are collected first, so the two xdist workers start them at
 # once and the run ends on short tests: with collection order, one worker was left finishing a notebook or the e2e
@@ -87,6 +148,25 @@ LONGEST_FIRST = (
 )
 
 
+# Tests that share a module-scoped computation per parameter: the second runs right after the first with the same
+# parameter, so the xdist worker that ran the first most likely runs the second too and reuses it (else it
+# recomputes it: order only, as above).
+RUN_TOGETHER = (
+    ("tests/test_e2e_device.py::test_device_path_matches_host_path",          # the device path's compressed cache
+     "tests/test_e2e_device.py::test_device_path_converts_nothing_to_numpy"),
+)
+
+
 def pytest_collection_modifyitems(session, config, items):
     rank = {nodeid: i for i, nodeid in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))      # stable: the rest keep collection order
+    for first, second in RUN_TOGETHER:
+        partners = {it.nodeid[len(second):]: it for it in items if it.nodeid.startswith(second + "[")}
+        if not partners:
+            continue
+        paired = set(partners.values())
+        rest = [it for it in items if it not in paired]
+        items[:] = [x for it in rest
+                    for x in ([it, partners.pop(it.nodeid[len(first):])]
+                              if it.nodeid.startswith(first + "[") and it.nodeid[len(first):] in partners else [it])]
+        items += partners.values()                  # those without a partner: at the end, as collected

@@ -70,12 +70,9 @@ def test_mr_error_rate_onset_is_beyond_cpu_reach():
 
 
 @pytest.fixture(scope="module")
-def smoke_records():
-    out = {}
-    for cid in FAMILY:
-        mod = get_claim(cid).check_module()
-        out[cid] = [r for p in mod.trials("smoke") for r in execute_trial(Trial(cid, p, 0, "numpy"))]
-    return out
+def smoke_records(smoke_store):
+    """The session's smoke records of each claim (conftest.SmokeStore: run once, shared with tests/test_checks.py)."""
+    return {cid: smoke_store.records(cid) for cid in FAMILY}
 
 
 @pytest.mark.parametrize("claim_id", FAMILY)
@@ -90,10 +87,12 @@ def test_verdict_is_a_function_of_the_set_of_records(claim_id, smoke_records):
     assert v.headline and v.statement != "false" and v.status
 
 
-def test_lb_index_is_at_best_not_refuted():
+def test_lb_index_is_at_best_not_refuted(smoke_store):
     mod = get_claim("LB.index").check_module()
-    params = [p for p in mod.trials("smoke") if p.get("task") in ("c3 bounds", "group ones")]
-    recs = [r for p in params for r in execute_trial(Trial("LB.index", p, 0, "numpy"))]
+    keys = {Trial("LB.index", p, 0, "numpy").key for p in mod.trials("smoke")
+            if p.get("task") in ("c3 bounds", "group ones")}
+    recs = [r for r in smoke_store.records("LB.index") if r.key in keys]
+    assert {r.key for r in recs} == keys
     v = mod.summarize(recs)
     assert v.statement == "not-refuted" and v.errata and all(e.where and e.what for e in v.errata)
     assert v.headline.startswith("not refuted")

@@ -5,14 +5,16 @@ import pytest
 
 from kvbounds.records import Record
 from kvbounds.registry import checked_claims
-from kvbounds.runner import Trial, execute_trial
+from kvbounds.runner import Trial
 from kvbounds.verdict import Verdict
 
 CHECKED = [c.id for c in checked_claims()]
 
 
 @pytest.mark.parametrize("claim_id", CHECKED)
-def test_smoke_profile(claim_id):
+def test_smoke_profile(claim_id, smoke_store):
+    """Each smoke trial (run once per session by ``run_checks``, conftest.SmokeStore, and read back from its store as
+    the report reads it) gave well-formed records, none an error, and the claim's verdict is built from them."""
     from kvbounds.registry import get_claim
     claim = get_claim(claim_id)
     mod = claim.check_module()
@@ -20,14 +22,18 @@ def test_smoke_profile(claim_id):
     assert claim.bound_function() is not None
     params = mod.trials("smoke")
     assert params, "smoke profile must have trials"
+    errors = smoke_store.errors(claim_id)
+    assert not errors, [(e.params, e.error, e.extra.get("traceback")) for e in errors]
+    stored = smoke_store.records(claim_id)
     records = []
     for p in params:
-        recs = execute_trial(Trial(claim_id, p, 0, "numpy"))
-        assert recs and all(isinstance(r, Record) and r.claim == claim_id and r.key for r in recs)
+        recs = [r for r in stored if r.key == Trial(claim_id, p, 0, "numpy").key]
+        assert recs and all(isinstance(r, Record) and r.claim == claim_id and r.key for r in recs), p
         for r in recs:
             assert not math.isnan(r.measured) and not math.isnan(r.bound)
             assert r.extra["trial_size"] == len(recs)
         records += recs
+    assert len(records) == len(stored)
     v = mod.summarize(records)
     assert isinstance(v, Verdict) and v.claim == claim_id and v.summary
 

@@ -107,14 +107,15 @@ def test_harness_cell_equal_memory_and_exactness(lm):
         assert len(r["ll"]) == len(task.targets) and np.isfinite(r["ll"]).all()
 
 
-def test_checks_smoke_records_verdicts_and_leaderboard(lm):
+def test_checks_smoke_records_verdicts_and_leaderboard(lm, smoke_store):
+    """BKV.e2e's verdict and leaderboard from its smoke records (the session's run, conftest.SmokeStore, which
+    tests/test_checks.py checks record by record)."""
     from kvbounds.e2e.leaderboard import KEYS, leaderboard_rows
     from kvbounds.proofs_checks import bkv_e2e
     from kvbounds.registry import get_claim
     assert get_claim("BKV.e2e").kind == "empirical" and get_claim("SG.e2e").has_check
-    recs = []
-    for p in bkv_e2e.trials("smoke"):
-        recs += bkv_e2e.run_trial(p, 0, "numpy")
+    recs = smoke_store.records("BKV.e2e")
+    assert recs and not smoke_store.errors("BKV.e2e")
     v = bkv_e2e.summarize(recs)
     assert v.reproduction in ("reproduced", "partial", "not-reproduced", "reversed", "n/a")
     assert {r.variant for r in v.reproductions} == {"pseudocode", "released"}

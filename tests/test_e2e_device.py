@@ -11,6 +11,8 @@ on the smoke-size task of BKV.e2e (ppl, n = 256, sink = window = 32, the budget 
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -37,6 +39,48 @@ def _compress(cell, method, where, seed=7):
     rng = np.random.default_rng([seed, 1])
     out = M.compress_all(method, lm, state, budget, rng, sink=SINK, window=SINK, seed=seed, where=where)
     return out, rng
+
+
+@pytest.fixture(scope="module")
+def device_runs():
+    """method -> (compressed layers, the Generator after, Tensor.numpy / __array__ calls seen): the device path of
+    each method run once per module and read by both tests below (they sit next to each other in the run order,
+    conftest.pytest_collection_modifyitems, so one worker runs both)."""
+    return {}
+
+
+@contextlib.contextmanager
+def _recording(seen: list):
+    """Every Tensor.numpy / __array__ call appends (numel, the calling frames' function names) to ``seen``."""
+    import sys
+
+    import torch
+
+    def recorder(orig):
+        def f(self, *a, **k):
+            frame, sites = sys._getframe(1), []
+            while frame is not None and len(sites) < 8:
+                sites.append(frame.f_code.co_name)
+                frame = frame.f_back
+            seen.append((int(self.numel()), sites))
+            return orig(self, *a, **k)
+        return f
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(torch.Tensor, "numpy", recorder(torch.Tensor.numpy))
+        m.setattr(torch.Tensor, "__array__", recorder(torch.Tensor.__array__))
+        yield seen
+
+
+def _device_run(cell, method, runs):
+    """compress_all(where="device") of ``method`` with the conversions inside it recorded, once per module; a copy
+    of the Generator after it each call."""
+    import copy
+    if method not in runs:
+        with _recording([]) as seen:
+            comp, rng = _compress(cell, method, "device")
+        runs[method] = (comp, rng, seen)
+    comp, rng, seen = runs[method]
+    return comp, copy.deepcopy(rng), list(seen)
 
 
 def _near_tie_divergence(K_np, k):
@@ -93,14 +137,14 @@ def _sizes_differ_at_ties(method, h, d, i, K):
 
 @pytest.mark.parametrize("method", ["streaming_llm", "uniform", "kcenter", "kcenter_sized", "balancekv",
                                     "balancekv_released", "subgen", "subspace"])
-def test_device_path_matches_host_path(cell, method):
+def test_device_path_matches_host_path(cell, method, device_runs):
     import torch
     from kvbounds.e2e import harness
     from kvbounds.e2e import methods as M
     lm, task, state, _ = cell
     assert method in M.OURS and M.runs_on(method, "device") == "device" and method not in M.HOST_ONLY
     host, rng_h = _compress(cell, method, "host")
-    dev, rng_d = _compress(cell, method, "device")
+    dev, rng_d, _ = _device_run(cell, method, device_runs)
     assert rng_h.random() == rng_d.random()                  # the same draws were taken from the Generator
     tie_heads = []
     for l, (h, d) in enumerate(zip(host, dev)):
@@ -145,32 +189,16 @@ def test_device_path_matches_host_path(cell, method):
 
 @pytest.mark.parametrize("method", ["streaming_llm", "uniform", "kcenter", "kcenter_sized", "balancekv",
                                     "balancekv_released", "subgen", "subspace", "kvpress:knorm"])
-def test_device_path_converts_nothing_to_numpy(cell, method, monkeypatch):
+def test_device_path_converts_nothing_to_numpy(cell, method, device_runs):
     """Tensor.numpy / __array__ record every conversion inside compress_all(where="device") + _to_layers: none
     for a method not in DEVICE_HOST_COPIES; otherwise only at the named sites and never K- or V-sized."""
-    import sys
-
-    import torch
     from kvbounds.e2e import harness
     from kvbounds.e2e import methods as M
     lm, _, state, _ = cell
     if method.startswith("kvpress:") and M.kvpress_available():
         pytest.skip(M.kvpress_available())
-    seen = []
-
-    def recorder(orig):
-        def f(self, *a, **k):
-            frame, sites = sys._getframe(1), []
-            while frame is not None and len(sites) < 8:
-                sites.append(frame.f_code.co_name)
-                frame = frame.f_back
-            seen.append((int(self.numel()), sites))
-            return orig(self, *a, **k)
-        return f
-    with monkeypatch.context() as m:
-        m.setattr(torch.Tensor, "numpy", recorder(torch.Tensor.numpy))
-        m.setattr(torch.Tensor, "__array__", recorder(torch.Tensor.__array__))
-        comp, _ = _compress(cell, method, "device")
+    comp, _, seen = _device_run(cell, method, device_runs)
+    with _recording(seen):
         layers = harness._to_layers(lm, comp)
     # block_walk._host_view: zero-copy numpy views of CPU tensors for the walk's steps; a CUDA tensor never takes it
     seen = [(numel, sites) for numel, sites in seen if "_host_view" not in sites]

@@ -3,9 +3,15 @@
 The kernel is this interpreter (``sys.executable``, i.e. the venv's python with kvbounds installed),
 through a private "python3" kernel spec in a temporary directory: the test does not depend on which
 kernels are registered on the machine, nor on ``python`` on PATH, and installs nothing.
+
+A notebook runs its claims' checks with ``run_checks``, which runs only the trials missing in ``KVBOUNDS_OUT``. The
+test fills ``KVBOUNDS_OUT`` beforehand with the session's smoke records of those claims (conftest.SmokeStore, the
+records tests/test_checks.py checks), so a notebook draws from the same records instead of recomputing them; the
+claims are read from the notebook's own ``...CLAIMS = [...]`` assignments.
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import sys
@@ -35,10 +41,38 @@ def kernel_specs(tmp_path_factory) -> KernelSpecManager:
     return KernelSpecManager(kernel_dirs=[str(d)])
 
 
+def notebook_claims(nb) -> list[str]:
+    """The claim ids of the notebook's ``CLAIMS = [...]`` (and ``VARIANT_CLAIMS = [...]``, ...) literal lists."""
+    out = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:        # an IPython magic: no claim list there
+            continue
+        for node in tree.body:
+            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id.endswith("CLAIMS")
+                                                     for t in node.targets)):
+                out += [c for c in ast.literal_eval(node.value) if c not in out]
+    return out
+
+
+def test_notebook_claims_are_read_from_the_notebook():
+    nb = nbformat.read(ROOT / "notebooks" / "balancekv.ipynb", as_version=4)
+    claims = notebook_claims(nb)
+    assert claims[:5] == ["SBW.balance", "SB.discrepancy", "MR.error", "BKV.attention", "BKV.memory"]
+    assert "BKV.vs-uniform" in claims and "BKV.ablation" in claims
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_on_smoke(path: Path, tmp_path: Path, kernel_specs: KernelSpecManager):
+def test_notebook_runs_on_smoke(path: Path, tmp_path: Path, kernel_specs: KernelSpecManager, smoke_store):
     nb = nbformat.read(path, as_version=4)
-    env = {**os.environ, "KVBOUNDS_PROFILE": "smoke", "KVBOUNDS_OUT": str(tmp_path / "results"), **ONE_THREAD}
+    out = tmp_path / "results"
+    claims = notebook_claims(nb)
+    assert claims, f"{path.name}: no CLAIMS = [...] list found"
+    smoke_store.copy_into(out, claims)
+    env = {**os.environ, "KVBOUNDS_PROFILE": "smoke", "KVBOUNDS_OUT": str(out), **ONE_THREAD}
     env.pop("MPLBACKEND", None)  # the kernel picks its inline backend, whatever the caller's setting
     km = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs)
     client = NotebookClient(nb, km=km, kernel_name=KERNEL, timeout=300,
@@ -47,7 +81,8 @@ def test_notebook_runs_on_smoke(path: Path, tmp_path: Path, kernel_specs: Kernel
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors, errors
-    assert (tmp_path / "results" / "results.jsonl").exists(), "the notebook wrote no records to KVBOUNDS_OUT"
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert f"record(s) of profile 'smoke' in {out}/" in text, "the notebook did not read its records in KVBOUNDS_OUT"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
