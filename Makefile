@@ -35,11 +35,14 @@ results-md: $(STAMP)
 notebooks: $(STAMP)
 	KVBOUNDS_OUT=$(abspath $(OUT)) KVBOUNDS_PROFILE=$(PROFILE) $(BIN)/python notebooks/run_all.py
 
+# PYTHONDONTWRITEBYTECODE emptied for the tests: with it set (some containers set it), every process the run starts
+# (2 xdist workers, 6 notebook kernels, the README's and the runner's subprocesses) compiles kvbounds and the
+# assertion-rewritten tests from source again; the caches go to __pycache__/ (git-ignored)
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q -m ''
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q -m ''
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
