@@ -98,10 +98,8 @@ def _layers_as_heads(method: str, state, floats: int, rng, *, sink: int, window:
     """compress_ours of every layer on the host in one call on the (layers x heads, n, d) stack, split back."""
     K, V = (np.concatenate([X[0].float().cpu().numpy() for X in xs]) for xs in (state.keys, state.values))
     L = len(state.keys)
-    H = K.shape[0] // L
     c = compress_ours(method, K, V, floats, rng, sink=sink, window=window)
     if method == "subspace":           # _filled draws a seed per call (unused by subspace): the stream as per layer
         for _ in range(L - 1):
             rng.integers(2**63)
-    return [ts.CompressedKV(*(x[l * H:(l + 1) * H] for x in (c.keys, c.values, c.log_w_num, c.log_w_den)),
-                            extra_floats=c.extra_floats // L, rank=c.rank, projected=c.projected) for l in range(L)]
+    return c.head_groups(L)
