@@ -74,12 +74,14 @@ def _draw(rng, uniforms, shape, ref):
 
 
 def _self_gram(X):
-    """X X^T over the last two axes (numpy's stacked matmul takes its BLAS path only for C-contiguous operands)."""
+    """X X^T over the last two axes. numpy: a general product (BLAS gemm, the second operand transposed) with a
+    copy of X as that operand: the same values bit for bit as with a transposed contiguous copy (the walk's
+    kernels as before issue 26's change), at about half the time; X with its own transpose would take numpy's
+    symmetric product (syrk), whose sums differ in the last bits."""
     xp = array_namespace(X)
-    XT = xp.matrix_transpose(X)
     if isinstance(X, np.ndarray):
-        XT = np.ascontiguousarray(XT)
-    return xp.matmul(X, XT)
+        return np.matmul(X, np.swapaxes(X.copy(), -1, -2))
+    return xp.matmul(X, xp.matrix_transpose(X))
 
 
 OVERFLOW = ("raise", "float64")
@@ -123,8 +125,21 @@ def _kernel(Kc, Wc, *, temp, beta, kernel_const, center):
     if center:
         Kc = Kc - xp.mean(Kc, axis=-2, keepdims=True)
     with np.errstate(over="ignore", invalid="ignore"):
-        G = xp.exp(temp * _self_gram(Kc) / math.sqrt(d) - beta)
-        G = G * (_self_gram(Wc) + (kernel_const + KERNEL_EPS))
+        if isinstance(Kc, np.ndarray) and all(type(c) in (int, float) for c in (temp, beta, kernel_const)):
+            # the same operations in place (no fresh memory per operation; Python numbers keep G's dtype)
+            G = _self_gram(Kc)
+            if temp != 1.0:                     # x * 1.0 and x - 0.0 are x exactly: skipped
+                G *= temp
+            G /= math.sqrt(d)
+            if beta != 0.0:
+                G -= beta
+            np.exp(G, out=G)
+            W = _self_gram(Wc)
+            W += kernel_const + KERNEL_EPS
+            G *= W
+        else:
+            G = xp.exp(temp * _self_gram(Kc) / math.sqrt(d) - beta)
+            G = G * (_self_gram(Wc) + (kernel_const + KERNEL_EPS))
     with np.errstate(over="ignore", invalid="ignore"):    # K_ii, from the vectors
         Kii = xp.exp(temp * xp.sum(Kc * Kc, axis=-1) / math.sqrt(d) - beta) \
             * (xp.sum(Wc * Wc, axis=-1) + (kernel_const + KERNEL_EPS))
@@ -213,7 +228,7 @@ def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Genera
                     uniforms: Callable | None = None, gamma: float = 4.0, temp: float = 1.0, beta: float = 0.0,
                     kernel_const: float = 0.025, center: bool = True, carry_weights: bool = True,
                     walk_c: float | None = None, diagnostics: list | None = None, overflow: str = "raise",
-                    _groups: int | None = None):
+                    _groups: int | None = None, _checked: bool = False):
     """The released code's T-level selection on K (..., n, d), V (..., n, s) (one row per KV head).
 
     Returns ``(indices, weights)``, both (..., n // 2^T) on K's backend (int64): indices into the n tokens in
@@ -223,7 +238,8 @@ def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Genera
     InputError when the unnormalised kernel overflows K's float type) or "float64" (that level evaluated in
     float64, said in its diagnostic as ``evaluated_in``). ``_groups`` (internal, :mod:`.balance_layers`): the
     rows are layers of that many heads each, each falling back to float64 on its own."""
-    _check_kv(K, V)
+    if not _checked:                  # (compress_cache_released checked the whole cache already)
+        _check_kv(K, V)
     b = _check_block(block_size)
     n = K.shape[-2]
     T = _check_levels(levels, n)
@@ -251,7 +267,10 @@ def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Genera
         m = cur.shape[1]
         nb = -(-m // b)
         pad = nb * b - m
-        Kc, Vc = _gather_dev(Kf, cur), _gather_dev(Vf, cur)
+        if t == 0 and isinstance(Kf, np.ndarray):     # every token in order: the gather is a contiguous copy
+            Kc, Vc = np.ascontiguousarray(Kf), np.ascontiguousarray(Vf)
+        else:
+            Kc, Vc = _gather_dev(Kf, cur), _gather_dev(Vf, cur)
         if carry_weights and t > 0:
             Vc = Vc * xp.astype(w, Kf.dtype)[..., None]
         if pad:
@@ -295,14 +314,17 @@ def released_log_weights(weights, levels: int, estimator: str = "released"):
 
 def compress_cache_released(K, V, *, sink: int, window: int, levels: int, block_size: int,
                             rng: np.random.Generator | None = None, uniforms: Callable | None = None,
-                            estimator: str = "released", diagnostics: list | None = None, **walk):
+                            estimator: str = "released", diagnostics: list | None = None, _checked: bool = False,
+                            **walk):
     """The released B.1 cache: tokens [0, sink) and the last ``window`` exact, the middle reduced by
     :func:`released_select` (``**walk``: gamma, temp, beta, kernel_const, center, carry_weights, walk_c, overflow).
 
     Returns ``(indices, log_w_num, log_w_den)``, each (..., n_kept) on K's backend, indices sorted
     ascending; the estimator is sum_i e^{l_i + log_w_num_i} v_i / sum_i e^{l_i + log_w_den_i}
-    (:func:`split_weighted_attention`); 0 for the exact tokens."""
-    _check_kv(K, V)
+    (:func:`split_weighted_attention`); 0 for the exact tokens. ``_checked`` (internal): K and V were checked by
+    the caller (:func:`~kvbounds.algorithms.balance_layers.compress_cache_released_layers`)."""
+    if not _checked:                  # (internal: compress_cache_released_layers checked the stack)
+        _check_kv(K, V)
     n = K.shape[-2]
     sink, window = _check_int(sink, "sink"), _check_int(window, "window")
     levels = _check_int(levels, "levels")
@@ -324,7 +346,7 @@ def compress_cache_released(K, V, *, sink: int, window: int, levels: int, block_
     else:
         mid, wts = released_select(K[..., sink:n - window, :], V[..., sink:n - window, :], levels=levels,
                                    block_size=block_size, rng=rng, uniforms=uniforms, diagnostics=diagnostics,
-                                   **walk)
+                                   _checked=True, **walk)
         order = xp.argsort(mid, axis=-1)
         mid = xp.take_along_axis(mid, order, axis=-1) + sink
         lwn, lwd = released_log_weights(xp.take_along_axis(wts, order, axis=-1), levels, estimator)

@@ -93,6 +93,8 @@ def compress_cache_released_layers(K, V, *, sink: int, window: int, levels: int,
         if name in walk:
             raise InputError(f"compress_cache_released_layers draws from rng and keeps no diagnostics ({name})")
     _check_layer_stack(K, V, rng, "compress_cache_released_layers", "compress_cache_released")
+    if K.dtype != V.dtype:            # the rest of compress_cache_released's checks: then its calls skip them
+        raise InputError(f"K and V must have the same dtype, got {K.dtype} and {V.dtype}")
     L, H, n = K.shape[0], math.prod(K.shape[1:-2]), K.shape[-2]
     m = n - check_int(sink, "sink") - check_int(window, "window")
     b = _check_block(block_size)
@@ -112,7 +114,7 @@ def compress_cache_released_layers(K, V, *, sink: int, window: int, levels: int,
         U = _LayerUniforms(R[l0:l0 + per])
         parts.append(compress_cache_released(K[l0:l0 + per], V[l0:l0 + per], sink=sink, window=window, levels=levels,
                                              block_size=block_size, uniforms=lambda shape, U=U: U.random(shape).astype(
-                                                 K.dtype), _groups=H, **walk))
+                                                 K.dtype), _groups=H, _checked=True, **walk))
     return tuple(np.concatenate([p[j] for p in parts]) for j in range(3))
 
 

@@ -274,23 +274,36 @@ class SubspaceCompressor:
         lo, hi = self.sink, n - self.window
         r = self.rank_for(hi - lo, d, left)
 
-        def project_heads(X):
+        def project_heads(X):                  # float64, before the cast to float32
             X = xp.astype(X, xp.float64)
             _, vec = xp.linalg.eigh(xp.matrix_transpose(X) @ X)                  # ascending eigenvalues
             B = xp.flip(vec, axis=-1)[..., :r]                                   # (H, d, r) top-r right singular vectors
-            return xp.astype(X @ B @ xp.matrix_transpose(B), xp.float32)
+            if isinstance(B, np.ndarray):      # contiguous: BLAS takes it as is (the same products, bit for bit)
+                B = np.ascontiguousarray(B)
+            return X @ B @ xp.matrix_transpose(B)
 
-        def project(X):
-            # numpy: heads in groups of about PROJECT_BYTES of float64 (the same products per head; many layers'
-            # heads at once, issue 26, ran 0.1 GB temporaries through memory at n = 2048)
-            if not isinstance(X, np.ndarray):
-                return project_heads(X)
-            per = max(1, PROJECT_BYTES // max(1, X.shape[-2] * X.shape[-1] * 8))
-            return np.concatenate([project_heads(X[i:i + per]) for i in range(0, X.shape[0], per)])
-        z = xp.zeros((K.shape[0], hi - lo), dtype=xp.float32, device=_dev(K))
-        out = _with_exact_ends(K, V, lo, hi, project(K[:, lo:hi]), project(V[:, lo:hi]), z, xp.asarray(z, copy=True))
+        if isinstance(K, np.ndarray):
+            out = CompressedKV(_project_into(K, lo, hi, project_heads), _project_into(V, lo, hi, project_heads),
+                               np.zeros(K.shape[:-1], np.float32), np.zeros(K.shape[:-1], np.float32))
+        else:
+            z = xp.zeros((K.shape[0], hi - lo), dtype=xp.float32, device=_dev(K))
+            out = _with_exact_ends(K, V, lo, hi, xp.astype(project_heads(K[:, lo:hi]), xp.float32),
+                                   xp.astype(project_heads(V[:, lo:hi]), xp.float32), z, xp.asarray(z, copy=True))
         out.extra_floats, out.rank, out.projected = 2 * r * d * K.shape[0], r, hi - lo
         return out
+
+
+def _project_into(X: np.ndarray, lo: int, hi: int, project_heads) -> np.ndarray:
+    """A float32 copy of X (H, n, e) with tokens lo..hi-1 replaced by ``project_heads`` of them (float64, cast on
+    the copy: the values of ``astype(float32)``), heads in groups of about PROJECT_BYTES of float64 (the same
+    products per head; many layers' heads at once ran 0.1 GB temporaries through memory at n = 2048). Written into
+    one array: no concatenation of the exact ends and the middle (issue 26)."""
+    out = np.empty(X.shape, np.float32)
+    out[:, :lo], out[:, hi:] = X[:, :lo], X[:, hi:]
+    per = max(1, PROJECT_BYTES // max(1, (hi - lo) * X.shape[-1] * 8))
+    for i in range(0, X.shape[0], per):
+        out[i:i + per, lo:hi] = project_heads(X[i:i + per, lo:hi])
+    return out
 
 
 def released_balancekv():

@@ -67,18 +67,45 @@ def _centred_rows(K: np.ndarray, V: np.ndarray) -> np.ndarray:
     return np.concatenate([Kc, Vc], axis=-1)
 
 
-def _kernel_matrix(K: np.ndarray, V: np.ndarray) -> np.ndarray:
-    """The (n, n) matrix of kappa over the tokens, float64 (one product instead of goodpoints' row loop)."""
+TILE = 64      # rows per tile of the kernel matrix's upper triangle (_kernel_matrix)
+
+
+def _kernel_matrix(K: np.ndarray, V: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """The (n, n) matrix of kappa over the tokens, float64 (one product instead of goodpoints' row loop):
+    exp(K K^T / sqrt d - shift) * (1 + V V^T / s^2), the same operations entry by entry, evaluated on the upper
+    triangle only (tile by tile of rows) and mirrored. ``K @ K.T`` of one array is numpy's symmetric product
+    (BLAS syrk), so both Grams are exactly symmetric and the mirror is the matrix itself, bit for bit; this halves
+    the float64 exponentials. ``out`` (2, n, n) float64: scratch written over (the result is ``out[0]``), reused
+    head after head: fresh memory costs a page fault per 4 KiB on first touch, which cost more than the arithmetic
+    (issue 26)."""
     K, V, s2, shift = _centred(K, V)
-    return np.exp(K @ K.T / math.sqrt(K.shape[-1]) - shift) * (1.0 + V @ V.T / s2)
+    n = K.shape[0]
+    if out is None:
+        out = np.empty((2, n, n))
+    A, B = np.matmul(K, K.T, out=out[0]), np.matmul(V, V.T, out=out[1])
+    root = math.sqrt(K.shape[-1])
+    for i0 in range(0, n, TILE):
+        i1 = min(n, i0 + TILE)
+        a, b = A[i0:i1, i0:], B[i0:i1, i0:]          # rows i0..i1 from the diagonal on, in place
+        a /= root
+        a -= shift
+        np.exp(a, out=a)
+        b /= s2
+        b += 1.0
+        a *= b
+        A[i1:, i0:i1] = a[:, i1 - i0:].T
+    return A
 
 
-def _thin_indices(K: np.ndarray, V: np.ndarray, rounds: int, seed: int) -> np.ndarray:
+def _thin_indices(K: np.ndarray, V: np.ndarray, rounds: int, seed: int, scratch: np.ndarray | None = None
+                  ) -> np.ndarray:
     """goodpoints' kernel-thinning coreset (sorted row indices, n / 2^rounds of them) of the tokens (K, V) (n, d):
     ``kt.thin_K`` on kappa's matrix, the same split and swap as ``kt.thin(X, rounds, kappa, kappa, store_K=True)``
-    on the centred rows X."""
+    on the centred rows X. ``scratch``: :func:`_kernel_matrix`'s ``out``."""
     from goodpoints import kt
-    Km = _kernel_matrix(K, V)
+    if rounds == 0:                     # kt.thin_K keeps every row without reading the kernel
+        return np.arange(K.shape[0])
+    Km = _kernel_matrix(K, V, scratch)
     return np.sort(kt.thin_K(Km, Km, rounds, seed=seed, unique=True))
 
 
@@ -105,13 +132,13 @@ class KernelThinning(TokenSelector):
         n_mid, kept = n - sink - window, budget - sink - window
         rounds = int(math.floor(math.log2(n_mid / kept)))
         Kn, Vn = to_numpy(K).reshape(-1, n, K.shape[-1]), to_numpy(V).reshape(-1, n, V.shape[-1])
-        rows = []
+        rows, scratch = [], np.empty((2, kept << rounds, kept << rounds)) if rounds else None
         for h in range(Kn.shape[0]):
             pool = np.sort(rng.choice(n_mid, kept << rounds, replace=False)) if kept << rounds < n_mid \
                 else np.arange(n_mid)
             pool = pool + sink
             seed = int(rng.integers(2 ** 31 - 1))
-            mid = pool[_thin_indices(Kn[h, pool], Vn[h, pool], rounds, seed)]
+            mid = pool[_thin_indices(Kn[h, pool], Vn[h, pool], rounds, seed, scratch)]
             rows.append(np.concatenate([np.arange(sink), mid, np.arange(n - window, n)]))
         idx = np.stack(rows).reshape(lead + (budget,)).astype(np.int64)
         lw = np.concatenate([np.zeros(sink), np.full(kept, math.log(n_mid / kept)), np.zeros(window)])

@@ -60,22 +60,40 @@ SHORTFALL = {
               "recomputed value norms and a second check of the inputs (0.11 -> 0.08 of the prefill on a loaded "
               "machine, the same caches). At n = 2048 the traversal (k = 490 of 1984 keys, ~1.1 s of ~1.4 s) as "
               "kcenter's",
-    "subspace": "two float64 64 x 64 eigendecompositions per head: 180 LAPACK syevd calls, ~0.4 ms each at 1 thread "
-                "(0.07 s), plus the float64 Grams and projections of every head (~0.07 s at n = 512); numpy's eigh already "
-                "takes the stacked heads in one call, and torch.linalg.eigh on the same stack costs the same "
-                "(0.072 s vs 0.076 s for 180 matrices at 1 thread, measured): LAPACK's per-matrix cost is the floor",
+    "subspace": "two float64 64 x 64 eigendecompositions per head: 180 LAPACK syevd calls (numpy's eigh on the stacked "
+                "heads; torch.linalg.eigh costs the same), ~0.07 s at 1 thread on a quiet machine, plus the float64 "
+                "Grams and projections (~0.04 s) and the float64 copies of the middle (~0.013 s) at n = 512: ~0.12 s "
+                "of LAPACK/BLAS, ~0.047 of the prefill, is the floor. The rest (concatenations, float32 temporaries, "
+                "30 layers' re-validation, ~0.03 s) was removed (issue 26, same caches bit for bit); a per-matrix "
+                "scipy dsyevd (another LAPACK build) measured 0.7x the eigh time but changes the last bits",
+    "kernel_thinning": "goodpoints' kt.thin_K needs each head's n_mid x n_mid float64 kernel matrix (448^2 at n = 512, "
+                       "1984^2 at n = 2048; 90 heads): its own split and swap (Cython) cost ~0.07 s at n = 512 "
+                       "(~3% of the prefill by themselves); our side builds the matrices: two syrk Grams (~0.07 s) "
+                       "and the float64 exp of the upper triangle (~10^5 per head at ~10 ns each: numpy has no SIMD "
+                       "float64 exp on this CPU), ~0.25-0.35 s in all. Issue 26 halved the exponentials (exact "
+                       "symmetry) and reused one scratch pair (page faults): ~0.8x the matrix time, same matrices bit "
+                       "for bit. float32 would be ~6x cheaper but changes the matrix goodpoints thins",
     "balancekv": "at the line (0.042-0.052 over runs on a loaded machine): the stacked walk's sequential steps per "
                  "level and the Gram panels of every layer's blocks (issue 26's earlier stacking; unchanged here)",
-    "balancekv_released": "the released walk's b = 64 sequential steps per level (a Python-level loop over every "
-                          "layer's blocks at once) and its full b x b kernel per block; a layer whose kernel overflows "
-                          "float32 is redone in float64",
+    "balancekv_released": "the released walk's float32 b x b kernel per block (990 blocks at n = 512): two gemm Grams "
+                          "per level (~0.045 s at 1 thread; numpy's symmetric syrk would halve them but changes the "
+                          "last bits, so the walk would no longer be the one it computed), their exp and products "
+                          "(~0.03 s), the b = 64 sequential steps per level over every layer's blocks (~0.02 s) and "
+                          "the gathers (~0.02 s). Issue 26 removed the rest (transposed copies, temporaries, a "
+                          "level-1 gather, K and V checked three times, 30 per-layer gathers): ~0.8x, bit for bit; "
+                          "a layer whose kernel overflows float32 (n >= ~1024) is redone in float64",
     "h2o": "H2O's scores (the attention each key receives from the prompt's queries) are collected during the "
            "prefill (harness.prefill(received=True)): its compression is the top-k and the gather only",
-    "h2o+scores": "the scores cost about one more causal attention pass per layer (the n x n / 2 logits of 9 query "
-                  "heads, their softmax and column sums, in blocks of 96 queries), as much as the prefill's own "
-                  "attention kernel: ~12% of the prefill at n = 512, 30-40% at n = 2048 (attention is quadratic, the "
-                  "prefill's projections linear). The logits SDPA computes are not returned, so they are computed "
-                  "again; recomputing the queries (before issue 26) cost more",
+    "h2o+scores": "the scores cost one more causal attention pass per layer: the n x n / 2 logits of 9 query heads, "
+                  "their softmax and column sums. Issue 26: a KV group's queries interleaved token by token, so a "
+                  "block of 48 tokens is one contiguous product with the keys (no per-block copy of the keys), "
+                  "~0.75-0.8x the previous pass (paired, 1 thread, n = 512 and 2048; scores within 2e-6, H2O's "
+                  "indices identical; inside the real prefill, loaded machine: 0.137 -> 0.107 of the prefill at n = 512, "
+                  "0.375 -> 0.258 at n = 2048). SDPA does not return its logits, so they are computed again, and the "
+                  "pass is quadratic in n while the prefill's projections are linear: its share grows with n. Next "
+                  "step: the "
+                  "CPU flash kernel's log-sum-exp (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu, the "
+                  "same output as SDPA's, checked) would leave a product, an exp and the column sums per block",
 }
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.validation import InputError
 
-BLOCK = 96     # queries per block of received_attention (a block's logits stay in cache; measured, issue 26)
+BLOCK = 48     # query tokens per block of received_attention (measured at n = 512 and 2048, 1 thread; issue 26)
 
 
 def received_attention(query, key, scale: float | None = None, *, prefixes=()) -> dict:
@@ -31,8 +31,13 @@ def received_attention(query, key, scale: float | None = None, *, prefixes=()) -
     ``query`` (1, H, n, d) rotated queries, ``key`` (1, Hkv, n, d) keys of the same n tokens (an exact causal
     prefill), ``scale`` (default 1/sqrt(d)). Returns {m: (Hkv, n) float32} for m = n and every m in ``prefixes``
     (0 < m < n): the sums over the first m queries only (the scores of the prompt's first m tokens alone, a
-    causal model's prefix; keys >= m get 0). Queries in blocks of :data:`BLOCK`, each block's softmax over the
-    keys it sees (the causal lower triangle only)."""
+    causal model's prefix; keys >= m get 0). Queries in blocks of tokens, each block's softmax over the keys it
+    sees (the causal lower triangle only).
+
+    Layout (issue 26): the scaled queries of a KV group's heads are interleaved token by token, (Hkv, n, group,
+    d), so a block of tokens is one contiguous (tokens x group, d) matrix per KV head: one batched product with
+    the keys (their transpose a view), no broadcast copy of the keys per block, and the column sums one reduction
+    over the block's rows (:data:`BLOCK` tokens per block)."""
     import torch
     if not (isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor)) or query.ndim != 4 or key.ndim != 4:
         raise InputError("query and key must be torch tensors (1, heads, tokens, head_dim)")
@@ -43,21 +48,24 @@ def received_attention(query, key, scale: float | None = None, *, prefixes=()) -
                          "and (1, Hkv, n, d), H a multiple of Hkv")
     cuts = sorted({int(m) for m in prefixes if 0 < int(m) < n} | {n})
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    q = query[0].float().reshape(Hkv, H // Hkv, n, d)
-    kt = key[0].float().transpose(1, 2)[:, None]                     # (Hkv, 1, d, n)
+    g = H // Hkv
+    q = (query[0].float() * scale).reshape(Hkv, g, n, d).transpose(1, 2).contiguous()     # (Hkv, n, g, d)
+    k = key[0].float()
+    block = BLOCK
     acc = torch.zeros(Hkv, n, dtype=torch.float32, device=query.device)
-    upper = torch.ones(BLOCK, BLOCK, dtype=torch.bool, device=query.device).triu(1)
+    upper = torch.ones(block, block, dtype=torch.bool, device=query.device).triu(1)[:, None, :]   # (token, 1, key)
     out = {}
-    for i0 in range(0, n, BLOCK):
-        i1 = min(n, i0 + BLOCK)
-        lg = torch.matmul(q[:, :, i0:i1], kt[..., :i1]).mul_(scale)   # (Hkv, group, block, keys <= i1)
-        lg[..., i0:i1].masked_fill_(upper[:i1 - i0, :i1 - i0], -math.inf)
+    for i0 in range(0, n, block):
+        i1 = min(n, i0 + block)
+        b = i1 - i0
+        lg = torch.matmul(q[:, i0:i1].reshape(Hkv, b * g, d), k[:, :i1].transpose(1, 2))   # (Hkv, b g, keys <= i1)
+        lg.view(Hkv, b, g, i1)[..., i0:i1].masked_fill_(upper[:b, :, :b], -math.inf)
         w = torch.softmax(lg, -1)
         for m in cuts[:-1]:              # a prefix ending in this block: its rows only (the blocks stay the same)
             if i0 < m <= i1:
                 out[m] = acc.clone()
-                out[m][:, :i1] += w[:, :, :m - i0].sum(2).sum(1)
-        acc[:, :i1] += w.sum(2).sum(1)
+                out[m][:, :i1] += w[:, :(m - i0) * g].sum(1)
+        acc[:, :i1] += w.sum(1)
     out[n] = acc
     return out
 

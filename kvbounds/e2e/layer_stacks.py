@@ -12,6 +12,7 @@ import numpy as np
 from kvbounds.algorithms import compressor_adapters as ca
 from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.balance_layers import compress_cache_layers
+from kvbounds.algorithms.compressed_kv import _take_rows
 from kvbounds.algorithms.validation import check_rng
 
 from .methods import _check_kv, _check_sizes, _filled, balance_layout, compress_ours
@@ -51,12 +52,11 @@ def _released_layers(state, floats: int, rng, *, sink: int, window: int, block_s
     T, win = balance_layout(state.n, K.shape[-1], sink, window, floats, per_token_weights=1)
     idx, a, b = compress_cache_released_layers(K, V, sink=sink, window=win, levels=T, block_size=block_size, rng=rng,
                                                overflow="float64")
-    out = []
-    for l in range(K.shape[0]):
-        c = ts.gather_selection(K[l], V[l], idx[l], a[l])
-        c.log_w_den = np.array(np.broadcast_to(np.asarray(b[l], np.float32), c.log_w_num.shape))
-        out.append(c)
-    return out
+    # every layer's rows in one gather (what gather_selection takes per layer: the walk's indices are in range and
+    # its log-weights finite by construction, K and V were checked by the walk)
+    Ks, Vs = _take_rows(np, K, idx), _take_rows(np, V, idx)
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return [ts.CompressedKV(Ks[l], Vs[l], a[l].copy(), b[l].copy()) for l in range(K.shape[0])]
 
 
 def _traversal_layers(method: str, state, floats: int, rng, *, sink: int, window: int) -> list[ts.CompressedKV]:
@@ -98,10 +98,8 @@ def _layers_as_heads(method: str, state, floats: int, rng, *, sink: int, window:
     """compress_ours of every layer on the host in one call on the (layers x heads, n, d) stack, split back."""
     K, V = (np.concatenate([X[0].float().cpu().numpy() for X in xs]) for xs in (state.keys, state.values))
     L = len(state.keys)
-    H = K.shape[0] // L
     c = compress_ours(method, K, V, floats, rng, sink=sink, window=window)
     if method == "subspace":           # _filled draws a seed per call (unused by subspace): the stream as per layer
         for _ in range(L - 1):
             rng.integers(2**63)
-    return [ts.CompressedKV(*(x[l * H:(l + 1) * H] for x in (c.keys, c.values, c.log_w_num, c.log_w_den)),
-                            extra_floats=c.extra_floats // L, rank=c.rank, projected=c.projected) for l in range(L)]
+    return c.head_groups(L)
