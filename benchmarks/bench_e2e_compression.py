@@ -50,7 +50,10 @@ SHORTFALL = {
                "spectrum: a head's top 16 principal directions hold ~66% of its variance): Elkan's test "
                "||c - c_a|| >= 2 sqrt(m_i) leaves 41-93% of the points candidates while 0.2-7% move; a bound "
                "projected on the top 32 directions leaves 1-11% but its own pass reads half the GEMV's bytes "
-               "(exact, measured 2.7-3.5 s against 0.9-1.25 s dense at n = 2048; issue 26)",
+               "(exact, measured 2.7-3.5 s against 0.9-1.25 s dense at n = 2048; issue 26). Its share of the prefill "
+               "grows with n: k is a fixed fraction of n, so the traversal is k n d ~ n^2 d / 4 per head, quadratic "
+               "like attention, but as k sequential matrix-vector products (memory-bound) where the prefill's "
+               "attention is matrix-matrix",
     "kcenter_sized": "as kcenter: one traversal per layer, shared by the equal-memory rounds (kcenter.FarthestFirst; "
                      "k ~ 140 of 480 keys at n = 512), about half to two thirds of its time at 512 and nearly all "
                      "of it at 2048; the rest one KCenter cache per layer (selection, checks, memory_floats)",
