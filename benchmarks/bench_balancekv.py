@@ -221,20 +221,30 @@ def main(argv=None) -> int:
     return 0
 
 
+# why the select is not faster against the released walk (issue 26; the shares are this run's profile, 1 thread)
+_SHORTFALL = ("the Gram panels are {share:.0%} of the select at 1 thread: the lower-triangle entries of each block's "
+              "b x b kernel that the walk reads (key and value products, exp, their product); their products ran at "
+              "~51 GFLOP/s against ~72 GFLOP/s the best measured for these shapes (issue 26's profile), so only "
+              "computing fewer entries would help. The released walk uses blocks of b = 64: a b x b kernel per "
+              "block is 4x fewer kernel entries per token than at b = 256")
+
+
 def _print_blockwise(a, targets) -> None:
     print(f"(a) blockwise BalanceKV select: {a['heads']} heads x {a['n']} tokens x d = {a['d']}, b = {a['block_size']}, "
           f"T = {a['levels']}, torch CPU f32, {a['reps']} interleaved reps; medians of paired ratios [q25-q75]")
+    p = a.get("profile")
     for nt, res in a["by_threads"].items():
         ms = lambda k: res[k]["time"]["median"] * 1e3
         print(f"  {nt} thread(s), {res['clock']} clock, load {res['load']}: SDPA {ms('sdpa'):.1f} ms, "
               f"released walk {ms('released'):.1f} ms, "
               f"ours {ms('ours'):.1f} ms; ours/released {fmt_ratio(res['ours_over_released'])}, ours/SDPA "
               f"{fmt_ratio(res['ours']['ratio'])}, released/SDPA {fmt_ratio(res['released']['ratio'])}")
+        met = res["ours_over_released"]["median"] <= TARGET_VS_RELEASED
         targets.append(target(f"blockwise / released walk, {nt} thread(s)", res["ours_over_released"]["median"], "<=",
-                              TARGET_VS_RELEASED, res["ours_over_released"]))
+                              TARGET_VS_RELEASED, res["ours_over_released"],
+                              note="" if met or not p else _SHORTFALL.format(share=p["shares"]["gram_panels"])))
         targets.append(target(f"blockwise / SDPA, {nt} thread(s)", res["ours"]["ratio"]["median"], "<=",
                               TARGET_VS_SDPA, res["ours"]["ratio"]))
-    p = a.get("profile")
     if p:
         print(f"  where the select's time goes ({p['clock']}, {p['total_s'] * 1e3:.1f} ms): " + ", ".join(
             f"{k.replace('_', ' ')} {v * 1e3:.1f} ms ({p['shares'][k]:.0%})" for k, v in p["seconds"].items()))
