@@ -146,9 +146,8 @@ def _l2_sample(P_h, t: int, rng: np.random.Generator):
         n = P_h.shape[0]
         total = float(np.sum(P_h))
         p = P_h / total if total > 0 else np.full((n,), 1.0 / n, dtype=np.float64)
-        cnt = np.bincount(_l2_draws(p, t, rng), minlength=n)
-        uniq = np.flatnonzero(cnt)                                   # np.unique's sorted draws and their counts
-        return uniq, np.log(cnt[uniq].astype(np.float64) / (t * p[uniq])).astype(np.float32)
+        uniq, cnt = _unique_counts(_l2_draws(p, t, rng))
+        return uniq, np.log(cnt.astype(np.float64) / (t * p[uniq])).astype(np.float32)
     xp = array_namespace(P_h)
     total = float(xp.sum(P_h))
     p = P_h / total if total > 0 else xp.full((P_h.shape[0],), 1.0 / P_h.shape[0], dtype=xp.float64, device=_dev(P_h))
@@ -157,9 +156,12 @@ def _l2_sample(P_h, t: int, rng: np.random.Generator):
 
 
 def _unique_counts(x):
-    """Sorted distinct values of the 1-D integer array x and their counts, on x's backend."""
+    """Sorted distinct values of the 1-D array x of non-negative integers (token indices) and their counts, on x's
+    backend. numpy: by bincount (np.unique's values and counts, without its sort; issue 26)."""
     if isinstance(x, np.ndarray):
-        return np.unique(x, return_counts=True)
+        cnt = np.bincount(x)
+        uniq = np.flatnonzero(cnt)
+        return uniq, cnt[uniq]
     xp = array_namespace(x)
     vals, cnt = xp.unique_counts(x)
     order = xp.argsort(vals)
