@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, device as _dev
 
 from .host_values import _host_floats
 from .merge_and_reduce import MAX_BATCH, MergeAndReduce, _check_levels

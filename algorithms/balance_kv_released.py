@@ -47,7 +47,7 @@ from typing import Callable
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device as _dev
 
 from .attention import shifted_logits
 from .blockwise_balance_kv import _check_block, _check_kv, _check_levels, _gather_dev

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device as _dev
 
 from .host_scratch import _ScratchPool, _exp_inplace, _host_empty, _host_view, _native, _on_host  # noqa: F401
 from .validation import (InputError, check_array, check_int, check_positive, check_real, check_same_dtype,

@@ -23,7 +23,7 @@ after the sign assignment "strictly select n/2 embeddings"; repeat T times. Here
 3. the walk (:func:`panel_walk`: :func:`kvbounds.algorithms.self_balancing_walk.gram_walk`'s walk, computing only the
    lower-triangle column panels of G that the walk reads, 5/8 of the Gram work at b = 256 with 64-row panels;
    c = 30 log(b/delta) by default, coin flips drawn from the numpy ``rng`` and moved with
-   :func:`kvbounds.gpu.backend.like`) on all blocks at once;
+   :func:`kvbounds.algorithms.arrays.like`) on all blocks at once;
    a FAIL (|x| > c) does not stop it: p is clipped, as in ``on_fail="continue"``;
 4. strict halving: block j keeps floor(v_j / 2) of its v_j real tokens (b/2 for every full block): first
    the tokens of the block's minority sign (the +1 side on a tie, as in ``smaller_side``), in random
@@ -45,7 +45,7 @@ import sys
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device as _dev
 
 from .block_walk import (_ScratchPool, _check_exponent_rounding, _panel_walk, block_gram, panel_walk,  # noqa: F401
                          panel_walk_stepwise, walk_diagnostic)

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from array_api_compat import device as _device
 
-from kvbounds.gpu.backend import array_namespace
+from kvbounds.algorithms.arrays import array_namespace
 
 from .attention import _mul_pow2, _pow2_exponent
 from .validation import InputError, check_array, check_same_dtype, namespace

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, device as _dev
 from .compressed_kv import CompressedKV
 from .validation import InputError, check_array, check_int, check_real, check_rng, namespace
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device as _dev
 
 from .validation import InputError, check_array, check_indices, check_int, check_scale, namespace
 

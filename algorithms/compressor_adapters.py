@@ -20,13 +20,12 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy
-from kvbounds.theory.lower_bound import log2_binomial
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy
 
 from .attention import exact_attention
 from .balance_kv import BalanceKV, DegenerateEstimate
 from .blockwise_balance_kv import compress_cache, weighted_attention
-from .index_reduction import DECODERS, IndexInstance, bob_decode, random_instance
+from .index_reduction import DECODERS, IndexInstance, bob_decode, log2_binomial, random_instance
 from .uniform_sampling import uniform_select
 from .validation import InputError, check_array, check_int, check_positive, check_rng, check_seed, namespace
 

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import device as _device
 
-from kvbounds.gpu.backend import array_namespace
+from kvbounds.algorithms.arrays import array_namespace
 
 from .host_values import _host_floats
 from .validation import InputError, check_array, check_positive

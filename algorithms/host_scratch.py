@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from kvbounds.gpu.backend import device as _dev
+from kvbounds.algorithms.arrays import device as _dev
 
 
 def _native(x):

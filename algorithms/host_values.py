@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvbounds.gpu.backend import to_numpy
+from kvbounds.algorithms.arrays import to_numpy
 
 
 def _host_floats(xp, *scalars) -> list[float]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, is_gpu_array, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, is_gpu_array, like, to_numpy, device as _dev
 
 from .attention import _mul_pow2, _pow2_exponent
 from .validation import InputError, check_array, check_int, check_positive

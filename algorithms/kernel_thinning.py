@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy
 
 from .token_selection import TokenSelector, _check_fields
 from .uniform_sampling import _check_int, _check_rng

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, device as _dev
 
 from .host_values import _host_floats
 from .softmax_balance import softmax_balance

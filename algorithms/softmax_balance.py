@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _device
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device as _device
 
 from .host_values import _host_floats
 from .self_balancing_walk import WalkResult, _gram_walk_unchecked, smaller_side, walk_constant

@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, is_gpu_array, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, is_gpu_array, like, to_numpy, device as _dev
 
 from .subgen_device import _DeviceStream
 from .subgen_query import QueryStreamAttn

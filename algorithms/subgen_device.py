@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from kvbounds.gpu.backend import array_namespace, device as _dev, to_numpy
+from kvbounds.algorithms.arrays import array_namespace, device as _dev, to_numpy
 
 from .host_values import _host_floats
 from .validation import InputError

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import device as _dev
+from kvbounds.algorithms.arrays import device as _dev
 
 from .host_values import _host_floats
 from .validation import InputError

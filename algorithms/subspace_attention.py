@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import device as _device
 
-from kvbounds.gpu.backend import array_namespace, is_gpu_array
+from kvbounds.algorithms.arrays import array_namespace, is_gpu_array
 
 from .blockwise_softmax import OnlineSoftmax
 from .frequent_directions import FrequentDirections, _check_row_scale

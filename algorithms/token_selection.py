@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device as _dev
 
 from .blockwise_balance_kv import compress_cache, weighted_attention
 from .kcenter import recent_plus_centers

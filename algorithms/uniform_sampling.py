@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy
 
 from .attention import shifted_logits
 from .validation import InputError, check_array, check_int, check_rng, check_scale, namespace

@@ -50,7 +50,7 @@ from kvbounds.algorithms.blockwise_balance_kv import _argsort_head, _check_block
 from kvbounds.algorithms.self_balancing_walk import walk_constant
 from kvbounds.algorithms.validation import (InputError, check_array, check_probability, check_real, check_same_dtype,
                                             namespace)
-from kvbounds.gpu.backend import array_namespace, device as _dev, like
+from kvbounds.algorithms.arrays import array_namespace, device as _dev, like
 
 METHODS = ("exact", "blocked", "compiled", "triton")
 PANEL = 32

@@ -2,7 +2,7 @@
 trials put their arrays on the device or run on CPU whatever the backend.
 
 A check "has a GPU path" when its ``run_trial(params, seed, backend)`` moves the data to ``backend``
-(:func:`kvbounds.gpu.backend.asarray`) and calls the algorithms on those arrays; the algorithms are written
+(:func:`kvbounds.algorithms.arrays.asarray`) and calls the algorithms on those arrays; the algorithms are written
 against the array API, so the work then runs on the GPU. The table was read off ``proofs_checks/*.py``
 (Nov 2026); a claim missing from it (a check added later) is reported as not classified.
 """
@@ -52,9 +52,9 @@ GPU_SUPPORT: dict[str, tuple[bool, str]] = {
 
 def gpu_support(claim_id: str) -> tuple[bool, str]:
     """(True, why) when the claim's check runs its arrays on a GPU backend, else (False, why it runs on CPU)."""
-    from .backend import _input_error
+    from kvbounds.algorithms.arrays import input_error
     if not isinstance(claim_id, str):
-        raise _input_error(f"claim_id must be a string, got {type(claim_id).__name__}", type_error=True)
+        raise input_error(f"claim_id must be a string, got {type(claim_id).__name__}", type_error=True)
     if claim_id in GPU_SUPPORT:
         return GPU_SUPPORT[claim_id]
     return False, "not classified for GPU: runs as its check's run_trial decides (assume CPU)"
@@ -63,7 +63,7 @@ def gpu_support(claim_id: str) -> tuple[bool, str]:
 def describe(claim_ids, backend: str) -> list[str]:
     """One line per claim for ``kvbounds check --backend <gpu backend>``: 'ID: GPU' or 'ID: CPU (why)'."""
     from kvbounds.algorithms.validation import InputError
-    from .backend import validate_backend
+    from kvbounds.algorithms.arrays import validate_backend
     if isinstance(claim_ids, str) or not hasattr(claim_ids, "__iter__"):
         raise InputError(f"claim_ids must be a list of claim ids, got {type(claim_ids).__name__}")
     validate_backend(backend)

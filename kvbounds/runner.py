@@ -143,7 +143,7 @@ def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed:
     writable or another run holds it, and when a write fails later (the trials written stay valid).
     ``timings``, when given, receives this run's line of ``DIR/runs.jsonl`` (wall and CPU time, per claim too)."""
     from .registry import checked_claims
-    from kvbounds.gpu.backend import validate_backend
+    from kvbounds.algorithms.arrays import validate_backend
     validate_backend(backend)
     claims = [get_claim(c) for c in claim_ids] if claim_ids else checked_claims()
     missing = [c.id for c in claims if not c.has_check]

@@ -27,7 +27,7 @@ import numpy as np
 
 from kvbounds.verdict import NOT_RUN, FigureSpec, Finding, Verdict
 from kvbounds.theory.empirical import mean_and_spread
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
 from .bkv_variants import (INGREDIENTS, LABELS, SHORT, WORDS, combine, compare, finish, reproduction, run_variants,

@@ -25,7 +25,7 @@ import numpy as np
 
 from kvbounds.algorithms.attention import attention_weights, exact_attention
 from kvbounds.algorithms.balance_kv import BalanceKV, DegenerateEstimate
-from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
+from kvbounds.algorithms.arrays import asarray, to_numpy, single_blas_thread
 from kvbounds.verdict import FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth, mark
 
 from kvbounds.controls import WorstError, attention_controls, power_vs_controls

@@ -29,7 +29,7 @@ import numpy as np
 
 from kvbounds.algorithms.attention import attention_weights
 from kvbounds.algorithms.balance_kv import BalanceKV, bucket_index, erase_threshold
-from kvbounds.gpu.backend import asarray, single_blas_thread
+from kvbounds.algorithms.arrays import asarray, single_blas_thread
 from kvbounds.verdict import Erratum, FigureSpec, Finding, Verdict, fitted_constant, growth, mark, standard_verdict
 from kvbounds.theory.balancekv import balance_kv_bucket_count_bound, balance_kv_bucket_count_exact, balance_kv_memory_shape
 

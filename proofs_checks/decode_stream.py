@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from kvbounds.controls import attention_controls
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import single_blas_thread
 
 from .common import pick
 

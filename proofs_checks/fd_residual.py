@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.frequent_directions import FrequentDirections
-from kvbounds.gpu.backend import asarray, single_blas_thread, to_numpy
+from kvbounds.algorithms.arrays import asarray, single_blas_thread, to_numpy
 from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_order, counterexample, standard_verdict
 from kvbounds.theory.frequent_directions import (covariance_bound_from_sv, covariance_error, davis_kahan_eta, measured_eta,
                                         residual, residual_adversarial_stream, residual_bound_tight,

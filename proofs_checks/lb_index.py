@@ -50,7 +50,7 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.compressor_adapters import subgen_class
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import single_blas_thread
 
 from .common import pick
 from .lb_index_games import _game_compressor, _game_eq2, _game_exact

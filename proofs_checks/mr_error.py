@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
-from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
+from kvbounds.algorithms.arrays import asarray, to_numpy, single_blas_thread
 from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, decide, decide_rate, decide_regime_rate,
                               fitted_constant, growth)
 from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rate_onset, rate_onset, walk_constant

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
-from kvbounds.gpu.backend import asarray, single_blas_thread, synchronize
+from kvbounds.algorithms.arrays import asarray, single_blas_thread, synchronize
 from kvbounds.verdict import Erratum, FigureSpec, Finding, Verdict, fitted_constant, growth, mark, standard_verdict
 from kvbounds.theory.balancekv import merge_reduce_memory_bound
 

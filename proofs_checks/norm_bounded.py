@@ -32,7 +32,7 @@ from kvbounds.controls import not_applicable
 from kvbounds.verdict import (GROWTH_TOL, NOT_RUN, Control, FigureSpec, Finding, Reproduction, Verdict, decide,
                               finalize, fitted_constant, loglog_slope)
 from kvbounds.theory.empirical import norm_interval
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.traces.real import MODEL_INFO, layer_heads, parse_spec, real_or_synthetic_spec
 
 from .common import fallback_notes, make_record, pick

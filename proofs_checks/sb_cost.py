@@ -18,7 +18,7 @@ import tracemalloc
 import numpy as np
 
 from kvbounds.algorithms.softmax_balance import softmax_balance
-from kvbounds.gpu.backend import asarray, single_blas_thread
+from kvbounds.algorithms.arrays import asarray, single_blas_thread
 from kvbounds.verdict import Control, FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth
 from kvbounds.theory.balancekv import softmax_balance_cost
 

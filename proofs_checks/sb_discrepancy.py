@@ -28,7 +28,7 @@ import numpy as np
 
 from kvbounds.algorithms.self_balancing_walk import smaller_side
 from kvbounds.algorithms.softmax_balance import softmax_balance
-from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
+from kvbounds.algorithms.arrays import asarray, to_numpy, single_blas_thread
 from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, decide, decide_rate,
                               decide_regime_rate, fitted_constant, growth, mark)
 from kvbounds.theory.balancekv import log_softmax_balance_shape, merge_reduce_rate_onset, rate_onset, walk_constant

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant,
                               growth, mark)
 from kvbounds.theory.balancekv import sbw_discrepancy_shape, walk_constant

@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.verdict import FigureSpec, Verdict, standard_verdict
 from kvbounds.theory.kernel_identity import (feature_dim, symbolic_residuals, tensor_power_inner, tensor_powers,
                                     truncated_feature_map, truncated_inner_is_taylor, truncation_tail_bound)

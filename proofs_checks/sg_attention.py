@@ -28,9 +28,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.algorithms.subgen import SubGen
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import Constant, Control, Erratum, FigureSpec, Finding, Verdict, canonical_order, decide, decide_rate, \
     growth, loglog_slope, standard_verdict
 from kvbounds.theory.subgen import (ATTENTION_FAIL, attention_bound, combination_factor, matprod_s, matprod_s_proven,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.algorithms.kcenter import clusterability
 from scipy import stats
 

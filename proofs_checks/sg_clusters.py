@@ -28,9 +28,9 @@ from fractions import Fraction
 import numpy as np
 from scipy import stats
 
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.algorithms.subgen import SubGen
-from kvbounds.gpu.backend import asarray
+from kvbounds.algorithms.arrays import asarray
 from kvbounds.verdict import FigureSpec, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subgen import cluster_count_bound, exact_cluster_slot_distribution
 

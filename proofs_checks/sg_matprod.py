@@ -23,8 +23,8 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import single_blas_thread
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import single_blas_thread
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_order, controls_rejected, decide, \
     standard_verdict
 from kvbounds.controls import WorstError, numerator_controls, power_vs_controls

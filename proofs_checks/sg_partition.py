@@ -25,9 +25,9 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.algorithms.subgen import SubGen
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_order, controls_rejected, decide, \
     standard_verdict
 from kvbounds.theory.subgen import PARTITION_FAIL, partition_bound, partition_t, partition_t_proven, partition_t_shape

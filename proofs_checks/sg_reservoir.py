@@ -30,9 +30,9 @@ from typing import Callable
 import numpy as np
 from scipy import stats
 
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.algorithms.subgen import SubGen
-from kvbounds.gpu.backend import asarray
+from kvbounds.algorithms.arrays import asarray
 from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, counterexample, standard_verdict
 from kvbounds.theory.subgen import exact_reservoir_distribution, reservoir_probability
 

@@ -26,8 +26,8 @@ import numpy as np
 from kvbounds.algorithms.blockwise_softmax import blockwise_softmax, blockwise_softmax_literal, softmax_concat
 from kvbounds.algorithms.subspace_attention import top_basis
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import asarray, to_numpy
+from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.controls import not_applicable
 from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subspace import blockwise_softmax_identity

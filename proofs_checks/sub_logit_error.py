@@ -20,8 +20,8 @@ import numpy as np
 from kvbounds.algorithms.attention import exact_attention
 from kvbounds.algorithms.subspace_attention import (GAMMA_CHOICES, AdaptiveSubspaceAttention, StaticSubspaceAttention,
                                            calibrate_gamma, resolve_gamma, top_basis)
-from kvbounds.gpu.backend import asarray, to_numpy
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import asarray, to_numpy
+from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subspace import logit_error_bound, output_error_bound, \
     output_error_bound_corrected, output_error_bound_multichunk, softmax_sensitivity_bound

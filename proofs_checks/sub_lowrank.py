@@ -43,7 +43,7 @@ from kvbounds.verdict import GROWTH_TOL, FigureSpec, Finding, Reproduction, Verd
     loglog_slope, reproduction_status, standard_verdict
 from kvbounds.algorithms.frequent_directions import FrequentDirections
 from kvbounds.theory.subspace import energy_at_rank
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.traces.real import MODEL_INFO, available, default_text, kv_heads, layer_heads, parse_spec, \
     real_or_synthetic_spec
 

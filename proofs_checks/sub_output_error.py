@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.attention import exact_attention
-from kvbounds.gpu.backend import asarray, single_blas_thread, to_numpy
+from kvbounds.algorithms.arrays import asarray, single_blas_thread, to_numpy
 from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, standard_verdict
 from kvbounds.algorithms.subspace_attention import GAMMA_CHOICES, StaticSubspaceAttention
 from kvbounds.theory.subspace import output_error_bound

@@ -21,7 +21,7 @@ from kvbounds.controls import not_applicable
 from kvbounds.verdict import Constant, FigureSpec, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subspace import softmax_sensitivity_bound, softmax_sensitivity_extremal, softmax_sensitivity_symbolic
 
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import single_blas_thread
 from .common import make_record, pick
 
 CLAIM = "SUB.softmax-sensitivity"

@@ -9,7 +9,7 @@ import pytest
 from filelock import FileLock, Timeout
 from hypothesis import HealthCheck, settings
 
-from kvbounds.gpu.backend import why_unavailable
+from kvbounds.algorithms.arrays import why_unavailable
 
 settings.register_profile("ci", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -14,7 +14,7 @@ from kvbounds.algorithms import block_walk as bw
 from kvbounds.algorithms.balance_layers import compress_cache_layers, compress_cache_released_layers
 from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select
-from kvbounds.gpu import backend as be
+from kvbounds.algorithms import arrays as be
 from kvbounds.gpu import batched_walk as gbw
 from kvbounds.gpu import support as gs
 from kvbounds.gpu import triton_walk as gtw

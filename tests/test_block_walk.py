@@ -6,7 +6,7 @@ import pytest
 
 from backend_helpers import assert_close, assert_equal, assert_on_device_of
 from kvbounds.algorithms.block_walk import block_gram, panel_walk, panel_walk_stepwise, walk_diagnostic
-from kvbounds.gpu.backend import asarray
+from kvbounds.algorithms.arrays import asarray
 
 
 def _blocks(seed, lead=(2, 3), b=64, d=6, e=3, pad=0):

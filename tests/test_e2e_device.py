@@ -16,7 +16,7 @@ import contextlib
 import numpy as np
 import pytest
 
-from kvbounds.gpu.backend import to_numpy
+from kvbounds.algorithms.arrays import to_numpy
 
 N, CONT, SINK = 256, 33, 32
 KCENTER_BASED = ("kcenter", "kcenter_sized", "subgen")

@@ -153,7 +153,12 @@ NOT_ENTRY_POINTS = {
     "subgen_held_floats",
     # e2e: functions of Record lists, claim tables and parsed CLI arguments (no arrays; tests/test_e2e*.py)
     "reference_effects", "problems", "print_board", "effects", "paired", "cell", "duplicates", "detectable",
-    "family", "budget_label", "first_retrieval", "task_label",
+    "family", "budget_label", "first_retrieval", "task_label", "row", "t_interval", "tied", "check_rows",
+    # the array layer's constructor of InputError (a message in, an exception out)
+    "input_error",
+    # the INDEX reduction's parameter checks and closed forms, shared with kvbounds.theory.lower_bound
+    # (tests/test_lower_bound_theory.py, test_index_reduction.py)
+    "check_dimension", "check_radius", "check_length", "exponent", "bob_threshold", "log2_binomial",
 }
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses")
 

@@ -8,7 +8,7 @@ from kvbounds.registry import CLAIMS
 def test_every_checked_claim_is_classified():
     missing = [cid for cid, c in CLAIMS.items() if c.has_check and cid not in GPU_SUPPORT
                and not cid.endswith("e2e")]
-    assert not missing, f"classify these claims in kvbounds/gpu/support.py: {missing}"
+    assert not missing, f"classify these claims in gpu/support.py (GPU_SUPPORT): {missing}"
     assert set(GPU_SUPPORT) <= set(CLAIMS), set(GPU_SUPPORT) - set(CLAIMS)
 
 

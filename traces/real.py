@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import single_blas_thread  # noqa: F401 - re-exported for the real-trace checks
+from kvbounds.algorithms.arrays import single_blas_thread  # noqa: F401 - re-exported for the real-trace checks
 
 from .smollm2 import ModelUnavailable
 from .synthetic import Trace, make_trace  # noqa: F401 - re-exported

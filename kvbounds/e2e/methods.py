@@ -34,7 +34,7 @@ from kvbounds.algorithms import compressor_adapters as ca
 from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.algorithms.validation import InputError, check_int, check_rng
-from kvbounds.gpu.backend import array_namespace
+from kvbounds.algorithms.arrays import array_namespace
 
 from .method_names import (CONTROLS, DEFAULT_METHODS, KVPRESS, NEEDS_INPUTS, NEEDS_SCORES, OURS,  # noqa: F401
                            PRESSES, QUICK_METHODS, RANDOMIZED)
