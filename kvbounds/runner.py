@@ -59,8 +59,9 @@ def trial_seed(seed: int, claim: str, params: dict) -> int:
 
 def profile_trials(mod, profile: str) -> list[dict]:
     """A check module's trial grid for ``profile``; the ``gpu`` profile holds only the scale sweeps of the
-    checks that declare ``GPU_PROFILE = True`` (SB.discrepancy, MR.error, BKV.memory)."""
-    if profile == "gpu" and not getattr(mod, "GPU_PROFILE", False):
+    claims whose registry entry sets ``gpu_profile`` (SB.discrepancy, MR.error, BKV.memory)."""
+    from .registry import CLAIMS
+    if profile == "gpu" and not (mod.CLAIM in CLAIMS and CLAIMS[mod.CLAIM].gpu_profile):
         return []
     return list(mod.trials(profile))
 
@@ -73,9 +74,9 @@ def expand(claims: Sequence[Claim], profile: str, seed: int, backend: str) -> li
         mod = c.check_module()
         if mod is None:
             continue
-        # a check whose trials are long (a real model's forward passes) sets SCHEDULE_FIRST: its trials are
+        # a claim whose trials are long (a real model's forward passes) sets schedule_first: its trials are
         # submitted first, so the pool does not end on a tail of them with the other workers idle
-        dest = heavy if getattr(mod, "SCHEDULE_FIRST", False) else light
+        dest = heavy if c.schedule_first else light
         for params in profile_trials(mod, profile):
             dest.append(Trial(c.id, dict(params), seed, backend, c.check))
     return heavy + light

@@ -37,7 +37,6 @@ TASKS = ("ppl", "passkey")
 # quick: what this verdict reads (the variants, the baselines, the null control); full runs every method
 QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform", "uniform_control") + BASELINES[1:]
 
-SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits them first
 
 
 def trials(profile: str) -> list[dict]:

@@ -22,7 +22,7 @@ _NO_GPU_VALUE = object()
 
 def pick(profile: str, *, smoke, quick, full, gpu=_NO_GPU_VALUE):
     """The value for a profile: "smoke" (tests, notebooks), "quick" (the main job), "full", or "gpu" (the scale
-    sweeps of the checks that set ``GPU_PROFILE = True``; defaults to the full value)."""
+    sweeps of the claims whose registry entry sets ``gpu_profile``; defaults to the full value)."""
     return {"smoke": smoke, "quick": quick, "full": full, "gpu": full if gpu is _NO_GPU_VALUE else gpu}[profile]
 
 

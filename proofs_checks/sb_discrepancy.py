@@ -39,7 +39,6 @@ CLAIM = "SB.discrepancy"
 SOURCE = "BalanceKV-NeurIPS Thm 3.3, Alg. 2"
 READING = "O(.) read with the walk's own constant c = 30 log(n/delta) (BalanceKV-NeurIPS Alg. 2 line 3)"
 WALKS = ("paper c", "c=log", "random-signs")
-GPU_PROFILE = True
 CPU_N_MAX = 1 << 16          # largest n of the gpu profile's walks on a CPU backend (~80 s per 128 walks)
 LARGE_N = [1 << k for k in range(5, 18)]
 

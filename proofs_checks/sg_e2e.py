@@ -32,7 +32,6 @@ OTHERS = ("uniform", "streaming_llm", "h2o", "balancekv", "kvpress:snapkv", "kvp
 QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform", "uniform_control", "streaming_llm", "h2o", "balancekv",
                                              "kvpress:snapkv", "kvpress:pyramidkv")
 
-SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits them first
 
 
 def trials(profile: str) -> list[dict]:

@@ -67,7 +67,6 @@ ENERGY_CLAIMS = {"energy K post": "keys (post-RoPE, as cached) >= 90% energy at 
                  "energy V": "values >= 90% energy at r = d/4 in many heads"}
 
 
-SCHEDULE_FIRST = True   # one long trial (the perplexity falsifier): the runner submits it first
 
 
 def trials(profile: str) -> list[dict]:
