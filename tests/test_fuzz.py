@@ -154,6 +154,13 @@ NOT_ENTRY_POINTS = {
     # e2e: functions of Record lists, claim tables and parsed CLI arguments (no arrays; tests/test_e2e*.py)
     "reference_effects", "problems", "print_board", "effects", "paired", "cell", "duplicates", "detectable",
     "family", "budget_label", "first_retrieval", "task_label", "row", "t_interval", "tied", "check_rows",
+    # the method registry's contract functions (kvbounds.methods), reached through compress_ours / compress_all (their
+    # entries), which check K, V, floats, sink, window, block_size and rng first; the argument checks they run; the
+    # stacked and prefill forms of compress_all (tests/test_e2e_layers.py, test_e2e.py: equal to layer by layer)
+    "streaming_llm", "uniform", "kcenter", "kcenter_sized", "balancekv", "balancekv_released", "subgen", "subspace",
+    "kernel_thinning", "h2o", "fit_to_floats", "check_sizes", "check_layer_kv", "h2o_prefill",
+    "compress_kvpress_prefill", "balancekv_layers", "released_layers", "middle_traversal_layers",
+    "prefix_traversal_layers", "traversal_layers", "layers_as_heads", "fitted_layers_as_heads",
     # the array layer's constructor of InputError (a message in, an exception out)
     "input_error",
     # the INDEX reduction's parameter checks and closed forms, shared with kvbounds.theory.lower_bound

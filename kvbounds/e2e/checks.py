@@ -33,7 +33,7 @@ def equal_memory_baseline(baseline_loss: float) -> float:
 
 
 def claim_trials(profile: str, tasks: dict, smoke_methods: tuple, redraw: tuple = (),
-                 quick_methods: tuple = M.QUICK_METHODS) -> list[dict]:
+                 quick_methods: tuple = ()) -> list[dict]:
     """The trials of an end-to-end claim: ``tasks`` maps each profile to its task specs (see
     :func:`profile_grid`). Every method at the same budgets, each holding within 1% of budget x exact floats
     (:data:`kvbounds.e2e.methods.MEMORY_TOLERANCE`). quick runs what the claim's verdict needs
@@ -114,11 +114,13 @@ def controls(records, tasks, family: tuple = ()) -> list:
       * sensitivity: uniform at the smallest budget must be found worse than uniform at the largest (the same
         method with fewer floats; rejected when every task's cell is significantly worse): a test that misses it
         has too few instances to see a memory-sized difference. Its minimal detectable effect is given."""
+    from kvbounds.methods import methods
     from kvbounds.verdict import Control, holm_adjust, significant_cells
     budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("method") == "uniform"
                       and "ll" in r.extra})
     out = []
-    null = [(t, b, _paired(units(records, "uniform_control", b, t), units(records, "uniform", b, t)))
+    ctl = next(m for m in methods(role="control") if m.control_of == "uniform")    # the registry's null control
+    null = [(t, b, _paired(units(records, ctl.name, b, t), units(records, ctl.control_of, b, t)))
             for t in tasks for b in budgets]
     null = [(t, b, c) for t, b, c in null if c is not None]
     if null:

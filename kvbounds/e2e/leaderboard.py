@@ -28,7 +28,6 @@ from scipy import stats
 KEYS = ("method", "source", "budget", "memory_floats", "metric", "value", "ci_low", "ci_high", "n", "note",
         "family", "budget_label", "rank", "best", "tied")
 CLAIMS = ("BKV.e2e", "SG.e2e", "E2E")
-OURS_FAMILY = ("balancekv", "balancekv_released", "kcenter", "kcenter_sized", "subgen", "subspace")
 LOWER_IS_BETTER = ("NLL increase", "perplexity")
 # why a task's exact match carries no information at this scale (measured, issue 21: exact attention, 8 instances
 # of n = 512, SmolLM2-135M-Instruct); the teacher-forced answer log-likelihood stays the graded score
@@ -39,10 +38,9 @@ NO_POWER = {"lines": "; SmolLM2-135M cannot do line retrieval here: exact attent
 
 def family(method: str) -> str:
     """ours (the papers' methods as implemented here), kvpress (NVIDIA kvpress presses), baselines (ours:
-    uniform, StreamingLLM, H2O, the null control; exact attention)."""
-    if method.startswith("kvpress:"):
-        return "kvpress"
-    return "ours" if method in OURS_FAMILY else "baselines"
+    uniform, StreamingLLM, H2O, the null control; exact attention): :func:`kvbounds.methods.leaderboard_family`."""
+    from kvbounds.methods import leaderboard_family
+    return leaderboard_family(method)
 
 
 def budget_label(budget: float) -> str:
