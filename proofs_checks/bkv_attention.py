@@ -25,7 +25,7 @@ import numpy as np
 
 from kvbounds.algorithms.attention import attention_weights, exact_attention
 from kvbounds.algorithms.balance_kv import BalanceKV, DegenerateEstimate
-from kvbounds.algorithms.arrays import asarray, to_numpy, single_blas_thread
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth, mark
 
 from kvbounds.controls import WorstError, attention_controls, power_vs_controls
@@ -64,7 +64,6 @@ def spread_values(rng, n, s):
     return dirs * (10.0 ** rng.uniform(-6, 0, n))[:, None]
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     if params["sweep"] == "power":
         return power_trial(params, seed, backend)

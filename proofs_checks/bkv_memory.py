@@ -29,7 +29,7 @@ import numpy as np
 
 from kvbounds.algorithms.attention import attention_weights
 from kvbounds.algorithms.balance_kv import BalanceKV, bucket_index, erase_threshold
-from kvbounds.algorithms.arrays import asarray, single_blas_thread
+from kvbounds.algorithms.arrays import asarray
 from kvbounds.verdict import Erratum, FigureSpec, Finding, Verdict, fitted_constant, growth, mark, standard_verdict
 from kvbounds.theory.balancekv import balance_kv_bucket_count_bound, balance_kv_bucket_count_exact, balance_kv_memory_shape
 
@@ -64,7 +64,6 @@ def erased_share(Q, K, V, j, thr):
     return float(contrib / (np.linalg.norm(w) * np.linalg.norm(V[:j]))), int(erased.sum())
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     n, d, r, eps, rule = params["n"], params["d"], params["r"], params["eps"], params["rule"]
     if params.get("host"):   # the gpu profile: the per-token loop on the host (see the module doc)

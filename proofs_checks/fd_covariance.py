@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.frequent_directions import FrequentDirections
-from kvbounds.algorithms.arrays import asarray, single_blas_thread, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import Constant, FigureSpec, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.frequent_directions import covariance_bound_from_sv, covariance_error, singular_values
 from kvbounds.traces.rope import rope_trace
@@ -217,7 +217,6 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     if params.get("sweep") == "power":
         return power_trial(params, seed, backend)

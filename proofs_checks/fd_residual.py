@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.frequent_directions import FrequentDirections
-from kvbounds.algorithms.arrays import asarray, single_blas_thread, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_order, counterexample, standard_verdict
 from kvbounds.theory.frequent_directions import (covariance_bound_from_sv, covariance_error, davis_kahan_eta, measured_eta,
                                         residual, residual_adversarial_stream, residual_bound_tight,
@@ -76,7 +76,6 @@ def _matrix(params: dict, seed: int) -> np.ndarray:
     return make_matrix(kind, params["n"], params["d"], seed)
 
 
-@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     if params.get("sweep") == "power":
         return power_trial(params, seed, backend)

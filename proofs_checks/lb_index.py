@@ -50,8 +50,6 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.compressor_adapters import subgen_class
-from kvbounds.algorithms.arrays import single_blas_thread
-
 from .common import pick
 from .lb_index_games import _game_compressor, _game_eq2, _game_exact
 from .lb_index_proof_steps import (CHUNK, CLAIM, EPS_FACTORS, FAMILIES, LAMBDAS_C4, PROOF_FAMILIES,  # noqa: F401
@@ -137,7 +135,6 @@ TASKS = {"c3 exact": _c3_exact, "c3 bounds": _c3_bounds, "c4": _c4, "c5": _c5, "
          "ranges": _ranges, "game exact": _game_exact, "game eq2": _game_eq2, "game compressor": _game_compressor}
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     task = params.get("task")
     if task not in TASKS:

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
-from kvbounds.algorithms.arrays import asarray, to_numpy, single_blas_thread
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, decide, decide_rate, decide_regime_rate,
                               fitted_constant, growth)
 from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rate_onset, rate_onset, walk_constant
@@ -80,7 +80,6 @@ def exact_numerator_log(K, V, q, j):
     return float(m), (np.exp(logits - m)[:, None] * V[:j]).sum(0)
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     if params["sweep"] == "power":
         return power_trial(params, seed, backend)

@@ -28,7 +28,6 @@ from fractions import Fraction
 
 import numpy as np
 
-from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.algorithms.subgen import SubGen
 from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import Constant, Control, Erratum, FigureSpec, Finding, Verdict, canonical_order, decide, decide_rate, \
@@ -165,7 +164,6 @@ def trials(profile: str) -> list[dict]:
                                             m=4, delta=0.5, benign="clustered"))
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     kind = params["kind"]
     if kind == "accuracy":

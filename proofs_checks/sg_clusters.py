@@ -28,7 +28,6 @@ from fractions import Fraction
 import numpy as np
 from scipy import stats
 
-from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.algorithms.subgen import SubGen
 from kvbounds.algorithms.arrays import asarray
 from kvbounds.verdict import FigureSpec, Verdict, canonical_order, standard_verdict
@@ -253,7 +252,6 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     kind = params["kind"]
     if kind == "invariants":

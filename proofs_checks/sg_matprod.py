@@ -23,7 +23,6 @@ import math
 
 import numpy as np
 
-from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_order, controls_rejected, decide, \
     standard_verdict
@@ -87,7 +86,6 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     if params.get("sweep") == "power":
         return power_trial(params, seed, backend)

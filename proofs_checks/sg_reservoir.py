@@ -30,7 +30,6 @@ from typing import Callable
 import numpy as np
 from scipy import stats
 
-from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.algorithms.subgen import SubGen
 from kvbounds.algorithms.arrays import asarray
 from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, counterexample, standard_verdict
@@ -228,7 +227,6 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     return exact_trial(params, seed, backend) if params["kind"] == "exact" else gof_trial(params, seed, backend)
 

@@ -43,7 +43,6 @@ from kvbounds.verdict import GROWTH_TOL, FigureSpec, Finding, Reproduction, Verd
     loglog_slope, reproduction_status, standard_verdict
 from kvbounds.algorithms.frequent_directions import FrequentDirections
 from kvbounds.theory.subspace import energy_at_rank
-from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.traces.real import MODEL_INFO, available, default_text, kv_heads, layer_heads, parse_spec, \
     real_or_synthetic_spec
 
@@ -242,7 +241,6 @@ def _ppl_trial(params: dict) -> list:
     return recs
 
 
-@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     if params["kind"] == "ppl-window":
         return E2E.run_trial(params, CLAIM)
