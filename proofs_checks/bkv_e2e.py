@@ -39,7 +39,6 @@ TASKS = ("ppl", "passkey")
 QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform",) + methods.names(role="control") + BASELINES[1:]
 
 
-
 def trials(profile: str) -> list[dict]:
     return C.claim_trials(profile, {"smoke": {"ppl": (256, 1, 32)},
                                     "quick": {"ppl": (512, 8, 32), "passkey": (512, 8)},

@@ -86,3 +86,17 @@ def fallback_notes(records) -> list[str]:
     """The summary line for records whose real trace was unavailable (extra["fallback"] names why)."""
     why = sorted({r.extra.get("fallback", "") for r in records} - {""})
     return ["SYNTHETIC FALLBACK (real model unavailable: " + "; ".join(why) + ")"] if why else []
+
+
+def dispatch(key: str, trials: dict, default=None):
+    """A check's ``run_trial`` that sends each trial to ``trials[params[key]]`` (``default`` for any other value of
+    ``params[key]``, or when it is absent): ``run_trial = dispatch("sweep", {"power": power_trial}, default=...)``.
+    Each function takes ``(params, seed, backend)``."""
+    def run_trial(params: dict, seed: int, backend: str):
+        fn = trials.get(params.get(key), default)
+        if fn is None:
+            raise ValueError(f"unknown {key} {params.get(key)!r}; known: {', '.join(map(str, trials))}")
+        return fn(params, seed, backend)
+    run_trial.__doc__ = (f"One trial: by params[{key!r}], " + ", ".join(f"{k!r} -> {f.__name__}" for k, f in trials.items())
+                         + (f", otherwise {default.__name__}" if default else "") + ".")
+    return run_trial

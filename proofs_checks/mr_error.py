@@ -34,7 +34,7 @@ from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rat
 
 from kvbounds.controls import WorstError, numerator_controls, power_vs_controls
 
-from .common import deferred_record, make_record, on_gpu, pick, unit_directions
+from .common import deferred_record, dispatch, make_record, on_gpu, pick, unit_directions
 from .power_streams import POWER_CHECK, missing_record, power_record, power_trials
 from .power_streams import stream as power_stream
 
@@ -80,9 +80,7 @@ def exact_numerator_log(K, V, q, j):
     return float(m), (np.exp(logits - m)[:, None] * V[:j]).sum(0)
 
 
-def run_trial(params: dict, seed: int, backend: str):
-    if params["sweep"] == "power":
-        return power_trial(params, seed, backend)
+def statement_trial(params: dict, seed: int, backend: str):
     n, d, s, r, t, delta = (params[k] for k in ("n", "d", "s", "r", "t", "delta"))
     if params["sweep"] == "t-large" and t > CPU_T_MAX and not on_gpu(backend):
         return [deferred_record(CLAIM, params, source=SOURCE["BalanceKV-NeurIPS"], reason=f"4t tokens balanced in batches of t "
@@ -257,3 +255,6 @@ def power_trial(params: dict, seed: int, backend: str):
         worst = max(worst, err * unit)
     return [power_record(CLAIM, params, SOURCE["BalanceKV-NeurIPS"], worst, ctl.values(), stream=note, stored=mr.num_stored(),
                          r_stream=r)]
+
+
+run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

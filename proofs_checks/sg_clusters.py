@@ -33,7 +33,7 @@ from kvbounds.algorithms.arrays import asarray
 from kvbounds.verdict import FigureSpec, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subgen import cluster_count_bound, exact_cluster_slot_distribution
 
-from .common import make_record, pick
+from .common import dispatch, make_record, pick
 from .sg_reservoir import ALPHA, chi_square, enumerate_coins, _law_distance
 
 CLAIM = "SG.clusters"
@@ -252,15 +252,6 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-def run_trial(params: dict, seed: int, backend: str):
-    kind = params["kind"]
-    if kind == "invariants":
-        return invariants_trial(params, seed, backend)
-    if kind == "slots exact":
-        return slots_exact_trial(params, seed, backend)
-    return slots_gof_trial(params, seed, backend)
-
-
 def summarize(records) -> Verdict:
     figs = [FigureSpec("max over prefixes of m'_j / m_j (bound 1)", x="order", check="m' <= m", hue="shape",
                        logx=False, logy=False)]
@@ -272,3 +263,7 @@ def summarize(records) -> Verdict:
                       f"(max m'/m {max(r.measured for r in mm):.3g}); invariant checks after "
                       f"{sum(r.trials for r in records if r.check == 'invariants')} updates")
     return v
+
+
+run_trial = dispatch("kind", {"invariants": invariants_trial, "slots exact": slots_exact_trial},
+                     default=slots_gof_trial)

@@ -35,7 +35,6 @@ QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform",) + methods.names(role="co
     "streaming_llm", "h2o", "balancekv", "kvpress:snapkv", "kvpress:pyramidkv")
 
 
-
 def trials(profile: str) -> list[dict]:
     return C.claim_trials(profile, {"smoke": {"lines": (256, 1)}, "quick": {"lines": (512, 8)},
                                     "full": {"lines": (1024, 30)}},

@@ -66,8 +66,6 @@ ENERGY_CLAIMS = {"energy K post": "keys (post-RoPE, as cached) >= 90% energy at 
                  "energy V": "values >= 90% energy at r = d/4 in many heads"}
 
 
-
-
 def trials(profile: str) -> list[dict]:
     plans = pick(profile,
                  smoke=[("minilm", 512, [0, 5], [256, 512])],
