@@ -253,5 +253,5 @@ def play(name: str, setting: int, n: int, d: int, r: float, reps: int, rng: np.r
 
 # The whole-cache compressors (the end-to-end harness's contract) live in cache_compressors; imported from here too.
 from .cache_compressors import (F32_MAX, PROJECT_BYTES, SubGenCompressor, SubspaceCompressor,  # noqa: E402,F401
-                                _bincount, _check_cache, _check_traversal, _cluster_counts, _exact_part, _l2_draws,
-                                _split, _unique_counts, _with_exact_ends, concat_compressed, released_balancekv)
+                                bincount, check_cache, check_traversal, cluster_counts, exact_part, l2_draws,
+                                split_budget, unique_counts, with_exact_ends, concat_compressed, released_balancekv)

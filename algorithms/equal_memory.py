@@ -143,7 +143,7 @@ def fit_to_floats(method: str, K, V, floats: int, rng, *, sink: int, window: int
     Kr, Vr, Hr = (K[:1], V[:1], 1) if probe else (K, V, H)
     count = method == "subgen" and _SUBGEN_COUNT and isinstance(K, np.ndarray)
     if count:                                # checked once, as the compressor checks them
-        K, V = ca._check_cache(K, V, sink, window, floats)
+        K, V = ca.check_cache(K, V, sink, window, floats)
         Kr, Vr = K, V
     norms2 = np.sum(V.astype(np.float64) ** 2, axis=-1) if count else None     # SubGen's l2 weights, every round
 

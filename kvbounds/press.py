@@ -105,7 +105,7 @@ class KVBoundsPress(BasePress):
         b, n = keys.shape[0], keys.shape[2]
         if idx == 0 or len(self._rngs) != b:
             self._rngs = [np.random.default_rng(self.seed) for _ in range(b)]
-        visible = _visible_tokens(kwargs.get("attention_mask"), b, n, keys.device)
+        visible = visible_tokens(kwargs.get("attention_mask"), b, n, keys.device)
         Q = _group_queries(module, hidden, kwargs) if self.needs_queries else None
         with torch.no_grad():
             rows = []
@@ -117,7 +117,7 @@ class KVBoundsPress(BasePress):
         return output
 
 
-def _visible_tokens(mask, b: int, n: int, device):
+def visible_tokens(mask, b: int, n: int, device):
     """(b, n) bool: the tokens each row attends to (its last query's mask row); all of them without a mask."""
     if mask is None:
         return torch.ones(b, n, dtype=torch.bool, device=device)

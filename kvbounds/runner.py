@@ -31,7 +31,7 @@ from typing import Callable, Iterable, Sequence
 from .progress import Progress, append_run, duration as _duration  # noqa: F401 (re-exported)
 from .records import Record, ResultStore, canonical, trial_key
 from .registry import Claim, get_claim
-from .workers import (THREAD_VARS, Terminated, _stop_now, default_executor, one_thread,  # noqa: F401 (re-exported)
+from .workers import (THREAD_VARS, Terminated, stop_now, default_executor, one_thread,  # noqa: F401 (re-exported)
                       sigterm_raises, single_thread_process, single_thread_scope)
 
 PROFILES = ("smoke", "quick", "full", "gpu")
@@ -208,7 +208,7 @@ def _run_all(todo, store, ex, own, progress, on_record, prog) -> list[Record]:
         for f in futures:
             f.cancel()
         if own:
-            _stop_now(ex)
+            stop_now(ex)
         raise
     finally:
         prog.close()

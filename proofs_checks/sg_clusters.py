@@ -34,7 +34,7 @@ from kvbounds.verdict import FigureSpec, Verdict, canonical_order, standard_verd
 from kvbounds.theory.subgen import cluster_count_bound, exact_cluster_slot_distribution
 
 from .common import dispatch, make_record, pick
-from .sg_reservoir import ALPHA, chi_square, enumerate_coins, _law_distance
+from .sg_reservoir import ALPHA, chi_square, enumerate_coins, law_distance
 
 CLAIM = "SG.clusters"
 SOURCE = "SubGen Lemma 2 / ClusterGen Lemma 2.3"
@@ -203,7 +203,7 @@ def slots_exact_trial(params, seed, backend):
     uniform = {(a, b): Fraction(1, n_i * n_i) for a in range(n_i) for b in range(n_i)} if t == 2 else \
         {tuple(c): Fraction(1, n_i**t) for c in np.ndindex(*(n_i,) * t)}
     prop = exact_cluster_slot_distribution(n_i)
-    return [make_record(CLAIM, params, measured=float(_law_distance(law, uniform)), bound=0.0, bound_kind="exact",
+    return [make_record(CLAIM, params, measured=float(law_distance(law, uniform)), bound=0.0, bound_kind="exact",
                         check="(5) exact", source=SOURCE + " (5)", paths=len(law),
                         law={str(k): str(v) for k, v in sorted(law.items())}),
             make_record(CLAIM, params, measured=float(max(abs(p - Fraction(1, n_i)) for p in prop)), bound=0.0,

@@ -108,7 +108,7 @@ def _small_stream(seed: int, n: int, zero_value: bool):
     return K, V
 
 
-def _law_distance(a: dict, b: dict) -> Fraction:
+def law_distance(a: dict, b: dict) -> Fraction:
     return max((abs(a.get(x, Fraction(0)) - b.get(x, Fraction(0))) for x in set(a) | set(b)), default=Fraction(0))
 
 
@@ -137,14 +137,14 @@ def exact_trial(params, seed, backend):
     common = dict(paths=len(enumerated), law={str(k): str(v) for k, v in sorted(enumerated.items())},
                   v_sq=[str(x) for x in wv], k_sq=[str(x) for x in wk])
     control = norm == "key"
-    recs = [make_record(CLAIM, params, measured=float(_law_distance(enumerated, lemma)), bound=0.0,
+    recs = [make_record(CLAIM, params, measured=float(law_distance(enumerated, lemma)), bound=0.0,
                         bound_kind="exact", check="exact lemma ||v||^2", control=control, source=SOURCE,
-                        max_abs_difference=str(_law_distance(enumerated, lemma)), **common)]
+                        max_abs_difference=str(law_distance(enumerated, lemma)), **common)]
     if not control:
-        recs.append(make_record(CLAIM, params, measured=float(_law_distance(enumerated, propagated)), bound=0.0,
+        recs.append(make_record(CLAIM, params, measured=float(law_distance(enumerated, propagated)), bound=0.0,
                                 bound_kind="exact", check="exact enumeration", source="SubGen Alg. 1 lines 24-28",
                                 paths=len(enumerated)))
-        d = _law_distance(enumerated, prose)
+        d = law_distance(enumerated, prose)
         recs.append(make_record(CLAIM, params, measured=float(d), bound=0.0, bound_kind="exact",
                                 check="exact prose ||k||^2", source="SubGen Sec. 2.2 / ClusterGen Sec. 2.2 prose",
                                 max_abs_difference=str(d), **common))

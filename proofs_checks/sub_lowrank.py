@@ -209,9 +209,9 @@ def _falsifier_units(params: dict, meta: dict, common: dict) -> list:
 
 def _ppl_trial(params: dict) -> list:
     import torch
-    from kvbounds.traces.real import _load_model
+    from kvbounds.traces.real import load_real_model
     from kvbounds.traces.smollm2 import perplexity
-    m = _load_model("smollm2")
+    m = load_real_model("smollm2")
     n = int(params["trace"].rsplit(":", 1)[1])
     ids = m.encode(default_text())
     ev, cal = ids[:n], ids[n:2 * n]

@@ -94,9 +94,9 @@ def test_l2_draws_are_generator_choice():
             P[:] = 0.0
             P[r.integers(n)] = 2.0
         p = P / P.sum()
-        assert np.array_equal(ca._l2_draws(p, t, np.random.default_rng(trial)),
+        assert np.array_equal(ca.l2_draws(p, t, np.random.default_rng(trial)),
                               np.random.default_rng(trial).choice(n, size=t, p=p))
-        uniq, a = ca._l2_sample(P, t, np.random.default_rng(trial))
+        uniq, a = ca.l2_sample(P, t, np.random.default_rng(trial))
         vals, cnt = np.unique(np.random.default_rng(trial).choice(n, size=t, p=p), return_counts=True)
         assert np.array_equal(uniq, vals) and a.dtype == np.float32
         assert np.array_equal(a, np.log(cnt.astype(np.float64) / (t * p[vals])).astype(np.float32))

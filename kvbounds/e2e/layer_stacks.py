@@ -13,7 +13,7 @@ from kvbounds import methods as registry
 from kvbounds.algorithms import cache_compressors as ca
 from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.balance_layers import compress_cache_layers
-from kvbounds.algorithms.compressed_kv import _take_rows
+from kvbounds.algorithms.compressed_kv import take_rows
 from kvbounds.algorithms.equal_memory import balance_layout, check_layer_kv, check_sizes, fit_to_floats
 from kvbounds.algorithms.validation import check_rng
 
@@ -53,7 +53,7 @@ def released_layers(method: str, state, floats: int, rng, *, sink: int, window: 
                                                overflow="float64")
     # every layer's rows in one gather (what gather_selection takes per layer: the walk's indices are in range and
     # its log-weights finite by construction, K and V were checked by the walk)
-    Ks, Vs = _take_rows(np, K, idx), _take_rows(np, V, idx)
+    Ks, Vs = take_rows(np, K, idx), take_rows(np, V, idx)
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     return [ts.CompressedKV(Ks[l], Vs[l], a[l].copy(), b[l].copy()) for l in range(K.shape[0])]
 
