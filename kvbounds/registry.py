@@ -153,7 +153,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "e^{||q||^2/(2 sqrt d)} e^{max_i ||k_i||^2/(2 sqrt d)} max_i ||v_i||).",
           f"{_BN} Thm 3.3, Alg. 2; {_BP} Thm 3.2, Alg. 2",
           "kvbounds.theory.balancekv:softmax_balance_shape", "kvbounds.proofs_checks.sb_discrepancy", kind="theorem",
-          gpu=(True, "SoftmaxBalance (Gram panels, batched over repeats) on the backend's arrays; the gpu profile's walks with n > 2^16 run only on torch:cuda or cupy (deferred on a CPU backend)"),
+          gpu=(True, "SoftmaxBalance (Gram panels, batched over repeats) on the backend's arrays; the gpu profile's"
+                     " walks with n > 2^16 run only on torch:cuda or cupy (deferred on a CPU backend)"),
           gpu_profile=True),
     Claim("SB.cost", _BKV,
           "SoftmaxBalance on n keys in R^d with values in R^s runs in O((d+s) n^2) time and O((d+s) n) memory.",
@@ -167,8 +168,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "z_j = sum_i 2^i sum_{C^i} e^{<k,q_j>/sqrt d} v is the estimate from the occupied cells C^0..C^T.",
           f"{_BN} Thm 3.4, Alg. 4; {_BP} Thm 3.3, Alg. 3",
           "kvbounds.theory.balancekv:merge_reduce_error_bound", "kvbounds.proofs_checks.mr_error", kind="theorem",
-          algorithm='MergeAndReduce',
-          gpu=(True, "MergeAndReduce on the backend; the gpu profile's t-large sweep (t > 2^15) runs only on torch:cuda or cupy (deferred on a CPU backend)"),
+          algorithm="MergeAndReduce",
+          gpu=(True, "MergeAndReduce on the backend; the gpu profile's t-large sweep (t > 2^15) runs only on "
+                     "torch:cuda or cupy (deferred on a CPU backend)"),
           gpu_profile=True),
     Claim("MR.memory", _BKV,
           "MergeAndReduce keeps at most log2(n/t) occupied cells, each with |C^i| <= t tokens; its total memory is "
@@ -182,7 +184,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "probability >= 1 - 1/poly(n), where Attn(q, K, V) = softmax(K q/sqrt d)^T V.",
           f"{_BN} Thm 3.1, Alg. 1; {_BP} Thm 3.1, Alg. 1",
           "kvbounds.theory.balancekv:balance_kv_error_bound", "kvbounds.proofs_checks.bkv_attention", kind="theorem",
-          algorithm='BalanceKV (pseudocode)',
+          algorithm="BalanceKV (pseudocode)",
           gpu=(True, "BalanceKV (streaming) on the backend's arrays")),
     Claim("BKV.memory", _BKV,
           "BalanceKV's total memory is O~(d sqrt(d) e^{2r^2/sqrt d}/eps) (NeurIPS version) / O*(e^{2r^2/sqrt d}/eps) "
@@ -191,7 +193,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "with the one used in the proof, App. A.1).",
           f"{_BN} Thm 3.1, Alg. 1 line 8, App. A.1; {_BP} Thm 3.1",
           "kvbounds.theory.balancekv:balance_kv_memory_shape", "kvbounds.proofs_checks.bkv_memory", kind="cost",
-          gpu=(True, "BalanceKV (streaming) on the backend's arrays; the gpu profile's n sweep (to 2^20) runs on the host's numpy path (one token per step: launch-bound on a GPU), n > 2^16 deferred on a CPU backend"),
+          gpu=(True, "BalanceKV (streaming) on the backend's arrays; the gpu profile's n sweep (to 2^20) runs on "
+                     "the host's numpy path (one token per step: launch-bound on a GPU), n > 2^16 deferred on a CPU"
+                     " backend"),
           gpu_profile=True),
     Claim("BKV.vs-uniform", _BKV,
           "Empirical: at equal memory, BalanceKV's relative attention error ||z - Attn|| / ||Attn|| is lower than "
@@ -199,8 +203,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "middle compressed to a 2^-T fraction, T = 1..4, per layer of a real model).",
           f"{_BN} Sec. 4.1, Fig. 1, App. B.1; {_BP} Sec. 4.1",
           "kvbounds.theory.empirical:relative_error", "kvbounds.proofs_checks.bkv_vs_uniform", kind="empirical",
-          algorithm='BalanceKV (single-layer experiment)',
-          gpu=(False, 'real-trace experiment (run_experiment) in numpy/float64 on CPU; the batched GPU walk is kvbounds.gpu.batched_walk, timed by benchmarks/bench_gpu.py')),
+          algorithm="BalanceKV (single-layer experiment)",
+          gpu=(False, 'real-trace experiment (run_experiment) in numpy/float64 on CPU; the batched GPU walk is '
+                      'kvbounds.gpu.batched_walk, timed by benchmarks/bench_gpu.py')),
     Claim("BKV.ablation", _BKV,
           "Empirical: BalanceKV's relative attention error falls and its compression runtime rises as the batch "
           "size (block size) grows, at each compression level.",
@@ -242,22 +247,23 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "(1 +- eps/3) sum_j exp(<k_j, q>) with probability >= 0.995 (SubGen writes attention without 1/sqrt d).",
           "SubGen Thm 1, Lemma 2; ClusterGen Thm 2.4",
           "kvbounds.theory.subgen:partition_bound", "kvbounds.proofs_checks.sg_partition", kind="theorem",
-          algorithm='SubGen normaliser (partition function)',
+          algorithm="SubGen normaliser (partition function)",
           gpu=(True, "SubGen streamed on the backend's arrays")),
     Claim("SG.matprod", _SG,
           "Matrix product: with s = Omega(eps^-2 d) value samples, ||z - exp(K q)^T V|| <= (eps/3) ||exp(K q)|| "
           "||V||_op with probability >= 0.995.",
           "SubGen Thm 1, Lemma 1; ClusterGen Thm 2.4",
           "kvbounds.theory.subgen:matprod_bound", "kvbounds.proofs_checks.sg_matprod", kind="theorem",
-          algorithm='SubGen l2 sampling (matrix product)',
+          algorithm="SubGen l2 sampling (matrix product)",
           gpu=(True, "SubGen streamed and queried on the backend's arrays")),
     Claim("SG.attention", _SG,
           "SubGen: for (m, delta)-clusterable keys with ||q||, ||k|| <= r, the output satisfies ||z/tau - Attn|| <= "
           "eps ||softmax(K q)|| ||V||_op with probability >= 0.99, using memory and time per step O(d (m t + s)).",
           "SubGen Thm 1; ClusterGen Thm 2.4",
           "kvbounds.theory.subgen:attention_bound", "kvbounds.proofs_checks.sg_attention", kind="theorem",
-          algorithm='SubGen',
-          gpu=(True, 'SubGen accuracy and per-token cost on the backend (per-token steps are small: launch-bound on a GPU)')),
+          algorithm="SubGen",
+          gpu=(True, 'SubGen accuracy and per-token cost on the backend (per-token steps are small: launch-bound on '
+                     'a GPU)')),
     Claim("SG.clusterability", _SG,
           "Empirical: cached keys are more clusterable than values (smaller k-center radius at the same k), and "
           "the keys of RoPE models are more clusterable than those of absolute-position models.",
@@ -270,7 +276,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "(Liberty 2013; Ghashami, Liberty, Phillips and Woodruff 2016).",
           "Subspace-FD-draft Sec. 8 (FD linkage)",
           "kvbounds.theory.frequent_directions:covariance_bound", "kvbounds.proofs_checks.fd_covariance", kind="theorem",
-          algorithm='Frequent Directions',
+          algorithm="Frequent Directions",
           gpu=(True, "Frequent Directions updates on the backend's arrays")),
     Claim("FD.residual", _FD,
           "With P the projector onto the top-r right singular space of the FD sketch S and "
@@ -278,7 +284,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "between the sketch's and A's top-r spaces (bounded by Davis-Kahan through eps and the spectral gap).",
           "Subspace-FD-draft Sec. 8 (FD linkage)",
           "kvbounds.theory.frequent_directions:residual_bound", "kvbounds.proofs_checks.fd_residual", kind="lemma",
-          algorithm='Frequent Directions (top-r space)',
+          algorithm="Frequent Directions (top-r space)",
           gpu=(True, "Frequent Directions updates on the backend's arrays")),
     Claim("SUB.softmax-sensitivity", _FD,
           "Softmax sensitivity: for logits l and l_hat, ||softmax(l) - softmax(l_hat)||_1 <= 2 tanh(||l - l_hat||_inf / 2) "
@@ -292,7 +298,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "gamma_B = sqrt(r/d); the check covers the default and other gamma_B).",
           "Subspace-FD-draft Sec. 4, Sec. 8",
           "kvbounds.theory.subspace:logit_error_bound", "kvbounds.proofs_checks.sub_logit_error", kind="lemma",
-          algorithm='static subspace logits (rank 8)',
+          algorithm="static subspace logits (rank 8)",
           gpu=(True, 'subspace basis, calibration and logits on the backend')),
     Claim("SUB.output-error", _FD,
           "Output error: ||o - o_hat|| <= 2 tanh(||l - l_hat||_inf / 2) max_i ||v_i|| + ||Delta V||_op with "
@@ -301,7 +307,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "+ max_j ||V_j (I - P_{E_j})||_op.",
           "Subspace-FD-draft Sec. 8 (single basis and multi-chunk extension)",
           "kvbounds.theory.subspace:output_error_bound", "kvbounds.proofs_checks.sub_output_error", kind="lemma",
-          algorithm='static subspace (rank 8)',
+          algorithm="static subspace (rank 8)",
           gpu=(True, 'subspace attention outputs on the backend')),
     Claim("SUB.blockwise", _FD,
           "The one-pass blockwise softmax across chunks with distinct bases (running max m, normaliser Z, numerator N) "
@@ -316,7 +322,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "T >> d and r + r_v << d; the roofline model is compared with measured time.",
           "Subspace-FD-draft Sec. 4, Sec. 9",
           "kvbounds.theory.subspace:cost_model", "kvbounds.proofs_checks.sub_cost", kind="cost",
-          gpu=(True, "operation counts of the coefficient decode and the exact decode on the backend's arrays; the timing sub-check runs on numpy only")),
+          gpu=(True, "operation counts of the coefficient decode and the exact decode on the backend's arrays; the"
+                     " timing sub-check runs on numpy only")),
     Claim("SUB.lowrank", _FD,
           "Empirical (the Low-Rank KV Cache Hypothesis): per head and layer, the spectra of K and V decay fast; at "
           "r = d/4 many heads keep >= 90% of the energy; post-RoPE keys stay low-rank within chunks. The draft's four "
@@ -346,8 +353,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "the layer's whole history, with eps = O~(sqrt(d) e^{2r^2/sqrt d}/t) at memory t log(n/t).",
           f"{_BN} Thm 3.1, Alg. 1 (streaming, inside generation)",
           "kvbounds.theory.balancekv:balance_kv_error_bound", "kvbounds.proofs_checks.bkv_decode", kind="theorem",
-          algorithm='BalanceKV (streaming, in generation)',
-          gpu=(False, 'SmolLM2 generates on the CPU with the streaming press (torch, batched over layers and heads); the backend argument is ignored')),
+          algorithm="BalanceKV (streaming, in generation)",
+          gpu=(False, 'SmolLM2 generates on the CPU with the streaming press (torch, batched over layers and heads);'
+                      ' the backend argument is ignored')),
     Claim("SG.decode", _SG,
           "SubGen while a real model generates: with each layer's cache maintained as a stream (online clusters "
           "with uniform samples, l2 samples of the values), at every step each layer's output satisfies "
@@ -355,8 +363,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "with t = Omega(eps^-2 e^{2 delta r} log n) samples per cluster and s = Omega(eps^-2 d) value samples.",
           "SubGen Thm 1, Alg. 1; ClusterGen Thm 2.4 (streaming, inside generation)",
           "kvbounds.theory.subgen:attention_bound", "kvbounds.proofs_checks.sg_decode", kind="theorem",
-          algorithm='SubGen (streaming, in generation)',
-          gpu=(False, 'SmolLM2 generates on the CPU with the streaming press (torch, batched over layers and heads); the backend argument is ignored')),
+          algorithm="SubGen (streaming, in generation)",
+          gpu=(False, 'SmolLM2 generates on the CPU with the streaming press (torch, batched over layers and heads);'
+                      ' the backend argument is ignored')),
 ]}
 
 
