@@ -87,7 +87,8 @@ class Method:
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip():
-            raise ValueError(f"a method's name must be a non-empty string without surrounding spaces, got {self.name!r}")
+            raise ValueError(f"a method's name must be a non-empty string without surrounding spaces, "
+                             f"got {self.name!r}")
         if self.role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
         if self.source not in SOURCES:
@@ -213,8 +214,9 @@ def method_table() -> str:
             "| --- | --- | --- | --- | --- | --- |"]
     for m in methods():
         alg = f"{m.algorithm} ({m.variant})" if m.algorithm else ""
-        press = f"`{'kvpress.' if m.source == 'kvpress' else ''}{m.press}`" + (f" ({', '.join(f'{k}={v}' for k, v in m.press_options)})" if m.press_options else "") \
-            if m.press else ""
+        options = ", ".join(f"{k}={v}" for k, v in m.press_options)
+        press = f"`{'kvpress.' if m.source == 'kvpress' else ''}{m.press}`" if m.press else ""
+        press += f" ({options})" if press and options else ""
         rows.append(f"| `{m.name}` | {m.role} | {alg} | {'yes' if m.randomized else ''} | {press} | {m.label} |")
     return "\n".join(rows)
 
