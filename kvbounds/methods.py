@@ -18,9 +18,10 @@ NVIDIA kvpress's presses enter through one adapter: each ``kvpress:<name>`` entr
 through :func:`kvbounds.e2e.methods.compress_kvpress`.
 
 Adding a method (docs/EXTENDING.md): a module with its ``compress`` function and its ``register(Method(...))``
-call, imported by the entry-point group ``kvbounds.methods`` (a distribution's ``[project.entry-points.
-"kvbounds.methods"]``: each value names a module, imported on the registry's first use) or listed in
-:data:`BUILTIN` for the package's own.
+call. In ``kvbounds/algorithms/`` it is imported on the registry's first use (:func:`load_algorithm_modules`);
+outside the package, the entry-point group ``kvbounds.methods`` names it (a distribution's
+``[project.entry-points."kvbounds.methods"]``: each value names a module). The package's first methods are the
+entries of :data:`BUILTIN`.
 
 This module imports nothing heavy: entries name their functions as ``"module:function"``, imported on first call.
 """
@@ -32,7 +33,7 @@ import importlib
 from typing import Callable, Iterable
 
 __all__ = ["Method", "register", "get_method", "methods", "names", "variants", "press_method", "leaderboard_family",
-           "load_entry_points", "method_table", "BUILTIN"]
+           "load_entry_points", "load_algorithm_modules", "method_table", "BUILTIN"]
 
 ROLES = ("method", "baseline", "control")
 SOURCES = ("kvbounds", "kvpress", "external")
@@ -142,14 +143,36 @@ def load_entry_points(group: str = "kvbounds.methods") -> list[str]:
     return failed
 
 
+def load_algorithm_modules() -> list[str]:
+    """Import the modules of :mod:`kvbounds.algorithms` that register their own method (their source calls
+    ``register(Method(``), so that a method added to the package is its module alone (the package's first methods are
+    :data:`BUILTIN`). Returns the modules imported; one that fails to import is skipped with a warning."""
+    import warnings
+    from pathlib import Path
+    pkg = importlib.import_module("kvbounds.algorithms")
+    done = []
+    for folder in list(pkg.__path__):
+        for path in sorted(Path(folder).glob("*.py")):
+            if "register(Method(" not in path.read_text(encoding="utf-8", errors="replace"):
+                continue
+            name = f"{pkg.__name__}.{path.stem}"
+            try:
+                importlib.import_module(name)
+                done.append(name)
+            except Exception as e:  # noqa: BLE001 - one broken module must not take the registry down
+                warnings.warn(f"kvbounds.methods: {name} failed to import: {e!r}")
+    return done
+
+
 def _ensure_loaded() -> None:
     global _LOADED
     if not _LOADED:
         _LOADED = True
+        import warnings
         for m in BUILTIN:
             register(m)
+        load_algorithm_modules()
         for why in load_entry_points():
-            import warnings
             warnings.warn(f"kvbounds.methods: an entry point failed to load: {why}")
 
 

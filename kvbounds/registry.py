@@ -6,9 +6,10 @@ module in ``kvbounds.proofs_checks``, the method its power table speaks for (``a
 its arrays on a GPU backend and why (``gpu``), whether the runner submits its trials first (``schedule_first``) and
 whether it has trials in the ``gpu`` profile (``gpu_profile``). Everything else (the runner, the report, the CLI,
 :mod:`kvbounds.gpu.support`, :mod:`kvbounds.controls`, the tests) reads these entries. An entry whose check module
-does not exist yet is listed as "no check". Claims from outside the package are added with :func:`register_claim`
-(and :func:`register_paper` for a new paper), or through the entry-point group ``kvbounds.claims`` (each entry
-point names a module; importing it registers its claims), loaded on first use.
+does not exist yet is listed as "no check". A new claim can also live in its check module alone: a module of
+``kvbounds.proofs_checks`` that calls :func:`register_claim` (and :func:`register_paper` for a new paper) is
+imported when the registry loads (:func:`load_check_modules`); from outside the package, the entry-point group
+``kvbounds.claims`` names such modules (importing each registers its claims).
 
 A check module exposes
     ``CLAIM``                          the claim id it checks,
@@ -401,6 +402,28 @@ def register_claim(claim: Claim) -> Claim:
     return claim
 
 
+def load_check_modules() -> list[str]:
+    """Import the check modules of :mod:`kvbounds.proofs_checks` that register their own claim (their source calls
+    ``register_claim``), so that a claim added to the package is its check module alone; the package's first claims
+    are the entries of ``CLAIMS`` above. Returns the modules imported; one that fails to import is skipped with a
+    warning naming it."""
+    import warnings
+    from pathlib import Path
+    pkg = importlib.import_module("kvbounds.proofs_checks")
+    done = []
+    for folder in list(pkg.__path__):
+        for path in sorted(Path(folder).glob("*.py")):
+            if "register_claim(" not in path.read_text(encoding="utf-8", errors="replace"):
+                continue
+            name = f"{pkg.__name__}.{path.stem}"
+            try:
+                importlib.import_module(name)
+                done.append(name)
+            except Exception as e:  # noqa: BLE001 - one broken module must not take the registry down
+                warnings.warn(f"kvbounds: check module {name} failed to import: {e!r}")
+    return done
+
+
 def _load_entry_points(group: str = "kvbounds.claims") -> None:
     """Import every module the installed distributions name in the entry-point group (their imports register
     their claims); a module that fails to import is skipped with a warning naming it."""
@@ -413,4 +436,5 @@ def _load_entry_points(group: str = "kvbounds.claims") -> None:
             warnings.warn(f"kvbounds: entry point {ep.name!r} ({ep.value}) of {group} failed to load: {e!r}")
 
 
+load_check_modules()
 _load_entry_points()

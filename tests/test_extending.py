@@ -54,3 +54,46 @@ def test_extending_recipes_work_as_written(tmp_path):
                          timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert f"{len(tests)} passed" in out.stdout, out.stdout[-2000:]
+
+
+def test_extending_recipes_inside_the_package(tmp_path, monkeypatch):
+    """Step 2's route inside the repository: each module where the recipe puts it, nothing else changed. A temporary
+    folder added to the path of kvbounds.algorithms / kvbounds.proofs_checks stands for those folders (the import
+    system finds a module there as it finds one in algorithms/ or proofs_checks/); the registries find the modules
+    by their registration calls. Checked in this process: the method through compress_ours, the claim's smoke
+    trials through run_checks on a thread and its verdict."""
+    import concurrent.futures as cf
+    import sys
+
+    import kvbounds.algorithms as algorithms
+    import kvbounds.proofs_checks as proofs_checks
+    from kvbounds import methods, registry
+    files = blocks()
+    for folder, name in (("algorithms", "kvb_norm_topk.py"), ("proofs_checks", "kvb_hoeffding.py")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_text(files[name])
+    monkeypatch.setattr(algorithms, "__path__", list(algorithms.__path__) + [str(tmp_path / "algorithms")])
+    monkeypatch.setattr(proofs_checks, "__path__", list(proofs_checks.__path__) + [str(tmp_path / "proofs_checks")])
+    monkeypatch.setattr(methods, "_METHODS", dict(methods._METHODS))
+    monkeypatch.setattr(registry, "CLAIMS", dict(registry.CLAIMS))
+    monkeypatch.setattr(registry, "PAPERS", dict(registry.PAPERS))
+    added = ("kvbounds.algorithms.kvb_norm_topk", "kvbounds.proofs_checks.kvb_hoeffding")
+    try:
+        assert added[0] in methods.load_algorithm_modules()
+        assert added[1] in registry.load_check_modules()
+        assert methods.get_method("norm_topk").source == "external"
+        claim = registry.get_claim("DEMO.hoeffding")
+        assert claim.check == added[1] and claim.has_check
+        ns: dict = {}
+        exec(files["test_kvb_norm_topk.py"], ns)
+        ns["test_norm_topk_holds_its_budget_and_keeps_the_ends"]()
+        from kvbounds.report import build_verdicts
+        from kvbounds.runner import run_checks
+        with cf.ThreadPoolExecutor(1) as ex:
+            records = run_checks(["DEMO.hoeffding"], profile="smoke", out=tmp_path / "out", executor=ex,
+                                 progress=False)
+        assert len(records) == 2 and all(r.holds for r in records)
+        assert build_verdicts(records, ["DEMO.hoeffding"])["DEMO.hoeffding"].statement == "holds"
+    finally:
+        for name in added:
+            sys.modules.pop(name, None)
