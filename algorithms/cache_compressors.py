@@ -35,7 +35,7 @@ def exact_part(K, V, lo: int, hi: int):
 def with_exact_ends(K, V, lo: int, hi: int, Kc, Vc, a, b):
     """``concat_compressed([exact_part(K, V, 0, lo), CompressedKV(Kc, Vc, a, b), exact_part(K, V, hi, n)])``
     with one CompressedKV built (and validated) instead of four: the same arrays, a third of the checks (the
-    equal-memory fit of :func:`kvbounds.e2e.methods._filled` builds a cache per round)."""
+    equal-memory fit of :func:`kvbounds.algorithms.equal_memory.fit_to_floats` builds a cache per round)."""
     xp = array_namespace(K)
     n = K.shape[-2]
     z = lambda m: xp.zeros(tuple(K.shape[:-2]) + (m,), dtype=xp.float32, device=_dev(K))

@@ -155,7 +155,7 @@ def _advance(Xf, sq, nxt, mind, assign, IDX, r2, j0: int, k: int):
 class FarthestFirst:
     """A resumable greedy k-center traversal (:func:`greedy_k_center`'s numpy loop) of numpy keys X (H, n, d),
     or of a stack of layers (L, H, n, d) whose layers are then split (:meth:`layers`): SubGen's equal-memory fit
-    (:func:`kvbounds.e2e.methods._filled`) asks the same keys for 490, 513, 509, 510 centres in turn; the
+    (:func:`kvbounds.algorithms.equal_memory.fit_to_floats`) asks the same keys for 490, 513, 509, 510 centres in turn; the
     traversal's first k centres, radii and assignment do not depend on how many follow, so one traversal answers
     every k, continuing from the nearest earlier state (checkpoints at each k asked) instead of starting again.
 
