@@ -1,5 +1,6 @@
 """The floats a SubGen cache would hold, counted from its draws without building it (issue 26: the equal-memory
-fit of :func:`kvbounds.algorithms.equal_memory.fit_to_floats` asks 3-5 budgets per layer and keeps one cache; claim SG.e2e).
+fit of :func:`kvbounds.algorithms.equal_memory.fit_to_floats` asks 3-5 budgets per layer and keeps one cache;
+claim SG.e2e).
 
 SubGen (arXiv:2402.06082, Alg. 1) as :class:`kvbounds.algorithms.cache_compressors.SubGenCompressor` builds it:
 per head, the exact sink + window (keys and values, no weight), k cluster representatives (a key and the log of
