@@ -16,7 +16,7 @@ from .validation import InputError, check_array, check_real, check_scale, namesp
 _CHUNK = 100   # multiply by 2^e in steps of at most 2^100: representable in float32 and float64
 
 
-def _mul_pow2(x, e: int):
+def mul_pow2(x, e: int):
     """x * 2^e without forming 2^e (which overflows float32 past e = 127, float64 past 1023)."""
     while e:
         step = max(-_CHUNK, min(_CHUNK, e))
@@ -25,7 +25,7 @@ def _mul_pow2(x, e: int):
     return x
 
 
-def _pow2_exponent(xp, x) -> int:
+def pow2_exponent(xp, x) -> int:
     """e with max|x| < 2^e (0 for an all-zero or empty array)."""
     if not math.prod(x.shape):
         return 0
@@ -52,14 +52,14 @@ def shifted_logits(q, K, scale: float, extra=None):
     if scale == 0:                                            # inf * 0 = NaN: the logits are just ``extra``
         base = xp.zeros_like(logits) if extra is None else xp.zeros_like(logits) + extra
         return base - xp.max(base, axis=-1, keepdims=True)
-    eq, ek = _pow2_exponent(xp, q), _pow2_exponent(xp, K)
+    eq, ek = pow2_exponent(xp, q), pow2_exponent(xp, K)
     ms, es = math.frexp(scale)
     E = eq + ek + es                                          # logits = ls * 2^E (+ extra)
-    ls = xp.matmul(_mul_pow2(q, -eq), xp.matrix_transpose(_mul_pow2(K, -ek))) * ms   # |ls| <= d
+    ls = xp.matmul(mul_pow2(q, -eq), xp.matrix_transpose(mul_pow2(K, -ek))) * ms   # |ls| <= d
     if extra is not None:
-        ls = ls + _mul_pow2(extra, -E)
+        ls = ls + mul_pow2(extra, -E)
     with np.errstate(over="ignore"):
-        return _mul_pow2(ls - xp.max(ls, axis=-1, keepdims=True), E)
+        return mul_pow2(ls - xp.max(ls, axis=-1, keepdims=True), E)
 
 
 def softmax_weights(q, K, scale: float, extra=None):

@@ -29,10 +29,10 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, device as _dev
 
-from .host_values import _host_floats
-from .merge_and_reduce import MAX_BATCH, MergeAndReduce, _check_levels
+from .host_values import host_floats
+from .merge_and_reduce import MAX_BATCH, MergeAndReduce, check_levels
 from .validation import InputError, check_array, check_positive, check_probability, check_seed, namespace
 
 ERASE_RULES = ("alg1", "proof001", "none")
@@ -87,7 +87,7 @@ class BalanceKV:
         if not math.isfinite(float(r) * float(r)):
             raise InputError(f"r = {r!r} too large: r^2 overflows")
         check_probability(delta, "delta")
-        _check_levels(levels)
+        check_levels(levels)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 2 or batch_size % 2 \
                 or batch_size > MAX_BATCH:
             raise InputError(f"batch_size must be an even integer in [2, {MAX_BATCH}], got {batch_size!r}")
@@ -131,7 +131,7 @@ class BalanceKV:
         namespace(k, ref, names="k and the stream's earlier tokens")           # and its device
         # one host read per token (issue 15): the bucket of lines 5-6 is a host decision (which MergeAndReduce takes
         # the token), so ||v|| must come to the host; the finiteness checks and ||k|| travel with it
-        knorm, vnorm, k_ok, v_ok = _host_floats(xp, xp.linalg.vector_norm(k), xp.linalg.vector_norm(v),
+        knorm, vnorm, k_ok, v_ok = host_floats(xp, xp.linalg.vector_norm(k), xp.linalg.vector_norm(v),
                                                 xp.all(xp.isfinite(k)), xp.all(xp.isfinite(v)))
         for name, ok in (("k", k_ok), ("v", v_ok)):
             if not ok:

@@ -47,12 +47,12 @@ from typing import Callable
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device as _dev
 
 from .attention import shifted_logits
-from .blockwise_balance_kv import _check_block, _check_kv, _check_levels, _gather_dev
+from .blockwise_balance_kv import check_block, check_kv, check_levels, gather_dev
 from .self_balancing_walk import walk_constant
-from .uniform_sampling import _check_int
+from .uniform_sampling import check_int
 from .validation import (InputError, check_array, check_choice, check_indices, check_int, check_positive, check_real,
                          check_scale, namespace)
 
@@ -239,10 +239,10 @@ def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Genera
     float64, said in its diagnostic as ``evaluated_in``). ``_groups`` (internal, :mod:`.balance_layers`): the
     rows are layers of that many heads each, each falling back to float64 on its own."""
     if not _checked:                  # (compress_cache_released checked the whole cache already)
-        _check_kv(K, V)
-    b = _check_block(block_size)
+        check_kv(K, V)
+    b = check_block(block_size)
     n = K.shape[-2]
-    T = _check_levels(levels, n)
+    T = check_levels(levels, n)
     if uniforms is None and not isinstance(rng, np.random.Generator):
         raise InputError(f"rng must be a numpy Generator (or pass uniforms), got {type(rng).__name__}")
     for name, val in (("gamma", gamma), ("temp", temp), ("kernel_const", kernel_const)):
@@ -270,7 +270,7 @@ def released_select(K, V, *, levels: int, block_size: int, rng: np.random.Genera
         if t == 0 and isinstance(Kf, np.ndarray):     # every token in order: the gather is a contiguous copy
             Kc, Vc = np.ascontiguousarray(Kf), np.ascontiguousarray(Vf)
         else:
-            Kc, Vc = _gather_dev(Kf, cur), _gather_dev(Vf, cur)
+            Kc, Vc = gather_dev(Kf, cur), gather_dev(Vf, cur)
         if carry_weights and t > 0:
             Vc = Vc * xp.astype(w, Kf.dtype)[..., None]
         if pad:
@@ -324,14 +324,14 @@ def compress_cache_released(K, V, *, sink: int, window: int, levels: int, block_
     (:func:`split_weighted_attention`); 0 for the exact tokens. ``_checked`` (internal): K and V were checked by
     the caller (:func:`~kvbounds.algorithms.balance_layers.compress_cache_released_layers`)."""
     if not _checked:                  # (internal: compress_cache_released_layers checked the stack)
-        _check_kv(K, V)
+        check_kv(K, V)
     n = K.shape[-2]
-    sink, window = _check_int(sink, "sink"), _check_int(window, "window")
-    levels = _check_int(levels, "levels")
+    sink, window = check_int(sink, "sink"), check_int(window, "window")
+    levels = check_int(levels, "levels")
     if sink + window > n:
         raise InputError(f"sink + window = {sink} + {window} exceeds the cache length n = {n}")
     check_choice(estimator, "estimator", ESTIMATORS)
-    _check_block(block_size)
+    check_block(block_size)
     if uniforms is None and not isinstance(rng, np.random.Generator):
         raise InputError(f"rng must be a numpy Generator (or pass uniforms), got {type(rng).__name__}")
     xp = array_namespace(K, V)
@@ -384,8 +384,8 @@ def split_weighted_attention(q, K, V, idx, log_w_num, log_w_den, *, scale: float
     B = int(np.prod(lead, dtype=np.int64)) if lead else 1
     n, e = K.shape[-2], V.shape[-1]
     flat = xp.reshape(xp.astype(idx, xp.int64), (B, m))
-    Ks = xp.reshape(_gather_dev(xp.reshape(K, (B, n, d)), flat), lead + (m, d))
-    Vs = xp.reshape(_gather_dev(xp.reshape(V, (B, n, e)), flat), lead + (m, e))
+    Ks = xp.reshape(gather_dev(xp.reshape(K, (B, n, d)), flat), lead + (m, d))
+    Vs = xp.reshape(gather_dev(xp.reshape(V, (B, n, e)), flat), lead + (m, e))
     Vs = Vs * xp.exp(log_w_num - log_w_den)[..., None]
     had_axis = q.ndim == K.ndim
     qq = q if had_axis else xp.expand_dims(q, axis=-2)
@@ -395,7 +395,7 @@ def split_weighted_attention(q, K, V, idx, log_w_num, log_w_den, *, scale: float
 
 
 def _check_split(q, K, V, idx, log_w_num, log_w_den) -> None:
-    _check_kv(K, V)
+    check_kv(K, V)
     check_array(q, "q", ndim=(K.ndim - 1, K.ndim), last_dim=K.shape[-1])
     lead, n = tuple(K.shape[:-2]), K.shape[-2]
     if tuple(q.shape[:len(lead)]) != lead:

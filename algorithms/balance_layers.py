@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from .block_walk import STEP_ENTRIES
-from .blockwise_balance_kv import WALK_PANEL, _check_block, _check_levels, compress_cache
+from .blockwise_balance_kv import WALK_PANEL, check_block, check_levels, compress_cache
 from .validation import InputError, check_array, check_int, check_rng
 
 
@@ -68,8 +68,8 @@ def compress_cache_layers(K, V, *, sink: int, window: int, levels: int, block_si
     _check_layer_stack(K, V, rng, "compress_cache_layers", "compress_cache")
     L, H, n = K.shape[0], math.prod(K.shape[1:-2]), K.shape[-2]
     n_mid = n - check_int(sink, "sink") - check_int(window, "window")
-    levels = _check_levels(levels, n_mid) if n_mid > 0 else check_int(levels, "levels")
-    shapes = _level_shapes(n_mid, levels, _check_block(block_size)) if n_mid > 0 else []
+    levels = check_levels(levels, n_mid) if n_mid > 0 else check_int(levels, "levels")
+    shapes = _level_shapes(n_mid, levels, check_block(block_size)) if n_mid > 0 else []
     S = sum(2 * H * nb * block_size for nb, _, _ in shapes)       # the walk's and the priorities' uniforms
     widest = max((H * nb * p for nb, _, p in shapes), default=1)
     per = max(1, STEP_ENTRIES // widest) if widest <= STEP_ENTRIES else 1
@@ -97,9 +97,9 @@ def compress_cache_released_layers(K, V, *, sink: int, window: int, levels: int,
         raise InputError(f"K and V must have the same dtype, got {K.dtype} and {V.dtype}")
     L, H, n = K.shape[0], math.prod(K.shape[1:-2]), K.shape[-2]
     m = n - check_int(sink, "sink") - check_int(window, "window")
-    b = _check_block(block_size)
+    b = check_block(block_size)
     # the per-layer call's rule (released_select's), before the levels drive the loop below
-    levels = _check_levels(levels, m) if m > 0 else check_int(levels, "levels")
+    levels = check_levels(levels, m) if m > 0 else check_int(levels, "levels")
     S = 0
     for _ in range(levels if m > 0 else 0):   # released_select's (heads, blocks, b) per level
         S += H * (-(-m // b)) * b

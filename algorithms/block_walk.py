@@ -13,14 +13,14 @@ import sys
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device as _dev
 
-from .host_scratch import _ScratchPool, _exp_inplace, _host_empty, _host_view, _native, _on_host  # noqa: F401
+from .host_scratch import ScratchPool, exp_inplace, host_empty, host_view, native, on_host  # noqa: F401
 from .validation import (InputError, check_array, check_int, check_positive, check_real, check_same_dtype,
                          namespace)
 
 
-def _check_exponent_rounding(xp, nk2, d: int, dtype) -> None:
+def check_exponent_rounding(xp, nk2, d: int, dtype) -> None:
     """The Gram exponent <k'_i, k'_j> - max ||k'||^2 is <= 0 up to a rounding of ~ (d + 2) eps max ||k'||^2; past
     ~80 that rounding alone can overflow exp (NaN in the walk). Keys that large are rejected."""
     top = float(xp.max(nk2))
@@ -46,7 +46,7 @@ def block_gram(Kb, Wb, *, scale: float):
     nk2, nw2 = xp.sum(Ks * Ks, axis=-1), xp.sum(Wb * Wb, axis=-1)
     if not (bool(xp.all(xp.isfinite(nk2))) and bool(xp.all(xp.isfinite(nw2)))):
         raise InputError(f"a row of Kb or Wb has a squared norm that overflows {Kb.dtype}")
-    _check_exponent_rounding(xp, nk2, Kb.shape[-1], Kb.dtype)
+    check_exponent_rounding(xp, nk2, Kb.shape[-1], Kb.dtype)
     return _gram(Ks, Wb, nk2, nw2)
 
 
@@ -65,14 +65,14 @@ def _gram(Ks, Wb, nk2, nw2):
     return G
 
 
-def _panel_scales(xp, nk2, nw2):
+def panel_scales(xp, nk2, nw2):
     """The Gram's normalisation per block, shaped to broadcast over a panel: (max ||k'||^2, 1 / max ||w||^2)."""
     rk2 = xp.max(nk2, axis=-1)[..., None, None]
     rw2 = xp.max(nw2, axis=-1)[..., None, None]
     return rk2, 1.0 / xp.where(rw2 > 0, rw2, xp.ones_like(rw2))
 
 
-def _gram_panel(Kr, Wr, m: int, rk2, inv_rw2, plus_one: bool, ones_r, out=None):
+def gram_panel(Kr, Wr, m: int, rk2, inv_rw2, plus_one: bool, ones_r, out=None):
     """Rows start..start+m-1 of the block Gram from column ``start`` on, given the rows from ``start`` on
     (``Kr = Kb[..., start:, :]``, ``Wr``, ``ones_r = ones[..., start:]`` or None), normalised as in
     :func:`block_gram`: exp(<k_i, k_j> - max||k||^2) (<w_i, w_j> [+ o_i o_j]) / max||w||^2. The transposed
@@ -88,7 +88,7 @@ def _gram_panel(Kr, Wr, m: int, rk2, inv_rw2, plus_one: bool, ones_r, out=None):
     else:
         return _gram_panel_into(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, *out)
     P -= rk2
-    P = _exp_inplace(xp, P)
+    P = exp_inplace(xp, P)
     if plus_one and ones_r is None:
         Wp += 1.0
     elif plus_one:
@@ -99,12 +99,12 @@ def _gram_panel(Kr, Wr, m: int, rk2, inv_rw2, plus_one: bool, ones_r, out=None):
 
 
 def _gram_panel_into(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, P_buf, W_buf):
-    """:func:`_gram_panel` written into P_buf, a few blocks at a time (fused): per chunk of blocks the key products
+    """:func:`gram_panel` written into P_buf, a few blocks at a time (fused): per chunk of blocks the key products
     go straight into the panel, then minus max||k'||^2, exp in place, the w-Gram in W_buf, + 1 (or o_i o_j), times
     1/max||w||^2, and the product, while the chunk is still in cache (before: the exponent and exp were two passes
     over the whole panel in memory; at 1 thread 5-9% of a blockwise select at 8 x 8192 x 128, paired runs). Same
     operations on the same values, so the same panel. torch with several threads: :func:`_gram_panel_whole`."""
-    nat = _native(Kr)
+    nat = native(Kr)
     if nat is not np and nat.get_num_threads() > 1:
         return _gram_panel_whole(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, P_buf, W_buf)
     lead, rows = tuple(Kr.shape[:-2]), Kr.shape[-2]
@@ -127,14 +127,14 @@ def _gram_panel_into(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, P_buf, W_buf
 
 
 def _gram_panel_whole(xp, Kr, Wr, m, rk2, inv_rw2, plus_one, ones_r, P_buf, W_buf):
-    """:func:`_gram_panel` written into P_buf in whole-panel passes, the w-Gram formed in W_buf chunk by chunk of
+    """:func:`gram_panel` written into P_buf in whole-panel passes, the w-Gram formed in W_buf chunk by chunk of
     blocks: the path for torch running several threads, whose operations split across threads only when large."""
     lead, rows = tuple(Kr.shape[:-2]), Kr.shape[-2]
     nblk = math.prod(lead)
-    mm = _native(Kr).matmul
+    mm = native(Kr).matmul
     P = mm(Kr[..., :m, :], xp.matrix_transpose(Kr), out=xp.reshape(P_buf[:nblk * m * rows], lead + (m, rows)))
     P -= rk2
-    P = _exp_inplace(xp, P)
+    P = exp_inplace(xp, P)
     P3, W3 = xp.reshape(P, (nblk, m, rows)), xp.reshape(Wr, (nblk, rows, Wr.shape[-1]))
     inv3 = xp.reshape(xp.broadcast_to(inv_rw2, lead + (1, 1)), (nblk, 1, 1))
     o3 = None if ones_r is None or not plus_one else xp.reshape(xp.broadcast_to(ones_r, lead + (rows,)), (nblk, rows))
@@ -162,14 +162,14 @@ def _w_gram_chunk(xp, mm, W3, o3, inv3, plus_one, W_buf, m, c0, c1):
 W_CHUNK = 1 << 18    # entries of the w-Gram scratch (1 MiB in float32): a few blocks' rows at a time, cache-resident
 
 
-def _panel_buffers(Kb, m: int, pool: _ScratchPool | None):
-    """The two flat scratch arrays of :func:`_gram_panel`'s ``out`` (the first holds the largest panel, the second
+def _panel_buffers(Kb, m: int, pool: ScratchPool | None):
+    """The two flat scratch arrays of :func:`gram_panel`'s ``out`` (the first holds the largest panel, the second
     at least one block's w-Gram rows) from ``pool`` (a fresh one if None), or None off the host (CUDA, CuPy:
     fresh panels, as before)."""
-    if not _on_host(Kb):
+    if not on_host(Kb):
         return None
     size = math.prod(tuple(Kb.shape[:-2])) * m * Kb.shape[-2]
-    pool = _ScratchPool() if pool is None else pool
+    pool = ScratchPool() if pool is None else pool
     return pool.take(Kb, size), pool.take(Kb, min(size, max(W_CHUNK, m * Kb.shape[-2])))
 
 
@@ -203,22 +203,22 @@ def check_walk_inputs(Kb, Wb, nk2, nw2, uniforms, c, *, panel=32, plus_one=False
     check_int(panel, "panel", minimum=1)
     if not isinstance(plus_one, (bool, np.bool_)):
         raise InputError(f"plus_one must be a bool, got {plus_one!r}")
-    _check_exponent_rounding(xp, nk2, Kb.shape[-1], Kb.dtype)
+    check_exponent_rounding(xp, nk2, Kb.shape[-1], Kb.dtype)
 
 
 STEP_ENTRIES = 16384   # blocks x panel width above which panel_walk narrows its panel (torch's split size)
 
 
 def panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None,
-               scratch: _ScratchPool | None = None):
-    """:func:`_panel_walk` after :func:`check_walk_inputs` (InputError naming the argument on bad input)."""
+               scratch: ScratchPool | None = None):
+    """:func:`panel_walk_unchecked` after :func:`check_walk_inputs` (InputError naming the argument on bad input)."""
     check_walk_inputs(Kb, Wb, nk2, nw2, uniforms, c, panel=panel, plus_one=plus_one, ones=ones)
-    return _panel_walk(Kb, Wb, nk2, nw2, uniforms, float(c), panel=int(panel), plus_one=bool(plus_one), ones=ones,
+    return panel_walk_unchecked(Kb, Wb, nk2, nw2, uniforms, float(c), panel=int(panel), plus_one=bool(plus_one), ones=ones,
                        scratch=scratch)
 
 
-def _panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None,
-                scratch: _ScratchPool | None = None):
+def panel_walk_unchecked(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_one: bool = False, ones=None,
+                scratch: ScratchPool | None = None):
     """The walk of :func:`panel_walk_stepwise` (same arguments, same Gram panels, same signs up to rounding),
     organised for speed: within a column panel of m steps, each step updates only the m entries of s in its
     panel; the panel's signs then reach every later s_j in one batched product s_j += sum_l eta_l G[l, j]. The
@@ -227,7 +227,7 @@ def _panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_o
     numpy on views of the panel (no copies; IEEE float arithmetic, so the same values as torch's), at a fraction of
     torch's per-operation cost and never split across threads (so the ~b small steps per level never wait on a
     descheduled thread of a loaded machine; only the panels' products and passes may use torch's threads), and
-    the panels reuse two scratch buffers (from ``scratch``, a :class:`_ScratchPool` they are handed back to: the
+    the panels reuse two scratch buffers (from ``scratch``, a :class:`ScratchPool` they are handed back to: the
     next level reuses them). Elsewhere (CUDA, CuPy) the steps are array operations on (blocks x m) entries, below
     the size at which torch splits an operation across threads (32768 elements; the panel shrinks for many
     blocks). Returns (signs (..., b), failed (...,) numpy bool)."""
@@ -237,10 +237,10 @@ def _panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_o
     m = panel if b % panel == 0 else b
     while m > 8 and m % 2 == 0 and b % (m // 2) == 0 and blocks * m > STEP_ENTRIES:
         m //= 2
-    rk2, inv_rw2 = _panel_scales(xp, nk2, nw2)
+    rk2, inv_rw2 = panel_scales(xp, nk2, nw2)
     s = xp.zeros(tuple(Kb.shape[:-1]), dtype=Kb.dtype, device=_dev(Kb))
     thr = c * (1.0 - 2.0 * uniforms)                 # eta_i = +1 iff x_i < thr_i  (u_i < 1/2 - x_i/(2c))
-    s_host, thr_host = _host_view(s), _host_view(thr)
+    s_host, thr_host = host_view(s), host_view(thr)
     host = s_host is not None and thr_host is not None
     if host:
         s_host, thr_host = s_host.reshape(blocks, b), thr_host.reshape(blocks, b)
@@ -252,7 +252,7 @@ def _panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_o
     out = _panel_buffers(Kb, m, scratch)
     cols = []
     for start in range(0, b, m):
-        P = _gram_panel(Kb[..., start:, :], Wb[..., start:, :], m, rk2, inv_rw2, plus_one,
+        P = gram_panel(Kb[..., start:, :], Wb[..., start:, :], m, rk2, inv_rw2, plus_one,
                         None if ones is None else ones[..., start:], out=out)   # (..., m, b - start)
         if host:
             _panel_steps_host(s_host, P, thr_host, start, m, E_host, pos, neg_h)
@@ -279,7 +279,7 @@ def _panel_walk(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32, plus_o
 def _panel_steps_host(s, P, thr, start: int, m: int, E, pos, neg) -> None:
     """The m steps of one panel on numpy views: s (blocks, b), P (..., m, cols) the panel, thr (blocks, b); the
     signs go to E (blocks, m). Step l: eta = +1 iff s_i < thr_i, then s[i+1:start+m] += eta P[l, l+1:m]."""
-    Ph = _host_view(P).reshape(s.shape[0], m, -1)
+    Ph = host_view(P).reshape(s.shape[0], m, -1)
     tmp = np.empty_like(E)
     for l in range(m):
         i = start + l
@@ -310,13 +310,13 @@ def panel_walk_stepwise(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32
     xp = array_namespace(Kb, Wb)
     b = Kb.shape[-2]
     m = panel if b % panel == 0 else b
-    rk2, inv_rw2 = _panel_scales(xp, nk2, nw2)
+    rk2, inv_rw2 = panel_scales(xp, nk2, nw2)
     s = xp.zeros(tuple(Kb.shape[:-1]), dtype=Kb.dtype, device=_dev(Kb))
     one = xp.ones_like(s[..., 0])
     neg = -one
     cols, xs = [], []
     for start in range(0, b, m):
-        P = _gram_panel(Kb[..., start:, :], Wb[..., start:, :], m, rk2, inv_rw2, plus_one,
+        P = gram_panel(Kb[..., start:, :], Wb[..., start:, :], m, rk2, inv_rw2, plus_one,
                         None if ones is None else ones[..., start:])             # (..., m, b - start)
         for l in range(m):
             i = start + l

@@ -23,7 +23,7 @@ after the sign assignment "strictly select n/2 embeddings"; repeat T times. Here
 3. the walk (:func:`panel_walk`: :func:`kvbounds.algorithms.self_balancing_walk.gram_walk`'s walk, computing only the
    lower-triangle column panels of G that the walk reads, 5/8 of the Gram work at b = 256 with 64-row panels;
    c = 30 log(b/delta) by default, coin flips drawn from the numpy ``rng`` and moved with
-   :func:`kvbounds.gpu.backend.like`) on all blocks at once;
+   :func:`kvbounds.algorithms.arrays.like`) on all blocks at once;
    a FAIL (|x| > c) does not stop it: p is clipped, as in ``on_fail="continue"``;
 4. strict halving: block j keeps floor(v_j / 2) of its v_j real tokens (b/2 for every full block): first
    the tokens of the block's minority sign (the +1 side on a tie, as in ``smaller_side``), in random
@@ -45,12 +45,12 @@ import sys
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device as _dev
 
-from .block_walk import (_ScratchPool, _check_exponent_rounding, _panel_walk, block_gram, panel_walk,  # noqa: F401
+from .block_walk import (ScratchPool, check_exponent_rounding, panel_walk_unchecked, block_gram, panel_walk,  # noqa: F401
                          panel_walk_stepwise, walk_diagnostic)
 from .self_balancing_walk import walk_constant
-from .uniform_sampling import _check_int, _check_rng, uniform_select
+from .uniform_sampling import check_int, check_rng, uniform_select
 from .attention import shifted_logits
 from .validation import (InputError, check_array, check_indices, check_positive, check_probability, check_scale,
                          namespace)
@@ -59,7 +59,7 @@ VALUE_KERNELS = ("value", "value+1")
 METHODS = ("balance", "uniform")
 
 
-def _check_kv(K, V, *, finite: bool = True):
+def check_kv(K, V, *, finite: bool = True):
     check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1, finite=finite)
     check_array(V, "V", ndim=K.ndim, finite=finite)
     namespace(K, V, names="K and V")
@@ -69,8 +69,8 @@ def _check_kv(K, V, *, finite: bool = True):
         raise InputError(f"K and V must have the same dtype, got {K.dtype} and {V.dtype}")
 
 
-def _check_levels(levels, n: int) -> int:
-    levels = _check_int(levels, "levels", minimum=0)
+def check_levels(levels, n: int) -> int:
+    levels = check_int(levels, "levels", minimum=0)
     if levels > 62 or n >> levels < 1:
         raise InputError(f"T too large: levels = {levels} would leave n // 2^T = 0 of n = {n} tokens")
     return levels
@@ -83,7 +83,7 @@ WALK_PANEL = 64
 MAX_BLOCK = 2**26   # the walk only ever spans min(block_size, n) tokens; the coin draws span block_size
 
 
-def _check_block(block_size) -> int:
+def check_block(block_size) -> int:
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 2 \
             or block_size % 2 or block_size > MAX_BLOCK:
         raise InputError(f"block_size must be an even integer in [2, {MAX_BLOCK}], got {block_size!r}")
@@ -91,7 +91,7 @@ def _check_block(block_size) -> int:
 
 
 
-def _argsort_head(r: np.ndarray, k: int) -> np.ndarray:
+def argsort_head(r: np.ndarray, k: int) -> np.ndarray:
     """``np.argsort(r, axis=-1)[..., :k]`` in O(len + k log k) (argpartition, then sort the head)."""
     if k >= r.shape[-1]:
         return np.argsort(r, axis=-1)
@@ -100,7 +100,7 @@ def _argsort_head(r: np.ndarray, k: int) -> np.ndarray:
 
 
 def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generator, plus_one: bool = False,
-                   diagnostics: list | None = None, scratch: _ScratchPool | None = None):
+                   diagnostics: list | None = None, scratch: ScratchPool | None = None):
     """One level on the current tokens: pre-scaled keys Kc (B, m, d), Wc (B, m, e) (B = flattened heads)
     and their squared norms nk2, nw2 (B, m) (with ``plus_one``, w carries an implicit extra coordinate 1,
     included in nw2, that padded rows do not have).
@@ -121,7 +121,7 @@ def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generat
     ones = None
     if plus_one and pad:
         ones = like(np.concatenate([np.ones(m), np.zeros(pad)]).reshape(nb, b), Kc)
-    signs, failed = _panel_walk(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
+    signs, failed = panel_walk_unchecked(xp.reshape(Kc, (B, nb, b, d)), xp.reshape(Wc, (B, nb, b, e)),
                                xp.reshape(nk2, (B, nb, b)), xp.reshape(nw2, (B, nb, b)),
                                like(rng.random((B, nb, b_draw))[..., :b], Kc), c, panel=WALK_PANEL,
                                plus_one=plus_one, ones=ones, scratch=scratch)
@@ -137,7 +137,7 @@ def _balance_level(Kc, Wc, nk2, nw2, *, b: int, c: float, rng: np.random.Generat
     n_plus = xp.sum(xp.astype(plus & valid, xp.int64), axis=-1, keepdims=True)
     n_real = xp.sum(xp.astype(valid, xp.int64), axis=-1, keepdims=True)
     minority = xp.where(2 * n_plus <= n_real, plus, ~plus) & valid
-    prio = like(_argsort_head(rng.random((B, nb, b_draw)), b).astype(np.int64), Kc)   # random priorities
+    prio = like(argsort_head(rng.random((B, nb, b_draw)), b).astype(np.int64), Kc)   # random priorities
     score = 2 * b_draw * xp.astype(minority, xp.int64) + b_draw * xp.astype(valid, xp.int64) + prio
     order = xp.argsort(score, axis=-1, descending=True, stable=True)[..., : b // 2]   # (B, nb, b/2)
     offsets = like((np.arange(nb, dtype=np.int64) * b)[:, None], Kc)
@@ -157,11 +157,11 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     ``levels = 0`` keeps everything. ``diagnostics``: a list that receives one :func:`walk_diagnostic` dict per level.
     ``_uniforms``: internal (:mod:`kvbounds.algorithms.balance_layers`), an object whose ``random(shape)`` hands
     out the levels' uniforms instead of ``rng``."""
-    _check_kv(K, V, finite=False)   # finiteness: checked below on the squared norms (one pass fewer)
-    b = _check_block(block_size)
+    check_kv(K, V, finite=False)   # finiteness: checked below on the squared norms (one pass fewer)
+    b = check_block(block_size)
     n = K.shape[-2]
-    T = _check_levels(levels, n)
-    _check_rng(rng)
+    T = check_levels(levels, n)
+    check_rng(rng)
     check_probability(delta, "delta")
     if value_kernel not in VALUE_KERNELS:
         raise InputError(f"value_kernel must be one of {VALUE_KERNELS}, got {value_kernel!r}")
@@ -172,9 +172,9 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     B = int(np.prod(lead, dtype=np.int64)) if lead else 1
     d = K.shape[-1]
     scale = 1.0 / math.sqrt(d)
-    # keys pre-scaled once: <k', k''> = <k, k''>/sqrt d. On the host into memory from the select's _ScratchPool
-    # (numpy's allocator: huge pages, see host_scratch._host_empty), handed on to the next level's w's after level 1
-    scratch = _ScratchPool()
+    # keys pre-scaled once: <k', k''> = <k, k''>/sqrt d. On the host into memory from the select's ScratchPool
+    # (numpy's allocator: huge pages, see host_scratch.host_empty), handed on to the next level's w's after level 1
+    scratch = ScratchPool()
     Kf = _scaled(xp.reshape(K, (B, n, d)), math.sqrt(scale), scratch)
     Wf = xp.reshape(V, (B, n, V.shape[-1]))
     # squared norms through vector_norm: one reduction, no (B, n, d) temporary (torch: 10x faster than sum(x * x))
@@ -184,7 +184,7 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     for name, nrm in (("K", nk2), ("V", nw2)):
         if not bool(xp.all(xp.isfinite(nrm))):
             raise InputError(f"{name} contains NaN or Inf (or a row whose squared norm overflows {K.dtype})")
-    _check_exponent_rounding(xp, nk2, d, K.dtype)
+    check_exponent_rounding(xp, nk2, d, K.dtype)
     plus_one = value_kernel == "value+1"     # w = [v, 1], the 1 added inside the walk (no concatenated copy)
     if plus_one:
         nw2 = nw2 + 1.0
@@ -192,7 +192,7 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     Kc, Wc, kc2, wc2 = Kf, Wf, nk2, nw2
     if T == 0:
         idx = xp.asarray(idx, copy=True)
-    # memory the select has touched is reused (_ScratchPool): the walk's panel scratch; the next level's keys go into
+    # memory the select has touched is reused (ScratchPool): the walk's panel scratch; the next level's keys go into
     # the freed panel scratch, then Kf is dead (later levels gather from the current level) and holds the next
     # w's and panels
     for level in range(T):   # torch CPU: the large operations may use torch's threads; the walk's steps run in numpy
@@ -202,9 +202,9 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
             diagnostics[-1]["level"] = level + 1
         idx = _take_cols(idx, pos)
         if level + 1 < T:
-            Kn = _gather_dev(Kc, pos, out=scratch.take(Kc, B * pos.shape[-1] * d))
+            Kn = gather_dev(Kc, pos, out=scratch.take(Kc, B * pos.shape[-1] * d))
             scratch.give(_flat_view(Kc))
-            Wn = _gather_dev(Wc, pos, out=scratch.take(Wc, B * pos.shape[-1] * Wc.shape[-1]))
+            Wn = gather_dev(Wc, pos, out=scratch.take(Wc, B * pos.shape[-1] * Wc.shape[-1]))
             if level > 0:                # level 0's w are the caller's V
                 scratch.give(_flat_view(Wc))
             Kc, Wc = Kn, Wn
@@ -212,7 +212,7 @@ def blockwise_balance_select(K, V, *, block_size: int, levels: int, rng: np.rand
     return xp.reshape(idx, lead + (idx.shape[-1],))
 
 
-def _scaled(X, a: float, scratch: _ScratchPool):
+def _scaled(X, a: float, scratch: ScratchPool):
     """X * a, for a numpy array or torch CPU tensor written into memory taken from ``scratch`` (the same
     products, so the same values)."""
     if type(X) is np.ndarray and X.dtype.kind == "f":
@@ -237,9 +237,9 @@ def _take_cols(idx, pos):
     return xp.reshape(xp.take(xp.reshape(idx, (-1,)), _flat(pos, m), axis=0), pos.shape)
 
 
-def _gather_dev(X, idx, out=None):
+def gather_dev(X, idx, out=None):
     """X (B, n, e), idx (B, m) integer array of X's backend -> (B, m, e); ``out``: None, or a flat array of
-    B m e elements (numpy or torch, from a :class:`_ScratchPool`) that receives it."""
+    B m e elements (numpy or torch, from a :class:`ScratchPool`) that receives it."""
     xp = array_namespace(X)
     B, n, e = X.shape
     if out is None:
@@ -252,7 +252,7 @@ def _gather_dev(X, idx, out=None):
 
 
 def _flat_view(X):
-    """The flat view of a contiguous numpy array or torch tensor (its memory, to hand back to a _ScratchPool), else
+    """The flat view of a contiguous numpy array or torch tensor (its memory, to hand back to a ScratchPool), else
     None (other backends keep freeing their memory as before)."""
     if type(X) is np.ndarray:
         return X.reshape(-1) if X.flags.c_contiguous else None
@@ -273,17 +273,17 @@ def compress_cache(K, V, *, sink: int, window: int, levels: int, block_size: int
     on K's backend: indices sorted ascending (int64), log-weight 0 for the exact tokens and
     levels * log 2 for the kept middle tokens (the 2^T of the estimator; when 2^T does not divide n_mid
     the exact scale would be log(n_mid / kept), which differs by a factor 1 + O(2^T / n_mid))."""
-    _check_kv(K, V)
+    check_kv(K, V)
     n = K.shape[-2]
-    sink = _check_int(sink, "sink")
-    window = _check_int(window, "window")
+    sink = check_int(sink, "sink")
+    window = check_int(window, "window")
     if sink + window > n:
         raise InputError(f"sink + window = {sink} + {window} exceeds the cache length n = {n}")
     if method not in METHODS:
         raise InputError(f"method must be one of {METHODS}, got {method!r}")
-    b = _check_block(block_size)
-    _check_rng(rng)
-    levels = _check_int(levels, "levels")
+    b = check_block(block_size)
+    check_rng(rng)
+    levels = check_int(levels, "levels")
     xp = array_namespace(K, V)
     lead = tuple(K.shape[:-2])
     n_mid = n - sink - window
@@ -291,7 +291,7 @@ def compress_cache(K, V, *, sink: int, window: int, levels: int, block_size: int
     if n_mid == 0:
         mid = xp.zeros(lead + (0,), dtype=xp.int64, device=dev)
     else:
-        _check_levels(levels, n_mid)
+        check_levels(levels, n_mid)
         m = n_mid >> levels
         if method == "balance":
             mid = blockwise_balance_select(K[..., sink:n - window, :], V[..., sink:n - window, :], block_size=b,
@@ -323,7 +323,7 @@ def weighted_attention(q, K, V, idx, logw, *, scale: float | None = None):
     indices (numpy or K's backend; a 1-D ``idx`` is shared by all heads); ``logw`` (..., m) or (m,) the
     log-weights (log 2^T for compressed tokens, 0 for exact ones). Computed as a softmax over logits
     <k, q>/sqrt d + log w (max-shifted: no overflow). Returns (..., s) or (..., nq, s)."""
-    _check_kv(K, V)
+    check_kv(K, V)
     check_array(q, "q", ndim=(K.ndim - 1, K.ndim), last_dim=K.shape[-1])
     namespace(q, K, V, names="q, K and V")
     lead = tuple(K.shape[:-2])
@@ -341,8 +341,8 @@ def weighted_attention(q, K, V, idx, logw, *, scale: float | None = None):
     B = int(np.prod(lead, dtype=np.int64)) if lead else 1
     idx_d = _on_device_of(idx, K, ixp is xp)
     idx_d = xp.reshape(xp.broadcast_to(xp.astype(idx_d, xp.int64), lead + (m,)), (B, m))
-    Ks = xp.reshape(_gather_dev(xp.reshape(K, (B, n, d)), idx_d), lead + (m, d))
-    Vs = xp.reshape(_gather_dev(xp.reshape(V, (B, n, V.shape[-1])), idx_d), lead + (m, V.shape[-1]))
+    Ks = xp.reshape(gather_dev(xp.reshape(K, (B, n, d)), idx_d), lead + (m, d))
+    Vs = xp.reshape(gather_dev(xp.reshape(V, (B, n, V.shape[-1])), idx_d), lead + (m, V.shape[-1]))
     lw = xp.astype(_on_device_of(logw, K, array_namespace(logw) is xp), K.dtype)
     lw = xp.broadcast_to(lw, lead + (m,))
     had_axis = q.ndim == K.ndim

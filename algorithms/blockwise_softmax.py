@@ -26,9 +26,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from array_api_compat import device as _device
 
-from kvbounds.gpu.backend import array_namespace
+from kvbounds.algorithms.arrays import array_namespace
 
-from .attention import _mul_pow2, _pow2_exponent
+from .attention import mul_pow2, pow2_exponent
 from .validation import InputError, check_array, check_same_dtype, namespace
 
 
@@ -123,10 +123,10 @@ class OnlineSoftmax:
         if self.e is None:
             self.e = e
         elif e > self.e:
-            self.N = _mul_pow2(self.N, self.e - e)
+            self.N = mul_pow2(self.N, self.e - e)
             self.e = e
         else:
-            contrib = _mul_pow2(contrib, e - self.e)
+            contrib = mul_pow2(contrib, e - self.e)
         self.Z = self.Z * alpha + xp.sum(w, axis=-1)
         self.N = self.N * alpha[..., None] + contrib
         self.m = m_new
@@ -172,7 +172,7 @@ def softmax_concat(chunks: Iterable[Sequence[Any]]):
         raise InputError("no chunks")
     l = xp.concat(logits, axis=-1)
     top = max(e for _, e in vals)
-    V = xp.concat([_mul_pow2(v, e - top) for v, e in vals], axis=0)
+    V = xp.concat([mul_pow2(v, e - top) for v, e in vals], axis=0)
     mx = xp.max(l, axis=-1, keepdims=True)
     if bool(xp.any(~xp.isfinite(mx))):
         raise InputError("every token is masked for some query: softmax undefined")
@@ -183,13 +183,13 @@ def softmax_concat(chunks: Iterable[Sequence[Any]]):
 
 def _unit_scaled(xp, x):
     """(x 2^-e, e) with max|x 2^-e| < 1: exact (powers of two), so products of such factors cannot overflow."""
-    e = _pow2_exponent(xp, x)
-    return _mul_pow2(x, -e), e
+    e = pow2_exponent(xp, x)
+    return mul_pow2(x, -e), e
 
 
 def _scaled_back(xp, out, e: int):
     """out 2^e, refused when the softmax average itself lies beyond the float range."""
-    out = _mul_pow2(out, e)
+    out = mul_pow2(out, e)
     if not bool(xp.all(xp.isfinite(out))):
         raise InputError(f"the softmax average exceeds the range of {out.dtype} (values times basis overflow)")
     return out

@@ -21,21 +21,21 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, device as _dev
 from .compressed_kv import CompressedKV
 from .validation import InputError, check_array, check_int, check_real, check_rng, namespace
 
 
-def _exact_part(K, V, lo: int, hi: int):
+def exact_part(K, V, lo: int, hi: int):
     xp = array_namespace(K)
     z = xp.zeros(tuple(K.shape[:-2]) + (hi - lo,), dtype=xp.float32, device=_dev(K))
     return CompressedKV(K[..., lo:hi, :], V[..., lo:hi, :], z, xp.asarray(z, copy=True))
 
 
-def _with_exact_ends(K, V, lo: int, hi: int, Kc, Vc, a, b):
-    """``concat_compressed([_exact_part(K, V, 0, lo), CompressedKV(Kc, Vc, a, b), _exact_part(K, V, hi, n)])``
+def with_exact_ends(K, V, lo: int, hi: int, Kc, Vc, a, b):
+    """``concat_compressed([exact_part(K, V, 0, lo), CompressedKV(Kc, Vc, a, b), exact_part(K, V, hi, n)])``
     with one CompressedKV built (and validated) instead of four: the same arrays, a third of the checks (the
-    equal-memory fit of :func:`kvbounds.e2e.methods._filled` builds a cache per round)."""
+    equal-memory fit of :func:`kvbounds.algorithms.equal_memory.fit_to_floats` builds a cache per round)."""
     xp = array_namespace(K)
     n = K.shape[-2]
     z = lambda m: xp.zeros(tuple(K.shape[:-2]) + (m,), dtype=xp.float32, device=_dev(K))
@@ -70,7 +70,7 @@ def concat_compressed(parts):
 F32_MAX = float(np.finfo(np.float32).max)
 
 
-def _check_cache(K, V, sink, window, budget_floats):
+def check_cache(K, V, sink, window, budget_floats):
     """K (H, n, d), V (H, n, s) finite float arrays within float32's range (the compressors store float32), of one
     backend; returned as float32 arrays of that backend."""
     check_array(K, "K", ndim=3, min_rows=1)
@@ -93,7 +93,7 @@ def _check_cache(K, V, sink, window, budget_floats):
     return xp.astype(K, xp.float32), xp.astype(V, xp.float32)
 
 
-def _split(K, sink: int, window: int, budget_floats: int):
+def split_budget(K, sink: int, window: int, budget_floats: int):
     n, d = K.shape[-2], K.shape[-1]
     if sink + window >= n:
         raise InputError(f"sink + window = {sink + window} leaves no middle in n = {n} tokens")
@@ -103,7 +103,7 @@ def _split(K, sink: int, window: int, budget_floats: int):
     return n, d, left
 
 
-def _bincount(x, k: int):
+def bincount(x, k: int):
     """Counts of 0..k-1 in the integer array x (1-D), int64, on x's backend."""
     if isinstance(x, np.ndarray):
         return np.bincount(x, minlength=k)
@@ -113,15 +113,15 @@ def _bincount(x, k: int):
     return xp.sum(xp.astype(x[:, None] == xp.arange(k, device=_dev(x))[None, :], xp.int64), axis=0)
 
 
-def _cluster_counts(lab, k: int):
+def cluster_counts(lab, k: int):
     """(H, k) int64 counts of 0..k-1 in each row of the integer labels lab (H, m), on lab's backend."""
     if isinstance(lab, np.ndarray):
         H = lab.shape[0]
         return np.bincount((lab + np.arange(H)[:, None] * k).reshape(-1), minlength=H * k).reshape(H, k)
-    return array_namespace(lab).stack([_bincount(lab[h], k) for h in range(lab.shape[0])], axis=0)
+    return array_namespace(lab).stack([bincount(lab[h], k) for h in range(lab.shape[0])], axis=0)
 
 
-def _l2_draws(p, t: int, rng: np.random.Generator):
+def l2_draws(p, t: int, rng: np.random.Generator):
     """t i.i.d. draws of 0..len(p)-1 with probabilities p (1-D float64): ``rng.choice(n, t, p=p)``'s algorithm
     (numpy's inverse CDF: cdf = cumsum(p) / its last entry, searchsorted(cdf, u, side='right') of t uniforms
     ``rng.random(t)``; the same draws, tests/test_e2e_subgen_rounds.py), without choice's checks of p on numpy
@@ -138,7 +138,7 @@ def _l2_draws(p, t: int, rng: np.random.Generator):
     return xp.searchsorted(cdf, like(rng.random(t), p), side="right")
 
 
-def _l2_sample(P_h, t: int, rng: np.random.Generator):
+def l2_sample(P_h, t: int, rng: np.random.Generator):
     """One head's l2 samples (SubGen Alg. 1): t draws with probabilities P_h / sum(P_h) (uniform when the values
     are all zero), returned as the distinct tokens drawn and their float32 log importance weights
     log(count / (t p))."""
@@ -146,16 +146,16 @@ def _l2_sample(P_h, t: int, rng: np.random.Generator):
         n = P_h.shape[0]
         total = float(np.sum(P_h))
         p = P_h / total if total > 0 else np.full((n,), 1.0 / n, dtype=np.float64)
-        uniq, cnt = _unique_counts(_l2_draws(p, t, rng))
+        uniq, cnt = unique_counts(l2_draws(p, t, rng))
         return uniq, np.log(cnt.astype(np.float64) / (t * p[uniq])).astype(np.float32)
     xp = array_namespace(P_h)
     total = float(xp.sum(P_h))
     p = P_h / total if total > 0 else xp.full((P_h.shape[0],), 1.0 / P_h.shape[0], dtype=xp.float64, device=_dev(P_h))
-    uniq, cnt = _unique_counts(_l2_draws(p, t, rng))
+    uniq, cnt = unique_counts(l2_draws(p, t, rng))
     return uniq, xp.astype(xp.log(xp.astype(cnt, xp.float64) / (t * xp.take(p, uniq))), xp.float32)
 
 
-def _unique_counts(x):
+def unique_counts(x):
     """Sorted distinct values of the 1-D array x of non-negative integers (token indices) and their counts, on x's
     backend. numpy: by bincount (np.unique's values and counts, without its sort; issue 26)."""
     if isinstance(x, np.ndarray):
@@ -175,7 +175,7 @@ class SubGenCompressor:
     a = -inf: a representative's value is never used, so it is not stored); the numerator sum_i e^{l_i} v_i
     from t i.i.d. l2 samples of the middle values (p_i = ||v_i||^2 / sum ||v||^2, float64) with importance weights
     count_j / (t p_j) (a = log of it, b = -inf). Half the middle's floats each. Runs on K's backend and device
-    (the l2 draws: :func:`_l2_draws`). Claims SG.e2e, SG.*."""
+    (the l2 draws: :func:`l2_draws`). Claims SG.e2e, SG.*."""
     name = "subgen"
 
     def __init__(self, sink: int = 32, window: int = 32, cluster_share: float = 0.5):
@@ -200,15 +200,15 @@ class SubGenCompressor:
         """``traversal``: optional :class:`kvbounds.algorithms.kcenter.FarthestFirst` of exactly these middle keys
         (numpy ``K[:, sink:n - window]``, the same memory), reused across calls at other budgets (the
         equal-memory fit); the clusters are those of ``greedy_k_center`` either way."""
-        K, V = _check_cache(K, V, self.sink, self.window, budget_floats)
+        K, V = check_cache(K, V, self.sink, self.window, budget_floats)
         check_rng(rng)
         return self._compress_checked(K, V, budget_floats, rng, traversal)
 
     def _compress_checked(self, K, V, budget_floats: int, rng, traversal=None):
-        """:meth:`compress` of K, V that :func:`_check_cache` returned (the equal-memory fit checks them once)."""
+        """:meth:`compress` of K, V that :func:`check_cache` returned (the equal-memory fit checks them once)."""
         from .kcenter import greedy_k_center
         xp, dev = array_namespace(K, V), _dev(K)
-        n, d, left = _split(K, self.sink, self.window, budget_floats)
+        n, d, left = split_budget(K, self.sink, self.window, budget_floats)
         lo, hi = self.sink, n - self.window
         n_mid = hi - lo
         k, t = self.sizes(n_mid, d, left, budget_floats)
@@ -221,10 +221,10 @@ class SubGenCompressor:
         if traversal is None:
             res = greedy_k_center(Km, k)
         else:
-            _check_traversal(traversal, Km)
+            check_traversal(traversal, Km)
             res = traversal.result(k)
         # the clusters of every head at once (one gather, one count); then the value samples head by head
-        counts = _cluster_counts(xp.reshape(res.assignment, (H, n_mid)), k)                  # (H, k)
+        counts = cluster_counts(xp.reshape(res.assignment, (H, n_mid)), k)                  # (H, k)
         if isinstance(Km, np.ndarray):   # the same rows; take_along_axis broadcasts its indices over d (slow)
             Kc[:, :k] = Km[np.arange(H)[:, None], res.centers]
         else:
@@ -233,14 +233,14 @@ class SubGenCompressor:
         b[:, :k] = xp.astype(xp.where(counts == 0, xp.full_like(logc, -math.inf), logc), xp.float32)
         P = xp.sum(xp.astype(Vm, xp.float64) ** 2, axis=-1)                                  # (H, n_mid)
         for h in range(H):
-            uniq, a_h = _l2_sample(P[h], t, rng)
+            uniq, a_h = l2_sample(P[h], t, rng)
             j = slice(k, k + int(uniq.shape[0]))
             Kc[h, j], Vc[h, j] = xp.take(Km[h], uniq, axis=0), xp.take(Vm[h], uniq, axis=0)
             a[h, j] = a_h
-        return _with_exact_ends(K, V, lo, hi, Kc, Vc, a, b)
+        return with_exact_ends(K, V, lo, hi, Kc, Vc, a, b)
 
 
-def _check_traversal(traversal, Km) -> None:
+def check_traversal(traversal, Km) -> None:
     from .kcenter import FarthestFirst
     if not isinstance(traversal, FarthestFirst) or not traversal.is_of(Km):
         raise InputError("traversal must be a FarthestFirst of this call's middle keys K[:, sink:n - window] "
@@ -270,9 +270,9 @@ class SubspaceCompressor:
         return r
 
     def compress(self, K, V, *, budget_floats: int, rng: np.random.Generator | None = None):
-        K, V = _check_cache(K, V, self.sink, self.window, budget_floats)
+        K, V = check_cache(K, V, self.sink, self.window, budget_floats)
         xp = array_namespace(K, V)
-        n, d, left = _split(K, self.sink, self.window, budget_floats)
+        n, d, left = split_budget(K, self.sink, self.window, budget_floats)
         lo, hi = self.sink, n - self.window
         r = self.rank_for(hi - lo, d, left)
 
@@ -289,7 +289,7 @@ class SubspaceCompressor:
                                np.zeros(K.shape[:-1], np.float32), np.zeros(K.shape[:-1], np.float32))
         else:
             z = xp.zeros((K.shape[0], hi - lo), dtype=xp.float32, device=_dev(K))
-            out = _with_exact_ends(K, V, lo, hi, xp.astype(project_heads(K[:, lo:hi]), xp.float32),
+            out = with_exact_ends(K, V, lo, hi, xp.astype(project_heads(K[:, lo:hi]), xp.float32),
                                    xp.astype(project_heads(V[:, lo:hi]), xp.float32), z, xp.asarray(z, copy=True))
         out.extra_floats, out.rank, out.projected = 2 * r * d * K.shape[0], r, hi - lo
         return out

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device as _dev
 
 from .validation import InputError, check_array, check_indices, check_int, check_scale, namespace
 
 
-def _check_kv(K, V):
+def check_kv(K, V):
     check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1)
     check_array(V, "V", ndim=K.ndim)
     if tuple(V.shape[:-1]) != tuple(K.shape[:-1]):
@@ -136,7 +136,7 @@ class CompressedKV:
         return out
 
 
-def _weight_floats(x: np.ndarray) -> int:
+def weight_floats(x: np.ndarray) -> int:
     """Floats to store one head's weights on one side: none, one if they are all equal, else one per token."""
     return 0 if x.size == 0 else (1 if np.all(x == x[0]) else int(x.size))
 
@@ -165,13 +165,13 @@ def memory_floats(c: CompressedKV) -> int:
         if not w.any():
             continue
         if np.array_equal(A[h][w], B[h][w]):
-            floats += _weight_floats(A[h][w])
+            floats += weight_floats(A[h][w])
         else:
-            floats += _weight_floats(A[h][w & FA[h]]) + _weight_floats(B[h][w & FB[h]])
+            floats += weight_floats(A[h][w & FA[h]]) + weight_floats(B[h][w & FB[h]])
     return floats + int(c.extra_floats)
 
 
-def _on_backend_of(x, ref):
+def on_backend_of(x, ref):
     """``x`` (an array or a number) as an array of ``ref``'s backend and device: numpy moves with ``like`` (host to
     device), an array of another backend comes back with ``to_numpy`` when ``ref`` is numpy."""
     if not hasattr(x, "shape"):
@@ -190,18 +190,18 @@ def gather_selection(K, V, indices, log_weights) -> CompressedKV:
 
     K (..., n, d), V (..., n, s); indices (..., m) (or (m,) shared by the heads) integers in [0, n);
     log_weights finite, broadcastable to the indices' shape."""
-    _check_kv(K, V)
+    check_kv(K, V)
     xp = array_namespace(K, V)
     n = K.shape[-2]
     lead = tuple(K.shape[:-2])
     if not hasattr(indices, "shape"):
         raise InputError(f"indices must be an integer array, got {type(indices).__name__}")
-    idx = _on_backend_of(check_indices(indices, "indices", lead=lead, n=n, allow_empty=True), K)
+    idx = on_backend_of(check_indices(indices, "indices", lead=lead, n=n, allow_empty=True), K)
     idx = xp.broadcast_to(xp.astype(idx, xp.int64), lead + tuple(idx.shape[-1:]))
     if not hasattr(log_weights, "shape") and not isinstance(log_weights, (int, float, np.number)) \
             or isinstance(log_weights, (bool, np.bool_)):
         raise InputError(f"log_weights must be a float array or number, got {type(log_weights).__name__}")
-    lw_in = _on_backend_of(log_weights, K)
+    lw_in = on_backend_of(log_weights, K)
     if not xp.isdtype(lw_in.dtype, ("integral", "real floating")) or not bool(xp.all(xp.isfinite(lw_in))):
         raise InputError(f"log_weights must be finite real numbers (dtype {lw_in.dtype})")
     try:
@@ -211,10 +211,10 @@ def gather_selection(K, V, indices, log_weights) -> CompressedKV:
                          f"{tuple(idx.shape)}") from e
     if not isinstance(lw, np.ndarray):
         lw = xp.asarray(lw, copy=True)                   # a broadcast view made contiguous
-    return CompressedKV(_take_rows(xp, K, idx), _take_rows(xp, V, idx), lw, xp.asarray(lw, copy=True))
+    return CompressedKV(take_rows(xp, K, idx), take_rows(xp, V, idx), lw, xp.asarray(lw, copy=True))
 
 
-def _take_rows(xp, X, idx):
+def take_rows(xp, X, idx):
     """X[..., idx[..., j], :]: rows of X (..., n, e) at idx (...,  m). numpy: one flat ``take`` (take_along_axis
     broadcasts the index over e, ~20x slower at the e2e harness's shapes); other backends: take_along_axis."""
     if type(X) is not np.ndarray:

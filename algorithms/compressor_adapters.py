@@ -20,13 +20,12 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy
-from kvbounds.theory.lower_bound import log2_binomial
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy
 
 from .attention import exact_attention
 from .balance_kv import BalanceKV, DegenerateEstimate
 from .blockwise_balance_kv import compress_cache, weighted_attention
-from .index_reduction import DECODERS, IndexInstance, bob_decode, random_instance
+from .index_reduction import DECODERS, IndexInstance, bob_decode, log2_binomial, random_instance
 from .uniform_sampling import uniform_select
 from .validation import InputError, check_array, check_int, check_positive, check_rng, check_seed, namespace
 
@@ -254,5 +253,5 @@ def play(name: str, setting: int, n: int, d: int, r: float, reps: int, rng: np.r
 
 # The whole-cache compressors (the end-to-end harness's contract) live in cache_compressors; imported from here too.
 from .cache_compressors import (F32_MAX, PROJECT_BYTES, SubGenCompressor, SubspaceCompressor,  # noqa: E402,F401
-                                _bincount, _check_cache, _check_traversal, _cluster_counts, _exact_part, _l2_draws,
-                                _split, _unique_counts, _with_exact_ends, concat_compressed, released_balancekv)
+                                bincount, check_cache, check_traversal, cluster_counts, exact_part, l2_draws,
+                                split_budget, unique_counts, with_exact_ends, concat_compressed, released_balancekv)

@@ -48,9 +48,9 @@ from typing import Any
 import numpy as np
 from array_api_compat import device as _device
 
-from kvbounds.gpu.backend import array_namespace
+from kvbounds.algorithms.arrays import array_namespace
 
-from .host_values import _host_floats
+from .host_values import host_floats
 from .validation import InputError, check_array, check_positive
 
 
@@ -89,14 +89,14 @@ class FrequentDirections:
         if rows.shape[0] == 0:
             return self
         self._ensure_buffer(rows)
-        finite, amax = _host_floats(xp, xp.all(xp.isfinite(rows)), xp.max(xp.abs(rows)))   # one host read
+        finite, amax = host_floats(xp, xp.all(xp.isfinite(rows)), xp.max(xp.abs(rows)))   # one host read
         if not finite:
             raise InputError("rows contains NaN or Inf")
-        _check_row_scale(amax, self.d, rows.dtype, xp)
+        check_row_scale(amax, self.d, rows.dtype, xp)
         return self._push(rows)
 
     def _push(self, rows) -> "FrequentDirections":
-        """update() for rows (m, d) already checked (finite, not too large: :func:`_check_row_scale`) by the caller,
+        """update() for rows (m, d) already checked (finite, not too large: :func:`check_row_scale`) by the caller,
         on the sketch's backend and device: no host read (issue 15) except the SVD of a shrink."""
         xp = array_namespace(rows)
         self._ensure_buffer(rows)
@@ -235,7 +235,7 @@ def _shrunk(B, ell: int, *, keep: int, out_rows: int, host_delta: bool):
     return out, keep, s_cut * s_cut
 
 
-def _check_row_scale(amax: float, d: int, dtype, xp) -> None:
+def check_row_scale(amax: float, d: int, dtype, xp) -> None:
     """Rows whose largest |entry| is ``amax`` have squared norms that do not overflow ``dtype``, or an InputError."""
     if amax * math.sqrt(d) > math.sqrt(float(xp.finfo(dtype).max)):
         raise InputError(f"rows too large (max |entry| {amax:.3g}): squared row norms overflow {dtype}")

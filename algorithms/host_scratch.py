@@ -1,16 +1,16 @@
 """Host memory for the blockwise walk (:mod:`kvbounds.algorithms.block_walk`, claim BKV.vs-uniform; BalanceKV-NeurIPS
-App. B): scratch arrays reused within one select (:class:`_ScratchPool`), fresh ones from numpy's allocator
-(:func:`_host_empty`), and which backend an array belongs to (numpy, torch CPU, elsewhere)."""
+App. B): scratch arrays reused within one select (:class:`ScratchPool`), fresh ones from numpy's allocator
+(:func:`host_empty`), and which backend an array belongs to (numpy, torch CPU, elsewhere)."""
 from __future__ import annotations
 
 import sys
 
 import numpy as np
 
-from kvbounds.gpu.backend import device as _dev
+from kvbounds.algorithms.arrays import device as _dev
 
 
-def _native(x):
+def native(x):
     """numpy for a numpy array, torch for a torch tensor (their matmul/exp take ``out=``); None otherwise."""
     if type(x) is np.ndarray:
         return np
@@ -18,22 +18,22 @@ def _native(x):
     return torch if torch is not None and isinstance(x, torch.Tensor) else None
 
 
-def _on_host(x) -> bool:
+def on_host(x) -> bool:
     """A numpy array or a torch CPU tensor: where fresh memory costs page faults and scratch reuse pays (a GPU's
     caching allocator reuses memory already, and small chunked operations would cost kernel launches there)."""
-    nat = _native(x)
+    nat = native(x)
     return nat is np or (nat is not None and x.device.type == "cpu")
 
 
-def _exp_inplace(xp, P):
+def exp_inplace(xp, P):
     """exp(P), written over P where the backend allows it (numpy, torch): no fresh memory for the panel."""
-    nat = _native(P)
+    nat = native(P)
     if nat is None:
         return xp.exp(P)
     return nat.exp(P, out=P)
 
 
-class _ScratchPool:
+class ScratchPool:
     """Flat scratch arrays handed out (:meth:`take`) and handed back (:meth:`give`) within one computation, so that
     memory it has already touched is reused: fresh memory costs a page fault per 4 KiB on first touch (~2 us each
     on a virtual machine: one blockwise select at 8 x 8192 x 128 took ~20k faults, ~45 ms of its ~250). Best fit, a
@@ -44,7 +44,7 @@ class _ScratchPool:
 
     def take(self, like, n: int):
         """A flat array of n elements of like's kind, dtype and device (contents undefined), or None."""
-        if not _on_host(like):
+        if not on_host(like):
             return None
         best = None
         for k, f in enumerate(self.free):
@@ -52,7 +52,7 @@ class _ScratchPool:
                     and (best is None or f.shape[0] < self.free[best].shape[0])):
                 best = k
         if best is None:
-            return _host_empty(like, n)
+            return host_empty(like, n)
         f = self.free.pop(best)
         if f.shape[0] > n:
             self.free.append(f[n:])
@@ -60,10 +60,10 @@ class _ScratchPool:
 
     def give(self, *arrays) -> None:
         """Hand back flat arrays (from :meth:`take`, or the flat view of a dead array); None is ignored."""
-        self.free.extend(a for a in arrays if a is not None and _on_host(a))
+        self.free.extend(a for a in arrays if a is not None and on_host(a))
 
 
-def _host_empty(like, n: int):
+def host_empty(like, n: int):
     """A fresh flat array of n elements of like's kind and dtype on the host (numpy, or torch CPU), allocated by
     numpy and, for torch, shared with :func:`torch.from_numpy` (zero copy). numpy advises the kernel to back
     large allocations with huge pages (madvise MADV_HUGEPAGE), torch's CPU allocator does not: first touch of 32
@@ -79,7 +79,7 @@ def _host_empty(like, n: int):
     return torch.from_numpy(raw[off:off + n * item]).view(like.dtype)
 
 
-def _host_view(x):
+def host_view(x):
     """A numpy view (no copy) of a CPU array: a numpy array itself or a torch CPU tensor; None otherwise."""
     if type(x) is np.ndarray:
         return x

@@ -10,7 +10,7 @@ Alice holds bits x in {0,1}^n (Def. C.1), n a multiple of d. Public coins (share
 Bit i gets the key k_i = k~_{pi(i)_1} and the value v_i = sigma_i e_{pi(i)_2}; Alice streams
 U = {(k_i, v_i) : x_i = 1} (in the order of i) into the attention approximator. Bob queries q_i = k_i
 and reads the value written in the only non-zero coordinate of v_i; he says 1 when it exceeds
-(1/40) e^a / max{d e^a, |U|}, a = r^2/sqrt d (:func:`kvbounds.theory.lower_bound.bob_threshold`).
+(1/40) e^a / max{d e^a, |U|}, a = r^2/sqrt d (:func:`bob_threshold`).
 
 "The value written in the coordinate" is read three ways (``DECODERS``): ``"abs"`` |z_c| (the lemmas
 bound |sum_U exp(<k,q_i>/sqrt d) <v, v_i>|), ``"signed"`` sigma_i z_c (= <z, v_i>), ``"literal"`` z_c
@@ -30,17 +30,65 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, asarray, like, to_numpy
-from kvbounds.theory.lower_bound import bob_threshold, check_length, check_radius, exponent
+from kvbounds.algorithms.arrays import array_namespace, asarray, like, to_numpy
 
 from .validation import InputError
 
 DECODERS = ("abs", "signed", "literal")
 DIRECTIONS = ("random", "adversarial", "clairvoyant")
 MAX_BITS = 2**31
+BOB_THRESHOLD_FACTOR = 1 / 40  # Bob's threshold (1/40) e^a / max{d e^a, |U|}
+
+
+# the reduction's parameters (BalanceKV-NeurIPS Thm 3.2, App. C.1), also read by kvbounds.theory.lower_bound
+
+def check_dimension(d) -> int:
+    if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1:
+        raise InputError(f"d must be an integer >= 1, got {d!r}")
+    return int(d)
+
+
+def check_radius(d, r) -> float:
+    """r > 0 with r^2 <= d (Thm 3.2's assumption); the error names both."""
+    d = check_dimension(d)
+    if isinstance(r, bool) or not isinstance(r, numbers.Real) or not math.isfinite(r) or r <= 0:
+        raise InputError(f"r must be a finite number > 0, got {r!r}")
+    if r * r > d * (1 + 1e-12):
+        raise InputError(f"r^2 = {r * r:.6g} > d = {d}: Theorem 3.2 assumes r^2 <= d")
+    return float(r)
+
+
+def check_length(n, d) -> int:
+    """n bits in n/d groups of d (App. C.1): n must be a positive multiple of d."""
+    d = check_dimension(d)
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise InputError(f"n must be an integer >= 1, got {n!r}")
+    if n % d:
+        raise InputError(f"n = {n} is not a multiple of d = {d}: the reduction partitions the n bits into "
+                         f"n/d groups of size d")
+    return int(n)
+
+
+def exponent(d, r) -> float:
+    """a = r^2/sqrt(d): the logit <k,k>/sqrt d of a key with itself."""
+    r = check_radius(d, r)
+    return r * r / math.sqrt(d)
+
+
+def bob_threshold(d: int, r: float, u_size) -> float:
+    """Bob's threshold (1/40) e^a / max{d e^a, |U|} (App. C.1, a = r^2/sqrt d)."""
+    a = exponent(d, r)
+    return BOB_THRESHOLD_FACTOR * math.exp(a) / max(d * math.exp(a), float(u_size))
+
+
+def log2_binomial(n: int, k: int) -> float:
+    if k < 0 or k > n:
+        return 0.0
+    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)) / math.log(2)
 
 
 def _check_rng(rng):

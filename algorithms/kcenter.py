@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, is_gpu_array, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, is_gpu_array, like, to_numpy, device as _dev
 
-from .attention import _mul_pow2, _pow2_exponent
+from .attention import mul_pow2, pow2_exponent
 from .validation import InputError, check_array, check_int, check_positive
 
 
@@ -68,8 +68,8 @@ def greedy_k_center(X, k: int, *, start: int = 0) -> KCenterResult:
     if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or not 0 <= start < n:
         raise InputError(f"start must be an index in [0, {n}), got {start!r}")
     B = int(np.prod(lead, dtype=np.int64)) if lead else 1
-    e = _pow2_exponent(xp, X)
-    Xf = _mul_pow2(xp.reshape(X, (B, n, d)), -e)                              # max |entry| in [1/2, 1)
+    e = pow2_exponent(xp, X)
+    Xf = mul_pow2(xp.reshape(X, (B, n, d)), -e)                              # max |entry| in [1/2, 1)
     sq = xp.sum(Xf * Xf, axis=-1)                                             # (B, n)
     if type(X) is np.ndarray and _NUMPY_LOOP:
         # heads in groups of about TRAVERSE_BYTES of points: fewer Python steps than one head at a time, while the
@@ -155,7 +155,7 @@ def _advance(Xf, sq, nxt, mind, assign, IDX, r2, j0: int, k: int):
 class FarthestFirst:
     """A resumable greedy k-center traversal (:func:`greedy_k_center`'s numpy loop) of numpy keys X (H, n, d),
     or of a stack of layers (L, H, n, d) whose layers are then split (:meth:`layers`): SubGen's equal-memory fit
-    (:func:`kvbounds.e2e.methods._filled`) asks the same keys for 490, 513, 509, 510 centres in turn; the
+    (:func:`kvbounds.algorithms.equal_memory.fit_to_floats`) asks the same keys for 490, 513, 509, 510 centres in turn; the
     traversal's first k centres, radii and assignment do not depend on how many follow, so one traversal answers
     every k, continuing from the nearest earlier state (checkpoints at each k asked) instead of starting again.
 
@@ -172,8 +172,8 @@ class FarthestFirst:
             raise InputError(f"start must be an index in [0, {n}), got {start!r}")
         self.X, self.start = X, int(start)
         stack = X if X.ndim == 4 else X[None]
-        self.exps = [_pow2_exponent(np, x) for x in stack]
-        self.Xf = np.stack([_mul_pow2(x, -e) for x, e in zip(stack, self.exps)])     # (L, H, n, d) as per layer
+        self.exps = [pow2_exponent(np, x) for x in stack]
+        self.Xf = np.stack([mul_pow2(x, -e) for x, e in zip(stack, self.exps)])     # (L, H, n, d) as per layer
         self.sq = np.sum(self.Xf * self.Xf, axis=-1)
         L, H = self.Xf.shape[:2]
         self.j = 0

@@ -32,10 +32,10 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy
 
-from .token_selection import TokenSelector, _check_fields
-from .uniform_sampling import _check_int, _check_rng
+from .token_selection import TokenSelector, check_fields
+from .uniform_sampling import check_int, check_rng
 from .validation import InputError
 
 
@@ -118,15 +118,15 @@ class KernelThinning(TokenSelector):
     name = "kernel_thinning"
 
     def __post_init__(self):
-        _check_fields(self, ("sink", "window"))
+        check_fields(self, ("sink", "window"))
         why = goodpoints_missing()
         if why:
             raise InputError(why)
 
     def _select(self, K, V, budget, rng, Q):
         xp, n, lead = array_namespace(K), K.shape[-2], tuple(K.shape[:-2])
-        _check_rng(rng)
-        sink, window = _check_int(self.sink, "sink"), _check_int(self.window, "window")
+        check_rng(rng)
+        sink, window = check_int(self.sink, "sink"), check_int(self.window, "window")
         if sink + window >= budget:
             raise InputError(f"sink + window = {sink + window} must be below the budget {budget}")
         n_mid, kept = n - sink - window, budget - sink - window

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, device as _dev
 
-from .host_values import _host_floats
+from .host_values import host_floats
 from .softmax_balance import softmax_balance
 from .validation import (InputError, check_array, check_positive, check_probability, check_rng, check_scale,
                          namespace)
@@ -32,7 +32,7 @@ PANEL_FROM = 512     # memory="auto": batches above this size are balanced on Gr
 MAX_BATCH = 2**26    # t rows are buffered before each reduction: larger t cannot be held
 
 
-def _check_levels(T: int) -> None:
+def check_levels(T: int) -> None:
     if isinstance(T, bool) or not isinstance(T, int) or T < 0:
         raise InputError(f"levels T must be a non-negative integer, got {T!r}")
     if T > MAX_LEVELS:
@@ -57,7 +57,7 @@ class MergeAndReduce:
         check_positive(t, "batch size t", integer=True)
         if t < 2 or t % 2 or t > MAX_BATCH:
             raise InputError(f"batch size t must be an even integer in [2, {MAX_BATCH}], got {t}")
-        _check_levels(T)
+        check_levels(T)
         check_probability(delta, "delta")
         check_rng(rng)
         for name, r in (("r_key", r_key), ("r_value", r_value)):
@@ -91,7 +91,7 @@ class MergeAndReduce:
         check_array(v, "v", ndim=1, last_dim=self.s, finite=False)
         self._check_like_stream(k, v)
         xp = array_namespace(k)
-        for ok, name in zip(_host_floats(xp, xp.all(xp.isfinite(k)), xp.all(xp.isfinite(v))), "kv"):  # one read
+        for ok, name in zip(host_floats(xp, xp.all(xp.isfinite(k)), xp.all(xp.isfinite(v))), "kv"):  # one read
             if not ok:
                 raise InputError(f"{name} contains NaN or Inf")
         self._push(k, v)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device as _dev
 
 from .validation import InputError, check_array, check_positive, check_probability, check_rng, namespace
 
@@ -51,7 +51,7 @@ def walk_constant(n: int, delta: float) -> float:
     return 30.0 * math.log(n / delta)
 
 
-def _choose(xp, x, u, c):
+def walk_choose(xp, x, u, c):
     """One step: FAIL flag, and the sign drawn from p = 1/2 - x/(2c) (x already divided by r^2)."""
     fail = xp.abs(x) > c
     p = xp.clip(0.5 - x / (2.0 * c), 0.0, 1.0)
@@ -59,14 +59,14 @@ def _choose(xp, x, u, c):
     return fail, xp.where(u < p, one, -one)
 
 
-def _finish(xp, signs, fails, ratios, on_fail, scale=1.0):
+def walk_finish(xp, signs, fails, ratios, on_fail, scale=1.0):
     # kept on the device during the walk and moved once here (no per-step synchronisation)
     failed_np = to_numpy(xp.stack(fails, axis=-1))
     ratio_np = to_numpy(xp.stack(ratios, axis=-1))
-    return _finish_np(signs, failed_np, ratio_np, on_fail, scale)
+    return walk_finish_np(signs, failed_np, ratio_np, on_fail, scale)
 
 
-def _finish_np(signs, failed_np, ratio_np, on_fail, scale):
+def walk_finish_np(signs, failed_np, ratio_np, on_fail, scale):
     any_fail = failed_np.any(axis=-1)
     first = np.where(any_fail, failed_np.argmax(axis=-1), -1)
     max_ratio = ratio_np.max(axis=-1)
@@ -113,12 +113,12 @@ def self_balancing_walk_result(U, *, delta: float, rng: np.random.Generator, r: 
     for i in range(n):
         ui = Ur[..., i, :]
         x = xp.sum(w * ui, axis=-1)
-        fail, eps = _choose(xp, x, uniforms[..., i], c)
+        fail, eps = walk_choose(xp, x, uniforms[..., i], c)
         w = w + eps[..., None] * ui
         cols.append(eps)
         fails.append(fail)
         ratios.append(xp.abs(x) / c)
-    return _finish(xp, xp.stack(cols, axis=-1), fails, ratios, on_fail, scale=c * r * r)
+    return walk_finish(xp, xp.stack(cols, axis=-1), fails, ratios, on_fail, scale=c * r * r)
 
 
 def self_balancing_walk(U, *, delta: float, rng: np.random.Generator, r: float | None = None,
@@ -142,10 +142,10 @@ def gram_walk(G, uniforms, c: float, *, on_fail: str = "raise") -> WalkResult:
     c = float(c)
     if on_fail not in ("raise", "continue"):
         raise InputError(f"on_fail must be 'raise' or 'continue', got {on_fail!r}")
-    return _gram_walk_unchecked(G, uniforms, float(c), on_fail)
+    return gram_walk_unchecked(G, uniforms, float(c), on_fail)
 
 
-def _gram_walk_unchecked(G, uniforms, c: float, on_fail: str) -> WalkResult:
+def gram_walk_unchecked(G, uniforms, c: float, on_fail: str) -> WalkResult:
     """:func:`gram_walk` for callers that have checked its inputs (SoftmaxBalance: no host read per check)."""
     if type(G) is np.ndarray and G.ndim == 2 and type(uniforms) is np.ndarray:
         return _gram_walk_numpy(G, uniforms, c, on_fail)
@@ -160,12 +160,12 @@ def _gram_walk_array(G, uniforms, c, on_fail):
     cols, fails, ratios = [], [], []
     for i in range(n):
         x = s[..., i]
-        fail, eta = _choose(xp, x, uniforms[..., i], c)
+        fail, eta = walk_choose(xp, x, uniforms[..., i], c)
         s = s + eta[..., None] * G[..., i, :]
         cols.append(eta)
         fails.append(fail)
         ratios.append(xp.abs(x) / c)
-    return _finish(xp, xp.stack(cols, axis=-1), fails, ratios, on_fail, scale=c)
+    return walk_finish(xp, xp.stack(cols, axis=-1), fails, ratios, on_fail, scale=c)
 
 
 def _gram_walk_numpy(G: np.ndarray, uniforms: np.ndarray, c: float, on_fail: str) -> WalkResult:
@@ -192,7 +192,7 @@ def _gram_walk_numpy(G: np.ndarray, uniforms: np.ndarray, c: float, on_fail: str
             s += G[i]
         else:
             s -= G[i]
-    return _finish_np(signs, failed, ratios, on_fail, c)
+    return walk_finish_np(signs, failed, ratios, on_fail, c)
 
 
 def smaller_side(signs):

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _device
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device as _device
 
-from .host_values import _host_floats
-from .self_balancing_walk import WalkResult, _gram_walk_unchecked, smaller_side, walk_constant
+from .host_values import host_floats
+from .self_balancing_walk import WalkResult, gram_walk_unchecked, smaller_side, walk_constant
 from .validation import (InputError, check_array, check_positive, check_probability, check_rng, check_scale,
                          namespace)
 
@@ -103,7 +103,7 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
     check_rng(rng)
     rows = K.shape[-2]
     # finiteness and the largest norms in one host read (on a GPU each read waits for the device)
-    fin_k, fin_v, kmax, vmax = _host_floats(xp, xp.all(xp.isfinite(K)), xp.all(xp.isfinite(V)),
+    fin_k, fin_v, kmax, vmax = host_floats(xp, xp.all(xp.isfinite(K)), xp.all(xp.isfinite(V)),
                                             xp.max(xp.linalg.vector_norm(K, axis=-1)),
                                             xp.max(xp.linalg.vector_norm(V, axis=-1)))
     for ok, name in ((fin_k, "K"), (fin_v, "V")):
@@ -136,13 +136,13 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
         G = _kernel_gram(xp, K, V, r_key, r_value, check_scale(scale, K.shape[-1]))
         if repeats is not None:
             G = xp.broadcast_to(G, batch + (rows,))
-        walk = _gram_walk_unchecked(G, uniforms, c, on_fail)
+        walk = gram_walk_unchecked(G, uniforms, c, on_fail)
     return SoftmaxBalanceResult(smaller_side(walk.signs), walk.signs, walk, r_key, r_value, c)
 
 
 def _row_walk(K, V, r_key, r_value, uniforms, c, scale, on_fail) -> WalkResult:
     """Alg. 2 lines 5-11 literally: y_i = exp(<k_i,k_j>/sqrt d) <v_i,v_j> / R^2 for i < j, x = y^T eta."""
-    from .self_balancing_walk import _choose, _finish
+    from .self_balancing_walk import walk_choose, walk_finish
     xp = array_namespace(K, V)
     scale = 1.0 / math.sqrt(K.shape[-1]) if scale is None else scale
     n = K.shape[-2]
@@ -153,11 +153,11 @@ def _row_walk(K, V, r_key, r_value, uniforms, c, scale, on_fail) -> WalkResult:
         y = xp.exp((xp.sum(K[..., :j, :] * kj, axis=-1) - r_key**2) * scale) * (
             xp.sum(V[..., :j, :] * vj, axis=-1) / r_value**2)
         x = xp.sum(y * eta[..., :j], axis=-1)
-        fail, e = _choose(xp, x, uniforms[..., j], c)
+        fail, e = walk_choose(xp, x, uniforms[..., j], c)
         eta[..., j] = e
         fails.append(fail)
         ratios.append(xp.abs(x) / c)
-    return _finish(xp, eta, fails, ratios, on_fail, scale=c)
+    return walk_finish(xp, eta, fails, ratios, on_fail, scale=c)
 
 
 
@@ -167,7 +167,7 @@ def _panel_walk(K, V, r_key, r_value, uniforms, c, scale, on_fail, panel: int | 
     each step updates the panel's own m entries of s (s_j = sum_{i<j chosen} eta_i G[i, j]); the panel's m
     signs reach every later s_j in one product (repeats x m) @ (m x rest). s_i is final once step i reads it,
     so the FAIL flags and |x|/c are read off s at the end."""
-    from .self_balancing_walk import _finish_np
+    from .self_balancing_walk import walk_finish_np
     xp = array_namespace(K, V)
     n = K.shape[-2]
     m = min(PANEL if panel is None else panel, n)
@@ -192,7 +192,7 @@ def _panel_walk(K, V, r_key, r_value, uniforms, c, scale, on_fail, panel: int | 
         if start + w < n:
             s[..., start + w:] += xp.matmul(E[..., None, :], P[..., :, w:])[..., 0, :]
     ratio = xp.abs(s) / c
-    return _finish_np(xp.concat(cols, axis=-1), to_numpy(ratio > 1.0), to_numpy(ratio), on_fail, c)
+    return walk_finish_np(xp.concat(cols, axis=-1), to_numpy(ratio > 1.0), to_numpy(ratio), on_fail, c)
 
 
 def signed_kernel_sum(K, V, signs, q, *, scale: float | None = None):

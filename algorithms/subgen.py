@@ -61,9 +61,9 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, is_gpu_array, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, is_gpu_array, like, to_numpy, device as _dev
 
-from .subgen_device import _DeviceStream
+from .subgen_device import DeviceStream
 from .subgen_query import QueryStreamAttn
 from .validation import InputError, check_array, check_positive, check_seed, namespace
 
@@ -110,7 +110,7 @@ def _check_count(value, name: str) -> int:
 
 
 
-class SubGen(QueryStreamAttn, _DeviceStream):
+class SubGen(QueryStreamAttn, DeviceStream):
     """Streaming SubGen (SubGen Alg. 1 / ClusterGen Alg. 1).
 
     ``d`` key/query dimension; ``delta`` > 0 the clustering threshold; ``t`` >= 1 uniform samples per

@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import math
 
-from kvbounds.gpu.backend import array_namespace, device as _dev, to_numpy
+from kvbounds.algorithms.arrays import array_namespace, device as _dev, to_numpy
 
-from .host_values import _host_floats
+from .host_values import host_floats
 from .validation import InputError
 
 COIN_BLOCK_TOKENS = 64        # uniforms drawn per host transfer: this many tokens' worth (at most 2^20 doubles)
 
 
-class _DeviceStream:
+class DeviceStream:
     """Mixin of :class:`kvbounds.algorithms.subgen.SubGen`: the device-resident state and update (module docstring)."""
 
     def _device_allocate(self, xp, k) -> None:
@@ -55,7 +55,7 @@ class _DeviceStream:
     # -- host reads ---------------------------------------------------------------------------------------
     def _read_counters(self) -> None:
         """m' and the coin offset, in one read."""
-        m, off = _host_floats(self._xp, self._m_dev[0], self._u_off[0])
+        m, off = host_floats(self._xp, self._m_dev[0], self._u_off[0])
         self._m_known, self._since, self._off_bound = int(m), 0, int(off)
 
     def _device_m(self) -> int:
@@ -114,7 +114,7 @@ class _DeviceStream:
         if not flags:
             return
         names = list(flags)
-        for name, bad in zip(names, _host_floats(self._xp, *(flags[nm] for nm in names))):
+        for name, bad in zip(names, host_floats(self._xp, *(flags[nm] for nm in names))):
             if bad:
                 raise InputError(_MESSAGES[name].format(dtype=self._X.dtype))
 
@@ -124,7 +124,7 @@ class _DeviceStream:
         except m' for each query."""
         xp = self._xp or array_namespace(K)
         arrays = [("K", K), ("V", V)] + ([("Q", Q)] if Q is not None else [])
-        vals = _host_floats(xp, *(xp.all(xp.isfinite(X)) for _, X in arrays), xp.max(xp.abs(K)), xp.max(xp.abs(V)))
+        vals = host_floats(xp, *(xp.all(xp.isfinite(X)) for _, X in arrays), xp.max(xp.abs(K)), xp.max(xp.abs(V)))
         for (name, _), ok in zip(arrays, vals):
             if not ok:
                 raise InputError(f"{name} contains NaN or Inf")
@@ -148,7 +148,7 @@ class _DeviceStream:
         """Alg. 1 lines 4-6 for one token on the device."""
         k2, v2 = k @ k, v @ v
         if not batched:
-            for name, x2 in zip(("k", "v"), _host_floats(xp, k2, v2)):
+            for name, x2 in zip(("k", "v"), host_floats(xp, k2, v2)):
                 if not math.isfinite(x2):
                     raise InputError(f"{name} contains NaN or Inf (or its squared norm overflows {k.dtype})")
         elif not self._prechecked:  # entries were checked finite by the caller; only the squares may overflow

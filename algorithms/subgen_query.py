@@ -18,9 +18,9 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import device as _dev
+from kvbounds.algorithms.arrays import device as _dev
 
-from .host_values import _host_floats
+from .host_values import host_floats
 from .validation import InputError
 
 
@@ -119,7 +119,7 @@ class QueryStreamAttn:
         if deferred:                                                   # q's rows were checked by the caller
             self._flag("overflow", overflow)
         else:
-            q_ok, bad = _host_floats(xp, xp.all(xp.isfinite(q)), overflow)
+            q_ok, bad = host_floats(xp, xp.all(xp.isfinite(q)), overflow)
             if not q_ok:
                 raise InputError("q contains NaN or Inf")
             if bad:

@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 from array_api_compat import device as _device
 
-from kvbounds.gpu.backend import array_namespace, is_gpu_array
+from kvbounds.algorithms.arrays import array_namespace, is_gpu_array
 
 from .blockwise_softmax import OnlineSoftmax
-from .frequent_directions import FrequentDirections, _check_row_scale
-from .host_values import _host_floats
-from .attention import _mul_pow2, _pow2_exponent
+from .frequent_directions import FrequentDirections, check_row_scale
+from .host_values import host_floats
+from .attention import mul_pow2, pow2_exponent
 from .subspace_decode import OpCounter, coefficient_decode, exact_decode  # noqa: F401 (re-exported: SUB.cost kernels)
 from .validation import InputError, check_array, check_int, check_positive, check_real, namespace
 
@@ -59,11 +59,11 @@ def calibrate_gamma(Q, K, B) -> float:
     check_array(B, "B", ndim=2, last_dim=K.shape[1], min_rows=1)
     xp = namespace(Q, K, B, names="Q, K and B")
     # gamma is invariant under Q -> a Q, K -> b K: rescale by powers of two so q.k cannot overflow
-    Q, K = _mul_pow2(Q, -_pow2_exponent(xp, Q)), _mul_pow2(K, -_pow2_exponent(xp, K))
+    Q, K = mul_pow2(Q, -pow2_exponent(xp, Q)), mul_pow2(K, -pow2_exponent(xp, K))
     # and gamma(2^e B') = 2^-2e gamma(B'): B scaled too, so the denominator sum (q^T B^T B k)^2 cannot overflow
     # (issue 24: B of entries 1e150 gave den = inf and gamma = 0.0 where the exact answer is ~1e-300)
-    e_b = _pow2_exponent(xp, B)
-    B = _mul_pow2(B, -e_b)
+    e_b = pow2_exponent(xp, B)
+    B = mul_pow2(B, -e_b)
     L = xp.matmul(Q, xp.matrix_transpose(K))
     Lp = xp.matmul(xp.matmul(Q, xp.matrix_transpose(B)), xp.matrix_transpose(xp.matmul(K, xp.matrix_transpose(B))))
     den = float(xp.sum(Lp * Lp))
@@ -114,7 +114,7 @@ def _top_basis(X, r: int):
     r = check_int(r, "rank r", minimum=1, maximum=d)
     k = 0
     if X.shape[0]:
-        Vt = xp.linalg.svd(_mul_pow2(X, -_pow2_exponent(xp, X)), full_matrices=False)[2]   # scaled: no overflow
+        Vt = xp.linalg.svd(mul_pow2(X, -pow2_exponent(xp, X)), full_matrices=False)[2]   # scaled: no overflow
         k = Vt.shape[0]
         if k >= r:
             return Vt[:r, :]
@@ -333,7 +333,7 @@ class AdaptiveSubspaceAttention:
             a = self._active
             if a is None:                                                      # the first token opens chunk 0
                 if pending:
-                    pending = self._verify(xp, K, V, names, _host_floats(xp, *pending))
+                    pending = self._verify(xp, K, V, names, host_floats(xp, *pending))
                 self._open(K[i, :], "start")
                 self.triggers.append((self.t, "start", math.nan, math.nan))
                 self._commit(K, V, i, i + 1)
@@ -351,7 +351,7 @@ class AdaptiveSubspaceAttention:
                 if off < room:                                                  # step 3, speculatively
                     a["C"][a["n"] + off, :] = xp.matmul(a["B"], k)
                     a["D"][a["n"] + off, :] = xp.matmul(a["E"], v)
-            vals = _host_floats(xp, *pending, *res) if pending or res else []  # the window's one host read
+            vals = host_floats(xp, *pending, *res) if pending or res else []  # the window's one host read
             if pending:
                 pending = self._verify(xp, K, V, names, vals[:4])
                 vals = vals[4:]
@@ -379,7 +379,7 @@ class AdaptiveSubspaceAttention:
             i += 1
             self._window = 1
         if pending:
-            self._verify(xp, K, V, names, _host_floats(xp, *pending))
+            self._verify(xp, K, V, names, host_floats(xp, *pending))
         return self
 
     def _verify(self, xp, K, V, names, vals) -> list:
@@ -389,8 +389,8 @@ class AdaptiveSubspaceAttention:
         for name, ok in zip(names, (finite_k, finite_v)):
             if not ok:
                 raise InputError(f"{name} contains NaN or Inf")
-        _check_row_scale(amax_k, self.d, K.dtype, xp)
-        _check_row_scale(amax_v, self.d_v, V.dtype, xp)
+        check_row_scale(amax_k, self.d, K.dtype, xp)
+        check_row_scale(amax_v, self.d_v, V.dtype, xp)
         return []
 
     def _commit(self, K, V, lo: int, hi: int) -> None:

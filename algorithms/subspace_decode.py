@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace
+from kvbounds.algorithms.arrays import array_namespace
 
 from .validation import InputError, check_array, check_real, namespace
 

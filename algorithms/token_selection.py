@@ -41,15 +41,15 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device as _dev
 
 from .blockwise_balance_kv import compress_cache, weighted_attention
 from .kcenter import recent_plus_centers
-from .uniform_sampling import _check_int, _check_rng, uniform_select
+from .uniform_sampling import check_int, check_rng, uniform_select
 from .attention import shifted_logits
 from .validation import InputError, check_array, check_choice, check_int, check_scale, namespace
 
-from .compressed_kv import (CompressedKV, _check_kv, _on_backend_of, _take_rows, _weight_floats,  # noqa: F401
+from .compressed_kv import (CompressedKV, check_kv, on_backend_of, take_rows, weight_floats,  # noqa: F401
                             gather_selection, memory_floats)
 
 
@@ -59,7 +59,7 @@ def estimate(q, K, V, indices, log_weights, *, scale: float | None = None):
     return weighted_attention(q, K, V, indices, log_weights, scale=scale)
 
 
-def _check_fields(obj, ints: tuple = (), choices: dict | None = None) -> None:
+def check_fields(obj, ints: tuple = (), choices: dict | None = None) -> None:
     """Dataclass fields: non-negative integers (None allowed where the default is None) and string choices."""
     for name in ints:
         value = getattr(obj, name)
@@ -81,9 +81,9 @@ class TokenSelector(abc.ABC):
         return gather_selection(K, V, idx, lw)
 
     def select(self, K, V, *, budget: int, rng: np.random.Generator | None = None, Q=None):
-        _check_kv(K, V)
+        check_kv(K, V)
         n = K.shape[-2]
-        budget = _check_int(budget, "budget", minimum=1)
+        budget = check_int(budget, "budget", minimum=1)
         if self.needs_queries:
             if Q is None:
                 raise InputError(f"{self.name} needs the queries Q (..., n, d)")
@@ -112,11 +112,11 @@ class StreamingLLM(TokenSelector):
     name = "streaming_llm"
 
     def __post_init__(self):
-        _check_fields(self, ("sink",))
+        check_fields(self, ("sink",))
 
     def _select(self, K, V, budget, rng, Q):
         xp, n, lead, dev = array_namespace(K), K.shape[-2], tuple(K.shape[:-2]), _dev(K)
-        sink = min(_check_int(self.sink, "sink"), budget)
+        sink = min(check_int(self.sink, "sink"), budget)
         idx = xp.concat([_range(xp, 0, sink, lead, dev), _range(xp, n - (budget - sink), n, lead, dev)], axis=-1)
         return idx, xp.zeros(idx.shape, dtype=K.dtype, device=dev)
 
@@ -129,13 +129,13 @@ class H2O(TokenSelector):
     needs_queries = True
 
     def __post_init__(self):
-        _check_fields(self, ("recent",))
+        check_fields(self, ("recent",))
         if self.scale is not None:
             check_scale(self.scale, 1)
 
     def _select(self, K, V, budget, rng, Q):
         xp, n, d, lead, dev = array_namespace(K), K.shape[-2], K.shape[-1], tuple(K.shape[:-2]), _dev(K)
-        recent = budget // 2 if self.recent is None else _check_int(self.recent, "recent")
+        recent = budget // 2 if self.recent is None else check_int(self.recent, "recent")
         if recent >= budget:
             raise InputError(f"recent = {recent} leaves no heavy-hitter slot in budget {budget}")
         scale = 1.0 / math.sqrt(d) if self.scale is None else float(self.scale)
@@ -172,12 +172,12 @@ class Uniform(TokenSelector):
     name = "uniform"
 
     def __post_init__(self):
-        _check_fields(self, ("sink", "window"))
+        check_fields(self, ("sink", "window"))
 
     def _select(self, K, V, budget, rng, Q):
         xp, n, lead, dev = array_namespace(K), K.shape[-2], tuple(K.shape[:-2]), _dev(K)
-        _check_rng(rng)
-        sink, window = _check_int(self.sink, "sink"), _check_int(self.window, "window")
+        check_rng(rng)
+        sink, window = check_int(self.sink, "sink"), check_int(self.window, "window")
         if sink + window > budget:
             raise InputError(f"sink + window = {sink + window} exceeds the budget {budget}")
         n_mid, m = n - sink - window, budget - sink - window
@@ -197,12 +197,12 @@ class KCenter(TokenSelector):
     name = "kcenter"
 
     def __post_init__(self):
-        _check_fields(self, ("window",), {"weights": ("none", "cluster_size")})
+        check_fields(self, ("window",), {"weights": ("none", "cluster_size")})
 
     def _select(self, K, V, budget, rng, Q):
         if self.weights not in ("none", "cluster_size"):
             raise InputError(f"weights must be 'none' or 'cluster_size', got {self.weights!r}")
-        window = _check_int(self.window, "window")
+        window = check_int(self.window, "window")
         if window >= budget:
             raise InputError(f"window = {window} leaves no center in budget {budget}")
         xp = array_namespace(K)
@@ -220,7 +220,7 @@ class BalanceKV(TokenSelector):
     name = "balancekv"
 
     def __post_init__(self):
-        _check_fields(self, ("sink", "window", "block_size"), {"method": ("balance", "uniform")})
+        check_fields(self, ("sink", "window", "block_size"), {"method": ("balance", "uniform")})
 
     def levels_for(self, n: int, budget: int) -> int:
         n_mid = n - self.sink - self.window
@@ -232,7 +232,7 @@ class BalanceKV(TokenSelector):
         return T
 
     def _select(self, K, V, budget, rng, Q):
-        _check_rng(rng)
+        check_rng(rng)
         T = self.levels_for(K.shape[-2], budget)
         return compress_cache(K, V, sink=self.sink, window=self.window, levels=T, block_size=self.block_size,
                               rng=rng, method=self.method)

@@ -18,12 +18,11 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, like, to_numpy
+from kvbounds.algorithms.arrays import array_namespace, like, to_numpy
 
 from .attention import shifted_logits
 from .validation import InputError, check_array, check_int, check_rng, check_scale, namespace
 
-_check_rng, _check_int = check_rng, check_int     # the names other modules import
 
 
 def uniform_select(n: int, m: int, rng: np.random.Generator, *, batch: tuple[int, ...] = ()) -> np.ndarray:
@@ -31,14 +30,14 @@ def uniform_select(n: int, m: int, rng: np.random.Generator, *, batch: tuple[int
 
     Returns an int64 numpy array of shape ``batch + (m,)``: one independent draw per batch entry
     (e.g. per head). Every m-subset is equally likely (the first m of a uniform random permutation)."""
-    n = _check_int(n, "n", minimum=0)
-    m = _check_int(m, "m", minimum=0)
+    n = check_int(n, "n", minimum=0)
+    m = check_int(m, "m", minimum=0)
     if m > n:
         raise InputError(f"cannot sample m = {m} of n = {n} tokens without replacement")
-    _check_rng(rng)
+    check_rng(rng)
     if not isinstance(batch, tuple):
         raise InputError(f"batch must be a tuple of integers, got {batch!r}")
-    batch = tuple(_check_int(b, "batch entry", minimum=1) for b in batch)
+    batch = tuple(check_int(b, "batch entry", minimum=1) for b in batch)
     if n > 2**40 or math.prod(batch + (n,)) > 2**31:
         raise InputError(f"n = {n} with batch {batch} is too large to sample here")
     if m == n:
@@ -129,7 +128,7 @@ def uniform_estimate(q, K, V, m: int, rng: np.random.Generator, *, scale: float 
     _check_qkv(q, K, V)
     xp = array_namespace(q, K, V)
     n = K.shape[-2]
-    m = _check_int(m, "m", minimum=1)
+    m = check_int(m, "m", minimum=1)
     scale = check_scale(scale, K.shape[-1])
     idx = uniform_select(n, m, rng, batch=tuple(K.shape[:-2]))
     # the weight n/m cancels: a softmax over the sampled keys, shifted by *their* maximum (no 0/0)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.gpu.backend import array_namespace, device
+from kvbounds.algorithms.arrays import array_namespace, device
 
 
 class InputError(ValueError):

@@ -84,13 +84,13 @@ def profile_blockwise(quick: bool, reps: int = 3) -> dict:
     """Where part (a)'s select spends its time at 1 thread (the thread's CPU time; of ``reps`` runs after one warm-up,
     the run of median total), measured by timing the functions the select calls (wrapped for the run):
 
-    * gram_panels: the walk's Gram panels (block_walk._gram_panel: key products, exponent, exp, the w-Gram);
+    * gram_panels: the walk's Gram panels (block_walk.gram_panel: key products, exponent, exp, the w-Gram);
     * sign_loop: the sequential steps (block_walk._panel_steps_host: b steps per level of a few numpy operations
       on every block);
     * walk_other: the rest of the walk (the panels' products s += E P, thresholds, FAIL flags, Python);
     * halving: the level outside the walk (coin draws, strict halving: priorities, argsort, positions);
     * prescale: the keys times d^(-1/4) (blockwise_balance_kv._scaled);
-    * gathers: the next level's keys, w's, squared norms and indices (_gather_dev, _take_cols);
+    * gathers: the next level's keys, w's, squared norms and indices (gather_dev, _take_cols);
     * rest: input checks, squared norms, Python between them (total minus the above)."""
     import time
 
@@ -109,8 +109,8 @@ def profile_blockwise(quick: bool, reps: int = 3) -> dict:
             finally:
                 acc[name] = acc.get(name, 0.0) + time.thread_time() - t0
         return g
-    wrap = dict(gram=(bw, "_gram_panel"), steps=(bw, "_panel_steps_host"), walk=(bbk, "_panel_walk"),
-                level=(bbk, "_balance_level"), prescale=(bbk, "_scaled"), gather=(bbk, "_gather_dev"),
+    wrap = dict(gram=(bw, "gram_panel"), steps=(bw, "_panel_steps_host"), walk=(bbk, "panel_walk_unchecked"),
+                level=(bbk, "_balance_level"), prescale=(bbk, "_scaled"), gather=(bbk, "gather_dev"),
                 take=(bbk, "_take_cols"))
     orig = {k: getattr(mod, name) for k, (mod, name) in wrap.items()}
     runs = []

@@ -63,7 +63,7 @@ import torch  # noqa: E402
 
 from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select, panel_walk  # noqa: E402
 from kvbounds.algorithms.self_balancing_walk import walk_constant  # noqa: E402
-from kvbounds.algorithms.block_walk import _gram_panel  # noqa: E402
+from kvbounds.algorithms.block_walk import gram_panel  # noqa: E402
 from kvbounds.gpu.batched_walk import batched_select, compiled_available, ops_per_step, walk_signs  # noqa: E402
 from kvbounds.gpu.triton_walk import triton_available  # noqa: E402
 import bench_gpu_e2e  # noqa: E402
@@ -207,7 +207,7 @@ def bench_bandwidth(quick, dev, reps, peak_override):
     K, W, nk2, nw2, _ = _walk_inputs(B, b, d, dev)
     rk2 = nk2.max(-1).values[..., None, None]
     inv = 1.0 / nw2.max(-1).values[..., None, None]
-    panels = lambda: [_gram_panel(K[..., s:, :], W[..., s:, :], m, rk2, inv, True, None) for s in range(0, b, m)]
+    panels = lambda: [gram_panel(K[..., s:, :], W[..., s:, :], m, rk2, inv, True, None) for s in range(0, b, m)]
     r = paired({"gram_panels": panels}, reps, dev, base="gram_panels")
     entries = B * sum((b - s) * m for s in range(0, b, m))
     t = r["median_s"]["gram_panels"]

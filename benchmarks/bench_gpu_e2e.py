@@ -111,7 +111,7 @@ def bench_e2e(quick: bool, dev: str, reps: int, paired, n: int | None = None) ->
     import contextlib
 
     import torch
-    from kvbounds.gpu.backend import single_blas_thread
+    from kvbounds.algorithms.arrays import single_blas_thread
     threads = torch.get_num_threads()
     if dev == "cpu":          # as the harness's checks run: one torch thread and one BLAS thread (two spinning
         torch.set_num_threads(1)   # threads on a loaded machine stall each small op or eigh for milliseconds)

@@ -33,7 +33,7 @@ def bench_model(model: str, lengths: list[int]) -> dict:
     if why:
         return {"skipped": why}
     t0 = time.perf_counter()
-    m = real._load_model(model)
+    m = real.load_real_model(model)
     load_s = time.perf_counter() - t0
     ids = m.encode(real.default_text())
     layers = list(range(real.MODEL_INFO[model]["n_layers"]))

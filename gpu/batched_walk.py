@@ -45,12 +45,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kvbounds.algorithms.block_walk import _check_exponent_rounding, _gram_panel, _panel_scales, check_walk_inputs
-from kvbounds.algorithms.blockwise_balance_kv import _argsort_head, _check_block, _check_levels
+from kvbounds.algorithms.block_walk import check_exponent_rounding, gram_panel, panel_scales, check_walk_inputs
+from kvbounds.algorithms.blockwise_balance_kv import argsort_head, check_block, check_levels
 from kvbounds.algorithms.self_balancing_walk import walk_constant
 from kvbounds.algorithms.validation import (InputError, check_array, check_probability, check_real, check_same_dtype,
                                             namespace)
-from kvbounds.gpu.backend import array_namespace, device as _dev, like
+from kvbounds.algorithms.arrays import array_namespace, device as _dev, like
 
 METHODS = ("exact", "blocked", "compiled", "triton")
 PANEL = 32
@@ -170,7 +170,7 @@ def _walk_signs(Kb, Wb, nk2, nw2, uniforms, c: float, *, plus_one: bool = False,
             method = "exact"
         else:
             return _walk_triton(Kb, Wb, nk2, nw2, uniforms, c, plus_one, ones, m)
-    rk2, inv_rw2 = _panel_scales(xp, nk2, nw2)
+    rk2, inv_rw2 = panel_scales(xp, nk2, nw2)
     s = xp.zeros(tuple(Kb.shape[:-1]), dtype=Kb.dtype, device=_dev(Kb))
     one = xp.ones_like(s[..., 0])
     neg = -one
@@ -178,7 +178,7 @@ def _walk_signs(Kb, Wb, nk2, nw2, uniforms, c: float, *, plus_one: bool = False,
         tri = like(np.triu(np.ones((m, m)), k=1), Kb)       # keeps Pp[l, j] for j > l only
     for start in range(0, b, m):
         ones_r = None if ones is None else ones[..., start:]
-        P = _gram_panel(Kb[..., start:, :], Wb[..., start:, :], m, rk2, inv_rw2, plus_one, ones_r)
+        P = gram_panel(Kb[..., start:, :], Wb[..., start:, :], m, rk2, inv_rw2, plus_one, ones_r)
         if method == "exact":
             _steps_exact(s, P, uniforms, c, start, m, b, torch_fast, one, neg)
             continue
@@ -202,14 +202,14 @@ def _walk_triton(Kb, Wb, nk2, nw2, uniforms, c, plus_one, ones, m):
     lead, b = tuple(Kb.shape[:-2]), Kb.shape[-2]
     B = int(np.prod(lead, dtype=np.int64)) if lead else 1
     Kf, Wf = Kb.reshape(B, b, -1), Wb.reshape(B, b, -1)
-    rk2, inv_rw2 = _panel_scales(array_namespace(Kb), nk2.reshape(B, b), nw2.reshape(B, b))
+    rk2, inv_rw2 = panel_scales(array_namespace(Kb), nk2.reshape(B, b), nw2.reshape(B, b))
     of = None if ones is None else torch.broadcast_to(ones, lead + (b,)).reshape(B, b)
     s = torch.zeros(B, b, dtype=Kb.dtype, device=Kb.device)
     signs = torch.empty_like(s)
     u = uniforms.reshape(B, b).contiguous()
     two_c = torch.full((1,), 2.0 * c, dtype=Kb.dtype, device=Kb.device)
     for start in range(0, b, m):
-        P = _gram_panel(Kf[:, start:], Wf[:, start:], m, rk2, inv_rw2, plus_one, None if of is None else of[:, start:])
+        P = gram_panel(Kf[:, start:], Wf[:, start:], m, rk2, inv_rw2, plus_one, None if of is None else of[:, start:])
         triton_panel_steps(s, P.contiguous(), u, signs, two_c, start, m)
     return signs.reshape(lead + (b,)), s.reshape(lead + (b,))
 
@@ -267,7 +267,7 @@ def _level(Kc, Wc, kc2, wc2, *, b, c, rngs, per_trial, plus_one, method):
     n_plus = xp.sum(xp.astype(plus & valid, xp.int64), axis=-1, keepdims=True)
     n_real = xp.sum(xp.astype(valid, xp.int64), axis=-1, keepdims=True)
     minority = xp.where(2 * n_plus <= n_real, plus, ~plus) & valid
-    prio_np = np.concatenate([_argsort_head(r.random((per_trial, nb, b_draw)), b) for r in rngs], axis=0)
+    prio_np = np.concatenate([argsort_head(r.random((per_trial, nb, b_draw)), b) for r in rngs], axis=0)
     prio = like(prio_np.astype(np.int64), Kc)
     score = 2 * b_draw * xp.astype(minority, xp.int64) + b_draw * xp.astype(valid, xp.int64) + prio
     order = xp.argsort(score, axis=-1, descending=True, stable=True)[..., : b // 2]
@@ -298,9 +298,9 @@ def batched_select(K, V, *, block_size: int, levels: int, rngs: Sequence[np.rand
     rngs = list(rngs)
     if len(rngs) != K.shape[0] or not all(isinstance(r, np.random.Generator) for r in rngs):
         raise InputError(f"rngs must be {K.shape[0]} numpy Generators (one per trial), got {len(rngs)}")
-    b = _check_block(block_size)
+    b = check_block(block_size)
     n, d = K.shape[-2], K.shape[-1]
-    T = _check_levels(levels, n)
+    T = check_levels(levels, n)
     if not isinstance(value_kernel, str) or value_kernel not in ("value", "value+1"):
         raise InputError(f"value_kernel must be 'value' or 'value+1', got {value_kernel!r}")
     if not isinstance(method, str) or method not in METHODS:
@@ -315,7 +315,7 @@ def batched_select(K, V, *, block_size: int, levels: int, rngs: Sequence[np.rand
     nk2, nw2 = xp.sum(Kf * Kf, axis=-1), xp.sum(Wf * Wf, axis=-1)
     if not bool(xp.all(xp.isfinite(nk2))) or not bool(xp.all(xp.isfinite(nw2))):
         raise InputError("K or V contains NaN or Inf (or a row whose squared norm overflows)")
-    _check_exponent_rounding(xp, nk2, d, K.dtype)
+    check_exponent_rounding(xp, nk2, d, K.dtype)
     plus_one = value_kernel == "value+1"
     if plus_one:
         nw2 = nw2 + 1.0

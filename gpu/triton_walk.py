@@ -19,8 +19,8 @@ import os
 def triton_available(device_type: str = "cuda") -> bool:
     """Triton importable, and either a CUDA device (for cuda tensors) or the interpreter (for CPU tensors)."""
     if device_type not in ("cpu", "cuda"):
-        from .backend import _input_error
-        raise _input_error(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
+        from kvbounds.algorithms.arrays import input_error
+        raise input_error(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
     try:
         import triton  # noqa: F401
     except Exception:

@@ -2,5 +2,15 @@
 
 The claim registry (:mod:`kvbounds.registry`), records (:mod:`kvbounds.records`), the sweep runner
 (:mod:`kvbounds.runner`), verdicts (:mod:`kvbounds.verdict`) and the report (:mod:`kvbounds.report`).
+
+The repository's top-level folders theory/, algorithms/, proofs_checks/, gpu/ and traces/ are the subpackages
+kvbounds.theory, ... through relative symlinks kvbounds/<folder> -> ../<folder>. A checkout made without symlinks
+(git's core.symlinks=false, e.g. on Windows without developer mode) holds those links as one-line text files: the
+folders are then found one level up, beside kvbounds/.
 """
+import os as _os
+
+if not _os.path.isdir(_os.path.join(__path__[0], "algorithms")):   # links checked out as text files
+    __path__.append(_os.path.dirname(_os.path.abspath(__path__[0])))
+
 __version__ = "0.1.0"

@@ -124,7 +124,7 @@ def _cmd_check(args) -> int:
         return 2
     if not args.claims and args.profile == "gpu":   # the gpu profile holds the scale sweeps of a few checks only
         args.claims = [c.id for c in checked_claims() if profile_trials(c.check_module(), "gpu")]
-    from .gpu.backend import BACKENDS, why_unavailable
+    from .algorithms.arrays import BACKENDS, why_unavailable
     if args.backend in BACKENDS:                  # an unknown name is run_checks' error (exit 2 below)
         why = why_unavailable(args.backend)
         if why is not None:                       # refuse before any trial runs (not one error record per trial)

@@ -285,19 +285,12 @@ def power_table_lines(table: Sequence[dict], alpha: float = ALPHA) -> list[str]:
 
 
 # ------------------------------------------------------------------ the report's "does it beat doing nothing" table
-ALGORITHMS = {"BKV.attention": "BalanceKV (pseudocode)", "MR.error": "MergeAndReduce", "SG.attention": "SubGen",
-              "SG.matprod": "SubGen l2 sampling (matrix product)", "FD.covariance": "Frequent Directions",
-              "SG.partition": "SubGen normaliser (partition function)", "FD.residual": "Frequent Directions (top-r space)",
-              "SUB.output-error": "static subspace (rank 8)", "SUB.logit-error": "static subspace logits (rank 8)",
-              "BKV.vs-uniform": "BalanceKV (single-layer experiment)",
-              "BKV.decode": "BalanceKV (streaming, in generation)", "SG.decode": "SubGen (streaming, in generation)"}
-
-
 def beat_nothing_table(verdicts: dict) -> dict | None:
     """Rows = algorithms (the claims whose verdict has a power table; a setting "family | variant" gives one row
     per variant), columns = settings (stream families), cell =
     median ratio of the method's error to the best trivial control with its 95% interval; tone ``good`` when the
     method beats every control there (significantly, Holm), ``bad`` when the interval lies at or above 1."""
+    from kvbounds.registry import CLAIMS
     rows, cols = [], []
     for cid, v in verdicts.items():
         table = getattr(v, "power_table", None) or []
@@ -318,7 +311,7 @@ def beat_nothing_table(verdicts: dict) -> dict | None:
             cells[col] = dict(text=f"{_fmt(c['ratio'])} [{_fmt(lo)}, {_fmt(hi)}]", tone=tone,
                               title=f"vs {CONTROL_LABELS.get(c['best'], c['best'])}, {c['streams']} streams")
         for variant, cells in sorted(by_row.items()):
-            name = ALGORITHMS.get(cid, cid)
+            name = CLAIMS[cid].algorithm if cid in CLAIMS and CLAIMS[cid].algorithm else cid
             rows.append(dict(algorithm=f"{name}: {variant}" if variant else name, claim=cid, cells=cells))
     if not rows:
         return None

@@ -43,7 +43,7 @@ except ImportError as e:          # the presses need the extras: pip install 'kv
     raise ImportError(f"kvbounds.press needs torch, transformers and kvpress ({e}); "
                       "pip install 'kvbounds[hf,kvpress]'") from None
 
-from kvbounds.algorithms import token_selection as ts
+from kvbounds import methods as registry
 from kvbounds.e2e import methods
 from kvbounds.e2e.attention import register, require_weighted_attention, use_weighted_attention
 from kvbounds.e2e.weighted_cache import ModelNotWeighted, WeightedCache, WeightedLayer
@@ -85,8 +85,10 @@ class KVBoundsPress(BasePress):
             yield
 
     def compress_row(self, module, K, V, rng, Q):
-        """One row's K, V (Hkv, n, d) float32 -> :class:`~kvbounds.algorithms.token_selection.CompressedKV`."""
-        return methods.compress_layer(self.method, K, V, self.budget, rng, sink=self.sink, window=self.window)
+        """One row's K, V (Hkv, n, d) float32 (and its KV groups' mean queries ``Q`` when the method reads them)
+        -> :class:`~kvbounds.algorithms.token_selection.CompressedKV`, by the registered method's ``compress`` at
+        ``floor(budget n 2d)`` floats per KV head."""
+        return methods.compress_layer(self.method, K, V, self.budget, rng, sink=self.sink, window=self.window, Q=Q)
 
     needs_queries: ClassVar[bool] = False
 
@@ -103,7 +105,7 @@ class KVBoundsPress(BasePress):
         b, n = keys.shape[0], keys.shape[2]
         if idx == 0 or len(self._rngs) != b:
             self._rngs = [np.random.default_rng(self.seed) for _ in range(b)]
-        visible = _visible_tokens(kwargs.get("attention_mask"), b, n, keys.device)
+        visible = visible_tokens(kwargs.get("attention_mask"), b, n, keys.device)
         Q = _group_queries(module, hidden, kwargs) if self.needs_queries else None
         with torch.no_grad():
             rows = []
@@ -115,7 +117,7 @@ class KVBoundsPress(BasePress):
         return output
 
 
-def _visible_tokens(mask, b: int, n: int, device):
+def visible_tokens(mask, b: int, n: int, device):
     """(b, n) bool: the tokens each row attends to (its last query's mask row); all of them without a mask."""
     if mask is None:
         return torch.ones(b, n, dtype=torch.bool, device=device)
@@ -149,53 +151,39 @@ def _stack(rows: list, n: int, dtype) -> WeightedLayer:
     return WeightedLayer(K, V, a, b, logical_length=n)
 
 
-def _press(name: str, method: str, doc: str):
-    cls = dataclasses.make_dataclass(name, [], bases=(KVBoundsPress,), namespace={"method": method, "__doc__": doc})
+def press_class(name: str) -> type[KVBoundsPress]:
+    """The press class ``name`` of the method registry's entries (:mod:`kvbounds.methods`: each entry naming a
+    press): a :class:`KVBoundsPress` running that method, its docstring the entry's label; a press that several
+    entries name (with ``press_options``) gets those options as dataclass fields and runs the entry they select."""
+    entries = registry.methods(press=name, source="kvbounds")
+    if not entries:
+        raise KeyError(f"no registered method names the press {name!r}")
+    first = entries[0]
+    ns = {"__doc__": f"{first.label[:1].upper()}{first.label[1:]} (method {first.name!r}; :mod:`kvbounds.methods`).",
+          "needs_queries": first.needs_queries}
+    options = sorted({k for m in entries for k, _ in m.press_options})
+    if options:
+        defaults = dict(first.press_options)
+        fields = [(k, type(defaults[k]), dataclasses.field(default=defaults[k])) for k in options]
+        ns["method"] = property(lambda self: registry.press_method(name, **{k: getattr(self, k) for k in options}))
+    else:
+        fields = []
+        ns["method"] = first.name
+    cls = dataclasses.make_dataclass(name, fields, bases=(KVBoundsPress,), namespace=ns)
     cls.__module__ = __name__
     return cls
 
 
-BalanceKVPress = _press("BalanceKVPress", "balancekv",
-                        "Blockwise BalanceKV, the paper's pseudocode (BalanceKV-NeurIPS App. B.1): sink and window "
-                        "exact, the middle halved T times by the self-balancing walk, T the fewest that fit.")
-BalanceKVReleasedPress = _press("BalanceKVReleasedPress", "balancekv_released",
-                                "BalanceKV as the authors released it (their walk; a per token, b = T log 2).")
-SubGenPress = _press("SubGenPress", "subgen", "SubGen's estimator (SubGen Alg. 1): k-center representatives for "
-                     "the denominator, sampled values for the numerator (split weights a != b).")
-SubspacePress = _press("SubspacePress", "subspace",
-                       "Top-r projection of the middle keys/values (Subspace-FD-draft), exact sink and window.")
-UniformPress = _press("UniformPress", "uniform",
-                      "Sink and window exact, the middle sampled uniformly, weight n_mid / kept (unbiased).")
-KernelThinningPress = _press("KernelThinningPress", "kernel_thinning",
-                             "Sink and window exact, the middle by kernel thinning (goodpoints; the extra "
-                             "kvbounds[kt]) in the softmax-times-value kernel, weight n_mid / kept.")
+BalanceKVPress = press_class("BalanceKVPress")
+BalanceKVReleasedPress = press_class("BalanceKVReleasedPress")
+SubGenPress = press_class("SubGenPress")
+SubspacePress = press_class("SubspacePress")
+UniformPress = press_class("UniformPress")
+KernelThinningPress = press_class("KernelThinningPress")
+KCenterPress = press_class("KCenterPress")
+H2OPress = press_class("H2OPress")
 
-
-@dataclasses.dataclass
-class KCenterPress(KVBoundsPress):
-    """Greedy k-center of the keys plus the window (ClusterGen Sec. 4.1); weights 1, or with ``cluster_sized``
-    each center weighted by the tokens it covers."""
-    cluster_sized: bool = False
-
-    @property
-    def method(self) -> str:     # type: ignore[override]
-        return "kcenter_sized" if self.cluster_sized else "kcenter"
-
-
-@dataclasses.dataclass
-class H2OPress(KVBoundsPress):
-    """H2O (Zhang et al. 2023; the SubGen/ClusterGen baseline): greedy eviction by accumulated attention, the last
-    ``window`` tokens always kept; weights 1. Each KV head is scored with its group's mean post-RoPE query."""
-    method: ClassVar[str] = "h2o"
-    needs_queries: ClassVar[bool] = True
-
-    def compress_row(self, module, K, V, rng, Q):
-        tokens = int(math.floor(self.budget * K.shape[-2] * 2 * K.shape[-1])) // (2 * K.shape[-1])
-        return ts.H2O(recent=self.window).compress(K, V, budget=tokens, Q=Q)
-
-
-PRESSES: dict[str, type[KVBoundsPress]] = {
-    "balancekv": BalanceKVPress, "balancekv_released": BalanceKVReleasedPress, "subgen": SubGenPress,
-    "subspace": SubspacePress, "uniform": UniformPress, "kcenter": KCenterPress, "h2o": H2OPress,
-    "kernel_thinning": KernelThinningPress,
-}
+# the end-to-end method each press runs by default -> its class
+PRESSES: dict[str, type[KVBoundsPress]] = {cls().method: cls for cls in (
+    BalanceKVPress, BalanceKVReleasedPress, SubGenPress, SubspacePress, UniformPress, KCenterPress, H2OPress,
+    KernelThinningPress)}

@@ -38,14 +38,14 @@ log = logging.getLogger("kvbounds")
 _WARNED: set[str] = set()     # each distinct warning about a store once per process
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
     """Convert numpy scalars/arrays and tuples to plain JSON types; non-finite floats to strings."""
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if hasattr(x, "tolist"):  # numpy scalar or array
-        return _jsonable(x.tolist())
+        return jsonable(x.tolist())
     if isinstance(x, float) and not math.isfinite(x):
         return repr(x)  # 'inf', 'nan': JSON has no literal for them
     if isinstance(x, (bool, int, float, str)) or x is None:
@@ -54,7 +54,7 @@ def _jsonable(x: Any) -> Any:
 
 
 def canonical(obj: Any) -> str:
-    return json.dumps(_jsonable(obj), sort_keys=True, separators=(",", ":"))
+    return json.dumps(jsonable(obj), sort_keys=True, separators=(",", ":"))
 
 
 def trial_key(claim: str, params: dict, seed: int, backend: str) -> str:
@@ -122,7 +122,7 @@ class Record:
         d.pop("ratio", None)
         for f in ("measured", "bound"):
             if isinstance(d.get(f), str):
-                d[f] = float(d[f])        # 'inf'/'nan' as written by _jsonable; anything else raises ValueError
+                d[f] = float(d[f])        # 'inf'/'nan' as written by jsonable; anything else raises ValueError
         _check_types(d)
         _name_papers(d)
         names = {f.name for f in dataclasses.fields(cls)}

@@ -297,7 +297,7 @@ def glance_category(v: Verdict) -> str:
     return label
 
 
-def _at_a_glance(verdicts: dict[str, Verdict]) -> list[tuple]:
+def at_a_glance(verdicts: dict[str, Verdict]) -> list[tuple]:
     """Counts by category (statement, or reproduction for empirical claims), then the cross-cutting dimensions."""
     tones = {"false as stated": "bad", "empirical: not reproduced": "bad", "empirical: reversed": "bad",
              "hold as stated": "good", "hold with a fitted constant": "good", "empirical: reproduced": "good"}
@@ -332,7 +332,7 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
     from .controls import beat_nothing_table
     return _env().get_template("report.html.j2").render(
         nothing=beat_nothing_table(verdicts),
-        cards=cards, dims=DIMENSIONS, totals=_matrix_totals(verdicts), glance=_at_a_glance(verdicts),
+        cards=cards, dims=DIMENSIONS, totals=_matrix_totals(verdicts), glance=at_a_glance(verdicts),
         groups=groups, n_findings=sum(len(fs) for fs in groups.values()), meta=meta or run_metadata(records, verdicts, Path(".")),
         errors=error_rows(errors), board=board_table(board) if board else None, board_figure=board_figure,
         papers=[(p.citation(), p.url) for p in registry.PAPERS.values()])

@@ -8,7 +8,7 @@ import json
 from collections import defaultdict
 
 from . import registry
-from .records import _jsonable, canonical
+from .records import jsonable, canonical
 from .verdict import Verdict
 
 
@@ -23,7 +23,7 @@ def unique_findings(verdicts: dict[str, Verdict]) -> list[dict]:
             key = (f.kind or "finding", title, detail, canonical(f.smallest_input or {}))
             if key not in out:
                 out[key] = {"id": f"F{len(out) + 1}", "kind": key[0], "title": title, "detail": detail,
-                            "smallest_input": _jsonable(f.smallest_input or {}), "claims": []}
+                            "smallest_input": jsonable(f.smallest_input or {}), "claims": []}
             if (f.claim or cid) not in out[key]["claims"]:
                 out[key]["claims"].append(f.claim or cid)
     return list(out.values())
@@ -46,7 +46,7 @@ def summary_dict(verdicts: dict[str, Verdict]) -> dict:
     for cid, v in verdicts.items():
         d = dataclasses.asdict(v)
         d.pop("figures", None)
-        d = _named(_jsonable(d))
+        d = _named(jsonable(d))
         for f in d["findings"]:
             f["id"] = ids.get((f["kind"] or "finding", f["title"], f["detail"], canonical(f["smallest_input"] or {})), "")
         out[cid] = d

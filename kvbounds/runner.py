@@ -31,7 +31,7 @@ from typing import Callable, Iterable, Sequence
 from .progress import Progress, append_run, duration as _duration  # noqa: F401 (re-exported)
 from .records import Record, ResultStore, canonical, trial_key
 from .registry import Claim, get_claim
-from .workers import (THREAD_VARS, Terminated, _stop_now, default_executor, one_thread,  # noqa: F401 (re-exported)
+from .workers import (THREAD_VARS, Terminated, stop_now, default_executor, one_thread,  # noqa: F401 (re-exported)
                       sigterm_raises, single_thread_process, single_thread_scope)
 
 PROFILES = ("smoke", "quick", "full", "gpu")
@@ -59,8 +59,9 @@ def trial_seed(seed: int, claim: str, params: dict) -> int:
 
 def profile_trials(mod, profile: str) -> list[dict]:
     """A check module's trial grid for ``profile``; the ``gpu`` profile holds only the scale sweeps of the
-    checks that declare ``GPU_PROFILE = True`` (SB.discrepancy, MR.error, BKV.memory)."""
-    if profile == "gpu" and not getattr(mod, "GPU_PROFILE", False):
+    claims whose registry entry sets ``gpu_profile`` (SB.discrepancy, MR.error, BKV.memory)."""
+    from .registry import CLAIMS
+    if profile == "gpu" and not (mod.CLAIM in CLAIMS and CLAIMS[mod.CLAIM].gpu_profile):
         return []
     return list(mod.trials(profile))
 
@@ -73,9 +74,9 @@ def expand(claims: Sequence[Claim], profile: str, seed: int, backend: str) -> li
         mod = c.check_module()
         if mod is None:
             continue
-        # a check whose trials are long (a real model's forward passes) sets SCHEDULE_FIRST: its trials are
+        # a claim whose trials are long (a real model's forward passes) sets schedule_first: its trials are
         # submitted first, so the pool does not end on a tail of them with the other workers idle
-        dest = heavy if getattr(mod, "SCHEDULE_FIRST", False) else light
+        dest = heavy if c.schedule_first else light
         for params in profile_trials(mod, profile):
             dest.append(Trial(c.id, dict(params), seed, backend, c.check))
     return heavy + light
@@ -143,7 +144,7 @@ def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed:
     writable or another run holds it, and when a write fails later (the trials written stay valid).
     ``timings``, when given, receives this run's line of ``DIR/runs.jsonl`` (wall and CPU time, per claim too)."""
     from .registry import checked_claims
-    from kvbounds.gpu.backend import validate_backend
+    from kvbounds.algorithms.arrays import validate_backend
     validate_backend(backend)
     claims = [get_claim(c) for c in claim_ids] if claim_ids else checked_claims()
     missing = [c.id for c in claims if not c.has_check]
@@ -207,7 +208,7 @@ def _run_all(todo, store, ex, own, progress, on_record, prog) -> list[Record]:
         for f in futures:
             f.cancel()
         if own:
-            _stop_now(ex)
+            stop_now(ex)
         raise
     finally:
         prog.close()

@@ -144,7 +144,7 @@ def default_executor(max_workers: int | None = None) -> cf.Executor:
     return ex
 
 
-def _stop_now(ex: cf.Executor) -> None:
+def stop_now(ex: cf.Executor) -> None:
     """Cancel what has not started and end the worker processes of our own pool (Ctrl-C, write error)."""
     procs = list((getattr(ex, "_processes", None) or {}).values())
     ex.shutdown(wait=False, cancel_futures=True)

@@ -27,7 +27,6 @@ import numpy as np
 
 from kvbounds.verdict import NOT_RUN, FigureSpec, Finding, Verdict
 from kvbounds.theory.empirical import mean_and_spread
-from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
 from .bkv_variants import (INGREDIENTS, LABELS, SHORT, WORDS, combine, compare, finish, reproduction, run_variants,
@@ -74,7 +73,6 @@ def _common(K, meta, params, group):
                 fallback=params.get("fallback", ""), layer=meta.get("layer", -1))
 
 
-@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     Q, K, V, meta = layer_heads(params["trace"])
     group = _group(meta)

@@ -25,12 +25,12 @@ import numpy as np
 
 from kvbounds.algorithms.attention import attention_weights, exact_attention
 from kvbounds.algorithms.balance_kv import BalanceKV, DegenerateEstimate
-from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth, mark
 
 from kvbounds.controls import WorstError, attention_controls, power_vs_controls
 
-from .common import make_record, pick, unit_directions
+from .common import dispatch, make_record, pick, unit_directions
 from .mr_error import checkpoints
 from .power_streams import POWER_CHECK, missing_record, power_record, power_trials
 from .power_streams import stream as power_stream
@@ -64,10 +64,7 @@ def spread_values(rng, n, s):
     return dirs * (10.0 ** rng.uniform(-6, 0, n))[:, None]
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
-def run_trial(params: dict, seed: int, backend: str):
-    if params["sweep"] == "power":
-        return power_trial(params, seed, backend)
+def statement_trial(params: dict, seed: int, backend: str):
     n, d, r, t, eps, delta = (params[k] for k in ("n", "d", "r", "t", "eps", "delta"))
     rng = np.random.default_rng(seed)
     Q, K = unit_directions(rng, n, d) * r, unit_directions(rng, n, d) * r
@@ -194,3 +191,6 @@ def power_summary(records):
     pw = [r for r in records if r.check == POWER_CHECK]
     return power_vs_controls(pw, setting=lambda r: r.params["family"], metric="eps_hat"), \
         [r for r in records if r.check != POWER_CHECK]
+
+
+run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

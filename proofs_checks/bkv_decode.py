@@ -16,6 +16,7 @@ import math
 
 from .decode_stream import run_generation, trials  # noqa: F401 - the check's trials
 from .decode_verdict import build_records, summarize as _summarize
+from .decode_verdict import decode_rows as leaderboard_rows  # noqa: F401 - its leaderboard table
 
 CLAIM = "BKV.decode"
 SOURCE = "BalanceKV-NeurIPS Thm 3.1, Alg. 1 (streaming, inside generation)"

@@ -27,17 +27,16 @@ than at 0.5 (sensitivity, with the minimal detectable effect); either failing ma
 """
 from __future__ import annotations
 
+from kvbounds import methods
 from kvbounds.e2e import checks as C
 
 CLAIM = "BKV.e2e"
 SOURCE = "BalanceKV (arXiv:2502.07861, later version) Sec. 4.2-4.3, Table 1"
-VARIANTS = {"pseudocode": "balancekv", "released": "balancekv_released"}
+VARIANTS = methods.variants("BalanceKV")     # {"pseudocode": ..., "released": ...}: the registry's BalanceKV variants
 BASELINES = ("uniform", "streaming_llm", "h2o", "kvpress:snapkv", "kvpress:pyramidkv")
 TASKS = ("ppl", "passkey")
 # quick: what this verdict reads (the variants, the baselines, the null control); full runs every method
-QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform", "uniform_control") + BASELINES[1:]
-
-SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits them first
+QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform",) + methods.names(role="control") + BASELINES[1:]
 
 
 def trials(profile: str) -> list[dict]:

@@ -29,7 +29,7 @@ import numpy as np
 
 from kvbounds.algorithms.attention import attention_weights
 from kvbounds.algorithms.balance_kv import BalanceKV, bucket_index, erase_threshold
-from kvbounds.gpu.backend import asarray, single_blas_thread
+from kvbounds.algorithms.arrays import asarray
 from kvbounds.verdict import Erratum, FigureSpec, Finding, Verdict, fitted_constant, growth, mark, standard_verdict
 from kvbounds.theory.balancekv import balance_kv_bucket_count_bound, balance_kv_bucket_count_exact, balance_kv_memory_shape
 
@@ -40,7 +40,6 @@ CLAIM = "BKV.memory"
 SOURCE = "BalanceKV-NeurIPS Thm 3.1, Alg. 1 line 8, A.1"
 RULE_NAME = {"alg1": "alg1", "proof001": "proof"}   # erase rule (params["rule"]) -> check-name suffix
 SHARE_STEP = "BalanceKV-NeurIPS A.1 eq. (3): erased buckets contribute at most their share eps of the error"
-GPU_PROFILE = True
 CPU_N_MAX = 1 << 16          # largest n of the gpu profile run on a CPU backend
 LARGE_N = [1 << k for k in range(12, 21)]
 
@@ -65,7 +64,6 @@ def erased_share(Q, K, V, j, thr):
     return float(contrib / (np.linalg.norm(w) * np.linalg.norm(V[:j]))), int(erased.sum())
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     n, d, r, eps, rule = params["n"], params["d"], params["r"], params["eps"], params["rule"]
     if params.get("host"):   # the gpu profile: the per-token loop on the host (see the module doc)
@@ -95,9 +93,9 @@ def run_trial(params: dict, seed: int, backend: str):
     common = dict(t=t, T=T, erased_tokens=bkv.erased_tokens, ran_on=backend)
     vmax = float(np.linalg.norm(V, axis=1).max())
     return [
-        make_record(CLAIM, params, measured=max_floats, bound=balance_kv_memory_shape(d, r, eps, version="001"),
+        make_record(CLAIM, params, measured=max_floats, bound=balance_kv_memory_shape(d, r, eps, version="BalanceKV-NeurIPS"),
                     holds=True, bound_kind="shape", check="memory BalanceKV-NeurIPS", source="BalanceKV-NeurIPS Thm 3.1", **common),
-        make_record(CLAIM, params, measured=max_floats, bound=balance_kv_memory_shape(d, r, eps, version="000"),
+        make_record(CLAIM, params, measured=max_floats, bound=balance_kv_memory_shape(d, r, eps, version="BalanceKV-preprint"),
                     holds=True, bound_kind="shape", check="memory BalanceKV-preprint", source="BalanceKV-preprint thm:main-theorem", **common),
         make_record(CLAIM, params, measured=max_buckets, check=f"buckets {RULE_NAME[rule]}", bound_kind="a-priori",
                     bound=balance_kv_bucket_count_exact(vmax / erase_threshold(rule, eps=eps, n=n, r=r, d=d, vmax=vmax)),

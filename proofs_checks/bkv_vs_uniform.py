@@ -34,7 +34,6 @@ import numpy as np
 
 from kvbounds.verdict import NOT_RUN, FigureSpec, Finding, Verdict
 from kvbounds.theory.empirical import mean_and_spread
-from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
 from .bkv_variants import (COIN_NOTE, LABELS, SHORT, WORDS, combine, compare, exact_last, finish, per_kv_head, reproduction,
@@ -150,7 +149,6 @@ def run_experiment(Q, K, V, *, T: int, sink: int, window: int, block_size: int, 
             "times": res["times"], "diagnostics": res["diagnostics"], "budget": res["budget"]}
 
 
-@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     Q, K, V, meta = layer_heads(params["trace"])
     group = int(meta.get("n_heads", 1) // meta.get("n_kv_heads", 1)) if meta.get("n_kv_heads") else 1

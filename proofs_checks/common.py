@@ -22,7 +22,7 @@ _NO_GPU_VALUE = object()
 
 def pick(profile: str, *, smoke, quick, full, gpu=_NO_GPU_VALUE):
     """The value for a profile: "smoke" (tests, notebooks), "quick" (the main job), "full", or "gpu" (the scale
-    sweeps of the checks that set ``GPU_PROFILE = True``; defaults to the full value)."""
+    sweeps of the claims whose registry entry sets ``gpu_profile``; defaults to the full value)."""
     return {"smoke": smoke, "quick": quick, "full": full, "gpu": full if gpu is _NO_GPU_VALUE else gpu}[profile]
 
 
@@ -86,3 +86,17 @@ def fallback_notes(records) -> list[str]:
     """The summary line for records whose real trace was unavailable (extra["fallback"] names why)."""
     why = sorted({r.extra.get("fallback", "") for r in records} - {""})
     return ["SYNTHETIC FALLBACK (real model unavailable: " + "; ".join(why) + ")"] if why else []
+
+
+def dispatch(key: str, trials: dict, default=None):
+    """A check's ``run_trial`` that sends each trial to ``trials[params[key]]`` (``default`` for any other value of
+    ``params[key]``, or when it is absent): ``run_trial = dispatch("sweep", {"power": power_trial}, default=...)``.
+    Each function takes ``(params, seed, backend)``."""
+    def run_trial(params: dict, seed: int, backend: str):
+        fn = trials.get(params.get(key), default)
+        if fn is None:
+            raise ValueError(f"unknown {key} {params.get(key)!r}; known: {', '.join(map(str, trials))}")
+        return fn(params, seed, backend)
+    run_trial.__doc__ = (f"One trial: by params[{key!r}], " + ", ".join(f"{k!r} -> {f.__name__}" for k, f in trials.items())
+                         + (f", otherwise {default.__name__}" if default else "") + ".")
+    return run_trial

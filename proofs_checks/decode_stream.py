@@ -16,8 +16,6 @@ import math
 import numpy as np
 
 from kvbounds.controls import attention_controls
-from kvbounds.gpu.backend import single_blas_thread
-
 from .common import pick
 
 PROFILES = {  # prompt tokens, new tokens, target, interval, sink, window, checkpoint every
@@ -138,7 +136,6 @@ class DecodeObserver:
         self.rows.append(row)
 
 
-@single_blas_thread()
 def run_generation(press_cls, params: dict, seed: int, **press_kw):
     """Generate with the press; returns (rows of measurements, the press)."""
     import torch

@@ -143,7 +143,7 @@ def decode_rows(records) -> list[dict]:
     """Leaderboard rows of the decode-time claims: per claim one table, metric = the worst head's attention error
     per (checkpoint, layer) in the theorem's units (lower is better), the streaming press against each trivial
     estimator at the memory the press held (paired over (checkpoint, layer) cells for the ties)."""
-    from kvbounds.e2e.leaderboard import _row, _t_interval, _tied
+    from kvbounds.e2e.leaderboard import row as _row, t_interval as _t_interval, tied as _tied
     out = []
     for claim, press in PRESS_NAMES.items():
         rs = [r for r in records if r.claim == claim and r.check == SHAPE]

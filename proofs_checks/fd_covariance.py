@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.frequent_directions import FrequentDirections
-from kvbounds.gpu.backend import asarray, single_blas_thread, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import Constant, FigureSpec, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.frequent_directions import covariance_bound_from_sv, covariance_error, singular_values
 from kvbounds.traces.rope import rope_trace
@@ -39,7 +39,7 @@ from kvbounds.traces.synthetic import make_trace
 
 from kvbounds.controls import power_vs_controls
 
-from .common import make_record, pick
+from .common import dispatch, make_record, pick
 from .power_streams import POWER_CHECK, power_record
 
 CLAIM = "FD.covariance"
@@ -217,10 +217,7 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-@single_blas_thread()
-def run_trial(params: dict, seed: int, backend: str):
-    if params.get("sweep") == "power":
-        return power_trial(params, seed, backend)
+def statement_trial(params: dict, seed: int, backend: str):
     kind, n, d, ell, variant = params["kind"], params["n"], params["d"], params["ell"], params["variant"]
     A = make_matrix(kind, n, d, seed)
     if variant == "fd":
@@ -325,3 +322,6 @@ def power_trial(params: dict, seed: int, backend: str):
     m = err(S)
     return power_record(CLAIM, params, SOURCE, m, controls,
                         reference=dict(best_rank=float(sv[ell] ** 2 / fro2) if len(sv) > ell else 0.0))
+
+
+run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.frequent_directions import FrequentDirections
-from kvbounds.gpu.backend import asarray, single_blas_thread, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_order, counterexample, standard_verdict
 from kvbounds.theory.frequent_directions import (covariance_bound_from_sv, covariance_error, davis_kahan_eta, measured_eta,
                                         residual, residual_adversarial_stream, residual_bound_tight,
@@ -32,7 +32,7 @@ from kvbounds.theory.frequent_directions import (covariance_bound_from_sv, covar
 
 from kvbounds.controls import power_vs_controls
 
-from .common import make_record, pick
+from .common import dispatch, make_record, pick
 from .power_streams import POWER_CHECK, power_record
 from .fd_covariance import make_matrix
 
@@ -76,10 +76,7 @@ def _matrix(params: dict, seed: int) -> np.ndarray:
     return make_matrix(kind, params["n"], params["d"], seed)
 
 
-@single_blas_thread()
-def run_trial(params: dict, seed: int, backend: str):
-    if params.get("sweep") == "power":
-        return power_trial(params, seed, backend)
+def statement_trial(params: dict, seed: int, backend: str):
     A = _matrix(params, seed)
     ell, r = params["ell"], params["r"]
     fd = FrequentDirections(A.shape[1], ell).update(asarray(A, backend))
@@ -210,3 +207,6 @@ def power_trial(params: dict, seed: int, backend: str):
     m = residual(A, top_right_projector(np.asarray(to_numpy(fd.sketch()), float), r)) / top
     return power_record(CLAIM, params, SOURCE, m, controls,
                         reference=dict(best_rank=float(s[r]) / top if len(s) > r else 0.0))
+
+
+run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

@@ -50,12 +50,10 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.compressor_adapters import subgen_class
-from kvbounds.gpu.backend import single_blas_thread
-
 from .common import pick
-from .lb_index_games import _game_compressor, _game_eq2, _game_exact
+from .lb_index_games import game_compressor, game_eq2, game_exact
 from .lb_index_proof_steps import (CHUNK, CLAIM, EPS_FACTORS, FAMILIES, LAMBDAS_C4, PROOF_FAMILIES,  # noqa: F401
-                                   SOURCE, _c3_bounds, _c3_exact, _c4, _c5, _c6, _group_ones, _instances, _ranges)
+                                   SOURCE, task_c3_bounds, task_c3_exact, task_c4, task_c5, task_c6, task_group_ones, instances, task_ranges)
 from .lb_index_verdict import family, summarize  # noqa: F401 - the check module's summarize
 
 # ------------------------------------------------------------------------------------------ trials
@@ -133,11 +131,10 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-TASKS = {"c3 exact": _c3_exact, "c3 bounds": _c3_bounds, "c4": _c4, "c5": _c5, "c6": _c6, "group ones": _group_ones,
-         "ranges": _ranges, "game exact": _game_exact, "game eq2": _game_eq2, "game compressor": _game_compressor}
+TASKS = {"c3 exact": task_c3_exact, "c3 bounds": task_c3_bounds, "c4": task_c4, "c5": task_c5, "c6": task_c6, "group ones": task_group_ones,
+         "ranges": task_ranges, "game exact": game_exact, "game eq2": game_eq2, "game compressor": game_compressor}
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     task = params.get("task")
     if task not in TASKS:

@@ -12,7 +12,7 @@ from kvbounds.algorithms.index_reduction import decode_group, eq2_error
 from kvbounds.theory import lower_bound as lb
 
 from .common import clopper_pearson, failure_rate_ok, make_record
-from .lb_index_proof_steps import CLAIM, EPS_FACTORS, SOURCE, _instances
+from .lb_index_proof_steps import CLAIM, EPS_FACTORS, SOURCE, instances
 
 
 # -------------------------------------------------------------------------------------- the games
@@ -23,7 +23,7 @@ def _success(correct: np.ndarray) -> dict:
     return dict(successes=k, games=m, meets_08=ok, p_value=pv, ci=list(clopper_pearson(k, m)))
 
 
-def _game_exact(p, rng, backend):
+def game_exact(p, rng, backend):
     d, r2, rule, R = p["d"], p["r2"], p["rule"], p["R"]
     r = math.sqrt(r2)
     a = r2 / math.sqrt(d)
@@ -36,7 +36,7 @@ def _game_exact(p, rng, backend):
             idx = np.arange(b.R)
             return dict(correct=guess[idx, b.coord] == b.truth, group=(guess == b.bits[idx, b.group]).mean(1))
 
-        per = _instances(R, G * d, d, r, rng, backend, stats_)
+        per = instances(R, G * d, d, r, rng, backend, stats_)
         st = _success(per["correct"])
         group_acc = float(per["group"].mean())
         if st["meets_08"] and n_max == G // 2 * d:
@@ -53,7 +53,7 @@ def _game_exact(p, rng, backend):
     return recs
 
 
-def _game_eq2(p, rng, backend):
+def game_eq2(p, rng, backend):
     d, r2, G, R, direction, rule = p["d"], p["r2"], p["G"], p["R"], p["direction"], p["rule"]
     r, n = math.sqrt(r2), G * d
     nb = d * math.exp(2 * r2 / math.sqrt(d))
@@ -68,7 +68,7 @@ def _game_eq2(p, rng, backend):
             out[f"g{j}"] = (guess == b.bits[idx, b.group]).mean(1)
         return out
 
-    per = _instances(R, n, d, r, rng, backend, stats_)
+    per = instances(R, n, d, r, rng, backend, stats_)
     recs, eps_crit, broken = [], 0.0, False
     for j, eps in enumerate(eps_list):
         st = _success(per[f"c{j}"])
@@ -101,7 +101,7 @@ def _crossing(M: np.ndarray, acc: np.ndarray, level: float) -> tuple[float, bool
     return float(M[-1]), True
 
 
-def _game_compressor(p, rng, backend):
+def game_compressor(p, rng, backend):
     name, d, r, n, R = p["name"], p["d"], math.sqrt(p["r2"]), p["n"], p["R"]
     control = name == "clairvoyant"
     recs, Ms, accs = [], [], []

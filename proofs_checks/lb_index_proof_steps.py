@@ -26,7 +26,7 @@ PROOF_FAMILIES = FAMILIES[:6]     # steps of the proof in BalanceKV-NeurIPS App.
 CHUNK = 4_000_000        # slots (instances x n) per array batch: keeps memory bounded in the full profile
 
 
-def _instances(R: int, n: int, d: int, r: float, rng, backend, fn, **kw) -> dict:
+def instances(R: int, n: int, d: int, r: float, rng, backend, fn, **kw) -> dict:
     """Per-instance statistics fn(batch, attention) -> {name: (m,) array} over R instances, drawn and
     computed in chunks of at most CHUNK slots, concatenated."""
     outs, left = [], R
@@ -40,7 +40,7 @@ def _instances(R: int, n: int, d: int, r: float, rng, backend, fn, **kw) -> dict
 
 # ------------------------------------------------------------------------------------- the lemmas
 
-def _c3_exact(p, rng, backend):
+def task_c3_exact(p, rng, backend):
     res = lb.lemma_c3_residuals(p["d"], variant=p["variant"])
     bad = {k: str(v) for k, v in res.items() if v != 0}
     return make_record(CLAIM, p, measured=len(bad), bound=0, bound_kind="exact", check="Lemma C.3 exact",
@@ -58,7 +58,7 @@ def _c3_grid(name: str):
     return [(Fraction(C), d, Fraction(f) * d) for C in Cs for d in ds for f in fr]
 
 
-def _c3_bounds(p, rng, backend):
+def task_c3_bounds(p, rng, backend):
     grid = _c3_grid(p["grid"])
     steps = {k: [] for k in range(1, 5)}
     statement = []
@@ -93,10 +93,10 @@ def _c3_bounds(p, rng, backend):
     return recs
 
 
-def _c4(p, rng, backend):
+def task_c4(p, rng, backend):
     d, r, G, R = p["d"], math.sqrt(p["r2"]), p["G"], p["R"]
     control = p["variant"] == "shared-key"
-    st = _instances(R, G * d, d, r, rng, backend, lambda b, att: dict(
+    st = instances(R, G * d, d, r, rng, backend, lambda b, att: dict(
         S=lemma_sum(b, att), ui=collisions(b), u=att.u, truth=b.truth), shared_key=control)
     S, ui, u, truth = st["S"], st["ui"], st["u"], st["truth"]
     ea = math.exp(lb.exponent(d, r))
@@ -139,7 +139,7 @@ def _c5_identity(b: SlotBatch, coords: np.ndarray) -> dict:
                 repeated=np.array([len(set(row.tolist())) < d for row in ca]))
 
 
-def _c5(p, rng, backend):
+def task_c5(p, rng, backend):
     d, r, G, R = p["d"], math.sqrt(p["r2"]), p["G"], p["R"]
     iid = p["variant"] == "iid-coordinates"
     ea = math.exp(lb.exponent(d, r))
@@ -156,7 +156,7 @@ def _c5(p, rng, backend):
             out[f"fail{j}"] = np.where(ones, np.abs(S) < ea - thr, np.abs(S) > thr).any(axis=1) & (att.u > 0)
         return out
 
-    st = _instances(R, G * d, d, r, rng, backend, stats_)
+    st = instances(R, G * d, d, r, rng, backend, stats_)
     recs = [make_record(CLAIM, dict(p, stat="identity"), measured=int(st["violation"].sum()), bound=0,
                         bound_kind="exact", check="Corollary C.5", control=iid, source="BalanceKV-NeurIPS Corollary C.5", trials=R,
                         groups_with_repeated_coordinate=int(st["repeated"].sum()))]
@@ -172,7 +172,7 @@ def _c5(p, rng, backend):
     return recs
 
 
-def _c6(p, rng, backend):
+def task_c6(p, rng, backend):
     d, r, G, R, eps = p["d"], math.sqrt(p["r2"]), p["G"], p["R"], p["eps"]
 
     def stats_(b, att):
@@ -183,7 +183,7 @@ def _c6(p, rng, backend):
         noise = np.abs(lemma_sum(b, att) - b.truth * math.exp(att.a))[ok_u] / np.sqrt(att.u[ok_u] / d)
         return dict(rho=rho, noise=noise)
 
-    st = _instances(R, G * d, d, r, rng, backend, stats_)
+    st = instances(R, G * d, d, r, rng, backend, stats_)
     rho, noise = st["rho"], st["noise"]
     control = p["direction"] == "clairvoyant"
     q98 = lambda x: float(np.quantile(x, lb.LEMMA_C6_PROB))
@@ -208,7 +208,7 @@ def _c6(p, rng, backend):
 
 # ------------------------------------------------------------------------------- the conclusion
 
-def _group_ones(p, rng, backend):
+def task_group_ones(p, rng, backend):
     recs = []
     for d in p["ds"]:
         P = lb.group_ones_probability(d)
@@ -219,9 +219,9 @@ def _group_ones(p, rng, backend):
     return recs
 
 
-def _ranges(p, rng, backend):
+def task_ranges(p, rng, backend):
     d, r, G, R = p["d"], math.sqrt(p["r2"]), p["G"], p["R"]
-    st = _instances(R, G * d, d, r, rng, backend, lambda b, att: dict(D=att.D, sq=att.sq, u=att.u, ug=att.u_group))
+    st = instances(R, G * d, d, r, rng, backend, lambda b, att: dict(D=att.D, sq=att.sq, u=att.u, ug=att.u_group))
     keep = st["u"] > 0
     D, sq, u, ug = st["D"][keep], st["sq"][keep], st["u"][keep], st["ug"][keep]
     m = int(keep.sum())

@@ -27,21 +27,19 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
-from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, decide, decide_rate, decide_regime_rate,
                               fitted_constant, growth)
 from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rate_onset, rate_onset, walk_constant
-from kvbounds.registry import PAPERS
 
 from kvbounds.controls import WorstError, numerator_controls, power_vs_controls
 
-from .common import deferred_record, make_record, on_gpu, pick, unit_directions
+from .common import deferred_record, dispatch, make_record, on_gpu, pick, unit_directions
 from .power_streams import POWER_CHECK, missing_record, power_record, power_trials
 from .power_streams import stream as power_stream
 
 CLAIM = "MR.error"
-SOURCE = {"001": "BalanceKV-NeurIPS Thm 3.4", "000": "BalanceKV-preprint thm:MergeAndReduce"}
-GPU_PROFILE = True
+SOURCE = {"BalanceKV-NeurIPS": "BalanceKV-NeurIPS Thm 3.4", "BalanceKV-preprint": "BalanceKV-preprint thm:MergeAndReduce"}
 CPU_T_MAX = 1 << 15                 # largest t of the gpu profile's t-large sweep on a CPU backend (~40 s)
 LARGE_T = [1 << k for k in range(10, 18)]
 
@@ -82,13 +80,10 @@ def exact_numerator_log(K, V, q, j):
     return float(m), (np.exp(logits - m)[:, None] * V[:j]).sum(0)
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
-def run_trial(params: dict, seed: int, backend: str):
-    if params["sweep"] == "power":
-        return power_trial(params, seed, backend)
+def statement_trial(params: dict, seed: int, backend: str):
     n, d, s, r, t, delta = (params[k] for k in ("n", "d", "s", "r", "t", "delta"))
     if params["sweep"] == "t-large" and t > CPU_T_MAX and not on_gpu(backend):
-        return [deferred_record(CLAIM, params, source=SOURCE["001"], reason=f"4t tokens balanced in batches of t "
+        return [deferred_record(CLAIM, params, source=SOURCE["BalanceKV-NeurIPS"], reason=f"4t tokens balanced in batches of t "
                                 f"(t^2/2 Gram entries per batch) beyond CPU_T_MAX = {CPU_T_MAX}: run with "
                                 "--backend torch:cuda")]
     Q, K, V = stream(seed, n, d, s, r)
@@ -111,12 +106,12 @@ def run_trial(params: dict, seed: int, backend: str):
         if eps_j >= worst:
             worst, worst_j = eps_j, j
     recs = []
-    for version in ("001", "000"):
-        if params["c"] == "log" and version == "000":
+    for version in ("BalanceKV-NeurIPS", "BalanceKV-preprint"):
+        if params["c"] == "log" and version == "BalanceKV-preprint":
             continue
-        shape = math.exp(2 * r**2 / math.sqrt(d)) / t * (math.sqrt(s) if version == "001" else 1.0)
+        shape = math.exp(2 * r**2 / math.sqrt(d)) / t * (math.sqrt(s) if version == "BalanceKV-NeurIPS" else 1.0)
         recs.append(make_record(CLAIM, params, measured=worst, bound=shape, holds=True, bound_kind="shape",
-                                check=f"{PAPERS[version].short} {'paper c' if params['c'] == 'paper' else 'c=log'}",
+                                check=f"{version} {'paper c' if params['c'] == 'paper' else 'c=log'}",
                                 source=SOURCE[version], worst_j=worst_j, T=T, fails=mr.fail_count,
                                 series_j=[a for a, _ in series], series_eps=[b for _, b in series]))
     return recs
@@ -235,7 +230,7 @@ def power_trial(params: dict, seed: int, backend: str):
     try:
         Q, K, V, r, note = power_stream(params, seed, scale_of_d=lambda d: 1 / math.sqrt(d), dv=params["s"])
     except LookupError as e:
-        return [missing_record(CLAIM, params, SOURCE["001"], e)]
+        return [missing_record(CLAIM, params, SOURCE["BalanceKV-NeurIPS"], e)]
     d, s = K.shape[1], V.shape[1]
     T = max(int(math.log2(n / t)), 0)
     mr = MergeAndReduce(d, s, t=t, T=T, delta=delta, rng=np.random.default_rng(seed + 7), r_key=r * (1 + 1e-9))
@@ -258,5 +253,8 @@ def power_trial(params: dict, seed: int, backend: str):
         m_z, u_z = mr.estimate(Qb[j - 1])
         err = float(np.linalg.norm(np.exp(m_z - m_x) * to_numpy(u_z) - u_x)) * math.exp(m_x)
         worst = max(worst, err * unit)
-    return [power_record(CLAIM, params, SOURCE["001"], worst, ctl.values(), stream=note, stored=mr.num_stored(),
+    return [power_record(CLAIM, params, SOURCE["BalanceKV-NeurIPS"], worst, ctl.values(), stream=note, stored=mr.num_stored(),
                          r_stream=r)]
+
+
+run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

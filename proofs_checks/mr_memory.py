@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
-from kvbounds.gpu.backend import asarray, single_blas_thread, synchronize
+from kvbounds.algorithms.arrays import asarray, synchronize
 from kvbounds.verdict import Erratum, FigureSpec, Finding, Verdict, fitted_constant, growth, mark, standard_verdict
 from kvbounds.theory.balancekv import merge_reduce_memory_bound
 
@@ -37,7 +37,6 @@ def trials(profile: str) -> list[dict]:
     return [dict(p, sweep="small") for p in small] + [dict(n=n, t=t, d=8, s=4, sweep="n") for n in ns for t in ts]
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     n, t, d, s = params["n"], params["t"], params["d"], params["s"]
     rng = np.random.default_rng(seed)

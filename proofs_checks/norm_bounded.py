@@ -32,7 +32,6 @@ from kvbounds.controls import not_applicable
 from kvbounds.verdict import (GROWTH_TOL, NOT_RUN, Control, FigureSpec, Finding, Reproduction, Verdict, decide,
                               finalize, fitted_constant, loglog_slope)
 from kvbounds.theory.empirical import norm_interval
-from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.traces.real import MODEL_INFO, layer_heads, parse_spec, real_or_synthetic_spec
 
 from .common import fallback_notes, make_record, pick
@@ -73,7 +72,6 @@ def _series(X: np.ndarray, lengths, centered: bool = False) -> list[dict]:
     return out
 
 
-@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     Q, K, V, meta = layer_heads(params["trace"])
     p = parse_spec(params["trace"])

@@ -18,7 +18,7 @@ import tracemalloc
 import numpy as np
 
 from kvbounds.algorithms.softmax_balance import softmax_balance
-from kvbounds.gpu.backend import asarray, single_blas_thread
+from kvbounds.algorithms.arrays import asarray
 from kvbounds.verdict import Control, FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth
 from kvbounds.theory.balancekv import softmax_balance_cost
 
@@ -38,7 +38,6 @@ def _call(K, V, mode, seed):
     return softmax_balance(K, V, delta=0.01, rng=np.random.default_rng(seed), memory=mode, on_fail="continue")
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     n, d, s, mode = params["n"], params["d"], params["s"], params["mode"]
     rng = np.random.default_rng(seed)

@@ -28,7 +28,7 @@ import numpy as np
 
 from kvbounds.algorithms.self_balancing_walk import smaller_side
 from kvbounds.algorithms.softmax_balance import softmax_balance
-from kvbounds.gpu.backend import asarray, to_numpy, single_blas_thread
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, decide, decide_rate,
                               decide_regime_rate, fitted_constant, growth, mark)
 from kvbounds.theory.balancekv import log_softmax_balance_shape, merge_reduce_rate_onset, rate_onset, walk_constant
@@ -39,7 +39,6 @@ CLAIM = "SB.discrepancy"
 SOURCE = "BalanceKV-NeurIPS Thm 3.3, Alg. 2"
 READING = "O(.) read with the walk's own constant c = 30 log(n/delta) (BalanceKV-NeurIPS Alg. 2 line 3)"
 WALKS = ("paper c", "c=log", "random-signs")
-GPU_PROFILE = True
 CPU_N_MAX = 1 << 16          # largest n of the gpu profile's walks on a CPU backend (~80 s per 128 walks)
 LARGE_N = [1 << k for k in range(5, 18)]
 
@@ -72,7 +71,6 @@ def _log_discrepancies(K, V, Q, signs):
     return (np.log(np.maximum(np.linalg.norm(S, axis=-1), 1e-300)) + mx[:, 0][None, :]).ravel()
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     n, d, s, r, delta, reps = params["n"], params["d"], params["s"], params["r"], params["delta"], params["reps"]
     variant = params["variant"]

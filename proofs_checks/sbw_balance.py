@@ -26,7 +26,6 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant,
                               growth, mark)
 from kvbounds.theory.balancekv import sbw_discrepancy_shape, walk_constant
@@ -93,7 +92,6 @@ def _random_signs(params, seed):
     return w, u
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     """numpy only (the vector form is O(n d) per walk; ``backend`` is accepted and ignored)."""
     n, d, delta = params["n"], params["d"], params["delta"]

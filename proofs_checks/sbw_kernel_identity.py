@@ -20,7 +20,6 @@ from fractions import Fraction
 
 import numpy as np
 
-from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.verdict import FigureSpec, Verdict, standard_verdict
 from kvbounds.theory.kernel_identity import (feature_dim, symbolic_residuals, tensor_power_inner, tensor_powers,
                                     truncated_feature_map, truncated_inner_is_taylor, truncation_tail_bound)
@@ -121,7 +120,6 @@ def _truncation(params, rng):
                        tail=bound - slack, feature_dim=dim)
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     rng = np.random.default_rng(seed)
     check = params["check"]

@@ -28,9 +28,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.algorithms.subgen import SubGen
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import Constant, Control, Erratum, FigureSpec, Finding, Verdict, canonical_order, decide, decide_rate, \
     growth, loglog_slope, standard_verdict
 from kvbounds.theory.subgen import (ATTENTION_FAIL, attention_bound, combination_factor, matprod_s, matprod_s_proven,
@@ -39,7 +38,7 @@ from kvbounds.traces.synthetic import make_trace
 
 from kvbounds.controls import WorstError, attention_controls, power_vs_controls
 
-from .common import failure_rate_ok, make_record, pick
+from .common import dispatch, failure_rate_ok, make_record, pick
 from .mr_error import checkpoints
 from .power_streams import POWER_CHECK, missing_record, power_record, power_trials
 from .power_streams import stream as power_stream
@@ -163,18 +162,6 @@ def trials(profile: str) -> list[dict]:
             for n in pick(profile, smoke=(64, 128), quick=(256, 1024, 2048), full=(256, 1024, 4096))]
     return out + power_trials(profile, dict(kind="power", n=pick(profile, smoke=128, quick=256, full=512), d=4,
                                             m=4, delta=0.5, benign="clustered"))
-
-
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
-def run_trial(params: dict, seed: int, backend: str):
-    kind = params["kind"]
-    if kind == "accuracy":
-        return accuracy_trial(params, seed, backend)
-    if kind == "combination":
-        return combination_trial(params, seed, backend)
-    if kind == "power":
-        return power_trial(params, seed, backend)
-    return cost_trial(params, seed, backend)
 
 
 def combination_erratum(comb) -> Erratum | None:
@@ -356,3 +343,7 @@ def memory_findings(power_records) -> list[Finding]:
                                f"delta = {r.params['delta']:g} r open a cluster of t + 1 keys each, so uniform "
                                f"sampling or the recent window at the same memory is exact", r.params, kind="power"))
     return out
+
+
+run_trial = dispatch("kind", {"accuracy": accuracy_trial, "combination": combination_trial,
+                             "power": power_trial}, default=cost_trial)

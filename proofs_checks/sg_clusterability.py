@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.algorithms.kcenter import clusterability
 from scipy import stats
 
@@ -77,7 +76,6 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
 def run_trial(params: dict, seed: int, backend: str):
     if params["source"] == "real":
         why = available(params["model"])

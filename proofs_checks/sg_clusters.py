@@ -28,14 +28,13 @@ from fractions import Fraction
 import numpy as np
 from scipy import stats
 
-from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.algorithms.subgen import SubGen
-from kvbounds.gpu.backend import asarray
+from kvbounds.algorithms.arrays import asarray
 from kvbounds.verdict import FigureSpec, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subgen import cluster_count_bound, exact_cluster_slot_distribution
 
-from .common import make_record, pick
-from .sg_reservoir import ALPHA, chi_square, enumerate_coins, _law_distance
+from .common import dispatch, make_record, pick
+from .sg_reservoir import ALPHA, chi_square, enumerate_coins, law_distance
 
 CLAIM = "SG.clusters"
 SOURCE = "SubGen Lemma 2 / ClusterGen Lemma 2.3"
@@ -204,7 +203,7 @@ def slots_exact_trial(params, seed, backend):
     uniform = {(a, b): Fraction(1, n_i * n_i) for a in range(n_i) for b in range(n_i)} if t == 2 else \
         {tuple(c): Fraction(1, n_i**t) for c in np.ndindex(*(n_i,) * t)}
     prop = exact_cluster_slot_distribution(n_i)
-    return [make_record(CLAIM, params, measured=float(_law_distance(law, uniform)), bound=0.0, bound_kind="exact",
+    return [make_record(CLAIM, params, measured=float(law_distance(law, uniform)), bound=0.0, bound_kind="exact",
                         check="(5) exact", source=SOURCE + " (5)", paths=len(law),
                         law={str(k): str(v) for k, v in sorted(law.items())}),
             make_record(CLAIM, params, measured=float(max(abs(p - Fraction(1, n_i)) for p in prop)), bound=0.0,
@@ -253,16 +252,6 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
-def run_trial(params: dict, seed: int, backend: str):
-    kind = params["kind"]
-    if kind == "invariants":
-        return invariants_trial(params, seed, backend)
-    if kind == "slots exact":
-        return slots_exact_trial(params, seed, backend)
-    return slots_gof_trial(params, seed, backend)
-
-
 def summarize(records) -> Verdict:
     figs = [FigureSpec("max over prefixes of m'_j / m_j (bound 1)", x="order", check="m' <= m", hue="shape",
                        logx=False, logy=False)]
@@ -274,3 +263,7 @@ def summarize(records) -> Verdict:
                       f"(max m'/m {max(r.measured for r in mm):.3g}); invariant checks after "
                       f"{sum(r.trials for r in records if r.check == 'invariants')} updates")
     return v
+
+
+run_trial = dispatch("kind", {"invariants": invariants_trial, "slots exact": slots_exact_trial},
+                     default=slots_gof_trial)

@@ -20,6 +20,7 @@ import numpy as np
 
 from .decode_stream import run_generation, trials  # noqa: F401 - the check's trials
 from .decode_verdict import build_records, summarize as _summarize
+from .decode_verdict import decode_rows as leaderboard_rows  # noqa: F401 - its leaderboard table
 
 CLAIM = "SG.decode"
 SOURCE = "SubGen Thm 1, Alg. 1; ClusterGen Thm 2.4 (streaming, inside generation)"

@@ -20,25 +20,26 @@ exact; BalanceKV blocks of 128): full and quick run both from one prefill per in
 """
 from __future__ import annotations
 
+from kvbounds import methods
 from kvbounds.e2e import checks as C
 
 CLAIM = "SG.e2e"
 SOURCE = "SubGen (arXiv:2402.06082) Table 1; ClusterGen (anonymous submission) Table 2"
-VARIANTS = {"kcenter": "kcenter", "kcenter_sized": "kcenter_sized", "subgen": "subgen"}
+VARIANTS = methods.variants("SubGen/ClusterGen")   # k-center (weights 1, cluster sizes) and SubGen: the registry's
 OTHERS = ("uniform", "streaming_llm", "h2o", "balancekv", "kvpress:snapkv", "kvpress:pyramidkv", "kvpress:tova",
           "kvpress:knorm", "kvpress:expected_attention", "kvpress:streaming_llm", "kvpress:random")
 # quick: the variants, the papers' baselines (uniform, Sink, H2O), kvpress's SnapKV / PyramidKV, BalanceKV's
 # pseudocode (one draw) and the null control; full runs every method
-QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform", "uniform_control", "streaming_llm", "h2o", "balancekv",
-                                             "kvpress:snapkv", "kvpress:pyramidkv")
-
-SCHEDULE_FIRST = True   # long trials (model forward passes): the runner submits them first
+REDRAW = tuple(m for m in VARIANTS.values() if methods.get_method(m).randomized)    # SubGen
+QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform",) + methods.names(role="control") + (
+    "streaming_llm", "h2o", "balancekv", "kvpress:snapkv", "kvpress:pyramidkv")
 
 
 def trials(profile: str) -> list[dict]:
     return C.claim_trials(profile, {"smoke": {"lines": (256, 1)}, "quick": {"lines": (512, 8)},
                                     "full": {"lines": (1024, 30)}},
-                          smoke_methods=("uniform", "kcenter", "subgen"), redraw=("subgen",), quick_methods=QUICK_METHODS)
+                          smoke_methods=("uniform", VARIANTS["kcenter"], VARIANTS["subgen"]), redraw=REDRAW,
+                          quick_methods=QUICK_METHODS)
 
 
 def run_trial(params: dict, seed: int, backend: str):

@@ -23,14 +23,13 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import single_blas_thread
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_order, controls_rejected, decide, \
     standard_verdict
 from kvbounds.controls import WorstError, numerator_controls, power_vs_controls
 from kvbounds.theory.subgen import MATPROD_FAIL, matprod_bound, matprod_error_second_moment, matprod_s, matprod_s_proven
 
-from .common import failure_rate_ok, make_record, pick
+from .common import dispatch, failure_rate_ok, make_record, pick
 from .power_streams import POWER_CHECK, missing_record, power_record, real_params
 from .power_streams import stream as power_stream
 from .sg_partition import run_stream, smallest_passing_constant, theorem_stream
@@ -87,10 +86,7 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
-def run_trial(params: dict, seed: int, backend: str):
-    if params.get("sweep") == "power":
-        return power_trial(params, seed, backend)
+def statement_trial(params: dict, seed: int, backend: str):
     n, d, m, delta, r, eps, R = (params[k] for k in ("n", "d", "m", "delta", "r", "eps", "replicas"))
     rng = np.random.default_rng(seed + 1)
     if params["values"] == "mismatch":
@@ -245,3 +241,6 @@ def power_trial(params: dict, seed: int, backend: str):
         for name, (m_c, u_c) in numerator_controls(q, K, V, s, ctl_rng, scale=1.0).items():
             ctl.add(name, float(np.linalg.norm(u_c * math.exp(m_c - m_x) - y)) * unit)
     return power_record(CLAIM, params, SOURCE, worst, ctl.values(), s=s)
+
+
+run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

@@ -25,16 +25,15 @@ import math
 
 import numpy as np
 
-from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.algorithms.subgen import SubGen
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_order, controls_rejected, decide, \
     standard_verdict
 from kvbounds.theory.subgen import PARTITION_FAIL, partition_bound, partition_t, partition_t_proven, partition_t_shape
 
 from kvbounds.controls import WorstError, numerator_controls, power_vs_controls
 
-from .common import failure_rate_ok, make_record, pick
+from .common import dispatch, failure_rate_ok, make_record, pick
 from .power_streams import POWER_CHECK, missing_record, power_record, real_params
 
 CLAIM = "SG.partition"
@@ -130,10 +129,7 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
-def run_trial(params: dict, seed: int, backend: str):
-    if params.get("sweep") == "power":
-        return power_trial(params, seed, backend)
+def statement_trial(params: dict, seed: int, backend: str):
     n, d, m, delta, r, eps, R = (params[k] for k in ("n", "d", "m", "delta", "r", "eps", "replicas"))
     rng = np.random.default_rng(seed + 1)
     K, V, Q = theorem_stream(rng, n, d, m, delta, r, structure=params["structure"])
@@ -256,3 +252,6 @@ def power_trial(params: dict, seed: int, backend: str):
             ctl.add(name, abs(float(u_c[0]) * math.exp(m_c - log_z[qi]) - 1.0) if u_c[0] else 1.0)
     worst = float(np.abs(np.expm1(to_numpy(log_tau).reshape(-1) - log_z)).max())
     return power_record(CLAIM, params, SOURCE, worst, ctl.values(), t=t, clusters=sg.num_clusters())
+
+
+run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

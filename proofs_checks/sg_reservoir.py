@@ -30,13 +30,12 @@ from typing import Callable
 import numpy as np
 from scipy import stats
 
-from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.algorithms.subgen import SubGen
-from kvbounds.gpu.backend import asarray
+from kvbounds.algorithms.arrays import asarray
 from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, counterexample, standard_verdict
 from kvbounds.theory.subgen import exact_reservoir_distribution, reservoir_probability
 
-from .common import make_record, pick
+from .common import dispatch, make_record, pick
 
 CLAIM = "SG.reservoir"
 SOURCE = "SubGen Lemma 1 / ClusterGen Lemma 2.2 (Alg. 1 lines 24-28)"
@@ -109,7 +108,7 @@ def _small_stream(seed: int, n: int, zero_value: bool):
     return K, V
 
 
-def _law_distance(a: dict, b: dict) -> Fraction:
+def law_distance(a: dict, b: dict) -> Fraction:
     return max((abs(a.get(x, Fraction(0)) - b.get(x, Fraction(0))) for x in set(a) | set(b)), default=Fraction(0))
 
 
@@ -138,14 +137,14 @@ def exact_trial(params, seed, backend):
     common = dict(paths=len(enumerated), law={str(k): str(v) for k, v in sorted(enumerated.items())},
                   v_sq=[str(x) for x in wv], k_sq=[str(x) for x in wk])
     control = norm == "key"
-    recs = [make_record(CLAIM, params, measured=float(_law_distance(enumerated, lemma)), bound=0.0,
+    recs = [make_record(CLAIM, params, measured=float(law_distance(enumerated, lemma)), bound=0.0,
                         bound_kind="exact", check="exact lemma ||v||^2", control=control, source=SOURCE,
-                        max_abs_difference=str(_law_distance(enumerated, lemma)), **common)]
+                        max_abs_difference=str(law_distance(enumerated, lemma)), **common)]
     if not control:
-        recs.append(make_record(CLAIM, params, measured=float(_law_distance(enumerated, propagated)), bound=0.0,
+        recs.append(make_record(CLAIM, params, measured=float(law_distance(enumerated, propagated)), bound=0.0,
                                 bound_kind="exact", check="exact enumeration", source="SubGen Alg. 1 lines 24-28",
                                 paths=len(enumerated)))
-        d = _law_distance(enumerated, prose)
+        d = law_distance(enumerated, prose)
         recs.append(make_record(CLAIM, params, measured=float(d), bound=0.0, bound_kind="exact",
                                 check="exact prose ||k||^2", source="SubGen Sec. 2.2 / ClusterGen Sec. 2.2 prose",
                                 max_abs_difference=str(d), **common))
@@ -228,11 +227,6 @@ def trials(profile: str) -> list[dict]:
     return out
 
 
-@single_blas_thread()   # records independent of the executor's thread set-up (--workers 1 vs 2)
-def run_trial(params: dict, seed: int, backend: str):
-    return exact_trial(params, seed, backend) if params["kind"] == "exact" else gof_trial(params, seed, backend)
-
-
 def summarize(records) -> Verdict:
     """Statement from the lemma's records (exact laws, chi-square); the prose's ||k||^2 law is a
     versions-disagree finding, not part of the claim's verdict; the ||k||^2-sampling variant is the control."""
@@ -273,3 +267,6 @@ def summarize(records) -> Verdict:
     v.summary = "; ".join([v.summary] + parts)
     v.n_records = len(records)
     return v
+
+
+run_trial = dispatch("kind", {"exact": exact_trial}, default=gof_trial)

@@ -26,8 +26,7 @@ import numpy as np
 from kvbounds.algorithms.blockwise_softmax import blockwise_softmax, blockwise_softmax_literal, softmax_concat
 from kvbounds.algorithms.subspace_attention import top_basis
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.controls import not_applicable
 from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subspace import blockwise_softmax_identity
@@ -106,7 +105,6 @@ def _err(o, ref, vmax) -> float:
     return float(np.abs(o - ref).max() / vmax)
 
 
-@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     kind = params["kind"]
     if kind == "symbolic":

@@ -14,7 +14,7 @@ The model is :func:`kvbounds.theory.subspace.cost_model` (formulas term by term)
   * ``fd update``                      measured FD update time per row (blocks of 64 rows) / (d l): must not grow with d l [shape];
   * ``control model without J``        the counted FLOPs against the draft's Sec. 9 model, which omits the factor J on the
                                        basis term (J > 1 only): the exact-count check must reject it.
-Timings run with numpy's BLAS limited to one thread (:class:`kvbounds.gpu.backend.single_blas_thread`).
+Timings run with numpy's BLAS limited to one thread (:class:`kvbounds.algorithms.arrays.single_blas_thread`).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from kvbounds.algorithms.frequent_directions import FrequentDirections
 from kvbounds.algorithms.subspace_attention import OpCounter, coefficient_decode, exact_decode, top_basis
-from kvbounds.gpu.backend import asarray, single_blas_thread
+from kvbounds.algorithms.arrays import asarray, single_blas_thread
 from kvbounds.verdict import Constant, Erratum, FigureSpec, Finding, Verdict, canonical_order, decide, decide_rate, \
     fitted_constant, growth
 from kvbounds.theory.subspace import cost_model

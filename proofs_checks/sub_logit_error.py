@@ -20,8 +20,7 @@ import numpy as np
 from kvbounds.algorithms.attention import exact_attention
 from kvbounds.algorithms.subspace_attention import (GAMMA_CHOICES, AdaptiveSubspaceAttention, StaticSubspaceAttention,
                                            calibrate_gamma, resolve_gamma, top_basis)
-from kvbounds.gpu.backend import asarray, to_numpy
-from kvbounds.gpu.backend import single_blas_thread
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subspace import logit_error_bound, output_error_bound, \
     output_error_bound_corrected, output_error_bound_multichunk, softmax_sensitivity_bound
@@ -174,7 +173,6 @@ def worst(rows, key, tol_key="tol", measured="linf"):
     return max(rows, key=lambda x: x[measured] / (x[key] + x[tol_key]) if x[key] + x[tol_key] > 0 else math.inf)
 
 
-@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     if params["mode"] == "power":
         return power_trial(CLAIM, SOURCE, params, seed)

@@ -16,7 +16,7 @@ import numpy as np
 
 from kvbounds.algorithms.subspace_attention import StaticSubspaceAttention
 from kvbounds.controls import WorstError
-from kvbounds.gpu.backend import to_numpy
+from kvbounds.algorithms.arrays import to_numpy
 
 from .common import pick
 from .power_streams import missing_record, power_record, real_params

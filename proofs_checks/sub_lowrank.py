@@ -43,7 +43,6 @@ from kvbounds.verdict import GROWTH_TOL, FigureSpec, Finding, Reproduction, Verd
     loglog_slope, reproduction_status, standard_verdict
 from kvbounds.algorithms.frequent_directions import FrequentDirections
 from kvbounds.theory.subspace import energy_at_rank
-from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.traces.real import MODEL_INFO, available, default_text, kv_heads, layer_heads, parse_spec, \
     real_or_synthetic_spec
 
@@ -65,9 +64,6 @@ ENERGY_CLAIMS = {"energy K post": "keys (post-RoPE, as cached) >= 90% energy at 
                  "energy K pre": "pre-RoPE keys >= 90% energy at r = d/4 in many heads",
                  "energy K": "keys >= 90% energy at r = d/4 in many heads",
                  "energy V": "values >= 90% energy at r = d/4 in many heads"}
-
-
-SCHEDULE_FIRST = True   # one long trial (the perplexity falsifier): the runner submits it first
 
 
 def trials(profile: str) -> list[dict]:
@@ -213,9 +209,9 @@ def _falsifier_units(params: dict, meta: dict, common: dict) -> list:
 
 def _ppl_trial(params: dict) -> list:
     import torch
-    from kvbounds.traces.real import _load_model
+    from kvbounds.traces.real import load_real_model
     from kvbounds.traces.smollm2 import perplexity
-    m = _load_model("smollm2")
+    m = load_real_model("smollm2")
     n = int(params["trace"].rsplit(":", 1)[1])
     ids = m.encode(default_text())
     ev, cal = ids[:n], ids[n:2 * n]
@@ -243,7 +239,6 @@ def _ppl_trial(params: dict) -> list:
     return recs
 
 
-@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     if params["kind"] == "ppl-window":
         return E2E.run_trial(params, CLAIM)

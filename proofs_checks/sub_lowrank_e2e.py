@@ -39,12 +39,12 @@ def trials(profile: str) -> list[dict]:
 
 def run_trial(params: dict, claim: str) -> list:
     import torch
-    from kvbounds.e2e.trial import _model
+    from kvbounds.e2e.trial import trial_model
     from kvbounds.e2e.falsifiers import window_rows
     threads = torch.get_num_threads()
     torch.set_num_threads(1)      # the runner's workers share the cores: one thread each
     try:
-        lm = _model(params.get("model", "smollm2"), "cpu")
+        lm = trial_model(params.get("model", "smollm2"), "cpu")
         rows = window_rows(lm, int(params["index"]), n=int(params["n"]), cont=int(params["cont"]),
                            budgets=tuple(params["budgets"]), window=int(params["window"]))
     finally:

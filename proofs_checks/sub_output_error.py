@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.attention import exact_attention
-from kvbounds.gpu.backend import asarray, single_blas_thread, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, standard_verdict
 from kvbounds.algorithms.subspace_attention import GAMMA_CHOICES, StaticSubspaceAttention
 from kvbounds.theory.subspace import output_error_bound
@@ -66,7 +66,6 @@ def extremal_trial(params: dict, backend: str) -> list:
                         source="the measured-linf bound with half its constant (control)", linf=linf)]
 
 
-@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     if params["mode"] == "extremal":
         return extremal_trial(params, backend)

@@ -21,7 +21,6 @@ from kvbounds.controls import not_applicable
 from kvbounds.verdict import Constant, FigureSpec, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subspace import softmax_sensitivity_bound, softmax_sensitivity_extremal, softmax_sensitivity_symbolic
 
-from kvbounds.gpu.backend import single_blas_thread
 from .common import make_record, pick
 
 CLAIM = "SUB.softmax-sensitivity"
@@ -57,7 +56,6 @@ def _worst_prefix(l, t) -> np.ndarray:
     return delta
 
 
-@single_blas_thread()
 def run_trial(params: dict, seed: int, backend: str):
     kind = params["kind"]
     if kind == "symbolic":

@@ -7,7 +7,7 @@ import contextlib
 
 import numpy as np
 
-from kvbounds.gpu.backend import device, to_numpy
+from kvbounds.algorithms.arrays import device, to_numpy
 
 
 def rtol(dtype) -> float:

@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 from filelock import FileLock, Timeout
 from hypothesis import HealthCheck, settings
+from threadpoolctl import threadpool_limits
 
-from kvbounds.gpu.backend import why_unavailable
+from kvbounds.algorithms.arrays import why_unavailable
+
+# One BLAS thread in every test process, as the runner gives every trial (kvbounds.runner.execute_trial): the tests
+# that call a check's run_trial directly get the records' set-up, and two xdist workers do not oversubscribe 2 cores
+threadpool_limits(limits=1, user_api="blas")
 
 settings.register_profile("ci", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

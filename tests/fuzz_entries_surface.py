@@ -14,7 +14,8 @@ from kvbounds.algorithms import block_walk as bw
 from kvbounds.algorithms.balance_layers import compress_cache_layers, compress_cache_released_layers
 from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select
-from kvbounds.gpu import backend as be
+from kvbounds.algorithms import arrays as be
+from kvbounds import methods as _registry
 from kvbounds.gpu import batched_walk as gbw
 from kvbounds.gpu import support as gs
 from kvbounds.gpu import triton_walk as gtw
@@ -345,7 +346,10 @@ def _compress_layer_call(K, V, budget, rng, sink, window):
     return _methods().compress_layer("uniform", K, V, budget, rng, sink=sink, window=window)
 
 
-E2E = [_compress_ours_entry(m) for m in ("streaming_llm", "uniform", "kcenter", "balancekv", "subgen", "subspace")] + [
+# every registered method of the package with a layer-level compress (kvbounds.methods), but those that need the
+# queries (H2O: its prefill form) or an optional package (kernel thinning: goodpoints)
+E2E = [_compress_ours_entry(m.name) for m in _registry.methods(source="kvbounds")
+       if m.compress is not None and not m.needs_queries and not m.requires] + [
     Entry("compress_layer", _e2e_cache, dict(budget=0.5, rng=RNG, sink=1, window=1),
           _compress_layer_call),
     Entry("balance_levels", lambda r, c: {}, dict(n=16, d=4, sink=1, window=1, floats=100, per_token_weights=0),

@@ -3,7 +3,7 @@ import pytest
 
 from kvbounds.algorithms.attention import attention_weights, causal_attention, exact_attention
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 
 
 def test_matches_definition(rng):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from kvbounds.gpu.backend import (BackendUnavailable, asarray, available_backends, backend_of, resolve, to_numpy,
+from kvbounds.algorithms.arrays import (BackendUnavailable, asarray, available_backends, backend_of, resolve, to_numpy,
                          validate_backend, why_unavailable)
 
 
@@ -35,7 +35,7 @@ def test_like_and_asarray_land_on_the_backends_device(backend):
     """numpy draws moved with like() take ref's backend, device and float dtype (integers and booleans keep
     theirs); asarray() puts arrays on the device resolve() names; synchronize() accepts every backend."""
     from backend_helpers import assert_on_device_of
-    from kvbounds.gpu.backend import device, like, synchronize
+    from kvbounds.algorithms.arrays import device, like, synchronize
     ref = asarray(np.ones((2, 2)), backend, dtype="float32")
     dev = resolve(backend)[1]
     if backend.startswith("torch"):

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from kvbounds.algorithms.attention import exact_attention
 from kvbounds.algorithms.balance_kv import BalanceKV, DegenerateEstimate, bucket_index, erase_threshold
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 
 
 def _stream(rng, n, d, r=1.0):

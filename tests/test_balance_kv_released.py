@@ -195,7 +195,7 @@ def test_backends_agree_with_numpy(backend, walk):
     within sqrt(eps) of float64; every output on K's device."""
     from backend_helpers import assert_close, assert_equal, assert_on_device_of
     from kvbounds.algorithms.balance_kv_released import ESTIMATORS
-    from kvbounds.gpu.backend import asarray
+    from kvbounds.algorithms.arrays import asarray
     K, V = _kv(n=160, scale=0.7)
     Kb, Vb = asarray(K, backend), asarray(V, backend)
     ref = released_select(K, V, levels=2, block_size=16, rng=np.random.default_rng(3), temp=0.1, **walk)
@@ -224,7 +224,7 @@ def test_uniforms_from_a_torch_generator_follow_k_to_its_device(backend):
     """``uniforms`` drawing CPU torch tensors (the docstring's ``torch.rand(s, generator=g)``) with K on another
     device: the draws move to K's device (on CUDA they stayed on the CPU and the walk mixed devices)."""
     from backend_helpers import assert_equal, assert_on_device_of
-    from kvbounds.gpu.backend import asarray
+    from kvbounds.algorithms.arrays import asarray
     K, V = _kv(n=96, scale=0.7)
     Kb, Vb = asarray(K, backend), asarray(V, backend)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvbounds.algorithms.self_balancing_walk import self_balancing_walk_result
-from kvbounds.gpu.backend import why_unavailable
+from kvbounds.algorithms.arrays import why_unavailable
 from kvbounds.proofs_checks import mr_error, sbw_balance
 from kvbounds.registry import get_claim
 from kvbounds.runner import Trial, execute_trial

@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select, panel_walk
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import like, to_numpy
+from kvbounds.algorithms.arrays import like, to_numpy
 from kvbounds.gpu.batched_walk import batched_select, ops_per_step, walk_signs
 
 EAGER = ["exact", "blocked"]
@@ -159,7 +159,7 @@ def test_batched_select_and_walk_agree_with_numpy(backend, method):
     signs and kept indices from the same seeds, x within the dtype's tolerance, results on the input's device.
     ``triton`` runs the kernel on CUDA and falls back to ``exact`` elsewhere."""
     from backend_helpers import assert_close, assert_equal, assert_on_device_of
-    from kvbounds.gpu.backend import asarray
+    from kvbounds.algorithms.arrays import asarray
     g = np.random.default_rng(21)
     K, V = g.standard_normal((2, 2, 150, 8)), g.standard_normal((2, 2, 150, 3))
     Kb, Vb = asarray(K, backend), asarray(V, backend)

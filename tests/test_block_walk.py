@@ -6,7 +6,7 @@ import pytest
 
 from backend_helpers import assert_close, assert_equal, assert_on_device_of
 from kvbounds.algorithms.block_walk import block_gram, panel_walk, panel_walk_stepwise, walk_diagnostic
-from kvbounds.gpu.backend import asarray
+from kvbounds.algorithms.arrays import asarray
 
 
 def _blocks(seed, lead=(2, 3), b=64, d=6, e=3, pad=0):
@@ -51,10 +51,10 @@ def test_walks_give_numpy_signs(backend, pad, c):
 
 
 def test_scratch_pool_reuses_memory_best_fit():
-    """_ScratchPool hands back touched memory (best fit, the rest of a larger array split off) and None where the
+    """ScratchPool hands back touched memory (best fit, the rest of a larger array split off) and None where the
     backend's operations take no out= (the walks then allocate as before)."""
-    from kvbounds.algorithms.block_walk import _ScratchPool
-    pool, like = _ScratchPool(), np.zeros(1, dtype=np.float32)
+    from kvbounds.algorithms.block_walk import ScratchPool
+    pool, like = ScratchPool(), np.zeros(1, dtype=np.float32)
     a, b = pool.take(like, 100), pool.take(like, 10)
     assert a.shape == (100,) and a.dtype == np.float32 and b.shape == (10,)
     pool.give(a, b, None)
@@ -66,7 +66,7 @@ def test_scratch_pool_reuses_memory_best_fit():
     assert np.shares_memory(e, a) and not np.shares_memory(e, d)
     assert not np.shares_memory(pool.take(like, 40), a)           # nothing left: fresh memory
     assert not np.shares_memory(pool.take(np.zeros(1), 8), b)     # another dtype: fresh memory
-    assert _ScratchPool().take([1.0], 3) is None
+    assert ScratchPool().take([1.0], 3) is None
 
 
 def test_scratch_pool_keeps_no_device_memory():
@@ -75,8 +75,8 @@ def test_scratch_pool_keeps_no_device_memory():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from kvbounds.algorithms.block_walk import _ScratchPool
-    pool, x = _ScratchPool(), torch.zeros(4, device="cuda")
+    from kvbounds.algorithms.block_walk import ScratchPool
+    pool, x = ScratchPool(), torch.zeros(4, device="cuda")
     assert pool.take(x, 4) is None
     pool.give(x)
     assert pool.free == []
@@ -86,17 +86,17 @@ def test_host_scratch_is_numpy_memory_aligned_like_torch():
     """Fresh host scratch comes from numpy's allocator (huge pages for large arrays), 64-byte aligned; for torch it
     is a CPU tensor of the asked dtype sharing that memory (zero copy)."""
     torch = pytest.importorskip("torch")
-    from kvbounds.algorithms.block_walk import _host_empty
+    from kvbounds.algorithms.block_walk import host_empty
     for dt in (torch.float32, torch.float64):
-        t = _host_empty(torch.zeros(1, dtype=dt), 1000)
+        t = host_empty(torch.zeros(1, dtype=dt), 1000)
         assert t.dtype == dt and t.shape == (1000,) and t.device.type == "cpu" and t.data_ptr() % 64 == 0
         t[:] = 1.0                                                     # writable
-    a = _host_empty(np.zeros(1, dtype=np.float32), 7)
+    a = host_empty(np.zeros(1, dtype=np.float32), 7)
     assert a.dtype == np.float32 and a.shape == (7,)
 
 
 def test_fused_gram_panel_equals_unfused():
-    """The fused chunk-by-chunk panel (_gram_panel with out=, the walk's host path) equals the panel computed in
+    """The fused chunk-by-chunk panel (gram_panel with out=, the walk's host path) equals the panel computed in
     whole-panel passes (out=None) bit for bit, with and without padded rows, chunks of 1 block and of several."""
     torch = pytest.importorskip("torch")
     from kvbounds.algorithms import block_walk as bw
@@ -106,12 +106,12 @@ def test_fused_gram_panel_equals_unfused():
             Kt, Wt, k2, w2 = xs
             o = None if ones is None else (ones if isinstance(Kt, np.ndarray) else torch.as_tensor(ones, dtype=Kt.dtype))
             xp = bw.array_namespace(Kt)
-            rk2, inv = bw._panel_scales(xp, k2, w2)
+            rk2, inv = bw.panel_scales(xp, k2, w2)
             for start, m in ((0, 8), (8, 8), (24, 8)):
                 args = (Kt[..., start:, :], Wt[..., start:, :], m, rk2, inv, True, None if o is None else o[..., start:])
-                ref = bw._gram_panel(*args)
-                buf = (bw._host_empty(Kt, 6 * m * 32), bw._host_empty(Kt, max(chunk, m * (32 - start))))
-                got = bw._gram_panel(*args, out=buf)
+                ref = bw.gram_panel(*args)
+                buf = (bw.host_empty(Kt, 6 * m * 32), bw.host_empty(Kt, max(chunk, m * (32 - start))))
+                got = bw.gram_panel(*args, out=buf)
                 assert np.array_equal(np.asarray(got), np.asarray(ref))
                 whole = bw._gram_panel_whole(bw.array_namespace(Kt), *args, *buf)   # torch's path at >1 thread
                 assert np.array_equal(np.asarray(whole), np.asarray(ref))
@@ -121,12 +121,12 @@ def test_prescaled_keys_equal_plain_product():
     """blockwise_balance_kv._scaled (keys times d^(-1/4) into scratch memory) equals X * a bit for bit; integer
     arrays and tensors that need gradients fall back to X * a."""
     torch = pytest.importorskip("torch")
-    from kvbounds.algorithms.blockwise_balance_kv import _ScratchPool, _scaled
+    from kvbounds.algorithms.blockwise_balance_kv import ScratchPool, _scaled
     rng = np.random.default_rng(0)
     a = 128 ** -0.25
     for X in (rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 5, 3)).astype(np.float32),
               torch.as_tensor(rng.standard_normal((2, 5, 3)), dtype=torch.float32), np.arange(6).reshape(2, 3)):
-        got = _scaled(X, a, _ScratchPool())
+        got = _scaled(X, a, ScratchPool())
         assert got.dtype == (X * a).dtype and np.array_equal(np.asarray(got), np.asarray(X * a))
     X = torch.ones(3, requires_grad=True)
-    assert _scaled(X, a, _ScratchPool()).requires_grad
+    assert _scaled(X, a, ScratchPool()).requires_grad

@@ -10,7 +10,7 @@ from kvbounds.algorithms.blockwise_balance_kv import (block_gram, blockwise_bala
                                              weighted_attention)
 from kvbounds.algorithms.softmax_balance import normalized_kernel_gram
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.traces import make_trace
 
 

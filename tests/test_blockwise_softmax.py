@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kvbounds.algorithms.blockwise_softmax import OnlineSoftmax, blockwise_softmax, blockwise_softmax_literal, softmax_concat
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.proofs_checks.sub_blockwise import mp_reference
 
 EPS = np.finfo(float).eps

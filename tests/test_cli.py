@@ -94,7 +94,7 @@ def test_report_on_unwritable_dir_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_unavailable_backend_is_refused_before_starting(tmp_path, capsys, monkeypatch):
-    import kvbounds.gpu.backend as be
+    import kvbounds.algorithms.arrays as be
     for name in ("cupy", "torch:cuda"):
         why = be.why_unavailable(name)
         if why is None:

@@ -7,7 +7,7 @@ import pytest
 from backend_helpers import assert_close, assert_on_device_of
 from kvbounds.algorithms import compressor_adapters as ca
 from kvbounds.algorithms.index_reduction import random_instance
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 
 
 @pytest.mark.parametrize("name", ["uniform", "blockwise", "balancekv", "subgen"])

@@ -16,12 +16,12 @@ import contextlib
 import numpy as np
 import pytest
 
-from kvbounds.gpu.backend import to_numpy
+from kvbounds.algorithms.arrays import to_numpy
 
 N, CONT, SINK = 256, 33, 32
 KCENTER_BASED = ("kcenter", "kcenter_sized", "subgen")
 # where a device-path method may read the host (functions of modules the harness does not own)
-HOST_READ_SITES = {"panel_walk", "_panel_walk", "greedy_k_center", "recent_plus_centers", "memory_floats"}
+HOST_READ_SITES = {"panel_walk", "panel_walk_unchecked", "greedy_k_center", "recent_plus_centers", "memory_floats"}
 
 
 @pytest.fixture(scope="module")
@@ -200,8 +200,8 @@ def test_device_path_converts_nothing_to_numpy(cell, method, device_runs):
     comp, _, seen = _device_run(cell, method, device_runs)
     with _recording(seen):
         layers = harness._to_layers(lm, comp)
-    # block_walk._host_view: zero-copy numpy views of CPU tensors for the walk's steps; a CUDA tensor never takes it
-    seen = [(numel, sites) for numel, sites in seen if "_host_view" not in sites]
+    # block_walk.host_view: zero-copy numpy views of CPU tensors for the walk's steps; a CUDA tensor never takes it
+    seen = [(numel, sites) for numel, sites in seen if "host_view" not in sites]
     if method not in M.DEVICE_HOST_COPIES:
         assert not seen, seen[:3]
     H, n, d = state.keys[0].shape[1:]

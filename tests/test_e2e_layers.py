@@ -3,6 +3,7 @@ the prefill); each layer must get exactly what its own compress_ours call, in la
 import numpy as np
 import pytest
 
+from kvbounds.algorithms import equal_memory as EM
 from kvbounds.algorithms.token_selection import memory_floats
 
 
@@ -37,9 +38,9 @@ def test_subspace_rounds_on_one_head_build_the_same_cache(monkeypatch, budget):
     K = rng.standard_normal((3, 300, 16)).astype(np.float32)
     V = rng.standard_normal((3, 300, 16)).astype(np.float32)
     floats = int(budget * 300 * 32)
-    got = M._filled("subspace", K, V, floats, np.random.default_rng(1), sink=8, window=8)
-    monkeypatch.setattr(M, "_SUBSPACE_PROBE", False)
-    ref = M._filled("subspace", K, V, floats, np.random.default_rng(1), sink=8, window=8)
+    got = EM.fit_to_floats("subspace", K, V, floats, np.random.default_rng(1), sink=8, window=8)
+    monkeypatch.setattr(EM, "_SUBSPACE_PROBE", False)
+    ref = EM.fit_to_floats("subspace", K, V, floats, np.random.default_rng(1), sink=8, window=8)
     for f in ("keys", "values", "log_w_num", "log_w_den"):
         assert np.array_equal(getattr(got, f), getattr(ref, f)), f
     assert (got.rank, got.projected, got.extra_floats) == (ref.rank, ref.projected, ref.extra_floats)

@@ -115,9 +115,9 @@ def test_papers_setting_puts_the_question_inside_the_compressed_prompt():
     both = [p for p in grid if p.get("setting") == "both"]
     assert len(both) == 2 and all(p["block_size"] == 128 for p in both)
     assert not any("setting" in p for p in grid if p["task"] == "ppl")
-    from kvbounds.e2e.checks import _setting_params
-    assert _setting_params(both[0], "inside")["setting"] == "inside" and _setting_params(both[0], "inside")["block_size"] == 128
-    assert "setting" not in _setting_params(both[0], "after") and "block_size" not in _setting_params(both[0], "after")
+    from kvbounds.e2e.checks import setting_params
+    assert setting_params(both[0], "inside")["setting"] == "inside" and setting_params(both[0], "inside")["block_size"] == 128
+    assert "setting" not in setting_params(both[0], "after") and "block_size" not in setting_params(both[0], "after")
     assert profile_grid("x", {"passkey": (512, 2)}, settings=("inside",))[0]["setting"] == "inside"
 
 

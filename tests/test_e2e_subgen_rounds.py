@@ -1,10 +1,11 @@
 """SubGen's equal-memory fit counts each round's floats from its draws and builds one cache (issue 26): the same
-cache, bit for bit, as building every round (methods._SUBGEN_COUNT = False, the code before), and the count is
+cache, bit for bit, as building every round (equal_memory._SUBGEN_COUNT = False, the code before), and the count is
 memory_floats of the cache the round would build."""
 import numpy as np
 import pytest
 
 from kvbounds.algorithms import compressor_adapters as ca
+from kvbounds.algorithms import equal_memory as EM
 from kvbounds.algorithms.token_selection import memory_floats
 
 
@@ -21,7 +22,7 @@ def _kv(H, n, d, seed, dup=False):
     (3, 96, 8, 4, 4, 900, False), (2, 64, 4, 2, 2, 300, True), (2, 40, 4, 2, 2, 2000, False),
     (1, 30, 4, 1, 1, 60, True), (3, 200, 16, 8, 8, 3000, True), (2, 24, 2, 2, 2, 70, False)])
 def test_counted_floats_are_the_built_caches(H, n, d, sink, window, budget, dup):
-    from kvbounds.e2e.subgen_rounds import subgen_held_floats
+    from kvbounds.algorithms.subgen_rounds import subgen_held_floats
     K, V = _kv(H, n, d, budget, dup)
     n_mid = n - sink - window
     for b in range(budget // 3, budget + 1, max(1, budget // 7)):
@@ -41,10 +42,10 @@ def test_fit_builds_the_same_cache_as_every_round(monkeypatch, seed, frac):
     from kvbounds.e2e import methods as M
     K, V = _kv(3, 150, 8, seed, dup=seed % 2 == 1)
     floats = int(frac * 150 * 2 * 8)
-    got = M._filled("subgen", K, V, floats, np.random.default_rng(seed), sink=4, window=4)
-    monkeypatch.setattr(M, "_SUBGEN_COUNT", False)
+    got = EM.fit_to_floats("subgen", K, V, floats, np.random.default_rng(seed), sink=4, window=4)
+    monkeypatch.setattr(EM, "_SUBGEN_COUNT", False)
     rng = np.random.default_rng(seed)
-    ref = M._filled("subgen", K, V, floats, rng, sink=4, window=4)
+    ref = EM.fit_to_floats("subgen", K, V, floats, rng, sink=4, window=4)
     for f in ("keys", "values", "log_w_num", "log_w_den"):
         assert np.array_equal(getattr(got, f), getattr(ref, f)), f
 
@@ -55,7 +56,7 @@ def test_stacked_layers_with_counted_rounds_equal_the_built_rounds(lm, monkeypat
     for budget in (0.25, 0.4):
         got = M.compress_all("subgen", lm, state, budget, np.random.default_rng([1, 2]), sink=16, window=16)
         with monkeypatch.context() as m:
-            m.setattr(M, "_SUBGEN_COUNT", False)
+            m.setattr(EM, "_SUBGEN_COUNT", False)
             ref = M.compress_all("subgen", lm, state, budget, np.random.default_rng([1, 2]), sink=16, window=16)
         for c, r in zip(got, ref):
             for f in ("keys", "values", "log_w_num", "log_w_den"):
@@ -64,7 +65,7 @@ def test_stacked_layers_with_counted_rounds_equal_the_built_rounds(lm, monkeypat
 
 def test_counted_floats_when_clusters_can_have_one_size():
     """k dividing n_mid (the one case that reads the clusters), with the middle's keys in equal pairs."""
-    from kvbounds.e2e.subgen_rounds import subgen_held_floats
+    from kvbounds.algorithms.subgen_rounds import subgen_held_floats
     K, V = _kv(2, 64, 4, 0)
     K[:, 3::2] = K[:, 2::2][:, :K[:, 3::2].shape[1]]
     seen = 0
@@ -93,9 +94,9 @@ def test_l2_draws_are_generator_choice():
             P[:] = 0.0
             P[r.integers(n)] = 2.0
         p = P / P.sum()
-        assert np.array_equal(ca._l2_draws(p, t, np.random.default_rng(trial)),
+        assert np.array_equal(ca.l2_draws(p, t, np.random.default_rng(trial)),
                               np.random.default_rng(trial).choice(n, size=t, p=p))
-        uniq, a = ca._l2_sample(P, t, np.random.default_rng(trial))
+        uniq, a = ca.l2_sample(P, t, np.random.default_rng(trial))
         vals, cnt = np.unique(np.random.default_rng(trial).choice(n, size=t, p=p), return_counts=True)
         assert np.array_equal(uniq, vals) and a.dtype == np.float32
         assert np.array_equal(a, np.log(cnt.astype(np.float64) / (t * p[vals])).astype(np.float32))
@@ -104,7 +105,7 @@ def test_l2_draws_are_generator_choice():
 def test_shared_value_norms_are_each_rounds_own():
     """The fit's rounds share V's squared row norms (issue 26): a slice of them is what a round computes on its
     middle, bit for bit, and the counted floats are the same with or without them."""
-    from kvbounds.e2e.subgen_rounds import subgen_held_floats
+    from kvbounds.algorithms.subgen_rounds import subgen_held_floats
     r = np.random.default_rng(7)
     for H, n, d, sink, window in ((3, 96, 8, 4, 4), (2, 131, 64, 32, 17), (1, 40, 3, 1, 1)):
         K, V = _kv(H, n, d, int(r.integers(99)))

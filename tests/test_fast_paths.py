@@ -220,7 +220,7 @@ def test_subgen_fast_query_falls_back_on_bad_q():
        st.sampled_from([0.5, 5.0, 60.0]), st.sampled_from(["numpy", "torch:cpu"]))
 def test_panel_walk_equals_stepwise(seed, shape, plus_one, c, backend):
     from kvbounds.algorithms.blockwise_balance_kv import panel_walk, panel_walk_stepwise
-    from kvbounds.gpu.backend import asarray, to_numpy
+    from kvbounds.algorithms.arrays import asarray, to_numpy
     blocks, b = shape
     rng = np.random.default_rng(seed)
     d, e = 5, 3

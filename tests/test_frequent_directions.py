@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from kvbounds.algorithms.frequent_directions import FrequentDirections
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.proofs_checks.fd_covariance import (BROKEN, DropBufferedFD, StaleRowsFD, UnclampedSqrtFD, feed, make_matrix,
                                          measure, violations)
 from kvbounds.theory.frequent_directions import covariance_bound, covariance_bound_from_sv

@@ -153,7 +153,28 @@ NOT_ENTRY_POINTS = {
     "subgen_held_floats",
     # e2e: functions of Record lists, claim tables and parsed CLI arguments (no arrays; tests/test_e2e*.py)
     "reference_effects", "problems", "print_board", "effects", "paired", "cell", "duplicates", "detectable",
-    "family", "budget_label", "first_retrieval", "task_label",
+    "family", "budget_label", "first_retrieval", "task_label", "row", "t_interval", "tied", "check_rows",
+    # the method registry's contract functions (kvbounds.methods), reached through compress_ours / compress_all (their
+    # entries), which check K, V, floats, sink, window, block_size and rng first; the argument checks they run; the
+    # stacked and prefill forms of compress_all (tests/test_e2e_layers.py, test_e2e.py: equal to layer by layer)
+    "streaming_llm", "uniform", "kcenter", "kcenter_sized", "balancekv", "balancekv_released", "subgen", "subspace",
+    "kernel_thinning", "h2o", "fit_to_floats", "check_sizes", "check_layer_kv", "h2o_prefill",
+    "compress_kvpress_prefill", "balancekv_layers", "released_layers", "middle_traversal_layers",
+    "prefix_traversal_layers", "traversal_layers", "layers_as_heads", "fitted_layers_as_heads",
+    # helpers shared between the modules of one algorithm (formerly private names imported across modules), each
+    # reached through the public entries that call them, after their checks: argument checks, the walk's inner steps
+    # and scratch buffers, the compressors' pieces, host copies of small arrays
+    "DeviceStream", "ScratchPool", "argsort_head", "bincount", "check_block", "check_cache", "check_exponent_rounding",
+    "check_fields", "check_kv", "check_levels", "check_row_scale", "check_traversal", "cluster_counts", "exact_part",
+    "exp_inplace", "gather_dev", "gram_panel", "gram_walk_unchecked", "host_empty", "host_floats", "host_view",
+    "l2_draws", "l2_sample", "mul_pow2", "native", "not_weighted_message", "on_backend_of", "on_host", "panel_scales",
+    "panel_walk_unchecked", "pow2_exponent", "setting_params", "split_budget", "take_rows", "unique_counts",
+    "walk_choose", "walk_finish", "walk_finish_np", "weight_floats", "with_exact_ends",
+    # the array layer's constructor of InputError (a message in, an exception out)
+    "input_error",
+    # the INDEX reduction's parameter checks and closed forms, shared with kvbounds.theory.lower_bound
+    # (tests/test_lower_bound_theory.py, test_index_reduction.py)
+    "check_dimension", "check_radius", "check_length", "exponent", "bob_threshold", "log2_binomial",
 }
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses")
 

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from kvbounds.gpu.support import GPU_SUPPORT
+
 from kvbounds.registry import checked_claims, get_claim
 from kvbounds.runner import Trial, execute_trial
 
-GPU_CLAIMS = [c.id for c in checked_claims() if GPU_SUPPORT.get(c.id, (False,))[0]]
+GPU_CLAIMS = [c.id for c in checked_claims() if c.gpu and c.gpu[0]]
 TIMING_WORDS = ("time", "update")        # "step time", "time gram", "fd update" (us per row): clock readings
 
 

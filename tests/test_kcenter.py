@@ -9,7 +9,7 @@ from kvbounds.algorithms.kcenter import (clusterability, covering_radius_curve, 
                                 recent_plus_centers, stream_cluster_counts)
 from kvbounds.algorithms.subgen import SubGen
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.traces.synthetic import make_trace
 
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 
 
 def _mr(t=4, T=3, d=3, s=2, seed=0, **kw):

@@ -261,7 +261,7 @@ def test_calibrate_gamma_with_a_huge_basis_is_exact():
 # -- the backend layer and the rest of the surface the fuzz suite found ---------------------------------------------
 
 def test_backend_helpers_refuse_by_name():
-    from kvbounds.gpu import backend as be
+    from kvbounds.algorithms import arrays as be
     from kvbounds.gpu import support
     from kvbounds.gpu.batched_walk import compiled_available
     from kvbounds.gpu.triton_walk import triton_available
@@ -285,7 +285,7 @@ def test_backend_helpers_refuse_by_name():
 
 
 def test_like_keeps_0d_and_refuses_what_the_target_dtype_cannot_hold():
-    from kvbounds.gpu.backend import like
+    from kvbounds.algorithms.arrays import like
     assert like(np.asarray(1.5), torch.zeros(2)).shape == ()           # was (1,) through np.ascontiguousarray
     with pytest.raises(InputError, match="exceed the range of float16"):
         like(np.full(2, 1e150), np.zeros(2, np.float16))               # was inf

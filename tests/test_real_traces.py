@@ -138,7 +138,7 @@ def _check_extraction_verified(smol_extraction):
 
 def _check_recomputed_attention_matches_model(smol_extraction):
     """Attention recomputed here (float64, causal, GQA h // 3) from the cached q/k/v equals the model's own output."""
-    m = real._load_model("smollm2")
+    m = real.load_real_model("smollm2")
     tokens = smol_extraction.tokens()
     _, caps = m.forward(tokens, capture=[7], logits=False)
     a = smol_extraction.layer(7)
@@ -167,7 +167,7 @@ def _check_rope_layout_matters_and_identity_hook(smol_extraction):
     import copy
     import torch
     from kvbounds.traces.smollm2 import SmolLM2
-    m = real._load_model("smollm2")
+    m = real.load_real_model("smollm2")
     tokens = smol_extraction.tokens()[:200]
     good = m.forward(tokens)[0]
     hook = lambda l, q, k, v: (q, k, v)
@@ -198,7 +198,7 @@ def test_minilm_extraction_segments_and_similarity(tmp_path, short_text):
     assert m["segments"] == [0, 512] and m["similarity"]["sane"]
     assert all(v["ok"] for v in m["verification"].values())
     tok = ex.tokens()
-    mini = real._load_model("minilm")
+    mini = real.load_real_model("minilm")
     assert tok[0] == mini.cls_id and tok[511] == mini.sep_id and tok[512] == mini.cls_id and tok[-1] == mini.sep_id
     a = ex.layer(5)
     assert a["q"].shape == (600, 12, 32)
@@ -236,7 +236,7 @@ FORMER = Path(__file__).parent / "data" / "former_forward_reference.npz"
 
 def _check_smollm2_equals_former_forward_pass():
     z = np.load(FORMER)
-    m = real._load_model("smollm2")
+    m = real.load_real_model("smollm2")
     ids = m.encode(real.default_text())[:96]
     assert np.array_equal(ids, z["smollm2_ids"])            # our GGUF tokenizer (transformers' drops the digit split)
     lp, caps = m.forward(ids, capture=[0, 29])
@@ -250,7 +250,7 @@ def _check_smollm2_equals_former_forward_pass():
 
 def _check_minilm_equals_former_forward_pass():
     z = np.load(FORMER)
-    m = real._load_model("minilm")
+    m = real.load_real_model("minilm")
     seg = z["minilm_ids"]
     assert np.array_equal(m.segments(m.encode(real.default_text()), 96)[0], seg)
     h, caps = m.forward(seg, capture=[5])

@@ -12,7 +12,7 @@ from scipy import stats
 from kvbounds.algorithms.self_balancing_walk import (WalkFailed, self_balancing_walk, self_balancing_walk_result,
                                             smaller_side)
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.theory.sbw_exact import exact_sign_distribution, walk_branches
 
 F = Fraction

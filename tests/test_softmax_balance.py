@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 
 from kvbounds.algorithms.softmax_balance import normalized_kernel_gram, softmax_balance
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 
 
 @given(n=st.integers(1, 40), d=st.integers(1, 6), s=st.integers(1, 4), seed=st.integers(0, 10**6))

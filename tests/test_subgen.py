@@ -8,7 +8,7 @@ from hypothesis import example, given, strategies as st
 
 from kvbounds.algorithms.subgen import SubGen
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.proofs_checks.sg_clusters import ORDERS, clusterable_stream, invariant_violations, part_diameters
 from kvbounds.proofs_checks.sg_reservoir import chi_square, enumerate_coins, matrix_request_prob
 from kvbounds.theory.subgen import exact_reservoir_distribution, reservoir_probability

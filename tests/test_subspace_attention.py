@@ -12,7 +12,7 @@ from kvbounds.algorithms.subspace_attention import (AdaptiveSubspaceAttention, C
                                            aggregate, calibrate_gamma, coefficient_decode, draft_gamma, exact_decode,
                                            resolve_gamma, top_basis)
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.theory.subspace import cost_model
 from kvbounds.traces.rope import rope_trace
 from kvbounds.traces.synthetic import make_trace

@@ -6,7 +6,7 @@ import pytest
 from backend_helpers import assert_close, assert_on_device_of, no_torch_host_copy
 from kvbounds.algorithms.attention import exact_attention
 from kvbounds.algorithms.subspace_decode import OpCounter, coefficient_decode, exact_decode
-from kvbounds.gpu.backend import array_namespace, asarray
+from kvbounds.algorithms.arrays import array_namespace, asarray
 
 
 def _decode_inputs(seed=0, J=3, r=4, r_v=5, d=16, L=32):

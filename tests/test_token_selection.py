@@ -11,7 +11,7 @@ from kvbounds.algorithms.kcenter import greedy_k_center
 from kvbounds.algorithms.token_selection import (H2O, SELECTORS, BalanceKV, KCenter, StreamingLLM, Uniform, estimate,
                                         make_selector, relative_error)
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 
 CONFIGS = [("streaming_llm", {}), ("h2o", {}), ("uniform", dict(sink=2, window=4)), ("kcenter", dict(window=4)),
            ("kcenter", dict(window=4, weights="cluster_size")), ("balancekv", dict(sink=2, window=4, block_size=8))]

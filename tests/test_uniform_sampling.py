@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 from kvbounds.algorithms.attention import exact_attention
 from kvbounds.algorithms.uniform_sampling import uniform_estimate, uniform_parts, uniform_select
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import asarray, to_numpy
+from kvbounds.algorithms.arrays import asarray, to_numpy
 
 
 @given(n=st.integers(0, 300), frac=st.floats(0, 1), batch=st.sampled_from([(), (3,), (2, 2)]), seed=st.integers(0, 2**16))

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from kvbounds.algorithms.validation import InputError, namespace
-from kvbounds.gpu.backend import asarray
+from kvbounds.algorithms.arrays import asarray
 
 
 def test_namespace_accepts_one_backend_on_one_device(backend):

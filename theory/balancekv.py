@@ -48,13 +48,13 @@ def softmax_balance_cost(n: int, d: int, s: int) -> dict:
     return {"time": (d + s) * n**2, "memory": (d + s) * n}
 
 
-def merge_reduce_batch_size(eps: float, r: float, d: int, s: int, *, version: str = "001", const: float = 1.0) -> float:
+def merge_reduce_batch_size(eps: float, r: float, d: int, s: int, *, version: str = "BalanceKV-NeurIPS", const: float = 1.0) -> float:
     """t of Thm 3.4: sqrt(s) e^{2r^2/sqrt d}/eps (BalanceKV-NeurIPS) or e^{2r^2/sqrt d}/eps (BalanceKV-preprint), times ``const``
     (the O~/O* hides constants and polylog factors: ``const`` is fitted, never proven)."""
     base = math.exp(2 * r**2 / math.sqrt(d)) / eps
-    if version == "001":
+    if version == "BalanceKV-NeurIPS":
         return const * math.sqrt(s) * base
-    if version == "000":
+    if version == "BalanceKV-preprint":
         return const * base
     raise ValueError(f"version must be 'BalanceKV-preprint' or 'BalanceKV-NeurIPS', got {version!r}")
 
@@ -88,10 +88,10 @@ def balance_kv_error_bound(eps: float, softmax_norm: float, v_fro: float) -> flo
     return eps * softmax_norm * v_fro
 
 
-def balance_kv_memory_shape(d: int, r: float, eps: float, *, version: str = "001") -> float:
+def balance_kv_memory_shape(d: int, r: float, eps: float, *, version: str = "BalanceKV-NeurIPS") -> float:
     """BKV.memory: d sqrt(d) e^{2r^2/sqrt d}/eps (BalanceKV-NeurIPS) or e^{2r^2/sqrt d}/eps (BalanceKV-preprint), polylog factors dropped."""
     base = math.exp(2 * r**2 / math.sqrt(d)) / eps
-    return d * math.sqrt(d) * base if version == "001" else base
+    return d * math.sqrt(d) * base if version == "BalanceKV-NeurIPS" else base
 
 
 def balance_kv_bucket_count_bound(n: int, eps: float, r: float, d: int, *, rule: str = "alg1") -> float:
@@ -121,7 +121,7 @@ def kernel_feature_spectrum(d: int, s: int, r: float, m: int = 800, seed: int = 
     """Eigenvalues (descending) of E[y y^T] for SoftmaxBalance's vectors y = phi(k) (x) v (BalanceKV-NeurIPS Alg. 2), with
     ||k|| = r uniform on the sphere and v ~ N(0, I_s/s) as in MR.error's stream, estimated as the spectrum of
     the Gram matrix exp(<k_i,k_j>/sqrt d) <v_i,v_j> / m over m samples (same non-zero eigenvalues). [measured]"""
-    from kvbounds.gpu.backend import single_blas_thread
+    from kvbounds.algorithms.arrays import single_blas_thread
     rng = np.random.default_rng(seed)
     K = rng.standard_normal((m, d))
     K *= r / np.linalg.norm(K, axis=1, keepdims=True)

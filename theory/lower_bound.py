@@ -23,11 +23,12 @@ import mpmath
 import sympy as sp
 from scipy import stats
 
+from kvbounds.algorithms.index_reduction import (BOB_THRESHOLD_FACTOR, bob_threshold, check_dimension,  # noqa: F401
+                                                check_length, check_radius, exponent, log2_binomial)
 from kvbounds.algorithms.validation import InputError
 
 SOURCE = "BalanceKV-NeurIPS Thm 3.2, App. C"
 INDEX_SUCCESS = 0.8            # Bob's success probability claimed in the proof of Thm 3.2
-BOB_THRESHOLD_FACTOR = 1 / 40  # Bob's threshold (1/40) e^a / max{d e^a, |U|}
 LEMMA_C4_LAMBDA = 1000         # |X| >= 1000 sqrt(|U|) in the proof of Lemma C.4
 LEMMA_C4_SECOND_MOMENT = math.exp(4)   # E exp(2<x,y>/sqrt d) <= e^4 (Lemma C.3 with C = 2)
 COROLLARY_C5_PROB = 0.999
@@ -38,39 +39,6 @@ CHAIN = ("1", "exp(C^2 r^4/4d^2)", "cosh(C r^2/d^1.5)^d", "exp(C^2 r^4/d^2)", "e
 
 
 # ------------------------------------------------------------------------------ parameters, shape
-
-def check_dimension(d) -> int:
-    if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1:
-        raise InputError(f"d must be an integer >= 1, got {d!r}")
-    return int(d)
-
-
-def check_radius(d, r) -> float:
-    """r > 0 with r^2 <= d (Thm 3.2's assumption); the error names both."""
-    d = check_dimension(d)
-    if isinstance(r, bool) or not isinstance(r, numbers.Real) or not math.isfinite(r) or r <= 0:
-        raise InputError(f"r must be a finite number > 0, got {r!r}")
-    if r * r > d * (1 + 1e-12):
-        raise InputError(f"r^2 = {r * r:.6g} > d = {d}: Theorem 3.2 assumes r^2 <= d")
-    return float(r)
-
-
-def check_length(n, d) -> int:
-    """n bits in n/d groups of d (App. C.1): n must be a positive multiple of d."""
-    d = check_dimension(d)
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-        raise InputError(f"n must be an integer >= 1, got {n!r}")
-    if n % d:
-        raise InputError(f"n = {n} is not a multiple of d = {d}: the reduction partitions the n bits into "
-                         f"n/d groups of size d")
-    return int(n)
-
-
-def exponent(d, r) -> float:
-    """a = r^2/sqrt(d): the logit <k,k>/sqrt d of a key with itself."""
-    r = check_radius(d, r)
-    return r * r / math.sqrt(d)
-
 
 def space_lower_bound(eps, d, r) -> float:
     """The shape min{1/eps^2, d exp(2 r^2/sqrt d)} of Thm 3.2 (constant 1). ``eps = 0`` (exact attention)
@@ -228,12 +196,6 @@ def lemma_c6_noise_constant() -> float:
     return math.sqrt(1000 * LEMMA_C4_SECOND_MOMENT * LEMMA_C6_SAFE_CONST)
 
 
-def bob_threshold(d: int, r: float, u_size) -> float:
-    """Bob's threshold (1/40) e^a / max{d e^a, |U|} (App. C.1, a = r^2/sqrt d)."""
-    a = exponent(d, r)
-    return BOB_THRESHOLD_FACTOR * math.exp(a) / max(d * math.exp(a), float(u_size))
-
-
 # -------------------------------------------------------------------------- the proof's conclusion
 
 def group_ones_probability(d: int, *, given_bit_one: bool = False) -> Fraction:
@@ -316,12 +278,6 @@ def fano_success_ceiling(bits: float, n: int) -> float:
     if bits >= n:
         return 1.0
     return 1.0 - inverse_binary_entropy(1.0 - bits / n)
-
-
-def log2_binomial(n: int, k: int) -> float:
-    if k < 0 or k > n:
-        return 0.0
-    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)) / math.log(2)
 
 
 def binomial_sf(k: int, n: int, p: float) -> float:

@@ -21,7 +21,7 @@ class ModelUnavailable(RuntimeError):
     """A model package (or a library needed to read it) is not installed."""
 
 
-def _require(module: str, pip_name: str, model: str = "SmolLM2"):
+def require(module: str, pip_name: str, model: str = "SmolLM2"):
     """Import a package a model needs, or raise ModelUnavailable saying which and how to install it."""
     try:
         return importlib.import_module(module)

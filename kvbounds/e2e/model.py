@@ -75,8 +75,8 @@ def load_smollm2(device: str = "cpu", sm: SmolLM2 | None = None) -> LoadedModel:
     """SmolLM2 on the weighted attention: a copy of the real-trace model (one GGUF load per process)."""
     _require_transformers()
     import copy
-    from kvbounds.traces.real import _load_model
-    sm = sm or _load_model("smollm2")
+    from kvbounds.traces.real import load_real_model
+    sm = sm or load_real_model("smollm2")
     register()
     model = copy.deepcopy(sm.model)
     model.config._attn_implementation = ATTN_IMPLEMENTATION
@@ -107,9 +107,9 @@ def agreement(n_tokens: int = 256, text: str | None = None, *, sm: SmolLM2 | Non
     real-trace forward pass (float64 rotary angles) on the same tokens: max |log-probability difference| of
     each next token, and both perplexities."""
     import torch
-    from kvbounds.traces.real import _load_model, default_text
+    from kvbounds.traces.real import load_real_model, default_text
     from kvbounds.traces.smollm2 import perplexity
-    sm = sm or _load_model("smollm2")
+    sm = sm or load_real_model("smollm2")
     lm = lm or load_smollm2("cpu", sm)
     ids = sm.encode(text if text is not None else default_text())[:n_tokens]
     with torch.no_grad():

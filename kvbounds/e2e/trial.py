@@ -29,12 +29,12 @@ def hf_missing() -> str | None:
 
 
 @functools.lru_cache(maxsize=2)
-def _model(spec: str, device: str):
+def trial_model(spec: str, device: str):
     from .model import DEFAULT_MODEL, load_model, load_smollm2
     if spec == DEFAULT_MODEL:
         # one GGUF read per worker (~16 s), shared with the trace checks' reader (SUB.lowrank's falsifier 1)
-        from kvbounds.traces.real import _load_model
-        return load_smollm2(device, _load_model("smollm2"))
+        from kvbounds.traces.real import load_real_model
+        return load_smollm2(device, load_real_model("smollm2"))
     return load_model(spec, device)
 
 
@@ -51,7 +51,7 @@ def make_task(lm, params: dict):
     raise ValueError(f"unknown task {kind!r}")
 
 
-def _setting_params(params: dict, setting: str) -> dict:
+def setting_params(params: dict, setting: str) -> dict:
     """The params a record of ``setting`` carries: a trial with ``setting="both"`` (one prefill for both settings)
     gives each record the params a trial of that setting alone would have (comparisons group by them)."""
     if params.get("setting") != "both":
@@ -71,8 +71,8 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Rec
     threads = torch.get_num_threads()
     torch.set_num_threads(1)       # the runner's workers share the cores: one thread each
     try:
-        lm = _model(params.get("model", "smollm2"), params.get("device", "cpu"))
-        tasks = {s: make_task(lm, _setting_params(params, s)) for s in settings}
+        lm = trial_model(params.get("model", "smollm2"), params.get("device", "cpu"))
+        tasks = {s: make_task(lm, setting_params(params, s)) for s in settings}
         states = {}
         if len(settings) > 1:          # the papers' prompt ends with the question: ours is its prefix
             inside, after = tasks["inside"].context, tasks["after"].context
@@ -84,7 +84,7 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Rec
             states["after"] = slice_prefill(states["inside"], len(after))
         recs = []
         for s in settings:
-            p = _setting_params(params, s)
+            p = setting_params(params, s)
             rows = run_cell(lm, tasks[s], p["methods"], p["budgets"], seed=seed % (2**31), sink=int(p["sink"]),
                             window=int(p["window"]), where=p.get("where", "host"), state=states.get(s),
                             redraws=int(p.get("redraws", 1)), redraw=tuple(p.get("redraw", ())),

@@ -32,7 +32,7 @@ class ModelNotWeighted(InputError):
     """The model's attention implementation ignored a weighted cache's log-weights."""
 
 
-def _not_weighted_message() -> str:
+def not_weighted_message() -> str:
     from .attention import ATTN_IMPLEMENTATION
     return ("the model's attention implementation ignored the cache's log-weights (a weighted cache needs "
             f"attn_implementation={ATTN_IMPLEMENTATION!r}: kvbounds.e2e.model.load_model, or "
@@ -119,7 +119,7 @@ class WeightedLayer(DynamicLayer):
 
     def update(self, key_states, value_states, cache_kwargs=None):
         if self._pending is not None and hasattr(self._pending, HANDOFF):
-            raise ModelNotWeighted(_not_weighted_message())
+            raise ModelNotWeighted(not_weighted_message())
         keys, values = super().update(key_states, value_states, cache_kwargs)
         if self.weighted:
             z = key_states.new_zeros(tuple(key_states.shape[:-1]), dtype=torch.float32)
@@ -197,5 +197,5 @@ class WeightedCache(Cache):
     def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
         for layer in self.layers:
             if layer._pending is not None and hasattr(layer._pending, HANDOFF):
-                raise ModelNotWeighted(_not_weighted_message())
+                raise ModelNotWeighted(not_weighted_message())
         return super().update(key_states, value_states, layer_idx, cache_kwargs)

@@ -43,7 +43,7 @@ from kvpress import BasePress
 from kvbounds.algorithms.validation import InputError
 from kvbounds.e2e.attention import register, require_weighted_attention
 from kvbounds.e2e.weighted_cache import WeightedLayer
-from kvbounds.press import _visible_tokens
+from kvbounds.press import visible_tokens
 
 from . import balance
 from .subgen import SubGenState
@@ -123,7 +123,7 @@ class StreamingPress(BasePress):
                              "filled without it)")
         k, v = layer.keys, layer.values
         b, n = k.shape[0], k.shape[2]
-        vis = _visible_tokens(kwargs.get("attention_mask"), b, n, k.device)
+        vis = visible_tokens(kwargs.get("attention_mask"), b, n, k.device)
         a = torch.zeros(k.shape[:-1], dtype=torch.float32).masked_fill(~vis[:, None, :], -math.inf)
         return WeightedLayer(k, v, a, a, logical_length=n)
 

@@ -1,4 +1,5 @@
-"""The backend layer: name -> array namespace and device, via ``array-api-compat``.
+"""The package's array layer: backend name -> array namespace and device, via ``array-api-compat`` (every
+module that touches arrays goes through it; the GPU-specific code is in :mod:`kvbounds.gpu`).
 
 Backend names: ``numpy`` (the reference), ``torch`` (CUDA when present, else CPU), ``torch:cpu``,
 ``torch:cuda``, ``cupy``. Algorithms receive arrays and call ``array_namespace(*arrays)``; they never
@@ -24,7 +25,7 @@ class BackendUnavailable(RuntimeError):
     pass
 
 
-def _input_error(msg: str, *, type_error: bool = False) -> Exception:
+def input_error(msg: str, *, type_error: bool = False) -> Exception:
     """kvbounds.algorithms.validation.InputError (imported late: validation imports this module). With
     ``type_error`` an InputError that is also a TypeError, for callers that catch array-api-compat's TypeError."""
     from kvbounds.algorithms.validation import InputError
@@ -69,7 +70,7 @@ def available_backends() -> list[str]:
 def validate_backend(name: str) -> str:
     """The name if it is one of BACKENDS, else InputError (a ValueError)."""
     if not isinstance(name, str) or name not in BACKENDS:
-        raise _input_error(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+        raise input_error(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     return name
 
 
@@ -95,13 +96,13 @@ def asarray(x: Any, backend: str = "numpy", dtype: str = "float64") -> Any:
     """Move a numpy array (or nested list) to a backend with the named dtype."""
     xp, dev = resolve(backend)
     if dtype not in DTYPES:
-        raise _input_error(f"dtype must be one of {DTYPES}, got {dtype!r}")
+        raise input_error(f"dtype must be one of {DTYPES}, got {dtype!r}")
     try:
         arr = np.asarray(x)
         if arr.dtype.kind not in "biuf" or arr.dtype == object:
             raise ValueError(f"dtype {arr.dtype}")
     except (ValueError, TypeError) as e:
-        raise _input_error(f"x must be a real numeric array or nested list, got {type(x).__name__} ({e})") from None
+        raise input_error(f"x must be a real numeric array or nested list, got {type(x).__name__} ({e})") from None
     dt = getattr(xp, dtype)
     if backend == "numpy":
         return arr.astype(dt, copy=False)
@@ -124,7 +125,7 @@ def like(x_np: Any, ref: Any) -> Any:
             and getattr(ref.dtype, "itemsize", 8) < arr.dtype.itemsize:
         top = float(np.max(np.abs(arr)))
         if np.isfinite(top) and top > float(xp.finfo(ref.dtype).max):
-            raise _input_error(f"values up to {top:.3g} exceed the range of {ref.dtype}")
+            raise input_error(f"values up to {top:.3g} exceed the range of {ref.dtype}")
     if is_numpy_array(ref):
         return arr.astype(ref.dtype if arr.dtype.kind == "f" else arr.dtype, copy=False)
     if is_torch_array(ref):
@@ -165,13 +166,13 @@ def array_namespace(*xs: Any) -> Any:
     try:
         return _array_namespace(*xs)
     except TypeError as e:
-        raise _input_error(f"expected arrays of one backend (numpy, torch or cupy): {e}", type_error=True) from None
+        raise input_error(f"expected arrays of one backend (numpy, torch or cupy): {e}", type_error=True) from None
 
 
 def device(x: Any) -> Any:
     """The device an array lives on (array-API ``device``), for allocating alongside it."""
     if not hasattr(x, "shape"):
-        raise _input_error(f"expected an array (numpy, torch or cupy), got {type(x).__name__}", type_error=True)
+        raise input_error(f"expected an array (numpy, torch or cupy), got {type(x).__name__}", type_error=True)
     return _device(x)
 
 

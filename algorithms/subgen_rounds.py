@@ -1,5 +1,6 @@
 """The floats a SubGen cache would hold, counted from its draws without building it (issue 26: the equal-memory
-fit of :func:`kvbounds.e2e.methods._filled` asks 3-5 budgets per layer and keeps one cache; claim SG.e2e).
+fit of :func:`kvbounds.algorithms.equal_memory.fit_to_floats` asks 3-5 budgets per layer and keeps one cache;
+claim SG.e2e).
 
 SubGen (arXiv:2402.06082, Alg. 1) as :class:`kvbounds.algorithms.cache_compressors.SubGenCompressor` builds it:
 per head, the exact sink + window (keys and values, no weight), k cluster representatives (a key and the log of
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvbounds.algorithms import cache_compressors as ca
-from kvbounds.algorithms.compressed_kv import _weight_floats
+from kvbounds.algorithms.compressed_kv import weight_floats
 from kvbounds.algorithms.validation import InputError
 
 
@@ -22,10 +23,10 @@ def subgen_held_floats(K: np.ndarray, V: np.ndarray, budget_floats: int, seed: i
                        traversal=None, norms2=None) -> int:
     """memory_floats of ``SubGenCompressor(sink, window).compress(K, V, budget_floats=budget_floats,
     rng=np.random.default_rng(seed), traversal=traversal)`` for numpy K, V (H, n, d) already checked by that
-    compressor (:func:`kvbounds.algorithms.cache_compressors._check_cache`). ``norms2``: optional (H, n) float64
+    compressor (:func:`kvbounds.algorithms.cache_compressors.check_cache`). ``norms2``: optional (H, n) float64
     squared norms of V's rows, ``np.sum(V.astype(np.float64) ** 2, axis=-1)`` (the rounds of one fit share them)."""
     from kvbounds.algorithms.kcenter import greedy_k_center
-    n, d, left = ca._split(K, sink, window, budget_floats)
+    n, d, left = ca.split_budget(K, sink, window, budget_floats)
     lo, hi = sink, n - window
     n_mid, H = hi - lo, K.shape[0]
     k, t = ca.SubGenCompressor(sink=sink, window=window).sizes(n_mid, d, left, budget_floats)
@@ -37,7 +38,7 @@ def subgen_held_floats(K: np.ndarray, V: np.ndarray, budget_floats: int, seed: i
         b_floats = np.full(H, k, np.int64)
     else:
         res = traversal.result(k) if traversal is not None else greedy_k_center(K[:, lo:hi], k)
-        counts = ca._cluster_counts(np.reshape(res.assignment, (H, n_mid)), k)
+        counts = ca.cluster_counts(np.reshape(res.assignment, (H, n_mid)), k)
         b_floats = np.where((counts == counts[:, :1]).all(axis=1), 1, k)
     rng = np.random.default_rng(seed)
     if norms2 is not None and (not isinstance(norms2, np.ndarray) or norms2.shape != V.shape[:2]
@@ -46,7 +47,7 @@ def subgen_held_floats(K: np.ndarray, V: np.ndarray, budget_floats: int, seed: i
     P = np.sum(V[:, lo:hi].astype(np.float64) ** 2, axis=-1) if norms2 is None else norms2[:, lo:hi]
     floats = 0
     for h in range(H):                       # the compressor's draws, head by head, from the same stream
-        a = np.asarray(ca._l2_sample(P[h], t, rng)[1])
+        a = np.asarray(ca.l2_sample(P[h], t, rng)[1])
         a = a[np.isfinite(a)]                # a sample whose weight overflows float32 is not used on either side
-        floats += (sink + window) * 2 * d + k * d + int(a.size) * 2 * d + _weight_floats(a) + int(b_floats[h])
+        floats += (sink + window) * 2 * d + k * d + int(a.size) * 2 * d + weight_floats(a) + int(b_floats[h])
     return floats
