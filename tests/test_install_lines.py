@@ -99,7 +99,7 @@ def test_e2e_without_a_reader_is_one_line(tmp_path, capsys, monkeypatch):
 def test_e2e_model_unavailable_while_loading_is_one_line(tmp_path, capsys, monkeypatch):
     from kvbounds.e2e import cli
     from kvbounds.traces.hf_capture import ModelUnavailable
-    monkeypatch.setattr(cli, "missing_requirements", lambda model: None)
+    monkeypatch.setattr(cli, "_missing_requirements", lambda model: None)
 
     def load(args):
         raise ModelUnavailable("SmolLM2 needs the Python package 'gguf'")

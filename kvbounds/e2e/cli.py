@@ -84,7 +84,7 @@ def _in_hf_cache(repo_id: str) -> bool:
         return False
 
 
-def missing_requirements(model: str) -> str | None:
+def _missing_requirements(model: str) -> str | None:
     """Why the harness cannot run here, in one line (a package of the ``hf`` extra or SmolLM2's model file is not
     installed), or None: checked before any work, so a missing package is one line, not a traceback."""
     import importlib.util
@@ -110,7 +110,7 @@ def run(args) -> int:
         for line in bad:
             print(f"kvbounds e2e: {line}", file=sys.stderr)
         return 2
-    why = missing_requirements(args.model)
+    why = _missing_requirements(args.model)
     if why is not None:
         print(f"kvbounds e2e: {why}", file=sys.stderr)
         return 2
