@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU-only build instead.
 TORCH_INDEX ?=
 
-.PHONY: report results-md check test test-all bench notebooks clean
+.PHONY: report results-md check test test-all test-deps bench notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -44,6 +44,11 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q -m ''
+
+# the tests of torch, transformers and kvpress in scratch venvs at each end of their declared ranges, then a table of
+# versions -> passed/failed (tests/dependency_ranges.py; ~15-25 min on 2 cores, pip downloads transformers' releases)
+test-deps: $(STAMP)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python tests/dependency_ranges.py
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
