@@ -67,6 +67,30 @@ def test_bad_scheduler_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "local:N" in err, err
 
 
+def test_unreachable_scheduler_is_one_line(tmp_path, capsys, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+
+    def refuse(address, **kw):
+        raise OSError(f"Timed out trying to connect to {address}")
+    monkeypatch.setattr(distributed, "Client", refuse)
+    assert main(["check", "SBW.balance", "--profile", "smoke", "--scheduler", "tcp://127.0.0.1:9", "--out",
+                 str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvbounds: cannot reach the dask scheduler at tcp://127.0.0.1:9") and err.count("\n") == 1
+
+
+def test_workers_with_several_threads_are_refused(tmp_path, capsys):
+    """A trial's BLAS/torch thread limits are per process: two trials in one worker process would change each
+    other's, so a scheduler whose workers run 2 threads is refused before any trial runs."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as lc:
+        assert main(["check", "SBW.balance", "--profile", "smoke", "--scheduler", lc.scheduler_address, "--out",
+                     str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "run [2] threads each" in err and "--nthreads 1" in err, err
+    assert not (tmp_path / RESULTS_FILE).exists()
+
+
 def test_local_cluster_equals_the_local_pool_and_survives_a_killed_worker(tmp_path, smoke_store, monkeypatch):
     distributed = pytest.importorskip("distributed")
     from kvbounds import cluster
