@@ -60,5 +60,7 @@ def test_chat_template_kept_from_the_gguf_file(tmp_path, monkeypatch):
     assert text == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
                     "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
     assert lm.hf_tokenizer(chat_template=False).chat_template is None
-    saved.write_text("{ damaged")
-    assert smollm2.load_chat_template(path) == template          # a damaged cache file: read from the GGUF again
+    saved.write_text("{ damaged")                               # read from the GGUF file again (a stand-in here)
+    field = SimpleNamespace(contents=lambda: "{{ messages }}")
+    monkeypatch.setattr(gguf, "GGUFReader", lambda *a, **k: SimpleNamespace(fields={"tokenizer.chat_template": field}))
+    assert smollm2.load_chat_template(path) == "{{ messages }}" and "messages" in saved.read_text()
