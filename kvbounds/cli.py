@@ -136,10 +136,15 @@ def _cmd_check(args) -> int:
             print(line, file=sys.stderr)
     resume = f"finished trials are kept in {args.out}/results.jsonl; rerun the same command to resume"
     timings: dict = {}
+    if args.scheduler is not None and args.workers is not None:
+        print("kvbounds: --workers and --scheduler exclude each other (the cluster's workers run the trials; "
+              "local:N sets their number)", file=sys.stderr)
+        return 2
     try:
-        with sigterm_raises():
+        with sigterm_raises(), _executor(args.scheduler) as (executor, workers):
             recs = run_checks(args.claims or None, profile=args.profile, seed=args.seed, backend=args.backend,
-                              out=args.out, workers=args.workers, progress=not args.quiet, timings=timings)
+                              out=args.out, executor=executor, workers=workers or args.workers,
+                              progress=not args.quiet, timings=timings)
     except KeyboardInterrupt:
         print(f"kvbounds: interrupted; {resume}", file=sys.stderr)
         return 130
@@ -169,6 +174,16 @@ def _cmd_check(args) -> int:
     failed = f"; {len(errors)} trial(s) failed with an error (retried by the next `check`)" if errors else ""
     print(f"kvbounds: wrote {len(recs)} record(s) to {store.path}{failed}; details: `kvbounds report --out {args.out}`")
     return 0
+
+
+def _executor(scheduler: str | None):
+    """``(executor, its workers)`` for ``--scheduler`` (a dask.distributed cluster, :mod:`kvbounds.cluster`), or
+    ``(None, None)``: the runner's own process pool."""
+    if scheduler is None:
+        import contextlib
+        return contextlib.nullcontext((None, None))
+    from .cluster import dask_executor
+    return dask_executor(scheduler)
 
 
 def _timing_table(run: dict) -> str:
@@ -231,6 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--seed", type=int, default=0)
     pc.add_argument("--out", default="results")
     pc.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    pc.add_argument("--scheduler", default=None, metavar="ADDRESS|local:N",
+                    help="run the trials on a dask.distributed cluster: a scheduler's address (tcp://host:8786; its "
+                         "workers one thread each) or local:N (a local cluster of N worker processes); needs the dask "
+                         "extra")
     pc.add_argument("--quiet", action="store_true")
     pr = sub.add_parser("report", help="turn the records into report.html + figures + terminal summary")
     pr.add_argument("claims", nargs="*", metavar="CLAIM_ID", help="only these claims (default: all)")

@@ -192,11 +192,15 @@ def _run_all(todo, store, ex, own, progress, on_record, prog) -> list[Record]:
     try:
         futures = {ex.submit(execute_trial_or_error, t): t for t in todo}
         for fut in cf.as_completed(futures):
-            trial = futures[fut]
+            trial = futures.pop(fut)
             try:
                 recs = fut.result()
             except Exception as e:  # noqa: BLE001 - a worker died, or the result could not come back
                 recs = [error_record(trial, e)]
+            # the result is here: its future goes (this was the last reference). A cluster keeps a result while its
+            # future lives and Dask recomputes a lost one a client still holds, so a worker dying later would have
+            # its finished trials computed again
+            del fut
             store.append(recs)
             ok = [r for r in recs if not r.is_error]
             written.extend(ok)

@@ -7,7 +7,9 @@ kernels are registered on the machine, nor on ``python`` on PATH, and installs n
 A notebook runs its claims' checks with ``run_checks``, which runs only the trials missing in ``KVBOUNDS_OUT``. The
 test fills ``KVBOUNDS_OUT`` beforehand with the session's smoke records of those claims (conftest.SmokeStore, the
 records tests/test_checks.py checks), so a notebook draws from the same records instead of recomputing them; the
-claims are read from the notebook's own ``...CLAIMS = [...]`` assignments.
+claims are read from the notebook's own ``...CLAIMS = [...]`` assignments. Every axes of every figure a cell draws
+must show some data (a line, points, bars, an image): a filter on names the records no longer carry drew empty
+figures silently.
 """
 from __future__ import annotations
 
@@ -65,6 +67,38 @@ def test_notebook_claims_are_read_from_the_notebook():
     assert "BKV.vs-uniform" in claims and "BKV.ablation" in claims
 
 
+# Run before the notebook's cells (in the same kernel): after each cell, before the inline backend shows and closes the
+# figures, every axes of every open figure must draw some data; an empty one is noted with its cell and title.
+EMPTY_AXES_HOOK = """
+def _kvbounds_axes_with_data(ax):
+    lines = [l for l in ax.get_lines() if len(l.get_xdata()) and len(l.get_ydata())]
+    collections = [c for c in ax.collections if len(c.get_offsets()) or len(c.get_paths())]
+    return bool(lines or collections or ax.patches or ax.images or ax.tables)
+
+
+def _kvbounds_note_empty_axes(*_):
+    import sys
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    for num in plt.get_fignums():
+        for ax in plt.figure(num).axes:
+            if ax.axison and not _kvbounds_axes_with_data(ax):
+                cell = get_ipython().user_ns["In"][-1].strip().splitlines()[0]
+                _KVBOUNDS_EMPTY_AXES.append(f"the cell {cell!r}: axes {ax.get_title()!r}")
+
+
+_KVBOUNDS_EMPTY_AXES = []
+get_ipython().events.register("post_execute", _kvbounds_note_empty_axes)
+"""
+
+
+def empty_axes(nb) -> list[str]:
+    """The "the cell 'first line': axes 'title'" notes of the hook above, printed by the last cell the test appended."""
+    text = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []))
+    return json.loads(text.split("EMPTY_AXES=", 1)[1])
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_on_smoke(path: Path, tmp_path: Path, kernel_specs: KernelSpecManager, smoke_store):
     nb = nbformat.read(path, as_version=4)
@@ -74,6 +108,8 @@ def test_notebook_runs_on_smoke(path: Path, tmp_path: Path, kernel_specs: Kernel
     smoke_store.copy_into(out, claims)
     env = {**os.environ, "KVBOUNDS_PROFILE": "smoke", "KVBOUNDS_OUT": str(out), **ONE_THREAD}
     env.pop("MPLBACKEND", None)  # the kernel picks its inline backend, whatever the caller's setting
+    nb.cells.insert(0, nbformat.v4.new_code_cell(EMPTY_AXES_HOOK))
+    nb.cells.append(nbformat.v4.new_code_cell('import json; print("EMPTY_AXES=" + json.dumps(_KVBOUNDS_EMPTY_AXES))'))
     km = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs)
     client = NotebookClient(nb, km=km, kernel_name=KERNEL, timeout=300,
                             resources={"metadata": {"path": str(ROOT)}})  # cwd = repo root
@@ -83,6 +119,8 @@ def test_notebook_runs_on_smoke(path: Path, tmp_path: Path, kernel_specs: Kernel
     assert not errors, errors
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert f"record(s) of profile 'smoke' in {out}/" in text, "the notebook did not read its records in KVBOUNDS_OUT"
+    assert not empty_axes(nb), f"{path.name}: figures with an empty axes (no line, point, bar or image drawn): " \
+                               f"{empty_axes(nb)}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -79,7 +79,7 @@ def test_every_press_matches_the_harness_path_at_512(lm, name):
 def check_pipeline(lm, name, n_chars, k=3):
     from transformers import pipeline
     from kvbounds.traces.real import default_text
-    tok = lm.hf_tokenizer()
+    tok = lm.hf_tokenizer(chat_template=False)     # the pipeline's plain format, rebuilt by hand below
     pipe = pipeline("kv-press-text-generation", model=lm.model, tokenizer=tok)
     context, question = default_text()[:n_chars], "What is this text about?"
     press = P.PRESSES[name](compression_ratio=0.5, sink=SINK, window=WINDOW, seed=SEED)

@@ -3,16 +3,18 @@
 Each ```python block runs in a fresh interpreter (its numerical pools on one thread each: `make test` runs two
 xdist workers on two cores, where a second OpenMP/BLAS thread only spins against them); when a ```text block
 follows it directly, that is the output it must print: the same words, integers equal, decimals within 25% (or
-0.02), so a faster implementation that draws the same numbers in another order does not break the README."""
+0.02), so a faster implementation that draws the same numbers in another order does not break the README. It runs
+with only the distributions its install lines bring (tests/readme_installs.py: the ``pip install`` lines of its
+section, read against pyproject.toml's extras), so an example needing a package its line does not install fails."""
 from __future__ import annotations
 
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import readme_installs
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"```python\n(.*?)```(?:\s*```text\n(.*?)```)?", re.S)
@@ -46,12 +48,18 @@ def test_readme_has_an_example_per_family():
     assert all(out for _, out in examples()), "every example shows its output"
 
 
+@pytest.fixture(scope="module")
+def install_sites(tmp_path_factory):
+    return readme_installs.Sites(tmp_path_factory.mktemp("readme-sites"))
+
+
 @pytest.mark.parametrize("i", range(len(examples())))
-def test_readme_example_runs(i, tmp_path):
+def test_readme_example_runs(i, tmp_path, install_sites):
     code, want = examples()[i]
+    site = install_sites.for_commands(readme_installs.examples()[i][2])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                         env=env)
+    res = subprocess.run(readme_installs.python_argv(site, code), capture_output=True, text=True, cwd=tmp_path,
+                         timeout=300, env=env)
     assert res.returncode == 0, res.stderr
     if want is not None:
         assert same_output(res.stdout, want), f"printed:\n{res.stdout}\nREADME shows:\n{want}"

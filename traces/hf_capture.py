@@ -26,7 +26,8 @@ def require(module: str, pip_name: str, model: str = "SmolLM2"):
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ModelUnavailable(f"{model} needs the Python package {pip_name!r} ({e}); pip install {pip_name}") from None
+        raise ModelUnavailable(f"{model} needs the Python package {pip_name!r} ({e}); pip install 'kvbounds[models]' "
+                               f"(or 'kvbounds[hf]', which includes it)") from None
 
 
 def quiet_transformers() -> None:

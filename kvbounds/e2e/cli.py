@@ -84,17 +84,43 @@ def _in_hf_cache(repo_id: str) -> bool:
         return False
 
 
+def _missing_requirements(model: str) -> str | None:
+    """Why the harness cannot run here, in one line (a package of the ``hf`` extra or SmolLM2's model file is not
+    installed), or None: checked before any work, so a missing package is one line, not a traceback."""
+    import importlib.util
+    from kvbounds.traces.hf_capture import ModelUnavailable
+    need = ("torch", "transformers") + (("gguf", "tokenizers") if model == "smollm2" else ())
+    missing = [m for m in need if importlib.util.find_spec(m) is None]
+    if missing:
+        return f"needs the Python package(s) {', '.join(missing)}: pip install 'kvbounds[hf]'"
+    if model == "smollm2":
+        from kvbounds.traces.smollm2 import model_file
+        try:
+            model_file()
+        except ModelUnavailable as e:
+            return str(e)
+    return None
+
+
 def run(args) -> int:
     from kvbounds.records import ResultStore, StoreError
+    from kvbounds.traces.hf_capture import ModelUnavailable
     bad = problems(args)
     if bad:
         for line in bad:
             print(f"kvbounds e2e: {line}", file=sys.stderr)
         return 2
+    why = _missing_requirements(args.model)
+    if why is not None:
+        print(f"kvbounds e2e: {why}", file=sys.stderr)
+        return 2
     try:
         with ResultStore(args.out).lock():
             return _run(args)
     except StoreError as e:       # StoreLocked included: another `kvbounds check` / `e2e` writes to --out
+        print(f"kvbounds e2e: {e}", file=sys.stderr)
+        return 2
+    except ModelUnavailable as e:  # a reader of the model file missing or broken (found when the model loads)
         print(f"kvbounds e2e: {e}", file=sys.stderr)
         return 2
 

@@ -49,14 +49,21 @@ class LoadedModel:
         c = self.config
         return int(getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads)
 
-    def hf_tokenizer(self):
-        """A transformers tokenizer (SmolLM2: our GGUF tokenizer wrapped, no chat template) for pipelines such as
-        kvpress's ``"kv-press-text-generation"``."""
+    def hf_tokenizer(self, chat_template: bool = True):
+        """A transformers tokenizer for pipelines such as kvpress's ``"kv-press-text-generation"`` (SmolLM2: our GGUF
+        tokenizer wrapped, with the chat template of the GGUF file, which kvpress's pipeline then applies to the
+        context and questions). ``chat_template=False``: without it (kvpress's pipeline then prefixes the BOS token
+        and separates question and answer by a newline)."""
         from transformers import AutoTokenizer, PreTrainedTokenizerFast
         if self.reader is not None:
-            return PreTrainedTokenizerFast(tokenizer_object=self.reader.tokenizer, bos_token="<|im_start|>",
-                                           eos_token="<|im_end|>", pad_token="<|endoftext|>")
-        return AutoTokenizer.from_pretrained(self.name, local_files_only=True)
+            tok = PreTrainedTokenizerFast(tokenizer_object=self.reader.tokenizer, bos_token="<|im_start|>",
+                                          eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                          chat_template=self.reader.chat_template)
+        else:
+            tok = AutoTokenizer.from_pretrained(self.name, local_files_only=True)
+        if not chat_template:
+            tok.chat_template = None
+        return tok
 
     def exact_cache_floats(self, n: int) -> int:
         """Floats of an exact cache of n tokens: every layer, KV head, key and value."""
