@@ -44,8 +44,9 @@ import numpy as np
 
 from kvbounds.gpu.backend import to_numpy
 
+from .blockwise_balance_kv import MAX_BLOCK
 from .self_balancing_walk import walk_constant
-from .validation import (InputError, check_array, check_probability, check_real, check_rng, check_scale,
+from .validation import (InputError, check_array, check_int, check_probability, check_real, check_rng, check_scale,
                          namespace)
 
 RULES = ("theorem", "released", "greedy", "random")
@@ -269,24 +270,62 @@ def block_diagnostics(K, V, *, rng: np.random.Generator | None = None, uniforms=
         check_probability(delta, "delta")
         c = walk_constant(n, delta)
     out = walk_diagnostics(kg.gram, uniforms, c=c, r2=kg.r2, log_scale=kg.log_scale, gamma=gamma)
-    out.update(_key_geometry(K, check_scale(scale, K.shape[-1]) * temp, centre))
+    out.update(key_geometry(K, scale=scale, temp=temp, centre=centre))
     return out
 
 
-def _key_geometry(K, s: float, centre: bool) -> dict:
-    """Median temp scale ||k||^2 and median over pairs temp scale ||k_i - k_j||^2 / 2, from keys pre-scaled by
-    sqrt(temp scale) (finite: exp_kernel_gram has bounded temp scale max||k||^2)."""
+def key_geometry(K, *, scale: float | None = None, temp: float = 1.0, centre: bool = False, alive=None) -> dict:
+    """Per block of K (..., n, d): ``key_energy``, the median over its tokens of temp scale ||k||^2 (the exp kernel's
+    log-diagonal), and ``key_distance``, the median over pairs i < j of temp scale ||k_i - k_j||^2 / 2 (-log of the
+    key factor's cosine, unchanged by centring); keys centred first when ``centre``. ``alive`` (..., n) bool: only
+    those tokens count (a block with none gives 0). Numpy float64 (...,)."""
+    check_array(K, "K", ndim=tuple(range(2, 9)), min_rows=1)
+    scale = check_scale(scale, K.shape[-1]) * check_real(temp, "temp", minimum=0.0)
     Kn = np.asarray(to_numpy(K), dtype=np.float64)
-    if centre:
-        Kn = Kn - Kn.mean(axis=-2, keepdims=True)
-    Kn = Kn * math.sqrt(s)
-    sq = np.einsum("...nd,...nd->...n", Kn, Kn)
-    n = Kn.shape[-2]
-    if n < 2:
-        return dict(key_energy=np.median(sq, axis=-1), key_distance=np.zeros(Kn.shape[:-2]))
-    D = sq[..., :, None] + sq[..., None, :] - 2.0 * np.matmul(Kn, np.swapaxes(Kn, -1, -2))
+    lead, n = Kn.shape[:-2], Kn.shape[-2]
+    if alive is None:
+        mask = np.ones(lead + (n,), dtype=bool)
+    else:
+        if not hasattr(alive, "shape") or tuple(alive.shape) != lead + (n,) or np.asarray(to_numpy(alive)).dtype != bool:
+            raise InputError(f"alive must be a bool array of shape {lead + (n,)}")
+        mask = np.asarray(to_numpy(alive))
+    w = mask[..., None].astype(np.float64)
+    if _check_flag(centre, "centre"):
+        Kn = Kn - (Kn * w).sum(-2, keepdims=True) / np.maximum(w.sum(-2, keepdims=True), 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        Kn = Kn * math.sqrt(scale)
+        sq = np.einsum("...nd,...nd->...n", Kn, Kn)
+        D = (sq[..., :, None] + sq[..., None, :] - 2.0 * np.matmul(Kn, np.swapaxes(Kn, -1, -2))) / 2
+    if not (np.all(np.isfinite(sq)) and np.all(np.isfinite(D))):
+        raise InputError("K too large: scale * ||k||^2 (or a pairwise distance) overflows float64")
     iu = np.triu_indices(n, 1)
-    return dict(key_energy=np.median(sq, axis=-1), key_distance=np.median(np.maximum(D[..., iu[0], iu[1]], 0.0), axis=-1) / 2)
+    energy, dist = np.zeros(lead), np.zeros(lead)
+    flat_sq, flat_D, flat_m = sq.reshape(-1, n), D.reshape(-1, n, n), mask.reshape(-1, n)
+    e_out, d_out = energy.reshape(-1), dist.reshape(-1)
+    for b in range(flat_sq.shape[0]):
+        m = flat_m[b]
+        if m.any():
+            e_out[b] = np.median(flat_sq[b][m])
+        pair = m[iu[0]] & m[iu[1]]
+        if pair.any():
+            d_out[b] = np.median(np.maximum(flat_D[b][iu[0], iu[1]][pair], 0.0))
+    return dict(key_energy=energy, key_distance=dist)
+
+
+def first_level_blocks(K, V, *, block_size: int, sink: int = 0, window: int = 0):
+    """The blocks the first level of blockwise BalanceKV walks (BalanceKV-NeurIPS App. B; the pseudocode's and the
+    released code's): the middle [sink, n - window) of K (..., n, d), V (..., n, s) cut into consecutive blocks of
+    ``block_size`` tokens, a last partial block left out. Returns numpy float64 (..., blocks, b, d), (..., blocks, b, s)
+    (blocks may be 0)."""
+    Kn, Vn = _check_kv(K, V)
+    b = check_int(block_size, "block_size", minimum=1, maximum=MAX_BLOCK)
+    n = Kn.shape[-2]
+    sink, window = check_int(sink, "sink"), check_int(window, "window")
+    if sink + window > n:
+        raise InputError(f"sink + window = {sink} + {window} exceeds the n = {n} tokens")
+    nb = (n - sink - window) // b
+    cut = lambda X: X[..., sink:sink + nb * b, :].reshape(X.shape[:-2] + (nb, b, X.shape[-1]))
+    return cut(Kn), cut(Vn)
 
 
 def centring_comparison(K, V, *, rng: np.random.Generator, **kernel) -> dict:
@@ -312,3 +351,22 @@ def summarize(values) -> dict:
     if not np.all(np.isfinite(a)):
         raise InputError("summarize needs finite numbers (NaN or Inf given)")
     return dict(median=float(np.median(a)), min=float(a.min()), max=float(a.max()))
+
+
+SUMMARY_KEYS = ("offdiag_share", "cosine_offdiag_share", "max_coherence", "theorem_equal_random", "theorem_disc_ratio",
+                "released_equal_random", "released_disc_ratio", "greedy_disc_ratio", "random_disc_ratio",
+                "theorem_mean_abs_p_dev", "key_energy", "key_distance")
+
+
+def summarize_diagnostics(*diagnostics: dict) -> dict:
+    """{number: {median, min, max}} over every block of one or more :func:`walk_diagnostics` /
+    :func:`block_diagnostics` dicts (the numbers of ``SUMMARY_KEYS`` present in all of them), plus ``blocks``."""
+    if not diagnostics or not all(isinstance(d, dict) for d in diagnostics):
+        raise InputError("summarize_diagnostics needs one or more diagnostics dicts")
+    keys = [k for k in SUMMARY_KEYS if all(k in d for d in diagnostics)]
+    if not keys:
+        raise InputError("no diagnostics numbers in the dicts given")
+    out = {k: summarize(np.concatenate([np.ravel(np.asarray(d[k], dtype=np.float64)) for d in diagnostics]))
+           for k in keys}
+    out["blocks"] = int(sum(np.size(d[keys[0]]) for d in diagnostics))
+    return out

@@ -443,6 +443,14 @@ def _check_wdg_kernel(out, K, V, **kw):
     return None
 
 
+def _check_first_blocks(out, K, V, block_size, sink, window):
+    Kb, _ = out
+    n = K.shape[-2]
+    nb = (n - sink - window) // block_size
+    ref = np.asarray(K, np.float64)[..., sink:sink + nb * block_size, :]
+    return None if np.array_equal(Kb.reshape(ref.shape), ref) else "blocks differ from the middle's tokens"
+
+
 KERNEL_PARAMS = dict(scale=None, temp=1.0, const=1.0, beta=0.0, centre=False)
 WALK_DIAGNOSTICS = [
     Entry("exp_kernel_gram", _wdg_kv, KERNEL_PARAMS, lambda **kw: _wdg().exp_kernel_gram(**kw), _check_wdg_kernel),
@@ -455,6 +463,13 @@ WALK_DIAGNOSTICS = [
     Entry("centring_comparison", _wdg_kv, dict(rng=RNG, temp=0.1, const=0.025, gamma=4.0),
           lambda **kw: _wdg().centring_comparison(**kw)),
     Entry("centred", lambda r, c: dict(K=make_array(r, (2, 5, 3), c)), {}, lambda K: _wdg().centred(K)),
+    Entry("key_geometry", lambda r, c: dict(K=make_array(r, (2, int(r.integers(1, 7)), 3), c)),
+          dict(scale=None, temp=1.0, centre=True), lambda **kw: _wdg().key_geometry(**kw),
+          lambda out, **kw: None if np.all(out["key_energy"] >= 0) and np.all(out["key_distance"] >= 0) else f"{out}"),
+    Entry("first_level_blocks", _wdg_kv, dict(block_size=2, sink=1, window=1),
+          lambda **kw: _wdg().first_level_blocks(**kw), _check_first_blocks),
+    Entry("summarize_diagnostics", _wdg_kv, dict(rng=RNG),
+          lambda K, V, rng: _wdg().summarize_diagnostics(_wdg().block_diagnostics(K, V, rng=rng))),
     Entry("summarize", lambda r, c: dict(values=make_array(r, (int(r.integers(1, 9)),), c)), {},
           lambda values: _wdg().summarize(values)),
 ]
