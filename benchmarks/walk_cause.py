@@ -33,7 +33,19 @@ PSEUDO = dict(temp=1.0, const=1.0, gamma=None)
 RELEASED = {"released t1": dict(temp=1.0, const=wd.RELEASED_CONST, gamma=4.0),
             "released t0.1": dict(temp=0.1, const=wd.RELEASED_CONST, gamma=4.0)}
 COLS = ("key_energy", "key_distance", "offdiag_share", "cosine_offdiag_share", "max_coherence", "theorem_equal_random",
-        "theorem_disc_ratio", "released_equal_random", "released_disc_ratio", "greedy_disc_ratio")
+        "theorem_mean_abs_p_dev", "theorem_disc_ratio", "released_equal_random", "released_disc_ratio",
+        "greedy_disc_ratio", "random_disc_ratio")
+ENERGY = {}          # setting -> per-token quantiles of scale ||k||^2, raw and centred by block
+
+
+def energy_quantiles(name, Kb, scale, alive=None):
+    """5 / 50 / 95% over tokens of scale ||k||^2 (keys (..., b, d) in blocks), raw and with each block centred."""
+    Kb = np.asarray(Kb, np.float64)
+    m = np.ones(Kb.shape[:-1], bool) if alive is None else np.asarray(alive, bool)
+    w = m[..., None].astype(np.float64)
+    mu = (Kb * w).sum(-2, keepdims=True) / np.maximum(w.sum(-2, keepdims=True), 1.0)
+    q = lambda X: [float(x) for x in np.quantile(scale * (X * X).sum(-1)[m], [0.05, 0.5, 0.95])]
+    ENERGY.setdefault(name, []).append((q(Kb), q(Kb - mu)))
 
 
 def _kv_heads(spec):
@@ -43,9 +55,10 @@ def _kv_heads(spec):
     return K[::g], V[::g]
 
 
-def blockwise(K, V, *, block, sink, window, seed, kernels=("pseudocode", "released t1", "released t0.1")):
+def blockwise(K, V, *, block, sink, window, seed, kernels=("pseudocode", "released t1", "released t0.1"), name=""):
     """{kernel: {"raw": summary, "centred": summary}} on the first-level blocks."""
     Kb, Vb = wd.first_level_blocks(K, V, block_size=block, sink=sink, window=window)
+    energy_quantiles(name, Kb, 1 / math.sqrt(K.shape[-1]))
     out = {}
     for i, name in enumerate(kernels):
         kw = dict(PSEUDO, delta=0.01) if name == "pseudocode" else dict(RELEASED[name], c=walk_constant(block, 0.01))
@@ -71,6 +84,9 @@ def attention_setting(family, reps, r=None):
             for j in range(K.shape[0]):
                 bkv.update(K[j], V[j])
         diags += wp.merge_and_reduce_diagnostics(calls)
+        first = [c.K for c in calls if c.K.shape[0] == 32]
+        if first:
+            energy_quantiles(f"BKV.attention {family}" + (f" r={r:g}" if r else ""), np.stack(first), 1 / math.sqrt(d))
     return wp.summary(diags)
 
 
@@ -88,6 +104,8 @@ def decode_setting(quick: bool):
     with wp.record_halvings() as hs:
         generate(lm.model, press, ids, p["new"])
     diags = wp.halving_diagnostics(hs)
+    for h in hs:
+        energy_quantiles("BKV.decode (every halving's group)", h.K, h.scale, h.alive)
     n_layers = int(lm.model.config.num_hidden_layers)
     per_layer = {}
     for layer in range(n_layers):      # rows: layer x batch (1) x KV heads
@@ -113,7 +131,8 @@ def table_rows(name, res):
     for kernel, sides in res.items():
         for side in ("raw", "centred"):
             s = sides[side]
-            rows.append(f"| {name} | {kernel} | {side} | {s['blocks']} | " + " | ".join(_fmt(s.get(c)) for c in COLS) + " |")
+            cells = " | ".join(_fmt(s.get(c)) for c in COLS)
+            rows.append(f"| {name} | {kernel} | {side} | {s['blocks']} | {cells} |")
     return rows
 
 
@@ -150,7 +169,8 @@ def main():
             for b in blocks:
                 kern = ("pseudocode", "released t1", "released t0.1") if claim == "BKV.vs-uniform" else \
                     ("pseudocode", "released t0.1")
-                res = blockwise(K, V, block=b, sink=sink, window=sink, seed=layer, kernels=kern)
+                res = blockwise(K, V, block=b, sink=sink, window=sink, seed=layer, kernels=kern,
+                                name=f"{claim} L{layer}")
                 name = f"{claim} L{layer} b={b}"
                 out[name] = res
                 rows += table_rows(name, res)
@@ -162,7 +182,8 @@ def main():
         agg = {}
         for layer in range(30):
             K, V = _kv_heads(f"smollm2:L{layer}:512")
-            res = blockwise(K, V, block=64, sink=32, window=win, seed=100 + layer, kernels=("pseudocode", "released t1"))
+            res = blockwise(K, V, block=64, sink=32, window=win, seed=100 + layer,
+                            kernels=("pseudocode", "released t1"), name="BKV.e2e (per layer)")
             out[f"BKV.e2e L{layer}"] = res
             for kern, sides in res.items():
                 for side, s in sides.items():
@@ -184,10 +205,17 @@ def main():
     print(head)
     print("|" + "---|" * (4 + len(COLS)))
     print("\n".join(rows))
+    print()
+    print("| setting | scale * norm(k)^2, raw: 5 / 50 / 95% of tokens | centred by block: 5 / 50 / 95% |")
+    print("|---|---|---|")
+    for name, qs in ENERGY.items():
+        raw, cen = np.median([x[0] for x in qs], axis=0), np.median([x[1] for x in qs], axis=0)
+        print(f"| {name} ({len(qs)} runs; median of each quantile) | " + " / ".join(f"{x:.3g}" for x in raw) + " | "
+              + " / ".join(f"{x:.3g}" for x in cen) + " |")
     print("CPU seconds:", {k: round(v, 1) for k, v in times.items()}, "total", round(time.process_time() - t0, 1))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(results=out, cpu_seconds=times), f, default=_json, indent=1)
+            json.dump(dict(results=out, cpu_seconds=times, energy=ENERGY), f, default=_json, indent=1)
 
 
 def _merge(summaries):

@@ -404,7 +404,8 @@ def _wdg_gram(rng, cls):
 
 
 def _check_wdg(out, G, uniforms, c, r2, log_scale, gamma):
-    for key in ("offdiag_share", "cosine_offdiag_share", "max_coherence", "theorem_equal_random", "greedy_equal_random"):
+    for key in ("offdiag_share", "cosine_offdiag_share", "max_coherence", "theorem_equal_random",
+                "greedy_equal_random"):
         v = np.asarray(out[key])
         if np.any(v < 0) or np.any(v > 1 + 1e-6):
             return f"{key} = {v} outside [0, 1]"

@@ -228,3 +228,23 @@ def test_block_diagnostics_refuses_bad_input(bad):
         kw.pop("uniforms", None)
     with pytest.raises(InputError):
         wd.block_diagnostics(**kw)
+
+
+def test_first_level_blocks_and_key_geometry():
+    rng = np.random.default_rng(8)
+    K, V = rng.standard_normal((2, 23, 4)), rng.standard_normal((2, 23, 3))
+    Kb, Vb = wd.first_level_blocks(K, V, block_size=4, sink=2, window=3)       # middle of 18: 4 full blocks
+    assert Kb.shape == (2, 4, 4, 4) and Vb.shape == (2, 4, 4, 3)
+    assert np.array_equal(Kb[1, 2], K[1, 10:14]) and np.array_equal(Vb[0, 3], V[0, 14:18])
+    # keys 0, e1, 2 e1 at scale 1: energies 0, 1, 4 (median 1), half squared distances 1/2, 2, 1/2 (median 1/2)
+    k = np.array([[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]])
+    geo = wd.key_geometry(k, scale=1.0)
+    assert geo["key_energy"] == 1.0 and geo["key_distance"] == 0.5
+    cen = wd.key_geometry(k, scale=1.0, centre=True)                           # centred: -1, 0, 1
+    assert cen["key_energy"] == 1.0 and cen["key_distance"] == 0.5
+    alive = np.array([True, False, True])
+    assert wd.key_geometry(k, scale=1.0, alive=alive)["key_distance"] == 2.0
+    s = wd.summarize_diagnostics(wd.block_diagnostics(Kb, Vb, rng=rng))
+    assert s["blocks"] == 8 and s["offdiag_share"]["min"] <= s["offdiag_share"]["median"] <= s["offdiag_share"]["max"]
+    with pytest.raises(InputError):
+        wd.first_level_blocks(K, V, block_size=4, sink=20, window=4)
