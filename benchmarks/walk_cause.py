@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 from kvbounds.algorithms import walk_diagnostics as wd
+from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.algorithms.self_balancing_walk import walk_constant
 
 PSEUDO = dict(temp=1.0, const=1.0, gamma=None)
@@ -136,6 +137,7 @@ def table_rows(name, res):
     return rows
 
 
+@single_blas_thread()     # as the checks run (one BLAS thread: on a loaded machine, threads spin)
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
