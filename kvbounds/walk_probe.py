@@ -8,8 +8,9 @@
   differences): the group's keys, values and liveness, the Gram D of the differences, the uniforms and the signs.
 
 Both wrap a module-level function for the duration of a ``with`` block (the wrapped function returns exactly what
-the original returns) and restore it on exit. :func:`merge_and_reduce_diagnostics` / :func:`halving_diagnostics`
-then recompute each walk's signs from the recorded uniforms (they must equal the recorded signs: ``replayed``) and
+the original returns) and restore it on exit; only walks run by the thread that entered the block are recorded (the
+runner's trials run one per process, or one thread at a time in-process). :func:`merge_and_reduce_diagnostics` /
+:func:`halving_diagnostics` then recompute each walk's signs from the recorded uniforms (they must equal the recorded signs: ``replayed``) and
 the block's numbers as recorded, and with the block's keys centred (the released code's centring; the walk's R^2
 then from the centred block, as the released walk normalises by its block).
 """
@@ -19,6 +20,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -53,16 +55,24 @@ class Halving:
     D: np.ndarray           # (B, P, P) the normalised Gram of the pair differences
     uniforms: np.ndarray    # (B, P)
     signs: np.ndarray       # (B, P)
+    delta: float = DELTA    # the walk's delta: c = 30 log(max(P, 2) / delta) max_p D_pp
 
 
 @contextlib.contextmanager
 def _wrapped(module, name: str, make):
+    """``module.name`` replaced by ``make(original, recording)`` inside the block; ``recording()`` is true in the
+    entering thread while the block runs. On exit the original comes back (unless another wrapper was put over this
+    one meanwhile: this one then stays in the chain, passing calls through and recording nothing)."""
     original = getattr(module, name)
-    setattr(module, name, make(original))
+    state = dict(active=True, thread=threading.get_ident())
+    wrapper = make(original, lambda: state["active"] and threading.get_ident() == state["thread"])
+    setattr(module, name, wrapper)
     try:
         yield
     finally:
-        setattr(module, name, original)
+        state["active"] = False
+        if getattr(module, name) is wrapper:
+            setattr(module, name, original)
 
 
 @contextlib.contextmanager
@@ -72,8 +82,10 @@ def record_merge_and_reduce():
     from kvbounds.algorithms import merge_and_reduce as mr
     calls: list[WalkCall] = []
 
-    def make(original):
+    def make(original, recording):
         def softmax_balance(K, V, *, delta, rng, **kw):
+            if not recording():
+                return original(K, V, delta=delta, rng=rng, **kw)
             state = copy.deepcopy(rng.bit_generator.state)
             res = original(K, V, delta=delta, rng=rng, **kw)
             scale = kw.get("scale")
@@ -96,17 +108,22 @@ def record_halvings():
     halvings: list[Halving] = []
     pending: dict[str, Any] = {}
 
-    def make_gram(original):
+    def make_gram(original, recording):
         def pair_gram(K, V, alive, scale):
-            pending.update(K=K.double().numpy(), V=V.double().numpy(), alive=alive.numpy().copy(), scale=float(scale))
+            if recording():
+                pending.update(K=K.double().numpy(), V=V.double().numpy(), alive=alive.numpy().copy(),
+                               scale=float(scale))
             return original(K, V, alive, scale)
         return pair_gram
 
-    def make_walk(original):
+    def make_walk(original, recording):
         def walk_signs(D, uniforms, *args, **kw):
             signs, disc2 = original(D, uniforms, *args, **kw)
+            if not (recording() and pending):
+                return signs, disc2
+            delta = args[0] if args else kw.get("delta", DELTA)
             halvings.append(Halving(D=D.numpy().copy(), uniforms=uniforms.double().numpy().copy(),
-                                    signs=signs.numpy().copy(), **pending))
+                                    signs=signs.numpy().copy(), delta=float(delta), **pending))
             pending.clear()
             return signs, disc2
         return walk_signs
@@ -137,7 +154,7 @@ def merge_and_reduce_diagnostics(calls: list[WalkCall]) -> list[dict]:
     return out
 
 
-def halving_diagnostics(halvings: list[Halving], delta: float = DELTA) -> list[dict]:
+def halving_diagnostics(halvings: list[Halving]) -> list[dict]:
     """Per recorded halving: ``{"raw": ..., "centred": ..., "replayed": bool, "pairs": P}``, each number per row
     (layer x batch x KV head). raw: the walk's D and c = 30 log(max(P, 2) / delta), R^2 = max_p D_pp (as the walk);
     centred: D of the group's keys minus their mean over its live tokens."""
@@ -146,7 +163,7 @@ def halving_diagnostics(halvings: list[Halving], delta: float = DELTA) -> list[d
     out = []
     for h in halvings:
         P = h.D.shape[-1]
-        c = 30.0 * math.log(max(P, 2) / delta)
+        c = 30.0 * math.log(max(P, 2) / h.delta)
         raw = wd.walk_diagnostics(h.D, h.uniforms, c=c)
         replayed = bool(np.array_equal(wd.rule_signs(h.D, h.uniforms, c=c)["theorem"], h.signs))
         w = h.alive[..., None].astype(np.float64)

@@ -65,3 +65,15 @@ def test_halvings_recorded_unchanged_and_replayed():
     assert len(diags) == len(halvings) >= 2 and all(d["replayed"] for d in diags)
     assert diags[0]["raw"]["offdiag_share"].shape == (B,)
     assert wp.summary([])["walks"] == 0
+
+
+def test_only_the_entering_thread_is_recorded():
+    """A walk run by another thread inside the block is not recorded (and runs as always)."""
+    import threading
+    K, V, q = _stream(n=64)
+    out = {}
+    with wp.record_merge_and_reduce() as calls:
+        t = threading.Thread(target=lambda: out.update(res=_run(K, V, q)))
+        t.start()
+        t.join()
+    assert calls == [] and np.array_equal(out["res"][0], _run(K, V, q)[0])
