@@ -65,6 +65,12 @@ from .validation import (InputError, check_array, check_int, check_probability, 
 
 RULES = ("theorem", "released", "greedy", "random")
 RELEASED_CONST = 0.025 + 1e-8        # the released kernel's kernel_const + 1e-8 (balance_kv_released)
+# the kernels of the blockwise walks (names as the BalanceKV checks' variants): the pseudocode's w = [v, 1] at the
+# model's temperature (App. B, compress_cache's value+1 kernel), the released walk at run_longbench.py's temp 1 and at
+# the Fig. 1/3 notebook's temp 0.1 (gamma 4; its centring is the "centred" side of every comparison)
+KERNELS = {"balance": dict(temp=1.0, const=1.0, gamma=None),
+           "released-t1": dict(temp=1.0, const=RELEASED_CONST, gamma=4.0),
+           "released-t0.1": dict(temp=0.1, const=RELEASED_CONST, gamma=4.0)}
 SYMMETRY_TOL = 1e-9                  # |G - G^T| and a negative diagonal allowed, relative to max |G| (rounding)
 COSINE_TOL = 1e-6                    # |C_ij| - 1 allowed (a float32 Gram's rounding: a few d eps_32 ~ 1e-7)
 LOG_CLIP = 50.0                      # |p - 1/2| beyond e^50 decides the sign exactly as any larger value
@@ -342,6 +348,26 @@ def first_level_blocks(K, V, *, block_size: int, sink: int = 0, window: int = 0)
     nb = (n - sink - window) // b
     cut = lambda X: X[..., sink:sink + nb * b, :].reshape(X.shape[:-2] + (nb, b, X.shape[-1]))
     return cut(Kn), cut(Vn)
+
+
+def blockwise_walk_cause(K, V, *, block_size: int, rng: np.random.Generator, sink: int = 0, window: int = 0,
+                         kernels=tuple(KERNELS), delta: float = 0.01) -> dict:
+    """``{kernel: {"raw": summary, "centred": summary}}`` (:func:`summarize_diagnostics`) on the first-level blocks of
+    blockwise BalanceKV (:func:`first_level_blocks`) of K (..., n, d), V (..., n, s), for the kernels named (keys of
+    ``KERNELS``), each at the theorem's c = 30 log(block_size / delta); the record fields of a blockwise check."""
+    Kb, Vb = first_level_blocks(K, V, block_size=block_size, sink=sink, window=window)
+    if Kb.shape[-3] == 0:
+        raise InputError(f"no full block of {block_size} tokens in the middle of {K.shape[-2]} - {sink} - {window}")
+    check_rng(rng)
+    if isinstance(kernels, str) or not all(k in KERNELS for k in kernels) or not kernels:
+        raise InputError(f"kernels must be a non-empty sequence of {tuple(KERNELS)}, got {kernels!r}")
+    check_probability(delta, "delta")
+    c = walk_constant(block_size, delta)
+    out = {}
+    for name in kernels:
+        res = centring_comparison(Kb, Vb, rng=rng, c=c, **KERNELS[name])
+        out[name] = {side: summarize_diagnostics(res[side]) for side in ("raw", "centred")}
+    return out
 
 
 def centring_comparison(K, V, *, rng: np.random.Generator, **kernel) -> dict:

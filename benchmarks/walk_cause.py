@@ -30,9 +30,6 @@ from kvbounds.algorithms import walk_diagnostics as wd
 from kvbounds.gpu.backend import single_blas_thread
 from kvbounds.algorithms.self_balancing_walk import walk_constant
 
-PSEUDO = dict(temp=1.0, const=1.0, gamma=None)
-RELEASED = {"released t1": dict(temp=1.0, const=wd.RELEASED_CONST, gamma=4.0),
-            "released t0.1": dict(temp=0.1, const=wd.RELEASED_CONST, gamma=4.0)}
 COLS = ("key_energy", "key_distance", "offdiag_share", "cosine_offdiag_share", "max_coherence", "theorem_equal_random",
         "theorem_mean_abs_p_dev", "theorem_disc_ratio", "released_equal_random", "released_disc_ratio",
         "greedy_disc_ratio", "random_disc_ratio")
@@ -56,16 +53,12 @@ def _kv_heads(spec):
     return K[::g], V[::g]
 
 
-def blockwise(K, V, *, block, sink, window, seed, kernels=("pseudocode", "released t1", "released t0.1"), name=""):
+def blockwise(K, V, *, block, sink, window, seed, kernels=tuple(wd.KERNELS), name=""):
     """{kernel: {"raw": summary, "centred": summary}} on the first-level blocks."""
-    Kb, Vb = wd.first_level_blocks(K, V, block_size=block, sink=sink, window=window)
+    Kb, _ = wd.first_level_blocks(K, V, block_size=block, sink=sink, window=window)
     energy_quantiles(name, Kb, 1 / math.sqrt(K.shape[-1]))
-    out = {}
-    for i, name in enumerate(kernels):
-        kw = dict(PSEUDO, delta=0.01) if name == "pseudocode" else dict(RELEASED[name], c=walk_constant(block, 0.01))
-        res = wd.centring_comparison(Kb, Vb, rng=np.random.default_rng([seed, i]), **kw)
-        out[name] = {side: wd.summarize_diagnostics(res[side]) for side in ("raw", "centred")}
-    return out
+    return wd.blockwise_walk_cause(K, V, block_size=block, sink=sink, window=window, kernels=kernels,
+                                   rng=np.random.default_rng(seed))
 
 
 def attention_setting(family, reps, r=None):
@@ -107,16 +100,7 @@ def decode_setting(quick: bool):
     diags = wp.halving_diagnostics(hs)
     for h in hs:
         energy_quantiles("BKV.decode (every halving's group)", h.K, h.scale, h.alive)
-    n_layers = int(lm.model.config.num_hidden_layers)
-    per_layer = {}
-    for layer in range(n_layers):      # rows: layer x batch (1) x KV heads
-        sub = []
-        for d in diags:
-            rows = d["raw"]["offdiag_share"].shape[0] // n_layers
-            sl = slice(layer * rows, (layer + 1) * rows)
-            sub.append({side: {k: (v[sl] if isinstance(v, np.ndarray) else v) for k, v in d[side].items()}
-                        for side in ("raw", "centred")} | dict(replayed=d["replayed"]))
-        per_layer[layer] = wp.summary(sub)
+    per_layer = dict(enumerate(wp.per_layer(diags, int(lm.model.config.num_hidden_layers))))
     return dict(all=wp.summary(diags), layers=per_layer, halvings=len(hs))
 
 
@@ -169,8 +153,7 @@ def main():
         for layer in layers:
             K, V = _kv_heads(f"smollm2:L{layer}:{n}")
             for b in blocks:
-                kern = ("pseudocode", "released t1", "released t0.1") if claim == "BKV.vs-uniform" else \
-                    ("pseudocode", "released t0.1")
+                kern = tuple(wd.KERNELS) if claim == "BKV.vs-uniform" else ("balance", "released-t0.1")
                 res = blockwise(K, V, block=b, sink=sink, window=sink, seed=layer, kernels=kern,
                                 name=f"{claim} L{layer}")
                 name = f"{claim} L{layer} b={b}"
@@ -185,14 +168,14 @@ def main():
         for layer in range(30):
             K, V = _kv_heads(f"smollm2:L{layer}:512")
             res = blockwise(K, V, block=64, sink=32, window=win, seed=100 + layer,
-                            kernels=("pseudocode", "released t1"), name="BKV.e2e (per layer)")
+                            kernels=("balance", "released-t1"), name="BKV.e2e (per layer)")
             out[f"BKV.e2e L{layer}"] = res
             for kern, sides in res.items():
                 for side, s in sides.items():
                     agg.setdefault((kern, side), []).append(s)
         rows += table_rows(f"BKV.e2e 30 layers (T = {T}, window {win}; median of layer medians, range over layers)",
                            {k: {side: _merge(agg[(k, side)]) for side in ("raw", "centred")}
-                            for k in ("pseudocode", "released t1")})
+                            for k in ("balance", "released-t1")})
         times["e2e"] = time.process_time() - t1
     if "decode" not in skip:
         t1 = time.process_time()

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from kvbounds.algorithms import walk_diagnostics as wd
+from kvbounds.algorithms.validation import InputError
 from kvbounds.gpu.backend import to_numpy
 
 DELTA = 0.01          # the streaming walk's delta (kvbounds.streaming.balance.walk_signs' default)
@@ -185,3 +186,22 @@ def summary(diags: list[dict]) -> dict:
     return dict(raw=wd.summarize_diagnostics(*[d["raw"] for d in diags]),
                 centred=wd.summarize_diagnostics(*[d["centred"] for d in diags]),
                 walks=len(diags), replayed=all(d["replayed"] for d in diags))
+
+
+def per_layer(diags: list[dict], n_layers: int) -> list[dict]:
+    """:func:`summary` per layer of the per-halving dicts of :func:`halving_diagnostics`, whose rows are layer-major
+    (the press stacks layers x batch x KV heads): one summary per layer, in layer order."""
+    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+        raise InputError(f"n_layers must be an integer >= 1, got {n_layers!r}")
+    out = []
+    for layer in range(n_layers):
+        part = []
+        for d in diags:
+            rows = d["raw"]["offdiag_share"].shape[0]
+            if rows % n_layers:
+                raise InputError(f"{rows} rows do not split into {n_layers} layers")
+            sl = slice(layer * (rows // n_layers), (layer + 1) * (rows // n_layers))
+            part.append({side: {k: v[sl] if isinstance(v, np.ndarray) else v for k, v in d[side].items()}
+                         for side in ("raw", "centred")} | dict(replayed=d["replayed"]))
+        out.append(summary(part))
+    return out

@@ -469,6 +469,8 @@ WALK_DIAGNOSTICS = [
           lambda out, **kw: None if np.all(out["key_energy"] >= 0) and np.all(out["key_distance"] >= 0) else f"{out}"),
     Entry("first_level_blocks", _wdg_kv, dict(block_size=2, sink=1, window=1),
           lambda **kw: _wdg().first_level_blocks(**kw), _check_first_blocks),
+    Entry("blockwise_walk_cause", _wdg_kv, dict(block_size=2, rng=RNG, sink=0, window=0, delta=0.01),
+          lambda **kw: _wdg().blockwise_walk_cause(**kw)),
     Entry("summarize_diagnostics", _wdg_kv, dict(rng=RNG),
           lambda K, V, rng: _wdg().summarize_diagnostics(_wdg().block_diagnostics(K, V, rng=rng))),
     Entry("summarize", lambda r, c: dict(values=make_array(r, (int(r.integers(1, 9)),), c)), {},

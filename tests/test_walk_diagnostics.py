@@ -248,3 +248,16 @@ def test_first_level_blocks_and_key_geometry():
     assert s["blocks"] == 8 and s["offdiag_share"]["min"] <= s["offdiag_share"]["median"] <= s["offdiag_share"]["max"]
     with pytest.raises(InputError):
         wd.first_level_blocks(K, V, block_size=4, sink=20, window=4)
+
+
+def test_blockwise_walk_cause():
+    K, V, rng = _unit_blocks(9, lead=(2,), n=40)
+    out = wd.blockwise_walk_cause(K, V, block_size=8, sink=2, window=6, rng=rng)     # 32 middle tokens: 4 blocks
+    assert set(out) == set(wd.KERNELS)
+    for kern in out.values():
+        assert kern["raw"]["blocks"] == kern["centred"]["blocks"] == 8
+    assert "released_disc_ratio" in out["released-t0.1"]["raw"] and "released_disc_ratio" not in out["balance"]["raw"]
+    with pytest.raises(InputError):
+        wd.blockwise_walk_cause(K, V, block_size=64, rng=rng)                      # no full block
+    with pytest.raises(InputError):
+        wd.blockwise_walk_cause(K, V, block_size=8, rng=rng, kernels=("nope",))

@@ -64,6 +64,9 @@ def test_halvings_recorded_unchanged_and_replayed():
     diags = wp.halving_diagnostics(halvings)
     assert len(diags) == len(halvings) >= 2 and all(d["replayed"] for d in diags)
     assert diags[0]["raw"]["offdiag_share"].shape == (B,)
+    layers = wp.per_layer(diags, 3)                          # 3 rows = 3 "layers" of one head each
+    assert len(layers) == 3 and all(s["raw"]["blocks"] == len(diags) for s in layers)
+    assert layers[1]["raw"]["offdiag_share"]["max"] == max(float(d["raw"]["offdiag_share"][1]) for d in diags)
     assert wp.summary([])["walks"] == 0
 
 
