@@ -386,4 +386,99 @@ ADAPTERS = [Entry("play", lambda r, c: {}, dict(name="uniform", setting=3, n=8, 
                   lambda rule, **kw: __import__("kvbounds.algorithms.compressor_adapters", fromlist=["x"]).play(
                       **kw, rule=rule), _check_play)]
 
-ENTRIES = ESTIMATE + WALKS + BACKEND + E2E + ADAPTERS
+
+# -- the walk diagnostics (kvbounds.algorithms.walk_diagnostics) ------------------------------------------------
+
+def _wdg():
+    return __import__("kvbounds.algorithms.walk_diagnostics", fromlist=["x"])
+
+
+def _wdg_kv(rng, cls):
+    B, n, d, s = (int(rng.integers(1, k)) for k in (3, 10, 5, 4))
+    return dict(K=make_array(rng, (B, n, d), cls), V=make_array(rng, (B, n, s), cls))
+
+
+def _wdg_gram(rng, cls):
+    """A Gram X X^T of random vectors (positive semi-definite, exactly symmetric) and uniforms."""
+    B, n, e = (int(rng.integers(1, k)) for k in (3, 10, 5))
+    X = make_array(rng, (B, n, e), cls)
+    with np.errstate(over="ignore", invalid="ignore"):
+        G = np.matmul(X, np.swapaxes(X, -1, -2))
+    return dict(G=G, uniforms=rng.random((B, n)))
+
+
+def _check_wdg(out, G, uniforms, c, r2, log_scale, gamma):
+    for key in ("offdiag_share", "cosine_offdiag_share", "max_coherence", "theorem_equal_random",
+                "greedy_equal_random"):
+        v = np.asarray(out[key])
+        if np.any(v < 0) or np.any(v > 1 + 1e-6):
+            return f"{key} = {v} outside [0, 1]"
+    if not np.all(out["random_equal_random"] == 1.0):
+        return "the random rule differs from itself"
+    if np.any(np.asarray(out["greedy_disc_ratio"]) < -1e-9):
+        return "negative discrepancy"
+    return None
+
+
+def _check_wdg_signs(out, G, uniforms, c, r2, log_scale, gamma):
+    """The theorem rule against gram_walk on G / r2 (r2 given, else max diag), block by block."""
+    from kvbounds.algorithms.self_balancing_walk import gram_walk
+    Gn = np.asarray(G, np.float64)
+    for b in range(Gn.shape[0]):
+        top = float(np.diagonal(Gn[b]).max()) if r2 is None else float(r2)
+        if top <= 0 or not np.isfinite(Gn[b] / top).all():
+            continue
+        ref = gram_walk(Gn[b] / top, np.asarray(uniforms[b], np.float64), float(c), on_fail="continue").signs
+        if not np.array_equal(ref, out["theorem"][b]):
+            return f"block {b}: theorem signs {out['theorem'][b]} != gram_walk's {ref}"
+    return None
+
+
+def _check_wdg_kernel(out, K, V, **kw):
+    """|G_ij| <= R^2 (Cauchy-Schwarz), up to the exponent's rounding (a few (d + 2) eps of its size, e^{log_scale +
+    beta}) and the value product's (a few (s + 2) eps)."""
+    d, s = K.shape[-1], V.shape[-1]
+    Kn = np.asarray(K, np.float64)
+    sc = 1 / math.sqrt(d) if kw.get("scale") is None else float(kw["scale"])
+    m = float(kw.get("temp", 1.0)) * sc * np.max((Kn * Kn).sum(-1), axis=-1)
+    slack = np.exp(4 * (d + 2) * 2.2e-16 * np.maximum(m, 1.0)) * (1 + 4 * (s + 2) * 2.2e-16)
+    top = np.asarray(out.r2)[..., None, None] * slack[..., None, None]
+    if np.any(np.abs(out.gram) > top) or np.any(np.diagonal(out.gram, axis1=-2, axis2=-1) < 0):
+        return "a kernel entry beyond R^2 or a negative diagonal"
+    return None
+
+
+def _check_first_blocks(out, K, V, block_size, sink, window):
+    Kb, _ = out
+    n = K.shape[-2]
+    nb = (n - sink - window) // block_size
+    ref = np.asarray(K, np.float64)[..., sink:sink + nb * block_size, :]
+    return None if np.array_equal(Kb.reshape(ref.shape), ref) else "blocks differ from the middle's tokens"
+
+
+KERNEL_PARAMS = dict(scale=None, temp=1.0, const=1.0, beta=0.0, centre=False)
+WALK_DIAGNOSTICS = [
+    Entry("exp_kernel_gram", _wdg_kv, KERNEL_PARAMS, lambda **kw: _wdg().exp_kernel_gram(**kw), _check_wdg_kernel),
+    Entry("walk_diagnostics", _wdg_gram, dict(c=2.0, r2=None, log_scale=0.0, gamma=4.0),
+          lambda **kw: _wdg().walk_diagnostics(**kw), _check_wdg),
+    Entry("rule_signs", _wdg_gram, dict(c=2.0, r2=None, log_scale=0.0, gamma=4.0),
+          lambda **kw: _wdg().rule_signs(**kw), _check_wdg_signs),
+    Entry("block_diagnostics", _wdg_kv, dict(KERNEL_PARAMS, rng=RNG, delta=0.01, c=None, gamma=4.0),
+          lambda **kw: _wdg().block_diagnostics(**kw)),
+    Entry("centring_comparison", _wdg_kv, dict(rng=RNG, temp=0.1, const=0.025, gamma=4.0),
+          lambda **kw: _wdg().centring_comparison(**kw)),
+    Entry("centred", lambda r, c: dict(K=make_array(r, (2, 5, 3), c)), {}, lambda K: _wdg().centred(K)),
+    Entry("key_geometry", lambda r, c: dict(K=make_array(r, (2, int(r.integers(1, 7)), 3), c)),
+          dict(scale=None, temp=1.0, centre=True), lambda **kw: _wdg().key_geometry(**kw),
+          lambda out, **kw: None if np.all(out["key_energy"] >= 0) and np.all(out["key_distance"] >= 0) else f"{out}"),
+    Entry("first_level_blocks", _wdg_kv, dict(block_size=2, sink=1, window=1),
+          lambda **kw: _wdg().first_level_blocks(**kw), _check_first_blocks),
+    Entry("blockwise_walk_cause", _wdg_kv, dict(block_size=2, rng=RNG, sink=0, window=0, delta=0.01),
+          lambda **kw: _wdg().blockwise_walk_cause(**kw)),
+    Entry("summarize_diagnostics", _wdg_kv, dict(rng=RNG),
+          lambda K, V, rng: _wdg().summarize_diagnostics(_wdg().block_diagnostics(K, V, rng=rng))),
+    Entry("summarize", lambda r, c: dict(values=make_array(r, (int(r.integers(1, 9)),), c)), {},
+          lambda values: _wdg().summarize(values)),
+]
+
+ENTRIES = ESTIMATE + WALKS + BACKEND + E2E + ADAPTERS + WALK_DIAGNOSTICS

@@ -100,7 +100,7 @@ NOT_ENTRY_POINTS = {
     # data holders and exceptions
     "InputError", "WalkFailed", "DegenerateEstimate", "WalkResult", "KCenterResult", "SoftmaxBalanceResult",
     "SubGenState", "Chunk", "OpCounter", "PublicCoins", "IndexInstance", "SlotBatch", "GroupAttention", "Trace",
-    "BackendUnavailable", "LoadedModel", "Prefill", "Task",
+    "BackendUnavailable", "LoadedModel", "Prefill", "Task", "KernelGram",
     # reached through make_selector / make_compressor / attend (their entries above)
     "TokenSelector", "StreamingLLM", "H2O", "Uniform", "KCenter", "UniformSampling", "StreamingBalanceKV",
     "BlockwiseBalanceKV", "SubGenSketch", "Clairvoyant", "subgen_class", "aggregate", "draft_gamma",
