@@ -22,11 +22,12 @@ from hypothesis import strategies as st
 
 import fuzz_entries
 import fuzz_entries_surface
+import fuzz_entries_streaming
 from fuzz_harness import (ARRAY_CORRUPTIONS, DATA_CLASSES, DEFECTS, PARAM_VALUES, Case, Entry, build, classify)
 
 DEFAULT_EXAMPLES = 25      # ~2,500 calls over ~100 entries: the default suite's fast slice (issue 24: seconds)
 FUZZ_EXAMPLES = 300
-ENTRIES = fuzz_entries.ENTRIES + fuzz_entries_surface.ENTRIES
+ENTRIES = fuzz_entries.ENTRIES + fuzz_entries_surface.ENTRIES + fuzz_entries_streaming.ENTRIES
 
 
 @st.composite
@@ -154,7 +155,7 @@ NOT_ENTRY_POINTS = {
     # e2e: functions of Record lists, claim tables and parsed CLI arguments (no arrays; tests/test_e2e*.py)
     "reference_effects", "problems", "print_board", "effects", "paired", "cell", "duplicates", "detectable",
     "family", "budget_label", "first_retrieval", "task_label",
-}
+} | fuzz_entries_streaming.NOT_ENTRY_POINTS
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses")
 
 
