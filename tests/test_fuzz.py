@@ -156,7 +156,8 @@ NOT_ENTRY_POINTS = {
     "reference_effects", "problems", "print_board", "effects", "paired", "cell", "duplicates", "detectable",
     "family", "budget_label", "first_retrieval", "task_label",
 } | fuzz_entries_streaming.NOT_ENTRY_POINTS
-PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses")
+PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses",
+            "kvbounds.streaming")
 
 
 def public_callables() -> dict[str, list[str]]:
