@@ -42,11 +42,12 @@ class StreamingBalanceKVPress(StreamingPress):
     """BalanceKV as a stream (BalanceKV-NeurIPS Thm 3.1, Alg. 1 with Alg. 4's merge-and-reduce and Alg. 2's
     self-balancing walk; :mod:`kvbounds.streaming.balance` says which step each part is and where it differs).
 
-    Error bar: a bound (deterministic, given the stored state): the walk's Cauchy-Schwarz sums
-    (:class:`~kvbounds.streaming.balance.WalkSums`) at the query, ||o_hat - o|| <= e^{||q||^2 scale / 2}
-    (X_num + ||o_hat|| X_den) / Z_lo with Z_lo >= the exact denominator (the larger of Z_hat minus the denominator's
-    error bound and the exact sink and recent tokens' mass), capped by the trivial bar ||o_hat|| + R. Vacuous when
-    e^{(||q||^2 + max||k||^2) scale / 2} dwarfs Z_hat, which real keys do."""
+    Error bars (:mod:`kvbounds.streaming.certificate`): its certificate is a bound (deterministic, given the stored
+    state): the walk's Cauchy-Schwarz sums (:class:`~kvbounds.streaming.balance.WalkSums`) at the query,
+    ||o_hat - o|| <= e^{||q||^2 scale / 2} (X_num + ||o_hat|| X_den) / Z_lo with Z_lo <= the exact denominator
+    (the larger of Z_hat minus the denominator's error bound and the exact sink and recent tokens' mass), capped by
+    the trivial bar ||o_hat|| + R. Vacuous when e^{(||q||^2 + max||k||^2) scale / 2} dwarfs Z_hat, which real keys
+    do. ``kind="estimate"``: 3 max(se_HT, se_CS) of the middle's sampling error from the kept tokens."""
     name: ClassVar[str] = "BalanceKV (streaming)"
     certificate_kind: ClassVar[str] = "bound"
 
@@ -109,8 +110,7 @@ class StreamingBalanceKVPress(StreamingPress):
                       "e^{(||q||^2 + max||k||^2) scale/2} dwarfs the cache's denominator", empty=logz == -math.inf)
 
     def _estimate(self, layer, out, logz, lg, triv) -> ErrorBar:
-        """3 max(se_HT, se_CS) (module docstring of :mod:`kvbounds.streaming.certificate`, "BalanceKV's
-        estimate")."""
+        """3 max(se_HT, se_CS) / Z_hat (the module docstring of :mod:`kvbounds.streaming.certificate` derives it)."""
         b, H, _ = out.shape
         Hkv = layer.keys.shape[1]
         s, mid = self.sink, self._mid
