@@ -45,14 +45,17 @@ except ImportError as e:          # the presses need the extras: pip install 'kv
 
 from kvbounds import methods as registry
 from kvbounds.e2e import methods
+from kvbounds.e2e import kvpress_answers
 from kvbounds.e2e.attention import register, require_weighted_attention, use_weighted_attention
 from kvbounds.e2e.weighted_cache import ModelNotWeighted, WeightedCache, WeightedLayer
+from kvbounds.e2e.weighted_cache import visible_tokens
 
 __all__ = ["KVBoundsPress", "BalanceKVPress", "BalanceKVReleasedPress", "SubGenPress", "SubspacePress",
            "UniformPress", "KCenterPress", "H2OPress", "KernelThinningPress", "PRESSES", "WeightedLayer",
            "WeightedCache", "ModelNotWeighted", "use_weighted_attention"]
 
 register()
+kvpress_answers.install()          # the pipeline's multi-question path cuts weighted layers by their own crop
 
 
 @dataclasses.dataclass
@@ -115,15 +118,6 @@ class KVBoundsPress(BasePress):
                 rows.append(self.compress_row(module, K, V, self._rngs[r], None if Q is None else Q[r][:, sel]))
             cache.layers[idx] = _stack(rows, n, keys.dtype)
         return output
-
-
-def visible_tokens(mask, b: int, n: int, device):
-    """(b, n) bool: the tokens each row attends to (its last query's mask row); all of them without a mask."""
-    if mask is None:
-        return torch.ones(b, n, dtype=torch.bool, device=device)
-    last = mask[:, 0, -1, -n:]
-    vis = last if last.dtype == torch.bool else last == 0
-    return vis.expand(b, n)
 
 
 def _group_queries(module, hidden, kwargs):

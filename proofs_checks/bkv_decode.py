@@ -32,7 +32,7 @@ def run_trial(params: dict, seed: int, backend: str):
         d = row["d"]
         return 0.5 * math.log(d) + 2 * h["r"] ** 2 / math.sqrt(d) + math.log(max(1.0, math.log2(row["n"] / M)) / M)
 
-    cert = press._cert
+    cert = press.walk_sums
     return build_records(CLAIM, SOURCE, params, rows, "F", log_scale, middle=M, reductions=press.reductions,
                          halvings=cert.halvings if cert else 0, uncertified=cert.uncertified if cert else 0)
 
@@ -40,4 +40,5 @@ def run_trial(params: dict, seed: int, backend: str):
 def summarize(records):
     return _summarize(CLAIM, records, scale_text=SCALE,
                       certificate_kind="a bound from the press's state: each halving's walk discrepancy by "
-                                       "Cauchy-Schwarz, e^{||q||^2/(2 sqrt d)} (X_num + R_v X_den) / Z_hat")
+                                       "Cauchy-Schwarz, e^{||q||^2/(2 sqrt d)} (X_num + ||o_hat|| X_den) / Z_lo, "
+                                       "capped by ||o_hat|| + max||v||")

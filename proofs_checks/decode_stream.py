@@ -107,7 +107,9 @@ class DecodeObserver:
         scale = float(module.scaling)
         q = _queries(module, kwargs)
         est, _, _ = weighted_output(layer, q, scale)
-        cert = press.certificate(i, layer, q, scale)[0].numpy()
+        bar = press.certificate(i, layer, q, scale)                   # the press's own kind (bound / estimate)
+        cert, vac = bar.value[0].numpy(), bar.vacuous[0].numpy()
+        estimate = press.certificate(i, layer, q, scale, kind="estimate").value[0].numpy()
         est, q = est[0].numpy(), q[0].double().numpy()
         K = np.concatenate(self.hist[i][0], 1)
         V = np.concatenate(self.hist[i][1], 1)
@@ -132,7 +134,8 @@ class DecodeObserver:
                    for name, e in attention_controls(q[h], K[g], V[g], stored, self.rng, scale=scale).items()}
             qn = float(np.linalg.norm(q[h]))
             row["heads"].append(dict(err=err, units=units, controls=ctl, cert=float(cert[h]), r=max(kmax[g], qn),
-                                     kmax=kmax[g], vmax=vmax[g], qnorm=qn))
+                                     kmax=kmax[g], vmax=vmax[g], qnorm=qn, cert_vacuous=bool(vac[h]),
+                                     estimate=float(estimate[h])))
         self.rows.append(row)
 
 
@@ -155,12 +158,13 @@ def head_eps(h: dict, units: str) -> float:
 
 
 def certificate_stats(rows) -> dict:
-    """Coverage (err <= certificate), looseness (certificate / err) and vacuity (certificate >= 2 max ||v||,
-    which any convex combination of the values meets) over every (checkpoint, layer, head)."""
+    """Coverage (err <= certificate), looseness (certificate / err) and vacuity (the press's own flag: the
+    certificate is no smaller than ||o_hat|| + max ||v||, the bar the values alone give; older rows: certificate
+    >= 2 max ||v||) over every (checkpoint, layer, head)."""
     hs = [h for r in rows for h in r["heads"]]
     if not hs:
         return dict(heads=0, covered=0, looseness=math.nan, vacuous=0)
     loose = [h["cert"] / h["err"] for h in hs if h["err"] > 0]
     return dict(heads=len(hs), covered=sum(h["err"] <= h["cert"] * (1 + 1e-6) for h in hs),
                 looseness=float(np.median(loose)) if loose else math.nan,
-                vacuous=sum(h["cert"] >= 2 * h["vmax"] for h in hs))
+                vacuous=sum(h.get("cert_vacuous", h["cert"] >= 2 * h["vmax"]) for h in hs))

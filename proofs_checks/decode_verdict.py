@@ -43,7 +43,9 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
             bound=math.exp(ls) if ls < LOG_CAP else math.inf, holds=True, bound_kind="shape", check=SHAPE,
             source=source, log_scale=ls, stored=row["stored"], head_dim=row.get("d"), kv_heads=row.get("kv_heads"), r=max(h["r"] for h in hs), controls_eps=ctl,
             certificate=[h["cert"] for h in hs], error=[h["err"] for h in hs], vmax=max(h["vmax"] for h in hs),
-            cert_covered=cs["covered"], cert_heads=cs["heads"], cert_vacuous=cs["vacuous"], **extra))
+            cert_covered=cs["covered"], cert_heads=cs["heads"], cert_vacuous=cs["vacuous"],
+            estimate=[h.get("estimate", math.nan) for h in hs],
+            est_covered=sum(h["err"] <= h.get("estimate", math.nan) * (1 + 1e-6) for h in hs), **extra))
         best = per_layer.setdefault(row["layer"], dict(eps=0.0, ctl={}, stored=row["stored"]))
         best["eps"] = max(best["eps"], max(eps))
         for k, v in ctl.items():
@@ -86,10 +88,17 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
         loose = [c / e for r in rs for c, e in zip(r.extra["certificate"], r.extra["error"]) if e > 0]
         parts.append(f"live certificate ({certificate_kind}): covers the measured error in {cov}/{heads} "
                      f"(checkpoint, layer, head) cells, median certificate/error {np.median(loose):.3g}, vacuous "
-                     f"(>= 2 max||v||, which any convex combination meets) in {vac}/{heads}")
+                     f"(no smaller than ||o_hat|| + max||v||, the bar the values alone give) in {vac}/{heads}")
+        est = [(e, x) for r in rs for e, x in zip(r.extra.get("error", []), r.extra.get("estimate", []))
+               if e > 0 and math.isfinite(x)]
+        if est and certificate_kind.startswith("a bound"):
+            parts.append(f"the press's error-bar estimate (3 standard errors from its kept tokens; not a bound): "
+                         f"covers {sum(e <= x * (1 + 1e-6) for e, x in est)}/{len(est)} cells, median "
+                         f"estimate/error {np.median([x / e for e, x in est]):.3g}")
         if vac == heads:
             findings.append(Finding(claim, "the live certificate is vacuous on a real model",
-                                    f"in all {heads} cells the certificate is >= 2 max||v|| (median certificate/error "
+                                    f"in all {heads} cells the certificate is no smaller than ||o_hat|| + max||v|| (the "
+                                    f"bar the values alone give; median certificate/error "
                                     f"{np.median(loose):.3g}): it holds but says nothing here", {}, kind="finding"))
         if cov < heads:
             findings.append(Finding(claim, "the live certificate misses the measured error in some cells",

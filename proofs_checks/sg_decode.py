@@ -30,7 +30,7 @@ SCALE = "sqrt(e^{2 delta r} log n / t) + sqrt(d / s)"
 def run_trial(params: dict, seed: int, backend: str):
     from kvbounds.streaming import StreamingSubGenPress
     rows, press = run_generation(StreamingSubGenPress, params, seed)
-    st = press._state
+    st = press.state
     L = press._n_layers
     radius = st.radius.reshape(L, -1).max(-1).values.numpy()
     scale = 1.0 / math.sqrt(rows[0]["d"]) if rows else 1.0

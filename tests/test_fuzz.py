@@ -22,11 +22,12 @@ from hypothesis import strategies as st
 
 import fuzz_entries
 import fuzz_entries_surface
+import fuzz_entries_streaming
 from fuzz_harness import (ARRAY_CORRUPTIONS, DATA_CLASSES, DEFECTS, PARAM_VALUES, Case, Entry, build, classify)
 
 DEFAULT_EXAMPLES = 25      # ~2,500 calls over ~100 entries: the default suite's fast slice (issue 24: seconds)
 FUZZ_EXAMPLES = 300
-ENTRIES = fuzz_entries.ENTRIES + fuzz_entries_surface.ENTRIES
+ENTRIES = fuzz_entries.ENTRIES + fuzz_entries_surface.ENTRIES + fuzz_entries_streaming.ENTRIES
 
 
 @st.composite
@@ -175,8 +176,9 @@ NOT_ENTRY_POINTS = {
     # the INDEX reduction's parameter checks and closed forms, shared with kvbounds.theory.lower_bound
     # (tests/test_lower_bound_theory.py, test_index_reduction.py)
     "check_dimension", "check_radius", "check_length", "exponent", "bob_threshold", "log2_binomial",
-}
-PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses")
+} | fuzz_entries_streaming.NOT_ENTRY_POINTS
+PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses",
+            "kvbounds.streaming")
 
 
 def public_callables() -> dict[str, list[str]]:

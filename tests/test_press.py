@@ -101,17 +101,101 @@ def test_pipeline_runs_a_press(lm):
     check_pipeline(lm, "subgen", 400)
 
 
-def test_pipeline_answers_several_questions_on_one_compressed_context(lm):
-    """kvpress's multi-question path: the context is compressed once and the cache cut back to it after each
-    question (WeightedCache.crop at the logical length); each answer equals the one asked alone."""
+STREAMING = {"streaming_balancekv": "StreamingBalanceKVPress", "streaming_subgen": "StreamingSubGenPress"}
+
+
+def make_press(name):
+    """A press by name: kvbounds.press's, or a streaming press (target 48, interval 16: the tiny model's answers
+    run through several reductions)."""
+    if name in STREAMING:
+        import kvbounds.streaming as S
+        return getattr(S, STREAMING[name])(target=48, interval=16, sink=4, window=8, seed=SEED)
+    return P.PRESSES[name](compression_ratio=0.5, sink=SINK, window=WINDOW, seed=SEED)
+
+
+def pipeline_presses():
+    return every_press() + sorted(STREAMING)
+
+
+def tiny_with_tokenizer(tok):
+    """A seeded random 2-layer Llama over SmolLM2's vocabulary, on the weighted attention: kvpress's pipeline with
+    a real tokenizer at a fraction of SmolLM2's cost (its answers are noise, which is all an equality needs)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=4096,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model = LlamaForCausalLM(cfg).eval()
+    P.use_weighted_attention(model)
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny_pipe(lm):
     from transformers import pipeline
+    tok = lm.hf_tokenizer()
+    return pipeline("kv-press-text-generation", model=tiny_with_tokenizer(tok), tokenizer=tok)
+
+
+def several_questions(pipe, name, n_chars=400, k=32):
+    """kvpress's multi-question path: the context is compressed once and each answer cut off after it (a weighted
+    layer cut by its own crop at the logical length; a streaming press's cache returned to the state it had when
+    the press was left); each answer equals the one asked alone, at k generated tokens."""
     from kvbounds.traces.real import default_text
-    pipe = pipeline("kv-press-text-generation", model=lm.model, tokenizer=lm.hf_tokenizer())
-    context, questions = default_text()[:400], ["What is this text about?", "Name one keyword."]
-    press = lambda: P.UniformPress(compression_ratio=0.5, sink=SINK, window=WINDOW, seed=SEED)
-    both = pipe(context, questions=questions, press=press(), max_new_tokens=3)["answers"]
-    alone = [pipe(context, question=q, press=press(), max_new_tokens=3)["answer"] for q in questions]
-    assert both == alone
+    context = default_text()[:n_chars]
+    questions = ["What is this text about?", "Name one keyword.", "Summarise it in one line."]
+    both = pipe(context, questions=questions, press=make_press(name), max_new_tokens=k)["answers"]
+    alone = [pipe(context, question=q, press=make_press(name), max_new_tokens=k)["answer"] for q in questions]
+    assert both == alone, name
+
+
+@pytest.mark.parametrize("name", pipeline_presses())
+def test_pipeline_answers_several_questions_as_if_asked_alone(tiny_pipe, name):
+    several_questions(tiny_pipe, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", pipeline_presses())
+def test_pipeline_answers_several_questions_on_smollm2(lm, name):
+    from transformers import pipeline
+    several_questions(pipeline("kv-press-text-generation", model=lm.model, tokenizer=lm.hf_tokenizer()), name,
+                      n_chars=1200, k=48)
+
+
+@pytest.mark.parametrize("name", sorted(STREAMING))
+def test_streaming_press_keeps_its_bound_while_the_pipeline_answers(tiny_pipe, name):
+    """The context is compressed inside the press; the question and a 150-token answer are generated outside it
+    (kvpress's pipeline), and the cache keeps reducing: every attention call after the context's own forward pass
+    sees at most target + interval tokens per layer."""
+    from transformers import DynamicCache
+    from kvbounds.traces.real import default_text
+    press, cache, seen = make_press(name), DynamicCache(), []
+    model = tiny_pipe.model
+    hooks = [layer.self_attn.register_forward_hook(
+        lambda m, a, kw, out: seen.append((kw["hidden_states"].shape[1], kw["past_key_values"].layers[m.layer_idx]
+                                           .keys.shape[-2])), with_kwargs=True) for layer in model.model.layers]
+    try:
+        tiny_pipe(default_text()[:800], question="What is this text about?", press=press, max_new_tokens=150,
+                  cache=cache)
+    finally:
+        for h in hooks:
+            h.remove()
+    context_pass = seen[0][0]
+    after = [stored for L, stored in seen if L < context_pass]
+    assert len(after) >= 2 * 150 and max(after) <= press.target + press.interval, max(after)
+    assert max(l.stored_length for l in cache.layers) <= press.target + press.interval
+    drops = sum(b < a for a, b in zip(after[::2], after[2::2]))         # layer 0's stored size falling: a reduction
+    assert drops >= 150 // press.interval, drops
+
+
+def test_beam_search_with_a_streaming_press_is_refused():
+    from test_weighted_cache import tiny
+    from kvbounds.algorithms.validation import InputError
+    model = tiny()
+    press = make_press("streaming_balancekv")
+    ids = torch.randint(3, 64, (1, 70), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(InputError, match="beam search"), torch.no_grad(), press(model):
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=30, num_beams=2, do_sample=False)
 
 
 @pytest.mark.slow

@@ -1,7 +1,9 @@
-"""The streaming presses (issue 23; claims BKV.decode, SG.decode): every layer stays at target + interval tokens
-while a model reads and generates, the weights keep the mass of the tokens they stand for, the BalanceKV
-certificate covers the error against exact attention over the layer's whole history, and bad input is refused
-before generation. Cheap tests on a tiny random Llama; the issue's SmolLM2 run (512 + 1024 tokens) is slow."""
+"""The streaming presses (claims BKV.decode, SG.decode): every layer stays at target + interval tokens while a model
+reads and generates, the weights keep the mass of the tokens they stand for, the BalanceKV bound covers the error
+against exact attention over the layer's whole history, the error bar comes in one call saying what it is,
+generate honours the attention mask, and bad input is refused before generation. They need transformers, not
+kvpress. Cheap tests on a tiny random Llama; the SmolLM2 run (512 + 1024 tokens) is slow. The invariants over
+every option are properties in tests/test_streaming_invariants.py."""
 from __future__ import annotations
 
 import math
@@ -10,7 +12,7 @@ import re
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("kvpress", reason="kvpress not installed (pip install 'kvbounds[kvpress]'): press tests skipped")
+pytest.importorskip("transformers")
 
 from kvbounds.algorithms.validation import InputError  # noqa: E402
 from kvbounds.e2e.weighted_cache import ModelNotWeighted  # noqa: E402
@@ -104,7 +106,7 @@ def test_balancekv_certificate_covers_the_error():
         exact = torch.einsum("bhn,bhne->bhe", w, Vq)
         est, _, _ = weighted_output(layer, q, module.scaling)
         err = (est - exact).norm(dim=-1)
-        cert = p.certificate(module.layer_idx, layer, q, module.scaling)
+        cert = p.certificate(module.layer_idx, layer, q, module.scaling).value
         covered.append(bool((err <= cert * (1 + 1e-6) + 1e-9).all()))
 
     press.observer = check
@@ -185,3 +187,98 @@ def test_bench_streaming_decode_smoke(tmp_path):
     assert proc.stdout.count("TARGET") == 4
     for r in data["rows"]:
         assert r["floats_held"]["exact"] > r["floats_held"]["streaming_balancekv"] > 0
+
+
+@pytest.mark.parametrize("cls", PRESSES)
+def test_generate_honours_the_attention_mask(cls):
+    """Left- and right-padded rows give the tokens each row gives alone (each row runs from its own tokens, rows of
+    equal length together, each row with its own random stream)."""
+    model = tiny_model()
+    g = torch.Generator().manual_seed(5)
+    rows = [torch.randint(0, 100, (n,), generator=g) for n in (70, 61, 65, 61)]
+    ids = torch.zeros(4, 70, dtype=torch.long)
+    mask = torch.zeros(4, 70, dtype=torch.long)
+    ids[0], mask[0] = rows[0], 1
+    ids[1, 9:], mask[1, 9:] = rows[1], 1                 # left padding
+    ids[2, :65], mask[2, :65] = rows[2], 1               # right padding
+    ids[3, 9:], mask[3, 9:] = rows[3], 1                 # left padding, the same length as row 1
+    kw = dict(target=48, interval=16, sink=4, window=8, seed=2)
+    out = generate(model, cls(**kw), ids, 20, attention_mask=mask)
+    assert out.shape == (4, 90) and torch.equal(out[:, :70], ids)
+    for r, row in enumerate(rows):
+        alone = generate(model, cls(**kw), row[None], 20)
+        assert torch.equal(out[r, 70:], alone[0, len(row):]), r
+
+
+@pytest.mark.parametrize("kw, rule", [
+    (dict(chunk=17), "at most the press's interval"), (dict(chunk=0), "chunk must be an integer >= 1"),
+    (dict(max_new_tokens=2000), "exceed the model's context"), (dict(max_new_tokens=1.5), "max_new_tokens"),
+    (dict(attention_mask=torch.ones(1, 7)), "of input_ids' shape"),
+    (dict(attention_mask=torch.tensor([[1, 0, 1, 1, 1, 1, 1, 1]])), "not one block"),
+    (dict(attention_mask=torch.zeros(1, 8, dtype=torch.long)), "has no token"),
+    (dict(attention_mask=torch.full((1, 8), 2)), "hold 0 (padding) and 1"),
+    (dict(input_ids=torch.full((1, 8), 100)), "vocabulary"), (dict(input_ids=torch.ones(1, 8)), "torch.long"),
+    (dict(press="bkv"), "press must be a streaming press")])
+def test_bad_generate_arguments(kw, rule):
+    model = tiny_model()
+    args = dict(press=StreamingBalanceKVPress(target=48, interval=16, sink=4, window=8),
+                input_ids=torch.ones(1, 8, dtype=torch.long), max_new_tokens=4)
+    args.update(kw)
+    with pytest.raises(InputError, match=re.escape(rule)):
+        generate(model, args.pop("press"), args.pop("input_ids"), args.pop("max_new_tokens"), **args)
+
+
+@pytest.mark.parametrize("kw, rule", [(dict(seed=2 ** 63), "less than 2^63"), (dict(per_cluster=-1), "per_cluster"),
+                                      (dict(per_cluster=2.0), "per_cluster"), (dict(clusters=0), "clusters"),
+                                      (dict(clusters=40), "clusters = 40 must be less than the middle"),
+                                      (dict(observer=3), "observer must be callable")])
+def test_bad_subgen_options(kw, rule):
+    with pytest.raises(InputError, match=re.escape(rule)):
+        StreamingSubGenPress(target=48, interval=16, sink=4, window=8, **kw)
+
+
+@pytest.mark.parametrize("cls", PRESSES)
+def test_error_bar_in_one_call_says_what_it_is(cls):
+    """``press.error_bar()``: one ErrorBar per layer at the last query, its kind stated, a valid bound never above
+    the trivial bar ||o_hat|| + max||v||, vacuous heads flagged with the reason; bad arguments refused by name."""
+    model = tiny_model()
+    press = cls(target=48, interval=16, sink=4, window=8)
+    with pytest.raises(InputError, match="no query yet"):
+        press.error_bar()
+    generate(model, press, torch.randint(0, 100, (1, 70), generator=torch.Generator().manual_seed(1)), 30)
+    bars = press.error_bar()
+    assert len(bars) == 2 and all(b.kind == press.certificate_kind for b in bars)
+    for kind in ("bound", "estimate"):
+        bar = press.error_bar(1, kind=kind)
+        assert bar.kind == kind and bar.value.shape == (1, 4) and bool(torch.isfinite(bar.log_value).all())
+        assert kind in bar.reason or ("an estimate" in bar.reason) == (kind == "estimate")
+        if kind == "bound":
+            assert bool((bar.value <= bar.trivial * (1 + 1e-12)).all())
+        if bool(bar.vacuous.any()):
+            assert "vacuous at" in bar.reason
+    layer, q = press._layers[0], torch.randn(1, 4, 16)
+    for args, rule in [((2, layer, q, 0.25), "layer_idx must be an integer in [0, 2)"),
+                       ((0, press._layers[1], q, 0.25), "is not this press's layer 0"),
+                       ((0, layer, q.half(), 0.25), "float32 or float64"),
+                       ((0, layer, q[:, :3], 0.25), "a multiple of the 2 KV heads"),
+                       ((0, layer, q.fill_(math.nan), 0.25), "NaN"),
+                       ((0, layer, torch.randn(1, 4, 16), math.inf), "scale must be a finite positive number")]:
+        with pytest.raises(InputError, match=re.escape(rule)):
+            press.certificate(*args)
+    with pytest.raises(InputError, match="kind must be one of"):
+        press.error_bar(0, kind="exact")
+    with pytest.raises(InputError, match="layer must be a kvbounds WeightedLayer"):
+        weighted_output("layer", torch.randn(1, 4, 16), 0.25)
+
+
+def test_a_cache_left_behind_by_its_press_refuses_to_run():
+    from transformers import DynamicCache
+    model = tiny_model()
+    press = StreamingBalanceKVPress(target=48, interval=16, sink=4, window=8)
+    first, second = DynamicCache(), DynamicCache()
+    ids = torch.randint(0, 100, (1, 8))
+    with torch.no_grad(), press(model):
+        model(input_ids=ids, past_key_values=first)
+        model(input_ids=ids, past_key_values=second)          # the press now keeps the second cache
+        with pytest.raises(InputError, match="used on another cache"):
+            model(input_ids=ids[:, :1], past_key_values=first)

@@ -233,3 +233,30 @@ def test_equal_weights_stay_shared_after_update():
     assert not layer.split
     layer.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4))
     assert layer.weighted and not layer.split and layer.log_w_num.shape == (1, 2, 6)
+
+
+def test_logical_and_stored_lengths_and_both_cache_apis():
+    """The two lengths by name; get_mask_sizes takes the cache positions (transformers 5.2) or the query length
+    (later 5.x); crop takes a final logical length or a negative count to remove (later 5.x: only the latter)."""
+    k = torch.zeros(1, 1, 3, 2)
+    a = torch.tensor([[[0.5, -1.0, 0.2]]])
+    layer = WeightedLayer(k, k.clone(), a, a.clone(), logical_length=8)
+    layer.update(torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2))
+    assert (layer.logical_length, layer.stored_length, layer.get_seq_length()) == (10, 5, 10)
+    assert layer.get_mask_sizes(torch.arange(10, 12)) == layer.get_mask_sizes(2) == (7, 5)
+    layer.crop(-1)
+    assert (layer.logical_length, layer.stored_length, layer.log_w_num.shape[-1]) == (9, 4, 4)
+    with pytest.raises(InputError, match="integer"):
+        layer.crop(2.5)
+    layer.reset()
+    assert layer.logical_length == layer.stored_length == 0 and not layer.weighted
+
+
+def test_weights_out_of_step_with_the_keys_raise():
+    """A layer whose keys were sliced from outside (not by its own crop) would pair keys with the wrong weights."""
+    k = torch.zeros(1, 1, 3, 2)
+    a = torch.tensor([[[0.5, -1.0, 0.2]]])
+    layer = WeightedLayer(k, k.clone(), a, a.clone(), logical_length=8)
+    layer.keys, layer.values = layer.keys[:, :, :2], layer.values[:, :, :2]
+    with pytest.raises(InputError, match="replaced from outside"):
+        layer.update(torch.ones(1, 1, 1, 2), torch.ones(1, 1, 1, 2))

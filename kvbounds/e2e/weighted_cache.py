@@ -8,8 +8,20 @@ is ``(K', V', a, b)`` per KV head and attention over it is
 a = log_w_num, b = log_w_den (-inf drops a token from one side; both -inf is padding). Tokens appended after
 compression get a = b = 0. The weights live in :class:`WeightedLayer` beside K' and V', so every cache operation
 ``generate`` performs (``reorder_cache`` for beam search, ``batch_select_indices``, ``batch_repeat_interleave``,
-``crop``) moves them with the keys. The layer reports the LOGICAL sequence length (tokens seen, not tokens kept),
-so ``generate`` feeds only the tokens after the prompt, and tells the mask builder the offset between the two.
+``crop``) moves them with the keys.
+
+Two lengths, both public: :attr:`WeightedLayer.logical_length` (tokens seen: the compressed prompt's and every
+token appended since) and :attr:`WeightedLayer.stored_length` (tokens held: ``keys.shape[-2]``). ``get_seq_length``
+reports the logical one, as transformers' own sliding-window layers do (``generate`` then feeds only the tokens
+after the prompt and places them at their true positions), and ``get_mask_sizes`` tells the mask builder the
+offset between the two. kvpress's ``"kv-press-text-generation"`` pipeline cuts each answer off by slicing the
+stored keys at the length it read from ``get_seq_length``, which is right only for an uncompressed layer;
+:func:`kvbounds.e2e.kvpress_answers.install` makes its cut a :meth:`WeightedLayer.crop` to that logical length for
+these layers (installed by :mod:`kvbounds.press` and :mod:`kvbounds.streaming`).
+
+The Cache API of transformers 5.2 and of the newest 5.x both work: ``get_mask_sizes`` takes the cache positions
+(5.2) or the query length (later), ``crop`` a final logical length (5.2) or a negative count of tokens to remove
+(both), and ``update`` passes any extra arguments through.
 
 Hand-off to the attention: ``update`` returns the keys it holds with the layer attached
 (attribute ``_kvbounds_layer``); :func:`kvbounds.e2e.attention.weighted_attention_forward` reads and removes
@@ -20,6 +32,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
@@ -39,6 +52,16 @@ def not_weighted_message() -> str:
             f"kvbounds.e2e.attention.use_weighted_attention(model))")
 
 
+def visible_tokens(mask, b: int, n: int, device):
+    """(b, n) bool: the last n tokens each row attends to, read from its last query's row of a 4-d attention mask
+    (bool: True = visible; float: 0 = visible); all of them without a mask."""
+    if mask is None:
+        return torch.ones(b, n, dtype=torch.bool, device=device)
+    last = mask[:, 0, -1, -n:]
+    vis = last if last.dtype == torch.bool else last == 0
+    return vis.expand(b, n)
+
+
 def check_log_weights(lw, name: str, shape: tuple) -> torch.Tensor:
     """float32 log-weights of ``shape`` (b, Hkv, m): finite or -inf; NaN / +inf raise :class:`InputError`.
     They are stored in float32 whatever their dtype (a float64 cache attends with float32-rounded weights)."""
@@ -54,14 +77,15 @@ def check_log_weights(lw, name: str, shape: tuple) -> torch.Tensor:
 
 class WeightedLayer(DynamicLayer):
     """One layer's cache: ``keys``/``values`` (b, Hkv, m, d), ``log_w_num``/``log_w_den`` (b, Hkv, m) float32
-    (None: all zero, exact attention), and ``dropped``, the tokens seen but not stored (logical length =
-    dropped + m). Tokens appended by ``update`` get weight 0 on both sides."""
+    (None: all zero, exact attention), and ``dropped``, the tokens seen but not stored
+    (:attr:`logical_length` = dropped + :attr:`stored_length`). Tokens appended by ``update`` get weight 0 on both
+    sides; ``compressed_length`` tokens (the compressed cache) can never be cropped away."""
 
     def __init__(self, keys=None, values=None, log_w_num=None, log_w_den=None, *, logical_length: int | None = None):
         super().__init__()
         self.log_w_num = self.log_w_den = None
         self.dropped = 0
-        self.stored = 0                   # tokens stored at construction (the compressed cache), never cropped
+        self.compressed_length = 0        # tokens stored at the last compression (never cropped away)
         self._split = None                # (c, [V e^{a-c}, e^{b-c}]) for split weights, built on first use
         self._pending = None              # the key tensor of the last weighted hand-off, until the attention reads it
         if keys is None:
@@ -77,7 +101,7 @@ class WeightedLayer(DynamicLayer):
                                  + ("" if not x.is_floating_point() else " with NaN or inf"))
         self.lazy_initialization(keys, values)
         self.keys, self.values = keys, values
-        m = self.stored = int(keys.shape[-2])
+        m = self.compressed_length = int(keys.shape[-2])
         if logical_length is not None:
             if int(logical_length) < m:
                 raise InputError(f"logical_length = {logical_length} is less than the {m} tokens stored")
@@ -117,10 +141,24 @@ class WeightedLayer(DynamicLayer):
             self._split = (c, torch.cat([self.values * fa[..., None], fb[..., None]], -1))
         return self._split
 
-    def update(self, key_states, value_states, cache_kwargs=None):
+    @property
+    def logical_length(self) -> int:
+        """Tokens this layer stands for: every token seen, stored or compressed away (``get_seq_length``)."""
+        return self.dropped + self.stored_length
+
+    @property
+    def stored_length(self) -> int:
+        """Tokens this layer holds now (keys.shape[-2]): what an attention call reads."""
+        return 0 if self.keys is None or not self.is_initialized else int(self.keys.shape[-2])
+
+    def update(self, key_states, value_states, *args, **kwargs):
         if self._pending is not None and hasattr(self._pending, HANDOFF):
             raise ModelNotWeighted(not_weighted_message())
-        keys, values = super().update(key_states, value_states, cache_kwargs)
+        if self.weighted and self.log_w_num.shape[-1] != self.stored_length:
+            raise InputError(f"this layer's keys were replaced from outside: it stores {self.stored_length} tokens "
+                             f"but holds {self.log_w_num.shape[-1]} log-weights (crop a weighted layer with its own "
+                             "crop())")
+        keys, values = super().update(key_states, value_states, *args, **kwargs)
         if self.weighted:
             z = key_states.new_zeros(tuple(key_states.shape[:-1]), dtype=torch.float32)
             shared = self.log_w_den is self.log_w_num     # equal weights stay one tensor (one SDPA bias)
@@ -136,13 +174,23 @@ class WeightedLayer(DynamicLayer):
         return keys, values
 
     def get_seq_length(self) -> int:
-        return self.dropped + super().get_seq_length()
+        """The logical length (see the module docstring): tokens seen, not tokens stored."""
+        return self.logical_length
 
-    def get_mask_sizes(self, cache_position):
+    def get_mask_sizes(self, queries):
         """The mask covers the stored keys plus the queries; ``kv_offset`` = dropped maps them to their logical
         positions, so the queries' causal and padding columns are right (the stored prefix is read from the
-        weights, see :func:`kvbounds.e2e.attention.weighted_attention_forward`)."""
-        return super().get_seq_length() + int(cache_position.shape[0]), self.dropped
+        weights, see :func:`kvbounds.e2e.attention.weighted_attention_forward`). ``queries``: the cache positions
+        of the new tokens (transformers 5.2) or their number (later 5.x)."""
+        q = int(queries.shape[0]) if isinstance(queries, torch.Tensor) else int(queries)
+        return self.stored_length + q, self.dropped
+
+    def reset(self) -> None:
+        """Empty the layer (no tokens, no weights), as transformers' later dynamic layers reset (5.2 zeroed them)."""
+        self.keys = self.values = None
+        self.is_initialized = False
+        self.log_w_num = self.log_w_den = self._split = self._pending = None
+        self.dropped = self.compressed_length = 0
 
     def _each(self, fn) -> None:
         self._split = None
@@ -163,18 +211,24 @@ class WeightedLayer(DynamicLayer):
         self._each(lambda x: x.repeat_interleave(repeats, dim=0))
 
     def crop(self, max_length: int) -> None:
-        """Keep the first ``max_length`` LOGICAL tokens (negative: drop that many from the end); only tokens
-        appended after compression can be cropped away."""
-        n = self.get_seq_length()
+        """Keep the first ``max_length`` LOGICAL tokens; a negative value removes that many tokens from the end
+        (transformers 5.2 takes both forms, later 5.x only the negative one). Only tokens appended after the
+        compression can be cropped away."""
+        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)):
+            raise InputError(f"crop takes an integer length, got {max_length!r}")
+        n = self.logical_length
         if max_length < 0:
-            max_length = n - abs(max_length)
+            max_length = n - abs(int(max_length))
         if n <= max_length:
             return
-        keep = max_length - self.dropped
-        if self.dropped and keep < self.stored:
-            raise InputError(f"cannot crop a compressed cache to {max_length} tokens: its first "
-                             f"{self.dropped + self.stored} tokens were compressed away to {self.stored}")
-        self._each(lambda x: x[:, :, :keep])
+        keep = int(max_length) - self.dropped
+        if keep < self.compressed_length:
+            if self.dropped:
+                raise InputError(f"cannot crop a compressed cache to {max_length} tokens: its first "
+                                 f"{self.dropped + self.compressed_length} tokens were compressed away to "
+                                 f"{self.compressed_length}")
+            self.compressed_length = max(keep, 0)
+        self._each(lambda x: x[:, :, :max(keep, 0)])
 
     def offload(self):
         raise InputError("WeightedLayer does not support offloading")
@@ -194,8 +248,8 @@ class WeightedCache(Cache):
         (weights may be None: exact); layers may differ in m. ``logical_length``: the tokens they stand for."""
         return cls([WeightedLayer(*entry, logical_length=logical_length) for entry in layers])
 
-    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         for layer in self.layers:
             if layer._pending is not None and hasattr(layer._pending, HANDOFF):
                 raise ModelNotWeighted(not_weighted_message())
-        return super().update(key_states, value_states, layer_idx, cache_kwargs)
+        return super().update(key_states, value_states, layer_idx, *args, **kwargs)

@@ -14,13 +14,17 @@ and the weight mass of the level drifts; pairing keeps exactly half and the mass
 its pair); (2) the levels are not cells of a fixed size t: the cache has a fixed token budget, so a reduction halves
 just as many pairs as the budget needs, lowest level first (Alg. 4 merges whole cells of size t); (3) one walk
 balances [v, 1] at once, i.e. one token subset serves numerator and denominator (Alg. 1 runs separate instances), and
-there are no value-norm buckets (Alg. 1 line 8). The walk constant is the theorem's c = 30 log(P / delta) times the
-largest ||d_p||^2 (the walk is stated for vectors of norm <= 1).
+there are no value-norm buckets (Alg. 1 line 8); (4) weights are per row: a pair whose two tokens weigh differently
+in a row (a padding token weighs 0; a token merged by :func:`merge_unequal` weighs the sum of two) is not walked in
+that row: its first token is kept with probability w_a / (w_a + w_b), carrying both weights (:func:`merge_pair_rule`),
+so every row keeps its mass (its visible tokens) exactly. The walk constant is the theorem's c = 30 log(P / delta)
+times the largest ||d_p||^2 (the walk is stated for vectors of norm <= 1).
 
-The certificate: the halving's error vector has norm 2^l ||sum_p s_p d_p|| = 2^l sqrt(s^T D s) e^{m_k / 2} in
-feature space (D the normalised Gram of the d's, m_k the largest ||k||^2 / sqrt d of the group), so by
-Cauchy-Schwarz its numerator part at any query q is at most that times R_v e^{||q||^2 / (2 sqrt d)} and its
-denominator part that times e^{||q||^2 / (2 sqrt d)}. :class:`Certificate` sums these over every halving of a head.
+The walk's own sums (:class:`WalkSums`): the halving's error vector has norm 2^l ||sum_p s_p d_p|| =
+2^l sqrt(s^T D s) e^{m_k / 2} in feature space (D the normalised Gram of the d's, m_k the largest ||k||^2 / sqrt d
+of the group), so by Cauchy-Schwarz its numerator part at any query q is at most that times R_v e^{||q||^2 /
+(2 sqrt d)} and its denominator part that times e^{||q||^2 / (2 sqrt d)}; summed over every halving of a head, in the
+log domain.
 """
 from __future__ import annotations
 
@@ -64,42 +68,75 @@ def walk_signs(D, uniforms, delta: float = 0.01):
     return signs, disc2
 
 
-class Certificate:
-    """Per (batch row, KV head): X_num = sum_h 2^l_h e^{m_k,h/2} sqrt(s^T D s)_h R_v,h and X_den the same without
-    R_v; at a query q the numerator error is <= X_num e^{||q||^2 / (2 sqrt d)}, the denominator's <= X_den times it."""
+class WalkSums:
+    """Per (layer, row, KV head) stream, in the log domain: log X_num = log sum_h 2^l_h e^{m_k,h/2}
+    sqrt(s^T D s)_h R_v,h and log X_den the same without R_v, over every halving h (plus, for a pair of unequal
+    weights merged by :func:`merge_pair_rule`, the dropped token's weight times ||d_p||). At a query q the numerator
+    error is <= e^{log X_num + ||q||^2 scale / 2}, the denominator's <= e^{log X_den + ||q||^2 scale / 2}
+    (Cauchy-Schwarz in feature space): kept as logs, so a large query gives a large log, never inf or NaN."""
 
     def __init__(self, shape):
-        self.x_num = torch.zeros(shape, dtype=torch.float64)
-        self.x_den = torch.zeros(shape, dtype=torch.float64)
+        self.log_num = torch.full(shape, -math.inf, dtype=torch.float64)
+        self.log_den = torch.full(shape, -math.inf, dtype=torch.float64)
         self.halvings = 0
-        self.uncertified = 0           # merges of unequal weights (merge_unequal), not in the sums
-        self.disc = []                 # per halving: (level, pairs, median sqrt(s^T D s) / sqrt(P))
+        self.uncertified = 0           # merges of the two lowest-level tokens (merge_unequal)
 
-    def add(self, level: int, mk, rv, disc2, pairs: int) -> None:
-        term = (2.0 ** level) * torch.exp(mk / 2) * disc2.sqrt()
-        shape = self.x_num.shape
-        self.x_num += (term * rv).reshape(shape)
-        self.x_den += term.reshape(shape)
-        self.halvings += 1
-        self.disc.append((level, pairs, float((disc2.sqrt() / math.sqrt(pairs)).median())))
+    def add(self, log_term, rv) -> None:
+        """``log_term`` (B,): the log of a step's error-vector norm in feature space (values divided by R_v);
+        ``rv`` (B,) the R_v it was divided by."""
+        shape = self.log_num.shape
+        self.log_den = torch.logaddexp(self.log_den, log_term.reshape(shape))
+        self.log_num = torch.logaddexp(self.log_num, (log_term + torch.log(rv)).reshape(shape))
+
+    def copy(self) -> "WalkSums":
+        c = WalkSums(self.log_num.shape)
+        c.log_num, c.log_den = self.log_num.clone(), self.log_den.clone()
+        c.halvings, c.uncertified = self.halvings, self.uncertified
+        return c
 
 
-def halve_pairs(K, V, logw, levels: list, level: int, pairs: int, *, sink: int, scale: float, gen, cert=None):
+def merge_pair_rule(la, lb, signs, u):
+    """Which token of each pair is kept and its new log-weight, per row: pairs of equal live weights follow the
+    walk's sign (``signs`` > 0 keeps the first) at twice the weight; pairs of unequal weights (a padding token has
+    weight 0, a merged token any weight) keep the first with probability w_a / (w_a + w_b) (``u`` < that) carrying
+    both weights; two padding tokens stay padding. Every rule keeps each row's mass w_a + w_b exactly.
+    la, lb, signs, u (B, P) -> (keep_first (B, P) bool, new log-weight (B, P), equal (B, P) bool)."""
+    equal = torch.isfinite(la) & (la == lb)
+    p_first = torch.sigmoid((la - lb).double()).nan_to_num(1.0)       # both -inf: keep the first (weight -inf)
+    keep_first = torch.where(equal, signs > 0, u < p_first)
+    new = torch.where(equal, la + LOG2, torch.logaddexp(la, lb))
+    return keep_first, new, equal
+
+
+def halve_pairs(K, V, logw, levels: list, level: int, pairs: int, *, sink: int, scale: float, uniform, cert=None):
     """Halve ``pairs`` pairs of level ``level`` in a stack of layers' caches K, V (B, S, d), logw (B, S) (the
-    middle starts at ``sink``; ``levels`` its per-token levels, the same for every row). Returns the new
-    (K, V, logw, levels)."""
+    middle starts at ``sink``; ``levels`` its per-token levels, the same for every row; ``uniform(P)`` -> (B, P)
+    uniforms in [0, 1), each row from its own stream). Returns the new (K, V, logw, levels)."""
     pos = [i for i, l in enumerate(levels) if l == level][:2 * pairs]
     idx = torch.tensor([sink + i for i in pos])
     Kg, Vg, lg = K[:, idx], V[:, idx], logw[:, idx]
-    alive = torch.isfinite(lg)
-    D, mk, rv = pair_gram(Kg, Vg, alive, scale)
-    u = torch.rand(K.shape[0], pairs, generator=gen, dtype=torch.float64)
+    la, lb = lg[:, 0::2], lg[:, 1::2]
+    equal = (torch.isfinite(la) & (la == lb)).repeat_interleave(2, 1)
+    D, mk, rv = pair_gram(Kg, Vg, equal, scale)
+    u = uniform(pairs)
     signs, disc2 = walk_signs(D, u)
+    keep_first, new_w, eq = merge_pair_rule(la, lb, signs, u)
     if cert is not None:
-        cert.add(level, mk, rv, disc2, pairs)
+        term = level * LOG2 + mk / 2 + 0.5 * torch.log(disc2)                 # the walk's signed sum
+        live = torch.isfinite(la) & torch.isfinite(lb) & ~eq                  # unequal live pairs: w_dropped ||d_p||
+        if bool(live.any()):
+            Dl, mkl, rvl = pair_gram(Kg, Vg, torch.isfinite(lg), scale)
+            # the same R_v for both terms (the larger), so each stays a bound on its numerator part
+            rv = torch.maximum(rv, rvl)
+            dropped = torch.where(keep_first, lb, la).double()
+            dn = torch.diagonal(Dl, dim1=1, dim2=2).clamp_min(0.0).sqrt()
+            extra = torch.logsumexp(torch.where(live, dropped + torch.log(dn), -math.inf), -1) + mkl / 2
+            term = torch.logaddexp(term, extra)
+        cert.add(term, rv)
+        cert.halvings += 1
     first = idx[0::2][None, :].expand(K.shape[0], pairs)
     second = idx[1::2][None, :].expand(K.shape[0], pairs)
-    keep = torch.where(signs > 0, first, second)                       # (B, P) stored positions kept
+    keep = torch.where(keep_first, first, second)                       # (B, P) stored positions kept
     B, S = logw.shape
     mask = torch.ones(S, dtype=torch.bool)
     mask[idx] = False
@@ -109,31 +146,22 @@ def halve_pairs(K, V, logw, levels: list, level: int, pairs: int, *, sink: int, 
     gather = torch.cat([others[None, :].expand(B, -1), keep], 1)[:, order]       # (B, S - P)
     Kn = K.gather(1, gather[..., None].expand(-1, -1, K.shape[-1]))
     Vn = V.gather(1, gather[..., None].expand(-1, -1, V.shape[-1]))
-    ln = logw.gather(1, gather)
+    ln = torch.cat([logw[:, others], new_w.to(logw.dtype)], 1)[:, order]
     first_slots, in_pos = set(pos[0::2]), set(pos)
-    ln_add = torch.zeros(S - pairs, dtype=ln.dtype)
-    new_levels, j = [], 0
-    for i, l in enumerate(levels):
-        if i in in_pos and i not in first_slots:
-            continue
-        if i in first_slots:
-            ln_add[sink + j] = LOG2
-            l = l + 1
-        new_levels.append(l)
-        j += 1
-    return Kn, Vn, ln + ln_add, new_levels
+    new_levels = [l + (i in first_slots) for i, l in enumerate(levels) if not (i in in_pos and i not in first_slots)]
+    return Kn, Vn, ln, new_levels
 
 
-def merge_unequal(K, V, logw, levels: list, *, sink: int, gen, cert=None):
+def merge_unequal(K, V, logw, levels: list, *, sink: int, uniform, cert=None):
     """The rare case where no level holds two tokens (the middle is no larger than its number of levels): the two
     lowest-level tokens are merged into one, kept with probability proportional to its weight, carrying both
-    weights (unbiased). Returns (K, V, logw, levels)."""
+    weights (unbiased; mass kept exactly). Returns (K, V, logw, levels)."""
     order = sorted(range(len(levels)), key=lambda i: levels[i])[:2]
     a, b = sink + order[0], sink + order[1]
     wa, wb = logw[:, a], logw[:, b]
     tot = torch.logaddexp(wa, wb)
     pa = torch.exp(wa - tot).nan_to_num(0.5)
-    take_a = torch.rand(K.shape[0], generator=gen, dtype=torch.float64).to(pa.dtype) < pa
+    take_a = uniform(1)[:, 0].to(pa.dtype) < pa
     if cert is not None:
         cert.uncertified += 1
     K, V, logw = K.clone(), V.clone(), logw.clone()
@@ -147,7 +175,7 @@ def merge_unequal(K, V, logw, levels: list, *, sink: int, gen, cert=None):
     return K[:, keep], V[:, keep], logw[:, keep], levels
 
 
-def reduce_middle(K, V, logw, levels: list, budget: int, *, sink: int, scale: float, gen, cert=None):
+def reduce_middle(K, V, logw, levels: list, budget: int, *, sink: int, scale: float, uniform, cert=None):
     """Halve pairs, lowest level first, until the middle holds ``budget`` tokens."""
     while len(levels) > budget:
         excess = len(levels) - budget
@@ -156,9 +184,9 @@ def reduce_middle(K, V, logw, levels: list, budget: int, *, sink: int, scale: fl
             counts[l] = counts.get(l, 0) + 1
         full = [l for l in sorted(counts) if counts[l] >= 2]
         if not full:
-            K, V, logw, levels = merge_unequal(K, V, logw, levels, sink=sink, gen=gen, cert=cert)
+            K, V, logw, levels = merge_unequal(K, V, logw, levels, sink=sink, uniform=uniform, cert=cert)
             continue
         lvl = full[0]
         K, V, logw, levels = halve_pairs(K, V, logw, levels, lvl, min(excess, counts[lvl] // 2), sink=sink,
-                                         scale=scale, gen=gen, cert=cert)
+                                         scale=scale, uniform=uniform, cert=cert)
     return K, V, logw, levels

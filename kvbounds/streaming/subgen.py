@@ -26,8 +26,8 @@ import math
 import torch
 
 
-def _gumbel(shape, gen):
-    u = torch.rand(shape, generator=gen, dtype=torch.float64).clamp(1e-300, 1.0 - 1e-16)
+def _gumbel(u):
+    u = u.clamp(1e-300, 1.0 - 1e-16)
     return -torch.log(-torch.log(u))
 
 
@@ -46,9 +46,16 @@ class SubGenState:
     def slots(self) -> int:
         return self.m * self.t + self.s
 
-    def absorb(self, Km, Vm, Kx, Vx, alive, gen):
+    def copy(self) -> "SubGenState":
+        c = SubGenState.__new__(SubGenState)
+        c.m, c.t, c.s, c.seen = self.m, self.t, self.s, self.seen
+        c.centres, c.counts, c.radius, c.W = (x.clone() for x in (self.centres, self.counts, self.radius, self.W))
+        return c
+
+    def absorb(self, Km, Vm, Kx, Vx, alive, uniform):
         """Middle slots Km, Vm (B, slots, .) and new tokens Kx, Vx (B, E, .) with ``alive`` (B, E) -> the new middle
-        (K, V, log_w_num, log_w_den); the slots' weights follow from the state (counts, W)."""
+        (K, V, log_w_num, log_w_den); the slots' weights follow from the state (counts, W). ``uniform(*shape)`` ->
+        (B, *shape) float64 uniforms in [0, 1), each stream's rows from its own random stream."""
         B, E, d = Kx.shape
         m, t, s = self.m, self.t, self.s
         Kx64, Vx64 = Kx.double(), Vx.double()
@@ -68,8 +75,8 @@ class SubGenState:
         p_new = torch.where(total > 0, new_counts / total.clamp_min(1.0), 0.0)        # (B, m)
         ck = Km[:, :m * t].reshape(B, m, t, d)
         cv = Vm[:, :m * t].reshape(B, m, t, -1)
-        take = torch.rand(B, m, t, generator=gen, dtype=torch.float64) < p_new[..., None]
-        score = _gumbel((B, m, t, E), gen).masked_fill(onehot.transpose(1, 2)[:, :, None, :] == 0, -math.inf)
+        take = uniform(m, t) < p_new[..., None]
+        score = _gumbel(uniform(m, t, E)).masked_fill(onehot.transpose(1, 2)[:, :, None, :] == 0, -math.inf)
         member = score.argmax(-1)                                                     # (B, m, t)
         bidx = torch.arange(B)[:, None, None]
         ck = torch.where(take[..., None], Kx[bidx, member], ck)
@@ -81,7 +88,7 @@ class SubGenState:
         omega = (Vx64 * Vx64).sum(-1) * alive                                          # (B, E)
         W_new = self.W + omega.sum(-1)
         logits = torch.cat([torch.log(self.W)[:, None], torch.log(omega)], -1)         # (B, 1 + E)
-        choice = (logits[:, None, :] + _gumbel((B, s, 1 + E), gen)).argmax(-1)          # (B, s)
+        choice = (logits[:, None, :] + _gumbel(uniform(s, 1 + E))).argmax(-1)          # (B, s)
         sk, sv = Km[:, m * t:], Vm[:, m * t:]
         src = (choice - 1).clamp_min(0)
         sk = torch.where((choice > 0)[..., None], Kx[torch.arange(B)[:, None], src], sk)
