@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from scipy import stats
 
+from .algorithms.validation import InputError
 from .records import Record
 from .statistics import canonical_order, holm_adjust
 
@@ -79,15 +80,32 @@ def numerator_controls(q, K, V, memory: int, rng: np.random.Generator, *, scale:
             "uniform": part(K[idx], V[idx], j / m), "recent": part(K[-m:], V[-m:])}
 
 
+def check_error(value, what: str) -> float:
+    """An error (or a metric) as a float >= 0, +inf allowed (an undefined estimate is the worst); a NaN, a negative
+    value or a non-number is an InputError naming ``what`` (a maximum or a median would drop a NaN silently)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InputError(f"{what} must be a real number, got {value!r}")
+    v = float(value)
+    if math.isnan(v):
+        raise InputError(f"{what} is NaN (undefined); refusing to take a maximum or a median over it")
+    if v < 0:
+        raise InputError(f"{what} must be >= 0, got {value!r}")
+    return v
+
+
 class WorstError:
     """The claim's metric for each control: the max over checkpoints of error / scale (as eps_hat is for the
-    method). ``add(name, error)`` at each checkpoint; ``values()`` the dict to store in ``extra["controls"]``."""
+    method). ``add(name, error)`` at each checkpoint; ``values()`` the dict to store in ``extra["controls"]``.
+    An error of +inf (an undefined estimate) is the worst; a NaN one is an InputError naming the control (a maximum
+    would drop it silently: max(0, nan) = 0)."""
 
     def __init__(self):
         self.worst: dict[str, float] = {}
 
     def add(self, name: str, value: float) -> None:
-        self.worst[name] = max(self.worst.get(name, 0.0), float(value))
+        if not isinstance(name, str):
+            raise InputError(f"the control's name must be a string, got {name!r}")
+        self.worst[name] = max(self.worst.get(name, 0.0), check_error(value, f"the error of control {name!r}"))
 
     def add_all(self, estimates: dict, exact: np.ndarray, scale: float) -> None:
         for name, est in estimates.items():
@@ -158,6 +176,19 @@ def one_sided_p(method: Sequence[float], control: Sequence[float]) -> float | No
                                 method="exact" if exact else "approx").pvalue)
 
 
+def _undefined(records: Sequence[Record], names: Sequence[str], value: Callable[[Record], float]) -> str:
+    """What a setting leaves out of its tests because it is undefined (NaN), said in the cell (never silently)."""
+    parts = []
+    nan_m = sum(1 for r in records if math.isnan(value(r)))
+    if nan_m:
+        parts.append(f"{nan_m} stream(s) with an undefined (NaN) method metric left out")
+    for name in names:
+        k = sum(1 for r in records if isinstance(c := r.extra["controls"].get(name), (int, float)) and math.isnan(c))
+        if k:
+            parts.append(f"{CONTROL_LABELS.get(name, name)}: {k} undefined (NaN) value(s) left out")
+    return "; ".join(parts)
+
+
 def _pairs(records: Sequence[Record], name: str, value: Callable[[Record], float]) -> tuple[list, list]:
     ms, cs = [], []
     for r in records:
@@ -189,7 +220,8 @@ def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], 
         why = sorted({str(r.extra["missing"]) for r in rs if r.extra.get("missing")})
         names = sorted({k for r in ran for k in r.extra["controls"]})
         miss = sorted({f"{k}: {v}" for r in ran for k, v in r.extra.get("controls_missing", {}).items()})
-        raw[s] = dict(ran=ran, names=names, missing="; ".join(why + miss))
+        undefined = _undefined(ran, names, value)
+        raw[s] = dict(ran=ran, names=names, missing="; ".join(why + miss + ([undefined] if undefined else [])))
         for name in names:
             ms, cs = _pairs(ran, name, value)
             tests.append((s, name))

@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from kvbounds.controls import attention_controls
+from kvbounds.algorithms.validation import InputError
+from kvbounds.controls import attention_controls, check_error
 from kvbounds.gpu.backend import single_blas_thread
 
 from .common import pick
@@ -153,17 +154,31 @@ def run_generation(press_cls, params: dict, seed: int, **press_kw):
     return obs.rows, press
 
 
+def in_units(err: float, unit: float, what: str = "error") -> float:
+    """``err / unit``, the smallest eps with err <= eps unit: 0 when err = 0 (also at unit 0: all-zero values give
+    an exact zero output), +inf when err > 0 at unit 0. A NaN or negative err or unit is an InputError naming it."""
+    err, unit = check_error(err, what), check_error(unit, f"the unit of {what}")
+    if err == 0:
+        return 0.0
+    return math.inf if unit == 0 else err / unit
+
+
 def head_eps(h: dict, units: str) -> float:
-    return h["err"] / h["units"][units]
+    """A head's error in the theorem's units (``units``: "F" or "op"; :func:`in_units`)."""
+    if not isinstance(h, dict) or not isinstance(h.get("units"), dict) or units not in h["units"] or "err" not in h:
+        raise InputError(f"a head must be a dict with 'err' and units[{units!r}], got {h!r}"[:200])
+    return in_units(h["err"], h["units"][units])
 
 
 def certificate_stats(rows) -> dict:
-    """Coverage (err <= certificate), looseness (certificate / err) and vacuity (certificate >= 2 max ||v||,
-    which any convex combination of the values meets) over every (checkpoint, layer, head)."""
+    """Coverage (err <= certificate), looseness (median certificate / err over the heads with err > 0) and vacuity
+    (certificate >= 2 max ||v||, which any convex combination of the values meets) over every (checkpoint, layer,
+    head). A head whose certificate or error is NaN is counted in ``undefined`` and nowhere else (never covered,
+    not in the median); an infinite certificate covers and is vacuous."""
     hs = [h for r in rows for h in r["heads"]]
-    if not hs:
-        return dict(heads=0, covered=0, looseness=math.nan, vacuous=0)
-    loose = [h["cert"] / h["err"] for h in hs if h["err"] > 0]
-    return dict(heads=len(hs), covered=sum(h["err"] <= h["cert"] * (1 + 1e-6) for h in hs),
+    bad = lambda h: math.isnan(float(h["cert"])) or math.isnan(float(h["err"]))
+    ok = [h for h in hs if not bad(h)]
+    loose = [h["cert"] / h["err"] for h in ok if h["err"] > 0]
+    return dict(heads=len(hs), covered=sum(h["err"] <= h["cert"] * (1 + 1e-6) for h in ok),
                 looseness=float(np.median(loose)) if loose else math.nan,
-                vacuous=sum(h["cert"] >= 2 * h["vmax"] for h in hs))
+                vacuous=sum(h["cert"] >= 2 * h["vmax"] for h in ok), undefined=len(hs) - len(ok))

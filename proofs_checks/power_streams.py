@@ -6,8 +6,9 @@ Families (``FAMILIES``):
                            the mean of the values is almost exact); ``benign="clustered"`` in the params gives
                            SubGen's clusterable keys (``make_trace("clustered")``) instead;
   * ``concentrated``       keys in a few tight clusters plus ``HEAVY`` heavy tokens early in the stream; every
-                           query points at one heavy token, with logit gap ``GAP`` (in the claim's own logit
-                           scale) over the clusters: most of the softmax mass on a few tokens;
+                           query points at one heavy token, with logit gap about ``GAP`` (in the claim's own logit
+                           scale; less the clusters' noise along the query, ~0.05 GAP / sqrt(d) per key) over the
+                           clusters: most of the softmax mass on a few tokens;
   * ``real SmolLM2`` / ``real MiniLM``  queries, keys and values of one (layer, query head) of the model on the
                            cached text (``kvbounds.traces.real.layer_heads``), a random window of n tokens; each
                            stream draws its layer, head and window from its seed (a sample on quick, more streams on
@@ -23,6 +24,9 @@ import functools
 import math
 
 import numpy as np
+
+from kvbounds.algorithms.validation import InputError, check_int, check_real, check_rng
+from kvbounds.controls import check_error
 
 from .common import make_record, pick, unit_directions
 
@@ -74,8 +78,17 @@ def real_stream(family: str, rng: np.random.Generator, n: int, layers=None):
 
 def concentrated_stream(rng: np.random.Generator, n: int, d: int, scale: float, clusters: int = 4):
     """Keys in ``clusters`` tight clusters (radius 0.05) of norm r and ``HEAVY`` heavy tokens in the first tenth of
-    the stream; each query is a heavy key's direction, so its logit exceeds the clusters' by >= GAP."""
+    the stream; each query is a heavy key's direction, orthogonal to every cluster centre, so its logit is GAP and
+    a cluster key's is only the clusters' noise along it (about 0.05 GAP / sqrt(d) per key). The centres must leave
+    a direction orthogonal to all of them: at d <= ``clusters`` the stream has d - 1 clusters; d = 1 (no such
+    direction) and n < HEAVY are InputErrors."""
+    check_rng(rng)
+    n, d = check_int(n, "n", minimum=HEAVY), check_int(d, "d", minimum=2)
+    scale = check_real(scale, "scale", minimum=0.0, strict=True)
+    clusters = min(check_int(clusters, "clusters", minimum=1), d - 1)
     r = math.sqrt(GAP / scale)             # heavy logit r^2 scale; queries are orthogonal to the centres
+    if not math.isfinite(r * r):
+        raise InputError(f"scale = {scale!r} is too small: the heavy keys' norm sqrt(GAP / scale) overflows")
     centres = unit_directions(rng, clusters, d)
     lab = rng.integers(0, clusters, n)
     K = centres[lab] + 0.05 * rng.standard_normal((n, d)) / math.sqrt(d)
@@ -105,7 +118,7 @@ def stream(params: dict, seed: int, *, scale_of_d, values: str = "gaussian", dv:
         return Q, K, V, r, note
     if fam == "concentrated":
         Q, K, r = concentrated_stream(rng, n, d, scale_of_d(d))
-        note = f"{HEAVY} heavy tokens, logit gap >= {GAP:g}"
+        note = f"{HEAVY} heavy tokens, logit gap about {GAP:g} (less the clusters' noise along the query)"
     elif fam == "synthetic benign" and params.get("benign") == "clustered":     # SubGen's own regime
         from kvbounds.traces.synthetic import make_trace
         tr = make_trace("clustered", n=n, d=d, seed=rng, m=params.get("m", 4), r=1.0, spread=0.05)
@@ -133,7 +146,19 @@ def missing_record(claim: str, params: dict, source: str, error: Exception, **ex
 
 def power_record(claim: str, params: dict, source: str, measured: float, controls: dict, **extra):
     """The method's error on one stream beside each trivial estimator's (``extra["controls"]``, same metric); the
-    record's bound is the best control's, so ``holds`` reads "beat every control on this stream"."""
-    best = min(controls.values())
+    record's bound is the best control's, so ``holds`` reads "beat every control on this stream". A control whose
+    value is None could not run (its reason in ``extra["controls_missing"]``): it is left out of the best; when no
+    control ran (none, or all None) the bound is NaN and ``holds`` True (nothing to beat), said in
+    ``extra["no_control"]``. A NaN error (the method's or a control's) is an InputError naming it."""
+    if not isinstance(controls, dict):
+        raise InputError(f"controls must be a dict of control name -> error (or None), got {type(controls).__name__}")
+    measured = check_error(measured, "the method's error (measured)")
+    ran = {name: check_error(v, f"the error of control {name!r}") for name, v in controls.items() if v is not None}
+    if not ran:
+        extra.setdefault("no_control", "no trivial control could run on this stream" if controls else
+                         "no trivial control recorded for this stream")
+        return make_record(claim, params, measured=measured, bound=math.nan, holds=True, bound_kind="shape",
+                           check=POWER_CHECK, source=source, controls=controls, **extra)
+    best = min(ran.values())
     return make_record(claim, params, measured=measured, bound=best, holds=measured < best, bound_kind="shape",
                        check=POWER_CHECK, source=source, controls=controls, **extra)
