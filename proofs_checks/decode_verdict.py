@@ -21,9 +21,9 @@ from kvbounds.statistics import growth
 from kvbounds.verdict import FigureSpec, Finding, decide, decide_rate, fitted_constant
 
 from .common import make_record
-from kvbounds.algorithms.validation import InputError
+from kvbounds.algorithms.validation import InputError, check_choice
 
-from .decode_stream import FAMILIES, FAMILY, certificate_stats, head_eps, in_units
+from .decode_stream import FAMILIES, FAMILY, certificate_stats, check_rows, head_eps, in_units
 from .power_streams import POWER_CHECK, missing_record, power_record
 
 SHAPE = "decode error vs the theorem's scale"
@@ -35,6 +35,17 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
     with no checkpoint measured (too short for the press to compress) gives one record that says so
     (``extra["missing"]``, reported as not run). Errors in units: :func:`decode_stream.in_units` (a NaN error, unit
     or log-scale is an InputError naming it, never a silent maximum)."""
+    check_choice(units, "units", ("F", "op"))
+    if not isinstance(claim, str) or not isinstance(source, str) or not isinstance(params, dict):
+        raise InputError("claim and source must be strings and params a dict")
+    rows = check_rows(rows, units)
+    for i, row in enumerate(rows):
+        if not all(k in row for k in ("n", "layer", "stored")) or not all(
+                isinstance(h.get("controls"), dict) and h["controls"].keys() == rows[i]["heads"][0]["controls"].keys()
+                and "r" in h for h in row["heads"]):
+            raise InputError(f"rows[{i}] must have n, layer, stored and heads with r and the same controls")
+    if rows and not callable(log_scale):
+        raise InputError("log_scale must be a function (row, worst head) -> log of the theorem's scale")
     if not rows:
         fam = FAMILIES.get(params.get("model"), FAMILY)
         return [missing_record(claim, dict(params, family=fam, sweep="power"), source,
@@ -46,9 +57,11 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
         hs = row["heads"]
         eps = [head_eps(h, units) for h in hs]
         worst = hs[int(np.argmax(eps))]
-        ls = float(log_scale(row, worst))
-        if math.isnan(ls):
-            raise InputError(f"the log of the theorem's scale is NaN at n = {row['n']}, layer {row['layer']}")
+        ls = log_scale(row, worst)
+        if isinstance(ls, (bool, np.bool_)) or not isinstance(ls, (int, float, np.integer, np.floating)) or math.isnan(ls):
+            raise InputError(f"the log of the theorem's scale must be a real number (not NaN) at n = {row['n']}, "
+                             f"layer {row['layer']}, got {ls!r}")
+        ls = float(ls)
         ctl = {name: max(in_units(h["controls"][name], h["units"][units], f"the error of control {name!r}")
                          for h in hs) for name in hs[0]["controls"]}
         cs = certificate_stats([row])
