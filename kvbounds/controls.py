@@ -61,7 +61,8 @@ def _prefix(q, K, V, scale) -> float:
 
 
 def _logits(q, K, scale) -> np.ndarray:
-    x = K @ q * scale
+    with np.errstate(over="ignore", invalid="ignore"):      # an overflow is refused by name below
+        x = K @ q * scale
     if not np.all(np.isfinite(x)):
         raise InputError("the logits K q * scale overflow float64 (keys or query too large for this scale)")
     return x
@@ -76,7 +77,8 @@ def _finite(x, what: str):
 def _attend(q, K, V, scale) -> np.ndarray:
     x = _logits(q, K, scale)
     w = np.exp(x - x.max())
-    return _finite(w @ V / w.sum(), "the attention average")
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _finite(w @ V / w.sum(), "the attention average")
 
 
 def softmax_attend(q: np.ndarray, K: np.ndarray, V: np.ndarray, scale: float) -> np.ndarray:
@@ -113,9 +115,11 @@ def numerator_controls(q, K, V, memory: int, rng: np.random.Generator, *, scale:
         mx = float(x.max())
         return mx, _finite(factor * (np.exp(x - mx) @ Vs), "the sum of the values")
 
-    mean_logit = float(_finite(K.mean(0) @ q * scale, "the mean key's logit"))
-    return {"zeros": (0.0, np.zeros(V.shape[1])), "mean_values": (mean_logit, _finite(V.sum(0), "the sum of the values")),
-            "uniform": part(K[idx], V[idx], j / m), "recent": part(K[-m:], V[-m:])}
+    with np.errstate(over="ignore", invalid="ignore"):      # each overflow is refused by name
+        mean_logit = float(_finite(K.mean(0) @ q * scale, "the mean key's logit"))
+        return {"zeros": (0.0, np.zeros(V.shape[1])),
+                "mean_values": (mean_logit, _finite(V.sum(0), "the sum of the values")),
+                "uniform": part(K[idx], V[idx], j / m), "recent": part(K[-m:], V[-m:])}
 
 
 class WorstError:

@@ -197,3 +197,21 @@ def test_concentrated_stream_keeps_its_heavy_logit_at_any_dimension(d):
     assert logits[~heavy].max() < 0.5 * GAP
     with pytest.raises(InputError, match="d must be an integer in \\[2, "):
         concentrated_stream(np.random.default_rng(0), 200, 1, 1.0)
+
+
+def test_controls_refuse_bad_input_by_name():
+    """A NaN query gave NaN estimates, memory = NaN a bare ValueError, an empty prefix a numpy error."""
+    from kvbounds.algorithms.validation import InputError
+    rng = np.random.default_rng(0)
+    q, K, V = rng.standard_normal(4), rng.standard_normal((6, 4)), rng.standard_normal((6, 3))
+    for f in (attention_controls, numerator_controls):
+        with pytest.raises(InputError, match="q contains NaN"):
+            f(np.full(4, np.nan), K, V, 3, rng, scale=0.5)
+        with pytest.raises(InputError, match="memory"):
+            f(q, K, V, math.nan, rng, scale=0.5)
+        with pytest.raises(InputError, match="0 rows|empty"):
+            f(q, K[:0], V[:0], 3, rng, scale=0.5)
+        with pytest.raises(InputError, match="overflow"):
+            f(q * 1e200, K * 1e200, V, 3, rng, scale=0.5)
+    with pytest.raises(InputError, match="NaN"):
+        median_ci([1.0, math.nan])

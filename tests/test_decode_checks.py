@@ -101,3 +101,19 @@ def test_a_nan_certificate_is_counted_not_a_nan_looseness():
     rs[1]["heads"][0]["controls"]["zeros"] = math.nan
     with pytest.raises(InputError, match="'zeros' is NaN"):
         build_records("BKV.decode", "src", trial_params("quick"), rs, "F", lambda row, h: 0.0)
+
+
+def test_decode_helpers_refuse_bad_input_by_name():
+    from kvbounds.algorithms.validation import InputError
+    from kvbounds.proofs_checks.decode_stream import head_eps
+    good = rows(0.01)[:2]
+    with pytest.raises(InputError, match="units"):
+        build_records("BKV.decode", "src", trial_params("smoke"), good, "bogus", lambda row, h: 0.0)
+    with pytest.raises(InputError, match="heads"):
+        build_records("BKV.decode", "src", trial_params("smoke"), [dict(n=1, layer=0, stored=1)], "F", lambda r, h: 0.0)
+    with pytest.raises(InputError, match="log of the theorem's scale"):
+        build_records("BKV.decode", "src", trial_params("smoke"), good, "F", lambda row, h: None)
+    with pytest.raises(InputError, match="profile"):
+        trial_params("nope")
+    with pytest.raises(InputError, match="units"):
+        head_eps(dict(err=1.0, units={"F": 1.0}), "op")
