@@ -164,6 +164,9 @@ NOT_ENTRY_POINTS = {
     # argument checks in tests/test_controls.py), the decode observer and the generation it measures (a loaded
     # model and a press; tests/test_decode_checks.py and the smoke run of BKV.decode / SG.decode)
     "real_stream", "DecodeObserver", "run_generation",
+    # e2e: a model's context length read from its configuration files, and the CLI's removal of repeated
+    # --methods / --budgets (parsed arguments, no arrays; tests/test_e2e_cli.py)
+    "model_context", "dedupe",
 }
 # Packages and modules whose public callables must be fuzz entries (a module is enumerated alone, a package with its
 # subpackages): add a name here, and its entries in a tests/fuzz_entries*.py file, to cover a new surface.
