@@ -116,6 +116,7 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
     r_key = kmax if r_key is None else r_key
     r_value = (vmax if vmax > 0 else 1.0) if r_value is None else r_value
     _check_radii(r_key, r_value, check_scale(scale, K.shape[-1]), K)
+    r_key, r_value = float(r_key), float(r_value)       # an int radius (10**30) overflows a torch scalar
     if kmax > r_key * (1 + 1e-12) or vmax > r_value * (1 + 1e-12):
         raise InputError(f"radii below the data: max||k|| = {kmax:.6g} (r_key = {r_key}), "
                          f"max||v|| = {vmax:.6g} (r_value = {r_value})")

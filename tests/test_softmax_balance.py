@@ -157,3 +157,11 @@ def test_choices_are_refused_by_name_even_when_the_walk_does_not_fail():
     for kw, name in ((dict(on_fail="bogus"), "on_fail"), (dict(on_fail=None), "on_fail"), (dict(memory="disk"), "memory")):
         with pytest.raises(InputError, match=name):
             softmax_balance(K, V, delta=0.1, rng=np.random.default_rng(0), **kw)
+
+
+def test_an_integer_radius_beyond_int64_is_a_float():
+    """Found by the fuzz: r_value = 10**30 (a Python int) overflowed the torch scalar (OverflowError)."""
+    torch = pytest.importorskip("torch")
+    K, V = torch.randn(8, 3, dtype=torch.float64), torch.randn(8, 2, dtype=torch.float64)
+    res = softmax_balance(K, V, delta=0.1, rng=np.random.default_rng(0), r_value=10**30, on_fail="continue")
+    assert res.r_value == 1e30
