@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU-only build instead.
 TORCH_INDEX ?=
 
-.PHONY: report results-md check test test-all test-deps bench notebooks clean
+.PHONY: report results-md check test test-portable test-all test-deps bench notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,18 @@ notebooks: $(STAMP)
 # assertion-rewritten tests from source again; the caches go to __pycache__/ (git-ignored)
 test: $(STAMP)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q
+
+# The float-sensitive tests (`-m float_sensitive`: stored references, the README's printed digits, torch's CPU kernels
+# against numpy, the real models) again on other kernels, so that a CPU other than the developers' passes too: one
+# thread in every pool (the sums split no other way), OpenBLAS choosing its kernel from the CPU (OPENBLAS_CORETYPE
+# unset), and torch's CPU kernels forced down, first to no SIMD (ATEN_CPU_CAPABILITY=default), then to AVX2 (an
+# AVX-512 machine's own kernels run in `make test`). Any difference beyond a test's stated tolerance fails.
+PORTABLE_ENV = env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=
+test-portable: $(STAMP)
+	for cap in default avx2; do \
+	  echo "test-portable: ATEN_CPU_CAPABILITY=$$cap, one thread"; \
+	  $(PORTABLE_ENV) ATEN_CPU_CAPABILITY=$$cap $(BIN)/python -m pytest -n 2 -q -m float_sensitive || exit 1; \
+	done
 
 test-all: $(STAMP)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q -m ''

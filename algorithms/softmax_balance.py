@@ -24,10 +24,11 @@ from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device a
 
 from .host_values import host_floats
 from .self_balancing_walk import WalkResult, gram_walk_unchecked, smaller_side, walk_constant
-from .validation import (InputError, check_array, check_positive, check_probability, check_rng, check_scale,
-                         namespace)
+from .validation import (InputError, check_array, check_choice, check_positive, check_probability, check_rng,
+                         check_scale, namespace)
 
 MEMORY_MODES = ("gram", "rows", "panel")
+ON_FAIL = ("raise", "continue")
 PANEL = 64          # columns per Gram panel of memory="panel"
 
 
@@ -97,7 +98,10 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
     uniform lands within rounding of its threshold).
     ``repeats``: run that many independent walks on the same data (a leading axis on the outputs;
     the Gram matrix is computed once and shared). Returns the mask of C', the smaller side of the
-    signs (lines 12-16)."""
+    signs (lines 12-16). ``on_fail``: "raise" (WalkFailed) or "continue" (clip, record the event); the choices
+    ``on_fail`` and ``memory`` are checked before any work, also when the walk would not fail."""
+    check_choice(on_fail, "on_fail", ON_FAIL)
+    check_choice(memory, "memory", MEMORY_MODES)
     xp = _check_kv(K, V, finite=False)
     check_probability(delta, "delta")
     check_rng(rng)
@@ -112,6 +116,7 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
     r_key = kmax if r_key is None else r_key
     r_value = (vmax if vmax > 0 else 1.0) if r_value is None else r_value
     _check_radii(r_key, r_value, check_scale(scale, K.shape[-1]), K)
+    r_key, r_value = float(r_key), float(r_value)       # an int radius (10**30) overflows a torch scalar
     if kmax > r_key * (1 + 1e-12) or vmax > r_value * (1 + 1e-12):
         raise InputError(f"radii below the data: max||k|| = {kmax:.6g} (r_key = {r_key}), "
                          f"max||v|| = {vmax:.6g} (r_value = {r_value})")
@@ -121,8 +126,6 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
         raise InputError(f"stream-length bound n = {n} is below the number of rows {rows}")
     c = walk_constant(n, delta) if c is None else float(c)
     check_positive(c, "c")
-    if memory not in MEMORY_MODES:
-        raise InputError(f"memory must be one of {MEMORY_MODES}, got {memory!r}")
     batch = tuple(K.shape[:-1])
     if repeats is not None:
         check_positive(repeats, "repeats", integer=True)

@@ -61,9 +61,10 @@ def estimate(q, K, V, indices, log_weights, *, scale: float | None = None):
 
 def check_fields(obj, ints: tuple = (), choices: dict | None = None) -> None:
     """Dataclass fields: non-negative integers (None allowed where the default is None) and string choices."""
+    defaults = {f.name: f.default for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else {}
     for name in ints:
         value = getattr(obj, name)
-        if value is not None:
+        if value is not None or defaults.get(name, dataclasses.MISSING) is not None:
             check_int(value, name, minimum=0)
     for name, allowed in (choices or {}).items():
         check_choice(getattr(obj, name), name, allowed)

@@ -153,3 +153,31 @@ def check_choice(value: Any, name: str, choices: tuple) -> Any:
     if not isinstance(value, str) or value not in choices:
         raise InputError(f"{name} must be one of {choices}, got {value!r}")
     return value
+
+
+def check_error(value: Any, what: str) -> float:
+    """An error (or a metric) as a float >= 0, +inf allowed (an undefined estimate is the worst); a NaN, a negative
+    value or a non-number is an InputError naming ``what`` (a maximum or a median would drop a NaN silently)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InputError(f"{what} must be a real number, got {value!r}")
+    v = float(value)
+    if math.isnan(v):
+        raise InputError(f"{what} is NaN (undefined); refusing to take a maximum or a median over it")
+    if v < 0:
+        raise InputError(f"{what} must be >= 0, got {value!r}")
+    return v
+
+
+def check_values(x: Any, name: str, *, allow_inf: bool) -> np.ndarray:
+    """A 1-d sequence of real numbers as float64: no NaN (a median or a test would drop or return it)."""
+    if isinstance(x, (str, bytes, dict)) or not hasattr(x, "__len__"):
+        raise InputError(f"{name} must be a sequence of numbers, got {type(x).__name__}")
+    try:
+        a = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must hold real numbers only") from None
+    if a.ndim != 1:
+        raise InputError(f"{name} must be one-dimensional, got shape {a.shape}")
+    if np.isnan(a).any() or (not allow_inf and np.isinf(a).any()):
+        raise InputError(f"{name} holds NaN{'' if allow_inf else ' or Inf'}")
+    return a

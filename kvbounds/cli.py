@@ -199,6 +199,9 @@ def _timing_table(run: dict) -> str:
 
 
 def _cmd_report(args) -> int:
+    """Exit 2 with one line, before anything is written, when an output path (``--markdown``, or report.html /
+    summary.json as links) is a file the result store owns (kvbounds.output_files)."""
+    from .output_files import OutputRefused, check_output
     from .records import ResultStore
     from .report import ReportError, build_verdicts, render_terminal, write_report
     claims = None
@@ -207,8 +210,10 @@ def _cmd_report(args) -> int:
         if claims is None:
             return 2
     try:
+        if args.markdown:
+            check_output(args.markdown, stores=[args.out])
         html = write_report(args.out, claims)
-    except ReportError as e:
+    except (ReportError, OutputRefused) as e:
         print(f"kvbounds: {e}", file=sys.stderr)
         return 2
     except OSError as e:           # read-only or full output directory: one line, not a traceback
@@ -221,6 +226,9 @@ def _cmd_report(args) -> int:
         from .report_markdown import write_markdown
         try:
             print(f"markdown: {write_markdown(args.out, args.markdown, claims)}")
+        except OutputRefused as e:
+            print(f"kvbounds: {e}", file=sys.stderr)
+            return 2
         except OSError as e:
             print(f"kvbounds: cannot write {args.markdown}: {e.strerror or e}", file=sys.stderr)
             return 1

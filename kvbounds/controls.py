@@ -32,6 +32,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from scipy import stats
 
+from .algorithms.validation import (InputError, check_array, check_error, check_int, check_probability, check_real,
+                                   check_rng, check_values)
 from .records import Record
 from .statistics import canonical_order, holm_adjust
 
@@ -43,22 +45,58 @@ ALPHA = 0.05
 
 
 # ------------------------------------------------------------------ the estimators
+# Inputs (docs/INPUTS.md): q (d,), K (j, d) and V (j, s) finite numpy float arrays with j >= 1 (an empty prefix has
+# no estimate), scale a finite number >= 0, memory an integer >= 0 (clamped to [1, j]), rng a numpy Generator; the
+# logits K q scale and every estimate must fit float64 (else an InputError naming the overflow).
+def _prefix(q, K, V, scale) -> float:
+    for x, name in ((q, "q"), (K, "K"), (V, "V")):
+        if not isinstance(x, np.ndarray):
+            raise InputError(f"{name} must be a numpy array, got {type(x).__name__}")
+    check_array(q, "q", ndim=1)
+    check_array(K, "K (the prefix's keys)", ndim=2, last_dim=q.shape[0], min_rows=1)
+    check_array(V, "V (the prefix's values)", ndim=2, min_rows=1)
+    if V.shape[0] != K.shape[0]:
+        raise InputError(f"K and V must hold the same tokens, got {K.shape[0]} keys and {V.shape[0]} values")
+    return check_real(scale, "scale", minimum=0.0)
+
+
+def _logits(q, K, scale) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):      # an overflow is refused by name below
+        x = K @ q * scale
+    if not np.all(np.isfinite(x)):
+        raise InputError("the logits K q * scale overflow float64 (keys or query too large for this scale)")
+    return x
+
+
+def _finite(x, what: str):
+    if not np.all(np.isfinite(x)):
+        raise InputError(f"{what} overflows float64 (values too large)")
+    return x
+
+
+def _attend(q, K, V, scale) -> np.ndarray:
+    x = _logits(q, K, scale)
+    w = np.exp(x - x.max())
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _finite(w @ V / w.sum(), "the attention average")
+
+
 def softmax_attend(q: np.ndarray, K: np.ndarray, V: np.ndarray, scale: float) -> np.ndarray:
     """softmax(K q * scale)^T V (max-shifted)."""
-    x = K @ q * scale
-    w = np.exp(x - x.max())
-    return w @ V / w.sum()
+    return _attend(q, K, V, _prefix(q, K, V, scale))
 
 
 def attention_controls(q, K, V, memory: int, rng: np.random.Generator, *, scale: float) -> dict[str, np.ndarray]:
     """The trivial estimates of Attn(q, K, V) = softmax(K q * scale)^T V on a prefix (K, V) of j tokens:
     zeros, the mean of the values, exact attention over a uniform sample of ``memory`` tokens (a reservoir sample
     of the prefix has this distribution at every step) and over the ``memory`` most recent tokens."""
+    scale = _prefix(q, K, V, scale)
+    memory, rng = check_int(memory, "memory", minimum=0), check_rng(rng)
     j = len(K)
     m = int(min(max(memory, 1), j))
     idx = np.sort(rng.choice(j, m, replace=False))
-    return {"zeros": np.zeros(V.shape[1]), "mean_values": V.mean(0),
-            "uniform": softmax_attend(q, K[idx], V[idx], scale), "recent": softmax_attend(q, K[-m:], V[-m:], scale)}
+    return {"zeros": np.zeros(V.shape[1]), "mean_values": _finite(V.mean(0), "the mean of the values"),
+            "uniform": _attend(q, K[idx], V[idx], scale), "recent": _attend(q, K[-m:], V[-m:], scale)}
 
 
 def numerator_controls(q, K, V, memory: int, rng: np.random.Generator, *, scale: float) -> dict[str, tuple[float, np.ndarray]]:
@@ -66,31 +104,50 @@ def numerator_controls(q, K, V, memory: int, rng: np.random.Generator, *, scale:
     the estimate e^m u: zeros; ``mean_values``: e^{<mean k, q> scale} sum_i v_i (O(d + s) memory, every weight
     equal); ``uniform``: (j/m) times the sum over a uniform sample of m tokens (unbiased); ``recent``: the exact
     sum over the m most recent tokens (older tokens dropped)."""
+    scale = _prefix(q, K, V, scale)
+    memory, rng = check_int(memory, "memory", minimum=0), check_rng(rng)
     j = len(K)
     m = int(min(max(memory, 1), j))
     idx = rng.choice(j, m, replace=False)
 
     def part(Ks, Vs, factor=1.0):
-        x = Ks @ q * scale
+        x = _logits(q, Ks, scale)
         mx = float(x.max())
-        return mx, factor * (np.exp(x - mx) @ Vs)
+        return mx, _finite(factor * (np.exp(x - mx) @ Vs), "the sum of the values")
 
-    return {"zeros": (0.0, np.zeros(V.shape[1])), "mean_values": (float(K.mean(0) @ q * scale), V.sum(0)),
-            "uniform": part(K[idx], V[idx], j / m), "recent": part(K[-m:], V[-m:])}
+    with np.errstate(over="ignore", invalid="ignore"):      # each overflow is refused by name
+        mean_logit = float(_finite(K.mean(0) @ q * scale, "the mean key's logit"))
+        return {"zeros": (0.0, np.zeros(V.shape[1])),
+                "mean_values": (mean_logit, _finite(V.sum(0), "the sum of the values")),
+                "uniform": part(K[idx], V[idx], j / m), "recent": part(K[-m:], V[-m:])}
 
 
 class WorstError:
     """The claim's metric for each control: the max over checkpoints of error / scale (as eps_hat is for the
-    method). ``add(name, error)`` at each checkpoint; ``values()`` the dict to store in ``extra["controls"]``."""
+    method). ``add(name, error)`` at each checkpoint; ``values()`` the dict to store in ``extra["controls"]``.
+    An error of +inf (an undefined estimate) is the worst; a NaN one is an InputError naming the control (a maximum
+    would drop it silently: max(0, nan) = 0)."""
 
     def __init__(self):
         self.worst: dict[str, float] = {}
 
     def add(self, name: str, value: float) -> None:
-        self.worst[name] = max(self.worst.get(name, 0.0), float(value))
+        if not isinstance(name, str):
+            raise InputError(f"the control's name must be a string, got {name!r}")
+        self.worst[name] = max(self.worst.get(name, 0.0), check_error(value, f"the error of control {name!r}"))
 
     def add_all(self, estimates: dict, exact: np.ndarray, scale: float) -> None:
+        """``add(name, ||estimate - exact|| / scale)`` for each control's estimate (``scale`` finite > 0)."""
+        scale = check_real(scale, "scale", minimum=0.0, strict=True)
+        if not isinstance(estimates, dict):
+            raise InputError(f"estimates must be a dict of control name -> estimate, got {type(estimates).__name__}")
+        if not isinstance(exact, np.ndarray):
+            raise InputError(f"exact must be a numpy array, got {type(exact).__name__}")
+        check_array(exact, "exact", ndim=1)
         for name, est in estimates.items():
+            if not isinstance(est, np.ndarray) or est.shape != exact.shape:
+                raise InputError(f"the estimate of control {name!r} must be a numpy array of shape {exact.shape}")
+            check_array(est, f"the estimate of control {name!r}", ndim=1, finite=False)   # inf: undefined, the worst
             self.add(name, float(np.linalg.norm(est - exact)) / scale)
 
     def values(self) -> dict[str, float]:
@@ -100,6 +157,8 @@ class WorstError:
 def not_applicable(reason: str) -> str:
     """The summary's sentence for a claim whose statement is no estimator's error bound (an exact identity, a
     property of the data or of softmax itself): there is no trivial estimator to beat, and the summary says why."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise InputError(f"reason must be a non-empty string, got {reason!r}")
     return f"trivial controls: none apply ({reason})"
 
 
@@ -133,20 +192,28 @@ class TrivialPower:
 
 
 def median_ci(x: Sequence[float], conf: float = 0.95) -> tuple[float, float, float]:
-    """Median with a distribution-free interval from binomial order statistics (exact coverage >= conf)."""
-    x = np.sort(np.asarray(x, float))
+    """Median with a distribution-free interval from binomial order statistics (exact coverage >= conf). ``x``:
+    at least one number, +-inf allowed (an undefined ratio), NaN refused (InputError), and so is a median between
+    -inf and +inf (an even count whose two middle values are both infinite, of opposite signs: undefined)."""
+    check_probability(conf, "conf")
+    x = np.sort(check_values(x, "x", allow_inf=True))
     n = len(x)
     if n == 0:
-        return math.nan, math.nan, math.nan
+        raise InputError("x is empty: no median")
     k = int(stats.binom.ppf((1 - conf) / 2, n, 0.5))       # lower order statistic (1-based k, clipped)
     lo, hi = x[max(k - 1, 0)], x[min(n - k, n - 1)]
+    a, b = x[(n - 1) // 2], x[n // 2]
+    if np.isinf(a) and np.isinf(b) and a != b:
+        raise InputError("the median lies between -inf and +inf: undefined")
     return float(np.median(x)), float(lo), float(hi)
 
 
 def one_sided_p(method: Sequence[float], control: Sequence[float]) -> float | None:
     """p of the Wilcoxon signed-rank test that the method's metric is below the control's (paired); None when
-    fewer than MIN_STREAMS pairs; 1 when every pair ties."""
-    m, c = np.asarray(method, float), np.asarray(control, float)
+    fewer than MIN_STREAMS pairs; 1 when every pair ties. Finite numbers only (InputError: NaN, Inf, lengths)."""
+    m, c = check_values(method, "method", allow_inf=False), check_values(control, "control", allow_inf=False)
+    if len(m) != len(c):
+        raise InputError(f"method and control must be paired, got {len(m)} and {len(c)} values")
     if len(m) < MIN_STREAMS:
         return None
     diff = m - c
@@ -156,6 +223,24 @@ def one_sided_p(method: Sequence[float], control: Sequence[float]) -> float | No
     exact = len(np.unique(a)) == len(a) and np.all(a > 0) and len(a) <= 50   # else the normal approximation
     return float(stats.wilcoxon(m, c, alternative="less", zero_method="zsplit",
                                 method="exact" if exact else "approx").pvalue)
+
+
+def _real_or_nan(x, what: str) -> None:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise InputError(f"{what} must be a real number (or None for a control that could not run), got {x!r}")
+
+
+def _undefined(records: Sequence[Record], names: Sequence[str], value: Callable[[Record], float]) -> str:
+    """What a setting leaves out of its tests because it is undefined (NaN), said in the cell (never silently)."""
+    parts = []
+    nan_m = sum(1 for r in records if math.isnan(value(r)))
+    if nan_m:
+        parts.append(f"{nan_m} stream(s) with an undefined (NaN) method metric left out")
+    for name in names:
+        k = sum(1 for r in records if isinstance(c := r.extra["controls"].get(name), (int, float)) and math.isnan(c))
+        if k:
+            parts.append(f"{CONTROL_LABELS.get(name, name)}: {k} undefined (NaN) value(s) left out")
+    return "; ".join(parts)
 
 
 def _pairs(records: Sequence[Record], name: str, value: Callable[[Record], float]) -> tuple[list, list]:
@@ -175,7 +260,21 @@ def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], 
     """The power rule of the module docstring over ``records`` (the method's records carrying
     ``extra["controls"]``), grouped by ``setting(r)``. Order independent: records are sorted canonically and
     the settings and controls by name."""
+    check_probability(alpha, "alpha")
+    if not callable(setting) or not callable(value):
+        raise InputError("setting and value must be functions of a record")
+    records = list(records) if not isinstance(records, (str, bytes)) and hasattr(records, "__iter__") else None
+    if records is None or not all(isinstance(r, Record) for r in records):
+        raise InputError("records must be an iterable of Record")
     records = canonical_order(records)
+    for r in records:              # the metric and each control's value: a real number (NaN: counted as undefined)
+        _real_or_nan(value(r), f"the method's metric of a record of {r.claim}")
+        ctl = r.extra.get("controls", {})
+        if not isinstance(ctl, dict):
+            raise InputError(f"extra['controls'] of a record of {r.claim} must be a dict, got {type(ctl).__name__}")
+        for name, c in ctl.items():
+            if c is not None:
+                _real_or_nan(c, f"control {name!r} of a record of {r.claim}")
     groups: dict[str, list[Record]] = {}
     for r in records:
         groups.setdefault(str(setting(r)), []).append(r)
@@ -189,7 +288,8 @@ def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], 
         why = sorted({str(r.extra["missing"]) for r in rs if r.extra.get("missing")})
         names = sorted({k for r in ran for k in r.extra["controls"]})
         miss = sorted({f"{k}: {v}" for r in ran for k, v in r.extra.get("controls_missing", {}).items()})
-        raw[s] = dict(ran=ran, names=names, missing="; ".join(why + miss))
+        undefined = _undefined(ran, names, value)
+        raw[s] = dict(ran=ran, names=names, missing="; ".join(why + miss + ([undefined] if undefined else [])))
         for name in names:
             ms, cs = _pairs(ran, name, value)
             tests.append((s, name))

@@ -32,6 +32,9 @@ from typing import Any, Iterable
 BOUND_KINDS = ("a-priori", "fitted", "certificate", "exact", "shape")
 RESULTS_FILE = "results.jsonl"
 LOCK_FILE = ".kvbounds.lock"
+RUNS_FILE = "runs.jsonl"                      # one line per `kvbounds check` (kvbounds.progress)
+REPORT_FILES = ("report.html", "summary.json")
+FIGURES_DIR = "figures"                       # the report's figures/*.png
 WRITE_FIELD = "write"     # per line: [write id, lines in that write]; a write is one trial, kept all or nothing
 
 log = logging.getLogger("kvbounds")
@@ -199,11 +202,24 @@ class ResultStore:
     twice. Lines that are not records are skipped with one warning (logger ``kvbounds``; once per process).
 
     Writers hold :meth:`lock` (one ``check`` per directory); readers need no lock.
+
+    The store owns its records, its run log, its lock and the report of its records (:data:`OWNED`, and every file
+    under ``figures/``): no command writes onto them but the one that keeps each (every writer asks
+    :func:`kvbounds.output_files.store_file`, which reads this list).
     """
+
+    OWNED = {RESULTS_FILE: "records", RUNS_FILE: "run log", LOCK_FILE: "lock", REPORT_FILES[0]: "report",
+             REPORT_FILES[1]: "report summary"}
 
     def __init__(self, out_dir: str | os.PathLike):
         self.dir = Path(out_dir)
         self.path = self.dir / RESULTS_FILE
+
+    def owned_paths(self) -> list[Path]:
+        """The files of this store that exist: :data:`OWNED` and the figures."""
+        figs = self.dir / FIGURES_DIR
+        return ([self.dir / n for n in self.OWNED if (self.dir / n).is_file()]
+                + (sorted(p for p in figs.iterdir() if p.is_file()) if figs.is_dir() else []))
 
     # ------------------------------------------------------------------------------------- reading
     def read(self) -> StoreContents:

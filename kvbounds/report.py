@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from . import registry
-from .records import DEFERRED, Record, ResultStore, canonical
+from .output_files import check_output, write_output
+from .records import DEFERRED, FIGURES_DIR, REPORT_FILES, Record, ResultStore, canonical
 from .report_meta import error_rows, leaderboard, run_metadata
 from .report_summary import group_by_kind, summary_dict, summary_json, unique_findings  # noqa: F401
 from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, Verdict, finalize
 
-FIG_DIR = "figures"
+FIG_DIR = FIGURES_DIR
 MAX_FIGURES = 2          # per claim card
 EVIDENCE_CHARS = 110
 DIMENSIONS = ("statement", "proof", "rate", "reproduction", "power")
@@ -341,7 +342,9 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
 def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
     """Build verdicts from ``out_dir/results.jsonl``; write report.html, summary.json, figures/*.png.
 
-    Raises ReportError when the directory or its records are missing (nothing to report on)."""
+    Raises ReportError when the directory or its records are missing (nothing to report on), OutputRefused (before
+    anything is written) when report.html or summary.json is a link onto another file of the store. Every file is
+    written to a temporary file and renamed (kvbounds.output_files)."""
     out = Path(out_dir)
     store = ResultStore(out)
     if out.exists() and not out.is_dir():
@@ -352,6 +355,8 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
     records = contents.records
     if not records:
         raise ReportError(f"{store.path} holds no records; run `kvbounds check --out {out}` first")
+    for name in REPORT_FILES:
+        check_output(out / name, own=True)
     verdicts = build_verdicts(records, claims)
     errors = contents.errors
     if claims is not None:
@@ -366,9 +371,9 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
             board_fig = draw_board(board, out / FIG_DIR / "leaderboard.png") and f"{FIG_DIR}/leaderboard.png"
         except ImportError:
             board_fig = None
-    (out / "summary.json").write_text(summary_json(verdicts), encoding="utf-8")
+    write_output(out / "summary.json", summary_json(verdicts), own=True)
     path = out / "report.html"
     meta = run_metadata(records, verdicts, out)
-    path.write_text(render_html(verdicts, records, figures, meta=meta, errors=errors, board=board,
-                                board_figure=board_fig), encoding="utf-8")
+    write_output(path, render_html(verdicts, records, figures, meta=meta, errors=errors, board=board,
+                                   board_figure=board_fig), own=True)
     return path

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
+from .output_files import write_output
 from .records import Record
 from .registry import cite
 from .verdict import FigureSpec
@@ -295,7 +296,7 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
     ax.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    write_output(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png"), own=True)
     if labels is not None:
         labels.update(x=xlabel, y=ylabel, counterexample=cx is not None)
     return None, "; ".join(caption)

@@ -77,6 +77,8 @@ def draw_board(rows: list[dict], path: Path) -> bool:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from .output_files import write_output
+
     pts: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     fams: dict[str, str] = {}
     for r in rows:
@@ -121,5 +123,5 @@ def draw_board(rows: list[dict], path: Path) -> bool:
             ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    write_output(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"), own=True)
     return True

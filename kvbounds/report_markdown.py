@@ -139,21 +139,21 @@ def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], met
 
 
 def write_markdown(out_dir, path, claims=None) -> Path:
-    """Markdown of the records in ``out_dir`` to ``path`` (ReportError as ``write_report`` when there are none)."""
+    """Markdown of the records in ``out_dir`` to ``path`` (ReportError as ``write_report`` when there are none;
+    OutputRefused, before any work, when ``path`` is a file a result store owns: kvbounds.output_files)."""
+    from .output_files import check_output, write_output
     from .records import ResultStore
     from .report import ReportError, build_verdicts
     from .report_meta import leaderboard, run_metadata
     out = Path(out_dir)
+    check_output(path, stores=[out])
     records = ResultStore(out).load() if out.is_dir() else []
     if not records:
         raise ReportError(f"{out / 'results.jsonl'} holds no records; run `kvbounds check --out {out}` first")
     verdicts = build_verdicts(records, claims)
     meta = run_metadata(records, verdicts, out)
     text = render_markdown(verdicts, records, meta, leaderboard(records))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
+    return write_output(path, text, stores=[out])
 
 
 # ------------------------------------------------------------------------------------------ README block
@@ -185,14 +185,27 @@ def splice(text: str, block: str) -> str:
 
 
 def main(argv=None) -> int:
-    """``python -m kvbounds.report_markdown OUT_DIR README.md``: rewrite the README's what-we-found block."""
+    """``python -m kvbounds.report_markdown OUT_DIR README.md``: rewrite the README's what-we-found block (atomically;
+    exit 2 with one line, nothing written, when README.md is a file a result store owns or has no markers)."""
     import sys
+    from .output_files import OutputRefused, check_output, write_output
     from .records import ResultStore
     from .report import build_verdicts
-    out_dir, readme = (argv if argv is not None else sys.argv[1:])[:2]
-    verdicts = build_verdicts(ResultStore(out_dir).load())
-    path = Path(readme)
-    path.write_text(splice(path.read_text(encoding="utf-8"), found_block(verdicts)), encoding="utf-8")
+    args = argv if argv is not None else sys.argv[1:]
+    if len(args) != 2:
+        print("usage: python -m kvbounds.report_markdown OUT_DIR README.md", file=sys.stderr)
+        return 2
+    out_dir, readme = args
+    try:
+        check_output(readme, stores=[out_dir])
+        text = splice(Path(readme).read_text(encoding="utf-8"), found_block(build_verdicts(ResultStore(out_dir).load())))
+        write_output(readme, text, stores=[out_dir])
+    except (OutputRefused, ValueError) as e:      # ValueError: no what-we-found markers in README.md
+        print(f"kvbounds: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"kvbounds: cannot rewrite {readme}: {e.strerror or e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from kvbounds.algorithms.validation import InputError, check_choice, check_error
 from kvbounds.controls import attention_controls
 from .common import pick
 
@@ -29,7 +30,8 @@ FAMILIES = {"smollm2": FAMILY, "tiny": "tiny random Llama greedy decode (smoke: 
 
 def trial_params(profile: str) -> dict:
     """The profile's generation; smoke runs a tiny random Llama (the default test run stays fast), the others
-    SmolLM2."""
+    SmolLM2 (gpu: as full)."""
+    check_choice(profile, "profile", ("smoke", "quick", "full", "gpu"))
     return dict({"model": "smollm2"}, **pick(profile, smoke=PROFILES["smoke"], quick=PROFILES["quick"],
                                              full=PROFILES["full"]))
 
@@ -153,18 +155,55 @@ def run_generation(press_cls, params: dict, seed: int, **press_kw):
     return obs.rows, press
 
 
+def in_units(err: float, unit: float, what: str = "error") -> float:
+    """``err / unit``, the smallest eps with err <= eps unit: 0 when err = 0 (also at unit 0: all-zero values give
+    an exact zero output), +inf when err > 0 at unit 0. A NaN or negative err or unit is an InputError naming it."""
+    err, unit = check_error(err, what), check_error(unit, f"the unit of {what}")
+    if err == 0:
+        return 0.0
+    return math.inf if unit == 0 else err / unit
+
+
 def head_eps(h: dict, units: str) -> float:
-    return h["err"] / h["units"][units]
+    """A head's error in the theorem's units (``units``: "F" or "op"; :func:`in_units`)."""
+    if not isinstance(h, dict) or not isinstance(h.get("units"), dict) or units not in h["units"] or "err" not in h:
+        raise InputError(f"a head must be a dict with 'err' and units[{units!r}], got {h!r}"[:200])
+    return in_units(h["err"], h["units"][units])
+
+
+def check_rows(rows, units: str | None = None) -> list:
+    """The measurement rows of :class:`DecodeObserver` (or rows like them): a list of dicts whose ``heads`` is a
+    non-empty list of dicts with ``err``, ``cert``, ``vmax`` (and ``units[units]`` when ``units`` is given); an
+    InputError names the first thing missing."""
+    if isinstance(rows, (str, bytes, dict)) or not hasattr(rows, "__iter__"):
+        raise InputError(f"rows must be a list of measurement rows, got {type(rows).__name__}")
+    rows = list(rows)
+    for i, row in enumerate(rows):
+        hs = row.get("heads") if isinstance(row, dict) else None
+        if not isinstance(hs, list) or not hs:
+            raise InputError(f"rows[{i}] must be a dict with a non-empty list of heads")
+        for h in hs:
+            need = ("err", "cert", "vmax") + (("units",) if units else ())
+            if not isinstance(h, dict) or not all(k in h for k in need) or (
+                    units and (not isinstance(h["units"], dict) or units not in h["units"])):
+                raise InputError(f"rows[{i}]: a head must be a dict with {', '.join(need)}"
+                                 + (f" (units[{units!r}])" if units else "") + f", got {h!r}"[:160])
+            for k in ("err", "cert", "vmax"):
+                if isinstance(h[k], (bool, np.bool_)) or not isinstance(h[k], (int, float, np.integer, np.floating)):
+                    raise InputError(f"rows[{i}]: a head's {k} must be a real number, got {h[k]!r}")
+    return rows
 
 
 def certificate_stats(rows) -> dict:
-    """Coverage (err <= certificate), looseness (certificate / err) and vacuity (the press's own flag: the
-    certificate is no smaller than ||o_hat|| + max ||v||, the bar the values alone give; older rows: certificate
-    >= 2 max ||v||) over every (checkpoint, layer, head)."""
-    hs = [h for r in rows for h in r["heads"]]
-    if not hs:
-        return dict(heads=0, covered=0, looseness=math.nan, vacuous=0)
-    loose = [h["cert"] / h["err"] for h in hs if h["err"] > 0]
-    return dict(heads=len(hs), covered=sum(h["err"] <= h["cert"] * (1 + 1e-6) for h in hs),
+    """Coverage (err <= certificate), looseness (median certificate / err over the heads with err > 0) and vacuity
+    (the press's own flag: the certificate is no smaller than ||o_hat|| + max ||v||, the bar the values alone give;
+    older rows: certificate >= 2 max ||v||) over every (checkpoint, layer, head). A head whose certificate or error
+    is NaN is counted in ``undefined`` and nowhere else (never covered, not in the median); an infinite certificate
+    covers and is vacuous."""
+    hs = [h for r in check_rows(rows) for h in r["heads"]]
+    bad = lambda h: math.isnan(float(h["cert"])) or math.isnan(float(h["err"]))
+    ok = [h for h in hs if not bad(h)]
+    loose = [h["cert"] / h["err"] for h in ok if h["err"] > 0]
+    return dict(heads=len(hs), covered=sum(h["err"] <= h["cert"] * (1 + 1e-6) for h in ok),
                 looseness=float(np.median(loose)) if loose else math.nan,
-                vacuous=sum(h.get("cert_vacuous", h["cert"] >= 2 * h["vmax"]) for h in hs))
+                vacuous=sum(h.get("cert_vacuous", h["cert"] >= 2 * h["vmax"]) for h in ok), undefined=len(hs) - len(ok))

@@ -21,22 +21,49 @@ from kvbounds.statistics import growth
 from kvbounds.verdict import FigureSpec, Finding, decide, decide_rate, fitted_constant
 
 from .common import make_record
-from .decode_stream import FAMILIES, FAMILY, certificate_stats, head_eps
-from .power_streams import POWER_CHECK, power_record
+from kvbounds.algorithms.validation import InputError, check_choice
+
+from .decode_stream import FAMILIES, FAMILY, certificate_stats, check_rows, head_eps, in_units
+from .power_streams import POWER_CHECK, missing_record, power_record
 
 SHAPE = "decode error vs the theorem's scale"
 LOG_CAP = 700.0          # e^700 ~ 1e304: larger scales are stored as inf (log kept in extra["log_scale"])
 
 
 def build_records(claim: str, source: str, params: dict, rows, units: str, log_scale, **extra) -> list:
-    """``log_scale(row, worst_head)`` -> log of the theorem's error scale for that (checkpoint, layer)."""
+    """``log_scale(row, worst_head)`` -> log of the theorem's error scale for that (checkpoint, layer). A generation
+    with no checkpoint measured (too short for the press to compress) gives one record that says so
+    (``extra["missing"]``, reported as not run). Errors in units: :func:`decode_stream.in_units` (a NaN error, unit
+    or log-scale is an InputError naming it, never a silent maximum)."""
+    check_choice(units, "units", ("F", "op"))
+    if not isinstance(claim, str) or not isinstance(source, str) or not isinstance(params, dict):
+        raise InputError("claim and source must be strings and params a dict")
+    rows = check_rows(rows, units)
+    for i, row in enumerate(rows):
+        if not all(k in row for k in ("n", "layer", "stored")) or not all(
+                isinstance(h.get("controls"), dict) and h["controls"].keys() == rows[i]["heads"][0]["controls"].keys()
+                and "r" in h for h in row["heads"]):
+            raise InputError(f"rows[{i}] must have n, layer, stored and heads with r and the same controls")
+    if rows and not callable(log_scale):
+        raise InputError("log_scale must be a function (row, worst head) -> log of the theorem's scale")
+    if not rows:
+        fam = FAMILIES.get(params.get("model"), FAMILY)
+        return [missing_record(claim, dict(params, family=fam, sweep="power"), source,
+                               "no checkpoint measured: the generation ended before the press compressed (prompt "
+                               f"{params.get('prompt')} + {params.get('new')} new tokens, target {params.get('target')})",
+                               **extra)]
     out, per_layer = [], {}
     for row in rows:
         hs = row["heads"]
         eps = [head_eps(h, units) for h in hs]
         worst = hs[int(np.argmax(eps))]
-        ls = float(log_scale(row, worst))
-        ctl = {name: max(h["controls"][name] / h["units"][units] for h in hs) for name in hs[0]["controls"]}
+        ls = log_scale(row, worst)
+        if isinstance(ls, (bool, np.bool_)) or not isinstance(ls, (int, float, np.integer, np.floating)) or math.isnan(ls):
+            raise InputError(f"the log of the theorem's scale must be a real number (not NaN) at n = {row['n']}, "
+                             f"layer {row['layer']}, got {ls!r}")
+        ls = float(ls)
+        ctl = {name: max(in_units(h["controls"][name], h["units"][units], f"the error of control {name!r}")
+                         for h in hs) for name in hs[0]["controls"]}
         cs = certificate_stats([row])
         out.append(make_record(
             claim, dict(params, n=row["n"], layer=row["layer"], sweep="n"), measured=max(eps),
@@ -45,7 +72,8 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
             certificate=[h["cert"] for h in hs], error=[h["err"] for h in hs], vmax=max(h["vmax"] for h in hs),
             cert_covered=cs["covered"], cert_heads=cs["heads"], cert_vacuous=cs["vacuous"],
             estimate=[h.get("estimate", math.nan) for h in hs],
-            est_covered=sum(h["err"] <= h.get("estimate", math.nan) * (1 + 1e-6) for h in hs), **extra))
+            est_covered=sum(h["err"] <= h.get("estimate", math.nan) * (1 + 1e-6) for h in hs),
+            cert_undefined=cs["undefined"], **extra))
         best = per_layer.setdefault(row["layer"], dict(eps=0.0, ctl={}, stored=row["stored"]))
         best["eps"] = max(best["eps"], max(eps))
         for k, v in ctl.items():
@@ -85,10 +113,15 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
         heads = sum(r.extra["cert_heads"] for r in rs)
         cov = sum(r.extra["cert_covered"] for r in rs)
         vac = sum(r.extra["cert_vacuous"] for r in rs)
-        loose = [c / e for r in rs for c, e in zip(r.extra["certificate"], r.extra["error"]) if e > 0]
+        # a NaN certificate or error (counted in cert_undefined) stays out of the median, said below
+        loose = [c / e for r in rs for c, e in zip(r.extra["certificate"], r.extra["error"])
+                 if e > 0 and not (math.isnan(c) or math.isnan(e))]
+        med = f"{np.median(loose):.3g}" if loose else "n/a"
+        undef = sum(r.extra.get("cert_undefined", 0) for r in rs)
         parts.append(f"live certificate ({certificate_kind}): covers the measured error in {cov}/{heads} "
-                     f"(checkpoint, layer, head) cells, median certificate/error {np.median(loose):.3g}, vacuous "
-                     f"(no smaller than ||o_hat|| + max||v||, the bar the values alone give) in {vac}/{heads}")
+                     f"(checkpoint, layer, head) cells, median certificate/error {med}, vacuous "
+                     f"(no smaller than ||o_hat|| + max||v||, the bar the values alone give) in {vac}/{heads}"
+                     + (f"; undefined (NaN) in {undef}/{heads}, left out" if undef else ""))
         est = [(e, x) for r in rs for e, x in zip(r.extra.get("error", []), r.extra.get("estimate", []))
                if e > 0 and math.isfinite(x)]
         if est and certificate_kind.startswith("a bound"):
@@ -98,8 +131,8 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
         if vac == heads:
             findings.append(Finding(claim, "the live certificate is vacuous on a real model",
                                     f"in all {heads} cells the certificate is no smaller than ||o_hat|| + max||v|| (the "
-                                    f"bar the values alone give; median certificate/error "
-                                    f"{np.median(loose):.3g}): it holds but says nothing here", {}, kind="finding"))
+                                    f"bar the values alone give; median certificate/error {med}): it holds but says "
+                                    f"nothing here", {}, kind="finding"))
         if cov < heads:
             findings.append(Finding(claim, "the live certificate misses the measured error in some cells",
                                     f"{heads - cov}/{heads} cells ({certificate_kind})", {}, kind="finding"))
@@ -123,7 +156,8 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
     parts.append(trivial.detail)
     figs = [FigureSpec("eps_hat vs n while SmolLM2 generates (bound: the theorem's scale)", x="n", check=SHAPE,
                        hue="layer", y="measured", show_bound=False, sweep="n")]
-    v = decide(claim, records, summary="; ".join(parts), figures=figs, findings=findings, rate=rate, fitted=fitted,
+    measured = [r for r in records if not r.extra.get("missing")]     # a generation too short: not run
+    v = decide(claim, measured, summary="; ".join(parts), figures=figs, findings=findings, rate=rate, fitted=fitted,
                trivial=trivial)
     v.n_records = n_all
     return v

@@ -6,8 +6,9 @@ Families (``FAMILIES``):
                            the mean of the values is almost exact); ``benign="clustered"`` in the params gives
                            SubGen's clusterable keys (``make_trace("clustered")``) instead;
   * ``concentrated``       keys in a few tight clusters plus ``HEAVY`` heavy tokens early in the stream; every
-                           query points at one heavy token, with logit gap ``GAP`` (in the claim's own logit
-                           scale) over the clusters: most of the softmax mass on a few tokens;
+                           query points at one heavy token, with logit gap about ``GAP`` (in the claim's own logit
+                           scale; less the clusters' noise along the query, ~0.05 GAP / sqrt(d) per key) over the
+                           clusters: most of the softmax mass on a few tokens;
   * ``real SmolLM2`` / ``real MiniLM``  queries, keys and values of one (layer, query head) of the model on the
                            cached text (``kvbounds.traces.real.layer_heads``), a random window of n tokens; each
                            stream draws its layer, head and window from its seed (a sample on quick, more streams on
@@ -24,15 +25,29 @@ import math
 
 import numpy as np
 
+from kvbounds.algorithms.validation import InputError, check_choice, check_error, check_int, check_real, check_rng
+
 from .common import make_record, pick, unit_directions
 
 FAMILIES = ("synthetic benign", "concentrated", "real SmolLM2", "real MiniLM")
 REAL = {"real SmolLM2": ("smollm2", 2048), "real MiniLM": ("minilm", 512)}
 HEAVY, GAP, POWER_CHECK = 4, 5.0, "trivial controls"
+PROFILE_NAMES = ("smoke", "quick", "full", "gpu")
+MAX_TOKENS, MAX_DIM = 10**8, 10**5       # beyond: not a stream this module builds (refused, not a memory error)
+
+
+def _record_fields(claim, params, source) -> None:
+    if not isinstance(claim, str) or not isinstance(source, str):
+        raise InputError(f"claim and source must be strings, got {claim!r} and {source!r}")
+    if not isinstance(params, dict):
+        raise InputError(f"params must be a dict, got {type(params).__name__}")
 
 
 def power_trials(profile: str, base: dict) -> list[dict]:
     """One trial per (family, stream): ``rep`` streams per family (>= 10, the power rule's minimum)."""
+    check_choice(profile, "profile", PROFILE_NAMES)
+    if not isinstance(base, dict):
+        raise InputError(f"base must be a dict of the trials' parameters, got {type(base).__name__}")
     reps = pick(profile, smoke=2, quick=10, full=20)
     fams = pick(profile, smoke=FAMILIES[:2], quick=FAMILIES, full=FAMILIES)
     return [dict(base, family=f, rep=i, sweep="power", **real_params(f, profile)) for f in fams for i in range(reps)]
@@ -40,7 +55,10 @@ def power_trials(profile: str, base: dict) -> list[dict]:
 
 def real_params(family: str, profile: str) -> dict:
     """A real family's head dimension and, on smoke and quick, the few layers its streams sample (loading a layer
-    costs more than a stream); on full every layer."""
+    costs more than a stream); on full every layer. Not a real family: {}."""
+    check_choice(profile, "profile", PROFILE_NAMES)
+    if not isinstance(family, str):
+        raise InputError(f"family must be a string, got {family!r}")
     if family not in REAL:
         return {}
     few = {"real SmolLM2": (2, 14, 27), "real MiniLM": (0, 3, 5)}[family]
@@ -57,9 +75,19 @@ def _layer(model: str, layer: int, n: int):
 
 def real_stream(family: str, rng: np.random.Generator, n: int, layers=None):
     """(Q, K, V, note) of one random (layer, head, window) of the family's model, or raise ``LookupError`` with
-    the reason when the model is unavailable here."""
+    the reason when the model is unavailable here. ``n`` in [1, the cached length]; ``layers``: None (any layer)
+    or a non-empty sequence of the model's layer indices."""
     from kvbounds.traces.real import MODEL_INFO, available
+    check_choice(family, "family", tuple(REAL))
     model, n_cached = REAL[family]
+    check_rng(rng)
+    check_int(n, "n", minimum=1, maximum=n_cached)
+    n_layers = MODEL_INFO[model]["n_layers"]
+    if layers is not None and (isinstance(layers, (str, bytes)) or not hasattr(layers, "__len__") or not len(layers)
+                               or not all(isinstance(l, (int, np.integer)) and not isinstance(l, bool)
+                                          and 0 <= l < n_layers for l in layers)):
+        raise InputError(f"layers must be None or a non-empty sequence of layer indices in [0, {n_layers}), "
+                         f"got {layers!r}")
     why = available(model)
     if why:
         raise LookupError(why)
@@ -74,8 +102,17 @@ def real_stream(family: str, rng: np.random.Generator, n: int, layers=None):
 
 def concentrated_stream(rng: np.random.Generator, n: int, d: int, scale: float, clusters: int = 4):
     """Keys in ``clusters`` tight clusters (radius 0.05) of norm r and ``HEAVY`` heavy tokens in the first tenth of
-    the stream; each query is a heavy key's direction, so its logit exceeds the clusters' by >= GAP."""
+    the stream; each query is a heavy key's direction, orthogonal to every cluster centre, so its logit is GAP and
+    a cluster key's is only the clusters' noise along it (about 0.05 GAP / sqrt(d) per key). The centres must leave
+    a direction orthogonal to all of them: at d <= ``clusters`` the stream has d - 1 clusters; d = 1 (no such
+    direction) and n < HEAVY are InputErrors."""
+    check_rng(rng)
+    n, d = check_int(n, "n", minimum=HEAVY, maximum=MAX_TOKENS), check_int(d, "d", minimum=2, maximum=MAX_DIM)
+    scale = check_real(scale, "scale", minimum=0.0, strict=True)
+    clusters = min(check_int(clusters, "clusters", minimum=1), d - 1)
     r = math.sqrt(GAP / scale)             # heavy logit r^2 scale; queries are orthogonal to the centres
+    if not math.isfinite(r * r):
+        raise InputError(f"scale = {scale!r} is too small: the heavy keys' norm sqrt(GAP / scale) overflows")
     centres = unit_directions(rng, clusters, d)
     lab = rng.integers(0, clusters, n)
     K = centres[lab] + 0.05 * rng.standard_normal((n, d)) / math.sqrt(d)
@@ -92,10 +129,21 @@ def concentrated_stream(rng: np.random.Generator, n: int, d: int, scale: float, 
 
 def stream(params: dict, seed: int, *, scale_of_d, values: str = "gaussian", dv: int | None = None):
     """(Q, K, V, r, note) for a power trial; ``scale_of_d(d)`` is the claim's logit scale. Raises
-    ``LookupError`` (the reason) when a real family's model is missing."""
+    ``LookupError`` (the reason) when a real family's model is missing. ``params``: ``family`` (one of FAMILIES),
+    ``n`` and ``d`` (integers >= 1; n >= HEAVY and d >= 2 for the concentrated family), optional ``r`` (> 0) and
+    ``layers``; ``values``: "gaussian" or "spread"."""
+    if not isinstance(params, dict) or not {"family", "n", "d"} <= params.keys():
+        raise InputError(f"params must be a dict with 'family', 'n' and 'd', got {params!r}"[:200])
+    check_choice(params["family"], "params['family']", FAMILIES)
+    check_choice(values, "values", ("gaussian", "spread"))
+    if not callable(scale_of_d):
+        raise InputError("scale_of_d must be a function of d (the claim's logit scale)")
+    seed = check_int(seed, "seed", minimum=0)
+    fam = params["family"]
+    n = check_int(params["n"], "params['n']", minimum=1, maximum=MAX_TOKENS)
+    d = check_int(params["d"], "params['d']", minimum=1, maximum=MAX_DIM)
+    dv = d if dv is None else check_int(dv, "dv", minimum=1, maximum=MAX_DIM)
     rng = np.random.default_rng(seed)
-    fam, n, d = params["family"], params["n"], params["d"]
-    dv = dv or d
     if fam in REAL:
         Q, K, V, note = real_stream(fam, rng, n, params.get("layers"))
         d_real = K.shape[1]
@@ -105,14 +153,14 @@ def stream(params: dict, seed: int, *, scale_of_d, values: str = "gaussian", dv:
         return Q, K, V, r, note
     if fam == "concentrated":
         Q, K, r = concentrated_stream(rng, n, d, scale_of_d(d))
-        note = f"{HEAVY} heavy tokens, logit gap >= {GAP:g}"
+        note = f"{HEAVY} heavy tokens, logit gap about {GAP:g} (less the clusters' noise along the query)"
     elif fam == "synthetic benign" and params.get("benign") == "clustered":     # SubGen's own regime
         from kvbounds.traces.synthetic import make_trace
         tr = make_trace("clustered", n=n, d=d, seed=rng, m=params.get("m", 4), r=1.0, spread=0.05)
         return tr.Q, tr.K, tr.V, float(max(np.linalg.norm(tr.K, axis=1).max(), np.linalg.norm(tr.Q, axis=1).max())), \
             f"clusterable keys (m = {params.get('m', 4)}, spread 0.05), r = 1"
     elif fam == "synthetic benign":
-        r = params.get("r", 1.0)
+        r = check_real(params.get("r", 1.0), "params['r']", minimum=0.0, strict=True)
         Q, K = unit_directions(rng, n, d) * r, unit_directions(rng, n, d) * r
         note = f"random unit keys and queries, r = {r:g}"
     else:
@@ -127,13 +175,27 @@ def stream(params: dict, seed: int, *, scale_of_d, values: str = "gaussian", dv:
 def missing_record(claim: str, params: dict, source: str, error: Exception, **extra):
     """The record of a power trial whose stream could not be built (a real trace missing): no measurement, the
     reason in ``extra["missing"]``, reported by the verdict as not run."""
+    _record_fields(claim, params, source)
     return make_record(claim, params, measured=math.nan, bound=math.nan, holds=True, bound_kind="shape",
                        check=POWER_CHECK, source=source, missing=str(error), **extra)
 
 
 def power_record(claim: str, params: dict, source: str, measured: float, controls: dict, **extra):
     """The method's error on one stream beside each trivial estimator's (``extra["controls"]``, same metric); the
-    record's bound is the best control's, so ``holds`` reads "beat every control on this stream"."""
-    best = min(controls.values())
+    record's bound is the best control's, so ``holds`` reads "beat every control on this stream". A control whose
+    value is None could not run (its reason in ``extra["controls_missing"]``): it is left out of the best; when no
+    control ran (none, or all None) the bound is NaN and ``holds`` True (nothing to beat), said in
+    ``extra["no_control"]``. A NaN error (the method's or a control's) is an InputError naming it."""
+    _record_fields(claim, params, source)
+    if not isinstance(controls, dict):
+        raise InputError(f"controls must be a dict of control name -> error (or None), got {type(controls).__name__}")
+    measured = check_error(measured, "the method's error (measured)")
+    ran = {name: check_error(v, f"the error of control {name!r}") for name, v in controls.items() if v is not None}
+    if not ran:
+        extra.setdefault("no_control", "no trivial control could run on this stream" if controls else
+                         "no trivial control recorded for this stream")
+        return make_record(claim, params, measured=measured, bound=math.nan, holds=True, bound_kind="shape",
+                           check=POWER_CHECK, source=source, controls=controls, **extra)
+    best = min(ran.values())
     return make_record(claim, params, measured=measured, bound=best, holds=measured < best, bound_kind="shape",
                        check=POWER_CHECK, source=source, controls=controls, **extra)

@@ -31,7 +31,9 @@ def run_trial(params: dict, seed: int, backend: str):
     from kvbounds.streaming import StreamingSubGenPress
     rows, press = run_generation(StreamingSubGenPress, params, seed)
     st = press.state
-    L = press._n_layers
+    if st is None or not rows:        # too short to compress: one record that says so
+        return build_records(CLAIM, SOURCE, params, [], "op", None)
+    L = press.n_layers
     radius = st.radius.reshape(L, -1).max(-1).values.numpy()
     scale = 1.0 / math.sqrt(rows[0]["d"]) if rows else 1.0
 

@@ -80,13 +80,13 @@ def test_report_out_is_a_file(tmp_path, capsys):
 
 def test_report_on_unwritable_dir_is_one_line(tmp_path, capsys, monkeypatch):
     import errno
-    import pathlib
     assert main(["check", "MR.memory", "--profile", "smoke", "--out", str(tmp_path), "--workers", "1", "--quiet"]) == 0
     capsys.readouterr()
+    from kvbounds import output_files
     for code in (errno.EROFS, errno.ENOSPC):      # read-only and full: root can write anywhere, so the write fails
-        def refuse(self, *a, _code=code, **kw):
-            raise OSError(_code, __import__("os").strerror(_code), str(self))
-        monkeypatch.setattr(pathlib.Path, "write_text", refuse)
+        def refuse(*a, _code=code, dir=None, **kw):   # every output file starts as a temporary file in its directory
+            raise OSError(_code, __import__("os").strerror(_code), str(dir))
+        monkeypatch.setattr(output_files, "mkstemp", refuse)
         assert main(["report", "--out", str(tmp_path)]) == 1
         err = capsys.readouterr().err
         assert err.startswith("kvbounds: error: cannot write the report") and "Traceback" not in err

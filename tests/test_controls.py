@@ -142,3 +142,76 @@ def test_vs_uniform_pairs_each_seed_with_the_cell_controls_and_old_records_say_s
     for r in recs:
         r.extra.pop("per_seed", None)
     assert trivial_power("BKV.vs-uniform", recs, {"balance": "pseudocode"}) is None
+
+
+# -- valid edge cases: a record that says what happened or an InputError naming the NaN, never a silent drop -------
+
+def test_worst_error_refuses_a_nan_error_instead_of_dropping_it():
+    from kvbounds.algorithms.validation import InputError
+    from kvbounds.controls import WorstError
+    w = WorstError()
+    w.add("zeros", 0.25)
+    w.add("zeros", math.inf)                       # an undefined estimate is the worst
+    with pytest.raises(InputError, match="'zeros' is NaN"):
+        w.add("zeros", math.nan)                    # max(0, nan) = 0 dropped it before
+    assert w.values() == {"zeros": math.inf}
+
+
+def test_power_record_with_a_control_that_could_not_run():
+    from kvbounds.algorithms.validation import InputError
+    from kvbounds.proofs_checks.power_streams import power_record
+    r = power_record("X.claim", {}, "src", 0.1, {"zeros": None, "mean_values": 0.5})   # None: could not run
+    assert r.bound == 0.5 and r.holds and r.extra["controls"]["zeros"] is None
+    for controls in ({}, {"zeros": None}):
+        r = power_record("X.claim", {}, "src", 0.1, controls)
+        assert math.isnan(r.bound) and r.holds and "no trivial control" in r.extra["no_control"]
+    for bad in ({"zeros": math.nan, "mean_values": 0.5}, {"mean_values": 0.5, "zeros": math.nan}):
+        with pytest.raises(InputError, match="'zeros' is NaN"):      # min() depended on the order before
+            power_record("X.claim", {}, "src", 0.1, bad)
+    with pytest.raises(InputError, match="measured"):
+        power_record("X.claim", {}, "src", math.nan, {"zeros": 1.0})
+
+
+def test_power_rule_says_what_it_left_out_as_undefined():
+    recs = synthetic(0.1, settings=("a",))
+    recs.append(rec("a", 99, math.nan, zeros=1.0, mean_values=1.0))
+    recs.append(rec("a", 98, 0.1, zeros=math.nan, mean_values=1.0))
+    p = power_vs_controls(recs, setting=lambda r: r.params["family"])
+    assert "1 stream(s) with an undefined (NaN) method metric left out" in p.detail
+    assert "zeros: 1 undefined (NaN) value(s) left out" in p.detail
+
+
+@pytest.mark.parametrize("d", [2, 3, 4, 5, 16])
+def test_concentrated_stream_keeps_its_heavy_logit_at_any_dimension(d):
+    """At d <= clusters the centres spanned every direction: the heavy directions (projected orthogonal to them) were
+    noise or NaN (d = 1). Now at most d - 1 clusters: each query's logit with its heavy key is GAP, with a cluster
+    key only the clusters' noise along it."""
+    from kvbounds.algorithms.validation import InputError
+    from kvbounds.proofs_checks.power_streams import GAP, concentrated_stream
+    scale = 1 / math.sqrt(d)
+    Q, K, r = concentrated_stream(np.random.default_rng(0), 200, d, scale)
+    assert np.isfinite(Q).all() and np.isfinite(K).all()
+    logits = K @ Q.T * scale
+    heavy = np.isclose(logits, GAP).any(axis=1)             # a heavy key: logit GAP with the queries pointing at it
+    assert 1 <= heavy.sum() <= 4 and np.allclose(logits.max(axis=0), GAP)
+    assert logits[~heavy].max() < 0.5 * GAP
+    with pytest.raises(InputError, match="d must be an integer in \\[2, "):
+        concentrated_stream(np.random.default_rng(0), 200, 1, 1.0)
+
+
+def test_controls_refuse_bad_input_by_name():
+    """A NaN query gave NaN estimates, memory = NaN a bare ValueError, an empty prefix a numpy error."""
+    from kvbounds.algorithms.validation import InputError
+    rng = np.random.default_rng(0)
+    q, K, V = rng.standard_normal(4), rng.standard_normal((6, 4)), rng.standard_normal((6, 3))
+    for f in (attention_controls, numerator_controls):
+        with pytest.raises(InputError, match="q contains NaN"):
+            f(np.full(4, np.nan), K, V, 3, rng, scale=0.5)
+        with pytest.raises(InputError, match="memory"):
+            f(q, K, V, math.nan, rng, scale=0.5)
+        with pytest.raises(InputError, match="0 rows|empty"):
+            f(q, K[:0], V[:0], 3, rng, scale=0.5)
+        with pytest.raises(InputError, match="overflow"):
+            f(q * 1e200, K * 1e200, V, 3, rng, scale=0.5)
+    with pytest.raises(InputError, match="NaN"):
+        median_ci([1.0, math.nan])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from kvbounds.proofs_checks import bkv_decode, sg_decode
 from kvbounds.proofs_checks.decode_stream import FAMILY, PROFILES, certificate_stats, trial_params
@@ -49,7 +50,7 @@ def test_no_better_than_a_control_is_low_power():
 def test_certificate_stats_counts_vacuous_and_misses():
     row = dict(heads=[dict(err=1.0, cert=0.5, vmax=1.0), dict(err=0.1, cert=3.0, vmax=1.0)])
     s = certificate_stats([row])
-    assert s == dict(heads=2, covered=1, looseness=np.median([0.5, 30.0]), vacuous=1)
+    assert s == dict(heads=2, covered=1, looseness=np.median([0.5, 30.0]), vacuous=1, undefined=0)
 
 
 def test_claims_registered_with_profiles():
@@ -59,3 +60,60 @@ def test_claims_registered_with_profiles():
         assert mod.trials("full")[0]["prompt"] == 512 and mod.trials("full")[0]["new"] == 1024
         assert mod.trials("quick")[0]["model"] == "smollm2" and mod.trials("smoke")[0]["model"] == "tiny"
     assert PROFILES["full"]["target"] == 256 and PROFILES["full"]["interval"] == 64
+
+
+# -- valid edge cases: a record that says what happened or an InputError naming the NaN --------------------------
+
+def test_a_generation_too_short_to_compress_is_a_record_that_says_so():
+    """run_trial on a generation that ends before the press's first reduction: SG.decode raised AttributeError (the
+    press has no SubGen state), BKV.decode returned no record at all."""
+    p = dict(PROFILES["smoke"], prompt=16, new=4)            # target 48: never compressed
+    for mod in (sg_decode, bkv_decode):
+        recs = mod.run_trial(p, 0, "numpy")
+        assert len(recs) == 1 and "ended before the press compressed" in recs[0].extra["missing"]
+        v = mod.summarize(recs)
+        assert v.statement == "not-run" and "not run (no checkpoint measured" in v.summary
+
+
+def test_all_zero_values_give_an_exact_zero_error_not_a_division_by_zero():
+    from kvbounds.proofs_checks.decode_stream import head_eps
+    zero = dict(err=0.0, units={"F": 0.0, "op": 0.0})
+    assert head_eps(zero, "F") == 0.0                        # 0 / 0 raised ZeroDivisionError
+    assert head_eps(dict(err=1e-3, units={"F": 0.0}), "F") == math.inf     # no eps meets it
+    row = dict(n=64, layer=0, stored=32, d=4, heads=[dict(zero, cert=0.0, r=1.0, kmax=1.0, vmax=0.0, qnorm=1.0,
+                                                         controls={"zeros": 0.0, "mean_values": 0.0})])
+    rs = build_records("BKV.decode", "src", trial_params("smoke"), [row], "F", lambda row, h: 0.0)
+    assert rs[0].measured == 0.0 and rs[0].extra["controls_eps"] == {"zeros": 0.0, "mean_values": 0.0}
+
+
+def test_a_nan_certificate_is_counted_not_a_nan_looseness():
+    from kvbounds.algorithms.validation import InputError
+    from kvbounds.proofs_checks.decode_stream import head_eps
+    row = dict(heads=[dict(err=0.1, cert=math.nan, vmax=1.0), dict(err=0.1, cert=0.5, vmax=1.0)])
+    assert certificate_stats([row]) == dict(heads=2, covered=1, looseness=5.0, vacuous=0, undefined=1)
+    rs = rows(0.01)
+    rs[0]["heads"][0]["cert"] = math.nan
+    recs = build_records("BKV.decode", "src", trial_params("quick"), rs, "F", lambda row, h: math.log(2.0))
+    v = summarize("BKV.decode", recs, scale_text="s", certificate_kind="a bound")
+    assert "undefined (NaN) in 1/144, left out" in v.summary and "certificate/error nan" not in v.summary
+    with pytest.raises(InputError, match="NaN"):
+        head_eps(dict(err=math.nan, units={"F": 1.0}), "F")
+    rs[1]["heads"][0]["controls"]["zeros"] = math.nan
+    with pytest.raises(InputError, match="'zeros' is NaN"):
+        build_records("BKV.decode", "src", trial_params("quick"), rs, "F", lambda row, h: 0.0)
+
+
+def test_decode_helpers_refuse_bad_input_by_name():
+    from kvbounds.algorithms.validation import InputError
+    from kvbounds.proofs_checks.decode_stream import head_eps
+    good = rows(0.01)[:2]
+    with pytest.raises(InputError, match="units"):
+        build_records("BKV.decode", "src", trial_params("smoke"), good, "bogus", lambda row, h: 0.0)
+    with pytest.raises(InputError, match="heads"):
+        build_records("BKV.decode", "src", trial_params("smoke"), [dict(n=1, layer=0, stored=1)], "F", lambda r, h: 0.0)
+    with pytest.raises(InputError, match="log of the theorem's scale"):
+        build_records("BKV.decode", "src", trial_params("smoke"), good, "F", lambda row, h: None)
+    with pytest.raises(InputError, match="profile"):
+        trial_params("nope")
+    with pytest.raises(InputError, match="units"):
+        head_eps(dict(err=1.0, units={"F": 1.0}), "op")

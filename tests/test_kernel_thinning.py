@@ -27,6 +27,51 @@ def test_matches_goodpoints_kt_thin_on_a_fixed_seed():
     assert np.allclose(ktm._kernel_matrix(tr.K, tr.V), kt.kernel_matrix(X, kernel), rtol=1e-12, atol=0)
 
 
+def _thin_inputs(repeated: bool):
+    """(K, V, rounds, seed) of small heads: 12 draws of n in [16, 300), d in [1, 20), 1-3 rounds; ``repeated``: the
+    tokens drawn with repetition from n // 4 distinct ones (exact ties for KT)."""
+    rng = np.random.default_rng(1 if repeated else 2)
+    for i in range(12):
+        n, d, s, m = int(rng.integers(16, 300)), int(rng.integers(1, 20)), int(rng.integers(1, 8)), int(rng.integers(1, 4))
+        K, V = rng.standard_normal((n, d)), rng.standard_normal((n, s))
+        if repeated:
+            pick = rng.integers(0, n // 4, n)
+            K, V = K[pick], V[pick]
+        n -= n % 2 ** m
+        yield K[:n], V[:n], m, i
+
+
+def test_equals_goodpoints_kt_thin_with_distinct_and_with_repeated_tokens():
+    """The same indices as kt.thin. With repeated tokens KT chooses between equal points (exact ties): goodpoints'
+    row-by-row matrix breaks them by the last bits of its row products (its matrix is not exactly symmetric), so the
+    fast matrix (syrk, upper triangle) broke them otherwise (29 of 100 such inputs gave other indices). Such inputs
+    now get goodpoints' own matrix; distinct tokens keep the fast one, whose last bits decide nothing here."""
+    from goodpoints import kt
+    for repeated in (False, True):
+        for K, V, m, seed in _thin_inputs(repeated):
+            assert ktm._repeated_tokens(K, V) == repeated
+            ref = np.sort(kt.thin(ktm._centred_rows(K, V), m, ktm._kernel_function(K, V), ktm._kernel_function(K, V),
+                                  seed=seed, store_K=True, unique=True))
+            assert np.array_equal(ktm._thin_indices(K, V, m, seed), ref), (repeated, K.shape, m, seed)
+    K = np.array([[0.0, 1.0], [-0.0, 1.0], [2.0, 3.0]])
+    assert ktm._repeated_tokens(K, np.ones((3, 1)))                  # -0.0 and 0.0: one value
+    assert not ktm._repeated_tokens(K, np.arange(3.0)[:, None])
+
+
+def test_overflowing_kernels_are_refused_by_name():
+    """Squares beyond float64 made the kernel NaN (inf - inf in the exponent, inf / inf for the values), and KT thinned
+    on it; keys long enough that float64 rounds the exponents by more than 1 make it meaningless (then inf)."""
+    rng = np.random.default_rng(0)
+    K, V = rng.standard_normal((1, 64, 4)), rng.standard_normal((1, 64, 4))
+    sel = ktm.KernelThinning()
+    for k, v, what in ((K * 1e200, V, "keys' squared norms"), (K, V * 1e200, "values' squared norms"),
+                       (K * 1e30, V, "keys too long")):
+        with pytest.raises(InputError, match=what):
+            sel.select(k, v, budget=16, rng=np.random.default_rng(0))
+    idx, _ = sel.select(K * 1e3, V * 1e150, budget=16, rng=np.random.default_rng(0))    # large but fine
+    assert idx.shape == (1, 16)
+
+
 def test_selection_contract_and_sizes():
     rng = np.random.default_rng(0)
     K, V = rng.standard_normal((2, 300, 8)), rng.standard_normal((2, 300, 8))

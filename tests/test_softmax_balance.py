@@ -146,3 +146,22 @@ def test_host_reads_per_call_on_torch_cpu():
         (Kb if name == "K" else Vb)[2, 0] = bad
         with pytest.raises(InputError, match=f"{name} contains NaN or Inf"):
             softmax_balance(asarray(Kb, "torch:cpu"), asarray(Vb, "torch:cpu"), delta=0.1, rng=rng)
+
+
+def test_choices_are_refused_by_name_even_when_the_walk_does_not_fail():
+    """on_fail='bogus' was accepted whenever the walk did not fail (it is read only on a failure)."""
+    from kvbounds.algorithms.validation import InputError
+    rng = np.random.default_rng(0)
+    K, V = rng.standard_normal((16, 4)) * 0.1, rng.standard_normal((16, 3))
+    softmax_balance(K, V, delta=0.1, rng=np.random.default_rng(0))                       # this walk does not fail
+    for kw, name in ((dict(on_fail="bogus"), "on_fail"), (dict(on_fail=None), "on_fail"), (dict(memory="disk"), "memory")):
+        with pytest.raises(InputError, match=name):
+            softmax_balance(K, V, delta=0.1, rng=np.random.default_rng(0), **kw)
+
+
+def test_an_integer_radius_beyond_int64_is_a_float():
+    """Found by the fuzz: r_value = 10**30 (a Python int) overflowed the torch scalar (OverflowError)."""
+    torch = pytest.importorskip("torch")
+    K, V = torch.randn(8, 3, dtype=torch.float64), torch.randn(8, 2, dtype=torch.float64)
+    res = softmax_balance(K, V, delta=0.1, rng=np.random.default_rng(0), r_value=10**30, on_fail="continue")
+    assert res.r_value == 1e30

@@ -161,3 +161,14 @@ def test_bad_input():
     with pytest.raises(InputError, match="Q must have"):
         H2O().select(K, V, budget=5, Q=Q[:3])
     assert set(SELECTORS) == {"streaming_llm", "h2o", "uniform", "kcenter", "balancekv"}
+
+
+def test_a_count_field_is_none_only_where_its_default_is():
+    """Found by the fuzz: BalanceKV(window=None) was accepted (None passed for every count field) and its select
+    ended in a TypeError; H2O's recent (default None: a share of the budget) stays optional."""
+    from kvbounds.algorithms.token_selection import make_selector
+    with pytest.raises(InputError, match="window"):
+        make_selector("balancekv", window=None)
+    with pytest.raises(InputError, match="sink"):
+        make_selector("uniform", sink=None)
+    assert make_selector("h2o", recent=None).recent is None

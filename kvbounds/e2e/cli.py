@@ -6,8 +6,9 @@
 Trials are those of the checks ``BKV.e2e`` (ppl, passkey) and ``SG.e2e`` (lines) with the given model, device,
 methods and budgets; a trial whose records are already in DIR/results.jsonl is skipped. The model is loaded
 once, offline (a local path or an HF id already in the local cache). Prints the leaderboard. Bad arguments
-(:func:`problems`) exit with 2 and one line each before any work; records are written under the output
-directory's lock, as ``check`` writes them.
+(:func:`problems`: also a --model path that is no model, and --n beyond the model's context, read from its
+configuration) exit with 2 and one line each before any work; repeated --methods / --budgets run once; records are
+written under the output directory's lock, as ``check`` writes them.
 """
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ def problems(args) -> list[str]:
     if args.model != "smollm2" and not os.path.exists(args.model) and not _in_hf_cache(args.model):
         out.append(f"--model {args.model!r} does not exist (not a local path, not a model in the local "
                        "Hugging Face cache; the harness loads offline)")
+    elif args.n >= 1:
+        out += _context_problems(args)
     dev = args.device
     if dev != "cpu" and not (dev == "cuda" or dev.startswith("cuda:") and dev[5:].isdigit()):
         out.append(f"--device must be cpu, cuda or cuda:<index>, got {dev!r}")
@@ -74,6 +77,24 @@ def problems(args) -> list[str]:
         if not ok:
             out.append(f"--device {dev}: CUDA is not available on this machine (use --device cpu)")
     return out
+
+
+TAIL = 64      # tokens the tasks read after the n of context: the perplexity continuation (questions are shorter)
+
+
+def _context_problems(args) -> list[str]:
+    """--model that is not a model, and --n beyond the model's context (read from its configuration)."""
+    from .model import model_context
+    try:
+        ctx, where = model_context(args.model)
+    except ValueError as e:
+        return [f"--model {e}"]
+    except Exception as e:  # noqa: BLE001 - a model package that cannot be read is said, in one line
+        return [f"--model {args.model!r}: cannot read its configuration ({type(e).__name__}: {e})"[:300]]
+    if ctx is not None and args.n + TAIL > ctx:
+        return [f"--n {args.n} is beyond the model's context of {ctx} tokens ({where}): the tasks read up to "
+                f"{TAIL} tokens after the context, so --n must be <= {ctx - TAIL}"]
+    return []
 
 
 def _in_hf_cache(repo_id: str) -> bool:
@@ -102,17 +123,32 @@ def _missing_requirements(model: str) -> str | None:
     return None
 
 
+def dedupe(args) -> list[str]:
+    """Remove repeated --methods / --budgets entries (one measurement is stored once); the notes to print."""
+    notes = []
+    for name in ("methods", "budgets"):
+        given = getattr(args, name)
+        kept = list(dict.fromkeys(given))
+        if len(kept) < len(given):
+            again = sorted({str(x) for x in given if given.count(x) > 1})
+            notes.append(f"--{name}: {', '.join(again)} given more than once; each is run once")
+            setattr(args, name, kept)
+    return notes
+
+
 def run(args) -> int:
     from kvbounds.records import ResultStore, StoreError
     from kvbounds.traces.hf_capture import ModelUnavailable
+    for note in dedupe(args):
+        print(f"kvbounds e2e: {note}", file=sys.stderr)
+    why = _missing_requirements(args.model)     # first: the argument checks read the model's configuration
+    if why is not None:
+        print(f"kvbounds e2e: {why}", file=sys.stderr)
+        return 2
     bad = problems(args)
     if bad:
         for line in bad:
             print(f"kvbounds e2e: {line}", file=sys.stderr)
-        return 2
-    why = _missing_requirements(args.model)
-    if why is not None:
-        print(f"kvbounds e2e: {why}", file=sys.stderr)
         return 2
     try:
         with ResultStore(args.out).lock():
@@ -140,7 +176,7 @@ def _run(args) -> int:
                               window=args.window, model=args.model, device=args.device, where=args.where,
                               settings=("after", "inside") if args.setting == "both" else (args.setting,)):
             trials.append(Trial(claim, p, args.seed, "torch:" + args.device))
-    todo = [t for t in trials if t.key not in done]
+    todo = list({t.key: t for t in trials if t.key not in done}.values())     # one trial per key
     print(f"kvbounds e2e: {len(trials)} trial(s), {len(trials) - len(todo)} already in {args.out}", file=sys.stderr)
     for i, t in enumerate(todo):
         recs = execute_trial(t)

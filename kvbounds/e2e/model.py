@@ -11,6 +11,7 @@ forward pass (float64 rotary angles, :mod:`kvbounds.traces.smollm2`) on the same
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable
 
@@ -90,6 +91,47 @@ def load_smollm2(device: str = "cpu", sm: SmolLM2 | None = None) -> LoadedModel:
     model = model.to(device).eval()
     return LoadedModel(model=model, encode=sm.encode, name="SmolLM2-135M-Instruct (Q4_1 GGUF)", device=device,
                        reader=sm)
+
+
+def model_context(spec: str = DEFAULT_MODEL) -> tuple[int | None, str]:
+    """(the model's context length in tokens, where it was read), from its configuration without loading its
+    weights: SmolLM2's GGUF metadata (``<architecture>.context_length``), else ``max_position_embeddings`` of the
+    folder's or cached id's config.json (transformers' ``AutoConfig``, offline); (None, why) when there is none.
+    Raises ``ValueError`` (the reason, one line) when ``spec`` is a path that is no model: a file, a folder
+    without config.json or without weights, a config transformers cannot read."""
+    import os
+    if spec == DEFAULT_MODEL:
+        from kvbounds.traces.smollm2 import model_file
+        path = model_file()
+        st = path.stat()
+        return _gguf_context(str(path), st.st_size, st.st_mtime), f"{path.name}'s GGUF metadata"
+    if os.path.exists(spec):
+        if not os.path.isdir(spec):
+            raise ValueError(f"{spec!r} is a file, not a model: give a folder with config.json and the weights "
+                             "(transformers' save_pretrained layout) or a Hugging Face id in the local cache")
+        if not os.path.isfile(os.path.join(spec, "config.json")):
+            raise ValueError(f"{spec!r} is not a model folder: it has no config.json")
+        import glob
+        if not any(glob.glob(os.path.join(spec, pattern)) for pattern in ("*.safetensors", "*.bin", "*.index.json")):
+            raise ValueError(f"{spec!r} is not a model folder: it has no weights (*.safetensors, *.bin)")
+    _require_transformers()
+    from transformers import AutoConfig
+    try:
+        cfg = AutoConfig.from_pretrained(spec, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - transformers raises OSError/ValueError/KeyError for unreadable configs
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{spec!r} is not a model transformers can read: {first}") from None
+    ctx = getattr(cfg, "max_position_embeddings", None)
+    return (int(ctx), "max_position_embeddings in its config.json") if isinstance(ctx, int) and ctx > 0 else         (None, "its config.json gives no max_position_embeddings")
+
+
+@functools.lru_cache(maxsize=4)
+def _gguf_context(path: str, size: int, mtime: float) -> int | None:
+    """``<general.architecture>.context_length`` of a GGUF file (gguf's reader: ~2 s of CPU, once per process)."""
+    import gguf
+    fields = gguf.GGUFReader(path).fields
+    key = f"{fields['general.architecture'].contents()}.context_length"
+    return int(fields[key].contents()) if key in fields else None
 
 
 def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu") -> LoadedModel:

@@ -106,6 +106,11 @@ class StreamingPress:
         self.reset()
 
     @property
+    def n_layers(self) -> int | None:
+        """The attention layers of the model the press was last entered on (None before)."""
+        return self._n_layers
+
+    @property
     def middle(self) -> int:
         """Tokens of the compressed middle after a reduction: target - sink - window."""
         return self.target - self.sink - self.window
