@@ -47,7 +47,7 @@ test: $(STAMP)
 # thread in every pool (the sums split no other way), OpenBLAS choosing its kernel from the CPU (OPENBLAS_CORETYPE
 # unset), and torch's CPU kernels forced down, first to no SIMD (ATEN_CPU_CAPABILITY=default), then to AVX2 (an
 # AVX-512 machine's own kernels run in `make test`). Any difference beyond a test's stated tolerance fails.
-PORTABLE_ENV = env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=
+PORTABLE_ENV = env -u OPENBLAS_CORETYPE KVBOUNDS_TEST_PORTABLE=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=
 test-portable: $(STAMP)
 	for cap in default avx2; do \
 	  echo "test-portable: ATEN_CPU_CAPABILITY=$$cap, one thread"; \

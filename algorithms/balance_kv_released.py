@@ -52,7 +52,6 @@ from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device a
 from .attention import shifted_logits
 from .blockwise_balance_kv import check_block, check_kv, check_levels, gather_dev
 from .self_balancing_walk import walk_constant
-from .uniform_sampling import check_int
 from .validation import (InputError, check_array, check_choice, check_indices, check_int, check_positive, check_real,
                          check_scale, namespace)
 

