@@ -51,7 +51,7 @@ PORTABLE_ENV = env -u OPENBLAS_CORETYPE KVBOUNDS_TEST_PORTABLE=1 OMP_NUM_THREADS
 test-portable: $(STAMP)
 	for cap in default avx2; do \
 	  echo "test-portable: ATEN_CPU_CAPABILITY=$$cap, one thread"; \
-	  $(PORTABLE_ENV) ATEN_CPU_CAPABILITY=$$cap $(BIN)/python -m pytest -n 2 -q -m float_sensitive || exit 1; \
+	  $(PORTABLE_ENV) ATEN_CPU_CAPABILITY=$$cap $(BIN)/python -m pytest -n 2 -q -m 'float_sensitive and not slow and not fuzz' || exit 1; \
 	done
 
 test-all: $(STAMP)

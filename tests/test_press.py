@@ -42,7 +42,7 @@ def harness_cache(lm, ids, name, ratio):
             kw = state.attn_kwargs[l]
             Q = P._group_queries(layer.self_attn, kw["hidden_states"], kw)[0]
             comp.append(P.H2OPress(compression_ratio=ratio, sink=SINK, window=WINDOW).compress_row(
-                None, state.keys[l][0].float(), state.values[l][0].float(), None, Q))
+                None, state.keys[l][0].float(), state.values[l][0].float(), np.random.default_rng(SEED), Q))
     else:
         comp = M.compress_all(name, lm, state, 1 - ratio, rng, sink=SINK, window=WINDOW, where="device")
     return WeightedCache.from_compressed(harness._to_layers(lm, comp), logical_length=len(ids))
