@@ -51,7 +51,7 @@ from kvbounds.algorithms.compressed_kv import CompressedKV, memory_floats
 from kvbounds.algorithms.validation import InputError, check_array, check_int, check_rng, check_scale
 
 __all__ = ["N_SINK", "CONTROLS", "DOING_NOTHING", "LABELS", "zeros", "mean", "streaming_llm", "uniform",
-           "CONTROL_FUNCTIONS", "controls", "run", "ablation_of", "cache_floats", "method_floats", "stream_floats",
+           "CONTROL_FUNCTIONS", "controls", "run", "split_uniform", "ablation_of", "cache_floats", "method_floats", "stream_floats",
            "tokens_for",
            "compression_problem", "attention", "numerator", "log_partition", "sketch_controls", "floats_record"]
 
@@ -154,6 +154,31 @@ def uniform(K, V, floats: int, rng, *, sink: int = 0, window: int = 0, block_siz
     idx = np.concatenate([np.arange(s), mid, np.arange(n - w, n)])
     logw = np.concatenate([np.zeros(s), np.full(k, math.log(n_mid / k)), np.zeros(w)])
     return _cache(K, V, idx, logw)
+
+
+def split_uniform(K, V, den_floats: int, num_floats: int, rng, *, sink: int = 0, window: int = 0):
+    """SubGen's ablation (uniform samples in place of its clusters and its l2 samples), at SubGen's own split of
+    floats: the denominator from ``den_floats // d`` keys drawn uniformly with replacement from the middle, the
+    numerator from ``(num_floats - 1) // (d + dv)`` (key, value) pairs drawn the same way, each side weighted
+    n_mid / draws (one float per side; split weights: a token serves one side, log_w = -inf on the other), the
+    ``sink`` and ``window`` tokens exact on both sides. Memory: draws x widths + 2 weights (+ the exact tokens)."""
+    K, V = _kv(K, V)
+    den_floats, num_floats = check_int(den_floats, "den_floats"), check_int(num_floats, "num_floats")
+    _sizes(0, sink, window)
+    check_rng(rng)
+    n, d, dv = K.shape[-2], K.shape[-1], V.shape[-1]
+    s, w = min(sink, n), min(window, max(n - sink, 0))
+    n_mid = n - s - w
+    k_den, k_num = (max(den_floats - 1, 0) // d, max(num_floats - 1, 0) // (d + dv)) if n_mid > 0 else (0, 0)
+    den = s + rng.integers(0, max(n_mid, 1), k_den)
+    num = s + rng.integers(0, max(n_mid, 1), k_num)
+    exact = np.concatenate([np.arange(s), np.arange(n - w, n)]).astype(np.int64)
+    idx = np.concatenate([exact, den, num]).astype(np.int64)
+    a = np.concatenate([np.zeros(len(exact)), np.full(k_den, -math.inf), np.full(k_num, math.log(n_mid / max(k_num, 1)))])
+    b = np.concatenate([np.zeros(len(exact)), np.full(k_den, math.log(n_mid / max(k_den, 1))), np.full(k_num, -math.inf)])
+    lead = K.shape[:-2]
+    a, b = (np.broadcast_to(x, lead + (len(idx),)).copy() for x in (a, b))
+    return CompressedKV(K[..., idx, :], V[..., idx, :], a, b)
 
 
 CONTROL_FUNCTIONS: dict[str, Callable] = {"zeros": zeros, "mean": mean, "streaming_llm": streaming_llm,

@@ -234,6 +234,11 @@ def one_sided_p(method: Sequence[float], control: Sequence[float]) -> float | No
                                 method="exact" if exact else "approx").pvalue)
 
 
+def _stored(x):
+    """A control's value as stored: a non-finite float comes back from JSON as 'inf' / 'nan' (records.jsonable)."""
+    return float(x) if isinstance(x, str) and x in ("inf", "-inf", "nan") else x
+
+
 def _real_or_nan(x, what: str) -> None:
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
         raise InputError(f"{what} must be a real number (or None for a control that could not run), got {x!r}")
@@ -246,7 +251,8 @@ def _undefined(records: Sequence[Record], names: Sequence[str], value: Callable[
     if nan_m:
         parts.append(f"{nan_m} stream(s) with an undefined (NaN) method metric left out")
     for name in names:
-        k = sum(1 for r in records if isinstance(c := r.extra["controls"].get(name), (int, float)) and math.isnan(c))
+        k = sum(1 for r in records if isinstance(c := _stored(r.extra["controls"].get(name)), (int, float))
+                and math.isnan(c))
         if k:
             parts.append(f"{label(name)}: {k} undefined (NaN) value(s) left out")
     return "; ".join(parts)
@@ -255,7 +261,7 @@ def _undefined(records: Sequence[Record], names: Sequence[str], value: Callable[
 def _pairs(records: Sequence[Record], name: str, value: Callable[[Record], float]) -> tuple[list, list]:
     ms, cs = [], []
     for r in records:
-        c = r.extra.get("controls", {}).get(name)
+        c = _stored(r.extra.get("controls", {}).get(name))
         v = value(r)
         if c is not None and not math.isnan(float(c)) and not math.isnan(v):   # inf (undefined estimate) is worst
             ms.append(min(v, 1e300))
@@ -302,7 +308,7 @@ def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], 
             raise InputError(f"extra['controls'] of a record of {r.claim} must be a dict, got {type(ctl).__name__}")
         for name, c in ctl.items():
             if c is not None:
-                _real_or_nan(c, f"control {name!r} of a record of {r.claim}")
+                _real_or_nan(_stored(c), f"control {name!r} of a record of {r.claim}")
     groups: dict[str, list[Record]] = {}
     for r in records:
         groups.setdefault(str(setting(r)), []).append(r)
