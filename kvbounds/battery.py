@@ -51,9 +51,10 @@ from kvbounds.algorithms.compressed_kv import CompressedKV, memory_floats
 from kvbounds.algorithms.validation import InputError, check_array, check_int, check_rng, check_scale
 
 __all__ = ["N_SINK", "CONTROLS", "DOING_NOTHING", "LABELS", "zeros", "mean", "streaming_llm", "uniform",
-           "CONTROL_FUNCTIONS", "controls", "run", "split_uniform", "ablation_of", "cache_floats", "method_floats", "stream_floats",
+           "CONTROL_FUNCTIONS", "controls", "run", "split_uniform", "streaming_llm_indices", "uniform_indices", "ablation_of", "cache_floats", "method_floats", "stream_floats",
            "tokens_for",
-           "compression_problem", "attention", "numerator", "log_partition", "sketch_controls", "floats_record"]
+           "compression_problem", "attention", "numerator", "log_partition", "sketch_controls", "floats_record",
+           "random_basis", "random_basis_sketch"]
 
 N_SINK = 4
 CONTROLS = ("zeros", "mean", "streaming_llm", "uniform", "ablation")
@@ -116,16 +117,44 @@ def tokens_for(floats: int, d: int, dv: int, weights: int = 0) -> int:
     return max(int(floats) - int(weights), 0) // (int(d) + int(dv))
 
 
+def streaming_llm_indices(n: int, tokens: int, sink: int = 0) -> np.ndarray:
+    """The tokens StreamingLLM keeps of n: the first ``sink`` (:data:`N_SINK` when 0) and the most recent ones,
+    ``tokens`` in all (every token when tokens >= n)."""
+    n, tokens, sink = check_int(n, "n"), check_int(tokens, "tokens"), check_int(sink, "sink")
+    m = min(tokens, n)
+    s = min(sink or N_SINK, m)
+    return np.concatenate([np.arange(s), np.arange(n - (m - s), n)]) if m < n else np.arange(n)
+
+
+def uniform_indices(n: int, tokens: int, rng, sink: int = 0, window: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, log-weights) of :func:`uniform`'s cache of ``tokens`` tokens of n: the first ``sink`` and last
+    ``window`` exact (log-weight 0), the middle sampled uniformly without replacement with log-weight
+    log(n_mid / kept); every token exact when tokens >= n; when the sink and window fill ``tokens``, the first
+    tokens and the most recent ones (no middle sample)."""
+    n, tokens, sink, window = (check_int(x, name) for x, name in ((n, "n"), (tokens, "tokens"), (sink, "sink"),
+                                                                  (window, "window")))
+    check_rng(rng)
+    if tokens >= n:
+        return np.arange(n), np.zeros(n)
+    s, w = min(sink, n), min(window, max(n - sink, 0))
+    n_mid = n - s - w
+    if tokens <= s + w or n_mid <= 0:
+        s = min(s, tokens)
+        idx = np.concatenate([np.arange(s), np.arange(n - (tokens - s), n)])
+        return idx, np.zeros(len(idx))
+    k = tokens - s - w
+    mid = s + np.sort(rng.choice(n_mid, k, replace=False))
+    idx = np.concatenate([np.arange(s), mid, np.arange(n - w, n)])
+    return idx, np.concatenate([np.zeros(s), np.full(k, math.log(n_mid / k)), np.zeros(w)])
+
+
 def streaming_llm(K, V, floats: int, rng=None, *, sink: int = 0, window: int = 0, block_size: int = 64, Q=None):
     """StreamingLLM (Xiao et al. 2023; kvpress's StreamingLLMPress): the first ``sink`` tokens (:data:`N_SINK` = 4
     when the method keeps no sink of its own, ``sink`` = 0) and the most recent ones, as many as ``floats`` hold
     (``floats // (d + dv)`` tokens), weights 1. Memory: tokens x (d + dv) floats (no weight: positional)."""
     K, V = _kv(K, V)
     floats, sink, window = _sizes(floats, sink, window)
-    n = K.shape[-2]
-    m = min(tokens_for(floats, K.shape[-1], V.shape[-1]), n)
-    s = min(sink or N_SINK, m)
-    idx = np.concatenate([np.arange(s), np.arange(n - (m - s), n)]) if m < n else np.arange(n)
+    idx = streaming_llm_indices(K.shape[-2], tokens_for(floats, K.shape[-1], V.shape[-1]), sink)
     return _cache(K, V, idx, np.zeros(len(idx)))
 
 
@@ -141,18 +170,10 @@ def uniform(K, V, floats: int, rng, *, sink: int = 0, window: int = 0, block_siz
     n, d, dv = K.shape[-2], K.shape[-1], V.shape[-1]
     if floats >= n * (d + dv):
         return _cache(K, V, np.arange(n), np.zeros(n))
-    m = min(tokens_for(floats, d, dv, weights=1), n)
-    s, w = min(sink, n), min(window, max(n - sink, 0))
-    n_mid = n - s - w
-    if m <= s + w or n_mid <= 0:
-        m = min(tokens_for(floats, d, dv), n)
-        s = min(s, m)
-        idx = np.concatenate([np.arange(s), np.arange(n - (m - s), n)])
-        return _cache(K, V, idx, np.zeros(len(idx)))
-    k = m - s - w
-    mid = s + np.sort(rng.choice(n_mid, k, replace=False))
-    idx = np.concatenate([np.arange(s), mid, np.arange(n - w, n)])
-    logw = np.concatenate([np.zeros(s), np.full(k, math.log(n_mid / k)), np.zeros(w)])
+    tokens = tokens_for(floats, d, dv, weights=1)
+    if tokens <= min(sink, n) + min(window, max(n - sink, 0)):
+        tokens = tokens_for(floats, d, dv)              # no middle sample: no weight float
+    idx, logw = uniform_indices(n, tokens, rng, sink, window)
     return _cache(K, V, idx, logw)
 
 
@@ -388,3 +409,34 @@ def sketch_controls(A, floats: int, rng, *, ablation: Callable | None = None) ->
     if ablation is not None:
         out["ablation"] = np.asarray(ablation(A, floats, rng), np.float64)
     return out
+
+
+def random_basis(d: int, rank: int, rng) -> np.ndarray:
+    """The ablation of a subspace method: ``rank`` orthonormal rows (rank, d) spanning a uniformly random subspace
+    of R^d (QR of a Gaussian matrix), in place of the method's learned basis."""
+    d, rank = check_int(d, "d", minimum=1), check_int(rank, "rank")
+    check_rng(rng)
+    if rank > d:
+        raise InputError(f"rank = {rank} exceeds the dimension d = {d}")
+    if rank == 0:
+        return np.zeros((0, d))
+    q, _ = np.linalg.qr(rng.standard_normal((d, rank)))
+    return q.T.copy()
+
+
+def random_basis_sketch(A, rank: int, rng) -> np.ndarray:
+    """Frequent Directions' ablation: the sketch of A in a random basis U of the same rank (:func:`random_basis`),
+    S = (U A^T A U^T)^{1/2} U, so S^T S = P A^T A P with P = U^T U the random projector (what FD's shrinking would
+    give if its directions were chosen by chance). Memory: rank x d (the basis) + rank^2 (the small Gram)."""
+    if not isinstance(A, np.ndarray):
+        raise InputError(f"A must be a numpy array (n, d), got {type(A).__name__}")
+    check_array(A, "A", ndim=2, min_rows=1)
+    U = random_basis(A.shape[1], min(check_int(rank, "rank"), A.shape[1]), rng)
+    with np.errstate(over="ignore", invalid="ignore"):
+        B = A @ U.T
+        G = B.T @ B
+    if not np.all(np.isfinite(G)):
+        raise InputError("A's Gram matrix in the random basis overflows float64")
+    w, Z = np.linalg.eigh(G)
+    return (Z * np.sqrt(np.clip(w, 0.0, None))).T @ U
+
