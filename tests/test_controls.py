@@ -128,9 +128,9 @@ def test_a_hold_no_better_than_doing_nothing_is_not_green_in_the_glance():
 
 
 def test_vs_uniform_pairs_each_seed_with_the_cell_controls_and_old_records_say_so():
-    """BKV.vs-uniform's comparison with doing nothing (proofs_checks/bkv_trivial.py): per-seed errors against
-    zeros (= 1), the mean of the values and the recent window of the same cell; records without per-seed errors
-    (stored before issue 20) give None."""
+    """BKV.vs-uniform's comparison with the battery (proofs_checks/bkv_trivial.py): per-seed errors against zeros
+    (= 1), the mean of the values and StreamingLLM of the same cell; records without per-seed errors (stored before
+    issue 20) give None."""
     from kvbounds.proofs_checks.bkv_trivial import trivial_power
     from kvbounds.proofs_checks.common import make_record
     recs = []
@@ -143,7 +143,8 @@ def test_vs_uniform_pairs_each_seed_with_the_cell_controls_and_old_records_say_s
     tp = trivial_power("BKV.vs-uniform", recs, {"balance": "pseudocode"})
     (cell,) = tp.table()
     assert cell["setting"] == "real SmolLM2 | pseudocode" and cell["streams"] == 12
-    assert cell["best"] == "recent" and tp.power == "low" and "recent window" in tp.note
+    assert cell["best"] == "streaming_llm" and tp.power == "low" and "worse than StreamingLLM" in tp.note
+    assert cell["unit"] == "seeds x (layer, T) cells of one text"
     for r in recs:
         r.extra.pop("per_seed", None)
     assert trivial_power("BKV.vs-uniform", recs, {"balance": "pseudocode"}) is None
