@@ -349,7 +349,11 @@ def _logits(c: CompressedKV, q, scale):
 def numerator(c: CompressedKV, q, scale: float | None = None):
     """(m, u) with sum_i e^{<q, k_i> scale + a_i} v_i = e^m u, per head (m = -inf, u = 0 for an empty numerator:
     zeros). ``q`` (..., d) broadcasting against the heads; ``scale`` default 1/sqrt(d)."""
-    x = _logits(c, q, scale) + np.asarray(to_numpy(c.log_w_num), np.float64)
+    return _numerator(c, _logits(c, q, scale))
+
+
+def _numerator(c: CompressedKV, logits):
+    x = logits + np.asarray(to_numpy(c.log_w_num), np.float64)
     V = np.asarray(to_numpy(c.values), np.float64)
     if x.shape[-1] == 0 or not np.any(np.isfinite(x)):
         return np.full(x.shape[:-1], -math.inf)[()], np.zeros(x.shape[:-1] + V.shape[-1:])
@@ -360,7 +364,11 @@ def numerator(c: CompressedKV, q, scale: float | None = None):
 
 def log_partition(c: CompressedKV, q, scale: float | None = None):
     """log sum_i e^{<q, k_i> scale + b_i} per head (-inf for an empty cache: zeros)."""
-    x = _logits(c, q, scale) + np.asarray(to_numpy(c.log_w_den), np.float64)
+    return _log_partition(c, _logits(c, q, scale))
+
+
+def _log_partition(c: CompressedKV, logits):
+    x = logits + np.asarray(to_numpy(c.log_w_den), np.float64)
     if x.shape[-1] == 0 or not np.any(np.isfinite(x)):
         return np.full(x.shape[:-1], -math.inf)[()]
     m = x.max(-1)
@@ -370,8 +378,8 @@ def log_partition(c: CompressedKV, q, scale: float | None = None):
 def attention(c: CompressedKV, q, scale: float | None = None) -> np.ndarray:
     """The cache's attention output sum_i e^{l_i + a_i} v_i / sum_i e^{l_i + b_i}, l_i = <q, k_i> scale, per head;
     0 for an empty cache (zeros)."""
-    m, u = numerator(c, q, scale)
-    lz = log_partition(c, q, scale)
+    x = _logits(c, q, scale)
+    (m, u), lz = _numerator(c, x), _log_partition(c, x)
     m, lz = np.asarray(m, np.float64), np.asarray(lz, np.float64)
     if u.size == 0 or np.all(m == -math.inf):
         return np.zeros_like(u)
