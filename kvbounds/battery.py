@@ -57,6 +57,7 @@ __all__ = ["N_SINK", "CONTROLS", "DOING_NOTHING", "LABELS", "zeros", "mean", "st
            "random_basis", "random_basis_sketch"]
 
 N_SINK = 4
+MAX_DRAWS = 10**7          # split_uniform: more draws than this is no budget a cache holds (refused by name)
 CONTROLS = ("zeros", "mean", "streaming_llm", "uniform", "ablation")
 DOING_NOTHING = ("zeros", "mean")
 LABELS = {"zeros": "zeros", "mean": "the mean", "streaming_llm": "StreamingLLM", "uniform": "uniform",
@@ -191,12 +192,15 @@ def split_uniform(K, V, den_floats: int, num_floats: int, rng, *, sink: int = 0,
     s, w = min(sink, n), min(window, max(n - sink, 0))
     n_mid = n - s - w
     k_den, k_num = (max(den_floats - 1, 0) // d, max(num_floats - 1, 0) // (d + dv)) if n_mid > 0 else (0, 0)
+    if max(k_den, k_num) > MAX_DRAWS:
+        raise InputError(f"{max(k_den, k_num)} draws for a middle of {n_mid} tokens: more than {MAX_DRAWS}")
     den = s + rng.integers(0, max(n_mid, 1), k_den)
     num = s + rng.integers(0, max(n_mid, 1), k_num)
     exact = np.concatenate([np.arange(s), np.arange(n - w, n)]).astype(np.int64)
     idx = np.concatenate([exact, den, num]).astype(np.int64)
-    a = np.concatenate([np.zeros(len(exact)), np.full(k_den, -math.inf), np.full(k_num, math.log(n_mid / max(k_num, 1)))])
-    b = np.concatenate([np.zeros(len(exact)), np.full(k_den, math.log(n_mid / max(k_den, 1))), np.full(k_num, -math.inf)])
+    lw = lambda k: math.log(n_mid / k) if k else 0.0
+    a = np.concatenate([np.zeros(len(exact)), np.full(k_den, -math.inf), np.full(k_num, lw(k_num))])
+    b = np.concatenate([np.zeros(len(exact)), np.full(k_den, lw(k_den)), np.full(k_num, -math.inf)])
     lead = K.shape[:-2]
     a, b = (np.broadcast_to(x, lead + (len(idx),)).copy() for x in (a, b))
     return CompressedKV(K[..., idx, :], V[..., idx, :], a, b)

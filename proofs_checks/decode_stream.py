@@ -220,8 +220,10 @@ def merge_ablation(rows, ablation_rows, units: str) -> list:
         if o is None or len(o["heads"]) != len(r["heads"]):
             continue
         for h, g in zip(r["heads"], o["heads"]):
-            h["controls"]["ablation"] = in_units(g["err"], g["units"][units]) * h["units"][units] \
-                if g["units"][units] > 0 else g["err"]
+            eps = in_units(g["err"], g["units"][units], "the ablation's error")
+            unit = check_error(h["units"][units], "the method's unit")
+            h["controls"]["ablation"] = eps * unit if unit > 0 and math.isfinite(eps) else \
+                (math.inf if eps > 0 else 0.0)
         if "controls_floats" in r and "floats" in o:
             r["controls_floats"]["ablation"] = o["floats"]
     return rows

@@ -230,7 +230,8 @@ class StreamBattery:
 
     def caches(self, K, V, floats: int) -> dict:
         from kvbounds import battery
-        cs = battery.controls(K, V, int(floats), self.rng, sink=self.sink, window=self.window, names=self.names)
+        cs = battery.controls(K, V, check_int(floats, "floats"), self.rng, sink=self.sink, window=self.window,
+                              names=self.names)
         self.floats = {n: battery.cache_floats(c) for n, c in cs.items()}
         return cs
 
@@ -246,15 +247,17 @@ class StreamBattery:
         from kvbounds import battery
         for n, c in self.caches(K, V, floats).items():
             m, u = battery.numerator(c, q, scale)
-            est = np.zeros_like(u_x) if m == -math.inf else np.exp(m - m_x) * u
-            self.add(n, float(np.linalg.norm(est - u_x)) / unit)
+            with np.errstate(over="ignore", invalid="ignore"):      # an overflow is an infinite error: the worst
+                est = np.zeros_like(u_x) if m == -math.inf else np.exp(m - m_x) * u
+                self.add(n, float(np.linalg.norm(est - u_x)) / unit)
 
     def partition(self, q, K, floats: int, scale: float, log_z: float) -> None:
         """Each control's |tau / Z - 1| for the partition function Z = sum_i e^{<q, k_i> scale} (``log_z`` its
         log), keys only (no value floats)."""
         from kvbounds import battery
         for n, c in self.caches(K, K[:, :0], floats).items():
-            self.add(n, abs(math.expm1(float(battery.log_partition(c, q, scale)) - log_z)))
+            with np.errstate(over="ignore"):                        # an overflow is an infinite error: the worst
+                self.add(n, abs(float(np.expm1(float(battery.log_partition(c, q, scale)) - log_z))))
 
     def add(self, name: str, error: float) -> None:
         self.worst.add(name, error)

@@ -5,8 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from kvbounds.controls import (MIN_STREAMS, attention_controls, median_ci, numerator_controls, power_table_lines,
-                               power_vs_controls)
+from kvbounds.controls import MIN_STREAMS, median_ci, power_table_lines, power_vs_controls
 from kvbounds.records import Record
 from kvbounds.verdict import decide
 
@@ -95,20 +94,6 @@ def test_verdict_headline_says_no_better_than_doing_nothing():
 def test_median_ci_covers_the_median():
     m, lo, hi = median_ci(np.arange(1.0, 11.0))
     assert lo <= m <= hi and (lo, hi) == (2.0, 9.0)
-
-
-def test_attention_controls_at_full_memory_are_exact():
-    rng = np.random.default_rng(0)
-    K, V, q = rng.standard_normal((20, 4)), rng.standard_normal((20, 3)), rng.standard_normal(4)
-    est = attention_controls(q, K, V, 20, rng, scale=0.5)
-    w = np.exp(K @ q * 0.5)
-    exact = w @ V / w.sum()
-    assert np.allclose(est["uniform"], exact) and np.allclose(est["recent"], exact)
-    assert np.allclose(est["mean_values"], V.mean(0)) and not est["zeros"].any()
-    num = numerator_controls(q, K, V, 20, rng, scale=0.5)
-    for name in ("uniform", "recent"):
-        m, u = num[name]
-        assert np.allclose(math.exp(m) * u, w @ V)
 
 
 def test_an_undefined_estimate_counts_against_the_method():
@@ -203,24 +188,6 @@ def test_concentrated_stream_keeps_its_heavy_logit_at_any_dimension(d):
     assert logits[~heavy].max() < 0.5 * GAP
     with pytest.raises(InputError, match="d must be an integer in \\[2, "):
         concentrated_stream(np.random.default_rng(0), 200, 1, 1.0)
-
-
-def test_controls_refuse_bad_input_by_name():
-    """A NaN query gave NaN estimates, memory = NaN a bare ValueError, an empty prefix a numpy error."""
-    from kvbounds.algorithms.validation import InputError
-    rng = np.random.default_rng(0)
-    q, K, V = rng.standard_normal(4), rng.standard_normal((6, 4)), rng.standard_normal((6, 3))
-    for f in (attention_controls, numerator_controls):
-        with pytest.raises(InputError, match="q contains NaN"):
-            f(np.full(4, np.nan), K, V, 3, rng, scale=0.5)
-        with pytest.raises(InputError, match="memory"):
-            f(q, K, V, math.nan, rng, scale=0.5)
-        with pytest.raises(InputError, match="0 rows|empty"):
-            f(q, K[:0], V[:0], 3, rng, scale=0.5)
-        with pytest.raises(InputError, match="overflow"):
-            f(q * 1e200, K * 1e200, V, 3, rng, scale=0.5)
-    with pytest.raises(InputError, match="NaN"):
-        median_ci([1.0, math.nan])
 
 
 # -- the three-way calls (kvbounds.power_calls) on constructed data ------------------------------------------------
