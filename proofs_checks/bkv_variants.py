@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats
 
 from kvbounds.algorithms.balance_kv_released import FIGURE_TEMP, compress_cache_released, expand_groups, theory_walk_c
+from kvbounds.ablations import COIN_C
 from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.verdict import (Finding, Reproduction, combine_reproductions, finalize, reproduction_status,
@@ -73,9 +74,6 @@ def walk_summary(diag: list[dict]) -> dict:
                 walk_clipped=float(np.mean([d["clipped"] for d in diag])))
 
 
-# the pseudocode's ablation: a walk constant so large that p = 1/2 - x/(2c) rounds to 1/2 for every |x| < 1e284, i.e.
-# fair coins on the walk's own uniforms, the same blocks and the same cut (the walk's balancing removed)
-COIN_C = 1e300
 # each BalanceKV variant's ablation (random signs, the same cut and estimator): the pseudocode at COIN_C, the released
 # walk at gamma = 0 (its p = sigmoid(-gamma <w, u>) is then 1/2)
 ABLATIONS = {"balance": "balance-coin", "released-t1": "released-coin", "released-t0.1": "released-coin",
@@ -85,7 +83,8 @@ ABLATION_OVERRIDES = {"released-coin": dict(gamma=0.0), "consistent-coin": dict(
 
 def select(name: str, K, V, *, T, sink, window, block_size, rng, group: int = 1, diagnostics=None, **over):
     """(indices, log_w_num, log_w_den) for the query heads, from one selection per KV head (K, V per KV head).
-    ``name``: a variant, "uniform", or "balance-coin" (the pseudocode's ablation, :data:`COIN_C`)."""
+    ``name``: a variant, "uniform", or "balance-coin" (the pseudocode's ablation: fair coins on the walk's own
+    uniforms, the same blocks and cut, kvbounds.ablations.COIN_C)."""
     if name in ("balance", "balance-coin"):
         idx, lw = compress_cache(K, V, sink=sink, window=window, levels=T, block_size=block_size, rng=rng,
                                  diagnostics=diagnostics, c=COIN_C if name == "balance-coin" else None)

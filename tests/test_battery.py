@@ -177,3 +177,19 @@ def test_the_documented_example_runs():
     section = doc.split("## The battery", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     exec(compile(code, "EXTENDING.md (the battery)", "exec"), {})
+
+
+@pytest.mark.parametrize("method", ["balancekv", "balancekv_released", "subgen", "subspace", "kcenter",
+                                    "kcenter_sized"])
+def test_each_registered_method_is_run_with_its_ablation_at_its_floats(method):
+    """run() with a registered name builds the registry's ablation (kvbounds.ablations) at the floats the method's
+    cache holds; the ablation holds no more."""
+    rng = np.random.default_rng(9)
+    K = rng.standard_normal((2, 160, 8)).astype(np.float32)
+    V = rng.standard_normal((2, 160, 8)).astype(np.float32)
+    out = bt.run(method, K, V, 1200, np.random.default_rng(1), sink=4, window=8)
+    held = bt.cache_floats(out["method"])
+    assert set(out) == {"method", "zeros", "mean", "streaming_llm", "uniform", "ablation"}
+    assert 0 < bt.cache_floats(out["ablation"]) <= held
+    q = rng.standard_normal((2, 8))
+    assert np.all(np.isfinite(bt.attention(out["ablation"], q)))
