@@ -7,30 +7,92 @@ contract ``compress(K, V, floats, rng, *, sink, window, block_size=64, Q=None) -
     :data:`COIN_C`, so p = 1/2 on the walk's own uniforms): random halving with the same blocks, cut and weights;
   * :func:`balancekv_released_coin`: the authors' released walk at gamma = 0 (p = sigmoid(0) = 1/2), the same cut;
   * :func:`subgen_uniform`: SubGen's split of floats between its denominator (cluster samples) and numerator (l2
-    samples), each side filled with uniform draws (:func:`kvbounds.battery.split_uniform`);
+    samples), each side filled with uniform draws (:func:`split_uniform`, also the ablation of the claims' SubGen);
   * :func:`subspace_random`: the middle projected on random bases of the rank the subspace method would use;
   * :func:`kcenter_random` / :func:`kcenter_sized_random`: random tokens in place of the greedy k-center
     centres (the sized one weights each random centre by the size of its nearest-centre cluster).
 
-BalanceKV's two run on any backend; the others on numpy (``host_only`` in the registry).
+BalanceKV's two run on any backend; the others on numpy (``host_only`` in the registry). :func:`random_basis` and
+:func:`random_basis_sketch` are the subspace and Frequent Directions ablations of the claims' checks.
 """
 from __future__ import annotations
 
 
+import math
+
 import numpy as np
 
 from kvbounds.algorithms.compressed_kv import CompressedKV, gather_selection
-from kvbounds.algorithms.validation import InputError, check_int, check_rng
+from kvbounds.algorithms.validation import InputError, check_array, check_int, check_rng
 
 from . import battery
 
 __all__ = ["COIN_C", "balancekv_coin", "balancekv_released_coin", "subgen_uniform", "subspace_random",
-           "kcenter_random", "kcenter_sized_random"]
+           "kcenter_random", "kcenter_sized_random", "split_uniform", "random_basis", "random_basis_sketch"]
 
 # a walk constant so large that p = 1/2 - x/(2c) rounds to 1/2 (|x| / c below float32's and float64's rounding for
 # every |x| < 1e22) and that still fits float32 (the walk runs in the keys' dtype): fair coins on the walk's own
 # uniforms, with the walk's blocks and cut
 COIN_C = 1e30
+MAX_DRAWS = 10**7          # split_uniform: more draws than this is no budget a cache holds (refused by name)
+
+
+def split_uniform(K, V, den_floats: int, num_floats: int, rng, *, sink: int = 0, window: int = 0):
+    """SubGen's ablation (uniform samples in place of its clusters and its l2 samples), at SubGen's own split of
+    floats: the denominator from ``den_floats // d`` keys drawn uniformly with replacement from the middle, the
+    numerator from ``(num_floats - 1) // (d + dv)`` (key, value) pairs drawn the same way, each side weighted
+    n_mid / draws (one float per side; split weights: a token serves one side, log_w = -inf on the other), the
+    ``sink`` and ``window`` tokens exact on both sides. Memory: draws x widths + 2 weights (+ the exact tokens)."""
+    K, V = battery.check_kv(K, V)
+    den_floats, num_floats = check_int(den_floats, "den_floats"), check_int(num_floats, "num_floats")
+    check_int(sink, "sink"), check_int(window, "window")
+    check_rng(rng)
+    n, d, dv = K.shape[-2], K.shape[-1], V.shape[-1]
+    s, w = min(sink, n), min(window, max(n - sink, 0))
+    n_mid = n - s - w
+    k_den, k_num = (max(den_floats - 1, 0) // d, max(num_floats - 1, 0) // (d + dv)) if n_mid > 0 else (0, 0)
+    if max(k_den, k_num) > MAX_DRAWS:
+        raise InputError(f"{max(k_den, k_num)} draws for a middle of {n_mid} tokens: more than {MAX_DRAWS}")
+    den = s + rng.integers(0, max(n_mid, 1), k_den)
+    num = s + rng.integers(0, max(n_mid, 1), k_num)
+    exact = np.concatenate([np.arange(s), np.arange(n - w, n)]).astype(np.int64)
+    idx = np.concatenate([exact, den, num]).astype(np.int64)
+    lw = lambda k: math.log(n_mid / k) if k else 0.0
+    a = np.concatenate([np.zeros(len(exact)), np.full(k_den, -math.inf), np.full(k_num, lw(k_num))])
+    b = np.concatenate([np.zeros(len(exact)), np.full(k_den, lw(k_den)), np.full(k_num, -math.inf)])
+    lead = K.shape[:-2]
+    a, b = (np.broadcast_to(x, lead + (len(idx),)).copy() for x in (a, b))
+    return CompressedKV(K[..., idx, :], V[..., idx, :], a, b)
+
+
+def random_basis(d: int, rank: int, rng) -> np.ndarray:
+    """The ablation of a subspace method: ``rank`` orthonormal rows (rank, d) spanning a uniformly random subspace
+    of R^d (QR of a Gaussian matrix), in place of the method's learned basis."""
+    d, rank = check_int(d, "d", minimum=1), check_int(rank, "rank")
+    check_rng(rng)
+    if rank > d:
+        raise InputError(f"rank = {rank} exceeds the dimension d = {d}")
+    if rank == 0:
+        return np.zeros((0, d))
+    q, _ = np.linalg.qr(rng.standard_normal((d, rank)))
+    return q.T.copy()
+
+
+def random_basis_sketch(A, rank: int, rng) -> np.ndarray:
+    """Frequent Directions' ablation: the sketch of A in a random basis U of the same rank (:func:`random_basis`),
+    S = (U A^T A U^T)^{1/2} U, so S^T S = P A^T A P with P = U^T U the random projector (what FD's shrinking would
+    give if its directions were chosen by chance). Memory: rank x d (the basis) + rank^2 (the small Gram)."""
+    if not isinstance(A, np.ndarray):
+        raise InputError(f"A must be a numpy array (n, d), got {type(A).__name__}")
+    check_array(A, "A", ndim=2, min_rows=1)
+    U = random_basis(A.shape[1], min(check_int(rank, "rank"), A.shape[1]), rng)
+    with np.errstate(over="ignore", invalid="ignore"):
+        B = A @ U.T
+        G = B.T @ B
+    if not np.all(np.isfinite(G)):
+        raise InputError("A's Gram matrix in the random basis overflows float64")
+    w, Z = np.linalg.eigh(G)
+    return (Z * np.sqrt(np.clip(w, 0.0, None))).T @ U
 
 
 def balancekv_coin(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
@@ -61,7 +123,7 @@ def _numpy(K, V):
 def subgen_uniform(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
     """SubGen's cache at ``floats`` (its split between denominator-only and numerator tokens, read from the cache
     SubGen builds) with uniform draws in place of its cluster samples and its l2 samples, the same sink and window
-    exact (:func:`kvbounds.battery.split_uniform`)."""
+    exact (:func:`split_uniform`)."""
     from kvbounds.algorithms.equal_memory import subgen
     K, V = _numpy(K, V)
     c = subgen(K, V, floats, np.random.default_rng(check_rng(rng).integers(2**63)), sink=sink, window=window)
@@ -69,20 +131,20 @@ def subgen_uniform(K, V, floats: int, rng, *, sink: int, window: int, block_size
     den = int(np.mean(np.sum(np.isfinite(b) & ~np.isfinite(a), axis=-1)))
     num = int(np.mean(np.sum(np.isfinite(a) & ~((a == 0) & (b == 0)), axis=-1)))
     d, dv = K.shape[-1], V.shape[-1]
-    return battery.split_uniform(K, V, den * d + 1, num * (d + dv) + 1, rng, sink=sink, window=window)
+    return split_uniform(K, V, den * d + 1, num * (d + dv) + 1, rng, sink=sink, window=window)
 
 
 def subspace_random(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
     """The subspace method's cache at ``floats`` (sink and window exact, the middle's keys and values projected on
     rank-r subspaces, r from the budget as SubspaceCompressor.rank_for) with random bases of rank r
-    (:func:`kvbounds.battery.random_basis`, one for the keys and one for the values) in place of the top-r ones."""
+    (:func:`random_basis`, one for the keys and one for the values) in place of the top-r ones."""
     from kvbounds.algorithms.cache_compressors import SubspaceCompressor, split_budget
     K, V = _numpy(K, V)
     check_rng(rng)
     n, d, left = split_budget(K, check_int(sink, "sink"), check_int(window, "window"), floats)
     r = SubspaceCompressor(sink=sink, window=window).rank_for(n - sink - window, d, left)
     lo, hi = sink, n - window
-    Bk, Bv = battery.random_basis(d, r, rng), battery.random_basis(V.shape[-1], min(r, V.shape[-1]), rng)
+    Bk, Bv = random_basis(d, r, rng), random_basis(V.shape[-1], min(r, V.shape[-1]), rng)
     Kp, Vp = np.array(K, np.float64), np.array(V, np.float64)
     Kp[..., lo:hi, :] = Kp[..., lo:hi, :] @ Bk.T @ Bk
     Vp[..., lo:hi, :] = Vp[..., lo:hi, :] @ Bv.T @ Bv

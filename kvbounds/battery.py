@@ -16,8 +16,9 @@ K (..., n, d), V (..., n, dv) numpy arrays (heads leading, or one head); ``float
   * the ingredient ablation: the method with its core ingredient replaced by chance at the same memory (BalanceKV
     and MergeAndReduce: fair coins for the walk; SubGen: uniform samples for its clusters and its l2 samples;
     subspace and Frequent Directions: a random basis of the same rank; the streaming presses: random halving). It
-    is the method's own: a registered method names it in its ``ablation`` field (:func:`ablation_of`), the claims'
-    streaming algorithms take a switch (``BalanceKV(signs="random")``, ...).
+    is the method's own: a registered method names it in its ``ablation`` field (:func:`ablation_of`; the package's
+    are in :mod:`kvbounds.ablations`, with the pieces the claims' checks use: ``split_uniform``, ``random_basis``,
+    ``random_basis_sketch``), the claims' streaming algorithms take a switch (``BalanceKV(signs="random")``, ...).
 
 Memory (:func:`cache_floats`, the one count for method and control): a key for every token used on either side, a
 value for every token in the numerator, each at its own width; log-weights: none for exact tokens (positional), one
@@ -51,13 +52,11 @@ from kvbounds.algorithms.compressed_kv import CompressedKV, memory_floats
 from kvbounds.algorithms.validation import InputError, check_array, check_int, check_rng, check_scale
 
 __all__ = ["N_SINK", "CONTROLS", "DOING_NOTHING", "LABELS", "zeros", "mean", "streaming_llm", "uniform",
-           "CONTROL_FUNCTIONS", "controls", "run", "split_uniform", "streaming_llm_indices", "uniform_indices", "ablation_of", "cache_floats", "method_floats", "stream_floats",
+           "CONTROL_FUNCTIONS", "controls", "run", "streaming_llm_indices", "uniform_indices", "ablation_of", "cache_floats", "method_floats", "stream_floats",
            "tokens_for",
-           "compression_problem", "attention", "numerator", "log_partition", "sketch_controls", "floats_record",
-           "random_basis", "random_basis_sketch"]
+           "compression_problem", "attention", "numerator", "log_partition", "sketch_controls", "floats_record"]
 
 N_SINK = 4
-MAX_DRAWS = 10**7          # split_uniform: more draws than this is no budget a cache holds (refused by name)
 CONTROLS = ("zeros", "mean", "streaming_llm", "uniform", "ablation")
 DOING_NOTHING = ("zeros", "mean")
 LABELS = {"zeros": "zeros", "mean": "the mean", "streaming_llm": "StreamingLLM", "uniform": "uniform",
@@ -65,7 +64,8 @@ LABELS = {"zeros": "zeros", "mean": "the mean", "streaming_llm": "StreamingLLM",
 
 
 # ------------------------------------------------------------------ inputs
-def _kv(K, V) -> tuple[np.ndarray, np.ndarray]:
+def check_kv(K, V) -> tuple[np.ndarray, np.ndarray]:
+    """K (..., n, d), V (..., n, dv): finite numpy float arrays of the same heads and tokens, n >= 1."""
     for x, name in ((K, "K"), (V, "V")):
         if not isinstance(x, np.ndarray):
             raise InputError(f"{name} must be a numpy array (..., n, width), got {type(x).__name__}")
@@ -91,7 +91,7 @@ def _cache(K, V, idx, logw) -> CompressedKV:
 def zeros(K, V, floats: int = 0, rng=None, *, sink: int = 0, window: int = 0, block_size: int = 64, Q=None):
     """Doing nothing: an empty cache, whose estimate is 0 (attention, numerator and partition function alike).
     Memory: 0 floats."""
-    K, V = _kv(K, V)
+    K, V = check_kv(K, V)
     _sizes(floats, sink, window)
     lead = K.shape[:-2]
     empty = np.zeros(lead + (0,))
@@ -102,7 +102,7 @@ def mean(K, V, floats: int = 0, rng=None, *, sink: int = 0, window: int = 0, blo
     """Doing nothing beyond one summary: one token, the mean key and the mean value, with weight n (log-weight
     log n on both sides), so its attention output is the mean of the values, its logit the mean key's and its
     numerator n e^{<mean k, q> scale} times the mean value. Memory: d + dv + 1 floats (one token and its weight)."""
-    K, V = _kv(K, V)
+    K, V = check_kv(K, V)
     _sizes(floats, sink, window)
     n = K.shape[-2]
     lw = np.full(K.shape[:-2] + (1,), math.log(n))
@@ -153,7 +153,7 @@ def streaming_llm(K, V, floats: int, rng=None, *, sink: int = 0, window: int = 0
     """StreamingLLM (Xiao et al. 2023; kvpress's StreamingLLMPress): the first ``sink`` tokens (:data:`N_SINK` = 4
     when the method keeps no sink of its own, ``sink`` = 0) and the most recent ones, as many as ``floats`` hold
     (``floats // (d + dv)`` tokens), weights 1. Memory: tokens x (d + dv) floats (no weight: positional)."""
-    K, V = _kv(K, V)
+    K, V = check_kv(K, V)
     floats, sink, window = _sizes(floats, sink, window)
     idx = streaming_llm_indices(K.shape[-2], tokens_for(floats, K.shape[-1], V.shape[-1]), sink)
     return _cache(K, V, idx, np.zeros(len(idx)))
@@ -165,7 +165,7 @@ def uniform(K, V, floats: int, rng, *, sink: int = 0, window: int = 0, block_siz
     (unbiased for every sum over the middle). Memory: tokens x (d + dv) + 1 floats (one weight); all n tokens
     exact when ``floats`` hold them; when the sink and window alone fill the budget, the first tokens and the most
     recent ones (no middle sample, as :func:`streaming_llm` with the method's sink)."""
-    K, V = _kv(K, V)
+    K, V = check_kv(K, V)
     floats, sink, window = _sizes(floats, sink, window)
     check_rng(rng)
     n, d, dv = K.shape[-2], K.shape[-1], V.shape[-1]
@@ -176,34 +176,6 @@ def uniform(K, V, floats: int, rng, *, sink: int = 0, window: int = 0, block_siz
         tokens = tokens_for(floats, d, dv)              # no middle sample: no weight float
     idx, logw = uniform_indices(n, tokens, rng, sink, window)
     return _cache(K, V, idx, logw)
-
-
-def split_uniform(K, V, den_floats: int, num_floats: int, rng, *, sink: int = 0, window: int = 0):
-    """SubGen's ablation (uniform samples in place of its clusters and its l2 samples), at SubGen's own split of
-    floats: the denominator from ``den_floats // d`` keys drawn uniformly with replacement from the middle, the
-    numerator from ``(num_floats - 1) // (d + dv)`` (key, value) pairs drawn the same way, each side weighted
-    n_mid / draws (one float per side; split weights: a token serves one side, log_w = -inf on the other), the
-    ``sink`` and ``window`` tokens exact on both sides. Memory: draws x widths + 2 weights (+ the exact tokens)."""
-    K, V = _kv(K, V)
-    den_floats, num_floats = check_int(den_floats, "den_floats"), check_int(num_floats, "num_floats")
-    _sizes(0, sink, window)
-    check_rng(rng)
-    n, d, dv = K.shape[-2], K.shape[-1], V.shape[-1]
-    s, w = min(sink, n), min(window, max(n - sink, 0))
-    n_mid = n - s - w
-    k_den, k_num = (max(den_floats - 1, 0) // d, max(num_floats - 1, 0) // (d + dv)) if n_mid > 0 else (0, 0)
-    if max(k_den, k_num) > MAX_DRAWS:
-        raise InputError(f"{max(k_den, k_num)} draws for a middle of {n_mid} tokens: more than {MAX_DRAWS}")
-    den = s + rng.integers(0, max(n_mid, 1), k_den)
-    num = s + rng.integers(0, max(n_mid, 1), k_num)
-    exact = np.concatenate([np.arange(s), np.arange(n - w, n)]).astype(np.int64)
-    idx = np.concatenate([exact, den, num]).astype(np.int64)
-    lw = lambda k: math.log(n_mid / k) if k else 0.0
-    a = np.concatenate([np.zeros(len(exact)), np.full(k_den, -math.inf), np.full(k_num, lw(k_num))])
-    b = np.concatenate([np.zeros(len(exact)), np.full(k_den, lw(k_den)), np.full(k_num, -math.inf)])
-    lead = K.shape[:-2]
-    a, b = (np.broadcast_to(x, lead + (len(idx),)).copy() for x in (a, b))
-    return CompressedKV(K[..., idx, :], V[..., idx, :], a, b)
 
 
 CONTROL_FUNCTIONS: dict[str, Callable] = {"zeros": zeros, "mean": mean, "streaming_llm": streaming_llm,
@@ -421,34 +393,3 @@ def sketch_controls(A, floats: int, rng, *, ablation: Callable | None = None) ->
     if ablation is not None:
         out["ablation"] = np.asarray(ablation(A, floats, rng), np.float64)
     return out
-
-
-def random_basis(d: int, rank: int, rng) -> np.ndarray:
-    """The ablation of a subspace method: ``rank`` orthonormal rows (rank, d) spanning a uniformly random subspace
-    of R^d (QR of a Gaussian matrix), in place of the method's learned basis."""
-    d, rank = check_int(d, "d", minimum=1), check_int(rank, "rank")
-    check_rng(rng)
-    if rank > d:
-        raise InputError(f"rank = {rank} exceeds the dimension d = {d}")
-    if rank == 0:
-        return np.zeros((0, d))
-    q, _ = np.linalg.qr(rng.standard_normal((d, rank)))
-    return q.T.copy()
-
-
-def random_basis_sketch(A, rank: int, rng) -> np.ndarray:
-    """Frequent Directions' ablation: the sketch of A in a random basis U of the same rank (:func:`random_basis`),
-    S = (U A^T A U^T)^{1/2} U, so S^T S = P A^T A P with P = U^T U the random projector (what FD's shrinking would
-    give if its directions were chosen by chance). Memory: rank x d (the basis) + rank^2 (the small Gram)."""
-    if not isinstance(A, np.ndarray):
-        raise InputError(f"A must be a numpy array (n, d), got {type(A).__name__}")
-    check_array(A, "A", ndim=2, min_rows=1)
-    U = random_basis(A.shape[1], min(check_int(rank, "rank"), A.shape[1]), rng)
-    with np.errstate(over="ignore", invalid="ignore"):
-        B = A @ U.T
-        G = B.T @ B
-    if not np.all(np.isfinite(G)):
-        raise InputError("A's Gram matrix in the random basis overflows float64")
-    w, Z = np.linalg.eigh(G)
-    return (Z * np.sqrt(np.clip(w, 0.0, None))).T @ U
-

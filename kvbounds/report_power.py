@@ -44,20 +44,22 @@ def first_table(verdicts: dict) -> dict | None:
         calls = getattr(v, "power_calls", None) or []
         if not calls:
             continue
-        fams: dict[str, list[dict]] = {}
+        groups: dict[str, dict[str, list[dict]]] = {}   # a setting "family | variant": one group per variant
         for c in calls:
-            fams.setdefault(c["family"], []).append(c)
-        rows = []
-        for fam, cs in fams.items():
-            by = {c["control"]: c for c in cs}
-            n = max((c["n"] for c in cs), default=0)
-            frac = next((c["fraction"] for c in cs if not math.isnan(c.get("fraction", math.nan))), math.nan)
-            rows.append(dict(family=fam, unit=_unit(v, fam), n=n,
-                             fraction="" if math.isnan(frac) else f"{100 * frac:.0f}%",
-                             cells=[_cell(by.get("streaming_llm")), _cell(by.get("ablation")),
-                                    _cell(versus_doing_nothing(cs))]))
+            fam, _, variant = c["family"].partition(" | ")
+            groups.setdefault(variant, {}).setdefault(fam, []).append(c)
         name = CLAIMS[cid].algorithm if cid in CLAIMS and CLAIMS[cid].algorithm else cid
-        claims.append(dict(claim=cid, algorithm=name, rows=rows))
+        for variant, fams in groups.items():
+            rows = []
+            for fam, cs in fams.items():
+                by = {c["control"]: c for c in cs}
+                n = max((c["n"] for c in cs), default=0)
+                frac = next((c["fraction"] for c in cs if not math.isnan(c.get("fraction", math.nan))), math.nan)
+                unit = next((c["unit"] for c in cs if c.get("unit")), None) or _unit(v, cs[0]["family"])
+                rows.append(dict(family=fam, unit=unit, n=n, fraction="" if math.isnan(frac) else f"{100 * frac:.0f}%",
+                                 cells=[_cell(by.get("streaming_llm")), _cell(by.get("ablation")),
+                                        _cell(versus_doing_nothing(cs))]))
+            claims.append(dict(claim=cid, algorithm=f"{name}: {variant}" if variant else name, rows=rows))
     return dict(columns=COLUMNS, claims=claims) if claims else None
 
 

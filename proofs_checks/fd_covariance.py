@@ -37,7 +37,8 @@ from kvbounds.theory.frequent_directions import covariance_bound_from_sv, covari
 from kvbounds.traces.rope import rope_trace
 from kvbounds.traces.synthetic import make_trace
 
-from kvbounds.battery import method_floats, random_basis_sketch, sketch_controls, stream_floats
+from kvbounds.ablations import random_basis_sketch
+from kvbounds.battery import method_floats, sketch_controls, stream_floats
 from kvbounds.controls import power_vs_controls
 
 from .common import dispatch, make_record, pick
@@ -313,7 +314,7 @@ def power_trial(params: dict, seed: int, backend: str):
     buffer answers with) and of the battery's sketches at the same floats (kvbounds.battery.sketch_controls, 2l
     rows: zeros (S = 0: sigma_1^2), the mean row scaled by sqrt(n), StreamingLLM's first 4 and most recent rows, a
     uniform sample of rows scaled by sqrt(n / kept)); the ablation: A's Gram in a random basis of rank l
-    (kvbounds.battery.random_basis_sketch). The best rank-l approximation (sigma_{l+1}^2, the optimum no sketch
+    (kvbounds.ablations.random_basis_sketch). The best rank-l approximation (sigma_{l+1}^2, the optimum no sketch
     beats) is stored as a reference in ``extra["reference"]``, not as a control to beat."""
     n, d, ell = params["n"], params["d"], params["ell"]
     A = make_matrix(params["kind"], n, d, seed)

@@ -37,7 +37,8 @@ from kvbounds.theory.subgen import (ATTENTION_FAIL, attention_bound, combination
                            memory_shape, partition_t, partition_t_proven)
 from kvbounds.traces.synthetic import make_trace
 
-from kvbounds.battery import attention, method_floats, split_uniform, stream_floats
+from kvbounds.ablations import split_uniform
+from kvbounds.battery import attention, method_floats, stream_floats
 from kvbounds.controls import power_vs_controls
 
 from .common import dispatch, failure_rate_ok, make_record, pick
@@ -321,7 +322,7 @@ def power_trial(params: dict, seed: int, backend: str):
     stream and checkpoints, every control at the floats SubGen holds then (its memory_floats: representatives,
     per-cluster samples, counts, value samples and their weights). t = POWER_T, s = POWER_S, delta the radius at which
     the stream has at most POWER_M clusters (:func:`clustering_radius`). The ablation: SubGen's split of floats with
-    uniform samples in place of its clusters and its l2 samples (kvbounds.battery.split_uniform)."""
+    uniform samples in place of its clusters and its l2 samples (kvbounds.ablations.split_uniform)."""
     n = params["n"]
     try:
         Q, K, V, r, note = power_stream(params, seed, scale_of_d=lambda d: 1.0)

@@ -31,8 +31,8 @@ def ablation(press, K, V, rng, floats: int):
     """SubGen's ablation at the press's floats and split: its sink and window exact, the rest of the floats split
     between the denominator and the numerator as the press splits its middle (clusters x per-cluster slots against
     value-sample slots), each side filled with uniform draws from the layer's history in place of the clusters'
-    samples and the l2 samples (kvbounds.battery.split_uniform)."""
-    from kvbounds.battery import split_uniform
+    samples and the l2 samples (kvbounds.ablations.split_uniform)."""
+    from kvbounds.ablations import split_uniform
     st, d, dv = press.state, K.shape[-1], V.shape[-1]
     exact = min(press.sink + press.window, K.shape[0]) * (d + dv)
     mid = max(floats - exact, 0)

@@ -32,7 +32,8 @@ from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_o
 from kvbounds.theory.subgen import PARTITION_FAIL, partition_bound, partition_t, partition_t_proven, partition_t_shape
 
 from kvbounds.battery import log_partition as battery_log_partition
-from kvbounds.battery import split_uniform, stream_floats
+from kvbounds.ablations import split_uniform
+from kvbounds.battery import stream_floats
 from kvbounds.controls import power_vs_controls
 
 from .common import dispatch, failure_rate_ok, make_record, pick
@@ -234,7 +235,7 @@ def power_trial(params: dict, seed: int, backend: str):
     whole stream is n d). t at C = 1/4 (eps = 1); real traces with queries divided by sqrt(d) and delta the radius at
     which the keys have at most POWER_M clusters (at delta = 0.5 r the clusters held as much as the whole stream,
     so every control was exact). The ablation: as many uniform draws (with replacement, weight n / draws) in place
-    of the clusters' samples (kvbounds.battery.split_uniform)."""
+    of the clusters' samples (kvbounds.ablations.split_uniform)."""
     from .sg_attention import clustering_radius
     n, d, m, delta, r = (params[k] for k in ("n", "d", "m", "delta", "r"))
     rng = np.random.default_rng(seed + 1)

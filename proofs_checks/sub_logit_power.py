@@ -72,9 +72,10 @@ def logit_controls(qs, K, floats: int, rng) -> tuple[dict, dict]:
 def stream_trial(claim: str, source: str, params: dict, seed: int):
     """One record per gamma (see the module docstring), the battery's logit estimates (:func:`logit_controls`) at the
     method's floats n r + d r (the keys' coordinates and the basis: 16% of the keys' n d at n = 256, d = 64, r = 8)
-    and the ablation (a random basis of rank r, kvbounds.battery.random_basis, at the same gamma); a missing real
+    and the ablation (a random basis of rank r, kvbounds.ablations.random_basis, at the same gamma); a missing real
     model gives a record that says so."""
-    from kvbounds.battery import random_basis, stream_floats
+    from kvbounds.ablations import random_basis
+    from kvbounds.battery import stream_floats
     rng = np.random.default_rng(seed)
     try:
         Q, K, V = _stream(params, seed, rng)

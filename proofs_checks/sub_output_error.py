@@ -27,7 +27,8 @@ from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, stan
 from kvbounds.algorithms.subspace_attention import GAMMA_CHOICES, StaticSubspaceAttention
 from kvbounds.theory.subspace import output_error_bound
 
-from kvbounds.battery import random_basis, stream_floats
+from kvbounds.ablations import random_basis
+from kvbounds.battery import stream_floats
 from kvbounds.controls import power_vs_controls
 
 from .common import make_record, pick
@@ -161,7 +162,7 @@ def power_trial(params: dict, seed: int, backend: str):
     (bases from the first half of the stream, Subspace-FD-draft Sec. 10) and for each control of the battery
     (kvbounds.battery) at the same memory: n (r + r_v) + (d + d_v) r floats (the coordinates and the bases), 16% of
     the stream's n (d + d_v) at n = 256, d = 64. The ablation: the same attention with random bases of the same
-    ranks (kvbounds.battery.random_basis) in place of the calibrated ones."""
+    ranks (kvbounds.ablations.random_basis) in place of the calibrated ones."""
     n, fam = params["n"], params["family"]
     rng = np.random.default_rng(seed)
     if fam in ("low_rank", "gaussian"):

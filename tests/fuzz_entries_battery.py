@@ -6,6 +6,7 @@ import numpy as np
 
 from fuzz_harness import RNG, Entry, compare_attention, make_array
 
+from kvbounds import ablations as ab
 from kvbounds import battery as bt
 from kvbounds.algorithms.frequent_directions import FrequentDirections
 
@@ -87,12 +88,12 @@ ENTRIES = [
 
 # -- the ablations' helpers and the index selections -------------------------------------------------------------
 def _split_call(K, V, den_floats, num_floats, rng, sink, window):
-    c = bt.split_uniform(K, V, den_floats, num_floats, rng, sink=sink, window=window)
+    c = ab.split_uniform(K, V, den_floats, num_floats, rng, sink=sink, window=window)
     n = K.shape[0]
     tokens = min(3, n)
     return (bt.cache_floats(c), c.keys.shape[0], bt.streaming_llm_indices(n, tokens, sink),
-            bt.uniform_indices(n, tokens, rng, sink, window)[0], bt.random_basis(K.shape[1], 1, rng),
-            bt.random_basis_sketch(K, 1, rng))
+            bt.uniform_indices(n, tokens, rng, sink, window)[0], ab.random_basis(K.shape[1], 1, rng),
+            ab.random_basis_sketch(K, 1, rng))
 
 
 def _check_split(out, K, V, den_floats, num_floats, rng, sink, window):
