@@ -2,9 +2,9 @@
 
 Per (family, control) of a claim, over n paired streams (the method's metric and the control's on the same stream):
 
-  * ``better`` / ``worse``: two one-sided Wilcoxon signed-rank tests (method below the control; method above it),
-    the smaller p doubled (both directions are looked at), Holm over every (family, control) pair of the claim; a
-    significant test at ``alpha`` calls its direction;
+  * ``better`` / ``worse``: two one-sided Wilcoxon signed-rank tests on the log-ratios log(method / control)
+    (method below the control; method above it), the smaller p doubled (both directions are looked at), Holm over
+    every (family, control) pair of the claim; a significant test at ``alpha`` calls its direction;
   * ``tied``: neither test significant, and the 95% interval of the median ratio method / control lies within
     [1 / :data:`EQUIVALENCE`, :data:`EQUIVALENCE`] (equivalent within 20%: the interval excludes a 20% difference
     either way);
@@ -114,16 +114,17 @@ def detectable_ratio(logs: Sequence[float], tests: int, alpha: float = ALPHA, po
 
 def two_sided_p(method: Sequence[float], control: Sequence[float]) -> tuple[float, str]:
     """(p, direction): twice the smaller of the two one-sided signed-rank p-values (capped at 1) and the direction
-    of that one ("better": method below control; "worse"); every pair tied: (1, "")."""
-    m, c = _paired(method, control)
-    diff = m - c
-    if not np.any(diff != 0):
+    of that one ("better": method below control; "worse"); every pair tied: (1, ""). The test is on the log-ratios
+    log(method / control) (:func:`log_ratios`), the scale the calls report: streams whose errors differ by orders of
+    magnitude (real traces) count alike, and the test and the interval of the median ratio speak of one thing."""
+    x = log_ratios(method, control)
+    if not np.any(x != 0):
         return 1.0, ""
-    a = np.abs(diff)
+    a = np.abs(x)
     exact = len(np.unique(a)) == len(a) and np.all(a > 0) and len(a) <= 50
     kw = dict(zero_method="zsplit", method="exact" if exact else "approx")
-    p_less = float(stats.wilcoxon(m, c, alternative="less", **kw).pvalue)
-    p_more = float(stats.wilcoxon(m, c, alternative="greater", **kw).pvalue)
+    p_less = float(stats.wilcoxon(x, alternative="less", **kw).pvalue)
+    p_more = float(stats.wilcoxon(x, alternative="greater", **kw).pvalue)
     return min(1.0, 2 * min(p_less, p_more)), ("better" if p_less <= p_more else "worse")
 
 
