@@ -238,15 +238,16 @@ def balancekv(K, V, floats: int, rng, *, sink: int, window: int, block_size: int
     return ts.gather_selection(K, V, idx, lw)
 
 
-def balancekv_released(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
+def balancekv_released(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None, **walk):
     """The authors' released BalanceKV walk: a = log w per token (one float each, counted), b = T log 2 (one per
-    head); levels whose kernel overflows float32 run in float64."""
+    head); levels whose kernel overflows float32 run in float64. ``walk``: changes to the released walk's settings
+    (``gamma=0.0``: random signs, its ablation, :func:`kvbounds.ablations.balancekv_released_coin`)."""
     fn = ca.released_balancekv()
     if fn is None:
         raise InputError("balancekv_released needs kvbounds.algorithms.balance_kv_released (not present)")
     T, win = balance_layout(K.shape[-2], K.shape[-1], sink, window, floats, per_token_weights=1)
     # SmolLM2's keys overflow the released kernel in float32 from n ~ 1024 on: those levels run in float64
-    idx, a, b = fn(K, V, sink=sink, window=win, levels=T, block_size=block_size, rng=rng, overflow="float64")
+    idx, a, b = fn(K, V, sink=sink, window=win, levels=T, block_size=block_size, rng=rng, overflow="float64", **walk)
     c = ts.gather_selection(K, V, idx, a)
     if isinstance(K, np.ndarray):
         c.log_w_den = np.array(np.broadcast_to(np.asarray(b, np.float32), c.log_w_num.shape))

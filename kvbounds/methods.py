@@ -35,7 +35,7 @@ from typing import Callable, Iterable
 __all__ = ["Method", "register", "get_method", "methods", "names", "variants", "press_method", "leaderboard_family",
            "load_entry_points", "load_algorithm_modules", "method_table", "BUILTIN"]
 
-ROLES = ("method", "baseline", "control")
+ROLES = ("method", "baseline", "control", "ablation")
 SOURCES = ("kvbounds", "kvpress", "external")
 
 
@@ -45,8 +45,9 @@ class Method:
 
     ``compress``: its contract function (the module docstring), a callable or ``"module:function"``; None for a
     method that only runs on a model's prefill (``compress_prefill``: kvpress's presses).
-    ``role``: ``"method"`` (an algorithm of the papers under test), ``"baseline"`` or ``"control"`` (a null control:
-    a method that must not be found better than another). ``source``: who implements it (``kvbounds``, ``kvpress``,
+    ``role``: ``"method"`` (an algorithm of the papers under test), ``"baseline"``, ``"control"`` (a null control:
+    a method that must not be found better than another) or ``"ablation"`` (a method with its core ingredient
+    replaced by chance: the battery's control, :mod:`kvbounds.ablations`; not run by the end-to-end lists). ``source``: who implements it (``kvbounds``, ``kvpress``,
     ``external`` for a third party's).
     ``algorithm`` / ``variant``: the algorithm it is a variant of, as the claims name it ("BalanceKV"), and its label
     among that algorithm's variants ("pseudocode", "released"); ``label``: one line a reader sees.
@@ -249,6 +250,8 @@ _EM = "kvbounds.algorithms.equal_memory:"
 _LS = "kvbounds.e2e.layer_stacks:"
 _FIT = "; memory_floats: the log-weights (one per token and head), to fit the budget (equal memory)"
 _KC = "greedy k-center's radii and cluster labels (kcenter.greedy_k_center, recent_plus_centers)"
+_AB = "kvbounds.ablations:"
+_HOST = "an ablation of the battery (kvbounds.ablations): numpy only"
 
 
 def _kvpress(name: str, press: str, **kw) -> Method:
@@ -265,25 +268,29 @@ BUILTIN: tuple[Method, ...] = (
     Method("kcenter", _EM + "kcenter", algorithm="SubGen/ClusterGen", variant="kcenter", paper="ClusterGen",
            compress_layers=_LS + "layers_as_heads", press="KCenterPress", press_options=(("cluster_sized", False),),
            label="greedy k-center of the keys plus the recent window, weights 1 (ClusterGen Sec. 4.1)",
-           device_host_reads=_KC),
+           device_host_reads=_KC, ablation="kcenter_random"),
     Method("kcenter_sized", _EM + "kcenter_sized", algorithm="SubGen/ClusterGen", variant="kcenter_sized",
            paper="ClusterGen", compress_layers=_LS + "prefix_traversal_layers", press="KCenterPress",
            press_options=(("cluster_sized", True),),
-           label="greedy k-center, each centre weighted by its cluster's size", device_host_reads=_KC + _FIT),
+           label="greedy k-center, each centre weighted by its cluster's size", device_host_reads=_KC + _FIT,
+           ablation="kcenter_sized_random"),
     Method("balancekv", _EM + "balancekv", algorithm="BalanceKV", variant="pseudocode", paper="BalanceKV-NeurIPS",
            randomized=True, compress_layers=_LS + "balancekv_layers", press="BalanceKVPress",
            label="blockwise BalanceKV, the paper's pseudocode (BalanceKV-NeurIPS App. B.1)",
-           device_host_reads="the walk's FAIL flags, one bool per head and level (block_walk.panel_walk)"),
+           device_host_reads="the walk's FAIL flags, one bool per head and level (block_walk.panel_walk)",
+           ablation="balancekv_coin"),
     Method("balancekv_released", _EM + "balancekv_released", algorithm="BalanceKV", variant="released",
            paper="BalanceKV-NeurIPS", randomized=True, compress_layers=_LS + "released_layers",
-           press="BalanceKVReleasedPress", label="BalanceKV as the authors released it (their walk)"),
+           press="BalanceKVReleasedPress", label="BalanceKV as the authors released it (their walk)",
+           ablation="balancekv_released_coin"),
     Method("subgen", _EM + "subgen", algorithm="SubGen/ClusterGen", variant="subgen", paper="SubGen", randomized=True,
            compress_layers=_LS + "middle_traversal_layers", press="SubGenPress",
            label="SubGen's estimator: cluster representatives for the denominator, l2-sampled values (SubGen Alg. 1)",
-           device_host_reads="greedy k-center's radii (kcenter.greedy_k_center)" + _FIT),
+           device_host_reads="greedy k-center's radii (kcenter.greedy_k_center)" + _FIT, ablation="subgen_uniform"),
     Method("subspace", _EM + "subspace", algorithm="Subspace/FD", variant="subspace", paper="Subspace-FD-draft",
            compress_layers=_LS + "fitted_layers_as_heads", press="SubspacePress",
-           label="top-r projection of the middle keys and values (Subspace-FD-draft)", device_host_reads=_FIT[2:]),
+           label="top-r projection of the middle keys and values (Subspace-FD-draft)", device_host_reads=_FIT[2:],
+           ablation="subspace_random"),
     Method("h2o", _EM + "h2o", role="baseline", needs_queries=True, needs_scores=True,
            compress_prefill="kvbounds.e2e.h2o:h2o_prefill", press="H2OPress",
            label="H2O: heavy hitters by accumulated attention plus recent tokens (Zhang et al. 2023)"),
@@ -291,6 +298,19 @@ BUILTIN: tuple[Method, ...] = (
            press="KernelThinningPress", label="sink and window exact, the middle by kernel thinning (goodpoints)"),
     Method("uniform_control", _EM + "uniform", role="control", control_of="uniform", randomized=True,
            label="uniform sampling again from its own random stream: the end-to-end checks' null control"),
+    # the ablations (role "ablation": the battery's control for each method above, kvbounds.ablations)
+    Method("balancekv_coin", _AB + "balancekv_coin", role="ablation", randomized=True,
+           label="the pseudocode's ablation: its walk with fair coins (random halving), the same blocks and cut"),
+    Method("balancekv_released_coin", _AB + "balancekv_released_coin", role="ablation", randomized=True,
+           label="the released walk's ablation: gamma = 0 (random signs), the same cut and estimator"),
+    Method("subgen_uniform", _AB + "subgen_uniform", role="ablation", randomized=True, host_only=_HOST,
+           label="SubGen's ablation: its split of floats, uniform draws for its cluster and l2 samples"),
+    Method("subspace_random", _AB + "subspace_random", role="ablation", randomized=True, host_only=_HOST,
+           label="the subspace method's ablation: random bases of the same rank"),
+    Method("kcenter_random", _AB + "kcenter_random", role="ablation", randomized=True, host_only=_HOST,
+           label="k-center's ablation: random centres, the same window, weights 1"),
+    Method("kcenter_sized_random", _AB + "kcenter_sized_random", role="ablation", randomized=True, host_only=_HOST,
+           label="sized k-center's ablation: random centres weighted by their nearest-centre clusters' sizes"),
     _kvpress("streaming_llm", "StreamingLLMPress"),
     _kvpress("snapkv", "SnapKVPress"),
     _kvpress("pyramidkv", "PyramidKVPress"),

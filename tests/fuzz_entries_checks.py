@@ -9,42 +9,13 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from fuzz_harness import RNG, Entry, compare_attention, make_array
+from fuzz_harness import RNG, Entry, make_array
 
 from kvbounds import controls as ctl
 from kvbounds.proofs_checks import decode_stream as ds
 from kvbounds.proofs_checks import decode_verdict as dv
 from kvbounds.proofs_checks import power_streams as ps
 from kvbounds.records import Record
-
-
-def _qkv(rng, cls):
-    n, d, s = int(rng.integers(1, 9)), int(rng.integers(1, 5)), int(rng.integers(1, 4))
-    return dict(q=make_array(rng, (d,), cls), K=make_array(rng, (n, d), cls), V=make_array(rng, (n, s), cls))
-
-
-def _check_softmax_attend(out, q, K, V, scale):
-    return compare_attention(out, q, K, V, scale)
-
-
-def _check_attention_controls(out, q, K, V, memory, rng, scale):
-    if set(out) != {"zeros", "mean_values", "uniform", "recent"} or np.any(out["zeros"] != 0):
-        return f"controls {sorted(out)}"
-    if not np.allclose(out["mean_values"], np.asarray(V, np.float64).mean(0), rtol=1e-5, atol=0):
-        return "mean_values is not the mean of the values"
-    m = int(min(max(memory, 1), len(K)))
-    return compare_attention(out["recent"], q, K[-m:], V[-m:], scale)
-
-
-def _check_numerator_controls(out, q, K, V, memory, rng, scale):
-    m = int(min(max(memory, 1), len(K)))
-    x = np.asarray(K[-m:], np.float64) @ np.asarray(q, np.float64) * scale
-    mx, u = out["recent"]
-    want = np.exp(x - x.max()) @ np.asarray(V[-m:], np.float64)      # the same max shift: e^m u in either
-    tol = 1e-4 * (np.exp(x - x.max()) @ np.abs(np.asarray(V[-m:], np.float64))) + 1e-300
-    if not (abs(mx - x.max()) <= 1e-5 * (abs(x.max()) + 1) and np.all(np.abs(np.asarray(u) - want) <= tol)):
-        return f"recent numerator {mx}, {u} vs {x.max()}, {want}"
-    return None
 
 
 def _errors(rng, cls):
@@ -113,14 +84,16 @@ def _at(values, i):
 
 def _power_call(method, zeros, mean_values, alpha):
     """Records as a check stores them (the metric in extra["m"], read by ``value``), then the power rule, its table
-    as cells and lines, and the report's beat-nothing table."""
+    as cells and lines, and the report's first table and glance counts."""
     m, z, mv = _as_values(method), _as_values(zeros), _as_values(mean_values)
     recs = [Record("X.claim", dict(family="a" if i % 3 else "b", rep=i, sweep="power"), 0, "numpy", 0.0, 1.0, True,
                    bound_kind="shape", check=ps.POWER_CHECK, extra=dict(m=m[i], controls=dict(zeros=_at(z, i),
                                                                                                 mean_values=_at(mv, i))))
             for i in range(len(m))]
     p = ctl.power_vs_controls(recs, setting=lambda r: r.params["family"], value=lambda r: r.extra["m"], alpha=alpha)
-    table = ctl.beat_nothing_table({"X.claim": SimpleNamespace(power_table=p.table())})
+    from kvbounds.report_power import first_table, power_glance
+    v = SimpleNamespace(power_table=p.table(), power_calls=p.calls)
+    table = (first_table({"X.claim": v}), power_glance({"X.claim": v}))
     return p.power, p.detail, ctl.power_table_cells(p.table(), alpha), ctl.power_table_lines(p.table()), str(table)
 
 
@@ -208,6 +181,8 @@ def _decode_call(err, unit, cert, controls, units, log_scale):
     heads = [dict(err=e[h], units={units: _at(u, h)}, cert=_at(c, h), r=1.0, kmax=1.0, vmax=1.0, qnorm=1.0,
                   controls=dict(zeros=cl[h][0], mean_values=cl[h][-1])) for h in range(len(e))]
     rows = [dict(n=n, layer=layer, stored=16, d=4, kv_heads=1, heads=heads) for n in (64, 96) for layer in (0, 1)]
+    import copy
+    rows = ds.merge_ablation(rows, copy.deepcopy(rows), units)      # the ablation run's rows: here the same errors
     recs = dv.build_records("BKV.decode", "src", ds.trial_params("smoke"), rows, units, lambda row, h: log_scale)
     v = dv.summarize("BKV.decode", recs, scale_text="s", certificate_kind="c")
     return [(r.measured, r.bound) for r in recs], v.summary, dv.decode_rows(recs)
@@ -222,11 +197,6 @@ def _decode_nonfinite_ok(out, **kw):
 
 
 ENTRIES = [
-    Entry("softmax_attend", _qkv, dict(scale=0.5), ctl.softmax_attend, _check_softmax_attend, torch_ok=False),
-    Entry("attention_controls", _qkv, dict(memory=3, rng=RNG, scale=0.5), ctl.attention_controls,
-          _check_attention_controls, torch_ok=False),
-    Entry("numerator_controls", _qkv, dict(memory=3, rng=RNG, scale=0.5), ctl.numerator_controls,
-          _check_numerator_controls, torch_ok=False),
     Entry("WorstError.add+check_error", _errors, dict(name="zeros"), _worst_call, _check_worst, torch_ok=False,
           nonfinite_ok=lambda out, **kw: not any(math.isnan(v) for v in out[0].values())),
     Entry("WorstError.add_all", lambda r, c: dict(exact=make_array(r, (3,), c), est=make_array(r, (3,), c)),
@@ -235,7 +205,7 @@ ENTRIES = [
     Entry("median_ci", _sample, dict(conf=0.95), ctl.median_ci, _check_median_ci, torch_ok=False,
           nonfinite_ok=lambda out, **kw: not any(math.isnan(v) for v in out)),      # +-inf values: an inf median
     Entry("one_sided_p", _paired, {}, ctl.one_sided_p, _check_p, torch_ok=False),
-    Entry("power_vs_controls+power_table_cells+power_table_lines+beat_nothing_table", _power_arrays,
+    Entry("power_vs_controls+power_table_cells+power_table_lines+first_table+power_glance", _power_arrays,
           dict(alpha=0.05), _power_call, _check_power, torch_ok=False),
     Entry("not_applicable", lambda r, c: {}, dict(reason="an exact identity"), ctl.not_applicable),
     Entry("concentrated_stream", lambda r, c: {}, dict(n=40, d=6, scale=0.4, clusters=4, rng=RNG),
@@ -255,6 +225,6 @@ ENTRIES = [
           nonfinite_ok=lambda out, **kw: not any(math.isnan(x) for x in out)),
     Entry("certificate_stats+check_rows", _cert_arrays, {}, _cert_call, torch_ok=False,
           nonfinite_ok=_cert_nonfinite_ok),
-    Entry("build_records+summarize+decode_rows", _decode_arrays, dict(units="F", log_scale=0.5), _decode_call,
+    Entry("build_records+summarize+decode_rows+merge_ablation", _decode_arrays, dict(units="F", log_scale=0.5), _decode_call,
           torch_ok=False, nonfinite_ok=_decode_nonfinite_ok),
 ]

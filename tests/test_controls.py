@@ -5,8 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from kvbounds.controls import (MIN_STREAMS, attention_controls, median_ci, numerator_controls, power_table_lines,
-                               power_vs_controls)
+from kvbounds.controls import MIN_STREAMS, median_ci, power_table_lines, power_vs_controls
 from kvbounds.records import Record
 from kvbounds.verdict import decide
 
@@ -36,8 +35,10 @@ def test_power_low_names_the_control_and_the_setting():
     recs = synthetic(0.1, settings=("a",)) + synthetic(1.5, settings=("b",))
     p = power_vs_controls(recs, setting=lambda r: r.params["family"])
     assert p.power == "low"
-    assert "mean of values (b)" in p.note and "zeros" not in p.note
+    assert p.note.startswith("worse than mean of values (b: 1.") and "zeros" not in p.note.split(";")[0]
     assert [c.beaten("mean_values") for c in p.cells] == [True, False]
+    assert [(c["family"], c["control"], c["call"]) for c in p.calls] == [
+        ("a", "zeros", "better"), ("a", "mean_values", "better"), ("b", "zeros", "better"), ("b", "mean_values", "worse")]
 
 
 def test_power_rule_is_order_independent():
@@ -57,9 +58,10 @@ def test_holm_over_settings_makes_power_harder_to_show():
     assert one.power == "shown" and many.power == "low"
 
 
-def test_fewer_than_ten_streams_is_not_power():
+def test_fewer_than_ten_streams_is_not_tested():
     p = power_vs_controls(synthetic(0.1, n=MIN_STREAMS - 1), setting=lambda r: r.params["family"])
-    assert p.power == "low" and "untested" in p.detail
+    assert p.power == "n/a" and "fewer than 10" in p.detail
+    assert {c["call"] for c in p.calls} == {"not tested"}
 
 
 def test_missing_family_is_reported_not_dropped():
@@ -67,8 +69,8 @@ def test_missing_family_is_reported_not_dropped():
     recs.append(Record("X.claim", dict(family="real MiniLM", rep=0, sweep="power"), 0, "numpy", math.nan, math.nan,
                        True, bound_kind="shape", check="trivial controls", extra=dict(missing="package not installed")))
     p = power_vs_controls(recs, setting=lambda r: r.params["family"])
-    assert "real MiniLM: not run (package not installed)" in p.detail
-    assert any("not run" in line for line in power_table_lines(p.table()))
+    assert "real MiniLM: not tested (package not installed)" in p.detail
+    assert any("not tested" in line for line in power_table_lines(p.table()))
 
 
 def test_old_records_without_controls_give_no_power_from_trivials():
@@ -83,27 +85,15 @@ def test_verdict_headline_says_no_better_than_doing_nothing():
     p = power_vs_controls(recs, setting=lambda r: r.params["family"])
     v = decide("BKV.attention", [Record("BKV.attention", dict(t=16), 0, "numpy", 0.1, 1.0, True, bound_kind="shape")],
                trivial=p)
-    assert v.power == "low" and "no better than zeros, mean of values (every setting)" in v.headline
+    assert v.power == "low" and "worse than mean of values (a: " in v.headline and "+1 more family" in v.headline
     assert v.power_table and v.power_table[0]["setting"] == "a"
+    assert {(c["family"], c["control"], c["call"]) for c in v.power_calls} == {
+        (f, n, "worse") for f in "ab" for n in ("zeros", "mean_values")}
 
 
 def test_median_ci_covers_the_median():
     m, lo, hi = median_ci(np.arange(1.0, 11.0))
     assert lo <= m <= hi and (lo, hi) == (2.0, 9.0)
-
-
-def test_attention_controls_at_full_memory_are_exact():
-    rng = np.random.default_rng(0)
-    K, V, q = rng.standard_normal((20, 4)), rng.standard_normal((20, 3)), rng.standard_normal(4)
-    est = attention_controls(q, K, V, 20, rng, scale=0.5)
-    w = np.exp(K @ q * 0.5)
-    exact = w @ V / w.sum()
-    assert np.allclose(est["uniform"], exact) and np.allclose(est["recent"], exact)
-    assert np.allclose(est["mean_values"], V.mean(0)) and not est["zeros"].any()
-    num = numerator_controls(q, K, V, 20, rng, scale=0.5)
-    for name in ("uniform", "recent"):
-        m, u = num[name]
-        assert np.allclose(math.exp(m) * u, w @ V)
 
 
 def test_an_undefined_estimate_counts_against_the_method():
@@ -123,9 +113,9 @@ def test_a_hold_no_better_than_doing_nothing_is_not_green_in_the_glance():
 
 
 def test_vs_uniform_pairs_each_seed_with_the_cell_controls_and_old_records_say_so():
-    """BKV.vs-uniform's comparison with doing nothing (proofs_checks/bkv_trivial.py): per-seed errors against
-    zeros (= 1), the mean of the values and the recent window of the same cell; records without per-seed errors
-    (stored before issue 20) give None."""
+    """BKV.vs-uniform's comparison with the battery (proofs_checks/bkv_trivial.py): per-seed errors against zeros
+    (= 1), the mean of the values and StreamingLLM of the same cell; records without per-seed errors (stored before
+    issue 20) give None."""
     from kvbounds.proofs_checks.bkv_trivial import trivial_power
     from kvbounds.proofs_checks.common import make_record
     recs = []
@@ -138,7 +128,8 @@ def test_vs_uniform_pairs_each_seed_with_the_cell_controls_and_old_records_say_s
     tp = trivial_power("BKV.vs-uniform", recs, {"balance": "pseudocode"})
     (cell,) = tp.table()
     assert cell["setting"] == "real SmolLM2 | pseudocode" and cell["streams"] == 12
-    assert cell["best"] == "recent" and tp.power == "low" and "recent window" in tp.note
+    assert cell["best"] == "streaming_llm" and tp.power == "low" and "worse than StreamingLLM" in tp.note
+    assert cell["unit"] == "seeds x (layer, T) cells of one text"
     for r in recs:
         r.extra.pop("per_seed", None)
     assert trivial_power("BKV.vs-uniform", recs, {"balance": "pseudocode"}) is None
@@ -199,19 +190,82 @@ def test_concentrated_stream_keeps_its_heavy_logit_at_any_dimension(d):
         concentrated_stream(np.random.default_rng(0), 200, 1, 1.0)
 
 
-def test_controls_refuse_bad_input_by_name():
-    """A NaN query gave NaN estimates, memory = NaN a bare ValueError, an empty prefix a numpy error."""
-    from kvbounds.algorithms.validation import InputError
+# -- the three-way calls (kvbounds.power_calls) on constructed data ------------------------------------------------
+
+def paired(ratios, setting="f", **extra):
+    """Records whose method / control ratio per stream is ``ratios`` (control 1 + i/100, a spread of magnitudes)."""
+    return [Record("X.claim", dict(family=setting, rep=i, sweep="power"), i, "numpy", x * (1 + i / 100), 1.0, True,
+                   bound_kind="shape", check="trivial controls",
+                   extra=dict(controls=dict(streaming_llm=1 + i / 100), **extra)) for i, x in enumerate(ratios)]
+
+
+def one_call(recs):
+    (c,) = power_vs_controls(recs, setting=lambda r: r.params["family"]).calls
+    return c
+
+
+def test_a_clear_win_a_clear_loss_a_tie_and_an_underpowered_case():
+    win = one_call(paired([0.5] * 20))
+    assert win["call"] == "better" and win["wins"] == 20 and win["n"] == 20
+    assert win["ratio_median"] == pytest.approx(0.5) and win["ci"][1] < 1
+    loss = one_call(paired([1.6 + 0.01 * (i % 3) for i in range(20)]))
+    assert loss["call"] == "worse" and loss["wins"] == 0 and loss["ci"][0] > 1
+    # a tie: ratios symmetric around 1 within 5%: no direction, the interval inside [1/1.2, 1.2]
+    tie = one_call(paired([1 + 0.05 * ((-1) ** i) * (i % 5) / 4 for i in range(20)]))
+    assert tie["call"] == "tied" and 1 / 1.2 <= tie["ci"][0] and tie["ci"][1] <= 1.2
+    # underpowered: 10 streams that scatter by 3x either way, a median below 1, neither test significant
+    few = one_call(paired([0.3, 3.0, 0.4, 2.5, 0.5, 0.6, 2.0, 0.7, 0.8, 1.5]))
+    assert few["call"] == "not shown" and few["ci"][0] < 1 < few["ci"][1]
+    assert few["detectable_ratio"] < win["detectable_ratio"] <= 1
+
+
+def test_call_words():
+    from kvbounds.power_calls import call_words
+    c = one_call(paired([1.16] * 9 + [0.9] * 21))
+    assert call_words(c) == "tied with StreamingLLM (f: 0.9 [0.9, 0.9], 21/30 wins)"
+    loss = one_call(paired([1.2 + 0.001 * i for i in range(30)]))
+    assert call_words(loss).startswith("worse than StreamingLLM (f: 1.2") and "0/30 wins" in call_words(loss)
+
+
+def test_detectable_ratio_shrinks_towards_one_with_n_and_is_none_below_the_smallest_p():
+    from kvbounds.power_calls import detectable_ratio
     rng = np.random.default_rng(0)
-    q, K, V = rng.standard_normal(4), rng.standard_normal((6, 4)), rng.standard_normal((6, 3))
-    for f in (attention_controls, numerator_controls):
-        with pytest.raises(InputError, match="q contains NaN"):
-            f(np.full(4, np.nan), K, V, 3, rng, scale=0.5)
-        with pytest.raises(InputError, match="memory"):
-            f(q, K, V, math.nan, rng, scale=0.5)
-        with pytest.raises(InputError, match="0 rows|empty"):
-            f(q, K[:0], V[:0], 3, rng, scale=0.5)
-        with pytest.raises(InputError, match="overflow"):
-            f(q * 1e200, K * 1e200, V, 3, rng, scale=0.5)
-    with pytest.raises(InputError, match="NaN"):
-        median_ci([1.0, math.nan])
+    logs = rng.normal(0, 0.5, 200)
+    r = [detectable_ratio(logs[:n], tests=16) for n in (10, 20, 40, 80, 160)]
+    assert all(a < b for a, b in zip(r, r[1:])) and r[-1] < 1
+    assert math.isnan(detectable_ratio(logs[:8], tests=16))     # 2^-8 > 0.05 / 32: no ratio is detectable
+    assert detectable_ratio(np.zeros(20), tests=4) == 1.0
+
+
+def test_a_method_that_does_not_compress_is_not_tested():
+    recs = paired([0.5] * 12, not_tested="does not compress: 5000 floats for 4096",
+                  floats=dict(method=5000, stream=4096, fraction=5000 / 4096, controls={}))
+    p = power_vs_controls(recs, setting=lambda r: r.params["family"])
+    (c,) = p.calls
+    assert c["call"] == "not tested" and "does not compress: 5000 floats for 4096" in c["reason"]
+    assert p.power == "n/a" and "not tested" in p.detail
+    mixed = paired([0.5] * 12, floats=dict(method=500, stream=4096, fraction=500 / 4096, controls={})) + \
+        paired([0.5], "f", not_tested="does not compress: 5000 floats for 4096")
+    for i, r in enumerate(mixed[-1:]):
+        r.params["rep"] = 100 + i
+    p = power_vs_controls(mixed, setting=lambda r: r.params["family"])
+    assert p.calls[0]["call"] == "better" and "1/13 stream(s) not tested" in p.cells[0].missing
+    assert p.calls[0]["fraction"] == pytest.approx(500 / 4096)
+
+
+def test_the_glance_reads_the_calls():
+    from kvbounds.report import glance_category
+    from kvbounds.report_power import first_table, power_glance
+    from kvbounds.verdict import Verdict
+    better = dict(family="f", control="zeros", fraction=0.2, call="better", ratio_median=0.5, ci=[0.4, 0.6], wins=20,
+                  n=20, detectable_ratio=0.8, reason="", p=0.001, unit="independent streams")
+    v = Verdict("X.y", "", "s", statement="holds-fitted", power="low", power_note="worse than StreamingLLM (...)",
+                power_calls=[better, dict(better, control="streaming_llm", call="worse", ratio_median=1.3)])
+    assert glance_category(v) == "hold with a fitted constant"          # better than doing nothing: no suffix
+    v.power_calls.append(dict(better, control="mean", call="worse", ratio_median=2.0))
+    assert glance_category(v) == "hold with a fitted constant, worse than doing nothing"
+    counts = {label: n for label, n, _ in power_glance({"X.y": v})}
+    assert counts["worse than StreamingLLM somewhere"] == 1 and counts["worse than doing nothing somewhere"] == 1
+    t = first_table({"X.y": v})
+    (row,) = t["claims"][0]["rows"]
+    assert [c["text"] for c in row["cells"]] == ["worse 1.3", "-", "worse 2"] and row["fraction"] == "20%"

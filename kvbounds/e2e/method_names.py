@@ -4,7 +4,7 @@ from kvbounds import methods as _registry
 
 # run by kvbounds' own code (kernel_thinning: a baseline through goodpoints, the optional extra kvbounds[kt]; without
 # it its rows are skipped with the install command)
-OURS = tuple(m.name for m in _registry.methods(source="kvbounds") if m.role != "control")
+OURS = tuple(m.name for m in _registry.methods(source="kvbounds") if m.role not in ("control", "ablation"))
 # kvpress's presses by short name -> kvpress's class
 PRESSES = {m.name.split(":", 1)[1]: m.press for m in _registry.methods(source="kvpress")}
 KVPRESS = _registry.names(source="kvpress")
