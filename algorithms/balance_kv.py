@@ -32,7 +32,7 @@ import numpy as np
 from kvbounds.algorithms.arrays import array_namespace, device as _dev
 
 from .host_values import host_floats
-from .merge_and_reduce import MAX_BATCH, MergeAndReduce, check_levels
+from .merge_and_reduce import MAX_BATCH, SIGNS, MergeAndReduce, check_levels
 from .validation import InputError, check_array, check_positive, check_probability, check_seed, namespace
 
 ERASE_RULES = ("alg1", "proof001", "none")
@@ -74,13 +74,16 @@ class BalanceKV:
 
     ``batch_size`` (t) and ``levels`` (T) configure every MergeAndReduce; ``eps`` enters the erase rule;
     ``r`` bounds the query and key norms; ``delta`` is each SoftmaxBalance call's failure probability;
-    ``n`` is the stream-length bound in the erase rule (default: tokens seen so far).
+    ``n`` is the stream-length bound in the erase rule (default: tokens seen so far); ``signs``: ``"walk"``
+    (Alg. 2) or ``"random"`` (every MergeAndReduce halves by fair coins: the ingredient ablation,
+    :class:`~kvbounds.algorithms.merge_and_reduce.MergeAndReduce`).
     ``fast = False`` (attribute) forces the generic array-API path (the reference; tests compare the two)."""
 
     fast = True
 
     def __init__(self, d: int, *, batch_size: int, levels: int, eps: float, r: float, delta: float = 1e-3,
-                 seed: int | None = 0, s: int | None = None, n: int | None = None, erase_rule: str = "alg1"):
+                 seed: int | None = 0, s: int | None = None, n: int | None = None, erase_rule: str = "alg1",
+                 signs: str = "walk"):
         check_positive(d, "d", integer=True)
         check_positive(eps, "eps")
         check_positive(r, "r")
@@ -97,6 +100,9 @@ class BalanceKV:
             check_positive(s, "s", integer=True)
         seed = check_seed(seed)
         erase_threshold(erase_rule, eps=eps, n=1, r=r, d=d, vmax=0.0)  # validates the rule
+        if signs not in SIGNS:
+            raise InputError(f"signs must be one of {SIGNS}, got {signs!r}")
+        self.signs = signs
         self.d, self.t, self.T, self.eps, self.r, self.delta = d, batch_size, levels, eps, r, delta
         self.s, self.n_bound, self.erase_rule = s, n, erase_rule
         self.rng = np.random.default_rng(seed)
@@ -112,7 +118,7 @@ class BalanceKV:
 
     def _mr(self, s: int) -> MergeAndReduce:
         return MergeAndReduce(self.d, s, t=self.t, T=self.T, delta=self.delta, rng=self.rng,
-                              r_key=self.r, scale=self.scale)
+                              r_key=self.r, scale=self.scale, signs=self.signs)
 
     def update(self, k, v) -> None:
         if self.fast and self._plain_numpy(k, v) and self._update_numpy(k, v):

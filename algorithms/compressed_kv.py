@@ -143,7 +143,7 @@ def weight_floats(x: np.ndarray) -> int:
 
 def memory_floats(c: CompressedKV) -> int:
     """Floats a compressed layer holds: a key for every token used on either side, a value for every token in
-    the numerator, and the log-weights: none for exact tokens (a = b = 0: the first/last windows, positional),
+    the numerator (each at its own width), and the log-weights: none for exact tokens (a = b = 0: the first/last windows, positional),
     per head and side one float when the weights are constant (uniform sampling, BalanceKV's 2^T), else one per
     token; a side of -inf is a flag, not a float; a = b is stored once. Subspace methods store ``rank``
     coordinates per projected key/value plus ``extra_floats`` (their bases). Reads the log-weights on the host
@@ -153,12 +153,13 @@ def memory_floats(c: CompressedKV) -> int:
     a, b = to_numpy(c.log_w_num), to_numpy(c.log_w_den)
     fa, fb = np.isfinite(a), np.isfinite(b)
     used = fa | fb
-    width = c.keys.shape[-1]
-    floats = int(used.sum()) * width + int(fa.sum()) * width
+    width, vwidth = c.keys.shape[-1], c.values.shape[-1]
+    floats = int(used.sum()) * width + int(fa.sum()) * vwidth
     if c.rank is not None:     # projected tokens: rank coordinates for the key and the value instead of d
         heads = int(np.prod(a.shape[:-1], dtype=np.int64))
-        floats -= 2 * heads * c.projected * (width - c.rank)
-    A, B = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+        floats -= heads * c.projected * ((width - c.rank) + (vwidth - min(c.rank, vwidth)))
+    rows = int(np.prod(a.shape[:-1], dtype=np.int64))     # (not -1: an empty cache has no row length to infer)
+    A, B = a.reshape(rows, a.shape[-1]), b.reshape(rows, b.shape[-1])
     FA, FB, U = fa.reshape(A.shape), fb.reshape(B.shape), used.reshape(A.shape)
     for h in range(A.shape[0]):
         w = U[h] & ~((A[h] == 0) & (B[h] == 0))

@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from kvbounds.algorithms.arrays import array_namespace, device as _dev
+from kvbounds.algorithms.arrays import array_namespace, like, device as _dev
 
 from .host_values import host_floats
+from .self_balancing_walk import smaller_side
 from .softmax_balance import softmax_balance
 from .validation import (InputError, check_array, check_positive, check_probability, check_rng, check_scale,
                          namespace)
@@ -30,6 +31,7 @@ from .validation import (InputError, check_array, check_positive, check_probabil
 MAX_LEVELS = 48
 PANEL_FROM = 512     # memory="auto": batches above this size are balanced on Gram panels
 MAX_BATCH = 2**26    # t rows are buffered before each reduction: larger t cannot be held
+SIGNS = ("walk", "random")
 
 
 def check_levels(T: int) -> None:
@@ -47,11 +49,13 @@ class MergeAndReduce:
     to SoftmaxBalance (default: the largest norms in the cell being reduced); ``c``: the walk constant
     (default 30 log(t/delta), the paper's); ``memory``: SoftmaxBalance's Gram layout ("gram", "panel", or
     "auto": the full Gram for t <= PANEL_FROM, column panels above, O(t (d + s + 64)) memory per reduction;
-    the signs are the same up to the summation order)."""
+    the signs are the same up to the summation order); ``signs``: ``"walk"`` (Alg. 2's self-balancing walk) or
+    ``"random"`` (the ingredient ablation: each sign a fair coin drawn from the same uniforms the walk would use,
+    the same smaller side kept, so the walk's only effect is what differs from this)."""
 
     def __init__(self, d: int, s: int, *, t: int, T: int, delta: float, rng: np.random.Generator,
                  r_key: float | None = None, r_value: float | None = None, scale: float | None = None,
-                 c: float | None = None, memory: str = "auto"):
+                 c: float | None = None, memory: str = "auto", signs: str = "walk"):
         check_positive(d, "d", integer=True)
         check_positive(s, "s", integer=True)
         check_positive(t, "batch size t", integer=True)
@@ -69,6 +73,9 @@ class MergeAndReduce:
             check_positive(c, "c")
         if memory not in ("auto", "gram", "panel"):
             raise InputError(f"memory must be 'auto', 'gram' or 'panel', got {memory!r}")
+        if signs not in SIGNS:
+            raise InputError(f"signs must be one of {SIGNS}, got {signs!r}")
+        self.signs = signs
         self.memory = memory if memory != "auto" else ("gram" if t <= PANEL_FROM else "panel")
         scale = check_scale(scale, d)
         self.d, self.s, self.t, self.T, self.delta = d, s, t, T, delta
@@ -135,12 +142,16 @@ class MergeAndReduce:
             self.cells_k[i] = self.cells_v[i] = None
             return
         xp = array_namespace(K)
-        res = softmax_balance(K, V, delta=self.delta, rng=self.rng, r_key=self.r_key, r_value=self.r_value,
-                              n=max(self.t, K.shape[0]), scale=self.scale, on_fail="continue", c=self.c,
-                              memory=self.memory)
+        if self.signs == "random":            # the ablation: the walk's uniforms, each a fair coin (p = 1/2)
+            u = like(self.rng.random(tuple(K.shape[:-1])), K)
+            keep = xp.nonzero(smaller_side(xp.where(u < 0.5, xp.ones_like(u), -xp.ones_like(u))))[0]
+        else:
+            res = softmax_balance(K, V, delta=self.delta, rng=self.rng, r_key=self.r_key, r_value=self.r_value,
+                                  n=max(self.t, K.shape[0]), scale=self.scale, on_fail="continue", c=self.c,
+                                  memory=self.memory)
+            self.fail_count += int(np.asarray(res.walk.failed).any())
+            keep = xp.nonzero(res.keep)[0]
         self.balance_calls += 1
-        self.fail_count += int(np.asarray(res.walk.failed).any())
-        keep = xp.nonzero(res.keep)[0]
         Kk, Vk = xp.take(K, keep, axis=0), xp.take(V, keep, axis=0)
         if self.cells_k[i + 1] is None:
             self.cells_k[i + 1], self.cells_v[i + 1] = Kk, Vk

@@ -655,9 +655,10 @@ def _check_split(out, q, K, V, idx, log_w_num, log_w_den, scale):
 
 
 def _ckv_arrays(rng, cls):
-    H, m, d = int(rng.integers(1, 3)), int(rng.integers(1, 7)), int(rng.integers(1, 4))
+    H, m, d, dv = (int(rng.integers(1, 3)), int(rng.integers(1, 7)), int(rng.integers(1, 4)),
+                   int(rng.integers(1, 4)))
     choices = np.array([0.0, 0.0, LOG2, 2 * LOG2, -np.inf, 0.5])
-    return dict(keys=make_array(rng, (H, m, d), cls), values=make_array(rng, (H, m, d), cls),
+    return dict(keys=make_array(rng, (H, m, d), cls), values=make_array(rng, (H, m, dv), cls),
                 a=choices[rng.integers(0, 6, (H, m))], b=choices[rng.integers(0, 6, (H, m))])
 
 
@@ -667,14 +668,15 @@ def _memory_call(keys, values, a, b, extra_floats):
 
 def _check_memory(out, keys, values, a, b, extra_floats):
     """A hand count, token by token: key if either side uses it, value if the numerator does; weights
-    per head and side (none for a = b = 0 tokens, one when constant, else one per token, a = b once)."""
-    d = keys.shape[-1]
+    per head and side (none for a = b = 0 tokens, one when constant, else one per token, a = b once); keys and
+    values each at their own width."""
+    d, dv = keys.shape[-1], values.shape[-1]
     total = extra_floats
     for h in range(a.shape[0]):
         wa, wb = [], []
         for i in range(a.shape[1]):
             ua, ub = math.isfinite(a[h, i]), math.isfinite(b[h, i])
-            total += d * (ua or ub) + d * ua
+            total += d * (ua or ub) + dv * ua
             if (ua or ub) and not (a[h, i] == 0 and b[h, i] == 0):
                 wa.append(a[h, i])
                 wb.append(b[h, i])

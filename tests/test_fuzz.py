@@ -193,7 +193,7 @@ NOT_ENTRY_POINTS = {
 # Packages and modules whose public callables must be fuzz entries (a module is enumerated alone, a package with its
 # subpackages): add a name here, and its entries in a tests/fuzz_entries*.py file, to cover a new surface.
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses",
-            "kvbounds.controls", "kvbounds.proofs_checks.power_streams", "kvbounds.proofs_checks.decode_stream",
+            "kvbounds.controls", "kvbounds.battery", "kvbounds.proofs_checks.power_streams", "kvbounds.proofs_checks.decode_stream",
             "kvbounds.proofs_checks.decode_verdict", "kvbounds.streaming")
 
 
