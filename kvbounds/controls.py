@@ -34,13 +34,12 @@ from scipy import stats
 
 from .algorithms.validation import (InputError, check_array, check_error, check_int, check_probability, check_real,
                                    check_rng, check_values)
+from .power_calls import (EQUIVALENCE, MIN_STREAMS, call_words, control_order, decide_call, label, summary_words,
+                          two_sided_p)
 from .records import Record
 from .statistics import canonical_order, holm_adjust
 
-CONTROL_LABELS = {"zeros": "zeros", "mean_values": "mean of values", "uniform": "uniform sample",
-                  "recent": "recent window", "random_signs": "random signs", "best_rank": "best rank-l",
-                  "mean_keys": "mean of keys"}
-MIN_STREAMS = 10
+from .power_calls import LABELS as CONTROL_LABELS  # noqa: E402,F401 - the labels of every control name
 ALPHA = 0.05
 
 
@@ -165,30 +164,40 @@ def not_applicable(reason: str) -> str:
 # ------------------------------------------------------------------ the power rule
 @dataclasses.dataclass
 class PowerCell:
-    """One setting (stream family) of one claim: the method's and each control's metric over paired streams."""
+    """One setting (stream family, memory) of one claim: the method's and each control's metric over paired
+    streams, and the call against each control (:mod:`kvbounds.power_calls`)."""
     setting: str
     streams: int
     method: float                              # median of the method's metric
     controls: dict[str, float | None]          # median of each control's metric (None: could not run)
-    p_adjusted: dict[str, float]               # Holm-adjusted one-sided p (method below control)
+    p_adjusted: dict[str, float]               # Holm-adjusted two-sided p per control
     best: str = ""                             # the control with the smallest median
     ratio: float = math.nan                    # median of method / best control over the streams
     ratio_ci: tuple[float, float] = (math.nan, math.nan)
-    missing: str = ""                          # why the setting (or a control) did not run
+    missing: str = ""                          # why the setting (or a control, or some streams) did not run
+    fraction: float = math.nan                 # median of the method's floats / the whole stream's
+    unit: str = "independent streams"          # what the paired samples are (layers of one generation, ...)
+    calls: dict[str, dict] = dataclasses.field(default_factory=dict)   # control -> Call.as_dict()
 
     def beaten(self, name: str, alpha: float = ALPHA) -> bool:
-        return self.p_adjusted.get(name, 1.0) < alpha
+        c = self.calls.get(name)
+        return c["call"] == "better" if c else self.p_adjusted.get(name, 1.0) < alpha
 
 
 @dataclasses.dataclass
 class TrivialPower:
     power: str                                 # "shown" | "low" | "n/a"
     detail: str
-    note: str                                  # the headline's words when low, e.g. "no better than zeros (real MiniLM)"
+    note: str                                  # the headline's words when low (kvbounds.power_calls.summary_words)
     cells: list[PowerCell]
 
     def table(self) -> list[dict]:
         return [dataclasses.asdict(c) for c in self.cells]
+
+    @property
+    def calls(self) -> list[dict]:
+        """Every (setting, control) call of the claim, in setting then battery order."""
+        return [cell.calls[n] for cell in self.cells for n in sorted(cell.calls, key=control_order)]
 
 
 def median_ci(x: Sequence[float], conf: float = 0.95) -> tuple[float, float, float]:
@@ -239,7 +248,7 @@ def _undefined(records: Sequence[Record], names: Sequence[str], value: Callable[
     for name in names:
         k = sum(1 for r in records if isinstance(c := r.extra["controls"].get(name), (int, float)) and math.isnan(c))
         if k:
-            parts.append(f"{CONTROL_LABELS.get(name, name)}: {k} undefined (NaN) value(s) left out")
+            parts.append(f"{label(name)}: {k} undefined (NaN) value(s) left out")
     return "; ".join(parts)
 
 
@@ -254,12 +263,31 @@ def _pairs(records: Sequence[Record], name: str, value: Callable[[Record], float
     return ms, cs
 
 
+def _fraction(records: Sequence[Record]) -> float:
+    fr = [r.extra["floats"]["fraction"] for r in records if isinstance(r.extra.get("floats"), dict)
+          and isinstance(r.extra["floats"].get("fraction"), (int, float))]
+    return float(np.median(fr)) if fr else math.nan
+
+
+def _not_compressing(records: Sequence[Record]) -> tuple[list[Record], str]:
+    """(the streams where the method compresses, why the others are not tested)."""
+    out = [r for r in records if not r.extra.get("not_tested")]
+    skipped = [r for r in records if r.extra.get("not_tested")]
+    if not skipped:
+        return out, ""
+    worst = max(skipped, key=lambda r: (r.extra.get("floats", {}).get("fraction", 0.0), r.seed))
+    return out, (f"{len(skipped)}/{len(records)} stream(s) not tested ({worst.extra['not_tested']})")
+
+
 def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], Any],
                       value: Callable[[Record], float] = lambda r: r.measured, metric: str = "error",
-                      alpha: float = ALPHA) -> TrivialPower:
-    """The power rule of the module docstring over ``records`` (the method's records carrying
-    ``extra["controls"]``), grouped by ``setting(r)``. Order independent: records are sorted canonically and
-    the settings and controls by name."""
+                      alpha: float = ALPHA, unit: str = "independent streams") -> TrivialPower:
+    """The calls of :mod:`kvbounds.power_calls` over ``records`` (the method's records carrying
+    ``extra["controls"]``, and ``extra["floats"]`` / ``extra["not_tested"]`` where they come from the battery),
+    grouped by ``setting(r)``; ``power`` is ``shown`` when every tested call is ``better``, ``low`` otherwise
+    (``note``: the headline's words), ``n/a`` with no tested call. ``unit``: what the paired samples are
+    ("independent streams", "layers of one generation", ...), carried by every cell and call. Order independent:
+    records are sorted canonically and the settings and controls by name."""
     check_probability(alpha, "alpha")
     if not callable(setting) or not callable(value):
         raise InputError("setting and value must be functions of a record")
@@ -282,37 +310,45 @@ def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], 
         return TrivialPower("n/a", "no trivial controls recorded", "", [])
     tests: list[tuple[str, str]] = []
     pvals: list[float | None] = []
+    direction: dict[tuple, str] = {}
     raw: dict[str, dict] = {}
     for s, rs in sorted(groups.items()):
         ran = [r for r in rs if not r.extra.get("missing") and "controls" in r.extra]
+        ran, skipped = _not_compressing(ran)
         why = sorted({str(r.extra["missing"]) for r in rs if r.extra.get("missing")})
-        names = sorted({k for r in ran for k in r.extra["controls"]})
-        miss = sorted({f"{k}: {v}" for r in ran for k, v in r.extra.get("controls_missing", {}).items()})
+        names = sorted({k for r in rs if "controls" in r.extra for k in r.extra["controls"]}, key=control_order)
+        miss = sorted({f"{label(k)}: {v}" for r in ran for k, v in r.extra.get("controls_missing", {}).items()})
         undefined = _undefined(ran, names, value)
-        raw[s] = dict(ran=ran, names=names, missing="; ".join(why + miss + ([undefined] if undefined else [])))
+        raw[s] = dict(ran=ran, names=names, skipped=skipped, all=rs,
+                      missing="; ".join(why + ([skipped] if skipped else []) + miss + ([undefined] if undefined else [])))
         for name in names:
             ms, cs = _pairs(ran, name, value)
-            tests.append((s, name))
-            pvals.append(one_sided_p(ms, cs))
+            if len(ms) >= MIN_STREAMS:
+                tests.append((s, name))
+                p, direction[(s, name)] = two_sided_p(ms, cs)
+                pvals.append(p)
     adj = dict(zip(tests, holm_adjust(pvals))) if tests else {}
     cells = []
     for s, info in sorted(raw.items()):
         ran, names = info["ran"], info["names"]
-        meds = {}
+        meds, calls = {}, {}
+        frac = _fraction(ran) if ran else _fraction(info["all"])
         for name in names:
-            _, cs = _pairs(ran, name, value)
+            ms, cs = _pairs(ran, name, value)
             meds[name] = float(np.median(cs)) if cs else None
+            reason = "" if ms else (info["skipped"] or info["missing"] or "no records")
+            calls[name] = decide_call(s, name, frac, ms, cs, adj.get((s, name), 1.0), direction.get((s, name), ""),
+                                      max(len(tests), 1), alpha, reason=reason, unit=unit).as_dict()
         vals = [value(r) for r in ran if not math.isnan(value(r))]
         cell = PowerCell(s, len(vals), float(np.median(vals)) if vals else math.nan, meds,
-                         {n: adj[(s, n)] for n in names}, missing=info["missing"])
+                         {n: adj[(s, n)] for n in names if (s, n) in adj}, missing=info["missing"], fraction=frac,
+                         unit=unit, calls=calls)
         avail = {n: v for n, v in meds.items() if v is not None}
         if avail and vals:
             cell.best = min(avail, key=lambda n: (avail[n], n))
-            ms, cs = _pairs(ran, cell.best, value)
-            # a control at the method's memory can be exact (the method holds as much as the whole prefix): inf
-            ratios = [m / c if c > 1e-12 * abs(m) else (math.inf if m > 0 else 1.0) for m, c in zip(ms, cs)]
-            med, lo, hi = median_ci(ratios)
-            cell.ratio, cell.ratio_ci = med, (lo, hi)
+            c = calls[cell.best]
+            if c["call"] != "not tested":
+                cell.ratio, cell.ratio_ci = c["ratio_median"], tuple(c["ci"])
         cells.append(cell)
     return _decide(cells, metric, alpha)
 
@@ -322,58 +358,49 @@ def _fmt(x: float | None) -> str:
 
 
 def _decide(cells: list[PowerCell], metric: str, alpha: float) -> TrivialPower:
-    tested = [c for c in cells if c.p_adjusted]
-    lines, losers = [], {}
+    calls = [c for cell in cells for c in cell.calls.values()]
+    tested = [c for c in calls if c["call"] != "not tested"]
+    lines = []
     for c in cells:
-        if not c.p_adjusted:
-            lines.append(f"{c.setting}: not run ({c.missing or 'no records'})")
+        frac = f", {100 * c.fraction:.0f}% of the stream's floats" if not math.isnan(c.fraction) else ""
+        if not any(x["call"] != "not tested" for x in c.calls.values()):
+            why = c.missing or next((x["reason"] for x in c.calls.values() if x.get("reason")), "no records")
+            lines.append(f"{c.setting}: not tested ({why})")
             continue
-        ctl = ", ".join(f"{CONTROL_LABELS.get(n, n)} {_fmt(v)}" + ("" if c.beaten(n, alpha) else " (not beaten)")
-                        for n, v in sorted(c.controls.items()))
-        under = " [fewer than %d streams: untested]" % MIN_STREAMS if c.streams < MIN_STREAMS else ""
-        lines.append(f"{c.setting} ({c.streams} streams{under}): method {metric} {_fmt(c.method)} vs {ctl}; "
-                     f"method / {CONTROL_LABELS.get(c.best, c.best)} = {_fmt(c.ratio)} "
-                     f"[95% {_fmt(c.ratio_ci[0])}, {_fmt(c.ratio_ci[1])}]" + (f"; missing: {c.missing}" if c.missing else ""))
-        for n in sorted(c.p_adjusted):
-            if not c.beaten(n, alpha):
-                losers.setdefault(n, []).append(c.setting)
+        words = "; ".join(call_words(c.calls[n], family=False) for n in sorted(c.calls, key=control_order))
+        lines.append(f"{c.setting} ({c.streams} streams{frac}): method {metric} {_fmt(c.method)}; {words}"
+                     + (f"; missing: {c.missing}" if c.missing else ""))
     if not tested:
-        return TrivialPower("n/a", "trivial controls: " + "; ".join(lines), "", cells)
-    power = "low" if losers else "shown"
-    rule = (f"one-sided Wilcoxon signed-rank per setting and control, Holm over {sum(len(c.p_adjusted) for c in cells)} "
-            f"tests at {alpha:g}")
-    note = ""
-    if losers:
-        order = list(CONTROL_LABELS)
-        groups: dict[tuple, list[str]] = {}
-        for n, ss in losers.items():
-            groups.setdefault(tuple(ss), []).append(n)
-        clauses = []
-        for ss, names in sorted(groups.items(), key=lambda kv: (-len(kv[0]), min(order.index(n) if n in order else 99
-                                                                                  for n in kv[1]))):
-            labels = ", ".join(CONTROL_LABELS.get(n, n) for n in sorted(names, key=lambda n: (order.index(n)
-                                                                                               if n in order else 99, n)))
-            where = "every setting" if len(ss) == len(tested) and len(ss) > 1 else ", ".join(ss)
-            clauses.append(f"{labels} ({where})")
-        note = "no better than " + "; ".join(clauses[:2]) + (f"; {len(clauses) - 2} more" if len(clauses) > 2 else "")
-    head = ("beats every trivial control in every setting" if power == "shown" else note)
-    return TrivialPower(power, f"trivial controls ({rule}): {head}. " + "; ".join(lines), note, cells)
+        return TrivialPower("n/a", "controls: " + "; ".join(lines), "", cells)
+    power = "shown" if all(c["call"] == "better" for c in tested) else "low"
+    rule = (f"two one-sided Wilcoxon signed-rank tests per (setting, control), Holm over {len(tested)} at {alpha:g}; "
+            f"tied: the 95% interval of the median ratio within [1/{EQUIVALENCE:g}, {EQUIVALENCE:g}]")
+    words = summary_words(calls)
+    return TrivialPower(power, f"controls ({rule}): {words}. " + "; ".join(lines), words if power == "low" else "",
+                        cells)
 
 
 def power_table_cells(table: Sequence[dict], alpha: float = ALPHA) -> list[list[str]]:
-    """A verdict's ``power_table`` as rows of strings (header first): per setting, the method's metric beside each
-    control's (``*``: the method is significantly below it, after Holm), and method / best control [95%]."""
-    names = sorted({n for c in table for n in c["controls"]}, key=lambda n: (list(CONTROL_LABELS).index(n)
-                                                                             if n in CONTROL_LABELS else 99, n))
-    rows = [["setting", "streams", "method"] + [CONTROL_LABELS.get(n, n) for n in names] + ["method / best [95%]"]]
+    """A verdict's ``power_table`` as rows of strings (header first): per setting, the streams, the memory (% of
+    the stream's floats), the method's median metric beside each control's with its call (``*`` better: the method
+    significantly below it, Holm; ``!`` worse; ``=`` tied; no mark: not shown), and method / best control [95%].
+    Tables of older records (no calls) mark ``*`` from their adjusted p."""
+    names = sorted({n for c in table for n in c["controls"]}, key=control_order)
+    rows = [["setting", "streams", "memory", "method"] + [label(n) for n in names] + ["method / best [95%]"]]
+    marks = {"better": "*", "worse": "!", "tied": "=", "not shown": "", "not tested": " (not tested)"}
     for c in table:
-        if not c["p_adjusted"]:
-            rows.append([c["setting"], "0", "not run: " + (c["missing"] or "no records")] + [""] * (len(names) + 1))
+        calls = c.get("calls") or {}
+        frac = c.get("fraction", math.nan)
+        mem = "" if frac is None or math.isnan(frac) else f"{100 * frac:.0f}%"
+        if not c["p_adjusted"] and not any(x["call"] != "not tested" for x in calls.values()):
+            rows.append([c["setting"], str(c["streams"]), mem, "not tested: " + (c["missing"] or "no records")]
+                        + [""] * (len(names) + 1))
             continue
-        cells = [_fmt(c["controls"].get(n)) + ("*" if c["p_adjusted"].get(n, 1.0) < alpha else "") for n in names]
+        cells = [_fmt(c["controls"].get(n)) + (marks[calls[n]["call"]] if n in calls else
+                                                ("*" if c["p_adjusted"].get(n, 1.0) < alpha else "")) for n in names]
         lo, hi = c["ratio_ci"]
-        rows.append([c["setting"], str(c["streams"]), _fmt(c["method"])] + cells +
-                    [f"{_fmt(c['ratio'])} vs {CONTROL_LABELS.get(c['best'], c['best'])} [{_fmt(lo)}, {_fmt(hi)}]"])
+        rows.append([c["setting"], str(c["streams"]), mem, _fmt(c["method"])] + cells +
+                    [f"{_fmt(c['ratio'])} vs {label(c['best'])} [{_fmt(lo)}, {_fmt(hi)}]"])
     return rows
 
 
@@ -382,41 +409,3 @@ def power_table_lines(table: Sequence[dict], alpha: float = ALPHA) -> list[str]:
     rows = power_table_cells(table, alpha)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
-
-
-# ------------------------------------------------------------------ the report's "does it beat doing nothing" table
-def beat_nothing_table(verdicts: dict) -> dict | None:
-    """Rows = algorithms (the claims whose verdict has a power table; a setting "family | variant" gives one row
-    per variant), columns = settings (stream families), cell =
-    median ratio of the method's error to the best trivial control with its 95% interval; tone ``good`` when the
-    method beats every control there (significantly, Holm), ``bad`` when the interval lies at or above 1."""
-    from kvbounds.registry import CLAIMS
-    rows, cols = [], []
-    for cid, v in verdicts.items():
-        table = getattr(v, "power_table", None) or []
-        if not table:
-            continue
-        by_row: dict[str, dict] = {}
-        for c in table:
-            # "family | variant": one row per variant of the claim (BKV.vs-uniform's BalanceKV variants)
-            col, _, variant = c["setting"].partition(" | ")
-            cols.append(col)
-            cells = by_row.setdefault(variant, {})
-            if not c["p_adjusted"]:
-                cells[col] = dict(text="not run", title=c["missing"], tone="none")
-                continue
-            lo, hi = c["ratio_ci"]
-            beats = all(p < ALPHA for p in c["p_adjusted"].values())
-            tone = "good" if beats else "bad" if lo >= 1 else "warn"
-            cells[col] = dict(text=f"{_fmt(c['ratio'])} [{_fmt(lo)}, {_fmt(hi)}]", tone=tone,
-                              title=f"vs {CONTROL_LABELS.get(c['best'], c['best'])}, {c['streams']} streams")
-        for variant, cells in sorted(by_row.items()):
-            name = CLAIMS[cid].algorithm if cid in CLAIMS and CLAIMS[cid].algorithm else cid
-            rows.append(dict(algorithm=f"{name}: {variant}" if variant else name, claim=cid, cells=cells))
-    if not rows:
-        return None
-    # the issue's four families first (the columns most rows share), then each claim's own streams
-    main = ("synthetic benign", "concentrated", "real SmolLM2", "real MiniLM")
-    cols = sorted(set(cols), key=lambda s: (main.index(s) if s in main else len(main), s))
-    return dict(columns=cols, rows=[dict(r, cells=[r["cells"].get(c, dict(text="-", title="", tone="none"))
-                                                   for c in cols]) for r in rows])

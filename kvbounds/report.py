@@ -128,8 +128,8 @@ def tone(value: str) -> str:
         return TONE[v]
     if v.startswith(("false", "fails", "not reproduced", "reversed")):
         return "bad"
-    if "no better than" in v:          # a hold that a trivial estimator also earns is no evidence (issue 20)
-        return "warn"
+    if any(w in v for w in ("no better than", "worse than", "not shown better than", "tied with")):
+        return "warn"                  # a hold that a control also earns (or beats) is no evidence of power
     if v.startswith(("holds", "reproduced", "bound holds")):
         return "good"
     if v in ("n/a", "not-run", "no-check", "not run", "no check"):
@@ -293,8 +293,9 @@ def glance_category(v: Verdict) -> str:
     d = dimensions(v)
     key = d["reproduction"] if v.kind == "empirical" and d["reproduction"] != "n/a" else d["statement"]
     label = GLANCE_LABELS.get(key, key)
-    if v.power_note and key in ("holds", "holds-fitted", "reproduced", "partial"):
-        label += ", no better than doing nothing"
+    if key in ("holds", "holds-fitted", "reproduced", "partial"):
+        from .report_power import nothing_label
+        label += nothing_label(v)
     return label
 
 
@@ -307,9 +308,9 @@ def at_a_glance(verdicts: dict[str, Verdict]) -> list[tuple]:
     out = sorted(((h, n, tones.get(h, "warn")) for h, n in cnt.items()), key=lambda t: (order[t[2]], -t[1], t[0]))
     extra = [("with errata in a proof step", sum(dimensions(v)["proof"] == "errata" for v in verdicts.values())),
              ("with a stated rate not reached", sum(dimensions(v)["rate"] == "not-reached" for v in verdicts.values())),
-             ("with low power", sum(dimensions(v)["power"] == "low" for v in verdicts.values())),
-             ("no better than a trivial estimator somewhere", sum(bool(v.power_note) for v in verdicts.values()))]
-    return out + [(h, n, "none") for h, n in extra if n]
+             ("with low power", sum(dimensions(v)["power"] == "low" for v in verdicts.values()))]
+    from .report_power import power_glance
+    return out + [(h, n, "none") for h, n in extra if n] + [(h, n, "none") for h, n, _ in power_glance(verdicts)]
 
 
 def _env():
@@ -330,9 +331,9 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
                       "input": canonical(f["smallest_input"]) if f["smallest_input"] else ""} for f in fs]
               for kind, fs in group_by_kind(unique_findings(verdicts)).items()}
     from .report_leaderboard import board_table
-    from .controls import beat_nothing_table
+    from .report_power import first_table
     return _env().get_template("report.html.j2").render(
-        nothing=beat_nothing_table(verdicts),
+        nothing=first_table(verdicts),
         cards=cards, dims=DIMENSIONS, totals=_matrix_totals(verdicts), glance=at_a_glance(verdicts),
         groups=groups, n_findings=sum(len(fs) for fs in groups.values()), meta=meta or run_metadata(records, verdicts, Path(".")),
         errors=error_rows(errors), board=board_table(board) if board else None, board_figure=board_figure,

@@ -268,17 +268,20 @@ def decide(claim: str, records: Sequence[Record], *, summary: str = "", kind: st
     statement, cx = decide_statement(records, kind=kind, refutable=refutable, reproduction=repro,
                                      same_setup=same_setup, proof_steps=proof_steps)
     power, pdetail = decide_power(controls_from_records(records) if controls is None else controls)
-    note, table = "", []
+    note, table, calls = "", [], []
     if trivial is not None and trivial.power != "n/a":
         power = "low" if "low" in (power, trivial.power) else "shown"
         pdetail = "; ".join(x for x in (power_detail or pdetail, trivial.detail) if x)
         power_detail, note, table = "", trivial.note, trivial.table()
+    if trivial is not None:
+        calls = trivial.calls
     v = Verdict(claim, "", summary, findings=list(findings), figures=list(figures), n_records=len(records),
                 kind=kind, statement=statement, proof="errata" if errata else "sound" if proof_checked else "n/a",
                 rate=rate[0], reproduction=repro, power=power, counterexample=cx,
                 corrected=corrected if statement == "false" else "", errata=list(errata), rate_info=rate[1],
                 reproductions=list(reproductions), power_detail=power_detail or pdetail,
-                proven_constant=proven, fitted_constant=fitted, power_note=note, power_table=table)
+                proven_constant=proven, fitted_constant=fitted, power_note=note, power_table=table,
+                power_calls=calls)
     return finalize(v)
 
 

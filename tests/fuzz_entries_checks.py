@@ -113,14 +113,16 @@ def _at(values, i):
 
 def _power_call(method, zeros, mean_values, alpha):
     """Records as a check stores them (the metric in extra["m"], read by ``value``), then the power rule, its table
-    as cells and lines, and the report's beat-nothing table."""
+    as cells and lines, and the report's first table and glance counts."""
     m, z, mv = _as_values(method), _as_values(zeros), _as_values(mean_values)
     recs = [Record("X.claim", dict(family="a" if i % 3 else "b", rep=i, sweep="power"), 0, "numpy", 0.0, 1.0, True,
                    bound_kind="shape", check=ps.POWER_CHECK, extra=dict(m=m[i], controls=dict(zeros=_at(z, i),
                                                                                                 mean_values=_at(mv, i))))
             for i in range(len(m))]
     p = ctl.power_vs_controls(recs, setting=lambda r: r.params["family"], value=lambda r: r.extra["m"], alpha=alpha)
-    table = ctl.beat_nothing_table({"X.claim": SimpleNamespace(power_table=p.table())})
+    from kvbounds.report_power import first_table, power_glance
+    v = SimpleNamespace(power_table=p.table(), power_calls=p.calls)
+    table = (first_table({"X.claim": v}), power_glance({"X.claim": v}))
     return p.power, p.detail, ctl.power_table_cells(p.table(), alpha), ctl.power_table_lines(p.table()), str(table)
 
 
@@ -235,7 +237,7 @@ ENTRIES = [
     Entry("median_ci", _sample, dict(conf=0.95), ctl.median_ci, _check_median_ci, torch_ok=False,
           nonfinite_ok=lambda out, **kw: not any(math.isnan(v) for v in out)),      # +-inf values: an inf median
     Entry("one_sided_p", _paired, {}, ctl.one_sided_p, _check_p, torch_ok=False),
-    Entry("power_vs_controls+power_table_cells+power_table_lines+beat_nothing_table", _power_arrays,
+    Entry("power_vs_controls+power_table_cells+power_table_lines+first_table+power_glance", _power_arrays,
           dict(alpha=0.05), _power_call, _check_power, torch_ok=False),
     Entry("not_applicable", lambda r, c: {}, dict(reason="an exact identity"), ctl.not_applicable),
     Entry("concentrated_stream", lambda r, c: {}, dict(n=40, d=6, scale=0.4, clusters=4, rng=RNG),

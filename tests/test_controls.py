@@ -36,8 +36,10 @@ def test_power_low_names_the_control_and_the_setting():
     recs = synthetic(0.1, settings=("a",)) + synthetic(1.5, settings=("b",))
     p = power_vs_controls(recs, setting=lambda r: r.params["family"])
     assert p.power == "low"
-    assert "mean of values (b)" in p.note and "zeros" not in p.note
+    assert p.note.startswith("worse than mean of values (b: 1.") and "zeros" not in p.note.split(";")[0]
     assert [c.beaten("mean_values") for c in p.cells] == [True, False]
+    assert [(c["family"], c["control"], c["call"]) for c in p.calls] == [
+        ("a", "zeros", "better"), ("a", "mean_values", "better"), ("b", "zeros", "better"), ("b", "mean_values", "worse")]
 
 
 def test_power_rule_is_order_independent():
@@ -57,9 +59,10 @@ def test_holm_over_settings_makes_power_harder_to_show():
     assert one.power == "shown" and many.power == "low"
 
 
-def test_fewer_than_ten_streams_is_not_power():
+def test_fewer_than_ten_streams_is_not_tested():
     p = power_vs_controls(synthetic(0.1, n=MIN_STREAMS - 1), setting=lambda r: r.params["family"])
-    assert p.power == "low" and "untested" in p.detail
+    assert p.power == "n/a" and "fewer than 10" in p.detail
+    assert {c["call"] for c in p.calls} == {"not tested"}
 
 
 def test_missing_family_is_reported_not_dropped():
@@ -67,8 +70,8 @@ def test_missing_family_is_reported_not_dropped():
     recs.append(Record("X.claim", dict(family="real MiniLM", rep=0, sweep="power"), 0, "numpy", math.nan, math.nan,
                        True, bound_kind="shape", check="trivial controls", extra=dict(missing="package not installed")))
     p = power_vs_controls(recs, setting=lambda r: r.params["family"])
-    assert "real MiniLM: not run (package not installed)" in p.detail
-    assert any("not run" in line for line in power_table_lines(p.table()))
+    assert "real MiniLM: not tested (package not installed)" in p.detail
+    assert any("not tested" in line for line in power_table_lines(p.table()))
 
 
 def test_old_records_without_controls_give_no_power_from_trivials():
@@ -83,8 +86,10 @@ def test_verdict_headline_says_no_better_than_doing_nothing():
     p = power_vs_controls(recs, setting=lambda r: r.params["family"])
     v = decide("BKV.attention", [Record("BKV.attention", dict(t=16), 0, "numpy", 0.1, 1.0, True, bound_kind="shape")],
                trivial=p)
-    assert v.power == "low" and "no better than zeros, mean of values (every setting)" in v.headline
+    assert v.power == "low" and "worse than mean of values (a: " in v.headline and "+1 more family" in v.headline
     assert v.power_table and v.power_table[0]["setting"] == "a"
+    assert {(c["family"], c["control"], c["call"]) for c in v.power_calls} == {
+        (f, n, "worse") for f in "ab" for n in ("zeros", "mean_values")}
 
 
 def test_median_ci_covers_the_median():
@@ -215,3 +220,84 @@ def test_controls_refuse_bad_input_by_name():
             f(q * 1e200, K * 1e200, V, 3, rng, scale=0.5)
     with pytest.raises(InputError, match="NaN"):
         median_ci([1.0, math.nan])
+
+
+# -- the three-way calls (kvbounds.power_calls) on constructed data ------------------------------------------------
+
+def paired(ratios, setting="f", **extra):
+    """Records whose method / control ratio per stream is ``ratios`` (control 1 + i/100, a spread of magnitudes)."""
+    return [Record("X.claim", dict(family=setting, rep=i, sweep="power"), i, "numpy", x * (1 + i / 100), 1.0, True,
+                   bound_kind="shape", check="trivial controls",
+                   extra=dict(controls=dict(streaming_llm=1 + i / 100), **extra)) for i, x in enumerate(ratios)]
+
+
+def one_call(recs):
+    (c,) = power_vs_controls(recs, setting=lambda r: r.params["family"]).calls
+    return c
+
+
+def test_a_clear_win_a_clear_loss_a_tie_and_an_underpowered_case():
+    win = one_call(paired([0.5] * 20))
+    assert win["call"] == "better" and win["wins"] == 20 and win["n"] == 20
+    assert win["ratio_median"] == pytest.approx(0.5) and win["ci"][1] < 1
+    loss = one_call(paired([1.6 + 0.01 * (i % 3) for i in range(20)]))
+    assert loss["call"] == "worse" and loss["wins"] == 0 and loss["ci"][0] > 1
+    # a tie: ratios symmetric around 1 within 5%: no direction, the interval inside [1/1.2, 1.2]
+    tie = one_call(paired([1 + 0.05 * ((-1) ** i) * (i % 5) / 4 for i in range(20)]))
+    assert tie["call"] == "tied" and 1 / 1.2 <= tie["ci"][0] and tie["ci"][1] <= 1.2
+    # underpowered: 10 streams that scatter by 3x either way, a median below 1, neither test significant
+    few = one_call(paired([0.3, 3.0, 0.4, 2.5, 0.5, 0.6, 2.0, 0.7, 0.8, 1.5]))
+    assert few["call"] == "not shown" and few["ci"][0] < 1 < few["ci"][1]
+    assert few["detectable_ratio"] < win["detectable_ratio"] <= 1
+
+
+def test_call_words():
+    from kvbounds.power_calls import call_words
+    c = one_call(paired([1.16] * 9 + [0.9] * 21))
+    assert call_words(c) == "tied with StreamingLLM (f: 0.9 [0.9, 0.9], 21/30 wins)"
+    loss = one_call(paired([1.2 + 0.001 * i for i in range(30)]))
+    assert call_words(loss).startswith("worse than StreamingLLM (f: 1.2") and "0/30 wins" in call_words(loss)
+
+
+def test_detectable_ratio_shrinks_towards_one_with_n_and_is_none_below_the_smallest_p():
+    from kvbounds.power_calls import detectable_ratio
+    rng = np.random.default_rng(0)
+    logs = rng.normal(0, 0.5, 200)
+    r = [detectable_ratio(logs[:n], tests=16) for n in (10, 20, 40, 80, 160)]
+    assert all(a < b for a, b in zip(r, r[1:])) and r[-1] < 1
+    assert math.isnan(detectable_ratio(logs[:8], tests=16))     # 2^-8 > 0.05 / 32: no ratio is detectable
+    assert detectable_ratio(np.zeros(20), tests=4) == 1.0
+
+
+def test_a_method_that_does_not_compress_is_not_tested():
+    recs = paired([0.5] * 12, not_tested="does not compress: 5000 floats for 4096",
+                  floats=dict(method=5000, stream=4096, fraction=5000 / 4096, controls={}))
+    p = power_vs_controls(recs, setting=lambda r: r.params["family"])
+    (c,) = p.calls
+    assert c["call"] == "not tested" and "does not compress: 5000 floats for 4096" in c["reason"]
+    assert p.power == "n/a" and "not tested" in p.detail
+    mixed = paired([0.5] * 12, floats=dict(method=500, stream=4096, fraction=500 / 4096, controls={})) + \
+        paired([0.5], "f", not_tested="does not compress: 5000 floats for 4096")
+    for i, r in enumerate(mixed[-1:]):
+        r.params["rep"] = 100 + i
+    p = power_vs_controls(mixed, setting=lambda r: r.params["family"])
+    assert p.calls[0]["call"] == "better" and "1/13 stream(s) not tested" in p.cells[0].missing
+    assert p.calls[0]["fraction"] == pytest.approx(500 / 4096)
+
+
+def test_the_glance_reads_the_calls():
+    from kvbounds.report import glance_category
+    from kvbounds.report_power import first_table, power_glance
+    from kvbounds.verdict import Verdict
+    better = dict(family="f", control="zeros", fraction=0.2, call="better", ratio_median=0.5, ci=[0.4, 0.6], wins=20,
+                  n=20, detectable_ratio=0.8, reason="", p=0.001, unit="independent streams")
+    v = Verdict("X.y", "", "s", statement="holds-fitted", power="low", power_note="worse than StreamingLLM (...)",
+                power_calls=[better, dict(better, control="streaming_llm", call="worse", ratio_median=1.3)])
+    assert glance_category(v) == "hold with a fitted constant"          # better than doing nothing: no suffix
+    v.power_calls.append(dict(better, control="mean", call="worse", ratio_median=2.0))
+    assert glance_category(v) == "hold with a fitted constant, worse than doing nothing"
+    counts = {label: n for label, n, _ in power_glance({"X.y": v})}
+    assert counts["worse than StreamingLLM somewhere"] == 1 and counts["worse than doing nothing somewhere"] == 1
+    t = first_table({"X.y": v})
+    (row,) = t["claims"][0]["rows"]
+    assert [c["text"] for c in row["cells"]] == ["worse 1.3", "-", "worse 2"] and row["fraction"] == "20%"

@@ -287,13 +287,17 @@ def test_beat_nothing_table_and_power_table_rendered(results, fake_claims):
            for f in ("synthetic benign", "real MiniLM") for i in range(10)]
     p = power_vs_controls(ctl, setting=lambda r: r.params["family"])
     v = _full_verdict("B.fail")
-    v.power, v.power_note, v.power_table, v.headline = "low", p.note, p.table(), ""
+    v.power, v.power_note, v.power_table, v.power_calls, v.headline = "low", p.note, p.table(), p.calls, ""
     from kvbounds.verdict import finalize
     verdicts["B.fail"] = finalize(v)
     html = report.render_html(verdicts, recs, {})
-    for text in ("Does it beat doing nothing?", "synthetic benign", "real MiniLM", "no better than zeros",
-                 "1.92 [", "mean of values", "no better than a trivial estimator somewhere"):
+    for text in ("baselines at equal memory?", "synthetic benign", "real MiniLM",
+                 "worse than zeros (real MiniLM: 1.92 [", "mean of values", "worse 1.92",
+                 "worse than doing nothing somewhere"):
         assert text in html, text
-    assert html.index("Does it beat doing nothing?") < html.index('id="matrix"')
+    assert html.index("baselines at equal memory?") < html.index('id="matrix"')
     s = json.loads(report.summary_json({"B.fail": verdicts["B.fail"]}))["B.fail"]
     assert s["power_table"][0]["setting"] == "real MiniLM"
+    assert {(c["family"], c["control"], c["call"]) for c in s["power_calls"]} == {
+        (f, "zeros", "worse") for f in ("real MiniLM", "synthetic benign")} | {
+        (f, "mean_values", "better") for f in ("real MiniLM", "synthetic benign")}
