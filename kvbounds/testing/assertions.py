@@ -96,13 +96,13 @@ def assert_beats(method, control: str, streams, *, fraction: float = 0.25, queri
     The message gives the call, the median of method error / control error with its 95% interval, the win
     count, the smallest detectable ratio, the families and the smallest stream on which the method lost."""
     from kvbounds.evaluation_streams import compare_on_streams
+    from kvbounds.power_calls import call_words, fmt
     res = compare_on_streams(method, control, list(streams), fraction=fraction, queries=queries, alpha=alpha)
     if res["call"] != "better":
         lost = res.get("smallest_loss")
         raise AssertionError(
-            f"{res['method']} is {res['call']} against {control} at {fraction:.0%} of the cache's floats "
-            f"(not better): median error ratio {res['ratio_median']:.4g} [{res['ci'][0]:.4g}, {res['ci'][1]:.4g}], "
-            f"{res['wins']}/{res['streams']} streams won, smallest detectable ratio {res['detectable']}; families "
-            f"{', '.join(res['families'])}"
-            + (f"; smallest stream it lost on: {lost}" if lost else ""))
+            f"{res['method']} is not better than {control} at {fraction:.0%} of the cache's floats: "
+            f"{call_words(res, family=False)} (median of method error / control error [95% interval], streams "
+            f"won); smallest detectable ratio at n = {res['streams']}: {fmt(res['detectable'])}; families "
+            f"{', '.join(res['families'])}" + (f"; smallest stream it lost on: {lost}" if lost else ""))
     return res

@@ -82,6 +82,10 @@ class KVStream:
         dv = "" if self.dv == self.d or self.family in REAL else f", dv={self.dv}"
         return f"make_stream({self.family!r}, n={self.n}{size}{dv}, seed={self.seed})"
 
+    def _repr_pretty_(self, printer, cycle) -> None:
+        """The same call in hypothesis's (and IPython's) pretty printer, which prints a dataclass field by field."""
+        printer.text(repr(self))
+
     def describe(self) -> str:
         """The stream's call and what it holds (for an assertion's message)."""
         return f"{self!r}" + (f": {self.note}" if self.note else "")
