@@ -234,3 +234,21 @@ def test_evaluate_end_to_end_smoke(own_module, tmp_path):
     assert f"{own_module}:MyPress" in {r["method"] for r in e2e["rows"]}
     assert "passkey, question inside" in e2e["headline"] and "ppl" in e2e["headline"]
     assert math.isfinite(res["time"]["wall_s"])
+
+
+def test_the_readme_command_runs_as_written(tmp_path):
+    """README, "Evaluate your own method": its `kvbounds evaluate ...` line, run as written in a fresh directory."""
+    import re
+    import shlex
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Evaluate your own method", 1)[1].split("\n## ", 1)[0]
+    bash = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    (line,) = [ln for ln in bash.splitlines() if ln.startswith("kvbounds evaluate ")]
+    args = shlex.split(line.split("#")[0])[1:]
+    res = subprocess.run([sys.executable, "-m", "kvbounds", *args], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = tmp_path / args[args.index("--out") + 1]
+    data = json.loads((out / "evaluation.json").read_text())
+    assert data["method"] == "kvpress:knorm" and data["calls"] and (out / "evaluation.html").is_file()
