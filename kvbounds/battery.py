@@ -51,11 +51,13 @@ from kvbounds.algorithms.compressed_kv import CompressedKV, memory_floats
 from kvbounds.algorithms.validation import InputError, check_array, check_int, check_rng, check_scale
 
 __all__ = ["N_SINK", "CONTROLS", "DOING_NOTHING", "LABELS", "zeros", "mean", "streaming_llm", "uniform",
-           "CONTROL_FUNCTIONS", "controls", "run", "ablation_of", "cache_floats", "method_floats", "stream_floats",
+           "CONTROL_FUNCTIONS", "controls", "run", "split_uniform", "streaming_llm_indices", "uniform_indices", "ablation_of", "cache_floats", "method_floats", "stream_floats",
            "tokens_for",
-           "compression_problem", "attention", "numerator", "log_partition", "sketch_controls", "floats_record"]
+           "compression_problem", "attention", "numerator", "log_partition", "sketch_controls", "floats_record",
+           "random_basis", "random_basis_sketch"]
 
 N_SINK = 4
+MAX_DRAWS = 10**7          # split_uniform: more draws than this is no budget a cache holds (refused by name)
 CONTROLS = ("zeros", "mean", "streaming_llm", "uniform", "ablation")
 DOING_NOTHING = ("zeros", "mean")
 LABELS = {"zeros": "zeros", "mean": "the mean", "streaming_llm": "StreamingLLM", "uniform": "uniform",
@@ -116,16 +118,44 @@ def tokens_for(floats: int, d: int, dv: int, weights: int = 0) -> int:
     return max(int(floats) - int(weights), 0) // (int(d) + int(dv))
 
 
+def streaming_llm_indices(n: int, tokens: int, sink: int = 0) -> np.ndarray:
+    """The tokens StreamingLLM keeps of n: the first ``sink`` (:data:`N_SINK` when 0) and the most recent ones,
+    ``tokens`` in all (every token when tokens >= n)."""
+    n, tokens, sink = check_int(n, "n"), check_int(tokens, "tokens"), check_int(sink, "sink")
+    m = min(tokens, n)
+    s = min(sink or N_SINK, m)
+    return np.concatenate([np.arange(s), np.arange(n - (m - s), n)]) if m < n else np.arange(n)
+
+
+def uniform_indices(n: int, tokens: int, rng, sink: int = 0, window: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, log-weights) of :func:`uniform`'s cache of ``tokens`` tokens of n: the first ``sink`` and last
+    ``window`` exact (log-weight 0), the middle sampled uniformly without replacement with log-weight
+    log(n_mid / kept); every token exact when tokens >= n; when the sink and window fill ``tokens``, the first
+    tokens and the most recent ones (no middle sample)."""
+    n, tokens, sink, window = (check_int(x, name) for x, name in ((n, "n"), (tokens, "tokens"), (sink, "sink"),
+                                                                  (window, "window")))
+    check_rng(rng)
+    if tokens >= n:
+        return np.arange(n), np.zeros(n)
+    s, w = min(sink, n), min(window, max(n - sink, 0))
+    n_mid = n - s - w
+    if tokens <= s + w or n_mid <= 0:
+        s = min(s, tokens)
+        idx = np.concatenate([np.arange(s), np.arange(n - (tokens - s), n)])
+        return idx, np.zeros(len(idx))
+    k = tokens - s - w
+    mid = s + np.sort(rng.choice(n_mid, k, replace=False))
+    idx = np.concatenate([np.arange(s), mid, np.arange(n - w, n)])
+    return idx, np.concatenate([np.zeros(s), np.full(k, math.log(n_mid / k)), np.zeros(w)])
+
+
 def streaming_llm(K, V, floats: int, rng=None, *, sink: int = 0, window: int = 0, block_size: int = 64, Q=None):
     """StreamingLLM (Xiao et al. 2023; kvpress's StreamingLLMPress): the first ``sink`` tokens (:data:`N_SINK` = 4
     when the method keeps no sink of its own, ``sink`` = 0) and the most recent ones, as many as ``floats`` hold
     (``floats // (d + dv)`` tokens), weights 1. Memory: tokens x (d + dv) floats (no weight: positional)."""
     K, V = _kv(K, V)
     floats, sink, window = _sizes(floats, sink, window)
-    n = K.shape[-2]
-    m = min(tokens_for(floats, K.shape[-1], V.shape[-1]), n)
-    s = min(sink or N_SINK, m)
-    idx = np.concatenate([np.arange(s), np.arange(n - (m - s), n)]) if m < n else np.arange(n)
+    idx = streaming_llm_indices(K.shape[-2], tokens_for(floats, K.shape[-1], V.shape[-1]), sink)
     return _cache(K, V, idx, np.zeros(len(idx)))
 
 
@@ -141,19 +171,39 @@ def uniform(K, V, floats: int, rng, *, sink: int = 0, window: int = 0, block_siz
     n, d, dv = K.shape[-2], K.shape[-1], V.shape[-1]
     if floats >= n * (d + dv):
         return _cache(K, V, np.arange(n), np.zeros(n))
-    m = min(tokens_for(floats, d, dv, weights=1), n)
+    tokens = tokens_for(floats, d, dv, weights=1)
+    if tokens <= min(sink, n) + min(window, max(n - sink, 0)):
+        tokens = tokens_for(floats, d, dv)              # no middle sample: no weight float
+    idx, logw = uniform_indices(n, tokens, rng, sink, window)
+    return _cache(K, V, idx, logw)
+
+
+def split_uniform(K, V, den_floats: int, num_floats: int, rng, *, sink: int = 0, window: int = 0):
+    """SubGen's ablation (uniform samples in place of its clusters and its l2 samples), at SubGen's own split of
+    floats: the denominator from ``den_floats // d`` keys drawn uniformly with replacement from the middle, the
+    numerator from ``(num_floats - 1) // (d + dv)`` (key, value) pairs drawn the same way, each side weighted
+    n_mid / draws (one float per side; split weights: a token serves one side, log_w = -inf on the other), the
+    ``sink`` and ``window`` tokens exact on both sides. Memory: draws x widths + 2 weights (+ the exact tokens)."""
+    K, V = _kv(K, V)
+    den_floats, num_floats = check_int(den_floats, "den_floats"), check_int(num_floats, "num_floats")
+    _sizes(0, sink, window)
+    check_rng(rng)
+    n, d, dv = K.shape[-2], K.shape[-1], V.shape[-1]
     s, w = min(sink, n), min(window, max(n - sink, 0))
     n_mid = n - s - w
-    if m <= s + w or n_mid <= 0:
-        m = min(tokens_for(floats, d, dv), n)
-        s = min(s, m)
-        idx = np.concatenate([np.arange(s), np.arange(n - (m - s), n)])
-        return _cache(K, V, idx, np.zeros(len(idx)))
-    k = m - s - w
-    mid = s + np.sort(rng.choice(n_mid, k, replace=False))
-    idx = np.concatenate([np.arange(s), mid, np.arange(n - w, n)])
-    logw = np.concatenate([np.zeros(s), np.full(k, math.log(n_mid / k)), np.zeros(w)])
-    return _cache(K, V, idx, logw)
+    k_den, k_num = (max(den_floats - 1, 0) // d, max(num_floats - 1, 0) // (d + dv)) if n_mid > 0 else (0, 0)
+    if max(k_den, k_num) > MAX_DRAWS:
+        raise InputError(f"{max(k_den, k_num)} draws for a middle of {n_mid} tokens: more than {MAX_DRAWS}")
+    den = s + rng.integers(0, max(n_mid, 1), k_den)
+    num = s + rng.integers(0, max(n_mid, 1), k_num)
+    exact = np.concatenate([np.arange(s), np.arange(n - w, n)]).astype(np.int64)
+    idx = np.concatenate([exact, den, num]).astype(np.int64)
+    lw = lambda k: math.log(n_mid / k) if k else 0.0
+    a = np.concatenate([np.zeros(len(exact)), np.full(k_den, -math.inf), np.full(k_num, lw(k_num))])
+    b = np.concatenate([np.zeros(len(exact)), np.full(k_den, lw(k_den)), np.full(k_num, -math.inf)])
+    lead = K.shape[:-2]
+    a, b = (np.broadcast_to(x, lead + (len(idx),)).copy() for x in (a, b))
+    return CompressedKV(K[..., idx, :], V[..., idx, :], a, b)
 
 
 CONTROL_FUNCTIONS: dict[str, Callable] = {"zeros": zeros, "mean": mean, "streaming_llm": streaming_llm,
@@ -303,7 +353,11 @@ def _logits(c: CompressedKV, q, scale):
 def numerator(c: CompressedKV, q, scale: float | None = None):
     """(m, u) with sum_i e^{<q, k_i> scale + a_i} v_i = e^m u, per head (m = -inf, u = 0 for an empty numerator:
     zeros). ``q`` (..., d) broadcasting against the heads; ``scale`` default 1/sqrt(d)."""
-    x = _logits(c, q, scale) + np.asarray(to_numpy(c.log_w_num), np.float64)
+    return _numerator(c, _logits(c, q, scale))
+
+
+def _numerator(c: CompressedKV, logits):
+    x = logits + np.asarray(to_numpy(c.log_w_num), np.float64)
     V = np.asarray(to_numpy(c.values), np.float64)
     if x.shape[-1] == 0 or not np.any(np.isfinite(x)):
         return np.full(x.shape[:-1], -math.inf)[()], np.zeros(x.shape[:-1] + V.shape[-1:])
@@ -314,7 +368,11 @@ def numerator(c: CompressedKV, q, scale: float | None = None):
 
 def log_partition(c: CompressedKV, q, scale: float | None = None):
     """log sum_i e^{<q, k_i> scale + b_i} per head (-inf for an empty cache: zeros)."""
-    x = _logits(c, q, scale) + np.asarray(to_numpy(c.log_w_den), np.float64)
+    return _log_partition(c, _logits(c, q, scale))
+
+
+def _log_partition(c: CompressedKV, logits):
+    x = logits + np.asarray(to_numpy(c.log_w_den), np.float64)
     if x.shape[-1] == 0 or not np.any(np.isfinite(x)):
         return np.full(x.shape[:-1], -math.inf)[()]
     m = x.max(-1)
@@ -324,8 +382,8 @@ def log_partition(c: CompressedKV, q, scale: float | None = None):
 def attention(c: CompressedKV, q, scale: float | None = None) -> np.ndarray:
     """The cache's attention output sum_i e^{l_i + a_i} v_i / sum_i e^{l_i + b_i}, l_i = <q, k_i> scale, per head;
     0 for an empty cache (zeros)."""
-    m, u = numerator(c, q, scale)
-    lz = log_partition(c, q, scale)
+    x = _logits(c, q, scale)
+    (m, u), lz = _numerator(c, x), _log_partition(c, x)
     m, lz = np.asarray(m, np.float64), np.asarray(lz, np.float64)
     if u.size == 0 or np.all(m == -math.inf):
         return np.zeros_like(u)
@@ -363,3 +421,34 @@ def sketch_controls(A, floats: int, rng, *, ablation: Callable | None = None) ->
     if ablation is not None:
         out["ablation"] = np.asarray(ablation(A, floats, rng), np.float64)
     return out
+
+
+def random_basis(d: int, rank: int, rng) -> np.ndarray:
+    """The ablation of a subspace method: ``rank`` orthonormal rows (rank, d) spanning a uniformly random subspace
+    of R^d (QR of a Gaussian matrix), in place of the method's learned basis."""
+    d, rank = check_int(d, "d", minimum=1), check_int(rank, "rank")
+    check_rng(rng)
+    if rank > d:
+        raise InputError(f"rank = {rank} exceeds the dimension d = {d}")
+    if rank == 0:
+        return np.zeros((0, d))
+    q, _ = np.linalg.qr(rng.standard_normal((d, rank)))
+    return q.T.copy()
+
+
+def random_basis_sketch(A, rank: int, rng) -> np.ndarray:
+    """Frequent Directions' ablation: the sketch of A in a random basis U of the same rank (:func:`random_basis`),
+    S = (U A^T A U^T)^{1/2} U, so S^T S = P A^T A P with P = U^T U the random projector (what FD's shrinking would
+    give if its directions were chosen by chance). Memory: rank x d (the basis) + rank^2 (the small Gram)."""
+    if not isinstance(A, np.ndarray):
+        raise InputError(f"A must be a numpy array (n, d), got {type(A).__name__}")
+    check_array(A, "A", ndim=2, min_rows=1)
+    U = random_basis(A.shape[1], min(check_int(rank, "rank"), A.shape[1]), rng)
+    with np.errstate(over="ignore", invalid="ignore"):
+        B = A @ U.T
+        G = B.T @ B
+    if not np.all(np.isfinite(G)):
+        raise InputError("A's Gram matrix in the random basis overflows float64")
+    w, Z = np.linalg.eigh(G)
+    return (Z * np.sqrt(np.clip(w, 0.0, None))).T @ U
+

@@ -90,8 +90,8 @@ def _cmd_show(args) -> int:
     print(textwrap.fill(cite(v.summary), WIDTH, initial_indent="         ", subsequent_indent="         "))
     if v.power_table:
         from .controls import power_table_lines
-        print("         does it beat doing nothing? (the claim's metric, median over streams; * = method significantly "
-              "below, Holm)")
+        print("         against the battery at equal memory (the claim's metric, median over streams; calls: * better, "
+              "! worse, = tied, no mark not shown)")
         for line in power_table_lines(v.power_table):
             print("           " + line)
     for f in v.findings:

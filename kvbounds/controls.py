@@ -1,27 +1,26 @@
-"""Trivial estimators ("doing nothing") as controls of every error-bound claim, and the power rule against them
-(issue 20).
+"""The power rule: each error-bound claim's method against the battery of controls at equal memory
+(:mod:`kvbounds.battery`: zeros and the mean, StreamingLLM, uniform, the method's ablation).
 
 By Cauchy-Schwarz, ||softmax^T V|| <= ||softmax||_2 ||V||_op <= ||softmax||_2 ||V||_F, so the estimator that
 returns zeros meets BKV.attention's scale (BalanceKV-NeurIPS Thm 3.1) and SG.attention's (SubGen Thm 1) for every
-eps >= 1. A bound that a do-nothing estimator also meets is no evidence for the method; power is shown only where
-the method beats *every* trivial control on the claim's own metric.
+eps >= 1. A bound that a do-nothing estimator also meets is no evidence for the method, and a method that loses to
+the field's standard baselines at the same memory is no improvement: each claim's verdict carries a call per
+(family, control).
 
 Representation (one for every check): a method record carries ``extra["controls"] = {name: value}``, each control's
 value in the claim's own metric on exactly the record's stream, seed and checkpoints (``None`` when the control
-could not run, with the reason in ``extra["controls_missing"][name]``). A stream family that could not run at all
-(a real trace missing) is a record with ``extra["missing"]`` and a NaN measurement. Records stored before issue 20
-have no ``controls`` and load as before (the rule then says "no trivial controls recorded").
+could not run, with the reason in ``extra["controls_missing"][name]``), ``extra["floats"]`` (the method's floats,
+the whole stream's, their ratio and each control's: :func:`kvbounds.battery.floats_record`) and, where the method
+holds at least the whole stream's floats, ``extra["not_tested"]`` (the stream is no test: every control is exact).
+A stream family that could not run at all (a real trace missing) is a record with ``extra["missing"]`` and a NaN
+measurement. Records stored before the battery (control names ``mean_values``, ``recent``, ...) load and are
+called under their own labels.
 
-Controls (:data:`CONTROL_LABELS`): ``zeros``; ``mean_values`` (the running mean of the values: exact softmax
-replaced by uniform weights, O(d) memory, keys ignored); ``uniform`` (a uniform sample of the prefix at the
-method's memory, exact softmax over it); ``recent`` (the most recent tokens at the method's memory); ``random_signs``
-(independent signs, for walks); ``best_rank`` (the best rank-l approximation, for FD).
-
-The rule (:func:`power_vs_controls`): per setting (a stream family, ...) and control, a one-sided Wilcoxon
-signed-rank test over >= ``MIN_STREAMS`` independent streams that the method's metric is below the control's;
-Holm over every (setting, control) test of the claim (:func:`kvbounds.statistics.holm_adjust`, the shared rule).
-``shown`` when every test is significant at 0.05, ``low`` otherwise, naming each control that matches or beats the
-method and where.
+The rule (:func:`power_vs_controls`): per setting (a stream family, ...) and control, the three-way call of
+:mod:`kvbounds.power_calls` (better / tied / worse / not shown / not tested, with the median ratio, its 95%
+interval, the wins and the smallest detectable ratio), Holm over every (setting, control) of the claim
+(:func:`kvbounds.statistics.holm_adjust`, the shared rule). ``shown`` when every tested call is ``better``,
+``low`` otherwise, the headline naming the calls that are not.
 """
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from scipy import stats
 
-from .algorithms.validation import (InputError, check_array, check_error, check_int, check_probability, check_real,
-                                   check_rng, check_values)
+from .algorithms.validation import InputError, check_array, check_error, check_probability, check_real, check_values
 from .power_calls import (EQUIVALENCE, MIN_STREAMS, call_words, control_order, decide_call, label, summary_words,
                           two_sided_p)
 from .records import Record
@@ -43,84 +41,7 @@ from .power_calls import LABELS as CONTROL_LABELS  # noqa: E402,F401 - the label
 ALPHA = 0.05
 
 
-# ------------------------------------------------------------------ the estimators
-# Inputs (docs/INPUTS.md): q (d,), K (j, d) and V (j, s) finite numpy float arrays with j >= 1 (an empty prefix has
-# no estimate), scale a finite number >= 0, memory an integer >= 0 (clamped to [1, j]), rng a numpy Generator; the
-# logits K q scale and every estimate must fit float64 (else an InputError naming the overflow).
-def _prefix(q, K, V, scale) -> float:
-    for x, name in ((q, "q"), (K, "K"), (V, "V")):
-        if not isinstance(x, np.ndarray):
-            raise InputError(f"{name} must be a numpy array, got {type(x).__name__}")
-    check_array(q, "q", ndim=1)
-    check_array(K, "K (the prefix's keys)", ndim=2, last_dim=q.shape[0], min_rows=1)
-    check_array(V, "V (the prefix's values)", ndim=2, min_rows=1)
-    if V.shape[0] != K.shape[0]:
-        raise InputError(f"K and V must hold the same tokens, got {K.shape[0]} keys and {V.shape[0]} values")
-    return check_real(scale, "scale", minimum=0.0)
-
-
-def _logits(q, K, scale) -> np.ndarray:
-    with np.errstate(over="ignore", invalid="ignore"):      # an overflow is refused by name below
-        x = K @ q * scale
-    if not np.all(np.isfinite(x)):
-        raise InputError("the logits K q * scale overflow float64 (keys or query too large for this scale)")
-    return x
-
-
-def _finite(x, what: str):
-    if not np.all(np.isfinite(x)):
-        raise InputError(f"{what} overflows float64 (values too large)")
-    return x
-
-
-def _attend(q, K, V, scale) -> np.ndarray:
-    x = _logits(q, K, scale)
-    w = np.exp(x - x.max())
-    with np.errstate(over="ignore", invalid="ignore"):
-        return _finite(w @ V / w.sum(), "the attention average")
-
-
-def softmax_attend(q: np.ndarray, K: np.ndarray, V: np.ndarray, scale: float) -> np.ndarray:
-    """softmax(K q * scale)^T V (max-shifted)."""
-    return _attend(q, K, V, _prefix(q, K, V, scale))
-
-
-def attention_controls(q, K, V, memory: int, rng: np.random.Generator, *, scale: float) -> dict[str, np.ndarray]:
-    """The trivial estimates of Attn(q, K, V) = softmax(K q * scale)^T V on a prefix (K, V) of j tokens:
-    zeros, the mean of the values, exact attention over a uniform sample of ``memory`` tokens (a reservoir sample
-    of the prefix has this distribution at every step) and over the ``memory`` most recent tokens."""
-    scale = _prefix(q, K, V, scale)
-    memory, rng = check_int(memory, "memory", minimum=0), check_rng(rng)
-    j = len(K)
-    m = int(min(max(memory, 1), j))
-    idx = np.sort(rng.choice(j, m, replace=False))
-    return {"zeros": np.zeros(V.shape[1]), "mean_values": _finite(V.mean(0), "the mean of the values"),
-            "uniform": _attend(q, K[idx], V[idx], scale), "recent": _attend(q, K[-m:], V[-m:], scale)}
-
-
-def numerator_controls(q, K, V, memory: int, rng: np.random.Generator, *, scale: float) -> dict[str, tuple[float, np.ndarray]]:
-    """The trivial estimates of the unnormalised numerator sum_i e^{<k_i,q> scale} v_i (MR.error), as (m, u) with
-    the estimate e^m u: zeros; ``mean_values``: e^{<mean k, q> scale} sum_i v_i (O(d + s) memory, every weight
-    equal); ``uniform``: (j/m) times the sum over a uniform sample of m tokens (unbiased); ``recent``: the exact
-    sum over the m most recent tokens (older tokens dropped)."""
-    scale = _prefix(q, K, V, scale)
-    memory, rng = check_int(memory, "memory", minimum=0), check_rng(rng)
-    j = len(K)
-    m = int(min(max(memory, 1), j))
-    idx = rng.choice(j, m, replace=False)
-
-    def part(Ks, Vs, factor=1.0):
-        x = _logits(q, Ks, scale)
-        mx = float(x.max())
-        return mx, _finite(factor * (np.exp(x - mx) @ Vs), "the sum of the values")
-
-    with np.errstate(over="ignore", invalid="ignore"):      # each overflow is refused by name
-        mean_logit = float(_finite(K.mean(0) @ q * scale, "the mean key's logit"))
-        return {"zeros": (0.0, np.zeros(V.shape[1])),
-                "mean_values": (mean_logit, _finite(V.sum(0), "the sum of the values")),
-                "uniform": part(K[idx], V[idx], j / m), "recent": part(K[-m:], V[-m:])}
-
-
+# ------------------------------------------------------------------ the worst error over checkpoints
 class WorstError:
     """The claim's metric for each control: the max over checkpoints of error / scale (as eps_hat is for the
     method). ``add(name, error)`` at each checkpoint; ``values()`` the dict to store in ``extra["controls"]``.
@@ -234,6 +155,11 @@ def one_sided_p(method: Sequence[float], control: Sequence[float]) -> float | No
                                 method="exact" if exact else "approx").pvalue)
 
 
+def _stored(x):
+    """A control's value as stored: a non-finite float comes back from JSON as 'inf' / 'nan' (records.jsonable)."""
+    return float(x) if isinstance(x, str) and x in ("inf", "-inf", "nan") else x
+
+
 def _real_or_nan(x, what: str) -> None:
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
         raise InputError(f"{what} must be a real number (or None for a control that could not run), got {x!r}")
@@ -246,7 +172,8 @@ def _undefined(records: Sequence[Record], names: Sequence[str], value: Callable[
     if nan_m:
         parts.append(f"{nan_m} stream(s) with an undefined (NaN) method metric left out")
     for name in names:
-        k = sum(1 for r in records if isinstance(c := r.extra["controls"].get(name), (int, float)) and math.isnan(c))
+        k = sum(1 for r in records if isinstance(c := _stored(r.extra["controls"].get(name)), (int, float))
+                and math.isnan(c))
         if k:
             parts.append(f"{label(name)}: {k} undefined (NaN) value(s) left out")
     return "; ".join(parts)
@@ -255,7 +182,7 @@ def _undefined(records: Sequence[Record], names: Sequence[str], value: Callable[
 def _pairs(records: Sequence[Record], name: str, value: Callable[[Record], float]) -> tuple[list, list]:
     ms, cs = [], []
     for r in records:
-        c = r.extra.get("controls", {}).get(name)
+        c = _stored(r.extra.get("controls", {}).get(name))
         v = value(r)
         if c is not None and not math.isnan(float(c)) and not math.isnan(v):   # inf (undefined estimate) is worst
             ms.append(min(v, 1e300))
@@ -302,7 +229,7 @@ def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], 
             raise InputError(f"extra['controls'] of a record of {r.claim} must be a dict, got {type(ctl).__name__}")
         for name, c in ctl.items():
             if c is not None:
-                _real_or_nan(c, f"control {name!r} of a record of {r.claim}")
+                _real_or_nan(_stored(c), f"control {name!r} of a record of {r.claim}")
     groups: dict[str, list[Record]] = {}
     for r in records:
         groups.setdefault(str(setting(r)), []).append(r)

@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
-from .algorithms.validation import InputError, check_probability
+from .algorithms.validation import InputError, check_int, check_probability, check_real, check_values
 
 CALLS = ("better", "tied", "worse", "not shown", "not tested")
 EQUIVALENCE = 1.2
@@ -74,12 +74,21 @@ class Call:
         return d
 
 
+def _paired(method: Sequence[float], control: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Paired metrics: two 1-d sequences of the same length of finite numbers >= 0 (InputError otherwise)."""
+    m, c = check_values(method, "method", allow_inf=False), check_values(control, "control", allow_inf=False)
+    if len(m) != len(c):
+        raise InputError(f"method and control must be paired, got {len(m)} and {len(c)} values")
+    if np.any(m < 0) or np.any(c < 0):
+        raise InputError("a metric (an error) must be >= 0")
+    return m, c
+
+
 def log_ratios(method: Sequence[float], control: Sequence[float]) -> np.ndarray:
     """log(method / control) per stream; a zero side is floored at 1e-300 (an exact control against a positive
     method error is a large ratio, not an undefined one)."""
-    m = np.maximum(np.asarray(method, float), 1e-300)
-    c = np.maximum(np.asarray(control, float), 1e-300)
-    return np.log(m) - np.log(c)
+    m, c = _paired(method, control)
+    return np.log(np.maximum(m, 1e-300)) - np.log(np.maximum(c, 1e-300))
 
 
 def detectable_ratio(logs: Sequence[float], tests: int, alpha: float = ALPHA, power: float = POWER) -> float:
@@ -90,10 +99,11 @@ def detectable_ratio(logs: Sequence[float], tests: int, alpha: float = ALPHA, po
     3/pi the signed-rank test's efficiency against the t-test for normal data. NaN when no ratio is detectable at
     this n: even n wins out of n give p = 2^-n above the threshold. A spread of 0 gives 1 (any consistent
     difference is detected)."""
-    x = np.asarray(logs, float)
+    x = check_values(logs, "logs", allow_inf=False)
     n = len(x)
-    if tests < 1:
-        raise InputError(f"tests must be >= 1, got {tests!r}")
+    tests = check_int(tests, "tests", minimum=1)
+    check_probability(alpha, "alpha")
+    check_probability(power, "power")
     a = alpha / (2 * tests)
     if n < 1 or 0.5 ** n > a:
         return math.nan
@@ -105,7 +115,7 @@ def detectable_ratio(logs: Sequence[float], tests: int, alpha: float = ALPHA, po
 def two_sided_p(method: Sequence[float], control: Sequence[float]) -> tuple[float, str]:
     """(p, direction): twice the smaller of the two one-sided signed-rank p-values (capped at 1) and the direction
     of that one ("better": method below control; "worse"); every pair tied: (1, "")."""
-    m, c = np.asarray(method, float), np.asarray(control, float)
+    m, c = _paired(method, control)
     diff = m - c
     if not np.any(diff != 0):
         return 1.0, ""
@@ -123,6 +133,11 @@ def decide_call(family: str, control: str, fraction: float, method: Sequence[flo
     """The call of one (family, control) from its paired metrics and its Holm-adjusted p (module docstring)."""
     from .controls import median_ci
     check_probability(alpha, "alpha")
+    method, control_values = _paired(method, control_values)
+    check_real(p_adjusted, "p_adjusted", minimum=0.0)
+    tests = check_int(tests, "tests", minimum=1)
+    if direction not in ("", "better", "worse"):
+        raise InputError(f"direction must be '', 'better' or 'worse', got {direction!r}")
     n = len(method)
     if reason or n < MIN_STREAMS:
         return Call(family, control, fraction, "not tested", n=n,

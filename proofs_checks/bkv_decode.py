@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from .decode_stream import run_generation, trials  # noqa: F401 - the check's trials
+from .decode_stream import merge_ablation, run_forced, run_generation, trials  # noqa: F401 - the check's trials
 from .decode_verdict import build_records, summarize as _summarize
 from .decode_verdict import decode_rows as leaderboard_rows  # noqa: F401 - its leaderboard table
 
@@ -24,8 +24,13 @@ SCALE = "sqrt(d) e^{2r^2/sqrt d} log2(n/M) / M"
 
 
 def run_trial(params: dict, seed: int, backend: str):
+    """One generation with the press, and its ablation (the same press with random halving, fair coins on the
+    walk's own uniforms) fed the same tokens: each (checkpoint, layer) pairs the two."""
     from kvbounds.streaming import StreamingBalanceKVPress
-    rows, press = run_generation(StreamingBalanceKVPress, params, seed)
+    tokens: list = []
+    rows, press = run_generation(StreamingBalanceKVPress, params, seed, tokens=tokens)
+    if rows:
+        merge_ablation(rows, run_forced(StreamingBalanceKVPress, params, seed, tokens, signs="random"), "F")
     M = press.middle
 
     def log_scale(row, h):

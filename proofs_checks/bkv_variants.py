@@ -73,11 +73,22 @@ def walk_summary(diag: list[dict]) -> dict:
                 walk_clipped=float(np.mean([d["clipped"] for d in diag])))
 
 
+# the pseudocode's ablation: a walk constant so large that p = 1/2 - x/(2c) rounds to 1/2 for every |x| < 1e284, i.e.
+# fair coins on the walk's own uniforms, the same blocks and the same cut (the walk's balancing removed)
+COIN_C = 1e300
+# each BalanceKV variant's ablation (random signs, the same cut and estimator): the pseudocode at COIN_C, the released
+# walk at gamma = 0 (its p = sigmoid(-gamma <w, u>) is then 1/2)
+ABLATIONS = {"balance": "balance-coin", "released-t1": "released-coin", "released-t0.1": "released-coin",
+             "consistent-t0.1": "consistent-coin"}
+ABLATION_OVERRIDES = {"released-coin": dict(gamma=0.0), "consistent-coin": dict(gamma=0.0, estimator="consistent")}
+
+
 def select(name: str, K, V, *, T, sink, window, block_size, rng, group: int = 1, diagnostics=None, **over):
-    """(indices, log_w_num, log_w_den) for the query heads, from one selection per KV head (K, V per KV head)."""
-    if name == "balance":
+    """(indices, log_w_num, log_w_den) for the query heads, from one selection per KV head (K, V per KV head).
+    ``name``: a variant, "uniform", or "balance-coin" (the pseudocode's ablation, :data:`COIN_C`)."""
+    if name in ("balance", "balance-coin"):
         idx, lw = compress_cache(K, V, sink=sink, window=window, levels=T, block_size=block_size, rng=rng,
-                                 diagnostics=diagnostics)
+                                 diagnostics=diagnostics, c=COIN_C if name == "balance-coin" else None)
         lwn = lwd = lw
     elif name == "uniform":
         idx, lw = compress_cache(K, V, sink=sink, window=window, levels=T, block_size=block_size, rng=rng,
@@ -143,6 +154,7 @@ def run_variants(Q, K, V, *, T, sink, window, block_size, seeds, group: int = 1,
     Qw = Q[:, qpos]
     Kkv, Vkv = K[::group], V[::group]
     todo = [(m, {}) for m in methods] + list((overrides or {}).items())
+    names = [m for m, _ in todo]
     out = {m: [] for m, _ in todo}
     times = {m: [] for m, _ in todo}
     diags: dict = {}
@@ -151,8 +163,10 @@ def run_variants(Q, K, V, *, T, sink, window, block_size, seeds, group: int = 1,
     for si, s in enumerate(seeds):
         for mi, (m, over) in enumerate(todo):
             # the ablation's changed recipes share their draws (common random numbers)
-            rng = np.random.default_rng([int(s), 1000 if (over or m == "recipe") else mi])
-            diag = [] if si == 0 and m != "uniform" else None
+            # an ablation by coins draws the uniforms of the variant it ablates (the walk's own uniforms)
+            ri = names.index("balance") if m == "balance-coin" and "balance" in names else mi
+            rng = np.random.default_rng([int(s), 1000 if (over or m == "recipe") else ri])
+            diag = [] if si == 0 and m != "uniform" and not m.endswith("-coin") else None
             base = m if not over else "released-t0.1"
             t0 = time.perf_counter()
             idx, lwn, lwd = select(base, Kkv, Vkv, T=T, sink=sink, window=window, block_size=block_size, rng=rng,

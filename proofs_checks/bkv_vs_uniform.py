@@ -36,7 +36,8 @@ from kvbounds.verdict import NOT_RUN, FigureSpec, Finding, Verdict
 from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
-from .bkv_variants import (COIN_NOTE, LABELS, SHORT, WORDS, combine, compare, exact_last, finish, per_kv_head, reproduction,
+from .bkv_variants import (ABLATION_OVERRIDES, ABLATIONS, COIN_NOTE, LABELS, SHORT, WORDS, combine, compare, exact_last,
+                           finish, per_kv_head, reproduction,
                            significant_counts,
                            run_variants, version_findings, walk_summary)
 from .bkv_trivial import CAVEAT, mean_values_error, trivial_power
@@ -120,13 +121,16 @@ def kv_head_selectors(sink: int, window: int) -> dict:
 
 def run_experiment(Q, K, V, *, T: int, sink: int, window: int, block_size: int, seeds, causal: bool = True,
                    group: int = 1, methods=METHODS + (CONTROL,), others: dict | None = None,
-                   kv_others: dict | None = None) -> dict:
+                   kv_others: dict | None = None, ablations: bool = True) -> dict:
     """Per method, the mean relative error per seed (``errors``) and per seed and query head (``head_errors``);
     selections per KV head (K[::group]) shared by the group; the walk diagnostics of the first seed. ``others``
-    select per query head, ``kv_others`` per KV head; both once, with the first seed."""
+    select per query head, ``kv_others`` per KV head; both once, with the first seed. ``ablations``: also each
+    BalanceKV variant's ablation (random signs, the same cut: bkv_variants.ABLATIONS)."""
+    abl = (("balance-coin",) if ablations and "balance" in methods else ())
     res = run_variants(Q, K, V, T=T, sink=sink, window=window, block_size=block_size, seeds=seeds, group=group,
-                       causal=causal, methods=tuple(m for m in methods if m != CONTROL),
-                       control="balance" if CONTROL in methods else None)
+                       causal=causal, methods=tuple(m for m in methods if m != CONTROL) + abl,
+                       control="balance" if CONTROL in methods else None,
+                       overrides=ABLATION_OVERRIDES if ablations else None)
     errs = {m: [float(x) for x in e.mean(axis=1)] for m, e in res["errors"].items()}
     exact, qpos = exact_last(Q, K, V, window, causal)
     errs["mean_values"] = [mean_values_error(V, exact, qpos, causal)]
@@ -277,7 +281,7 @@ def summarize(records) -> Verdict:
             findings.append(Finding(CLAIM, "negative control not rejected",
                                     "BalanceKV without its 2^T weights was below uniform sampling: the comparison "
                                     "cannot tell a broken estimator apart here", c.params, kind="erratum"))
-    trivial = trivial_power(CLAIM, records, {m: SHORT[m].replace("the ", "", 1) for m in BKV_VARIANTS})
+    trivial = trivial_power(CLAIM, records, {m: SHORT[m].replace("the ", "", 1) for m in BKV_VARIANTS}, ABLATIONS)
     parts.append(f"against doing nothing ({CAVEAT}): " + trivial.detail if trivial else
                  "trivial controls (zeros, mean of values, recent window): not recorded (records from before issue 20)")
     if trivial and trivial.power != "n/a":
@@ -291,5 +295,5 @@ def summarize(records) -> Verdict:
                 constant_kind="fitted", reproductions=reps, reproduction=combine(reps), power=power,
                 power_detail=f"negative control rejected {sum(not r.holds for r in ctl)}/{len(ctl)}" if ctl else "")
     if trivial:
-        v.power_note, v.power_table = trivial.note, trivial.table()
+        v.power_note, v.power_table, v.power_calls = trivial.note, trivial.table(), trivial.calls
     return finish(v, text)

@@ -1,8 +1,12 @@
 """Shared by BKV.decode and SG.decode (issue 23): SmolLM2 generates greedily with a streaming press
 (:mod:`kvbounds.streaming`), and at checkpoints every layer's compressed attention output is compared with exact
 attention over that layer's whole history (the keys and values the same run computed), at the query of the current
-step, with the trivial estimators at the memory the press holds then (:func:`kvbounds.controls.attention_controls`:
-zeros, mean of the values, a uniform sample, the most recent tokens) and the press's live certificate.
+step, with the battery of controls (:mod:`kvbounds.battery`: zeros, the mean, StreamingLLM with the press's sink,
+uniform with the press's sink and window) at the floats the press holds then (its keys, values and per-token
+log-weights, :func:`kvbounds.battery.cache_floats`), the press's ablation where it is computed from the history
+(``ablation``: SubGen's layout with uniform samples) and the press's live certificate. BalanceKV's ablation (the
+same press with random halving) is a second run on the same tokens (:func:`run_forced`), merged by
+:func:`merge_ablation`.
 
 Units: ``||o_hat - o|| / (||softmax||_2 ||V_j||_F)`` (BalanceKV-NeurIPS Thm 3.1) or ``/ (||softmax||_2 ||V_j||_op)``
 (SubGen Thm 1; the softmax is the model's own, so SubGen's logit convention without 1/sqrt(d) changes nothing but
@@ -15,13 +19,17 @@ import math
 
 import numpy as np
 
+from kvbounds import battery
+from kvbounds.algorithms.compressed_kv import CompressedKV
 from kvbounds.algorithms.validation import InputError, check_choice, check_error
-from kvbounds.controls import attention_controls
+from kvbounds.battery import cache_floats
 from .common import pick
 
 PROFILES = {  # prompt tokens, new tokens, target, interval, sink, window, checkpoint every
     "smoke": dict(prompt=64, new=32, target=48, interval=16, sink=4, window=8, every=16, model="tiny"),
-    "quick": dict(prompt=128, new=96, target=96, interval=32, sink=4, window=16, every=32),
+    # quick: the press holds 48-64 of 224 tokens at the last checkpoint (21-29% of the history's floats; target 96
+    # held 43-57%, no real compression)
+    "quick": dict(prompt=128, new=96, target=48, interval=16, sink=4, window=16, every=32),
     "full": dict(prompt=512, new=1024, target=256, interval=64, sink=4, window=32, every=64),
 }
 FAMILY = "SmolLM2 greedy decode"
@@ -82,11 +90,14 @@ def _queries(module, kwargs):
 
 
 class DecodeObserver:
-    """The press's observer: keeps each layer's full history and measures at the checkpoints."""
+    """The press's observer: keeps each layer's full history and measures at the checkpoints. ``ablation(press, K,
+    V, rng, floats)`` -> CompressedKV of one KV head's history (K, V (n, d)) at the press's floats per KV head, the
+    press's ablation, or None."""
 
-    def __init__(self, params: dict, seed: int):
+    def __init__(self, params: dict, seed: int, ablation=None):
         self.p, self.hist, self.rows = params, {}, []
         self.rng = np.random.default_rng(seed + 3)
+        self.ablation = ablation
 
     def __call__(self, press, module, kwargs, layer):
         import torch
@@ -106,6 +117,7 @@ class DecodeObserver:
 
     def measure(self, press, module, kwargs, layer, i: int, n: int) -> None:
         from kvbounds.streaming import weighted_output
+        from kvbounds.streaming.press import log_weights
         scale = float(module.scaling)
         q = _queries(module, kwargs)
         est, _, _ = weighted_output(layer, q, scale)
@@ -117,12 +129,23 @@ class DecodeObserver:
         V = np.concatenate(self.hist[i][1], 1)
         H, Hkv = q.shape[0], K.shape[0]
         stored = int(layer.keys.shape[-2])
+        a, b = (x[0].double().numpy() for x in log_weights(layer))
+        cache = CompressedKV(layer.keys[0].double().numpy(), layer.values[0].double().numpy(), a, b)
+        floats = cache_floats(cache) // Hkv                        # per KV head: keys, values, log-weights
+        ctl_g = []
+        for g in range(Hkv):
+            cs = battery.controls(K[g], V[g], floats, self.rng, sink=press.sink, window=press.window)
+            if self.ablation is not None:
+                cs["ablation"] = self.ablation(press, K[g], V[g], self.rng, floats)
+            ctl_g.append(cs)
         # per KV group: ||V||_F, ||V||_op (from the d x d Gram, not an n x d SVD), the largest key and value norms
         vf = [float(np.linalg.norm(V[g])) for g in range(Hkv)]
         vop = [math.sqrt(max(float(np.linalg.eigvalsh(V[g].T @ V[g])[-1]), 0.0)) for g in range(Hkv)]
         kmax = [float(np.linalg.norm(K[g], axis=1).max()) for g in range(Hkv)]
         vmax = [float(np.linalg.norm(V[g], axis=1).max()) for g in range(Hkv)]
-        row = dict(n=n, layer=i, stored=stored, d=int(q.shape[1]), kv_heads=int(Hkv), heads=[])
+        row = dict(n=n, layer=i, stored=stored, d=int(q.shape[1]), kv_heads=int(Hkv), heads=[], floats=int(floats),
+                   stream_floats=int(K.shape[1] * (K.shape[2] + V.shape[2])),
+                   controls_floats={k: cache_floats(c) for k, c in ctl_g[0].items()})
         for h in range(H):
             g = h // (H // Hkv)
             x = K[g] @ q[h] * scale
@@ -132,8 +155,8 @@ class DecodeObserver:
             err = float(np.linalg.norm(est[h] - exact))
             sm = float(np.linalg.norm(w))
             units = {"F": sm * vf[g], "op": sm * vop[g]}
-            ctl = {name: float(np.linalg.norm(e - exact))
-                   for name, e in attention_controls(q[h], K[g], V[g], stored, self.rng, scale=scale).items()}
+            ctl = {name: float(np.linalg.norm(battery.attention(c, q[h], scale) - exact))
+                   for name, c in ctl_g[g].items()}
             qn = float(np.linalg.norm(q[h]))
             row["heads"].append(dict(err=err, units=units, controls=ctl, cert=float(cert[h]), r=max(kmax[g], qn),
                                      kmax=kmax[g], vmax=vmax[g], qnorm=qn, cert_vacuous=bool(vac[h]),
@@ -141,18 +164,69 @@ class DecodeObserver:
         self.rows.append(row)
 
 
-def run_generation(press_cls, params: dict, seed: int, **press_kw):
-    """Generate with the press; returns (rows of measurements, the press)."""
+def run_generation(press_cls, params: dict, seed: int, *, ablation=None, tokens: list | None = None, **press_kw):
+    """Generate with the press; returns (rows of measurements, the press). ``ablation``: the observer's (see
+    :class:`DecodeObserver`); ``tokens``: a list that receives the generated sequence (prompt and new tokens)."""
     import torch
     from kvbounds.streaming import generate
     lm = _model(params["model"])
-    obs = DecodeObserver(params, seed)
+    obs = DecodeObserver(params, seed, ablation)
     press = press_cls(target=params["target"], interval=params["interval"], sink=params["sink"],
                       window=params["window"], seed=seed, observer=obs, **press_kw)
     ids = torch.as_tensor(np.asarray(_prompt(lm, params["prompt"], seed))[None]).long()
     torch.set_num_threads(1)
-    generate(lm.model, press, ids, params["new"])
+    out = generate(lm.model, press, ids, params["new"])
+    if tokens is not None:
+        tokens.extend(int(x) for x in out[0].tolist())
     return obs.rows, press
+
+
+def run_forced(press_cls, params: dict, seed: int, tokens, **press_kw):
+    """The same measurements with another press fed the same tokens (``tokens``: the sequence a run of
+    :func:`run_generation` produced, prompt first): the prompt in chunks of the press's interval, then one token per
+    step, as :func:`kvbounds.streaming.generate` feeds them, so every checkpoint and layer pairs with that run's.
+    Returns the rows."""
+    import inspect
+    import torch
+    from transformers import DynamicCache
+    from kvbounds.streaming.generate import cache_keyword
+    lm = _model(params["model"])
+    obs = DecodeObserver(params, seed)
+    press = press_cls(target=params["target"], interval=params["interval"], sink=params["sink"],
+                      window=params["window"], seed=seed, observer=obs, **press_kw)
+    ids = torch.as_tensor(np.asarray(tokens)[None]).long()
+    n0 = params["prompt"]
+    kw = {cache_keyword(lm.model): DynamicCache(), "use_cache": True}
+    if "logits_to_keep" in inspect.signature(lm.model.forward).parameters:
+        kw["logits_to_keep"] = 1
+    torch.set_num_threads(1)
+    with torch.no_grad(), press(lm.model):
+        for i in range(0, n0, press.interval):
+            lm.model(input_ids=ids[:, i:min(i + press.interval, n0)], **kw)
+        for t in range(n0, ids.shape[1]):
+            lm.model(input_ids=ids[:, t:t + 1], **kw)
+    return obs.rows
+
+
+def merge_ablation(rows, ablation_rows, units: str) -> list:
+    """The method's rows with each head's ``controls["ablation"]``: the ablation run's error at the same (checkpoint,
+    layer, head) in its own theorem units (``units``: "F" or "op") times the method's unit there, so that dividing
+    by the method's unit (as the records do) gives the ablation's own eps. A row without a partner in the
+    ablation run keeps no ablation (that control is missing there)."""
+    check_choice(units, "units", ("F", "op"))
+    other = {(r["n"], r["layer"]): r for r in check_rows(ablation_rows, units)}
+    for r in check_rows(rows, units):
+        o = other.get((r["n"], r["layer"]))
+        if o is None or len(o["heads"]) != len(r["heads"]):
+            continue
+        for h, g in zip(r["heads"], o["heads"]):
+            eps = in_units(g["err"], g["units"][units], "the ablation's error")
+            unit = check_error(h["units"][units], "the method's unit")
+            h["controls"]["ablation"] = eps * unit if unit > 0 and math.isfinite(eps) else \
+                (math.inf if eps > 0 else 0.0)
+        if "controls_floats" in r and "floats" in o:
+            r["controls_floats"]["ablation"] = o["floats"]
+    return rows
 
 
 def in_units(err: float, unit: float, what: str = "error") -> float:

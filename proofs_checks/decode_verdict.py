@@ -6,7 +6,7 @@ theorem's error scale at the press's memory (a shape: the O~ hides constants and
 ``holds-fitted`` with the fitted constant max measured/shape, labelled fitted); its extras keep the a-priori scale's
 logarithm, the press's live certificate beside the measured error (``certificate``: a separate field, never the
 bound) and each trivial estimator's error in the same units. Per layer a power record (the worst checkpoint of the
-method and of each control; :func:`kvbounds.controls.power_vs_controls`): the layers of one generation are the
+method and of each control of the battery; :func:`kvbounds.controls.power_vs_controls`): the layers of one generation are the
 paired samples (they share the prompt and the generated text, so they are not independent streams; said in the
 verdict).
 """
@@ -24,7 +24,7 @@ from .common import make_record
 from kvbounds.algorithms.validation import InputError, check_choice
 
 from .decode_stream import FAMILIES, FAMILY, certificate_stats, check_rows, head_eps, in_units
-from .power_streams import POWER_CHECK, missing_record, power_record
+from .power_streams import POWER_CHECK, battery_record, missing_record, power_record
 
 SHAPE = "decode error vs the theorem's scale"
 LOG_CAP = 700.0          # e^700 ~ 1e304: larger scales are stored as inf (log kept in extra["log_scale"])
@@ -74,14 +74,21 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
             estimate=[h.get("estimate", math.nan) for h in hs],
             est_covered=sum(h["err"] <= h.get("estimate", math.nan) * (1 + 1e-6) for h in hs),
             cert_undefined=cs["undefined"], **extra))
-        best = per_layer.setdefault(row["layer"], dict(eps=0.0, ctl={}, stored=row["stored"]))
+        best = per_layer.setdefault(row["layer"], dict(eps=0.0, ctl={}, stored=row["stored"], n=-1))
         best["eps"] = max(best["eps"], max(eps))
         for k, v in ctl.items():
             best["ctl"][k] = max(best["ctl"].get(k, 0.0), v)
+        if row["n"] > best["n"]:          # the memory of the last checkpoint (the press's floats against the history's)
+            best.update(n=row["n"], stored=row["stored"], floats=row.get("floats"), stream=row.get("stream_floats"),
+                        controls_floats=row.get("controls_floats", {}))
     for layer, b in sorted(per_layer.items()):
-        out.append(power_record(claim, dict(params, layer=layer, family=FAMILIES.get(params.get("model"), FAMILY),
-                                            sweep="power"), source, b["eps"],
-                                b["ctl"], stored=b["stored"]))
+        p = dict(params, layer=layer, family=FAMILIES.get(params.get("model"), FAMILY), sweep="power")
+        if b.get("floats") is not None and b.get("stream"):
+            out.append(battery_record(claim, p, source, b["eps"], b["ctl"], method_floats=b["floats"],
+                                      stream_floats=b["stream"], controls_floats=b["controls_floats"],
+                                      stored=b["stored"]))
+        else:
+            out.append(power_record(claim, p, source, b["eps"], b["ctl"], stored=b["stored"]))
     return out
 
 
@@ -93,7 +100,8 @@ def _model_name(records) -> str:
 def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
     n_all = len(records)
     pw = [r for r in records if r.check == POWER_CHECK]
-    trivial = power_vs_controls(pw, setting=lambda r: r.params["family"], metric="eps_hat")
+    trivial = power_vs_controls(pw, setting=lambda r: r.params["family"], metric="eps_hat",
+                                unit="layers of one generation")
     rs = [r for r in records if r.check == SHAPE]
     parts, findings = [], []
     if rs:
@@ -164,8 +172,10 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
 
 
 # ------------------------------------------------------------------ leaderboard rows (issue 23)
-CONTROL_NAMES = {"zeros": "control: zeros", "mean_values": "control: mean of values",
-                 "recent": "control: recent window (StreamingLLM without sink)", "uniform": "control: uniform sample"}
+CONTROL_NAMES = {"zeros": "control: zeros", "mean": "control: mean of values",
+                 "streaming_llm": "control: StreamingLLM (the press's sink and the most recent tokens)",
+                 "uniform": "control: uniform sample (the press's sink and window exact)",
+                 "ablation": "control: the press's ablation"}
 PRESS_NAMES = {"BKV.decode": "streaming BalanceKV", "SG.decode": "streaming SubGen"}
 UNITS = {"BKV.decode": "||softmax|| ||V||_F", "SG.decode": "||softmax|| ||V||_op"}
 

@@ -37,10 +37,11 @@ from kvbounds.theory.frequent_directions import covariance_bound_from_sv, covari
 from kvbounds.traces.rope import rope_trace
 from kvbounds.traces.synthetic import make_trace
 
+from kvbounds.battery import method_floats, random_basis_sketch, sketch_controls, stream_floats
 from kvbounds.controls import power_vs_controls
 
 from .common import dispatch, make_record, pick
-from .power_streams import POWER_CHECK, power_record
+from .power_streams import POWER_CHECK, battery_record, streams_per_family
 
 CLAIM = "FD.covariance"
 SOURCE = "Subspace-FD-draft Sec. 8 (Liberty 2013; GLPW16 Thm 1.1)"
@@ -213,7 +214,7 @@ def trials(profile: str) -> list[dict]:
             dict(kind="gaussian", n=5 * (ell + 1) + 2, d=32, ell=ell, variant="stale-rows")]
     out += [dict(kind=k, n=pick(profile, smoke=64, quick=256, full=1024), d=64, ell=16, variant="fd", sweep="power",
                  rep=i) for k in pick(profile, smoke=POWER_KINDS[:1], quick=POWER_KINDS, full=POWER_KINDS)
-            for i in range(pick(profile, smoke=2, quick=10, full=20))]
+            for i in range(streams_per_family(profile))]
     return out
 
 
@@ -289,7 +290,7 @@ def summarize(records) -> Verdict:
             ref = r.extra.get("reference", {}).get("best_rank")
             if ref:
                 opt.setdefault(r.params["kind"], []).append(r.measured / ref)
-        parts.append("FD (l rows) / best rank-l error (the optimum, a reference): " + ", ".join(
+        parts.append("FD (its 2l-row buffer) / best rank-l error (the optimum, a reference): " + ", ".join(
             f"{k} median {np.median(v):.3g}" for k, v in sorted(opt.items())))
     parts.append(trivial.detail)
     v = standard_verdict(CLAIM, records, figures=figs, proven=proven, trivial=trivial)
@@ -298,30 +299,38 @@ def summarize(records) -> Verdict:
     return v
 
 
-# ------------------------------------------------------------------ power against the trivial sketches (issue 20)
+# ------------------------------------------------------------------ power against the battery of sketches
 POWER_KINDS = ("gaussian", "low_rank", "power_law", "rope")
 
 
+def sketch_floats(fd: FrequentDirections) -> int:
+    """FD's floats as it streams: the 2l-row buffer and Delta (kvbounds.battery.method_floats)."""
+    return method_floats(fd)
+
+
 def power_trial(params: dict, seed: int, backend: str):
-    """||A^T A - S^T S||_op / ||A||_F^2 of FD's compact sketch (l rows) and of trivial sketches of l rows on the same
-    A: zeros (S = 0: sigma_1^2), a uniform sample of l rows scaled by sqrt(n/l) (unbiased for A^T A), and the l most
-    recent rows; the best rank-l approximation (sigma_{l+1}^2, the optimum no sketch beats) is stored as a reference
-    in ``extra["reference"]``, not as a control to beat."""
+    """||A^T A - S^T S||_op / ||A||_F^2 of FD's sketch (every row it holds, buffered rows included: what its 2l-row
+    buffer answers with) and of the battery's sketches at the same floats (kvbounds.battery.sketch_controls, 2l
+    rows: zeros (S = 0: sigma_1^2), the mean row scaled by sqrt(n), StreamingLLM's first 4 and most recent rows, a
+    uniform sample of rows scaled by sqrt(n / kept)); the ablation: A's Gram in a random basis of rank l
+    (kvbounds.battery.random_basis_sketch). The best rank-l approximation (sigma_{l+1}^2, the optimum no sketch
+    beats) is stored as a reference in ``extra["reference"]``, not as a control to beat."""
     n, d, ell = params["n"], params["d"], params["ell"]
     A = make_matrix(params["kind"], n, d, seed)
     fd = feed(FrequentDirections(d, ell), A, seed, backend)
-    S = np.asarray(to_numpy(fd.sketch(True)), float)
+    S = np.asarray(to_numpy(fd.sketch()), float)
     G = A.T @ A
     fro2 = float(np.sum(A**2)) or 1.0
     err = lambda S_: float(np.linalg.norm(G - S_.T @ S_, 2)) / fro2
+    held = sketch_floats(fd)
     rng = np.random.default_rng(seed + 11)
-    idx = rng.choice(n, min(ell, n), replace=False)
+    sk = sketch_controls(A, held, rng, ablation=lambda A, f, rng: random_basis_sketch(A, ell, rng))
     sv = singular_values(A)
-    controls = {"zeros": err(np.zeros((1, d))), "uniform": err(A[idx] * math.sqrt(n / len(idx))),
-                "recent": err(A[-ell:])}
-    m = err(S)
-    return power_record(CLAIM, params, SOURCE, m, controls,
-                        reference=dict(best_rank=float(sv[ell] ** 2 / fro2) if len(sv) > ell else 0.0))
+    floats = {k: v.shape[0] * d + (k in ("uniform", "mean")) for k, v in sk.items()}
+    floats["ablation"] = ell * d + ell * ell
+    return battery_record(CLAIM, params, SOURCE, err(S), {k: err(v) for k, v in sk.items()}, method_floats=held,
+                          stream_floats=stream_floats(n, d), controls_floats=floats,
+                          reference=dict(best_rank=float(sv[ell] ** 2 / fro2) if len(sv) > ell else 0.0))
 
 
 run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

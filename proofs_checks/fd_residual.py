@@ -30,10 +30,11 @@ from kvbounds.theory.frequent_directions import (covariance_bound_from_sv, covar
                                         residual, residual_adversarial_stream, residual_bound_tight,
                                         residual_certificate, singular_values, top_right_projector)
 
+from kvbounds.battery import method_floats, random_basis, sketch_controls, stream_floats
 from kvbounds.controls import power_vs_controls
 
 from .common import dispatch, make_record, pick
-from .power_streams import POWER_CHECK, power_record
+from .power_streams import POWER_CHECK, battery_record, streams_per_family
 from .fd_covariance import make_matrix
 
 CLAIM = "FD.residual"
@@ -58,7 +59,7 @@ def trials(profile: str) -> list[dict]:
     out += [dict(kind="diag", n=2, d=2, ell=ell, r=1, M=M, sweep="minimal") for ell in (2, 3, 4) for M in Ms]
     out += [dict(kind=k, n=pick(profile, smoke=64, quick=256, full=1024), d=64, ell=16, r=4, sweep="power", rep=i)
             for k in pick(profile, smoke=POWER_KINDS[:1], quick=POWER_KINDS, full=POWER_KINDS)
-            for i in range(pick(profile, smoke=2, quick=10, full=20))]
+            for i in range(streams_per_family(profile))]
     return out
 
 
@@ -187,26 +188,36 @@ def summarize(records) -> Verdict:
     return v
 
 
-# ------------------------------------------------------------------ power against the trivial subspaces (issue 20)
+# ------------------------------------------------------------------ power against the battery of subspaces
 POWER_KINDS = ("gaussian", "low_rank", "power_law", "rope")
 
 
 def power_trial(params: dict, seed: int, backend: str):
-    """||A (I - P)||_op / ||A||_op for P the top-r space of FD's sketch (l rows) and of trivial choices on the same A:
-    zeros (P = 0: 1), the top-r space of a uniform sample of l rows and of the l most recent rows; the optimum
-    sigma_{r+1}(A) / ||A||_op (Eckart-Young) is stored as a reference, not a control to beat."""
+    """||A (I - P)||_op / ||A||_op for P the top-r space of FD's sketch (every row of its 2l-row buffer) and of the
+    battery's sketches at the same floats (kvbounds.battery.sketch_controls: zeros, P = 0, residual 1; the mean's
+    direction (rank 1); the top-r space of StreamingLLM's rows and of a uniform sample of rows); the ablation: a
+    random subspace of rank r (kvbounds.battery.random_basis). The optimum sigma_{r+1}(A) / ||A||_op
+    (Eckart-Young) is stored as a reference, not a control to beat."""
     A = make_matrix(params["kind"], params["n"], params["d"], seed)
+    n, d = A.shape
     ell, r = params["ell"], params["r"]
-    fd = FrequentDirections(A.shape[1], ell).update(asarray(A, backend))
+    fd = FrequentDirections(d, ell).update(asarray(A, backend))
     s = singular_values(A)
     top = float(s[0]) or 1.0
+    held = method_floats(fd)
     rng = np.random.default_rng(seed + 11)
-    idx = rng.choice(A.shape[0], min(ell, A.shape[0]), replace=False)
-    controls = {"zeros": 1.0, "uniform": residual(A, top_right_projector(A[idx], r)) / top,
-                "recent": residual(A, top_right_projector(A[-ell:], r)) / top}
-    m = residual(A, top_right_projector(np.asarray(to_numpy(fd.sketch()), float), r)) / top
-    return power_record(CLAIM, params, SOURCE, m, controls,
-                        reference=dict(best_rank=float(s[r]) / top if len(s) > r else 0.0))
+    sk = sketch_controls(A, held, rng)
+    m = sk.pop("mean")[0]
+    u = m / (np.linalg.norm(m) or 1.0)
+    controls = {k: residual(A, top_right_projector(v, r)) / top if len(v) else 1.0 for k, v in sk.items()}
+    controls["mean"] = residual(A, np.outer(u, u)) / top
+    U = random_basis(d, r, rng)
+    controls["ablation"] = residual(A, U.T @ U) / top
+    floats = {k: v.shape[0] * d + (k == "uniform") for k, v in sk.items()}
+    floats.update(mean=d, ablation=r * d)
+    mres = residual(A, top_right_projector(np.asarray(to_numpy(fd.sketch()), float), r)) / top
+    return battery_record(CLAIM, params, SOURCE, mres, controls, method_floats=held, stream_floats=stream_floats(n, d),
+                          controls_floats=floats, reference=dict(best_rank=float(s[r]) / top if len(s) > r else 0.0))
 
 
 run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

@@ -32,10 +32,11 @@ from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, decide, de
                               fitted_constant, growth)
 from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rate_onset, rate_onset, walk_constant
 
-from kvbounds.controls import WorstError, numerator_controls, power_vs_controls
+from kvbounds.battery import method_floats, stream_floats
+from kvbounds.controls import power_vs_controls
 
 from .common import deferred_record, dispatch, make_record, on_gpu, pick, unit_directions
-from .power_streams import POWER_CHECK, missing_record, power_record, power_trials
+from .power_streams import POWER_CHECK, StreamBattery, battery_record, missing_record, power_trials
 from .power_streams import stream as power_stream
 
 CLAIM = "MR.error"
@@ -48,7 +49,7 @@ def trials(profile: str) -> list[dict]:
     if profile == "gpu":   # the regime sweep: t* ~ 1.9e4 at d = 2, s = 1, r = 1
         return [dict(n=4 * t, d=2, s=1, r=1.0, t=t, delta=0.01, sweep="t-large", c="paper") for t in LARGE_T]
     base = dict(n=pick(profile, smoke=256, quick=2048, full=8192), d=8, s=4, r=1.0, t=32, delta=0.01)
-    power = power_trials(profile, dict(base, n=pick(profile, smoke=128, quick=256, full=512), t=32, c="paper"))
+    power = power_trials(profile, dict(base, n=pick(profile, smoke=128, quick=256, full=512), t=POWER_T, c="paper"))
     if profile == "smoke":
         return [dict(base, t=t, sweep="t", c="paper") for t in (16, 32)] + power
     sweeps = {"t": [16, 32, 64, 128], "s": [1, 4, 16], "r": [0.5, 1.0, 1.5, 2.0],
@@ -220,12 +221,17 @@ def summarize(records) -> Verdict:
     return v
 
 
-# ------------------------------------------------------------------ power against the trivial estimators (issue 20)
+# ------------------------------------------------------------------ power against the battery of controls
+# t = 64, T = log2(n/t) = 2 at n = 256: MergeAndReduce holds ~20% of the stream's floats (t = 32, T = 3: 7-9%)
+POWER_T = 64
+
+
 def power_trial(params: dict, seed: int, backend: str):
-    """eps_hat of MergeAndReduce (the walk's paper c) and of each trivial estimator of the numerator
-    sum_i e^{<k_i,q_j>/sqrt d} v_i (kvbounds.controls.numerator_controls) on one stream of a family, at the same
-    checkpoints and in the theorem's units err / (j e^{-r^2/sqrt d} max||v||); the uniform sample and the recent
-    window hold as many tokens as MergeAndReduce holds at that step."""
+    """eps_hat of MergeAndReduce (the walk's paper c) and of each control of the battery (kvbounds.battery) for the
+    numerator sum_i e^{<k_i,q_j>/sqrt d} v_i on one stream of a family, at the same checkpoints and in the theorem's
+    units err / (j e^{-r^2/sqrt d} max||v||); every control holds the floats MergeAndReduce holds at that step
+    (kvbounds.battery.method_floats: keys, values, one weight per cell, the unreduced batch). The ablation:
+    MergeAndReduce with fair coins for the walk (signs="random", the same seed: the walk's own uniforms)."""
     n, t, delta = params["n"], params["t"], params["delta"]
     try:
         Q, K, V, r, note = power_stream(params, seed, scale_of_d=lambda d: 1 / math.sqrt(d), dv=params["s"])
@@ -233,28 +239,34 @@ def power_trial(params: dict, seed: int, backend: str):
         return [missing_record(CLAIM, params, SOURCE["BalanceKV-NeurIPS"], e)]
     d, s = K.shape[1], V.shape[1]
     T = max(int(math.log2(n / t)), 0)
-    mr = MergeAndReduce(d, s, t=t, T=T, delta=delta, rng=np.random.default_rng(seed + 7), r_key=r * (1 + 1e-9))
+    make = lambda signs: MergeAndReduce(d, s, t=t, T=T, delta=delta, rng=np.random.default_rng(seed + 7),
+                                        r_key=r * (1 + 1e-9), signs=signs)
+    mr, coin = make("walk"), make("random")
     Kb, Vb, Qb = asarray(K, backend), asarray(V, backend), asarray(Q, backend)
     cps = set(checkpoints(n, t, np.random.default_rng(seed + 3)))
     vmax = float(np.linalg.norm(V, axis=1).max())
-    ctl_rng, ctl, worst = np.random.default_rng(seed + 4), WorstError(), 0.0
+    bat, worst = StreamBattery(np.random.default_rng(seed + 4)), 0.0
     for j in range(1, n + 1):
         mr._push(Kb[j - 1], Vb[j - 1])
+        coin._push(Kb[j - 1], Vb[j - 1])
         if j not in cps:
             continue
         q = Q[j - 1]
         m_x, u_x = exact_numerator_log(K, V, q, j)
-        unit = merge_reduce_eps_implied(1.0, j, r, d, vmax)      # eps per unit of error
-        for name, (m_c, u_c) in numerator_controls(q, K[:j], V[:j], mr.num_stored(), ctl_rng,
-                                                   scale=1 / math.sqrt(d)).items():
-            err = float(np.linalg.norm(np.exp(m_c - m_x) * u_c - u_x)) * math.exp(m_x) if u_c.any() else \
-                float(np.linalg.norm(u_x)) * math.exp(m_x)
-            ctl.add(name, err * unit)
-        m_z, u_z = mr.estimate(Qb[j - 1])
-        err = float(np.linalg.norm(np.exp(m_z - m_x) * to_numpy(u_z) - u_x)) * math.exp(m_x)
-        worst = max(worst, err * unit)
-    return [power_record(CLAIM, params, SOURCE["BalanceKV-NeurIPS"], worst, ctl.values(), stream=note, stored=mr.num_stored(),
-                         r_stream=r)]
+        # the error (in units of e^{m_x}) that is one eps of the theorem: e^{-m_x} j e^{-r^2/sqrt d} max||v||
+        unit = math.exp(-m_x - math.log(merge_reduce_eps_implied(1.0, j, r, d, vmax)))
+        bat.numerator(q, K[:j], V[:j], method_floats(mr), 1 / math.sqrt(d), m_x, u_x, unit)
+        for est, name in ((mr, "method"), (coin, "ablation")):
+            m_z, u_z = est.estimate(Qb[j - 1])
+            e = float(np.linalg.norm(np.exp(m_z - m_x) * to_numpy(u_z) - u_x)) / unit
+            if name == "method":
+                worst = max(worst, e)
+            else:
+                bat.add(name, e)
+    return [battery_record(CLAIM, params, SOURCE["BalanceKV-NeurIPS"], worst, bat.values(),
+                           method_floats=method_floats(mr), stream_floats=stream_floats(n, d, s),
+                           controls_floats=dict(bat.floats, ablation=method_floats(coin)), stream=note,
+                           stored=mr.num_stored(), r_stream=r)]
 
 
 run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

@@ -1,5 +1,6 @@
-"""Stream families on which an attention-error claim is compared with the trivial estimators (issue 20; the rule
-and the estimators are in :mod:`kvbounds.controls`). Used by BKV.attention, SG.attention and MR.error.
+"""Stream families on which an attention-error claim is compared with the battery of controls (:mod:`kvbounds.battery`;
+the rule is :func:`kvbounds.controls.power_vs_controls`). Used by BKV.attention, SG.attention and MR.error (and the
+records of every claim with a power table: :func:`battery_record`, :class:`StreamBattery`).
 
 Families (``FAMILIES``):
   * ``synthetic benign``   today's streams: random unit keys and queries of norm r (near-uniform softmax, where
@@ -43,14 +44,25 @@ def _record_fields(claim, params, source) -> None:
         raise InputError(f"params must be a dict, got {type(params).__name__}")
 
 
-def power_trials(profile: str, base: dict) -> list[dict]:
-    """One trial per (family, stream): ``rep`` streams per family (>= 10, the power rule's minimum)."""
+def streams_per_family(profile: str) -> int:
+    """Streams per family: 20 on quick (a 20% difference detectable at the spread the families show), 40 on full."""
+    check_choice(profile, "profile", PROFILE_NAMES)
+    return pick(profile, smoke=2, quick=20, full=40)
+
+
+def power_trials(profile: str, base: dict, per_family: dict | None = None) -> list[dict]:
+    """One trial per (family, stream): :func:`streams_per_family` streams per family (>= 10, the power rule's
+    minimum); ``per_family``: parameters that differ by family (a memory setting at 10-30% of each family's
+    stream), ``{family: {key: value}}``."""
     check_choice(profile, "profile", PROFILE_NAMES)
     if not isinstance(base, dict):
         raise InputError(f"base must be a dict of the trials' parameters, got {type(base).__name__}")
-    reps = pick(profile, smoke=2, quick=10, full=20)
+    if per_family is not None and not isinstance(per_family, dict):
+        raise InputError(f"per_family must be a dict of family -> parameters, got {type(per_family).__name__}")
+    reps = streams_per_family(profile)
     fams = pick(profile, smoke=FAMILIES[:2], quick=FAMILIES, full=FAMILIES)
-    return [dict(base, family=f, rep=i, sweep="power", **real_params(f, profile)) for f in fams for i in range(reps)]
+    return [dict(base, family=f, rep=i, sweep="power", **real_params(f, profile), **(per_family or {}).get(f, {}))
+            for f in fams for i in range(reps)]
 
 
 def real_params(family: str, profile: str) -> dict:
@@ -199,3 +211,70 @@ def power_record(claim: str, params: dict, source: str, measured: float, control
     best = min(ran.values())
     return make_record(claim, params, measured=measured, bound=best, holds=measured < best, bound_kind="shape",
                        check=POWER_CHECK, source=source, controls=controls, **extra)
+
+
+# ------------------------------------------------------------------ the battery along a stream
+class StreamBattery:
+    """The battery's controls (:mod:`kvbounds.battery`) along one stream: at each checkpoint, every control of the
+    prefix at the floats the method holds then, its error in the claim's metric (the worst over checkpoints is
+    kept, as the method's eps_hat is), and the floats each control held at the last checkpoint. ``sink`` /
+    ``window``: the method's own exact tokens (0: none; StreamingLLM then keeps 4 sink tokens). The ablation's
+    error (the method with its ingredient replaced by chance, run by the check beside the method) is added with
+    :meth:`add`."""
+
+    def __init__(self, rng: np.random.Generator, *, sink: int = 0, window: int = 0,
+                 names=("zeros", "mean", "streaming_llm", "uniform")):
+        from kvbounds.controls import WorstError
+        self.rng, self.sink, self.window, self.names = check_rng(rng), sink, window, tuple(names)
+        self.worst, self.floats = WorstError(), {}
+
+    def caches(self, K, V, floats: int) -> dict:
+        from kvbounds import battery
+        cs = battery.controls(K, V, check_int(floats, "floats"), self.rng, sink=self.sink, window=self.window,
+                              names=self.names)
+        self.floats = {n: battery.cache_floats(c) for n, c in cs.items()}
+        return cs
+
+    def attention(self, q, K, V, floats: int, scale: float, exact, unit: float) -> None:
+        """Each control's ||attention - exact|| / unit at this checkpoint."""
+        from kvbounds import battery
+        for n, c in self.caches(K, V, floats).items():
+            self.add(n, float(np.linalg.norm(battery.attention(c, q, scale) - exact)) / unit)
+
+    def numerator(self, q, K, V, floats: int, scale: float, m_x: float, u_x, unit: float) -> None:
+        """Each control's ||e^m u - e^{m_x} u_x|| e^{-m_x} / unit for the unnormalised sum (numerator) at this
+        checkpoint (``unit`` in units of e^{m_x})."""
+        from kvbounds import battery
+        for n, c in self.caches(K, V, floats).items():
+            m, u = battery.numerator(c, q, scale)
+            with np.errstate(over="ignore", invalid="ignore"):      # an overflow is an infinite error: the worst
+                est = np.zeros_like(u_x) if m == -math.inf else np.exp(m - m_x) * u
+                self.add(n, float(np.linalg.norm(est - u_x)) / unit)
+
+    def partition(self, q, K, floats: int, scale: float, log_z: float) -> None:
+        """Each control's |tau / Z - 1| for the partition function Z = sum_i e^{<q, k_i> scale} (``log_z`` its
+        log), keys only (no value floats)."""
+        from kvbounds import battery
+        for n, c in self.caches(K, K[:, :0], floats).items():
+            with np.errstate(over="ignore"):                        # an overflow is an infinite error: the worst
+                self.add(n, abs(float(np.expm1(float(battery.log_partition(c, q, scale)) - log_z))))
+
+    def add(self, name: str, error: float) -> None:
+        self.worst.add(name, error)
+
+    def values(self) -> dict:
+        return self.worst.values()
+
+
+def battery_record(claim: str, params: dict, source: str, measured: float, controls: dict, *, method_floats: int,
+                   stream_floats: int, controls_floats: dict | None = None, **extra):
+    """:func:`power_record` with the battery's memory fields: ``extra["floats"]`` (the method's floats, the whole
+    stream's, their ratio and each control's) and, when the method holds at least the whole stream's floats,
+    ``extra["not_tested"]`` ("does not compress: X floats for Y"): such a stream is no test (every control at that
+    memory is exact) and the power rule leaves it out, saying so."""
+    from kvbounds import battery
+    extra["floats"] = battery.floats_record(method_floats, stream_floats, controls_floats)
+    why = battery.compression_problem(method_floats, stream_floats)
+    if why:
+        extra["not_tested"] = why
+    return power_record(claim, params, source, measured, controls, **extra)

@@ -27,9 +27,22 @@ SOURCE = "SubGen Thm 1, Alg. 1; ClusterGen Thm 2.4 (streaming, inside generation
 SCALE = "sqrt(e^{2 delta r} log n / t) + sqrt(d / s)"
 
 
+def ablation(press, K, V, rng, floats: int):
+    """SubGen's ablation at the press's floats and split: its sink and window exact, the rest of the floats split
+    between the denominator and the numerator as the press splits its middle (clusters x per-cluster slots against
+    value-sample slots), each side filled with uniform draws from the layer's history in place of the clusters'
+    samples and the l2 samples (kvbounds.battery.split_uniform)."""
+    from kvbounds.battery import split_uniform
+    st, d, dv = press.state, K.shape[-1], V.shape[-1]
+    exact = min(press.sink + press.window, K.shape[0]) * (d + dv)
+    mid = max(floats - exact, 0)
+    den = mid * st.m * st.t // (st.m * st.t + st.s)
+    return split_uniform(K, V, den, mid - den, rng, sink=press.sink, window=press.window)
+
+
 def run_trial(params: dict, seed: int, backend: str):
     from kvbounds.streaming import StreamingSubGenPress
-    rows, press = run_generation(StreamingSubGenPress, params, seed)
+    rows, press = run_generation(StreamingSubGenPress, params, seed, ablation=ablation)
     st = press.state
     if st is None or not rows:        # too short to compress: one record that says so
         return build_records(CLAIM, SOURCE, params, [], "op", None)

@@ -26,11 +26,13 @@ import numpy as np
 from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_order, controls_rejected, decide, \
     standard_verdict
-from kvbounds.controls import WorstError, numerator_controls, power_vs_controls
+from kvbounds.battery import numerator as battery_numerator
+from kvbounds.battery import split_uniform, stream_floats
+from kvbounds.controls import power_vs_controls
 from kvbounds.theory.subgen import MATPROD_FAIL, matprod_bound, matprod_error_second_moment, matprod_s, matprod_s_proven
 
 from .common import dispatch, failure_rate_ok, make_record, pick
-from .power_streams import POWER_CHECK, missing_record, power_record, real_params
+from .power_streams import POWER_CHECK, StreamBattery, battery_record, missing_record, real_params, streams_per_family
 from .power_streams import stream as power_stream
 from .sg_partition import run_stream, smallest_passing_constant, theorem_stream
 
@@ -78,7 +80,7 @@ def trials(profile: str) -> list[dict]:
     ctl = dict(base, n=pick(profile, smoke=64, quick=256, full=1024), eps=1.0, values="mismatch", s_rule="mismatch",
                C=64.0)
     out += [ctl, dict(ctl, sampling="key")]
-    reps = pick(profile, smoke=2, quick=10, full=20)
+    reps = streams_per_family(profile)
     out += [dict(base, kind="power", sweep="power", family=f, rep=i, replicas=1, eps=1.0,
                  **real_params(f, profile))
             for f in pick(profile, smoke=POWER_FAMILIES[:2], quick=POWER_FAMILIES, full=POWER_FAMILIES)
@@ -204,15 +206,16 @@ def summarize(records) -> Verdict:
     return v
 
 
-# ------------------------------------------------------------------ power against the trivial estimators (issue 20)
+# ------------------------------------------------------------------ power against the battery of controls
 POWER_FAMILIES = ("flat values", "heavy values", "real SmolLM2", "real MiniLM")
 
 
 def power_trial(params: dict, seed: int, backend: str):
     """The eps one run of SubGen's matrix product attains, max over 4 queries of 3 ||z - exp(K q)^T V|| /
-    (||exp(K q)|| ||V||_op) (eq. (6) solved for eps), and each trivial estimator's of the same sum
-    (kvbounds.controls.numerator_controls: zeros, e^{<mean k, q>} sum v, a uniform sample and the recent window of
-    s tokens) on the same stream and queries; s = n/4 so every estimator compresses."""
+    (||exp(K q)|| ||V||_op) (eq. (6) solved for eps), and each control's of the battery (kvbounds.battery) for the
+    same sum on the same stream and queries, every control at the floats the l2 samples hold (s (d + dv + 1): a key,
+    a value and a weight each; s = n/4, about 26% of the stream's n (d + dv)). The ablation: s uniform draws with
+    replacement, weight n/s, in place of the l2 draws (kvbounds.battery.split_uniform)."""
     n, d = params["n"], params["d"]
     s = n // 4
     rng = np.random.default_rng(seed + 1)
@@ -227,20 +230,24 @@ def power_trial(params: dict, seed: int, backend: str):
             return missing_record(CLAIM, params, SOURCE, e)
         Q = Qs[rng.choice(n, 4, replace=False)]
         d = K.shape[1]
+    dv = V.shape[1]
     sg = run_stream(K, V, d=d, delta=params["delta"], s=s, t=1, R=1, seed=seed, backend=backend)
     zshift, z, _ = sg.query_parts(asarray(Q, backend))
     zshift, z = to_numpy(zshift).reshape(-1), to_numpy(z).reshape(len(Q), -1)
     v_op = float(np.linalg.norm(V, 2))
-    ctl_rng, ctl, worst = np.random.default_rng(seed + 3), WorstError(), 0.0
+    held = s * (d + dv + 1)
+    bat, worst = StreamBattery(np.random.default_rng(seed + 3)), 0.0
     for qi, q in enumerate(Q):
         L = K @ q
         m_x = float(L.max())
         y = np.exp(L - m_x) @ V
-        unit = 3.0 / (float(np.linalg.norm(np.exp(L - m_x))) * v_op)          # eps per unit of error / e^{m_x}
-        worst = max(worst, float(np.linalg.norm(z[qi] * math.exp(zshift[qi] - m_x) - y)) * unit)
-        for name, (m_c, u_c) in numerator_controls(q, K, V, s, ctl_rng, scale=1.0).items():
-            ctl.add(name, float(np.linalg.norm(u_c * math.exp(m_c - m_x) - y)) * unit)
-    return power_record(CLAIM, params, SOURCE, worst, ctl.values(), s=s)
+        unit = float(np.linalg.norm(np.exp(L - m_x))) * v_op / 3.0        # one eps of eq. (6), / e^{m_x}
+        worst = max(worst, float(np.linalg.norm(z[qi] * math.exp(zshift[qi] - m_x) - y)) / unit)
+        bat.numerator(q, K, V, held, 1.0, m_x, y, unit)
+        m_a, u_a = battery_numerator(split_uniform(K, V, 0, held, np.random.default_rng([seed, 4, qi])), q, 1.0)
+        bat.add("ablation", float(np.linalg.norm(np.exp(m_a - m_x) * u_a - y)) / unit)
+    return battery_record(CLAIM, params, SOURCE, worst, bat.values(), method_floats=held,
+                          stream_floats=stream_floats(n, d, dv), controls_floats=dict(bat.floats, ablation=held), s=s)
 
 
 run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

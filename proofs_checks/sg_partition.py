@@ -31,10 +31,12 @@ from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_o
     standard_verdict
 from kvbounds.theory.subgen import PARTITION_FAIL, partition_bound, partition_t, partition_t_proven, partition_t_shape
 
-from kvbounds.controls import WorstError, numerator_controls, power_vs_controls
+from kvbounds.battery import log_partition as battery_log_partition
+from kvbounds.battery import split_uniform, stream_floats
+from kvbounds.controls import power_vs_controls
 
 from .common import dispatch, failure_rate_ok, make_record, pick
-from .power_streams import POWER_CHECK, missing_record, power_record, real_params
+from .power_streams import POWER_CHECK, StreamBattery, battery_record, missing_record, real_params, streams_per_family
 
 CLAIM = "SG.partition"
 SOURCE = "SubGen Thm 1 eq. (5) / ClusterGen Thm 2.4"
@@ -125,7 +127,7 @@ def trials(profile: str) -> list[dict]:
     out += [dict(base, n=pick(profile, smoke=64, quick=256, full=512), replicas=1, sweep="power", family=f, rep=i,
                  **real_params(f, profile))
             for f in pick(profile, smoke=POWER_FAMILIES[:2], quick=POWER_FAMILIES, full=POWER_FAMILIES)
-            for i in range(pick(profile, smoke=2, quick=10, full=20))]
+            for i in range(streams_per_family(profile))]
     return out
 
 
@@ -220,15 +222,20 @@ def summarize(records) -> Verdict:
     return v
 
 
-# ------------------------------------------------------------------ power against the trivial estimators (issue 20)
+# ------------------------------------------------------------------ power against the battery of controls
 POWER_FAMILIES = ("adversarial", "ball", "real SmolLM2", "real MiniLM")
+POWER_M = 8        # real traces: delta the radius at which the stream has at most 8 clusters (sg_attention)
 
 
 def power_trial(params: dict, seed: int, backend: str):
-    """|tau/Z - 1| of one run of SubGen's normaliser (max over the queries; eq. (5)'s metric) and of each trivial
-    estimator of Z = sum_j exp(<k_j, q>) (kvbounds.controls.numerator_controls with unit values: zeros, n e^{<mean k,
-    q>}, a uniform sample and the recent window holding as many keys as SubGen's clusters do, m' t) on the same
-    stream and queries. t at C = 1/4 (eps = 1); real traces with queries divided by sqrt(d), delta = 0.5 r."""
+    """|tau/Z - 1| of one run of SubGen's normaliser (max over 4 queries; eq. (5)'s metric) and of each control of
+    the battery (kvbounds.battery, keys only: the partition function reads no value) on the same stream and queries,
+    every control at the floats SubGen's clusters hold (m' (d (1 + t) + 1): representatives, samples, counts; the
+    whole stream is n d). t at C = 1/4 (eps = 1); real traces with queries divided by sqrt(d) and delta the radius at
+    which the keys have at most POWER_M clusters (at delta = 0.5 r the clusters held as much as the whole stream,
+    so every control was exact). The ablation: as many uniform draws (with replacement, weight n / draws) in place
+    of the clusters' samples (kvbounds.battery.split_uniform)."""
+    from .sg_attention import clustering_radius
     n, d, m, delta, r = (params[k] for k in ("n", "d", "m", "delta", "r"))
     rng = np.random.default_rng(seed + 1)
     fam = params["family"]
@@ -240,18 +247,21 @@ def power_trial(params: dict, seed: int, backend: str):
             Qs, K, _, r, _ = power_stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1.0)
         except LookupError as e:
             return missing_record(CLAIM, params, SOURCE, e)
-        Q, d, delta = Qs[rng.choice(n, 4, replace=False)], K.shape[1], delta * r
+        Q, d, delta = Qs[rng.choice(n, 4, replace=False)], K.shape[1], clustering_radius(K, POWER_M)
     t = partition_t(1.0, params["delta"], params["r"], n, C=0.25)
     sg = run_stream(K, np.ones((n, 1)), d=d, delta=delta, s=1, t=t, R=1, seed=seed, backend=backend)
     _, _, log_tau = sg.query_parts(asarray(Q, backend))
     log_z = log_partition(K, Q)
-    m_kept = sg.num_clusters() * t
-    ctl_rng, ctl = np.random.default_rng(seed + 3), WorstError()
+    held = sg.num_clusters() * (d * (1 + t) + 1)
+    bat = StreamBattery(np.random.default_rng(seed + 3))
     for qi, q in enumerate(Q):
-        for name, (m_c, u_c) in numerator_controls(q, K, np.ones((n, 1)), m_kept, ctl_rng, scale=1.0).items():
-            ctl.add(name, abs(float(u_c[0]) * math.exp(m_c - log_z[qi]) - 1.0) if u_c[0] else 1.0)
+        bat.partition(q, K, held, 1.0, float(log_z[qi]))
+        ab = split_uniform(K, K[:, :0], held, 0, np.random.default_rng([seed, 4, qi]))
+        bat.add("ablation", abs(math.expm1(float(battery_log_partition(ab, q, 1.0)) - float(log_z[qi]))))
     worst = float(np.abs(np.expm1(to_numpy(log_tau).reshape(-1) - log_z)).max())
-    return power_record(CLAIM, params, SOURCE, worst, ctl.values(), t=t, clusters=sg.num_clusters())
+    return battery_record(CLAIM, params, SOURCE, worst, bat.values(), method_floats=held,
+                          stream_floats=stream_floats(n, d), controls_floats=dict(bat.floats, ablation=held), t=t,
+                          clusters=sg.num_clusters(), delta=delta)
 
 
 run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

@@ -1,8 +1,10 @@
-"""SUB.logit-error against the trivial logit estimators (issue 20; the rule is :mod:`kvbounds.controls`).
+"""SUB.logit-error against the battery of controls (:mod:`kvbounds.battery`; the rule is :mod:`kvbounds.controls`).
 
 The draft's logit bound (Subspace-FD-draft Sec. 8) is an error bound on the estimate l^_i = gamma q^T P_B k_i /
-sqrt d. Its trivial competitors: ``zeros`` (l^ = 0) and ``mean_keys`` (l^_i = q^T mean(k) / sqrt d, O(d) memory:
-every logit replaced by the one of the mean key). Metric, in the bound's own unit: the max over 8 queries of
+sqrt d. Its competitors at the method's floats (:func:`logit_controls`): ``zeros`` (l^ = 0), ``mean`` (l^_i =
+q^T mean(k) / sqrt d, O(d) memory: every logit replaced by the one of the mean key), ``streaming_llm`` and
+``uniform`` (the tokens they keep exact, the others at the mean key's logit), and the ablation (a random basis of
+the same rank). Metric, in the bound's own unit: the max over 8 queries of
 ||l - l^||_inf / (||q|| max_i ||k_i|| / sqrt d), so zeros scores <= 1 by Cauchy-Schwarz. The method is the static
 rank-8 subspace of SUB.output-error's power sweep (bases from the first half of the stream), at the draft's
 default gamma = sqrt(r/d) and at gamma = 1 (the only gamma for which the stated bound holds); one setting per
@@ -15,11 +17,10 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.subspace_attention import StaticSubspaceAttention
-from kvbounds.controls import WorstError
 from kvbounds.algorithms.arrays import to_numpy
 
 from .common import pick
-from .power_streams import missing_record, power_record, real_params
+from .power_streams import battery_record, missing_record, real_params, streams_per_family
 
 POWER_FAMILIES = ("low_rank", "gaussian", "real SmolLM2", "real MiniLM")
 POWER_R = 8
@@ -29,7 +30,7 @@ GAMMAS = ("sqrt(r/d)", 1.0)
 def power_trials(profile: str) -> list[dict]:
     """One trial per family running all its ``streams`` (cheap streams: one trial each would cost more in dispatch)."""
     return [dict(dict(mode="power", kind=f, family=f, n=pick(profile, smoke=128, quick=256, full=1024), d=64,
-                      streams=pick(profile, smoke=2, quick=10, full=20), sweep="power"), **real_params(f, profile))
+                      streams=streams_per_family(profile), sweep="power"), **real_params(f, profile))
             for f in pick(profile, smoke=POWER_FAMILIES[:2], quick=POWER_FAMILIES, full=POWER_FAMILIES)]
 
 
@@ -50,8 +51,30 @@ def power_trial(claim: str, source: str, params: dict, seed: int):
             for r in stream_trial(claim, source, dict(params, rep=i), seed * 1000 + i)]
 
 
+def logit_controls(qs, K, floats: int, rng) -> tuple[dict, dict]:
+    """The battery's logit estimates of l = K q / sqrt(d) for the queries ``qs`` (8, d) at ``floats`` (keys only):
+    ``zeros`` (l^ = 0, no float), ``mean`` (every logit the mean key's, d floats), ``streaming_llm`` and
+    ``uniform`` (the tokens they keep (kvbounds.battery.streaming_llm_indices / uniform_indices) exact, every other
+    token at the mean key's logit: (kept + 1) d floats). Returns ({name: (8, n) estimates}, {name: floats})."""
+    from kvbounds.battery import streaming_llm_indices, uniform_indices
+    n, d = K.shape
+    mean = qs @ K.mean(0) / math.sqrt(d)
+    exact = qs @ K.T / math.sqrt(d)
+    tokens = max(floats - d, 0) // d
+    out = {"zeros": np.zeros_like(exact), "mean": np.repeat(mean[:, None], n, axis=1)}
+    for name, idx in (("streaming_llm", streaming_llm_indices(n, tokens)), ("uniform", uniform_indices(n, tokens, rng)[0])):
+        est = out["mean"].copy()
+        est[:, idx] = exact[:, idx]
+        out[name] = est
+    return out, {"zeros": 0, "mean": d, "streaming_llm": (min(tokens, n) + 1) * d, "uniform": (min(tokens, n) + 1) * d}
+
+
 def stream_trial(claim: str, source: str, params: dict, seed: int):
-    """One record per gamma (see the module docstring); a missing real model gives a record that says so."""
+    """One record per gamma (see the module docstring), the battery's logit estimates (:func:`logit_controls`) at the
+    method's floats n r + d r (the keys' coordinates and the basis: 16% of the keys' n d at n = 256, d = 64, r = 8)
+    and the ablation (a random basis of rank r, kvbounds.battery.random_basis, at the same gamma); a missing real
+    model gives a record that says so."""
+    from kvbounds.battery import random_basis, stream_floats
     rng = np.random.default_rng(seed)
     try:
         Q, K, V = _stream(params, seed, rng)
@@ -61,19 +84,22 @@ def stream_trial(claim: str, source: str, params: dict, seed: int):
     qs = Q[rng.choice(len(Q), 8, replace=False)]
     unit = np.linalg.norm(qs, axis=1) * float(np.linalg.norm(K, axis=1).max()) / math.sqrt(d)
     exact = qs @ K.T / math.sqrt(d)                                        # (8, n)
-    ctl = WorstError()
-    for a in range(len(qs)):
-        ctl.add("zeros", np.abs(exact[a]).max() / unit[a])
-        ctl.add("mean_keys", np.abs(exact[a] - qs[a] @ K.mean(0) / math.sqrt(d)).max() / unit[a])
-    controls = ctl.values()
+    held = n * POWER_R + d * POWER_R
+    ests, floats = logit_controls(qs, K, held, np.random.default_rng(seed + 3))
+    U = random_basis(d, POWER_R, np.random.default_rng(seed + 4))
+    E = random_basis(V.shape[1], POWER_R, np.random.default_rng(seed + 5))
+    worst = lambda lhat: float((np.abs(exact - lhat).max(axis=1) / unit).max())
     recs = []
     for g in GAMMAS:
         att = StaticSubspaceAttention.from_calibration(K[: n // 2], V[: n // 2], r=POWER_R, r_v=POWER_R,
                                                        gamma=g).extend(K, V)
-        lhat = to_numpy(att.logits(qs))
-        worst = float((np.abs(exact - lhat).max(axis=1) / unit).max())
-        recs.append(power_record(claim, params, source, worst, controls, gamma=float(att.gamma),
-                                 gamma_choice=str(g)))
+        coin = StaticSubspaceAttention(U, E, gamma=g).extend(K, V)
+        controls = {k: worst(v) for k, v in ests.items()}
+        controls["ablation"] = worst(to_numpy(coin.logits(qs)))
+        recs.append(battery_record(claim, params, source, worst(to_numpy(att.logits(qs))), controls,
+                                   method_floats=held, stream_floats=stream_floats(n, d),
+                                   controls_floats=dict(floats, ablation=held), gamma=float(att.gamma),
+                                   gamma_choice=str(g)))
     return recs
 
 

@@ -27,10 +27,11 @@ from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, stan
 from kvbounds.algorithms.subspace_attention import GAMMA_CHOICES, StaticSubspaceAttention
 from kvbounds.theory.subspace import output_error_bound
 
-from kvbounds.controls import WorstError, attention_controls, power_vs_controls
+from kvbounds.battery import random_basis, stream_floats
+from kvbounds.controls import power_vs_controls
 
 from .common import make_record, pick
-from .power_streams import POWER_CHECK, missing_record, power_record, real_params
+from .power_streams import POWER_CHECK, StreamBattery, battery_record, missing_record, real_params, streams_per_family
 from .sub_logit_error import evaluate, settings, worst
 
 CLAIM = "SUB.output-error"
@@ -41,7 +42,7 @@ def trials(profile: str) -> list[dict]:
     power = [dict(dict(mode="power", kind=f, family=f, n=pick(profile, smoke=128, quick=256, full=1024), d=64,
                        rep=i, sweep="power"), **real_params(f, profile))
              for f in pick(profile, smoke=POWER_FAMILIES[:2], quick=POWER_FAMILIES, full=POWER_FAMILIES)
-             for i in range(pick(profile, smoke=2, quick=10, full=20))]
+             for i in range(streams_per_family(profile))]
     return settings(profile) + [dict(mode="extremal", kind="extremal", n=2, d=2, r=1, r_v=1, t=t)
                                 for t in (0.5, 1.0, 4.0)] + power
 
@@ -150,16 +151,17 @@ def summarize(records) -> Verdict:
     return v
 
 
-# ------------------------------------------------------------------ power against the trivial estimators (issue 20)
+# ------------------------------------------------------------------ power against the battery of controls
 POWER_FAMILIES = ("low_rank", "gaussian", "real SmolLM2", "real MiniLM")
 POWER_R = 8
 
 
 def power_trial(params: dict, seed: int, backend: str):
     """max over 8 queries of ||o - o^|| / max||v_i|| (the output bound's unit) for the static rank-POWER_R subspace
-    (bases from the first half of the stream, Subspace-FD-draft Sec. 10) and for each trivial estimator
-    (kvbounds.controls.attention_controls) at the same memory: n (r + r_v) + (d + d_v) r floats, i.e. that many
-    floats / (d + d_v) tokens for the uniform sample and the recent window."""
+    (bases from the first half of the stream, Subspace-FD-draft Sec. 10) and for each control of the battery
+    (kvbounds.battery) at the same memory: n (r + r_v) + (d + d_v) r floats (the coordinates and the bases), 16% of
+    the stream's n (d + d_v) at n = 256, d = 64. The ablation: the same attention with random bases of the same
+    ranks (kvbounds.battery.random_basis) in place of the calibrated ones."""
     n, fam = params["n"], params["family"]
     rng = np.random.default_rng(seed)
     if fam in ("low_rank", "gaussian"):
@@ -174,12 +176,17 @@ def power_trial(params: dict, seed: int, backend: str):
             return missing_record(CLAIM, params, SOURCE, e)
     d, dv = K.shape[1], V.shape[1]
     att = StaticSubspaceAttention.from_calibration(K[: n // 2], V[: n // 2], r=POWER_R, r_v=POWER_R).extend(K, V)
-    mem = (n * 2 * POWER_R + (d + dv) * POWER_R) // (d + dv)
+    ab_rng = np.random.default_rng(seed + 4)
+    coin = StaticSubspaceAttention(random_basis(d, POWER_R, ab_rng), random_basis(dv, POWER_R, ab_rng)).extend(K, V)
+    held = n * 2 * POWER_R + (d + dv) * POWER_R
     vmax = float(np.linalg.norm(V, axis=1).max())
-    ctl_rng, ctl, worst = np.random.default_rng(seed + 3), WorstError(), 0.0
+    bat, worst = StreamBattery(np.random.default_rng(seed + 3)), 0.0
     for qi in rng.choice(len(Q), 8, replace=False):
         q = Q[qi]
         exact = exact_attention(q[None], K, V)[0]
         worst = max(worst, float(np.linalg.norm(to_numpy(att.attend(q)) - exact)) / vmax)
-        ctl.add_all(attention_controls(q, K, V, mem, ctl_rng, scale=1 / math.sqrt(d)), exact, vmax)
-    return power_record(CLAIM, params, SOURCE, worst, ctl.values(), memory_tokens=mem)
+        bat.attention(q, K, V, held, 1 / math.sqrt(d), exact, vmax)
+        bat.add("ablation", float(np.linalg.norm(to_numpy(coin.attend(q)) - exact)) / vmax)
+    return battery_record(CLAIM, params, SOURCE, worst, bat.values(), method_floats=held,
+                          stream_floats=stream_floats(n, d, dv), controls_floats=dict(bat.floats, ablation=held))
+

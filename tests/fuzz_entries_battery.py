@@ -83,3 +83,87 @@ ENTRIES = [
     Entry("sketch_controls+method_floats+compression_problem+floats_record+stream_floats+ablation_of", _rows,
           dict(floats=20, rng=RNG), _sketch_call, _check_sketch, torch_ok=False),
 ]
+
+
+# -- the ablations' helpers and the index selections -------------------------------------------------------------
+def _split_call(K, V, den_floats, num_floats, rng, sink, window):
+    c = bt.split_uniform(K, V, den_floats, num_floats, rng, sink=sink, window=window)
+    n = K.shape[0]
+    tokens = min(3, n)
+    return (bt.cache_floats(c), c.keys.shape[0], bt.streaming_llm_indices(n, tokens, sink),
+            bt.uniform_indices(n, tokens, rng, sink, window)[0], bt.random_basis(K.shape[1], 1, rng),
+            bt.random_basis_sketch(K, 1, rng))
+
+
+def _check_split(out, K, V, den_floats, num_floats, rng, sink, window):
+    floats, m, sl, un, U, S = out
+    n, d = K.shape
+    if len(sl) != min(3, n) or len(un) != min(3, n) or len(set(un.tolist())) != len(un):
+        return f"indices {sl}, {un}"
+    if not np.allclose(U @ U.T, np.eye(1)) or S.shape != (1, d):
+        return f"random basis {U}, sketch {S.shape}"
+    return None
+
+
+# -- the three-way calls (kvbounds.power_calls) ----------------------------------------------------------------------
+def _pair_arrays(rng, cls):
+    n = int(rng.integers(10, 16))
+    return dict(method=np.abs(make_array(rng, (n,), cls)) + 1e-3, control=np.abs(make_array(rng, (n,), cls)) + 1e-3)
+
+
+def _call_call(method, control, tests, alpha):
+    from kvbounds import power_calls as pc
+    p, direction = pc.two_sided_p(method, control)
+    m, c = np.asarray(method, np.float64), np.asarray(control, np.float64)
+    call = pc.decide_call("f", "streaming_llm", 0.2, m, c, p, direction, tests, alpha)
+    d = call.as_dict()
+    return (d, pc.call_words(d), pc.summary_words([d, dict(d, control="zeros")]), pc.versus_doing_nothing([d]),
+            pc.detectable_ratio(pc.log_ratios(m, c), tests, alpha), pc.label("zeros"), pc.control_order("zeros"),
+            pc.numbers(d), pc.fmt(d["ratio_median"]))
+
+
+def _check_call(out, method, control, tests, alpha):
+    d = out[0]
+    if d["call"] not in ("better", "tied", "worse", "not shown"):
+        return f"call {d['call']}"
+    lo, hi = d["ci"]
+    if not lo <= d["ratio_median"] <= hi:
+        return f"median {d['ratio_median']} outside [{lo}, {hi}]"
+    return None
+
+
+# -- the battery along a stream (proofs_checks.power_streams) ---------------------------------------------------------
+def _stream_battery_call(K, V, q, floats, scale):
+    from kvbounds.proofs_checks import power_streams as ps
+    bat = ps.StreamBattery(np.random.default_rng(0))
+    bat.caches(K, V, floats)                                 # the battery's checks of K, V and floats come first
+    bt.attention(bt.mean(K, V), q, scale)                    # and of q (the check computes its exact value next)
+    from kvbounds.algorithms.validation import InputError
+    if np.ndim(q) != 1:
+        raise InputError("one query (d,) per checkpoint")      # a check's own shape; the battery broadcasts more
+    scale = K.shape[1] ** -0.5 if scale is None else scale
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = np.asarray(K, np.float64) @ np.asarray(q, np.float64) * scale
+    if not np.all(np.isfinite(x)):
+        raise InputError("the logits overflow")
+    w = np.exp(x - x.max())
+    exact = w @ np.asarray(V, np.float64) / w.sum()
+    bat.attention(q, K, V, floats, scale, exact, 1.0)
+    bat.numerator(q, K, V, floats, scale, float(x.max()), w @ np.asarray(V, np.float64), 1.0)
+    bat.partition(q, K, floats, scale, float(x.max() + np.log(w.sum())))
+    rec = ps.battery_record("X.claim", {}, "src", 0.5, bat.values(), method_floats=floats,
+                            stream_floats=ps.streams_per_family("quick") * 0 + K.size + V.size)
+    return bat.values(), rec.extra["floats"], rec.extra.get("not_tested", "")
+
+
+ENTRIES += [
+    Entry("split_uniform+streaming_llm_indices+uniform_indices+random_basis+random_basis_sketch", _kvq,
+          dict(den_floats=30, num_floats=40, rng=RNG, sink=1, window=1), lambda K, V, q, **kw: _split_call(K, V, **kw),
+          lambda out, K, V, q, **kw: _check_split(out, K, V, **kw), torch_ok=False),
+    Entry("decide_call+two_sided_p+detectable_ratio+log_ratios+call_words+summary_words+versus_doing_nothing",
+          _pair_arrays, dict(tests=4, alpha=0.05), _call_call, _check_call, torch_ok=False,
+          nonfinite_ok=lambda out, **kw: True if np.isfinite(out[0]["ratio_median"]) else False),
+    Entry("StreamBattery+battery_record+streams_per_family", _kvq, dict(floats=50, scale=0.5),
+          _stream_battery_call, torch_ok=False,      # an error that overflows is +inf (the worst), never NaN
+          nonfinite_ok=lambda out, **kw: not any(np.isnan(v) for v in out[0].values())),
+]

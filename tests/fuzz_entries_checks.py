@@ -9,42 +9,13 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from fuzz_harness import RNG, Entry, compare_attention, make_array
+from fuzz_harness import RNG, Entry, make_array
 
 from kvbounds import controls as ctl
 from kvbounds.proofs_checks import decode_stream as ds
 from kvbounds.proofs_checks import decode_verdict as dv
 from kvbounds.proofs_checks import power_streams as ps
 from kvbounds.records import Record
-
-
-def _qkv(rng, cls):
-    n, d, s = int(rng.integers(1, 9)), int(rng.integers(1, 5)), int(rng.integers(1, 4))
-    return dict(q=make_array(rng, (d,), cls), K=make_array(rng, (n, d), cls), V=make_array(rng, (n, s), cls))
-
-
-def _check_softmax_attend(out, q, K, V, scale):
-    return compare_attention(out, q, K, V, scale)
-
-
-def _check_attention_controls(out, q, K, V, memory, rng, scale):
-    if set(out) != {"zeros", "mean_values", "uniform", "recent"} or np.any(out["zeros"] != 0):
-        return f"controls {sorted(out)}"
-    if not np.allclose(out["mean_values"], np.asarray(V, np.float64).mean(0), rtol=1e-5, atol=0):
-        return "mean_values is not the mean of the values"
-    m = int(min(max(memory, 1), len(K)))
-    return compare_attention(out["recent"], q, K[-m:], V[-m:], scale)
-
-
-def _check_numerator_controls(out, q, K, V, memory, rng, scale):
-    m = int(min(max(memory, 1), len(K)))
-    x = np.asarray(K[-m:], np.float64) @ np.asarray(q, np.float64) * scale
-    mx, u = out["recent"]
-    want = np.exp(x - x.max()) @ np.asarray(V[-m:], np.float64)      # the same max shift: e^m u in either
-    tol = 1e-4 * (np.exp(x - x.max()) @ np.abs(np.asarray(V[-m:], np.float64))) + 1e-300
-    if not (abs(mx - x.max()) <= 1e-5 * (abs(x.max()) + 1) and np.all(np.abs(np.asarray(u) - want) <= tol)):
-        return f"recent numerator {mx}, {u} vs {x.max()}, {want}"
-    return None
 
 
 def _errors(rng, cls):
@@ -210,6 +181,8 @@ def _decode_call(err, unit, cert, controls, units, log_scale):
     heads = [dict(err=e[h], units={units: _at(u, h)}, cert=_at(c, h), r=1.0, kmax=1.0, vmax=1.0, qnorm=1.0,
                   controls=dict(zeros=cl[h][0], mean_values=cl[h][-1])) for h in range(len(e))]
     rows = [dict(n=n, layer=layer, stored=16, d=4, kv_heads=1, heads=heads) for n in (64, 96) for layer in (0, 1)]
+    import copy
+    rows = ds.merge_ablation(rows, copy.deepcopy(rows), units)      # the ablation run's rows: here the same errors
     recs = dv.build_records("BKV.decode", "src", ds.trial_params("smoke"), rows, units, lambda row, h: log_scale)
     v = dv.summarize("BKV.decode", recs, scale_text="s", certificate_kind="c")
     return [(r.measured, r.bound) for r in recs], v.summary, dv.decode_rows(recs)
@@ -224,11 +197,6 @@ def _decode_nonfinite_ok(out, **kw):
 
 
 ENTRIES = [
-    Entry("softmax_attend", _qkv, dict(scale=0.5), ctl.softmax_attend, _check_softmax_attend, torch_ok=False),
-    Entry("attention_controls", _qkv, dict(memory=3, rng=RNG, scale=0.5), ctl.attention_controls,
-          _check_attention_controls, torch_ok=False),
-    Entry("numerator_controls", _qkv, dict(memory=3, rng=RNG, scale=0.5), ctl.numerator_controls,
-          _check_numerator_controls, torch_ok=False),
     Entry("WorstError.add+check_error", _errors, dict(name="zeros"), _worst_call, _check_worst, torch_ok=False,
           nonfinite_ok=lambda out, **kw: not any(math.isnan(v) for v in out[0].values())),
     Entry("WorstError.add_all", lambda r, c: dict(exact=make_array(r, (3,), c), est=make_array(r, (3,), c)),
@@ -257,6 +225,6 @@ ENTRIES = [
           nonfinite_ok=lambda out, **kw: not any(math.isnan(x) for x in out)),
     Entry("certificate_stats+check_rows", _cert_arrays, {}, _cert_call, torch_ok=False,
           nonfinite_ok=_cert_nonfinite_ok),
-    Entry("build_records+summarize+decode_rows", _decode_arrays, dict(units="F", log_scale=0.5), _decode_call,
+    Entry("build_records+summarize+decode_rows+merge_ablation", _decode_arrays, dict(units="F", log_scale=0.5), _decode_call,
           torch_ok=False, nonfinite_ok=_decode_nonfinite_ok),
 ]

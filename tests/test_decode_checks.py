@@ -72,7 +72,7 @@ def test_a_generation_too_short_to_compress_is_a_record_that_says_so():
         recs = mod.run_trial(p, 0, "numpy")
         assert len(recs) == 1 and "ended before the press compressed" in recs[0].extra["missing"]
         v = mod.summarize(recs)
-        assert v.statement == "not-run" and "not run (no checkpoint measured" in v.summary
+        assert v.statement == "not-run" and "not tested (no checkpoint measured" in v.summary
 
 
 def test_all_zero_values_give_an_exact_zero_error_not_a_division_by_zero():
@@ -117,3 +117,26 @@ def test_decode_helpers_refuse_bad_input_by_name():
         trial_params("nope")
     with pytest.raises(InputError, match="units"):
         head_eps(dict(err=1.0, units={"F": 1.0}), "op")
+
+
+def test_the_ablation_run_pairs_with_the_method_run_token_for_token():
+    """run_forced feeds another press the tokens a run generated: with the same press it measures the same rows
+    (the pairing the ablation relies on); with random halving (the ablation) the rows pair by (checkpoint, layer)
+    and merge_ablation puts the ablation's eps, in the method's units, under each head's controls."""
+    from kvbounds.proofs_checks.decode_stream import merge_ablation, run_forced, run_generation
+    from kvbounds.streaming import StreamingBalanceKVPress
+    p = dict(trial_params("smoke"), new=20)
+    tokens: list = []
+    rows, _ = run_generation(StreamingBalanceKVPress, p, 3, tokens=tokens)
+    assert rows and len(tokens) == p["prompt"] + p["new"]
+    again = run_forced(StreamingBalanceKVPress, p, 3, tokens)
+    assert [(r["n"], r["layer"]) for r in again] == [(r["n"], r["layer"]) for r in rows]
+    assert all(a["err"] == pytest.approx(b["err"], rel=1e-9, abs=1e-12)
+               for r, o in zip(rows, again) for a, b in zip(r["heads"], o["heads"]))
+    coin = run_forced(StreamingBalanceKVPress, p, 3, tokens, signs="random")
+    merged = merge_ablation(rows, coin, "F")
+    for r, o in zip(merged, coin):
+        for h, g in zip(r["heads"], o["heads"]):
+            assert h["controls"]["ablation"] / h["units"]["F"] == pytest.approx(g["err"] / g["units"]["F"])
+    with pytest.raises(Exception, match="signs"):
+        StreamingBalanceKVPress(target=48, interval=16, sink=4, window=8, signs="greedy")

@@ -185,7 +185,9 @@ NOT_ENTRY_POINTS = {
     # checks' helpers that run a real model: a window of a real trace (loads the model's cached layer: seconds; its
     # argument checks in tests/test_controls.py), the decode observer and the generation it measures (a loaded
     # model and a press; tests/test_decode_checks.py and the smoke run of BKV.decode / SG.decode)
-    "real_stream", "DecodeObserver", "run_generation",
+    "real_stream", "DecodeObserver", "run_generation", "run_forced",
+    # the power rule's data holder (made by decide_call: its entry)
+    "Call",
     # e2e: a model's context length read from its configuration files, and the CLI's removal of repeated
     # --methods / --budgets (parsed arguments, no arrays; tests/test_e2e_cli.py)
     "model_context", "dedupe",
@@ -193,7 +195,7 @@ NOT_ENTRY_POINTS = {
 # Packages and modules whose public callables must be fuzz entries (a module is enumerated alone, a package with its
 # subpackages): add a name here, and its entries in a tests/fuzz_entries*.py file, to cover a new surface.
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses",
-            "kvbounds.controls", "kvbounds.battery", "kvbounds.proofs_checks.power_streams", "kvbounds.proofs_checks.decode_stream",
+            "kvbounds.controls", "kvbounds.battery", "kvbounds.power_calls", "kvbounds.proofs_checks.power_streams", "kvbounds.proofs_checks.decode_stream",
             "kvbounds.proofs_checks.decode_verdict", "kvbounds.streaming", "kvbounds.testing", "kvbounds.stream_press",
             "kvbounds.evaluation", "kvbounds.evaluation_spec", "kvbounds.evaluation_streams",
             "kvbounds.evaluation_decode", "kvbounds.evaluation_e2e", "kvbounds.evaluation_card",

@@ -51,10 +51,20 @@ def pair_gram(K, V, alive, scale: float):
     return D, mk, rv
 
 
-def walk_signs(D, uniforms, delta: float = 0.01):
+SIGNS = ("walk", "random")
+
+
+def walk_signs(D, uniforms, delta: float = 0.01, rule: str = "walk"):
     """The self-balancing walk on vectors with Gram D (B, P, P): s_p = +1 with probability (1 - <w, d_p>/c)/2
-    (clipped), w the signed sum so far; ``uniforms`` (B, P). Returns (signs (B, P) float64, s^T D s (B,))."""
+    (clipped), w the signed sum so far; ``uniforms`` (B, P). ``rule="random"``: the ablation, s_p = +1 iff u_p < 1/2
+    (fair coins on the same uniforms). Returns (signs (B, P) float64, s^T D s (B,))."""
+    if rule not in SIGNS:
+        from kvbounds.algorithms.validation import InputError
+        raise InputError(f"rule must be one of {SIGNS}, got {rule!r}")
     B, P, _ = D.shape
+    if rule == "random":
+        signs = torch.where(uniforms < 0.5, 1.0, -1.0).to(D.dtype)
+        return signs, (signs[:, :, None] * D * signs[:, None, :]).sum((1, 2)).clamp_min(0.0)
     diag = torch.diagonal(D, dim1=1, dim2=2)
     c = 30.0 * math.log(max(P, 2) / delta) * diag.max(-1).values.clamp_min(1e-300)     # (B,)
     run = torch.zeros(B, P, dtype=D.dtype)          # <w, d_i> for every i
@@ -108,7 +118,8 @@ def merge_pair_rule(la, lb, signs, u):
     return keep_first, new, equal
 
 
-def halve_pairs(K, V, logw, levels: list, level: int, pairs: int, *, sink: int, scale: float, uniform, cert=None):
+def halve_pairs(K, V, logw, levels: list, level: int, pairs: int, *, sink: int, scale: float, uniform, cert=None,
+                signs: str = "walk"):
     """Halve ``pairs`` pairs of level ``level`` in a stack of layers' caches K, V (B, S, d), logw (B, S) (the
     middle starts at ``sink``; ``levels`` its per-token levels, the same for every row; ``uniform(P)`` -> (B, P)
     uniforms in [0, 1), each row from its own stream). Returns the new (K, V, logw, levels)."""
@@ -119,7 +130,7 @@ def halve_pairs(K, V, logw, levels: list, level: int, pairs: int, *, sink: int, 
     equal = (torch.isfinite(la) & (la == lb)).repeat_interleave(2, 1)
     D, mk, rv = pair_gram(Kg, Vg, equal, scale)
     u = uniform(pairs)
-    signs, disc2 = walk_signs(D, u)
+    signs, disc2 = walk_signs(D, u, rule=signs)             # the rule name in, the signs out
     keep_first, new_w, eq = merge_pair_rule(la, lb, signs, u)
     if cert is not None:
         term = level * LOG2 + mk / 2 + 0.5 * torch.log(disc2)                 # the walk's signed sum
@@ -175,8 +186,10 @@ def merge_unequal(K, V, logw, levels: list, *, sink: int, uniform, cert=None):
     return K[:, keep], V[:, keep], logw[:, keep], levels
 
 
-def reduce_middle(K, V, logw, levels: list, budget: int, *, sink: int, scale: float, uniform, cert=None):
-    """Halve pairs, lowest level first, until the middle holds ``budget`` tokens."""
+def reduce_middle(K, V, logw, levels: list, budget: int, *, sink: int, scale: float, uniform, cert=None,
+                  signs: str = "walk"):
+    """Halve pairs, lowest level first, until the middle holds ``budget`` tokens (``signs``: :func:`walk_signs`'s
+    rule)."""
     while len(levels) > budget:
         excess = len(levels) - budget
         counts: dict[int, int] = {}
@@ -188,5 +201,5 @@ def reduce_middle(K, V, logw, levels: list, budget: int, *, sink: int, scale: fl
             continue
         lvl = full[0]
         K, V, logw, levels = halve_pairs(K, V, logw, levels, lvl, min(excess, counts[lvl] // 2), sink=sink,
-                                         scale=scale, uniform=uniform, cert=cert)
+                                         scale=scale, uniform=uniform, cert=cert, signs=signs)
     return K, V, logw, levels

@@ -47,9 +47,18 @@ class StreamingBalanceKVPress(StreamingPress):
     ||o_hat - o|| <= e^{||q||^2 scale / 2} (X_num + ||o_hat|| X_den) / Z_lo with Z_lo <= the exact denominator
     (the larger of Z_hat minus the denominator's error bound and the exact sink and recent tokens' mass), capped by
     the trivial bar ||o_hat|| + R. Vacuous when e^{(||q||^2 + max||k||^2) scale / 2} dwarfs Z_hat, which real keys
-    do. ``kind="estimate"``: 3 max(se_HT, se_CS) of the middle's sampling error from the kept tokens."""
+    do. ``kind="estimate"``: 3 max(se_HT, se_CS) of the middle's sampling error from the kept tokens.
+
+    ``signs``: ``"walk"`` (the self-balancing walk) or ``"random"`` (the ingredient ablation: fair coins on the
+    walk's own uniforms, i.e. random halving with the same pairs, levels and weights)."""
+    signs: str = "walk"
     name: ClassVar[str] = "BalanceKV (streaming)"
     certificate_kind: ClassVar[str] = "bound"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.signs not in balance.SIGNS:
+            raise InputError(f"signs must be one of {balance.SIGNS}, got {self.signs!r}")
 
     def reset(self) -> None:
         super().reset()
@@ -77,7 +86,7 @@ class StreamingBalanceKVPress(StreamingPress):
         logw = torch.cat([Am, Ax], 1)
         levels = self._levels + [0] * Kx.shape[1]
         K, V, logw, self._levels = balance.reduce_middle(K, V, logw, levels, self.middle, sink=0, scale=scale,
-                                                         uniform=uniform, cert=self._cert)
+                                                         uniform=uniform, cert=self._cert, signs=self.signs)
         return K, V, logw, None
 
     def _certificate(self, layer_idx, layer, q, scale, kind) -> ErrorBar:
