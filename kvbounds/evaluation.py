@@ -135,7 +135,7 @@ def evaluate(spec: str, *, ratio: float = 0.75, profile: str = "quick", e2e: boo
     """Evaluate SPEC (a registered method, ``kvpress:NAME`` or ``module:NAME``; :mod:`kvbounds.evaluation_spec`) at
     kvpress compression ratio ``ratio`` (the fraction removed; the headline fraction is 1 - ratio) on ``profile``;
     writes ``out`` (default :func:`default_out`) and returns evaluation.json's content. ``workers``: processes for
-    the stream trials (default: all cores). Raises :class:`EvaluationError` (and :class:`kvbounds.records.StoreError`
+    the stream trials (default: all cores; smoke runs in this process). Raises :class:`EvaluationError` (and :class:`kvbounds.records.StoreError`
     for an unusable ``out``)."""
     from .evaluation_card import write_outputs
     from .evaluation_spec import check_ratio, resolve
@@ -145,6 +145,8 @@ def evaluate(spec: str, *, ratio: float = 0.75, profile: str = "quick", e2e: boo
     ratio = check_ratio(ratio)
     resolved = resolve(spec, ratio)
     out = default_out(spec) if out is None else out
+    if workers is None and profile == "smoke":
+        workers = 1                 # its few trials take less than starting worker processes that import torch
     t0, c0 = time.perf_counter(), time.process_time()
     trials = _trials(spec, profile, ratio, seed)
     _preflight(resolved, trials)

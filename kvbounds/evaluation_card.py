@@ -19,6 +19,16 @@ CARD_FILE = "evaluation.html"
 TONES = {"better": "good", "worse": "bad", "tied": "none", "not shown": "warn", "not tested": "none"}
 
 
+def _version() -> str:
+    """The installed kvbounds' version (read from its metadata: this module must not import the package's root,
+    which imports evaluation lazily)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("kvbounds")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def report_style() -> str:
     """The ``<style>`` block of the report's template (templates/report.html.j2)."""
     text = (Path(__file__).parent / "templates" / "report.html.j2").read_text(encoding="utf-8")
@@ -82,8 +92,8 @@ def _e2e_block(e2e: dict) -> str:
 
 def render_card(result: dict) -> str:
     """evaluation.html for evaluation.json's content ``result``."""
-    from kvbounds import __version__
     from kvbounds.power_calls import label
+    __version__ = _version()
     calls = result["calls"]
     head = [c for c in calls if c["fraction"] == result["fraction"]]
     tone = tone_of(head)

@@ -25,7 +25,8 @@ def add_parser(sub) -> None:
     p.add_argument("--decode", action="store_true", help="also the decode-time check (the cache recompressed as "
                                                          "the stream grows); on by itself for a decoding press")
     p.add_argument("--out", default=None, help="output directory (default evaluation/<SPEC>)")
-    p.add_argument("--workers", type=int, default=None, help="processes for the stream trials (default: all cores)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes for the stream trials (default: all cores; smoke runs in this process)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true")
 
