@@ -1,7 +1,9 @@
 """kvbounds: which guarantees of streaming attention / KV-cache compression hold, with what constants.
 
 The claim registry (:mod:`kvbounds.registry`), records (:mod:`kvbounds.records`), the sweep runner
-(:mod:`kvbounds.runner`), verdicts (:mod:`kvbounds.verdict`) and the report (:mod:`kvbounds.report`).
+(:mod:`kvbounds.runner`), verdicts (:mod:`kvbounds.verdict`) and the report (:mod:`kvbounds.report`);
+``kvbounds.evaluate(SPEC)`` evaluates any press or compressor against the battery (:mod:`kvbounds.evaluation`),
+and :mod:`kvbounds.testing` serves researchers' own test suites.
 
 The repository's top-level folders theory/, algorithms/, proofs_checks/, gpu/ and traces/ are the subpackages
 kvbounds.theory, ... through relative symlinks kvbounds/<folder> -> ../<folder>. A checkout made without symlinks
@@ -14,3 +16,12 @@ if not _os.path.isdir(_os.path.join(__path__[0], "algorithms")):   # links check
     __path__.append(_os.path.dirname(_os.path.abspath(__path__[0])))
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    """``kvbounds.evaluate(SPEC, ...)``: :func:`kvbounds.evaluation.evaluate`, imported on first use (importing
+    kvbounds stays light)."""
+    if name == "evaluate":
+        from .evaluation import evaluate
+        return evaluate
+    raise AttributeError(f"module 'kvbounds' has no attribute {name!r}")

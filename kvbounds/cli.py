@@ -1,10 +1,11 @@
-"""Command line: ``kvbounds list | show CLAIM | check [CLAIM ...] | report [CLAIM ...]``.
+"""Command line: ``kvbounds list | show CLAIM | check [CLAIM ...] | report [CLAIM ...] | evaluate SPEC``.
 
     kvbounds list [--out DIR]        every claim: id, kind, check, source, statement
     kvbounds show CLAIM [--out DIR]  one claim in full, with its last verdict from DIR's records
     kvbounds check [CLAIM ...]       run checks, appending records to DIR/results.jsonl
     kvbounds report [CLAIM ...]      DIR/report.html, DIR/summary.json, DIR/figures/ and a terminal summary
                     [--markdown FILE]  and a markdown summary (``make results-md``: docs/RESULTS.md)
+    kvbounds evaluate SPEC           any press or compressor against the battery of controls at equal memory
 """
 from __future__ import annotations
 
@@ -269,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
         traces_cli.add_parser(sub)          # `kvbounds traces extract ...` (real Q/K/V from real models)
     import kvbounds.e2e.cli as e2e_cli      # `kvbounds e2e ...` (end-to-end harness; needs the hf extra to run)
     e2e_cli.add_parser(sub)
+    from . import evaluation_cli             # `kvbounds evaluate SPEC` (any press or compressor against the battery)
+    evaluation_cli.add_parser(sub)
     return p
 
 
@@ -297,4 +300,7 @@ def _main(argv=None) -> int:
     if args.cmd == "e2e":
         import kvbounds.e2e.cli
         return kvbounds.e2e.cli.run(args)
+    if args.cmd == "evaluate":
+        from . import evaluation_cli
+        return evaluation_cli.run(args)
     return {"list": _cmd_list, "show": _cmd_show, "check": _cmd_check, "report": _cmd_report}[args.cmd](args)

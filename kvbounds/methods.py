@@ -65,6 +65,10 @@ class Method:
     (for ``kvpress:`` entries, kvpress's class name). ``host_only``: why it cannot run on torch tensors (else "").
     ``device_host_reads``: the small arrays its device path reads on the host (never K or V).
     ``requires``: a module that must import for it to run (its rows are skipped with the reason otherwise).
+    ``make_press``: for a kvpress press that is not one of kvpress's own entries (a press of one's own, registered by
+    ``kvbounds evaluate module:NAME``): ``ratio -> press instance`` at kvpress's compression ratio; the end-to-end
+    harness runs it inside the model as it runs kvpress's presses (``compress_prefill`` =
+    :func:`kvbounds.e2e.methods.compress_kvpress_prefill`).
     """
     name: str
     compress: Callable | str | None = None
@@ -86,6 +90,7 @@ class Method:
     host_only: str = ""
     device_host_reads: str = ""
     requires: str = ""
+    make_press: Callable | str | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip():

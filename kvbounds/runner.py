@@ -153,6 +153,19 @@ def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed:
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     trials = expand(claims, profile, seed, backend)
+    return run_trials(trials, out=out, executor=executor, workers=workers, progress=progress, on_record=on_record,
+                      timings=timings, run=dict(profile=profile, backend=backend, seed=seed))
+
+
+def run_trials(trials: Sequence[Trial], *, out: str | os.PathLike = "results", executor: cf.Executor | None = None,
+               workers: int | None = None, progress: bool = True, on_record: Callable[[Record], None] | None = None,
+               timings: dict | None = None, run: dict | None = None) -> list[Record]:
+    """Run the given trials that are not already done in ``out`` (the sweep of :func:`run_checks`, for trials
+    made elsewhere: ``kvbounds evaluate``'s, whose module is named by each trial). Holds the directory's lock;
+    ``run``: the profile / backend / seed of the run's line in ``DIR/runs.jsonl``. Returns the records written
+    (error records left out); raises :class:`kvbounds.records.StoreError` as :func:`run_checks` does."""
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     store = ResultStore(out)
     with store.lock():
         stored = store.read()
@@ -162,7 +175,6 @@ def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed:
             retry = sum(t.key in failed for t in todo)
             sys.stderr.write(f"kvbounds: {len(todo)} trial(s) to run ({len(trials) - len(todo)} already finished in "
                              f"{store.path}{f'; {retry} failed before, retried' if retry else ''})\n")
-        run = dict(profile=profile, backend=backend, seed=seed)
         return _sweep(todo, store, executor, workers, progress, on_record, run, timings)
 
 

@@ -195,8 +195,12 @@ NOT_ENTRY_POINTS = {
 # Packages and modules whose public callables must be fuzz entries (a module is enumerated alone, a package with its
 # subpackages): add a name here, and its entries in a tests/fuzz_entries*.py file, to cover a new surface.
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses",
-            "kvbounds.controls", "kvbounds.battery", "kvbounds.ablations", "kvbounds.power_calls", "kvbounds.proofs_checks.power_streams", "kvbounds.proofs_checks.decode_stream",
-            "kvbounds.proofs_checks.decode_verdict", "kvbounds.streaming")
+            "kvbounds.controls", "kvbounds.battery", "kvbounds.ablations", "kvbounds.power_calls",
+            "kvbounds.proofs_checks.power_streams", "kvbounds.proofs_checks.decode_stream",
+            "kvbounds.proofs_checks.decode_verdict", "kvbounds.streaming", "kvbounds.testing", "kvbounds.stream_press",
+            "kvbounds.evaluation", "kvbounds.evaluation_spec", "kvbounds.evaluation_streams",
+            "kvbounds.evaluation_decode", "kvbounds.evaluation_e2e", "kvbounds.evaluation_card",
+            "kvbounds.evaluation_cli")
 
 
 def public_callables() -> dict[str, list[str]]:

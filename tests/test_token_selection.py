@@ -12,6 +12,8 @@ from kvbounds.algorithms.token_selection import (H2O, SELECTORS, BalanceKV, KCen
                                         make_selector, relative_error)
 from kvbounds.algorithms.validation import InputError
 from kvbounds.algorithms.arrays import asarray, to_numpy
+from kvbounds.testing import assert_attention_error
+from kvbounds.testing.strategies import kv_streams
 
 CONFIGS = [("streaming_llm", {}), ("h2o", {}), ("uniform", dict(sink=2, window=4)), ("kcenter", dict(window=4)),
            ("kcenter", dict(window=4, weights="cluster_size")), ("balancekv", dict(sink=2, window=4, block_size=8))]
@@ -37,10 +39,12 @@ def test_selection_form(name, kw, lead):
 
 
 @pytest.mark.parametrize("name, kw", CONFIGS)
-def test_full_budget_is_exact(name, kw):
-    Q, K, V = _qkv(1, (), 30)
-    idx, lw = make_selector(name, **kw).select(K, V, budget=30, rng=np.random.default_rng(0), Q=Q)
-    np.testing.assert_allclose(estimate(Q[-1], K, V, idx, lw), exact_attention(Q[-1], K, V), rtol=1e-12)
+def test_full_budget_is_exact(name, kw, kv_stream):
+    """On every stream family of kvbounds.testing (the plugin's kv_stream fixture), a budget that holds every
+    token gives exact attention (float64: 1e-12 of ||Attn||, a few hundred roundings of n = 64 terms)."""
+    Q, K, V = kv_stream.Q, kv_stream.K, kv_stream.V
+    idx, lw = make_selector(name, **kw).select(K, V, budget=kv_stream.n, rng=np.random.default_rng(0), Q=Q)
+    assert_attention_error(lambda q: estimate(q, K, V, idx, lw), kv_stream, Q[-1], 1e-12, scale="relative")
     assert relative_error(Q[-1], K, V, idx, lw) < 1e-12
 
 
@@ -66,13 +70,15 @@ def _h2o_reference(Q, K, budget, recent, scale):
     return sorted(cache)
 
 
-@given(n=st.integers(2, 40), budget=st.integers(2, 12), recent=st.integers(0, 11), seed=st.integers(0, 2**16))
-def test_h2o_matches_a_plain_reference(n, budget, recent, seed):
+@given(stream=kv_streams(max_n=40, max_d=6), budget=st.integers(2, 12), recent=st.integers(0, 11))
+def test_h2o_matches_a_plain_reference(stream, budget, recent):
+    """On streams of every family (kvbounds.testing.strategies.kv_streams: heavy hitters, huge norms, duplicated
+    keys, ...), H2O keeps what a plain transcription of its eviction keeps."""
     recent = min(recent, budget - 1)
-    Q, K, V = _qkv(seed, (), n)
+    Q, K, V = stream.Q, stream.K, stream.V
     idx, _ = H2O(recent=recent).select(K, V, budget=budget, Q=Q)
-    ref = _h2o_reference(Q, K, budget, recent, 0.5) if budget < n else list(range(n))
-    assert to_numpy(idx).tolist() == ref
+    ref = _h2o_reference(Q, K, budget, recent, stream.scale) if budget < stream.n else list(range(stream.n))
+    assert to_numpy(idx).tolist() == ref, stream
 
 
 def test_h2o_needs_queries_and_keeps_recent_window():

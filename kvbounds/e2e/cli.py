@@ -24,7 +24,8 @@ def add_parser(sub) -> None:
                    help="where our methods compress: host (numpy, float32 copies; the checks' default) or device "
                         "(torch tensors on --device, the cache stays there)")
     p.add_argument("--methods", nargs="+", default=list(M.DEFAULT_METHODS), metavar="METHOD",
-                   help=f"ours: {' '.join(M.OURS)}; kvpress: {' '.join(M.KVPRESS)}")
+                   help=f"ours: {' '.join(M.OURS)}; kvpress: {' '.join(M.KVPRESS)}; or any registered method (a "
+                        "third party's, through the entry-point group kvbounds.methods)")
     p.add_argument("--budgets", nargs="+", type=float, default=[0.25, 0.5],
                    help="fractions of the cache's floats, in (0, 1]; every method holds within 1%% of it")
     p.add_argument("--tasks", nargs="+", default=["ppl", "passkey", "lines"], choices=["ppl", "passkey", "lines"])
@@ -56,10 +57,12 @@ def problems(args) -> list[str]:
     if not out:
         out += sorted({f"--budgets: {p}" for b in args.budgets
                        if (p := budget_problem(args.n, 64, args.window, args.window, b))})
-    unknown = [m for m in args.methods if m not in M.DEFAULT_METHODS]
+    from kvbounds.methods import names
+    unknown = [m for m in args.methods if m not in M.DEFAULT_METHODS and m not in names()]
     if unknown:
+        external = names(source="external")
         out.append(f"--methods: unknown {', '.join(map(repr, unknown))}; ours: {' '.join(M.OURS + M.CONTROLS)}; "
-                   f"kvpress: {' '.join(M.KVPRESS)}")
+                   f"kvpress: {' '.join(M.KVPRESS)}" + (f"; others registered: {' '.join(external)}" if external else ""))
     if args.model != "smollm2" and not os.path.exists(args.model) and not _in_hf_cache(args.model):
         out.append(f"--model {args.model!r} does not exist (not a local path, not a model in the local "
                        "Hugging Face cache; the harness loads offline)")

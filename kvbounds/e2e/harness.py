@@ -211,8 +211,7 @@ def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, windo
     :data:`kvbounds.e2e.methods.MEMORY_TOLERANCE` of ``budget x exact floats``, gives a row with ``error`` set
     instead of scores. ``where``: compress on the host (numpy,
     the checks' records) or on the model's device (:func:`kvbounds.e2e.methods.compress_all`)."""
-    state = state or prefill(lm, task.context, capture_inputs=any(m.startswith("kvpress:") or m in M.NEEDS_INPUTS
-                                                                 for m in methods),
+    state = state or prefill(lm, task.context, capture_inputs=any(M.needs_inputs(m) for m in methods),
                              received=any(m in M.NEEDS_SCORES for m in methods))
     exact_floats = lm.n_layers * lm.n_kv_heads * state.n * 2 * lm.head_dim
     t0 = _now(lm)

@@ -88,15 +88,37 @@ def compress_layer(method: str, K, V, budget: float, rng: np.random.Generator, *
 
 
 def make_press(method: str, budget: float, seed: int, ratio: float | None = None):
+    """The press of a ``kvpress:`` entry, or of a registered method with ``make_press`` (a press of one's own), at
+    compression ratio ``ratio`` (default 1 - budget); a press with a ``seed`` field gets ``seed``."""
+    _check_method(method)
+    r = float(1.0 - budget if ratio is None else ratio)
+    if method in registry.names() and registry.get_method(method).make_press is not None:
+        press = registry.get_method(method).function("make_press")(r)
+        if hasattr(press, "seed"):
+            press.seed = int(seed)
+        return press
     import kvpress
-    name = method.split(":", 1)[1]
+    name = method.split(":", 1)[1] if ":" in method else method
     if name not in PRESSES:
         raise InputError(f"unknown kvpress method {method!r}; choose from {', '.join(KVPRESS)}")
     cls = getattr(kvpress, PRESSES[name])
-    kw = dict(compression_ratio=float(1.0 - budget if ratio is None else ratio))
+    kw = dict(compression_ratio=r)
     if name == "random":
         kw["seed"] = int(seed)
     return cls(**kw)
+
+
+def needs_inputs(method: str) -> bool:
+    """Whether ``method`` reads the prefill's captured attention inputs (a kvpress press, one's own press, or a
+    method registered with ``needs_queries``), read from the registry when asked (a method registered after this
+    module was imported counts)."""
+    _check_method(method)
+    if method.startswith("kvpress:"):
+        return True
+    if method in registry.names():
+        m = registry.get_method(method)
+        return bool(m.needs_queries or m.make_press is not None)
+    return False
 
 
 def compress_kvpress(method: str, lm, state, budget: float, seed: int, *,

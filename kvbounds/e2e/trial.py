@@ -79,7 +79,7 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Rec
             if not np.array_equal(inside[:len(after)], after):
                 raise RuntimeError("the question-after prompt is not a prefix of the question-inside prompt")
             states["inside"] = prefill(lm, inside, capture_inputs=any(
-                m.startswith("kvpress:") or m in M.NEEDS_INPUTS for m in params["methods"]),
+                M.needs_inputs(m) for m in params["methods"]),
                 received=any(m in M.NEEDS_SCORES for m in params["methods"]), prefixes=(len(after),))
             states["after"] = slice_prefill(states["inside"], len(after))
         recs = []

@@ -1,0 +1,69 @@
+"""Hypothesis strategies of KV streams (:class:`kvbounds.testing.streams.KVStream`).
+
+    from hypothesis import given
+    from kvbounds.testing.strategies import kv_streams
+
+    @given(kv_streams(families=("concentrated", "huge norms"), max_n=256))
+    def test_my_press_keeps_the_heavy_tokens(stream):
+        ...
+
+A stream is drawn as (family, n, d, seed) and built by :func:`kvbounds.testing.streams.make_stream`; hypothesis
+shrinks a failing one toward the first family listed, the smallest n and d and seed 0, and prints it as the
+``make_stream(...)`` call that rebuilds it. The real families (slices of the cached SmolLM2 / MiniLM traces) are
+drawn only where their model is here (``families=None``: every family available), with the model's d.
+"""
+from __future__ import annotations
+
+from kvbounds.algorithms.validation import InputError, check_int
+
+from .streams import FAMILIES, REAL, REAL_TOKENS, make_stream, real_available
+
+__all__ = ["kv_streams", "families_here"]
+
+
+def families_here(families=None) -> tuple[str, ...]:
+    """``families`` (default: every family) less the real ones whose model is missing here."""
+    fams = FAMILIES if families is None else families
+    if isinstance(fams, str) or not hasattr(fams, "__iter__"):
+        raise InputError(f"families must be a sequence of family names, got {fams!r}")
+    fams = tuple(fams)
+    unknown = [f for f in fams if f not in FAMILIES]
+    if unknown or not fams:
+        raise InputError(f"unknown stream families {unknown}; choose among {FAMILIES}" if unknown
+                         else "families is empty")
+    return tuple(f for f in fams if f not in REAL or real_available(f) is None)
+
+
+def kv_streams(families=None, *, min_n: int = 4, max_n: int = 128, min_d: int = 2, max_d: int = 16,
+               dv: int | None = None):
+    """A hypothesis strategy of :class:`~kvbounds.testing.streams.KVStream` objects (``.K``, ``.V``, ``.Q``,
+    ``.family``) over ``families`` (default: :data:`~kvbounds.testing.streams.FAMILIES` available here), with
+    ``min_n <= n <= max_n`` tokens (a real family: at most its cached length) and ``min_d <= d <= max_d`` (rounded
+    up to even for ``rope``; a real family has its model's d), values of dimension ``dv`` (default d).
+    Refused (InputError): unknown families, none available here, bounds out of order, min_n < 4 or min_d < 2
+    (the heavy-hitter family's least stream)."""
+    from hypothesis import strategies as st
+    fams = families_here(families)
+    if not fams:
+        raise InputError(f"none of the families {families} can be built here (their models are missing)")
+    min_n = check_int(min_n, "min_n", minimum=4)
+    max_n = check_int(max_n, "max_n", minimum=min_n)
+    min_d = check_int(min_d, "min_d", minimum=2)
+    max_d = check_int(max_d, "max_d", minimum=min_d)
+    if dv is not None:
+        check_int(dv, "dv", minimum=1)
+    if "rope" in fams and min_d % 2 and max_d == min_d:
+        raise InputError(f"the rope family needs an even d; min_d = max_d = {min_d} is odd")
+
+    @st.composite
+    def draw_stream(draw):
+        family = draw(st.sampled_from(fams))
+        n = draw(st.integers(min_n, min(max_n, REAL_TOKENS.get(family, max_n))))
+        d = draw(st.integers(min_d, max_d))
+        if family == "rope" and d % 2:
+            d = d + 1 if d < max_d else d - 1
+        seed = draw(st.integers(0, 2**32 - 1))
+        return make_stream(family, n, d, seed, dv=None if family in REAL else dv)
+
+    return draw_stream()
+
