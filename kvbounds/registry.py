@@ -361,7 +361,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "SubGen while a real model generates: with each layer's cache maintained as a stream (online clusters "
           "with uniform samples, l2 samples of the values), at every step each layer's output satisfies "
           "||z/tau - Attn|| <= eps ||softmax(K q)|| ||V||_op against exact attention over the layer's whole history, "
-          "with t = Omega(eps^-2 e^{2 delta r} log n) samples per cluster and s = Omega(eps^-2 d) value samples.",
+          "with t = Omega(eps^-2 e^{2 delta r} log n) samples per cluster and s = Omega(eps^-2 d) value samples, "
+          "for a query of norm ||q|| <= r and clusters of diameter delta.",
           "SubGen Thm 1, Alg. 1; ClusterGen Thm 2.4 (streaming, inside generation)",
           "kvbounds.theory.subgen:attention_bound", "kvbounds.proofs_checks.sg_decode", kind="theorem",
           algorithm="SubGen (streaming, in generation)",

@@ -6,6 +6,7 @@ A verdict has separate dimensions, each decided by one rule of this module, the 
     decisive (``a-priori`` / ``exact`` / ``certificate``, the paper's own constants, not a reading of an O(.)
     with a chosen constant, not a proof step) and is violated; the smallest such input is named and is
     reproducible from the record's params and seed. O(.) claims with ``shape`` records are ``holds-fitted``;
+    a statement that holds but whose bound doing nothing (zeros) meets too is ``vacuous`` (:func:`decide_vacuity`);
     growth of a fitted constant is never ``false``: it feeds ``rate``. A statement that sampling cannot refute
     (a lower bound, an unsampled quantifier) is at best ``not-refuted``. Empirical claims are decided from
     ``reproduction`` (:func:`statement_from_reproduction`).
@@ -42,8 +43,8 @@ from .statistics import (GROWTH_TOL, Growth, canonical_order, data_seed, growth,
                          loglog_slope, record_sort_key, significant_cells)
 from .verdict_fields import (CLAIM_KINDS, FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, LEGACY_STATUS,  # noqa: F401
                              NO_CHECK, NOT_REFUTED, NOT_RUN, POWER_VALUES, PROOF_VALUES, RATE_VALUES,
-                             REPRODUCTION_VALUES, STATEMENT_VALUES, Constant, Erratum, FigureSpec, Finding,
-                             RateInfo, Reproduction, Verdict)
+                             REPRODUCTION_VALUES, STATEMENT_VALUES, VACUOUS, Constant, Erratum, FigureSpec, Finding,
+                             RateInfo, Reproduction, Vacuity, Verdict)
 from .verdict_power import Control, controls_from_records, controls_rejected, decide_power  # noqa: F401
 from .verdict_reproduction import (MIN_INSTANCES, MIN_REDRAWS, PARTIAL_SHARE, REPRODUCTION_KINDS,  # noqa: F401
                                    combine_reproductions, reproduction_status, statement_from_reproduction)
@@ -104,6 +105,61 @@ def decide_statement(records: Sequence[Record], *, kind: str = "theorem", refuta
     if any(is_decisive(r, proof_steps) for r in main):
         return "holds", None
     return "not-refuted", None
+
+
+# ------------------------------------------------------------------ vacuity
+VACUOUS_SHARE = 0.5       # vacuous when the bound at constant 1 is >= zeros' error in more than this share of cells
+TINY_CONSTANT = 1e-6      # a fitted constant below this is never reported as "holds with fitted constant"
+
+
+def trivial_error(r: Record) -> float | None:
+    """The error of doing nothing on this record's input, in the claim's units: zeros' measured error when the
+    record carries it (``extra["controls_eps"]["zeros"]``), else ``extra["trivial_bound"]`` (what zeros is
+    guaranteed in those units, e.g. 1 for ||z - Attn|| / (||softmax|| ||V||)); None when the record has neither."""
+    ctl = r.extra.get("controls_eps")
+    if isinstance(ctl, dict) and finite(ctl.get("zeros")) and ctl["zeros"] >= 0:
+        return float(ctl["zeros"])
+    tb = r.extra.get("trivial_bound")
+    return float(tb) if finite(tb) and tb >= 0 else None
+
+
+def log_bound(r: Record) -> float:
+    """The natural log of a record's bound (at constant 1 for a shape): ``extra["log_scale"]`` when the record keeps
+    it (a bound beyond float range is stored as inf), else log(bound); -inf for a bound <= 0, NaN for a NaN bound."""
+    ls = r.extra.get("log_scale")
+    if finite(ls):
+        return float(ls)
+    if isinstance(r.bound, (int, float)) and math.isnan(r.bound):
+        return math.nan
+    return math.log(r.bound) if r.bound > 0 else -math.inf
+
+
+def _log_text(x: float) -> str:
+    return f"e^{x:.0f}" if abs(x) >= 10 else f"{math.exp(x):.3g}"
+
+
+def decide_vacuity(records: Iterable[Record]) -> Vacuity | None:
+    """Is the statement vacuous at these inputs? Over the statement records (not controls) that carry the error of
+    doing nothing (:func:`trivial_error`): a cell is vacuous when its bound at constant 1 (:func:`log_bound`) is no
+    smaller than zeros' error there, so zeros meets the bound too. Vacuous when more than ``VACUOUS_SHARE`` of the
+    cells are. None when no record carries a trivial error or too few cells are vacuous."""
+    cells = [(r, trivial_error(r), log_bound(r)) for r in records if not r.control]
+    cells = [(r, z, lb) for r, z, lb in cells if z is not None and not math.isnan(lb)]
+    if not cells:
+        return None
+    meets = [(r, z, lb) for r, z, lb in cells if z == 0 or lb >= math.log(z)]
+    if len(meets) <= VACUOUS_SHARE * len(cells):
+        return None
+    logs = np.array([lb for _, _, lb in cells])
+    fin = logs[np.isfinite(logs)]
+    med, lo, hi = (float(np.median(fin)), float(fin.min()), float(fin.max())) if fin.size else (math.inf,) * 3
+    ratio = lambda x, lb: x * math.exp(-lb) if math.isfinite(lb) and lb < 700 else 0.0
+    c_method = max((ratio(r.measured, lb) for r, _, lb in cells if finite(r.measured)), default=None)
+    c_zeros = max(ratio(z, lb) for _, z, lb in cells)
+    spread = f", {_log_text(lo)}..{_log_text(hi)}" if fin.size and hi - lo >= 1 else ""
+    reason = (f"vacuous at these norms (scale {_log_text(med)}{' median' + spread if spread else ''}; zeros meets it "
+              f"in {len(meets)}/{len(cells)} cells)")
+    return Vacuity(reason, len(cells), len(meets), (med, lo, hi), c_method, c_zeros)
 
 
 # ------------------------------------------------------------------ rate, constants, errata
@@ -207,9 +263,15 @@ def headline(v: Verdict) -> str:
         parts.append(f"{word} on {setups}" if setups else word)
     elif v.statement == "false":
         parts.append("false as stated" + ("; corrected bound given" if v.corrected else ""))
+    elif v.statement == "vacuous":
+        parts.append(v.vacuity.reason if v.vacuity else VACUOUS)
     elif v.statement == "holds-fitted":
         c = v.fitted_constant
-        parts.append(f"holds with fitted constant C = {c.value:.3g}" if c else "holds with a fitted constant")
+        if c is not None and c.value < TINY_CONSTANT:    # the scale dwarfs the error: not a result to report as held
+            parts.append(f"fitted constant C = {c.value:.3g}, below {TINY_CONSTANT:g}: the scale is that loose "
+                         "(whether doing nothing meets it too is not recorded)")
+        else:
+            parts.append(f"holds with fitted constant C = {c.value:.3g}" if c else "holds with a fitted constant")
     else:
         parts.append({"holds": "bound holds", "not-refuted": "not refuted", "inconclusive": "inconclusive",
                       "not-run": "not run", "no-check": "no check"}.get(v.statement, v.statement))
@@ -267,6 +329,9 @@ def decide(claim: str, records: Sequence[Record], *, summary: str = "", kind: st
     repro = combine_reproductions(reproductions) if reproductions else "n/a"
     statement, cx = decide_statement(records, kind=kind, refutable=refutable, reproduction=repro,
                                      same_setup=same_setup, proof_steps=proof_steps)
+    vacuity = decide_vacuity(records) if statement in ("holds", "holds-fitted") else None
+    if vacuity is not None:        # zeros meets the bound too: no constant of it is a result
+        statement, fitted = "vacuous", None
     power, pdetail = decide_power(controls_from_records(records) if controls is None else controls)
     note, table = "", []
     if trivial is not None and trivial.power != "n/a":
@@ -278,7 +343,7 @@ def decide(claim: str, records: Sequence[Record], *, summary: str = "", kind: st
                 rate=rate[0], reproduction=repro, power=power, counterexample=cx,
                 corrected=corrected if statement == "false" else "", errata=list(errata), rate_info=rate[1],
                 reproductions=list(reproductions), power_detail=power_detail or pdetail,
-                proven_constant=proven, fitted_constant=fitted, power_note=note, power_table=table)
+                proven_constant=proven, fitted_constant=fitted, power_note=note, power_table=table, vacuity=vacuity)
     return finalize(v)
 
 
