@@ -28,12 +28,14 @@ from kvbounds.algorithms.balance_kv import BalanceKV, DegenerateEstimate
 from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth, mark
 
+from kvbounds import walk_probe
 from kvbounds.controls import WorstError, attention_controls, power_vs_controls
 
 from .common import dispatch, make_record, pick, unit_directions
 from .mr_error import checkpoints
 from .power_streams import POWER_CHECK, missing_record, power_record, power_trials
 from .power_streams import stream as power_stream
+from . import walk_cause
 
 CLAIM = "BKV.attention"
 SOURCE = "BalanceKV-NeurIPS Thm 3.1, Alg. 1"
@@ -107,6 +109,7 @@ def summarize(records) -> Verdict:
     figs = [FigureSpec("eps_hat vs t (bound: each version's eps(t) shape)", x="t", hue="check", y="ratio"),
             FigureSpec("eps_hat vs eps with t from the formula", x="eps", check=FORMULA)]
     n_all = len(records)
+    causes = walk_cause.per_setting(records, lambda r: r.params["family"])
     trivial, records = power_summary(records)
     records = mark(records, lambda r: r.check == FORMULA and "reading" not in r.extra, reading=READING)
     parts, findings = [], []
@@ -146,6 +149,12 @@ def summarize(records) -> Verdict:
     fitted = fitted_constant([r for r in records if r.check == "BalanceKV-NeurIPS shape"],
                              "max eps_hat / (sqrt(d) e^{2r^2/sqrt d}/t) (BalanceKV-NeurIPS's t solved for eps; polylog factors in C)")
     parts.append(trivial.detail)
+    if causes:
+        parts.append("what the walk has to balance (Alg. 1's walks on the power streams, per family): "
+                     + walk_cause.settings_text(causes))
+        findings += filter(None, [walk_cause.cause_finding(CLAIM, causes, what="Alg. 1's MergeAndReduce walks "
+                                                           "(numerator and denominator, every level) on the power "
+                                                           "streams, per family")])
     v = decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, rate=rate, fitted=fitted,
                trivial=trivial)
     v.n_records = n_all
@@ -196,4 +205,17 @@ def power_summary(records):
         [r for r in records if r.check != POWER_CHECK]
 
 
-run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)
+def power_trial_with_walk_cause(params: dict, seed: int, backend: str):
+    """:func:`power_trial` with every walk of its MergeAndReduce recorded and measured (:mod:`kvbounds.walk_probe`):
+    each record's ``extra["walk_cause"]`` (raw and with the block's keys centred; :mod:`.walk_cause`). The walks run
+    exactly as without the probe (its signs are replayed from the recorded uniforms: ``replayed``)."""
+    with walk_probe.record_merge_and_reduce() as calls:
+        recs = power_trial(params, seed, backend)
+    if calls:
+        cause = walk_probe.summary(walk_probe.merge_and_reduce_diagnostics(calls))
+        for r in recs:
+            r.extra["walk_cause"] = cause
+    return recs
+
+
+run_trial = dispatch("sweep", {"power": power_trial_with_walk_cause}, default=statement_trial)
