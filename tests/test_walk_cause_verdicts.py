@@ -49,3 +49,22 @@ def test_bkv_attention_names_the_cause_per_family_on_its_card():
     assert len(f) == 1 and "real SmolLM2: the walk has nothing to balance" in f[0].detail
     assert "synthetic benign: the theorem's c makes the walk a coin" in v.summary
     assert isinstance(recs[0], Record)
+
+
+def test_bkv_decode_separates_the_first_layer_from_the_rest():
+    import math
+    from kvbounds.proofs_checks import bkv_decode
+    from kvbounds.proofs_checks.decode_stream import trial_params
+    from kvbounds.proofs_checks.decode_verdict import build_records
+    heads = [dict(err=0.01, units={"F": 1.0}, cert=1.0, r=5.0, kmax=5.0, vmax=1.0, qnorm=4.0,
+                  controls=dict(zeros=0.9, uniform=0.05)) for _ in range(2)]
+    rows = [dict(n=n, layer=layer, stored=32, d=64, heads=heads) for n in (96, 128) for layer in range(3)]
+    recs = build_records(bkv_decode.CLAIM, "src", trial_params("quick"), rows, "F", lambda row, h: math.log(0.5))
+    for r in recs:
+        if r.check == "trivial controls":
+            c = leaf(0.2, 0.86) if r.params["layer"] == 0 else leaf(1e-4, 1.0)
+            r.extra["walk_cause"] = dict(raw=c, centred=c, walks=2, replayed=True)
+    v = bkv_decode.summarize(recs)
+    assert "layer 0: the walk has nothing to balance" not in v.summary
+    assert "layer 0: the theorem's c makes the walk a coin" in v.summary
+    assert "layers 1 and up: the walk has nothing to balance at these norms (off-diagonal share 0.0001" in v.summary
