@@ -236,6 +236,22 @@ def fitted_constant(records: Iterable[Record], what: str = "max measured/shape",
     return Constant(float(vals.max()), "fitted", what, (float(np.percentile(vals, 5)), float(np.median(vals))))
 
 
+def max_ratio_words(records: Sequence[Record]) -> str:
+    """"max measured/bound 2.6", or, where some ratio is not finite (a NaN or infinite output, or a zero bound),
+    how many and the largest finite one instead of "inf"."""
+    ratios = [r.ratio for r in records]
+    fin = [x for x in ratios if math.isfinite(x)]
+    if len(fin) == len(ratios):
+        return f"max measured/bound {max(fin):.3g}"
+    return (f"measured/bound not finite in {len(ratios) - len(fin)} trials (a NaN or infinite output, or a zero "
+            "bound)" + (f"; largest finite {max(fin):.3g}" if fin else ""))
+
+
+def spread_words(c: Constant) -> str:
+    """"its 5th-50th percentile over trials 0.20-0.58": a fitted constant's spread in words."""
+    return f"its 5th-50th percentile over trials {c.spread[0]:.2g}-{c.spread[1]:.2g}" if c.spread else "one trial"
+
+
 def erratum_from_finding(f: Finding, corrected: str = "") -> Erratum:
     return Erratum(where=f.title, what=f.detail, smallest_input=dict(f.smallest_input), corrected=corrected)
 
@@ -249,6 +265,21 @@ def _claim_kind(claim: str) -> str:
         return ""
 
 
+def claim_variant(claim: str) -> str:
+    """"variant measured: <words>" for a claim whose registry entry names the variant its empirical sentences are
+    measured on (:data:`kvbounds.methods.VARIANT_WORDS`); "" otherwise."""
+    try:
+        from .methods import variant_words
+        from .registry import CLAIMS
+        key = CLAIMS[claim].variant if claim in CLAIMS else ""
+    except Exception:   # noqa: BLE001 - the registries are optional here
+        return ""
+    if not key:
+        return ""
+    algorithm, _, variant = key.rpartition(":")
+    return f"variant measured: {variant_words(algorithm, variant)}"
+
+
 def headline(v: Verdict) -> str:
     """One short label from the dimensions, e.g. "bound holds; O(1/t) rate not reached for t <= 128"."""
     setups = ", ".join(dict.fromkeys(r.setup for r in v.reproductions if r.setup))
@@ -258,8 +289,11 @@ def headline(v: Verdict) -> str:
                 "not-shown": "not shown", "reversed": "reversed"}[v.reproduction]
         notes = list(dict.fromkeys(r.bound_note for r in v.reproductions
                                    if r.bound_note and r.status == v.reproduction))
-        if notes:        # one note in the headline; each variant's own is in its reproduction row
-            word += f" ({notes[0]}" + (f"; +{len(notes) - 1} more variant(s))" if len(notes) > 1 else ")")
+        if len(notes) == 1:
+            word += f" ({notes[0]})"
+        elif notes:      # each variant's own note, named
+            word += " (" + "; ".join(f"{r.variant}: {r.bound_note}" for r in v.reproductions
+                                     if r.bound_note and r.status == v.reproduction) + ")"
         parts.append(f"{word} on {setups}" if setups else word)
     elif v.statement == "false":
         parts.append("false as stated" + ("; corrected bound given" if v.corrected else ""))
@@ -284,6 +318,8 @@ def headline(v: Verdict) -> str:
         parts.append(f"proof has {len(v.errata)} errat{'um' if len(v.errata) == 1 else 'a'}")
     if v.power == "low":
         parts.append(v.power_note or "low power (a control is not rejected)")
+    if v.variant:
+        parts.append(v.variant)
     return "; ".join(parts)
 
 
@@ -291,6 +327,7 @@ def finalize(v: Verdict) -> Verdict:
     """Fill what follows from the dimensions: ``kind`` (registry), ``proof`` from the errata list,
     ``headline``, the legacy ``status``, and the legacy ``constant`` fields. Idempotent; call last."""
     v.kind = v.kind or _claim_kind(v.claim)
+    v.variant = v.variant or claim_variant(v.claim)
     if not v.statement:
         v.statement = {v_: k for k, v_ in LEGACY_STATUS.items()}.get(v.status, "inconclusive")
         if v.statement == "false" and v.counterexample is None:
@@ -374,7 +411,7 @@ def standard_verdict(claim: str, records: Sequence[Record], *, figures: Sequence
             c = fitted_constant([r for r in shape if r.check == name])
             tag = f"[{name}] " if len(groups) > 1 else ""
             parts.append(f"{tag}fitted constant C = max(measured/shape) = {c.value:.3g} "
-                         f"(5%/50%: {c.spread[0]:.3g}/{c.spread[1]:.3g})")
+                         f"({spread_words(c)})")
         if len(groups) == 1:   # one constant only when the shape records share one unit
             fitted = fitted_constant(shape)
         if sweep:
@@ -389,7 +426,7 @@ def standard_verdict(claim: str, records: Sequence[Record], *, figures: Sequence
     stmt = [r for r in main if not is_step(r)]
     bounded = [r for r in stmt if r.bound_kind not in ("shape", "fitted")]
     head = f"{sum(r.holds for r in stmt)}/{len(stmt)} trials within bound" + (
-        f"; max measured/bound {max(r.ratio for r in bounded):.3g}" if bounded else "")
+        f"; {max_ratio_words(bounded)}" if bounded else "")
     step_recs = [r for r in main if is_step(r)]
     if step_recs:
         head += f"; proof-step records within bound {sum(r.holds for r in step_recs)}/{len(step_recs)}"

@@ -143,3 +143,6 @@ class Verdict:
     fitted_constant: Constant | None = None
     deferred: str = ""              # trials not run on the backends recorded (too large for them), by size
     vacuity: Vacuity | None = None  # for statement == "vacuous": why (kvbounds.verdict.decide_vacuity)
+    # the variant(s) the empirical sentences speak of, in words (the headline's last part): from the claim's
+    # registry entry ("variant measured: ..."), or set by a check that names each variant itself
+    variant: str = ""

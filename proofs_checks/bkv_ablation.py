@@ -29,9 +29,9 @@ from kvbounds.verdict import NOT_RUN, FigureSpec, Finding, Verdict
 from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
-from .bkv_variants import (INGREDIENTS, LABELS, SHORT, WORDS, combine, compare, finish, reproduction, run_variants,
+from .bkv_variants import (COIN_WORDS, INGREDIENTS, LABELS, SHORT, WORDS, combine, compare, finish, reproduction, run_variants,
                            significant_counts,
-                           version_findings, walk_summary)
+                           variant_name, version_findings, walk_summary)
 from .common import fallback_notes, make_record, pick
 from . import walk_cause
 
@@ -234,8 +234,8 @@ def summarize(records) -> Verdict:
         rep = reproduction(m, cells, setup)
         reps.append(rep)
         rt = [r for r in run.values() if r.extra["previous_block"] != r.params["block_size"]]
-        coin = all(r.extra.get("walk_is_coin") for r in err)
-        texts.append(f"{WORDS[rep.status]} for {SHORT[m]}" + (" (walk = coin)" if coin else "")
+        coin = all(r.extra.get("walk_is_coin") for r in err) and m != "balance"
+        texts.append(f"{WORDS[rep.status]} for the {variant_name(m)}" + (f" ({COIN_WORDS})" if coin else "")
                      + f" in {significant_counts(cells)[0]}/{len(cells)} doubling steps (significant error drop, "
                        "longer runtime)")
         parts.append(f"{m}: error falls in {sum(r.holds for r in err)}/{len(err)} steps (significantly "

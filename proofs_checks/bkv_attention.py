@@ -26,7 +26,8 @@ import numpy as np
 from kvbounds.algorithms.attention import attention_weights, exact_attention
 from kvbounds.algorithms.balance_kv import BalanceKV, DegenerateEstimate
 from kvbounds.algorithms.arrays import asarray, to_numpy
-from kvbounds.verdict import FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth, mark
+from kvbounds.verdict import (FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth, mark,
+                              spread_words)
 
 from kvbounds import walk_probe
 from kvbounds.controls import WorstError, attention_controls, power_vs_controls
@@ -118,7 +119,7 @@ def summarize(records) -> Verdict:
         rs = [r for r in records if r.check == check]
         if rs:
             c = fitted_constant(rs)
-            parts.append(f"[{check}] fitted constant C = {c.value:.3g} (5%/50%: {c.spread[0]:.3g}/{c.spread[1]:.3g})")
+            parts.append(f"[{check}] fitted constant C = {c.value:.3g} ({spread_words(c)})")
         for key in ("t", "d", "r"):
             for g in growth(rs, key, swept_only=True):
                 gs[(check, key)] = g

@@ -36,9 +36,9 @@ from kvbounds.verdict import NOT_RUN, FigureSpec, Finding, Verdict
 from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
-from .bkv_variants import (COIN_NOTE, LABELS, SHORT, WORDS, combine, compare, exact_last, finish, per_kv_head, reproduction,
+from .bkv_variants import (COIN_NOTE, COIN_WORDS, LABELS, SHORT, WORDS, combine, compare, exact_last, finish, per_kv_head, reproduction,
                            significant_counts,
-                           run_variants, version_findings, walk_summary)
+                           run_variants, variant_name, version_findings, walk_summary)
 from .bkv_trivial import CAVEAT, mean_values_error, trivial_power
 from .common import fallback_notes, make_record, pick
 from . import walk_cause
@@ -211,14 +211,15 @@ def variant_cells(records, method: str) -> list[dict]:
 
 
 def per_variant_text(reps, records) -> str:
-    """'not reproduced for the pseudocode (walk = coin); reproduced for the released walk in X/Y cells; ...'"""
+    """'not reproduced for the pseudocode walk at the theorem's c (= random halving) in 0/8 cells; reproduced for the
+    released walk (authors' code: ...) in 6/8 cells; ...' (the variants' words from the method registry)."""
     out = []
     for rep in reps:
         cells = variant_cells(records, rep.variant)
         b = significant_counts(cells)[0]
-        coin = cells and all(c["record"].extra.get("walk_is_coin") for c in cells)
+        coin = cells and all(c["record"].extra.get("walk_is_coin") for c in cells) and rep.variant != "balance"
         word = WORDS[rep.status]
-        out.append(f"{word} for {SHORT.get(rep.variant, rep.variant)}" + (" (walk = coin)" if coin else "")
+        out.append(f"{word} for the {variant_name(rep.variant)}" + (f" ({COIN_WORDS})" if coin else "")
                    + f" in {b}/{len(cells)} cells")
     return "; ".join(out)
 
