@@ -186,6 +186,9 @@ NOT_ENTRY_POINTS = {
     # argument checks in tests/test_controls.py), the decode observer and the generation it measures (a loaded
     # model and a press; tests/test_decode_checks.py and the smoke run of BKV.decode / SG.decode)
     "real_stream", "DecodeObserver", "run_generation",
+    # e2e: the verdicts' words from Record lists (evidence against, per-variant calls, the budgets each method ran)
+    # and from method names (the registry's words; an unknown name stays as it is; tests/test_e2e_rule.py)
+    "budgets_line", "retrieval_counts", "evidence_against", "calls_text", "short_name", "variant_label",
     # e2e: a model's context length read from its configuration files, and the CLI's removal of repeated
     # --methods / --budgets (parsed arguments, no arrays; tests/test_e2e_cli.py)
     "model_context", "dedupe",

@@ -177,12 +177,51 @@ def setup_line(records) -> str:
             t = r.extra.get("task")
             inst[t] = inst.get(t, 0) + 1
             sets.setdefault(t, set()).add(r.params.get("setting", "after"))
-    budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("budget") not in (None, 1.0)})
     model = next((r.extra.get("model") for r in records if r.extra.get("model")), MODEL_NAME)
     tasks = "; ".join(f"{t} at n = {'/'.join(map(str, sorted(set(v))))} ({inst.get(t, 0) // max(1, len(sets.get(t, ())))}"
                       f" instances{' in each of both settings' if len(sets.get(t, ())) > 1 else ''})"
                       for t, v in per.items())
-    return f"{model}, CPU; {tasks}; budgets {', '.join(f'{b:g}' for b in budgets)} of the cache's floats"
+    return f"{model}, CPU; {tasks}; {budgets_line(records)}"
+
+
+def budgets_line(records) -> str:
+    """The budgets run, each with the methods that ran at it: "budget 0.25 of the cache's floats (every method);
+    0.5 for uniform only" (a budget listed is one every method listed ran at, or the line says which did)."""
+    ran: dict = {}
+    for r in records:
+        b, m = r.extra.get("budget"), r.extra.get("method")
+        if b is None or float(b) == 1.0 or m in (None, "exact") or "ll" not in r.extra:
+            continue
+        ran.setdefault(float(b), set()).add(m)
+    if not ran:
+        return "no budget run"
+    every = set().union(*ran.values())
+    full = [b for b in sorted(ran) if ran[b] == every]
+    part = [b for b in sorted(ran) if ran[b] != every]
+    out = (f"budget{'s' if len(full) > 1 else ''} {', '.join(f'{b:g}' for b in full)} of the cache's floats "
+           "(every method)") if full else "no budget run by every method"
+    for b in part:
+        ms = sorted(ran[b])
+        out += f"; {b:g} for {', '.join(short_name(m) for m in ms)} only" + (
+            " (the sensitivity control: uniform with more floats)" if ms == ["uniform"] else "")
+    return out
+
+
+def short_name(method: str) -> str:
+    """A method's name as a sentence says it: "StreamingLLM", "H2O", "SnapKV", "uniform sampling", "BalanceKV
+    (pseudocode)"; from the method registry."""
+    from kvbounds.methods import get_method
+    if method == "uniform":
+        return "uniform sampling"
+    try:
+        m = get_method(method)
+    except Exception:   # noqa: BLE001 - a name the registry does not know stays as it is
+        return method
+    if m.source == "kvpress":
+        return m.press.removesuffix("Press")
+    if m.algorithm:
+        return f"{m.algorithm.split('/')[0]} ({m.variant})"
+    return m.label.split(":")[0] if ":" in m.label else m.name
 
 
 def skipped_notes(records) -> list[str]:
@@ -211,7 +250,7 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
         by_setting.setdefault(r.params.get("setting", "after"), []).append(r)
     out = {}
     for variant, method in variants.items():
-        cells = []
+        cells, where = [], []
         for setting, recs in sorted(by_setting.items()):
             for b in budgets:
                 for base in baselines:
@@ -221,8 +260,10 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
                         c = CMP.cell(recs, method, base, b, task)
                         if c is not None:
                             cells.append((b, base, f"{task} [{SETTING_WORDS.get(setting, setting)}]", c))
+                            where.append((setting, task))
         if not cells:
-            out[variant] = dict(better=0, worse=0, cells=0, details=[], powered=False, note="", family=[])
+            out[variant] = dict(better=0, worse=0, cells=0, details=[], powered=False, note="", family=[],
+                                against=[], calls=[], intervals=[])
             continue
         R = max(c["redraws"] for *_, c in cells)
         wins, losses = np.zeros(len(cells)), np.zeros(len(cells))
@@ -249,9 +290,92 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
                                             f"{MIN_INSTANCES} instances or {MIN_REDRAWS} redraws"]
             note = "underpowered: smallest detectable effect " + f"{float(np.median(mdes)):.3g} nats" + \
                 (f" (median over cells; {'; '.join(why)})" if why else " (median over cells)")
+        counted = [bool(most(w) and e) for w, e in zip(wins, eligible)]
+        calls = [(setting, task, base, b, "better" if ok else "worse" if c["ci"][1] < 0 else "not shown better",
+                  c["mean"]) for (b, base, _, c), (setting, task), ok in zip(cells, where, counted)]
+        against = evidence_against(records, method, tasks, budgets, calls)
         out[variant] = dict(better=better, worse=worse, cells=len(cells), details=details, powered=powered,
-                            note=note, family=[c["p_better"][0] for *_, c in cells])
+                            note=note, family=[c["p_better"][0] for *_, c in cells], against=against, calls=calls,
+                            intervals=[c["ci"] for *_, c in cells])
     return out
+
+
+def retrieval_counts(records, method: str, task: str, budget: float | None) -> tuple[int, int]:
+    """(retrieved, tried) over a method's records of a retrieval task at a budget (every setting and redraw; None:
+    exact attention's, one per instance): retrieved = every greedy answer token right."""
+    k = n = 0
+    seen = set()
+    for r in records:
+        e = r.extra
+        if e.get("task") != task or e.get("error") or "hit" not in e:
+            continue
+        if method == "exact":
+            key = (r.params.get("index"), r.params.get("setting", "after"))
+            if key in seen or "exact_hit" not in e:
+                continue
+            seen.add(key)
+            k, n = k + bool(all(e["exact_hit"])), n + 1
+        elif e.get("method") == method and abs(float(e["budget"]) - budget) < 1e-9:
+            k, n = k + bool(all(e["hit"])), n + 1
+    return k, n
+
+
+def evidence_against(records, method: str, tasks, budgets, calls) -> list[str]:
+    """Why a miss is evidence against the claim rather than a lack of power, in words (empty: none):
+      * retrieval: exact attention retrieves the answer and the method does not, the two exact-match rates' 95%
+        intervals (Clopper-Pearson, instances x redraws pooled over settings) apart;
+      * the cells: in more than half of them the effect's 95% interval lies wholly below zero (the method worse
+        than the baseline)."""
+    from kvbounds.proofs_checks.common import clopper_pearson
+    out = []
+    for task in tasks:
+        if task == "ppl":
+            continue
+        ke, ne = retrieval_counts(records, "exact", task, None)
+        for b in budgets:
+            km, nm = retrieval_counts(records, method, task, b)
+            if ne and nm and clopper_pearson(ke, ne)[0] > clopper_pearson(km, nm)[1]:
+                out.append(f"retrieves the {task} answer in {km}/{nm} (95% CI up to {clopper_pearson(km, nm)[1]:.0%})"
+                           f" where exact attention retrieves {ke}/{ne}")
+    worse = [c for c in calls if c[4] == "worse"]
+    if calls and len(worse) > len(calls) / 2:
+        lo, hi = min(-c[5] for c in worse), max(-c[5] for c in worse)
+        out.append(f"worse than the baseline, its 95% interval below zero, in {len(worse)}/{len(calls)} cells "
+                   f"({lo:.2g}-{hi:.2g} nats)")
+    return out
+
+
+def calls_text(calls) -> str:
+    """"better than H2O, SnapKV (lines, papers' setting); not shown better than uniform sampling (everywhere); worse
+    than ... (95% interval below zero ...)" from a variant's cells (setting, task, baseline, budget, call, mean)."""
+    cells = sorted({(task, setting) for setting, task, *_ in calls})
+    label = lambda task, setting: task if sum(t == task for t, _ in cells) == 1 else \
+        f"{task}, {SHORT_SETTING.get(setting, setting)}"
+    groups: dict = {}
+    for setting, task, base, b, call, mean in calls:
+        groups.setdefault((call, base), []).append((task, setting, mean))
+    parts = []
+    for call in ("better", "not shown better", "worse"):
+        by_where: dict = {}
+        for (c, base), got in groups.items():
+            if c != call:
+                continue
+            where = sorted({(t, x) for t, x, _ in got})
+            key = "everywhere" if where == cells and len(cells) > 1 else "; ".join(label(t, x) for t, x in where)
+            by_where.setdefault(key, []).append((short_name(base), [m for *_, m in got]))
+        for key, bases in sorted(by_where.items()):
+            names = ", ".join(sorted(b for b, _ in bases))
+            if call == "worse":
+                ms = [-m for _, got in bases for m in got]
+                size = f"{min(ms):.2g}-{max(ms):.2g}" if f"{min(ms):.2g}" != f"{max(ms):.2g}" else f"{ms[0]:.2g}"
+                parts.append(f"worse than {names} ({key}; 95% interval below zero, {size} nats lower "
+                             "log-likelihood)")
+            else:
+                parts.append(f"{call} than {names} ({key})")
+    return "; ".join(parts)
+
+
+SHORT_SETTING = {"after": "question after the prompt", "inside": "papers' setting"}
 
 
 def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, *, missing_method: bool = True):
@@ -269,9 +393,13 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
         return Verdict(claim, NOT_RUN, "; ".join(skipped), figures=figs, n_records=len(records))
     setup = setup_line(records)
     reps, parts, family = [], [setup], []
+    lines = []
     for variant, c in compare(records, variants, baselines, tasks).items():
         better, worse, cells = c["better"], c["worse"], c["cells"]
-        status = reproduction_status(better, worse, cells, kind="test", powered=c["powered"])
+        status = reproduction_status(better, worse, cells, kind="test", powered=c["powered"] or bool(c["against"]))
+        if status == "not-reproduced" and c["against"]:
+            c["note"] = "evidence against: " + "; ".join(c["against"]) + (
+                f"; effect bounded by {max(x[1] for x in c['intervals']):+.3g} nats" if c["powered"] else "")
         family += c["family"]
         if cells:
             detail = f"{better}/{cells} cells significantly better, {worse} significantly worse; " + "; ".join(
@@ -281,9 +409,25 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
         note = c["note"] if status in ("not-reproduced", "not-shown") else ""
         reps.append(Reproduction(variant, status, setup, detail, bound_note=note))
         parts.append(f"{variant}: {status} ({better}/{cells} better, {worse} worse{'; ' + note if note else ''})")
+        if cells:
+            lines.append(f"{variant_label(variants[variant])}: {calls_text(c['calls'])}")
     main = combine_reproductions(reps)
     power, power_detail = decide_power(controls(records, tasks, tuple(family)))
     parts += skipped[:3]
+    exact = [f"exact attention retrieves the {t} answer in {k}/{n}" for t in tasks if t != "ppl"
+             for k, n in [retrieval_counts(records, "exact", t, None)] if n]
+    parts += exact
     return Verdict(claim, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
                    n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),
-                   reproduction=main, reproductions=reps, power=power, power_detail=power_detail)
+                   reproduction=main, reproductions=reps, power=power, power_detail=power_detail,
+                   variant=" | ".join(lines + exact))
+
+
+def variant_label(method: str) -> str:
+    """"pseudocode walk at the theorem's c (= random halving)": the registry's words for a method's variant."""
+    from kvbounds.methods import get_method, variant_words
+    try:
+        m = get_method(method)
+    except Exception:   # noqa: BLE001 - an unknown name stays as it is
+        return method
+    return variant_words(m.algorithm, m.variant) if m.algorithm else short_name(method)
