@@ -42,18 +42,20 @@ VARIANT_KERNELS = {"balance": ("balance", "theorem"), "balance-unweighted": ("ba
                    "released-t1": ("released-t1", "released"), "released-t0.1": ("released-t0.1", "released"),
                    "consistent-t0.1": ("released-t0.1", "released")}
 _BLOCKWISE: dict = {}
+CACHED = 16          # layouts kept per process (a few hundred numbers each): the trials of one layer share them
 
 
 def blockwise_cause(trace: str, K, V, *, block_size: int, sink: int, window: int, kernels) -> dict:
     """:func:`kvbounds.algorithms.walk_diagnostics.blockwise_walk_cause` on the first-level blocks of one layer's
     KV heads, its uniforms seeded from the trace's name and the layout (the same numbers for every trial of a layer,
-    whatever its seed or T; computed once per process and layout)."""
+    whatever its seed or T; computed once per process and layout: the last ``CACHED`` layouts are kept)."""
     import zlib
     from kvbounds.algorithms import walk_diagnostics as wd
     key = (trace, int(block_size), int(sink), int(window), tuple(kernels))
     if key not in _BLOCKWISE:
         rng = np.random.default_rng([7, zlib.crc32(repr(key).encode())])
-        _BLOCKWISE.clear()
+        while len(_BLOCKWISE) >= CACHED:
+            _BLOCKWISE.pop(next(iter(_BLOCKWISE)))
         _BLOCKWISE[key] = wd.blockwise_walk_cause(K, V, block_size=block_size, sink=sink, window=window,
                                                   kernels=tuple(kernels), rng=rng)
     return _BLOCKWISE[key]

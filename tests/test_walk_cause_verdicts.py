@@ -68,3 +68,18 @@ def test_bkv_decode_separates_the_first_layer_from_the_rest():
     assert "layer 0: the walk has nothing to balance" not in v.summary
     assert "layer 0: the theorem's c makes the walk a coin" in v.summary
     assert "layers 1 and up: the walk has nothing to balance at these norms (off-diagonal share 0.0001" in v.summary
+
+
+def test_blockwise_cause_is_the_same_for_every_trial_of_a_layer():
+    """The uniforms are seeded from the trace and the layout, not the trial: BKV.vs-uniform's trials of one layer
+    (one per T, each with its own seed) store the same numbers, whichever runs first in a process."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    K, V = rng.standard_normal((2, 96, 8)), rng.standard_normal((2, 96, 8))
+    kw = dict(block_size=16, sink=8, window=8, kernels=("balance", "released-t1"))
+    wc._BLOCKWISE.clear()
+    a = wc.blockwise_cause("t:L1", K, V, **kw)
+    wc._BLOCKWISE.clear()
+    wc.blockwise_cause("t:L2", K[:, ::-1], V, **kw)
+    b = wc.blockwise_cause("t:L1", K, V, **kw)
+    assert a == b and set(a) == {"balance", "released-t1"} and a["balance"]["raw"]["blocks"] == 2 * 5
