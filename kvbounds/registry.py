@@ -103,6 +103,10 @@ class Claim:
     check: str = ""   # module in proofs_checks/
     kind: str = "theorem"   # theorem | lemma | algorithm property | cost | empirical (the verdict rules differ by kind)
     algorithm: str = ""     # the method its power table ("does it beat doing nothing") speaks for, as the report names it
+    # the variant its empirical sentences (fitted constant, rate, power) are measured on, as "algorithm:variant" of
+    # kvbounds.methods.VARIANT_WORDS (the headline names it); "" where the check names each variant itself or the
+    # claim is about a walk, a cost or the data alone
+    variant: str = ""
     gpu: tuple[bool, str] | None = None   # (runs its arrays on a GPU backend?, why); None: not classified
     schedule_first: bool = False   # long trials (a real model's forward passes): the runner submits them first
     gpu_profile: bool = False      # has trials in the "gpu" profile (its scale sweeps)
@@ -170,6 +174,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           f"{_BN} Thm 3.4, Alg. 4; {_BP} Thm 3.3, Alg. 3",
           "kvbounds.theory.balancekv:merge_reduce_error_bound", "kvbounds.proofs_checks.mr_error", kind="theorem",
           algorithm="MergeAndReduce",
+          variant="BalanceKV:pseudocode",
           gpu=(True, "MergeAndReduce on the backend; the gpu profile's t-large sweep (t > 2^15) runs only on "
                      "torch:cuda or cupy (deferred on a CPU backend)"),
           gpu_profile=True),
@@ -186,6 +191,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           f"{_BN} Thm 3.1, Alg. 1; {_BP} Thm 3.1, Alg. 1",
           "kvbounds.theory.balancekv:balance_kv_error_bound", "kvbounds.proofs_checks.bkv_attention", kind="theorem",
           algorithm="BalanceKV (pseudocode)",
+          variant="BalanceKV:pseudocode",
           gpu=(True, "BalanceKV (streaming) on the backend's arrays")),
     Claim("BKV.memory", _BKV,
           "BalanceKV's total memory is O~(d sqrt(d) e^{2r^2/sqrt d}/eps) (NeurIPS version) / O*(e^{2r^2/sqrt d}/eps) "
@@ -249,6 +255,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "SubGen Thm 1, Lemma 2; ClusterGen Thm 2.4",
           "kvbounds.theory.subgen:partition_bound", "kvbounds.proofs_checks.sg_partition", kind="theorem",
           algorithm="SubGen normaliser (partition function)",
+          variant="SubGen/ClusterGen:subgen",
           gpu=(True, "SubGen streamed on the backend's arrays")),
     Claim("SG.matprod", _SG,
           "Matrix product: with s = Omega(eps^-2 d) value samples, ||z - exp(K q)^T V|| <= (eps/3) ||exp(K q)|| "
@@ -256,6 +263,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "SubGen Thm 1, Lemma 1; ClusterGen Thm 2.4",
           "kvbounds.theory.subgen:matprod_bound", "kvbounds.proofs_checks.sg_matprod", kind="theorem",
           algorithm="SubGen l2 sampling (matrix product)",
+          variant="SubGen/ClusterGen:subgen",
           gpu=(True, "SubGen streamed and queried on the backend's arrays")),
     Claim("SG.attention", _SG,
           "SubGen: for (m, delta)-clusterable keys with ||q||, ||k|| <= r, the output satisfies ||z/tau - Attn|| <= "
@@ -263,6 +271,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "SubGen Thm 1; ClusterGen Thm 2.4",
           "kvbounds.theory.subgen:attention_bound", "kvbounds.proofs_checks.sg_attention", kind="theorem",
           algorithm="SubGen",
+          variant="SubGen/ClusterGen:subgen",
           gpu=(True, 'SubGen accuracy and per-token cost on the backend (per-token steps are small: launch-bound on '
                      'a GPU)')),
     Claim("SG.clusterability", _SG,
@@ -278,6 +287,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "Subspace-FD-draft Sec. 8 (FD linkage)",
           "kvbounds.theory.frequent_directions:covariance_bound", "kvbounds.proofs_checks.fd_covariance", kind="theorem",
           algorithm="Frequent Directions",
+          variant="Subspace/FD:fd",
           gpu=(True, "Frequent Directions updates on the backend's arrays")),
     Claim("FD.residual", _FD,
           "With P the projector onto the top-r right singular space of the FD sketch S and "
@@ -286,6 +296,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "Subspace-FD-draft Sec. 8 (FD linkage)",
           "kvbounds.theory.frequent_directions:residual_bound", "kvbounds.proofs_checks.fd_residual", kind="lemma",
           algorithm="Frequent Directions (top-r space)",
+          variant="Subspace/FD:fd",
           gpu=(True, "Frequent Directions updates on the backend's arrays")),
     Claim("SUB.softmax-sensitivity", _FD,
           "Softmax sensitivity: for logits l and l_hat, ||softmax(l) - softmax(l_hat)||_1 <= 2 tanh(||l - l_hat||_inf / 2) "
@@ -300,6 +311,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "Subspace-FD-draft Sec. 4, Sec. 8",
           "kvbounds.theory.subspace:logit_error_bound", "kvbounds.proofs_checks.sub_logit_error", kind="lemma",
           algorithm="static subspace logits (rank 8)",
+          variant="Subspace/FD:subspace",
           gpu=(True, 'subspace basis, calibration and logits on the backend')),
     Claim("SUB.output-error", _FD,
           "Output error: ||o - o_hat|| <= 2 tanh(||l - l_hat||_inf / 2) max_i ||v_i|| + ||Delta V||_op with "
@@ -309,6 +321,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "Subspace-FD-draft Sec. 8 (single basis and multi-chunk extension)",
           "kvbounds.theory.subspace:output_error_bound", "kvbounds.proofs_checks.sub_output_error", kind="lemma",
           algorithm="static subspace (rank 8)",
+          variant="Subspace/FD:subspace",
           gpu=(True, 'subspace attention outputs on the backend')),
     Claim("SUB.blockwise", _FD,
           "The one-pass blockwise softmax across chunks with distinct bases (running max m, normaliser Z, numerator N) "
@@ -333,6 +346,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "(4) FD eps and the operator-norm residuals fail to predict the observed logit/output errors.",
           "Subspace-FD-draft Sec. 11 (falsifiers), Sec. 12; review",
           "kvbounds.theory.subspace:energy_at_rank", "kvbounds.proofs_checks.sub_lowrank", kind="empirical",
+          variant="Subspace/FD:subspace",
           gpu=(False, 'spectra of real-model traces, numpy on CPU'),
           schedule_first=True),
     Claim("BKV.e2e", _BKV, "End to end: compressing the prefill cache to ~0.25, BalanceKV's average quality is at least "
@@ -355,16 +369,19 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           f"{_BN} Thm 3.1, Alg. 1 (streaming, inside generation)",
           "kvbounds.theory.balancekv:balance_kv_error_bound", "kvbounds.proofs_checks.bkv_decode", kind="theorem",
           algorithm="BalanceKV (streaming, in generation)",
+          variant="BalanceKV:streaming",
           gpu=(False, 'SmolLM2 generates on the CPU with the streaming press (torch, batched over layers and heads);'
                       ' the backend argument is ignored')),
     Claim("SG.decode", _SG,
           "SubGen while a real model generates: with each layer's cache maintained as a stream (online clusters "
           "with uniform samples, l2 samples of the values), at every step each layer's output satisfies "
           "||z/tau - Attn|| <= eps ||softmax(K q)|| ||V||_op against exact attention over the layer's whole history, "
-          "with t = Omega(eps^-2 e^{2 delta r} log n) samples per cluster and s = Omega(eps^-2 d) value samples.",
+          "with t = Omega(eps^-2 e^{2 delta r} log n) samples per cluster and s = Omega(eps^-2 d) value samples, "
+          "for a query of norm ||q|| <= r and clusters of diameter delta.",
           "SubGen Thm 1, Alg. 1; ClusterGen Thm 2.4 (streaming, inside generation)",
           "kvbounds.theory.subgen:attention_bound", "kvbounds.proofs_checks.sg_decode", kind="theorem",
           algorithm="SubGen (streaming, in generation)",
+          variant="SubGen/ClusterGen:streaming",
           gpu=(False, 'SmolLM2 generates on the CPU with the streaming press (torch, batched over layers and heads);'
                       ' the backend argument is ignored')),
 ]}

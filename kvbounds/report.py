@@ -24,7 +24,7 @@ from .output_files import check_output, write_output
 from .records import DEFERRED, FIGURES_DIR, REPORT_FILES, Record, ResultStore, canonical
 from .report_meta import error_rows, leaderboard, run_metadata
 from .report_summary import group_by_kind, summary_dict, summary_json, unique_findings  # noqa: F401
-from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, Verdict, finalize
+from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, VACUOUS, Verdict, finalize
 
 FIG_DIR = FIGURES_DIR
 MAX_FIGURES = 2          # per claim card
@@ -33,12 +33,12 @@ DIMENSIONS = ("statement", "proof", "rate", "reproduction", "power")
 
 # legacy single status -> the statement dimension
 LEGACY_STATEMENT = {HOLDS: "holds", HOLDS_FITTED: "holds-fitted", FAILS: "fails", INCONCLUSIVE: "inconclusive",
-                    NO_CHECK: "no-check", NOT_RUN: "not-run", NOT_REFUTED: "not-refuted"}
+                    NO_CHECK: "no-check", NOT_RUN: "not-run", NOT_REFUTED: "not-refuted", VACUOUS: "vacuous"}
 # colour class of a dimension value: good / bad / warn / none
 TONE = {"holds": "good", "holds-fitted": "good", "sound": "good", "observed": "good", "reproduced": "good",
         "shown": "good", "false": "bad", "fails": "bad", "reversed": "bad", "not-reproduced": "bad",
         "errata": "warn", "not-reached": "warn", "partial": "warn", "low": "warn", "inconclusive": "warn",
-        "not-refuted": "warn", "not-shown": "warn"}
+        "not-refuted": "warn", "not-shown": "warn", "vacuous": "warn"}
 
 
 class ReportError(Exception):
@@ -281,6 +281,7 @@ def _matrix_totals(verdicts: dict[str, Verdict]) -> dict[str, list]:
 
 
 GLANCE_LABELS = {"false": "false as stated", "holds": "hold as stated", "holds-fitted": "hold with a fitted constant",
+                 "vacuous": "vacuous at these norms (doing nothing meets the bound)",
                  "not-refuted": "not refuted (not refutable by sampling)", "inconclusive": "inconclusive",
                  "not-run": "not run", "no-check": "no check", "reproduced": "empirical: reproduced",
                  "partial": "empirical: partly reproduced", "not-reproduced": "empirical: not reproduced",

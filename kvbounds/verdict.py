@@ -6,6 +6,7 @@ A verdict has separate dimensions, each decided by one rule of this module, the 
     decisive (``a-priori`` / ``exact`` / ``certificate``, the paper's own constants, not a reading of an O(.)
     with a chosen constant, not a proof step) and is violated; the smallest such input is named and is
     reproducible from the record's params and seed. O(.) claims with ``shape`` records are ``holds-fitted``;
+    a statement that holds but whose bound doing nothing (zeros) meets too is ``vacuous`` (:func:`decide_vacuity`);
     growth of a fitted constant is never ``false``: it feeds ``rate``. A statement that sampling cannot refute
     (a lower bound, an unsampled quantifier) is at best ``not-refuted``. Empirical claims are decided from
     ``reproduction`` (:func:`statement_from_reproduction`).
@@ -26,7 +27,8 @@ the *set* of records: every rule orders records canonically (:func:`canonical_or
 :func:`loglog_slope` is seeded from its (sorted) points.
 
 The verdict's fields live in :mod:`kvbounds.verdict_fields`, the shared statistics in :mod:`kvbounds.statistics`,
-the power rule in :mod:`kvbounds.verdict_power` and the reproduction rule in :mod:`kvbounds.verdict_reproduction`;
+the power rule in :mod:`kvbounds.verdict_power`, the vacuity rule in :mod:`kvbounds.verdict_vacuity` and the
+reproduction rule in :mod:`kvbounds.verdict_reproduction`;
 all are re-exported here, so checks import everything from this module.
 """
 from __future__ import annotations
@@ -42,9 +44,10 @@ from .statistics import (GROWTH_TOL, Growth, canonical_order, data_seed, growth,
                          loglog_slope, record_sort_key, significant_cells)
 from .verdict_fields import (CLAIM_KINDS, FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, LEGACY_STATUS,  # noqa: F401
                              NO_CHECK, NOT_REFUTED, NOT_RUN, POWER_VALUES, PROOF_VALUES, RATE_VALUES,
-                             REPRODUCTION_VALUES, STATEMENT_VALUES, Constant, Erratum, FigureSpec, Finding,
-                             RateInfo, Reproduction, Verdict)
+                             REPRODUCTION_VALUES, STATEMENT_VALUES, VACUOUS, Constant, Erratum, FigureSpec, Finding,
+                             RateInfo, Reproduction, Vacuity, Verdict)
 from .verdict_power import Control, controls_from_records, controls_rejected, decide_power  # noqa: F401
+from .verdict_vacuity import TINY_CONSTANT, VACUOUS_SHARE, decide_vacuity, log_bound, trivial_error  # noqa: F401
 from .verdict_reproduction import (MIN_INSTANCES, MIN_REDRAWS, PARTIAL_SHARE, REPRODUCTION_KINDS,  # noqa: F401
                                    combine_reproductions, reproduction_status, statement_from_reproduction)
 
@@ -180,6 +183,22 @@ def fitted_constant(records: Iterable[Record], what: str = "max measured/shape",
     return Constant(float(vals.max()), "fitted", what, (float(np.percentile(vals, 5)), float(np.median(vals))))
 
 
+def max_ratio_words(records: Sequence[Record]) -> str:
+    """"max measured/bound 2.6", or, where some ratio is not finite (a NaN or infinite output, or a zero bound),
+    how many and the largest finite one instead of "inf"."""
+    ratios = [r.ratio for r in records]
+    fin = [x for x in ratios if math.isfinite(x)]
+    if len(fin) == len(ratios):
+        return f"max measured/bound {max(fin):.3g}"
+    return (f"measured/bound not finite in {len(ratios) - len(fin)} trials (a NaN or infinite output, or a zero "
+            "bound)" + (f"; largest finite {max(fin):.3g}" if fin else ""))
+
+
+def spread_words(c: Constant) -> str:
+    """"its 5th-50th percentile over trials 0.20-0.58": a fitted constant's spread in words."""
+    return f"its 5th-50th percentile over trials {c.spread[0]:.2g}-{c.spread[1]:.2g}" if c.spread else "one trial"
+
+
 def erratum_from_finding(f: Finding, corrected: str = "") -> Erratum:
     return Erratum(where=f.title, what=f.detail, smallest_input=dict(f.smallest_input), corrected=corrected)
 
@@ -193,6 +212,21 @@ def _claim_kind(claim: str) -> str:
         return ""
 
 
+def claim_variant(claim: str) -> str:
+    """"variant measured: <words>" for a claim whose registry entry names the variant its empirical sentences are
+    measured on (:data:`kvbounds.methods.VARIANT_WORDS`); "" otherwise."""
+    try:
+        from .methods import variant_words
+        from .registry import CLAIMS
+        key = CLAIMS[claim].variant if claim in CLAIMS else ""
+    except Exception:   # noqa: BLE001 - the registries are optional here
+        return ""
+    if not key:
+        return ""
+    algorithm, _, variant = key.rpartition(":")
+    return f"variant measured: {variant_words(algorithm, variant)}"
+
+
 def headline(v: Verdict) -> str:
     """One short label from the dimensions, e.g. "bound holds; O(1/t) rate not reached for t <= 128"."""
     setups = ", ".join(dict.fromkeys(r.setup for r in v.reproductions if r.setup))
@@ -202,14 +236,23 @@ def headline(v: Verdict) -> str:
                 "not-shown": "not shown", "reversed": "reversed"}[v.reproduction]
         notes = list(dict.fromkeys(r.bound_note for r in v.reproductions
                                    if r.bound_note and r.status == v.reproduction))
-        if notes:        # one note in the headline; each variant's own is in its reproduction row
-            word += f" ({notes[0]}" + (f"; +{len(notes) - 1} more variant(s))" if len(notes) > 1 else ")")
+        if len(notes) == 1:
+            word += f" ({notes[0]})"
+        elif notes:      # each variant's own note, named
+            word += " (" + "; ".join(f"{r.variant}: {r.bound_note}" for r in v.reproductions
+                                     if r.bound_note and r.status == v.reproduction) + ")"
         parts.append(f"{word} on {setups}" if setups else word)
     elif v.statement == "false":
         parts.append("false as stated" + ("; corrected bound given" if v.corrected else ""))
+    elif v.statement == "vacuous":
+        parts.append(v.vacuity.reason if v.vacuity else VACUOUS)
     elif v.statement == "holds-fitted":
         c = v.fitted_constant
-        parts.append(f"holds with fitted constant C = {c.value:.3g}" if c else "holds with a fitted constant")
+        if c is not None and c.value < TINY_CONSTANT:    # the scale dwarfs the error: not a result to report as held
+            parts.append(f"fitted constant C = {c.value:.3g}, below {TINY_CONSTANT:g}: the scale is that loose "
+                         "(whether doing nothing meets it too is not recorded)")
+        else:
+            parts.append(f"holds with fitted constant C = {c.value:.3g}" if c else "holds with a fitted constant")
     else:
         parts.append({"holds": "bound holds", "not-refuted": "not refuted", "inconclusive": "inconclusive",
                       "not-run": "not run", "no-check": "no check"}.get(v.statement, v.statement))
@@ -222,6 +265,8 @@ def headline(v: Verdict) -> str:
         parts.append(f"proof has {len(v.errata)} errat{'um' if len(v.errata) == 1 else 'a'}")
     if v.power == "low":
         parts.append(v.power_note or "low power (a control is not rejected)")
+    if v.variant:
+        parts.append(v.variant)
     return "; ".join(parts)
 
 
@@ -229,6 +274,7 @@ def finalize(v: Verdict) -> Verdict:
     """Fill what follows from the dimensions: ``kind`` (registry), ``proof`` from the errata list,
     ``headline``, the legacy ``status``, and the legacy ``constant`` fields. Idempotent; call last."""
     v.kind = v.kind or _claim_kind(v.claim)
+    v.variant = v.variant or claim_variant(v.claim)
     if not v.statement:
         v.statement = {v_: k for k, v_ in LEGACY_STATUS.items()}.get(v.status, "inconclusive")
         if v.statement == "false" and v.counterexample is None:
@@ -267,6 +313,9 @@ def decide(claim: str, records: Sequence[Record], *, summary: str = "", kind: st
     repro = combine_reproductions(reproductions) if reproductions else "n/a"
     statement, cx = decide_statement(records, kind=kind, refutable=refutable, reproduction=repro,
                                      same_setup=same_setup, proof_steps=proof_steps)
+    vacuity = decide_vacuity(records) if statement in ("holds", "holds-fitted") else None
+    if vacuity is not None:        # zeros meets the bound too: no constant of it is a result
+        statement, fitted = "vacuous", None
     power, pdetail = decide_power(controls_from_records(records) if controls is None else controls)
     note, table, calls = "", [], []
     if trivial is not None and trivial.power != "n/a":
@@ -281,7 +330,7 @@ def decide(claim: str, records: Sequence[Record], *, summary: str = "", kind: st
                 corrected=corrected if statement == "false" else "", errata=list(errata), rate_info=rate[1],
                 reproductions=list(reproductions), power_detail=power_detail or pdetail,
                 proven_constant=proven, fitted_constant=fitted, power_note=note, power_table=table,
-                power_calls=calls)
+                power_calls=calls, vacuity=vacuity)
     return finalize(v)
 
 
@@ -312,7 +361,7 @@ def standard_verdict(claim: str, records: Sequence[Record], *, figures: Sequence
             c = fitted_constant([r for r in shape if r.check == name])
             tag = f"[{name}] " if len(groups) > 1 else ""
             parts.append(f"{tag}fitted constant C = max(measured/shape) = {c.value:.3g} "
-                         f"(5%/50%: {c.spread[0]:.3g}/{c.spread[1]:.3g})")
+                         f"({spread_words(c)})")
         if len(groups) == 1:   # one constant only when the shape records share one unit
             fitted = fitted_constant(shape)
         if sweep:
@@ -327,7 +376,7 @@ def standard_verdict(claim: str, records: Sequence[Record], *, figures: Sequence
     stmt = [r for r in main if not is_step(r)]
     bounded = [r for r in stmt if r.bound_kind not in ("shape", "fitted")]
     head = f"{sum(r.holds for r in stmt)}/{len(stmt)} trials within bound" + (
-        f"; max measured/bound {max(r.ratio for r in bounded):.3g}" if bounded else "")
+        f"; {max_ratio_words(bounded)}" if bounded else "")
     step_recs = [r for r in main if is_step(r)]
     if step_recs:
         head += f"; proof-step records within bound {sum(r.holds for r in step_recs)}/{len(step_recs)}"

@@ -13,6 +13,7 @@ NOT_REFUTED = "not refuted"
 INCONCLUSIVE = "inconclusive"
 NO_CHECK = "no check"
 NOT_RUN = "not run"
+VACUOUS = "vacuous at these norms"
 
 @dataclasses.dataclass
 class Finding:
@@ -41,7 +42,9 @@ class FigureSpec:
 
 
 # ------------------------------------------------------------------ verdict dimensions (issue 9)
-STATEMENT_VALUES = ("holds", "holds-fitted", "false", "not-refuted", "inconclusive", "not-run", "no-check")
+# vacuous: the statement's bound (its scale at constant 1) is no smaller than the error of doing nothing (zeros) in
+# most cells: it holds, and so does zeros; never reported as "holds" (kvbounds.verdict.decide_vacuity)
+STATEMENT_VALUES = ("holds", "holds-fitted", "vacuous", "false", "not-refuted", "inconclusive", "not-run", "no-check")
 PROOF_VALUES = ("sound", "errata", "n/a")
 RATE_VALUES = ("observed", "not-reached", "n/a")
 # not-reproduced: no qualifying cell and the cells had the power to see the effect (evidence against, the effect
@@ -50,7 +53,7 @@ RATE_VALUES = ("observed", "not-reached", "n/a")
 REPRODUCTION_VALUES = ("reproduced", "partial", "not-reproduced", "not-shown", "reversed", "n/a")
 POWER_VALUES = ("shown", "low", "n/a")
 CLAIM_KINDS = ("theorem", "lemma", "algorithm property", "cost", "empirical")
-LEGACY_STATUS = {"holds": HOLDS, "holds-fitted": HOLDS_FITTED, "false": FAILS, "not-refuted": NOT_REFUTED,
+LEGACY_STATUS = {"holds": HOLDS, "holds-fitted": HOLDS_FITTED, "vacuous": VACUOUS, "false": FAILS, "not-refuted": NOT_REFUTED,
                  "inconclusive": INCONCLUSIVE, "not-run": NOT_RUN, "no-check": NO_CHECK}
 
 
@@ -71,6 +74,20 @@ class Constant:
     kind: str                       # "proven" | "fitted"
     what: str = ""
     spread: tuple[float, float] | None = None   # (5th percentile, median) for fitted constants
+
+
+@dataclasses.dataclass
+class Vacuity:
+    """Why a statement is ``vacuous``: in ``zeros_meets`` of its ``cells`` (statement records that carry the error of
+    doing nothing, zeros, in the claim's units) the bound at constant 1 is no smaller than that error. ``log_scale``:
+    (median, min, max) of the bound's natural log; ``method_constant`` / ``zeros_constant``: the largest
+    measured / bound of the method and of zeros (what a fitted constant would be: not a result when vacuous)."""
+    reason: str                     # "vacuous at these norms (scale e^103; zeros meets it in 90/90 cells)"
+    cells: int
+    zeros_meets: int
+    log_scale: tuple[float, float, float]
+    method_constant: float | None = None
+    zeros_constant: float | None = None
 
 
 @dataclasses.dataclass
@@ -127,3 +144,7 @@ class Verdict:
     proven_constant: Constant | None = None
     fitted_constant: Constant | None = None
     deferred: str = ""              # trials not run on the backends recorded (too large for them), by size
+    vacuity: Vacuity | None = None  # for statement == "vacuous": why (kvbounds.verdict.decide_vacuity)
+    # the variant(s) the empirical sentences speak of, in words (the headline's last part): from the claim's
+    # registry entry ("variant measured: ..."), or set by a check that names each variant itself
+    variant: str = ""

@@ -29,10 +29,11 @@ from kvbounds.verdict import NOT_RUN, FigureSpec, Finding, Verdict
 from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
-from .bkv_variants import (INGREDIENTS, LABELS, SHORT, WORDS, combine, compare, finish, reproduction, run_variants,
+from .bkv_variants import (COIN_WORDS, INGREDIENTS, LABELS, SHORT, WORDS, combine, compare, finish, reproduction, run_variants,
                            significant_counts,
-                           version_findings, walk_summary)
+                           variant_name, version_findings, walk_summary)
 from .common import fallback_notes, make_record, pick
+from . import walk_cause
 
 CLAIM = "BKV.ablation"
 SOURCE = "BalanceKV-NeurIPS Sec. 4.1, Fig. 3, App. B.1"
@@ -79,11 +80,13 @@ def run_trial(params: dict, seed: int, backend: str):
     seeds = _seeds(seed, params["seeds"])
     if params.get("ingredients"):
         return _ingredient_trial(Q, K, V, meta, params, seeds, group)
-    rows = []
+    rows, causes = [], {}
     for b in params["block_sizes"]:
         res = run_variants(Q, K, V, T=params["T"], sink=params["sink"], window=params["window"], block_size=b,
                            seeds=seeds, group=group, causal=meta["causal"], methods=SWEEP_VARIANTS)
         rows.append((b, res))
+        causes[b] = walk_cause.blockwise_cause(params["trace"], K[::group], V[::group], block_size=b,
+                                               sink=params["sink"], window=params["window"], kernels=SWEEP_VARIANTS)
     recs = []
     common = _common(K, meta, params, group)
     for m in SWEEP_VARIANTS:
@@ -97,7 +100,8 @@ def run_trial(params: dict, seed: int, backend: str):
                                     bound_kind="exact", check=f"error {m}", trials=len(err),
                                     source=SOURCE + " (bound = error at the next smaller b)", method=m,
                                     variant=LABELS[m], stats=mean_and_spread(err), previous_block=pb, **test,
-                                    **walk_summary(res["diagnostics"].get(m, [])), **common))
+                                    **walk_summary(res["diagnostics"].get(m, [])), **common,
+                                    walk_cause=causes[b][walk_cause.VARIANT_KERNELS[m][0]]))
             recs.append(make_record(CLAIM, p, measured=float(np.median(tm)), bound=float(np.median(ptm)),
                                     holds=bool(np.median(tm) >= np.median(ptm)), bound_kind="exact",
                                     check=f"runtime {m}", source=SOURCE + " (bound = runtime at the next smaller b)",
@@ -115,9 +119,13 @@ def _ingredient_trial(Q, K, V, meta, params, seeds, group):
     base, unif = errs["recipe"], errs["uniform"]
     gain = unif.mean() - base.mean()
     common = _common(K, meta, params, group)
+    cause = walk_cause.blockwise_cause(params["trace"], K[::group], V[::group], block_size=params["block_size"],
+                                       sink=params["sink"], window=params["window"],
+                                       kernels=("released-t0.1", "released-t1"))
     recs = []
     for name in INGREDIENTS:
         e = errs[name]
+        kernel, side, rule = INGREDIENT_WALKS.get(name, (None, None, None))
         recs.append(make_record(CLAIM, params, measured=e.mean(), bound=base.mean(), holds=bool(e.mean() <= base.mean()),
                                 bound_kind="exact", check=f"ingredient {name}", trials=len(e),
                                 source="released recipe (ksheth96/BalanceKV) with one ingredient changed; bound = the "
@@ -125,8 +133,37 @@ def _ingredient_trial(Q, K, V, meta, params, seeds, group):
                                 stats=mean_and_spread(e), uniform=mean_and_spread(unif), recipe=mean_and_spread(base),
                                 gain=float(gain), gain_lost=float((e.mean() - base.mean()) / gain) if gain else None,
                                 ratio_to_uniform=float(e.mean() / unif.mean()), **compare(e, base),
-                                **walk_summary(res["diagnostics"].get(name, [])), **common))
+                                **walk_summary(res["diagnostics"].get(name, [])), **common,
+                                **(dict(walk_cause=cause[kernel], walk_side=side, walk_rule=rule) if kernel else {})))
     return recs
+
+
+# the walk an ingredient's change runs, as measured on the first-level blocks (walk_cause.blockwise_cause): (kernel,
+# keys raw or centred, sign rule of walk_diagnostics); the other changes keep the recipe's kernel and rule
+INGREDIENT_WALKS = {"recipe": ("released-t0.1", "centred", "released"),
+                    "walk constant of the theory (p = 1/2 - x/(2 c R^2))": ("released-t0.1", "centred", "theorem"),
+                    "no centring": ("released-t0.1", "raw", "released"),
+                    "temp 1": ("released-t1", "centred", "released"),
+                    "gamma 0 (random signs, same cut)": ("released-t0.1", "centred", "random")}
+
+
+def ingredient_walk_text(records) -> str:
+    """Per measured ingredient (the first cell): the discrepancy its walk keeps of random signs' and greedy's."""
+    out = []
+    for r in sorted((r for r in records if r.extra.get("walk_rule")), key=lambda r: (
+            r.params["trace"], r.params["T"], list(INGREDIENT_WALKS).index(r.extra["ingredient"]))):
+        s = r.extra["walk_cause"][r.extra["walk_side"]]
+        rule, name = r.extra["walk_rule"], r.extra["ingredient"]
+        same = s.get(f"{rule}_equal_random", {}).get("median") if rule != "random" else 1.0
+        out.append(f"{name.split(' (')[0]}: keeps {s[f'{rule}_disc_ratio']['median']:.2f} (greedy "
+                   f"{s['greedy_disc_ratio']['median']:.2f}" + (f", {100 * same:.0f}% of signs equal random signs)"
+                                                                if same is not None else ")"))
+        if len(out) == len(INGREDIENT_WALKS):       # one cell is enough: the walks do not depend on T
+            break
+    if not out:
+        return ""
+    return ("the ingredients' walks on the first-level blocks (median block; discrepancy kept of random signs'): "
+            + "; ".join(out))
 
 
 def ingredient_table(records) -> list[dict]:
@@ -197,13 +234,19 @@ def summarize(records) -> Verdict:
         rep = reproduction(m, cells, setup)
         reps.append(rep)
         rt = [r for r in run.values() if r.extra["previous_block"] != r.params["block_size"]]
-        coin = all(r.extra.get("walk_is_coin") for r in err)
-        texts.append(f"{WORDS[rep.status]} for {SHORT[m]}" + (" (walk = coin)" if coin else "")
+        coin = all(r.extra.get("walk_is_coin") for r in err) and m != "balance"
+        texts.append(f"{WORDS[rep.status]} for the {variant_name(m)}" + (f" ({COIN_WORDS})" if coin else "")
                      + f" in {significant_counts(cells)[0]}/{len(cells)} doubling steps (significant error drop, "
                        "longer runtime)")
         parts.append(f"{m}: error falls in {sum(r.holds for r in err)}/{len(err)} steps (significantly "
                      f"{sum(bool(r.extra.get('better')) for r in err)}, significantly rises {sum(bool(r.extra.get('worse')) for r in err)}); "
                      f"runtime rises in {sum(r.holds for r in rt)}/{len(rt)}")
+    cause_parts, cause_finding = walk_cause.blockwise_text(records, SWEEP_VARIANTS, SHORT,
+                                                           lambda r: f"layer {r.extra.get('layer', '?')}")
+    parts += cause_parts
+    findings += [cause_finding] if cause_finding else []
+    if ingredient_walk_text(records):
+        parts.append(ingredient_walk_text(records))
     rows = ingredient_table(records)
     if rows:
         carry = _carries(rows)

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import math
 
+from kvbounds import walk_probe
+
+from . import walk_cause
 from .decode_stream import merge_ablation, run_forced, run_generation, trials  # noqa: F401 - the check's trials
 from .decode_verdict import build_records, summarize as _summarize
 from .decode_verdict import decode_rows as leaderboard_rows  # noqa: F401 - its leaderboard table
+from .power_streams import POWER_CHECK
 
 CLAIM = "BKV.decode"
 SOURCE = "BalanceKV-NeurIPS Thm 3.1, Alg. 1 (streaming, inside generation)"
@@ -28,8 +32,9 @@ def run_trial(params: dict, seed: int, backend: str):
     walk's own uniforms) fed the same tokens: each (checkpoint, layer) pairs the two."""
     from kvbounds.streaming import StreamingBalanceKVPress
     tokens: list = []
-    rows, press = run_generation(StreamingBalanceKVPress, params, seed, tokens=tokens)
-    if rows:
+    with walk_probe.record_halvings() as halvings:     # every halving's walk, recorded as it runs (unchanged)
+        rows, press = run_generation(StreamingBalanceKVPress, params, seed, tokens=tokens)
+    if rows:     # the ablation outside the probe: only the press's own walks are measured
         merge_ablation(rows, run_forced(StreamingBalanceKVPress, params, seed, tokens, signs="random"), "F")
     M = press.middle
 
@@ -38,12 +43,34 @@ def run_trial(params: dict, seed: int, backend: str):
         return 0.5 * math.log(d) + 2 * h["r"] ** 2 / math.sqrt(d) + math.log(max(1.0, math.log2(row["n"] / M)) / M)
 
     cert = press.walk_sums
-    return build_records(CLAIM, SOURCE, params, rows, "F", log_scale, middle=M, reductions=press.reductions,
+    recs = build_records(CLAIM, SOURCE, params, rows, "F", log_scale, middle=M, reductions=press.reductions,
                          halvings=cert.halvings if cert else 0, uncertified=cert.uncertified if cert else 0)
+    if halvings:          # what each layer's walk (on pair differences) had to balance, raw and centred
+        layers = walk_probe.per_layer(walk_probe.halving_diagnostics(halvings), press.n_layers)
+        done = set()
+        for r in sorted(recs, key=lambda r: r.check != POWER_CHECK):     # one record per layer: its power record
+            layer = r.params.get("layer")
+            if isinstance(layer, int) and 0 <= layer < len(layers) and layer not in done:
+                r.extra["walk_cause"] = layers[layer]
+                done.add(layer)
+    return recs
+
+
+def layer_group(r) -> str:
+    """The settings the walk-cause verdict separates: SmolLM2's first layer differs from the rest."""
+    return "layer 0" if r.params.get("layer") == 0 else "layers 1 and up"
 
 
 def summarize(records):
-    return _summarize(CLAIM, records, scale_text=SCALE,
-                      certificate_kind="a bound from the press's state: each halving's walk discrepancy by "
-                                       "Cauchy-Schwarz, e^{||q||^2/(2 sqrt d)} (X_num + ||o_hat|| X_den) / Z_lo, "
-                                       "capped by ||o_hat|| + max||v||")
+    v = _summarize(CLAIM, records, scale_text=SCALE,
+                   certificate_kind="a bound from the press's state: each halving's walk discrepancy by "
+                                    "Cauchy-Schwarz, e^{||q||^2/(2 sqrt d)} (X_num + ||o_hat|| X_den) / Z_lo, "
+                                    "capped by ||o_hat|| + max||v||")
+    # one record per layer and generation carries its layer's cause, so each layer counts once
+    causes = walk_cause.per_setting(records, layer_group)
+    f = walk_cause.cause_finding(CLAIM, causes, what="the streaming press's halvings (the walk on pair differences "
+                                 "at the theorem's c), median over each group's layers")
+    if f is not None:
+        v.findings.append(f)
+        v.summary += "; what the walk has to balance: " + walk_cause.settings_text(causes)
+    return v

@@ -47,9 +47,80 @@ def trials(profile: str) -> list[dict]:
                           quick_methods=QUICK_METHODS)
 
 
+# the kernel and sign rule of each variant's walk (kvbounds.algorithms.walk_diagnostics.KERNELS): the pseudocode at
+# the model's temperature and the theorem's c, the released walk as run_longbench.py runs it (temp 1, gamma 4)
+WALKS = {"balancekv": ("balance", "theorem", 0), "balancekv_released": ("released-t1", "released", 1)}
+FIRST_LAYER = "layer 0"
+LATER_LAYERS = "layers 1 and up"
+
+
+def walk_cause_of_prefill(params: dict, lm, state) -> dict | None:
+    """What each BalanceKV variant's walk has to balance on this instance's prefill: the first-level blocks of its
+    own layout at each budget (:func:`kvbounds.algorithms.equal_memory.balance_layout`, the released walk with its
+    weight per token), SmolLM2's first layer apart from the others, raw and with the block's keys centred
+    (:func:`kvbounds.algorithms.walk_diagnostics.blockwise_walk_cause`). The first instance of each task and
+    setting only (the prompt's text differs between instances, its norms do not); None for the others."""
+    import zlib
+
+    import numpy as np
+
+    from kvbounds.algorithms import walk_diagnostics as wd
+    from kvbounds.algorithms.equal_memory import balance_layout
+    if int(params.get("index", 0)) != 0:
+        return None
+    K = np.stack([X[0].double().cpu().numpy() for X in state.keys])      # (layers, KV heads, n, d)
+    V = np.stack([X[0].double().cpu().numpy() for X in state.values])
+    n, d, sink, b = state.n, K.shape[-1], int(params["sink"]), int(params.get("block_size", 64))
+    out = {}
+    for method, (kernel, _, weights) in WALKS.items():
+        if method not in params["methods"]:
+            continue
+        for budget in params["budgets"]:
+            T, win = balance_layout(n, d, sink, int(params["window"]), int(budget * n * 2 * d), weights)
+            rng = np.random.default_rng([7, zlib.crc32(f"{params['task']}:{method}:{budget}:{b}".encode())])
+            try:
+                out[(method, float(budget))] = {
+                    group: wd.blockwise_walk_cause(K[sl], V[sl], block_size=b, sink=sink, window=win,
+                                                   kernels=(kernel,), rng=rng)[kernel]
+                    for group, sl in ((FIRST_LAYER, slice(0, 1)), (LATER_LAYERS, slice(1, None)))}
+            except Exception as e:   # noqa: BLE001 - no full block in this layout: said in the record, not fatal
+                out[(method, float(budget))] = {"error": str(e)[:200]}
+    return out
+
+
 def run_trial(params: dict, seed: int, backend: str):
-    return C.run_cell_trial(CLAIM, SOURCE, params, seed)
+    return C.run_cell_trial(CLAIM, SOURCE, params, seed, measure=walk_cause_of_prefill)
+
+
+def walk_cause_text(records) -> tuple[str, list]:
+    """Per variant, setting and layer group, what its walk has to balance (the summary's clause, the card's
+    finding)."""
+    from . import walk_cause
+    parts, findings = [], []
+    for variant, method in VARIANTS.items():
+        rs = [r for r in records if r.extra.get("method") == method and isinstance(r.extra.get("walk_cause"), dict)]
+        causes: dict = {}
+        for r in rs:
+            for group, c in r.extra["walk_cause"].items():
+                if isinstance(c, dict) and "raw" in c:
+                    causes.setdefault(f"{C.SETTING_WORDS.get(r.extra.get('setting'), r.extra.get('setting'))}, "
+                                      f"{group}", []).append(c)
+        merged = {k: walk_cause.merge_sides(v) for k, v in sorted(causes.items())}
+        if not merged:
+            continue
+        walk = WALKS.get(method, ("", "theorem"))[1]
+        parts.append(f"what the {variant} walk has to balance (first-level blocks of the prefill): "
+                     + walk_cause.settings_text(merged, walk=walk))
+        f = walk_cause.cause_finding(CLAIM, merged, what=f"the {variant} walk ({method}) on the first-level blocks of "
+                                     "each task's first prefill", walk=walk)
+        findings += [f] if f else []
+    return "; ".join(parts), findings
 
 
 def summarize(records):
-    return C.reproduction_verdict(CLAIM, records, VARIANTS, BASELINES, TASKS)
+    v = C.reproduction_verdict(CLAIM, records, VARIANTS, BASELINES, TASKS)
+    text, findings = walk_cause_text(records)
+    if text:
+        v.summary += "; " + text
+        v.findings += findings
+    return v

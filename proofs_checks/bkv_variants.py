@@ -45,6 +45,19 @@ LABELS = {"balance": "pseudocode (App. B / Alg. 2)", "released-t1": "released wa
 SHORT = {"balance": "the pseudocode", "released-t1": "the released walk at temp 1",
          "released-t0.1": "the released walk at temp 0.1",
          "consistent-t0.1": "the released walk with the consistent estimator"}
+# each variant's words from the method registry (kvbounds.methods.VARIANT_WORDS): what a headline calls it
+REGISTRY_VARIANT = {"balance": "pseudocode", "released-t1": "released", "released-t0.1": "released-t0.1",
+                    "consistent-t0.1": "consistent-t0.1"}
+
+
+def variant_name(name: str) -> str:
+    """The words for a BalanceKV variant of these checks (the method registry's), e.g. "pseudocode walk at the
+    theorem's c (= random halving)"; the name itself for anything else."""
+    from kvbounds.methods import variant_words
+    return variant_words("BalanceKV", REGISTRY_VARIANT[name]) if name in REGISTRY_VARIANT else name
+
+
+COIN_WORDS = "its walk reduces to random halving here"
 WORDS = {"reproduced": "reproduced", "partial": "partly reproduced", "not-reproduced": "not reproduced",
          "not-shown": "not shown (underpowered)", "reversed": "reversed", "n/a": "n/a"}
 
@@ -233,13 +246,11 @@ def combine(reps) -> str:
 def finish(v, per_variant: str):
     """The shared rules fill the derived fields (:func:`kvbounds.verdict.finalize`; the statement of an empirical
     claim measured on another setup than the paper's follows :func:`statement_from_reproduction`); the headline
-    then names each variant's reproduction."""
+    names each variant's reproduction (``per_variant``, kept in ``v.variant`` so that every later finalize keeps it)."""
     v.kind = "empirical"
     v.statement = statement_from_reproduction(v.reproduction)
-    finalize(v)
-    if per_variant:
-        v.headline = f"{v.headline}: {per_variant}" if v.headline else per_variant
-    return v
+    v.variant = per_variant or v.variant
+    return finalize(v)
 
 
 def version_findings(claim: str) -> list[Finding]:

@@ -36,12 +36,13 @@ from kvbounds.verdict import NOT_RUN, FigureSpec, Finding, Verdict
 from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
-from .bkv_variants import (ABLATION_OVERRIDES, ABLATIONS, COIN_NOTE, LABELS, SHORT, WORDS, combine, compare, exact_last,
-                           finish, per_kv_head, reproduction,
+from .bkv_variants import (ABLATION_OVERRIDES, ABLATIONS, COIN_NOTE, COIN_WORDS, LABELS, SHORT, WORDS, combine,
+                           compare, exact_last, finish, per_kv_head, reproduction,
                            significant_counts,
-                           run_variants, version_findings, walk_summary)
+                           run_variants, variant_name, version_findings, walk_summary)
 from .bkv_trivial import CAVEAT, mean_values_error, trivial_power
 from .common import fallback_notes, make_record, pick
+from . import walk_cause
 
 CLAIM = "BKV.vs-uniform"
 SOURCE = "BalanceKV-NeurIPS Sec. 4.1, Fig. 1, App. B.1"
@@ -162,6 +163,8 @@ def run_trial(params: dict, seed: int, backend: str):
                          causal=meta["causal"], group=group, others=other_selectors(sink, window),
                          kv_others=kv_head_selectors(sink, window))
     errs, heads = res["errors"], res["head_errors"]
+    cause = walk_cause.blockwise_cause(params["trace"], K[::group], V[::group], block_size=params["block_size"],
+                                       sink=sink, window=window, kernels=("balance", "released-t1", "released-t0.1"))
     unif = np.asarray(errs["uniform"])
     common = dict(budget=res["budget"], n=int(K.shape[1]), heads=int(K.shape[0]), kv_heads=int(K.shape[0]) // group,
                   group=group, model=meta["model"], fallback=params.get("fallback", ""), uniform=mean_and_spread(unif),
@@ -181,6 +184,8 @@ def run_trial(params: dict, seed: int, backend: str):
             extra.update(per_kv_head=pk, ratio_per_kv_head=[a / b for a, b in zip(pk, common["uniform_per_kv_head"])])
         if name in res["diagnostics"]:
             extra.update(walk_summary(res["diagnostics"][name]))
+        if name in walk_cause.VARIANT_KERNELS:       # what this variant's walk has to balance (raw and centred)
+            extra["walk_cause"] = cause[walk_cause.VARIANT_KERNELS[name][0]]
         if name in res["times"]:
             extra["select_seconds"] = float(np.median(res["times"][name]))
         recs.append(make_record(CLAIM, params, measured=v.mean(), bound=unif.mean(),
@@ -210,14 +215,15 @@ def variant_cells(records, method: str) -> list[dict]:
 
 
 def per_variant_text(reps, records) -> str:
-    """'not reproduced for the pseudocode (walk = coin); reproduced for the released walk in X/Y cells; ...'"""
+    """'not reproduced for the pseudocode walk at the theorem's c (= random halving) in 0/8 cells; reproduced for the
+    released walk (authors' code: ...) in 6/8 cells; ...' (the variants' words from the method registry)."""
     out = []
     for rep in reps:
         cells = variant_cells(records, rep.variant)
         b = significant_counts(cells)[0]
-        coin = cells and all(c["record"].extra.get("walk_is_coin") for c in cells)
+        coin = cells and all(c["record"].extra.get("walk_is_coin") for c in cells) and rep.variant != "balance"
         word = WORDS[rep.status]
-        out.append(f"{word} for {SHORT.get(rep.variant, rep.variant)}" + (" (walk = coin)" if coin else "")
+        out.append(f"{word} for the {variant_name(rep.variant)}" + (f" ({COIN_WORDS})" if coin else "")
                    + f" in {b}/{len(cells)} cells")
     return "; ".join(out)
 
@@ -267,6 +273,10 @@ def summarize(records) -> Verdict:
         best = [r for r in records if r.check == "error released-t0.1"]
         wins = sum(1 for r in best if (r.params["trace"], r.params["T"]) in rs and r.measured < rs[(r.params["trace"], r.params["T"])])
         parts.append(f"released-t0.1 below {m} in {wins}/{len(rs)}")
+    cause_parts, cause_finding = walk_cause.blockwise_text(records, BKV_VARIANTS, SHORT,
+                                                           lambda r: f"layer {r.extra.get('layer', '?')}")
+    parts += cause_parts
+    findings += [cause_finding] if cause_finding else []
     kt = [r for r in records if r.check == "error kernel_thinning"]
     parts.append(kernel_thinning_text(kt, records) if kt else
                  "kernel thinning: not recorded (goodpoints not installed: pip install 'kvbounds[kt]')")

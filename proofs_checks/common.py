@@ -100,3 +100,18 @@ def dispatch(key: str, trials: dict, default=None):
     run_trial.__doc__ = (f"One trial: by params[{key!r}], " + ", ".join(f"{k!r} -> {f.__name__}" for k, f in trials.items())
                          + (f", otherwise {default.__name__}" if default else "") + ".")
     return run_trial
+
+
+def in_words(text: str, words: dict) -> str:
+    """``text`` with each of its sub-check labels (keys of ``words``) replaced by what a reader is told it is
+    (a check name such as "paper c" stays the record's label; the verdict's sentences say "the walk's c as the
+    paper states it"); longer labels first, so that one label inside another is not replaced twice."""
+    for label in sorted(words, key=len, reverse=True):
+        text = text.replace(label, words[label])
+    return text
+
+
+def words_in_findings(findings, words: dict) -> list:
+    """The findings with :func:`in_words` applied to their titles and details."""
+    import dataclasses
+    return [dataclasses.replace(f, title=in_words(f.title, words), detail=in_words(f.detail, words)) for f in findings]

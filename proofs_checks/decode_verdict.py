@@ -18,7 +18,7 @@ import numpy as np
 
 from kvbounds.controls import power_vs_controls
 from kvbounds.statistics import growth
-from kvbounds.verdict import FigureSpec, Finding, decide, decide_rate, fitted_constant
+from kvbounds.verdict import FigureSpec, Finding, decide, decide_rate, decide_vacuity, fitted_constant
 
 from .common import make_record
 from kvbounds.algorithms.validation import InputError, check_choice
@@ -30,8 +30,10 @@ SHAPE = "decode error vs the theorem's scale"
 LOG_CAP = 700.0          # e^700 ~ 1e304: larger scales are stored as inf (log kept in extra["log_scale"])
 
 
-def build_records(claim: str, source: str, params: dict, rows, units: str, log_scale, **extra) -> list:
-    """``log_scale(row, worst_head)`` -> log of the theorem's error scale for that (checkpoint, layer). A generation
+def build_records(claim: str, source: str, params: dict, rows, units: str, log_scale, *, norm=None, **extra) -> list:
+    """``log_scale(row, worst_head)`` -> log of the theorem's error scale for that (checkpoint, layer); ``norm(head)``
+    -> the norm the theorem bounds by r (default the head's ``r``, the largest key or query norm), kept as the
+    record's ``r``. A generation
     with no checkpoint measured (too short for the press to compress) gives one record that says so
     (``extra["missing"]``, reported as not run). Errors in units: :func:`decode_stream.in_units` (a NaN error, unit
     or log-scale is an InputError naming it, never a silent maximum)."""
@@ -52,6 +54,7 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
                                "no checkpoint measured: the generation ended before the press compressed (prompt "
                                f"{params.get('prompt')} + {params.get('new')} new tokens, target {params.get('target')})",
                                **extra)]
+    norm = norm or (lambda h: h["r"])
     out, per_layer = [], {}
     for row in rows:
         hs = row["heads"]
@@ -68,7 +71,7 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
         out.append(make_record(
             claim, dict(params, n=row["n"], layer=row["layer"], sweep="n"), measured=max(eps),
             bound=math.exp(ls) if ls < LOG_CAP else math.inf, holds=True, bound_kind="shape", check=SHAPE,
-            source=source, log_scale=ls, stored=row["stored"], head_dim=row.get("d"), kv_heads=row.get("kv_heads"), r=max(h["r"] for h in hs), controls_eps=ctl,
+            source=source, log_scale=ls, stored=row["stored"], head_dim=row.get("d"), kv_heads=row.get("kv_heads"), r=max(norm(h) for h in hs), controls_eps=ctl,
             certificate=[h["cert"] for h in hs], error=[h["err"] for h in hs], vmax=max(h["vmax"] for h in hs),
             cert_covered=cs["covered"], cert_heads=cs["heads"], cert_vacuous=cs["vacuous"],
             estimate=[h.get("estimate", math.nan) for h in hs],
@@ -112,12 +115,14 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
         logs = np.array([r.extra["log_scale"] for r in rs])
         parts.append(f"the theorem's scale ({scale_text}) is e^{np.median(logs):.0f} (median; e^{logs.min():.0f}.."
                      f"e^{logs.max():.0f}) on the keys of {_model_name(rs)}")
-        if np.median(logs) > 20:
+        vac = decide_vacuity(rs)
+        if vac is not None:
             findings.append(Finding(claim, "the a-priori scale is vacuous on a real model's keys",
-                                    f"median log of the scale {np.median(logs):.0f} (key norms r up to "
-                                    f"{max(r.extra['r'] for r in rs):.3g}): the fitted constant is tiny, and the "
-                                    "statement 'holds' only because its scale says nothing here; the controls and "
-                                    "the certificate are what tell the method apart", {}, kind="finding"))
+                                    f"median log of the scale {np.median(logs):.0f} (the norm bound r up to "
+                                    f"{max(r.extra['r'] for r in rs):.3g}): doing nothing (zeros) meets it in "
+                                    f"{vac.zeros_meets}/{vac.cells} cells, so the statement is vacuous here and no "
+                                    "fitted constant of it is a result; the controls and the certificate are what "
+                                    "tell the method apart", {}, kind="finding"))
         heads = sum(r.extra["cert_heads"] for r in rs)
         cov = sum(r.extra["cert_covered"] for r in rs)
         vac = sum(r.extra["cert_vacuous"] for r in rs)
@@ -155,7 +160,12 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
     rate = decide_rate(g, stated_exponent=0.0, label="error / scale not growing in n at fixed memory") if g else ("n/a", None)
     fitted = fitted_constant(finite,
                              f"max eps_hat / ({scale_text}) (fitted; the O~'s constant and polylogs)")
-    if fitted is not None:
+    vac = decide_vacuity(rs)
+    if fitted is not None and vac is not None:
+        zc = f", zeros' {vac.zeros_constant:.3g}" if vac.zeros_constant is not None else ""
+        parts.append(f"max error / scale {fitted.value:.3g}{zc}: not a fitted constant to report, the scale is "
+                     f"vacuous (zeros meets it in {vac.zeros_meets}/{vac.cells} cells)")
+    elif fitted is not None:
         parts.append(f"fitted constant C = {fitted.value:.3g} (labelled fitted)")
     for c in trivial.cells:
         if c.best:

@@ -141,7 +141,9 @@ def summarize(records) -> Verdict:
         rs = by(c)
         if rs:
             bad = [r for r in rs if not r.holds]
-            parts.append(f"{c}: {len(rs) - len(bad)}/{len(rs)} hold, max ratio {max(r.ratio for r in rs):.4g}")
+            name = {"draft (DK eta)": "the draft's bound with eta the largest the Davis-Kahan theorem allows",
+                    "draft (measured eta)": "the draft's bound with eta the measured perturbation"}.get(c, c)
+            parts.append(f"{name}: {len(rs) - len(bad)}/{len(rs)} hold, max ratio {max(r.ratio for r in rs):.4g}")
     adv = [r for r in by("tight certificate") if r.params.get("kind") == "adversarial"]
     if adv:
         parts.append(f"Theorem R with Delta > 0 (adversarial streams): ratio up to {max(r.ratio for r in adv):.6f}, "
@@ -149,6 +151,8 @@ def summarize(records) -> Verdict:
     ex = [r for r in by("tight certificate") if r.extra.get("delta", 1) == 0 and r.extra.get("sigma_r1", 0) > 0]
     if ex:
         parts.append(f"with Delta = 0 the certificate is attained (ratio {max(r.ratio for r in ex):.6f})")
+    eta_words = {"draft (DK eta)": "eta the largest the Davis-Kahan theorem allows, ||A|| min(1, 2 eps/gap)",
+                 "draft (measured eta)": "eta the measured subspace perturbation, ||A|| ||P - P_r||"}
     for reading in ("draft (DK eta)", "draft (measured eta)"):
         bad = [r for r in by(reading) if not r.holds]
         if not bad:
@@ -156,7 +160,7 @@ def summarize(records) -> Verdict:
         w = min(bad, key=lambda r: (_input_size(r.params), -r.ratio))
         e = w.extra
         findings.append(Finding(
-            CLAIM, f"the draft's ||A(I-P)|| <= sqrt(eps) + eta is false ({reading[7:-1]})",
+            CLAIM, f"the draft's ||A(I-P)|| <= sqrt(eps) + eta is false ({eta_words[reading]})",
             f"{len(bad)}/{len(by(reading))} records fail with this reading of eta, "
             f"{sum(r.extra['n_shrinks'] > 0 for r in bad)} of them after FD has shrunk (Delta > 0). "
             f"Smallest: n = {e['n_rows']}, d = {e['dim']}, l = {w.params['ell']}, r = {w.params['r']}"

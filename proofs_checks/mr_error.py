@@ -35,7 +35,8 @@ from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rat
 from kvbounds.battery import method_floats, stream_floats
 from kvbounds.controls import power_vs_controls
 
-from .common import deferred_record, dispatch, make_record, on_gpu, pick, unit_directions
+from .common import (deferred_record, dispatch, in_words, make_record, on_gpu, pick, unit_directions,
+                     words_in_findings)
 from .power_streams import POWER_CHECK, StreamBattery, battery_record, missing_record, power_trials
 from .power_streams import stream as power_stream
 
@@ -153,6 +154,11 @@ def _regime(large, parts, figs, findings, rate):
     return got, info
 
 
+# the sub-checks' labels in the verdict's sentences: what each walk constant is
+CHECK_WORDS = {"paper c": "(c as the paper states it)", "c=log": "(c = log(t/delta))",
+               "paper-c": "paper's-c"}
+
+
 def summarize(records) -> Verdict:
     n_all = len(records)
     trivial = power_vs_controls([r for r in records if r.check == POWER_CHECK],
@@ -194,7 +200,8 @@ def summarize(records) -> Verdict:
         proven = Constant(30.0, "proven", "the walk's c = 30 log(ts/delta) (BalanceKV-NeurIPS Alg. 2 line 3) in Thm 3.3's discrepancy, "
                           "the proof's other factors with constant 1: eps_c = 30 log(ts/delta) sqrt(s) e^{2r^2/sqrt d}/t; "
                           f"measured eps_hat at most {prov:.2g} x eps_c ({100 * prov:.2g}% of the bound)")
-        parts.insert(0, f"BalanceKV-NeurIPS paper c: eps_hat <= {prov:.2g} x the bound with the walk's c (all trials)")
+        parts.insert(0, f"with the walk's c as the paper states it (30 log(t/delta)): eps_hat <= {prov:.2g} x "
+                        "BalanceKV-NeurIPS's bound with that c (all trials)")
         g = gs.get(("BalanceKV-NeurIPS paper c", "t"))
         p0 = next((r.params for r in paper if r.params.get("sweep") == "t"), paper[0].params)
         onset = merge_reduce_rate_onset(p0["d"], p0["s"], p0["r"], p0["delta"])
@@ -215,8 +222,9 @@ def summarize(records) -> Verdict:
                                         f"give t^-0.5. {sets_in}", g.smallest, kind="rate"))
     rate = _regime([r for r in paper if r.params.get("sweep") == "t-large"], parts, figs, findings, rate)
     parts.append(trivial.detail)
-    v = decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, rate=rate,
-               proven=proven, fitted=fitted, trivial=trivial)
+    v = decide(CLAIM, records, summary=in_words("; ".join(parts), CHECK_WORDS), figures=figs,
+               findings=words_in_findings(findings, CHECK_WORDS), rate=rate, proven=proven, fitted=fitted,
+               trivial=trivial)
     v.n_records = n_all
     return v
 

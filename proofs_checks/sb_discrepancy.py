@@ -22,6 +22,7 @@ at every n).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -34,6 +35,7 @@ from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, d
 from kvbounds.theory.balancekv import log_softmax_balance_shape, merge_reduce_rate_onset, rate_onset, walk_constant
 
 from .common import deferred_record, make_record, on_gpu, pick, unit_directions
+from .common import in_words, words_in_findings
 
 CLAIM = "SB.discrepancy"
 SOURCE = "BalanceKV-NeurIPS Thm 3.3, Alg. 2"
@@ -142,6 +144,11 @@ def _regime(records, parts, figs, controls, rate):
     return got, info
 
 
+# the sub-checks' labels in the verdict's sentences: which walk each is
+CHECK_WORDS = {"paper c": "the walk at the paper's c (30 log(n/delta))", "paper-c walk": "walk at the paper's c",
+                "paper-c bound": "bound with the paper's c", "c=log": "the walk at c = log(n/delta)"}
+
+
 def summarize(records) -> Verdict:
     """Statement from ``half`` (exact) and the O(.) discrepancy (readings and the fitted constant); rate: the
     paper-c walk's D/shape along n (stated: bounded); power: random signs against the c-bound and the growth test."""
@@ -199,5 +206,8 @@ def summarize(records) -> Verdict:
                                     "max||v||) over the paper-c walks", value=lambda r: r.extra["ratio_to_shape"])
     proven = Constant(30.0, "proven", "c = 30 log(n/delta) (BalanceKV-NeurIPS Alg. 2 line 3) read as the O(.)'s constant: D at most "
                       f"{max(r.ratio for r in paper):.3g} x (c x shape)") if paper else None
-    return decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, controls=controls,
-                  rate=rate, fitted=fitted, proven=proven)
+    controls = [dataclasses.replace(c, name=in_words(c.name, CHECK_WORDS), detail=in_words(c.detail, CHECK_WORDS))
+                for c in controls]
+    return decide(CLAIM, records, summary=in_words("; ".join(parts), CHECK_WORDS), figures=figs,
+                  findings=words_in_findings(findings, CHECK_WORDS), controls=controls, rate=rate, fitted=fitted,
+                  proven=proven)

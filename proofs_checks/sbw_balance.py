@@ -22,6 +22,7 @@ random-sign quantile reaches the walk's plateau) and compares it with c d/2.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -31,6 +32,7 @@ from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, d
 from kvbounds.theory.balancekv import sbw_discrepancy_shape, walk_constant
 
 from .common import failure_rate_ok, make_record, pick, unit_directions
+from .common import in_words, words_in_findings
 
 CLAIM = "SBW.balance"
 SOURCE = "BalanceKV-NeurIPS Thm A.1, Alg. 3"
@@ -142,6 +144,11 @@ def crossover(walk, rand) -> dict:
     return dict(d=d, n_cross=n, n_star_theory=walk_constant(n, delta) * d / 2, plateau=level, z=z)
 
 
+# the sub-checks' labels in the verdict's sentences: which walk each is
+CHECK_WORDS = {"paper-c walk": "walk at the paper's c (30 log(n/delta))", "paper-c bound": "bound with the paper's c",
+               "walk c=30log": "the walk at the paper's c"}
+
+
 def summarize(records) -> Verdict:
     figs = [FigureSpec("paper-c walk: (1-delta)-quantile of |<w,u>| vs n by d (dashed: c = 30 log(n/delta))", x="n",
                        check="walk c=30log", hue="d"),
@@ -217,5 +224,8 @@ def summarize(records) -> Verdict:
     proven = Constant(30.0, "proven", "c = 30 log(n/delta) (BalanceKV-NeurIPS Alg. 3 line 2): the walk keeps |<w,u_i>| <= c r^2 "
                       f"unless FAIL; measured quantile at most {max(r.ratio for r in walk_all):.3g} c" if walk_all
                       else "c = 30 log(n/delta)")
-    return decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, controls=controls,
-                  rate=rate, fitted=fitted, proven=proven)
+    controls = [dataclasses.replace(c, name=in_words(c.name, CHECK_WORDS), detail=in_words(c.detail, CHECK_WORDS))
+                for c in controls]
+    return decide(CLAIM, records, summary=in_words("; ".join(parts), CHECK_WORDS), figures=figs,
+                  findings=words_in_findings(findings, CHECK_WORDS), controls=controls, rate=rate, fitted=fitted,
+                  proven=proven)

@@ -9,8 +9,8 @@ is the model's own, SubGen's logits <q', k> with q' = q / sqrt(d)).
 
 Scale: Thm 1 needs t = Omega(eps^-2 e^{2 delta r} log n) samples per cluster and s = Omega(eps^-2 d) value samples,
 so at the press's t and s, eps ~ sqrt(e^{2 delta r} log n / t) + sqrt(d / s) (a shape: constant fitted), delta the
-largest distance of a key to its centre, r the largest ||k|| or ||q'||. Records and verdict:
-:mod:`proofs_checks.decode_verdict`.
+largest distance of a key to its centre, r the query's norm ||q'|| (SubGen Thm 1 and ClusterGen Thm 2.4 assume only
+||q_n||_2 <= r; the key norms enter through delta). Records and verdict: :mod:`proofs_checks.decode_verdict`.
 """
 from __future__ import annotations
 
@@ -50,13 +50,15 @@ def run_trial(params: dict, seed: int, backend: str):
     radius = st.radius.reshape(L, -1).max(-1).values.numpy()
     scale = 1.0 / math.sqrt(rows[0]["d"]) if rows else 1.0
 
+    def query_norm(h):                # ||q'|| = ||q|| / sqrt(d): the only norm SubGen Thm 1 bounds by r
+        return h["qnorm"] * scale
+
     def log_scale(row, h):
-        r = max(h["kmax"], h["qnorm"] * scale)
-        a = 0.5 * (2 * float(radius[row["layer"]]) * r + math.log(math.log(row["n"])) - math.log(st.t))
+        a = 0.5 * (2 * float(radius[row["layer"]]) * query_norm(h) + math.log(math.log(row["n"])) - math.log(st.t))
         return float(np.logaddexp(a, 0.5 * math.log(row["d"] / st.s)))
 
-    return build_records(CLAIM, SOURCE, params, rows, "op", log_scale, clusters=st.m, per_cluster=st.t,
-                         samples=st.s, radius=[float(x) for x in radius], reductions=press.reductions)
+    return build_records(CLAIM, SOURCE, params, rows, "op", log_scale, norm=query_norm, clusters=st.m,
+                         per_cluster=st.t, samples=st.s, radius=[float(x) for x in radius], reductions=press.reductions)
 
 
 def summarize(records):

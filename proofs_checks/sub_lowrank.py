@@ -332,6 +332,13 @@ def reproductions(records) -> list[Reproduction]:
     return out + ([e2e] if e2e else [])
 
 
+# what each falsifier says when it fires (the negation of its reproduction's "does not fire: ..." condition)
+FIRES = {"1": "no r <= d/4 keeps perplexity within +1%",
+         "2": "adaptive (FD, chunks of 256) is worse than static at matched r",
+         "3": "the adaptive error grows with context length",
+         "4": "the bounds and FD eps do not predict the observed errors"}
+
+
 def summarize(records) -> Verdict:
     """Empirical: the statement follows the reproductions (another model and size than the draft's, so at best
     'not reproduced on <setup>', never 'false'); each part of the hypothesis and each falsifier is one row."""
@@ -381,7 +388,9 @@ def summarize(records) -> Verdict:
         else:
             parts.append(f"{rep.variant} on {rep.setup}: {rep.status}")
         if rep.status in ("not-reproduced", "reversed"):
-            findings.append(Finding(CLAIM, f"not reproduced on {rep.setup}: {rep.variant}", rep.detail.split(". Differs")[0],
-                                    {}, kind="finding"))
+            k = rep.variant.split()[1] if rep.variant.startswith("falsifier") else ""
+            title = (f"falsifier {k} fires on {rep.setup}: {FIRES[k]}" if k in FIRES else
+                     f"not reproduced on {rep.setup}: {rep.variant}")
+            findings.append(Finding(CLAIM, title, rep.detail.split(". Differs")[0], {}, kind="finding"))
     parts.append("falsifiers fired: " + (", ".join(sorted(set(fired))) if fired else "none"))
     return decide(CLAIM, records, summary="; ".join(parts), figures=figs, findings=findings, reproductions=reps)

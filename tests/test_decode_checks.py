@@ -30,15 +30,26 @@ def rows(method_err: float, layers: int = 12, seed: int = 0):
 
 
 def test_records_and_verdict():
-    rs = build_records("BKV.decode", "src", trial_params("quick"), rows(0.01), "F", lambda row, h: math.log(2.0))
+    rs = build_records("BKV.decode", "src", trial_params("quick"), rows(0.01), "F", lambda row, h: math.log(0.5))
     shape = [r for r in rs if r.check == SHAPE]
     power = [r for r in rs if r.check == POWER_CHECK]
     assert len(shape) == 48 and len(power) == 12 and all(r.params["family"] == FAMILY for r in power)
-    assert all(r.bound == 2.0 and r.bound_kind == "shape" and r.extra["cert_covered"] == 3 for r in shape)
+    assert all(r.bound == 0.5 and r.bound_kind == "shape" and r.extra["cert_covered"] == 3 for r in shape)
     v = summarize("BKV.decode", rs, scale_text="s", certificate_kind="a bound")
     assert v.statement == "holds-fitted" and v.fitted_constant.kind == "fitted"
     assert "covers the measured error in 144/144" in v.summary and v.power == "shown"
     assert "best trivial control (recent)" in v.summary
+
+
+def test_a_scale_zeros_meets_is_vacuous_with_no_fitted_constant():
+    """BKV.decode / SG.decode on SmolLM2: scales e^28..e^1027 against zeros' error <= 1 in the theorem's units."""
+    rs = build_records("SG.decode", "src", trial_params("quick"), rows(0.01), "op",
+                       lambda row, h: 100.0 + row["layer"], norm=lambda h: h["qnorm"] / 8)
+    assert all(r.extra["r"] == 0.5 for r in rs if r.check == SHAPE)          # the query norm, as SubGen bounds it
+    v = summarize("SG.decode", rs, scale_text="s", certificate_kind="an estimate")
+    assert v.statement == "vacuous" and v.fitted_constant is None and v.constant is None
+    assert v.headline.startswith("vacuous at these norms (scale e^10") and "zeros meets it in 48/48" in v.headline
+    assert "not a fitted constant to report" in v.summary and "holds with fitted constant" not in v.headline
 
 
 def test_no_better_than_a_control_is_low_power():

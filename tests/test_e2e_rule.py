@@ -142,3 +142,51 @@ def test_lines_exact_match_collapses_with_the_measured_reason():
         r.extra.update(memory_floats=10, hit=[False, False], source="kvbounds")
     row = [r for r in leaderboard_rows(recs) if r["method"] == "all methods" and "exact match" in r["metric"]][0]
     assert "no information" in row["note"] and "cannot do line retrieval" in row["note"] and "0/8" in row["note"]
+
+
+def _retrieval(n_inst: int, hit: dict, gain: dict) -> list:
+    """passkey records in both settings: hit[method] answers retrieved; exact retrieves every instance."""
+    recs = []
+    for setting in ("after", "inside"):
+        for r in _records(gain, n_inst):
+            r.params["setting"] = setting
+            r.extra.update(setting=setting, hit=[hit[r.extra["method"]]] * 2, exact_hit=[True, True])
+            recs.append(r)
+    return recs
+
+
+def test_a_method_that_never_retrieves_where_exact_attention_does_is_evidence_against():
+    """BKV.e2e's passkey: exact attention 16/16, BalanceKV 0/80: not reproduced (evidence against), not
+    'underpowered', even where the log-likelihood cells are too noisy to tell."""
+    rng = np.random.default_rng(1)
+    noise = rng.normal(0, 5.0, (40, MIN_REDRAWS))
+    gain = {"balancekv": lambda i, d: -3.0 + noise[i, d], "uniform": lambda i, d: -3.0 + noise[i, 0] * 0.9}
+    recs = _retrieval(8, {"balancekv": False, "uniform": False}, gain)
+    assert C.retrieval_counts(recs, "exact", "passkey", None) == (16, 16)
+    assert C.retrieval_counts(recs, "balancekv", "passkey", 0.25) == (0, 80)
+    v = C.reproduction_verdict("BKV.e2e", recs, {"pseudocode": "balancekv"}, ["uniform"], ("passkey",))
+    rep = v.reproductions[0]
+    assert rep.status == "not-reproduced" and rep.bound_note.startswith("evidence against: retrieves the passkey answer "
+                                                                         "in 0/80 (95% CI up to 5%) where exact")
+    assert "pseudocode walk at the theorem's c (= random halving): " in v.variant
+    assert "exact attention retrieves the passkey answer in 16/16" in v.variant
+    # a method that retrieves as often as exact attention: no such evidence
+    same = _retrieval(8, {"balancekv": True, "uniform": True}, gain)
+    assert C.evidence_against(same, "balancekv", ("passkey",), [0.25], []) == []
+
+
+def test_cells_below_zero_in_most_cells_are_evidence_against_and_budgets_say_who_ran():
+    gain = {"subgen": lambda i, d: -7.0 + 0.5 * np.sin(i + d), "uniform": lambda i, d: 0.3 * np.cos(i),
+            "h2o": lambda i, d: 0.2 * np.sin(3 * i)}
+    recs = [r for r in _records(gain, 8)]
+    for r in recs:
+        if r.extra["method"] == "subgen":
+            r.extra["draw"] = 0
+    recs += _records({"uniform": lambda i, d: 0.5}, 8, budget=0.5)
+    out = C.compare(recs, {"subgen": "subgen"}, ["uniform", "h2o"], ("passkey",))["subgen"]
+    assert [c[4] for c in out["calls"]] == ["worse", "worse"]
+    assert out["against"] and out["against"][-1].startswith("worse than the baseline, its 95% interval below zero, in "
+                                                             "2/2 cells")
+    assert "worse than H2O, uniform sampling (passkey; 95% interval below zero" in C.calls_text(out["calls"])
+    assert C.budgets_line(recs) == ("budget 0.25 of the cache's floats (every method); 0.5 for uniform sampling only "
+                                    "(the sensitivity control: uniform with more floats)")

