@@ -36,9 +36,10 @@ LEGACY_STATEMENT = {HOLDS: "holds", HOLDS_FITTED: "holds-fitted", FAILS: "fails"
                     NO_CHECK: "no-check", NOT_RUN: "not-run", NOT_REFUTED: "not-refuted"}
 # colour class of a dimension value: good / bad / warn / none
 TONE = {"holds": "good", "holds-fitted": "good", "sound": "good", "observed": "good", "reproduced": "good",
-        "shown": "good", "false": "bad", "fails": "bad", "reversed": "bad", "not-reproduced": "bad",
-        "errata": "warn", "not-reached": "warn", "partial": "warn", "low": "warn", "inconclusive": "warn",
-        "not-refuted": "warn", "not-shown": "warn"}
+        "shown": "good", "better": "good", "false": "bad", "fails": "bad", "reversed": "bad", "not-reproduced": "bad",
+        "worse": "bad", "errata": "warn", "not-reached": "warn", "partial": "warn", "low": "warn",
+        "inconclusive": "warn", "not-refuted": "warn", "not-shown": "warn", "vacuous": "warn", "tied": "warn",
+        "not-tested": "none"}
 
 
 class ReportError(Exception):
@@ -137,6 +138,39 @@ def tone(value: str) -> str:
     return "warn"
 
 
+def calls_worse(v: Verdict) -> bool:
+    """Is the method worse than a standard baseline anywhere in the verdict's power fields: a power value "worse",
+    or a structured call (a dict with ``"call": "worse"``, at any depth of a field)?"""
+    def worse(x, depth=0) -> bool:
+        if depth > 6:
+            return False
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            x = {f.name: getattr(x, f.name) for f in dataclasses.fields(x)}
+        if isinstance(x, dict):
+            return x.get("call") == "worse" or any(worse(y, depth + 1) for y in x.values())
+        if isinstance(x, (list, tuple)):
+            return any(worse(y, depth + 1) for y in x)
+        return False
+    return v.power == "worse" or any(worse(getattr(v, f.name)) for f in dataclasses.fields(v)
+                                     if f.name not in ("findings", "figures", "errata", "reproductions"))
+
+
+def statement_tone(v: Verdict) -> str:
+    """The statement chip's colour: green only where the statement holds (as stated or with a fitted constant), is
+    not vacuous and the method is not worse than a standard baseline (:func:`calls_worse`); amber where it holds
+    but is worse; the value's own colour otherwise ("vacuous", or any value other than holds / holds-fitted, is
+    never green)."""
+    t = tone(dimensions(v)["statement"])
+    return "warn" if t == "good" and calls_worse(v) else t
+
+
+def card_tone(v: Verdict) -> str:
+    """The headline's colour, never greener than the statement's."""
+    t, s = tone(headline(v)), statement_tone(v)
+    return "warn" if t == "good" and s != "good" and dimensions(v)["statement"] not in ("n/a", "not-run", "no-check") \
+        else t
+
+
 def evidence(v: Verdict, n: int = EVIDENCE_CHARS) -> str:
     """One readable line: for a failing claim its first finding (the reason), else the summary's first clause."""
     if tone(headline(v)) == "bad" and v.findings:
@@ -212,7 +246,8 @@ def _card(cid: str, v: Verdict, figures: list) -> dict:
         "id": cid, "anchor": "claim-" + re.sub(r"[^A-Za-z0-9_-]", "_", cid), "family": c.family,
         "kind": v.kind or c.kind, "statement": c.statement, "source": c.source,
         "papers": [p.citation() for p in registry.papers_in(c.source)],
-        "headline": headline(v), "tone": tone(headline(v)), "dims": dimensions(v),
+        "headline": headline(v), "tone": card_tone(v), "dims": dimensions(v),
+        "dim_tones": dict({d: tone(val) for d, val in dimensions(v).items()}, statement=statement_tone(v)),
         "evidence": evidence(v), "summary": registry.cite(v.summary), "n_records": v.n_records,
         "constants": _constant_rows(v),
         "counterexample": canonical(v.counterexample) if v.counterexample else "",
@@ -318,12 +353,22 @@ def _env():
                              autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True,
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters["tone"] = tone
+    env.filters["define"] = define
     return env
+
+
+def define(value: str) -> str:
+    """A tooltip: the first sentence of the glossary's definition of ``value``, or ""."""
+    from .glossary import term_for
+    t = term_for(str(value))
+    return t.short() if t else ""
 
 
 def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures: dict[str, list], *,
                 meta: dict | None = None, errors: Sequence = (), board: list[dict] | None = None,
-                board_figure: str | None = None) -> str:
+                board_figure: str | None = None, glossary_links: bool = False) -> str:
+    """The page; ``glossary_links`` links each glossary term's first occurrence per section (``write_report``
+    does), else only the glossary itself is there."""
     cards = [_card(cid, v, figures.get(cid, [])) for cid, v in verdicts.items()]
     groups = {kind: [{"claims": [(c, "claim-" + re.sub(r"[^A-Za-z0-9_-]", "_", c)) for c in f["claims"]],
                       "title": f["title"], "detail": f["detail"],
@@ -331,12 +376,15 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
               for kind, fs in group_by_kind(unique_findings(verdicts)).items()}
     from .report_leaderboard import board_table
     from .controls import beat_nothing_table
-    return _env().get_template("report.html.j2").render(
+    from .glossary import TERMS, grouped
+    from .report_html import finish
+    return finish(_env().get_template("report.html.j2").render(
+        glossary=grouped(),
         nothing=beat_nothing_table(verdicts),
         cards=cards, dims=DIMENSIONS, totals=_matrix_totals(verdicts), glance=at_a_glance(verdicts),
         groups=groups, n_findings=sum(len(fs) for fs in groups.values()), meta=meta or run_metadata(records, verdicts, Path(".")),
         errors=error_rows(errors), board=board_table(board) if board else None, board_figure=board_figure,
-        papers=[(p.citation(), p.url) for p in registry.PAPERS.values()])
+        papers=[(p.citation(), p.url) for p in registry.PAPERS.values()]), TERMS if glossary_links else ())
 
 
 def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
@@ -375,5 +423,5 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
     path = out / "report.html"
     meta = run_metadata(records, verdicts, out)
     write_output(path, render_html(verdicts, records, figures, meta=meta, errors=errors, board=board,
-                                   board_figure=board_fig), own=True)
+                                   board_figure=board_fig, glossary_links=True), own=True)
     return path

@@ -7,6 +7,7 @@ found first, from the same verdicts as the html report.
     leaderboard       the end-to-end leaderboard's tables, when there are end-to-end records
     claims            per claim, every verdict field that is set, rendered generically (so fields added later,
                       a power table or a "beats doing nothing" comparison, appear without changes here)
+    glossary          every word of the verdicts defined (:mod:`kvbounds.glossary`, as in the html report)
     run               version, profile, wall and CPU time
 
 Papers are named by their short names (``registry.cite``) throughout.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import registry
+from .glossary import markdown_section
 from .records import Record, canonical
 from .verdict import Verdict
 
@@ -113,7 +115,8 @@ def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], met
              + "; ".join(f"{p.short} ({p.url or p.where})" for p in registry.PAPERS.values()) + ".", "",
              "## At a glance", ""]
     lines += [f"- {n} {label}" for label, n, _ in at_a_glance(verdicts)] + [""]
-    lines += ["## Verdict matrix", "", "| claim | kind | " + " | ".join(DIMENSIONS) + " | headline | evidence |",
+    lines += ["## Verdict matrix", "", "Every word of the verdicts is defined in the [glossary](#glossary).", "",
+              "| claim | kind | " + " | ".join(DIMENSIONS) + " | headline | evidence |",
               "|---|---|" + "---|" * (len(DIMENSIONS) + 2)]
     for cid, v in verdicts.items():
         d = dimensions(v)
@@ -132,6 +135,7 @@ def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], met
     lines += ["## Claims", ""]
     for cid, v in verdicts.items():
         lines += _claim_section(cid, v, findings)
+    lines += markdown_section()
     lines += ["## Run", "", f"- kvbounds {meta.get('version', '')}, commit {meta.get('commit', '')}",
               f"- profile: {meta.get('profile', '')}; seeds: {meta.get('seeds', '')}; backends: {meta.get('backends', '')}",
               f"- duration: {meta.get('duration') or 'not recorded'}; {meta.get('trial_time', '')}", ""]

@@ -1,0 +1,149 @@
+"""The report as a reader meets it: the glossary and the links to it, the statement chips' colours, the html
+finishing pass (tables in scrolling boxes), counterexamples in words."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from kvbounds import glossary, report
+from kvbounds.report_html import SCROLLS, finish
+from kvbounds.verdict import Verdict, finalize
+
+# the words issue's reader stumbled on, each defined (the glossary's promise)
+REQUIRED = ["fitted constant", "proven constant", "shape", "rate observed / not reached", "power", "the battery",
+            "zeros", "mean of values", "StreamingLLM", "uniform sample", "ablation", "better / tied / worse",
+            "not shown (underpowered) vs not reproduced", "vacuous", "certificate", "pseudocode walk", "greedy walk",
+            "released walk", "streaming press"]
+
+
+def test_the_glossary_defines_every_required_term_once():
+    names = [t.name for t in glossary.TERMS]
+    assert len(names) == len(set(names)) and len({t.anchor for t in glossary.TERMS}) == len(names)
+    assert set(REQUIRED) <= set(names), set(REQUIRED) - set(names)
+    for t in glossary.TERMS:
+        assert 60 <= len(t.definition) <= 800 and t.definition[0].isupper() and t.definition.endswith("."), t.name
+        assert t.short() and len(t.short()) <= len(t.definition)
+    certificate = next(t for t in glossary.TERMS if t.name == "certificate").definition
+    assert "a posteriori" in certificate and "a-priori" in certificate        # the two kinds of bound kept apart
+    walk = next(t for t in glossary.TERMS if t.name == "pseudocode walk").definition
+    assert "random halving" in walk and "c = 30 log(n/δ)" in walk
+
+
+@pytest.mark.parametrize("value, name", [("holds-fitted", "fitted constant"), ("not-reached", "rate observed / not reached"),
+                                         ("worse", "better / tied / worse"), ("low", "power"), ("errata", "erratum"),
+                                         ("vacuous at these norms (scale e^61)", "vacuous"),
+                                         ("not-shown", "not shown (underpowered) vs not reproduced"),
+                                         ("recent window", "StreamingLLM"), ("holds", "holds")])
+def test_a_verdict_value_finds_its_term(value, name):
+    assert glossary.term_for(value).name == name
+    assert report.define(value) == glossary.term_for(value).short()
+
+
+def test_the_markdown_glossary_has_an_anchor_per_term():
+    text = "\n".join(glossary.markdown_section())
+    assert '<a id="glossary"></a>' in text
+    for t in glossary.TERMS:
+        assert f'<a id="{t.anchor}"></a>**{t.name}**' in text
+
+
+class _Tags(HTMLParser):
+    """Checks that the page's tags nest (every end tag closes the innermost open element) and collects links."""
+    VOID = {"meta", "img", "br", "hr", "link", "input", "source", "col", "wbr"}
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.errors, self.links, self.ids, self.boxes = [], [], [], set(), []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "a" and (a.get("class") == "gloss"):
+            self.links.append((a["href"], [t for t, _ in self.stack]))
+        if tag == "div" and a.get("class") == "scroll":
+            self.boxes.append(a.get("aria-label", ""))
+        if tag not in self.VOID:
+            self.stack.append((tag, a))
+
+    def handle_endtag(self, tag):
+        if not self.stack or self.stack[-1][0] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1][0] if self.stack else 'nothing'}")
+        else:
+            self.stack.pop()
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    """A report of hand-made verdicts: a hold, a false statement with a counterexample, a vacuous one."""
+    from kvbounds import registry
+    ids = list(registry.CLAIMS)[:3]
+    v0 = finalize(Verdict(ids[0], "holds", "10/10 trials within bound; zeros and the recent window also meet it",
+                          statement="holds", power="low", power_note="no better than zeros (synthetic benign)"))
+    v1 = finalize(Verdict(ids[1], "fails", "a trial above the bound", statement="false",
+                          counterexample={"params": {"n": 2, "rule": "proof001", "eps": 0.5, "sweep": "n"}, "seed": 0,
+                                          "backend": "numpy", "measured": 1.5, "bound": 1.0, "ratio": 1.5,
+                                          "bound_kind": "a-priori", "check": "main"}))
+    v2 = finalize(Verdict(ids[2], "holds (fitted constant)", "fitted constant C = 1e-148", statement="holds-fitted"))
+    v2.statement = "vacuous"
+    html = report.render_html({ids[0]: v0, ids[1]: v1, ids[2]: v2}, [], {}, meta=dict(
+        version="0", commit="x", profile="smoke", records=0, generated="now", seeds="0", backends="numpy", claims=3,
+        duration="", trial_time="", orphans=""), glossary_links=True)
+    return html, ids
+
+
+def test_every_term_linked_once_per_section_and_the_html_nests(page):
+    html, _ = page
+    tags = _Tags()
+    tags.feed(html)
+    assert not tags.errors, tags.errors[:5]
+    assert tags.links, "no glossary link"
+    for href, ancestors in tags.links:
+        assert href[1:] in tags.ids, f"a link to {href}, which the page does not define"
+        assert not {"a", "code", "pre", "h1", "h2", "h3", "summary", "nav"} & set(ancestors), (href, ancestors)
+    assert 'id="glossary"' in html and html.index('id="glossary"') > html.index('id="claims"')
+    for t in glossary.TERMS:
+        assert f'id="{t.anchor}"' in html
+    # per card: a term is linked at most once
+    for card in re.findall(r'<section class="card.*?</section>', html, re.S):
+        hrefs = re.findall(r'class="gloss" href="([^"]+)"', card)
+        assert len(hrefs) == len(set(hrefs)), hrefs
+    assert 'href="#g-zeros"' in html and 'href="#g-power"' in html
+
+
+def test_every_table_scrolls_in_a_box_that_says_so(page):
+    html, _ = page
+    tags = _Tags()
+    tags.feed(html)
+    assert html.count("<table") == len(tags.boxes) and all(SCROLLS in b for b in tags.boxes)
+    assert finish(html, ()) == html          # finishing twice wraps nothing twice
+
+
+def test_statement_chips_green_only_where_it_holds_not_vacuous_not_worse():
+    def chip(**kw):
+        return report.statement_tone(finalize(Verdict("X", "holds", "s", **kw)))
+    assert chip(statement="holds") == "good"
+    assert chip(statement="holds-fitted") == "good"
+    assert chip(statement="holds", power="low") == "good"              # not better is not worse
+    assert chip(statement="false", counterexample={"params": {"n": 2}}) == "bad"
+    v = finalize(Verdict("X", "holds", "s", statement="holds-fitted"))
+    for statement in ("vacuous", "vacuous at these norms", "not-refuted", "inconclusive"):
+        assert report.statement_tone(dataclasses.replace(v, statement=statement)) != "good", statement
+    worse_power = dataclasses.replace(v, power="worse")
+    worse_call = dataclasses.replace(v, power_table=[{"setting": "real", "calls": [{"control": "streaming_llm",
+                                                                                    "call": "worse"}]}])
+    tied_call = dataclasses.replace(v, power_table=[{"setting": "real", "call": "tied"}])
+    assert report.statement_tone(worse_power) == "warn" and report.statement_tone(worse_call) == "warn"
+    assert report.statement_tone(tied_call) == "good"
+    assert report.card_tone(dataclasses.replace(worse_call, headline="holds with fitted constant C = 2")) == "warn"
+
+
+def test_a_vacuous_statement_chip_is_not_green_on_the_page(page):
+    html, ids = page
+    anchor = "claim-" + re.sub(r"[^A-Za-z0-9_-]", "_", ids[2])
+    card = html.split(f'id="{anchor}"', 1)[1].split("</section>", 1)[0]
+    card = re.sub(r'<a class="gloss"[^>]*>(.*?)</a>', r"\1", card)
+    chips = re.findall(r'<span class="chip (\w+)"[^>]*>statement: ([^<]*)', card)
+    assert chips == [("warn", "vacuous")], chips
