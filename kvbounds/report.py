@@ -22,6 +22,8 @@ from typing import Iterable, Sequence
 from . import registry
 from .output_files import check_output, write_output
 from .records import DEFERRED, FIGURES_DIR, REPORT_FILES, Record, ResultStore, canonical
+from . import report_chips
+from .report_chips import calls_worse, define  # noqa: F401
 from .report_meta import error_rows, leaderboard, run_metadata
 from .report_summary import group_by_kind, summary_dict, summary_json, unique_findings  # noqa: F401
 from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, Verdict, finalize
@@ -138,37 +140,15 @@ def tone(value: str) -> str:
     return "warn"
 
 
-def calls_worse(v: Verdict) -> bool:
-    """Is the method worse than a standard baseline anywhere in the verdict's power fields: a power value "worse",
-    or a structured call (a dict with ``"call": "worse"``, at any depth of a field)?"""
-    def worse(x, depth=0) -> bool:
-        if depth > 6:
-            return False
-        if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            x = {f.name: getattr(x, f.name) for f in dataclasses.fields(x)}
-        if isinstance(x, dict):
-            return x.get("call") == "worse" or any(worse(y, depth + 1) for y in x.values())
-        if isinstance(x, (list, tuple)):
-            return any(worse(y, depth + 1) for y in x)
-        return False
-    return v.power == "worse" or any(worse(getattr(v, f.name)) for f in dataclasses.fields(v)
-                                     if f.name not in ("findings", "figures", "errata", "reproductions"))
-
-
 def statement_tone(v: Verdict) -> str:
-    """The statement chip's colour: green only where the statement holds (as stated or with a fitted constant), is
-    not vacuous and the method is not worse than a standard baseline (:func:`calls_worse`); amber where it holds
-    but is worse; the value's own colour otherwise ("vacuous", or any value other than holds / holds-fitted, is
-    never green)."""
-    t = tone(dimensions(v)["statement"])
-    return "warn" if t == "good" and calls_worse(v) else t
+    """The statement chip's colour (:func:`kvbounds.report_chips.statement_tone`)."""
+    value = dimensions(v)["statement"]
+    return report_chips.statement_tone(v, value, tone(value))
 
 
 def card_tone(v: Verdict) -> str:
-    """The headline's colour, never greener than the statement's."""
-    t, s = tone(headline(v)), statement_tone(v)
-    return "warn" if t == "good" and s != "good" and dimensions(v)["statement"] not in ("n/a", "not-run", "no-check") \
-        else t
+    """The headline chip's colour, never greener than the statement's."""
+    return report_chips.card_tone(tone(headline(v)), statement_tone(v), dimensions(v)["statement"])
 
 
 def evidence(v: Verdict, n: int = EVIDENCE_CHARS) -> str:
@@ -355,13 +335,6 @@ def _env():
     env.filters["tone"] = tone
     env.filters["define"] = define
     return env
-
-
-def define(value: str) -> str:
-    """A tooltip: the first sentence of the glossary's definition of ``value``, or ""."""
-    from .glossary import term_for
-    t = term_for(str(value))
-    return t.short() if t else ""
 
 
 def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures: dict[str, list], *,
