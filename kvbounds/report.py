@@ -25,6 +25,7 @@ from .records import DEFERRED, FIGURES_DIR, REPORT_FILES, Record, ResultStore, c
 from . import report_chips
 from .report_chips import calls_worse, define  # noqa: F401
 from .report_meta import error_rows, leaderboard, run_metadata
+from .report_words import counterexample_in_words, infinite_ratios, params_in_words
 from .report_summary import group_by_kind, summary_dict, summary_json, unique_findings  # noqa: F401
 from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, Verdict, finalize
 
@@ -189,7 +190,7 @@ def render_terminal(verdicts: dict[str, Verdict]) -> str:
             lines.append(f"  - {f['title']}  [{', '.join(f['claims'])}]")
             lines.append(f"      {f['detail']}")
             if f["smallest_input"]:
-                lines.append(f"      smallest input: {canonical(f['smallest_input'])}")
+                lines.append(f"      smallest input: {params_in_words(f['smallest_input'])}")
     return "\n".join(lines) + "\n"
 
 
@@ -220,7 +221,7 @@ def _constant_rows(v: Verdict) -> list[dict]:
 
 
 def _card(cid: str, v: Verdict, figures: list) -> dict:
-    from .controls import power_table_cells
+    from .controls import CONTROL_LABELS, power_table_cells
     c = registry.CLAIMS[cid]
     return {
         "id": cid, "anchor": "claim-" + re.sub(r"[^A-Za-z0-9_-]", "_", cid), "family": c.family,
@@ -230,15 +231,16 @@ def _card(cid: str, v: Verdict, figures: list) -> dict:
         "dim_tones": dict({d: tone(val) for d, val in dimensions(v).items()}, statement=statement_tone(v)),
         "evidence": evidence(v), "summary": registry.cite(v.summary), "n_records": v.n_records,
         "constants": _constant_rows(v),
-        "counterexample": canonical(v.counterexample) if v.counterexample else "",
+        "counterexample": counterexample_in_words(v.counterexample) if v.counterexample else "",
         "corrected": registry.cite(v.corrected),
         "errata": [{"where": registry.cite(e.where), "what": registry.cite(e.what), "corrected": registry.cite(e.corrected),
-                    "input": canonical(e.smallest_input) if e.smallest_input else ""} for e in v.errata],
+                    "input": params_in_words(e.smallest_input) if e.smallest_input else ""} for e in v.errata],
         "rate_info": dataclasses.asdict(v.rate_info) if v.rate_info else None,
         "reproductions": [dataclasses.asdict(r) for r in v.reproductions], "power_detail": v.power_detail,
         "power_table": power_table_cells(v.power_table) if v.power_table else None,
+        "power_inf": infinite_ratios(v.power_table, CONTROL_LABELS),
         "findings": [{"kind": f.kind, "title": registry.cite(f.title), "detail": registry.cite(f.detail),
-                      "input": canonical(f.smallest_input) if f.smallest_input else ""} for f in v.findings],
+                      "input": params_in_words(f.smallest_input) if f.smallest_input else ""} for f in v.findings],
         "deferred": v.deferred, "figures": figures, "bound_path": source_path(c.bound), "check_path": source_path(c.check),
     }
 
@@ -345,7 +347,7 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
     cards = [_card(cid, v, figures.get(cid, [])) for cid, v in verdicts.items()]
     groups = {kind: [{"claims": [(c, "claim-" + re.sub(r"[^A-Za-z0-9_-]", "_", c)) for c in f["claims"]],
                       "title": f["title"], "detail": f["detail"],
-                      "input": canonical(f["smallest_input"]) if f["smallest_input"] else ""} for f in fs]
+                      "input": params_in_words(f["smallest_input"]) if f["smallest_input"] else ""} for f in fs]
               for kind, fs in group_by_kind(unique_findings(verdicts)).items()}
     from .report_leaderboard import board_table
     from .controls import beat_nothing_table

@@ -20,7 +20,8 @@ from typing import Sequence
 
 from . import registry
 from .glossary import markdown_section
-from .records import Record, canonical
+from .records import Record
+from .report_words import counterexample_in_words, params_in_words
 from .verdict import Verdict
 
 # fields shown in the matrix or not meant for a reader; every other set field is rendered per claim
@@ -71,6 +72,10 @@ def _claim_section(cid: str, v: Verdict, findings: list[dict]) -> list[str]:
         val = getattr(v, f.name)
         if f.name in _SHOWN_ELSEWHERE or val in (None, "", [], {}, "n/a"):
             continue
+        if f.name == "counterexample":                # in words, as the html report shows it
+            val = "the smallest input, " + counterexample_in_words(val)
+        elif f.name == "errata":
+            val = [dict(dataclasses.asdict(e), smallest_input=params_in_words(e.smallest_input)) for e in val]
         if isinstance(val, str):
             lines.append(f"- **{f.name.replace('_', ' ')}**: {_cell(val)}")
         else:
@@ -129,7 +134,7 @@ def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], met
     for f in findings:
         claims = ", ".join(f"[{c}](#{anchor(c)})" for c in f["claims"])
         lines.append(f"- **{f['id']}** [{f['kind']}] {_cell(f['title'])} ({claims}): {_cell(f['detail'])}"
-                     + (f" Smallest input: `{canonical(f['smallest_input'])}`." if f["smallest_input"] else ""))
+                     + (f" Smallest input: {params_in_words(f['smallest_input'])}." if f["smallest_input"] else ""))
     lines.append("")
     lines += _leaderboard(board)
     lines += ["## Claims", ""]

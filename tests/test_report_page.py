@@ -147,3 +147,30 @@ def test_a_vacuous_statement_chip_is_not_green_on_the_page(page):
     card = re.sub(r'<a class="gloss"[^>]*>(.*?)</a>', r"\1", card)
     chips = re.findall(r'<span class="chip (\w+)"[^>]*>statement: ([^<]*)', card)
     assert chips == [("warn", "vacuous")], chips
+
+
+def test_a_counterexample_reads_in_words_not_json():
+    from kvbounds.report_words import counterexample_in_words, params_in_words
+    cx = {"params": {"M": 4, "d": 2, "ell": 3, "kind": "diag", "n": 2, "r": 1, "sweep": "minimal"}, "seed": 0,
+          "backend": "numpy", "measured": 1.0, "bound": 0.9737734518532143, "ratio": 1.026932905283948,
+          "bound_kind": "a-priori", "check": "draft (DK eta)", "violations": 11, "decisive_trials": 139}
+    text = counterexample_in_words(cx)
+    assert text.startswith("n = 2, d = 2, r = 1, M = 4, ℓ = 3, kind = diag (seed 0, numpy): measured 1 against "
+                           "the bound 0.9738 (a-priori; ratio 1.027)"), text
+    assert "11 of 139 decisive trials" in text and "{" not in text and "sweep" not in text
+    assert "not a finite number" not in text
+    assert "no finite number" in counterexample_in_words(dict(cx, measured="inf", ratio="inf"))
+    assert params_in_words({"d": 8, "eps": 0.5, "n": 1024, "r": 1.0, "rule": "proof001"}) == \
+        "n = 1024, d = 8, r = 1, ε = 0.5, erase rule = the proof's threshold (BalanceKV-NeurIPS A.1)"
+    assert params_in_words({"J": 2, "sizes": [1, 1]}) == "J = 2, sizes = (1, 1)"
+
+
+def test_an_infinite_ratio_says_why():
+    from kvbounds.report_words import infinite_ratios
+    table = [{"setting": "real MiniLM", "ratio": float("inf"), "ratio_ci": (0.51, float("inf")),
+              "controls": {"zeros": 1.0, "recent": 8e-16}}, {"setting": "synthetic", "ratio": 0.5, "ratio_ci": (0.4, 0.6),
+                                                               "controls": {"zeros": 1.0}}]
+    (line,) = infinite_ratios(table, {"recent": "recent window"})
+    assert line.startswith("real MiniLM: ∞ because the error of recent window is 0") and "does not compress" in line
+    table[0]["controls"]["uniform"] = 0.0
+    assert infinite_ratios(table[:1])[0].startswith("real MiniLM: ∞ because the errors of recent and uniform are 0")
