@@ -1,5 +1,4 @@
-"""Trivial estimators ("doing nothing") as controls of every error-bound claim, and the power rule against them
-(issue 20).
+"""Trivial estimators ("doing nothing") as controls of every error-bound claim, and the power rule against them.
 
 By Cauchy-Schwarz, ||softmax^T V|| <= ||softmax||_2 ||V||_op <= ||softmax||_2 ||V||_F, so the estimator that
 returns zeros meets BKV.attention's scale (BalanceKV-NeurIPS Thm 3.1) and SG.attention's (SubGen Thm 1) for every
@@ -9,8 +8,8 @@ the method beats *every* trivial control on the claim's own metric.
 Representation (one for every check): a method record carries ``extra["controls"] = {name: value}``, each control's
 value in the claim's own metric on exactly the record's stream, seed and checkpoints (``None`` when the control
 could not run, with the reason in ``extra["controls_missing"][name]``). A stream family that could not run at all
-(a real trace missing) is a record with ``extra["missing"]`` and a NaN measurement. Records stored before issue 20
-have no ``controls`` and load as before (the rule then says "no trivial controls recorded").
+(a real trace missing) is a record with ``extra["missing"]`` and a NaN measurement. Records stored before the controls
+were recorded have no ``controls`` and load as before (the rule then says "no trivial controls recorded").
 
 Controls (:data:`CONTROL_LABELS`): ``zeros``; ``mean_values`` (the running mean of the values: exact softmax
 replaced by uniform weights, O(d) memory, keys ignored); ``uniform`` (a uniform sample of the prefix at the

@@ -1,4 +1,4 @@
-"""BKV.vs-uniform and BKV.ablation against doing nothing (issue 20; the estimators and the rule are in
+"""BKV.vs-uniform and BKV.ablation against doing nothing (the estimators and the rule are in
 :mod:`kvbounds.controls`).
 
 The single-layer experiment of BalanceKV-NeurIPS Sec. 4.1 measures the relative error ||z_j - Attn_j|| / ||Attn_j||
@@ -11,7 +11,7 @@ of the last ``window`` queries. On that metric the trivial controls are:
 Uniform sampling at equal memory is the claim's own comparison (its reproduction), so it is not counted twice here.
 
 Pairs: a BalanceKV variant's error at each (layer, T) cell and seed of its compression randomness (``per_seed``,
-recorded since issue 20; older records have no pairs and the summary says so) against each control's error on the
+recorded with the trivial controls; older records have no pairs and the summary says so) against each control's error on the
 same cell; one setting per (trace family, variant). The trace is one text, so this is power over the method's
 randomness on these layers, not over independent texts; the summary says so.
 """
@@ -48,7 +48,7 @@ def family(r) -> str:
 
 def trivial_power(claim: str, records, variants: dict[str, str]) -> TrivialPower | None:
     """The power rule of :mod:`kvbounds.controls` for each variant (``{method: label}``) against zeros, the mean
-    of the values and the recent window; None when the records carry no per-seed errors (stored before issue 20)."""
+    of the values and the recent window; None when the records carry no per-seed errors (stored before the trivial controls were recorded)."""
     cell = lambda r: (r.params.get("trace"), r.params.get("T"), r.params.get("b"))
     ctl = {name: {cell(r): r.measured for r in records if r.check == check} for name, check in CONTROL_CHECKS.items()}
     pairs = []

@@ -1,4 +1,4 @@
-"""Stream families on which an attention-error claim is compared with the trivial estimators (issue 20; the rule
+"""Stream families on which an attention-error claim is compared with the trivial estimators (the rule
 and the estimators are in :mod:`kvbounds.controls`). Used by BKV.attention, SG.attention and MR.error.
 
 Families (``FAMILIES``):

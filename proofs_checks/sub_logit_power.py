@@ -1,4 +1,4 @@
-"""SUB.logit-error against the trivial logit estimators (issue 20; the rule is :mod:`kvbounds.controls`).
+"""SUB.logit-error against the trivial logit estimators (the rule is :mod:`kvbounds.controls`).
 
 The draft's logit bound (Subspace-FD-draft Sec. 8) is an error bound on the estimate l^_i = gamma q^T P_B k_i /
 sqrt d. Its trivial competitors: ``zeros`` (l^ = 0) and ``mean_keys`` (l^_i = q^T mean(k) / sqrt d, O(d) memory:
