@@ -174,3 +174,65 @@ def test_an_infinite_ratio_says_why():
     assert line.startswith("real MiniLM: ∞ because the error of recent window is 0") and "does not compress" in line
     table[0]["controls"]["uniform"] = 0.0
     assert infinite_ratios(table[:1])[0].startswith("real MiniLM: ∞ because the errors of recent and uniform are 0")
+
+
+# ------------------------------------------------------------------------------------------ figures
+def _draw(tmp_path, spec, recs, const=None):
+    from kvbounds import report_figures
+    labels: dict = {}
+    note, caption = report_figures.draw_figure(spec, recs, tmp_path / "f.png", const, None, labels)
+    assert note is None and (tmp_path / "f.png").stat().st_size > 1000
+    return labels, caption
+
+
+def test_a_figure_draws_a_numeric_bound_at_the_claimed_value(tmp_path):
+    """SubGen's failure rate is claimed <= 0.01 at sample sizes with fitted constants (bound kind "fitted"): the
+    line is at 0.01, not at the fitted constant times it (0.0425 was drawn)."""
+    from kvbounds.records import Record
+    from kvbounds.verdict import FigureSpec
+    recs = [Record("X", {"lam": lam}, 0, "numpy", rate, 0.01, rate <= 0.01, bound_kind="fitted", check="lambda sweep")
+            for lam, rate in ((0.125, 0.0425), (0.5, 0.005), (2.0, 0.0))]
+    labels, _ = _draw(tmp_path, FigureSpec("failure rate vs lambda (claimed <= 0.01)", x="lam", logy=False), recs)
+    assert labels["bound"] == [0.01] and labels["legend"] == ["bound as stated (constants fitted)"]
+
+
+def test_a_shape_is_drawn_as_a_scaled_shape_not_as_a_bound(tmp_path):
+    from kvbounds.records import Record
+    from kvbounds.verdict import FigureSpec
+    recs = [Record("X", {"n": n}, 0, "numpy", 2.0 * n, float(n), True, bound_kind="shape", check="c") for n in (8, 16)]
+    labels, _ = _draw(tmp_path, FigureSpec("floats held vs n", x="n"), recs, 2.0)
+    assert labels["bound"] == [16.0, 32.0]
+    assert labels["legend"] == ["O(.) shape × fitted C = 2 (no constant stated: not a bound)"]
+
+
+def test_a_bound_off_the_chart_is_said_not_drawn(tmp_path):
+    """The decode theorems' scale (e^61 and more; a fitted constant of 1e-14) is not drawn; the legend says what it
+    is and that returning zeros meets it."""
+    from kvbounds.records import Record
+    from kvbounds.verdict import FigureSpec
+    recs = [Record("X", {"n": n, "layer": 0, "sweep": "n"}, 0, "numpy", 0.02, float("inf"), True, bound_kind="shape",
+                   check="decode", extra={"log_scale": ls, "controls_eps": {"zeros": 0.6}})
+            for n, ls in ((160, 900.0), (192, 61.0))]
+    spec = FigureSpec("eps_hat vs n (bound: the theorem's scale)", x="n", hue="layer", show_bound=False, sweep="n")
+    labels, caption = _draw(tmp_path, spec, recs)
+    assert labels["bound"] == []
+    (note,) = [t for t in labels["legend"] if t.startswith("bound not drawn")]
+    note = " ".join(note.split())
+    assert "e^480 here (e^61..e^900), off the chart" in note and "vacuous at these norms" in note, note
+    assert caption.startswith("bound not drawn: the O(.)'s scale (constant 1) is e^480")
+    near = [Record("X", {"n": n}, 0, "numpy", 0.5, 1.0, True, bound_kind="a-priori") for n in (8, 16)]
+    labels, caption = _draw(tmp_path, FigureSpec("x vs n", x="n"), near)
+    assert labels["bound"] == [1.0] and "not drawn" not in caption
+
+
+def test_the_leaderboard_figure_draws_one_panel_per_task():
+    from kvbounds.report_leaderboard import board_panels
+    pts = {m: {"uniform": [(0.25, 1e6, 1.0, 0.9, 1.1)]} for m in (
+        "ppl: perplexity", "ppl: NLL increase vs exact (nats/token)", "passkey: exact match",
+        "passkey: answer log-likelihood (nats)", "passkey, question inside: answer log-likelihood (nats)",
+        "lines, question inside: answer log-likelihood (nats)", "decode: attention error / (a), SmolLM2 generating",
+        "decode: attention error / (b), SmolLM2 generating")}
+    assert board_panels(pts) == ["ppl: perplexity", "passkey: answer log-likelihood (nats)",
+                                 "lines, question inside: answer log-likelihood (nats)",
+                                 "decode: attention error / (a), SmolLM2 generating",
+                                 "decode: attention error / (b), SmolLM2 generating"]
