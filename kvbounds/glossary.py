@@ -64,8 +64,8 @@ TERMS: tuple[Term, ...] = (
          "input it actually saw, e.g. the streaming press's live error bar. It is not the paper's a-priori bound: a "
          "certificate can be tight where the a-priori bound is vacuous, or vacuous itself; the report keeps the two "
          "apart and never uses one in place of the other.", (r"certificates?",), VERDICT),
-    Term("vacuous", "A bound so loose that a trivial answer meets it too. The decode theorems' scales are e^28 and "
-         "more on a real model's keys, while returning zeros has an error of at most 1 in the same units: \"holds\" "
+    Term("vacuous", "A bound so loose that a trivial answer meets it too: on a real model's keys a decode theorem's "
+         "scale can be e^60 or more, while returning zeros has an error of at most 1 in the same units. \"Holds\" "
          "would be true and say nothing, so the verdict reads \"vacuous at these norms\" and no fitted constant is "
          "reported as a result.", (r"vacuous(?: at these norms)?",), VERDICT),
     Term("not refuted", "A statement that sampling cannot refute (a lower bound, or a claim about every input of a "

@@ -267,7 +267,8 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
         levels = _levels(df[spec.hue])
         shown = _thin(levels)
         if len(shown) < len(levels):
-            caption.append(f"{len(shown)} of {len(levels)} values of {spec.hue} shown")
+            caption.append(f"{len(shown)} of {len(levels)} values of {'sub-check' if spec.hue == 'check' else spec.hue} "
+                           "shown")
             df = df[df[spec.hue].isin(shown)]
         hue_col = f"{spec.hue} "            # a separate column, so hue == x still works
         df[hue_col] = df[spec.hue].map(lambda v: cite(str(v)))        # papers by name, not by label

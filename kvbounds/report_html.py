@@ -24,8 +24,10 @@ NO_LINK = {"a", "code", "pre", "style", "script", "title", "h1", "h2", "h3", "h4
 
 
 def term_pattern(terms=TERMS) -> re.Pattern:
-    """One case-insensitive pattern, a named group per term (``t0``, ``t1``, ... in the order of ``terms``)."""
-    return re.compile("|".join(f"(?P<t{i}>{'|'.join(t.patterns)})" for i, t in enumerate(terms)), re.IGNORECASE)
+    """One case-insensitive pattern, a named group per term (``t0``, ``t1``, ... in the order of ``terms``); a term
+    matches whole words only (not "released" inside ``balancekv_released``, nor "StreamingLLM" in a class name)."""
+    return re.compile("|".join(f"(?P<t{i}>(?<!\\w)(?:{'|'.join(t.patterns)})(?!\\w))" for i, t in enumerate(terms)),
+                      re.IGNORECASE)
 
 
 class _Finisher(HTMLParser):

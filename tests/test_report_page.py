@@ -236,3 +236,11 @@ def test_the_leaderboard_figure_draws_one_panel_per_task():
                                  "lines, question inside: answer log-likelihood (nats)",
                                  "decode: attention error / (a), SmolLM2 generating",
                                  "decode: attention error / (b), SmolLM2 generating"]
+
+
+def test_terms_link_whole_words_only_and_never_inside_code_or_links():
+    html = finish('<section><p>balancekv_released, StreamingLLMPress, <code>zeros</code>, <a href="#x">zeros</a>, '
+                  'the released walk and zeros, then zeros again</p></section>')
+    assert html.count('class="gloss"') == 2
+    assert '<a class="gloss" href="#g-released-walk"' in html and html.count('href="#g-zeros"') == 1
+    assert "balancekv_released" in html and "<code>zeros</code>" in html and '<a href="#x">zeros</a>' in html
