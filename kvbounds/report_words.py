@@ -94,3 +94,66 @@ def infinite_ratios(table: Sequence[dict], labels: dict[str, str] | None = None)
                    f"method's memory such a control keeps every token, so the method does not compress there and "
                    f"its ratio to an exact control is infinite")
     return out
+
+
+def verdict_in_words(v) -> str:
+    """What a claim's records show, in a sentence per verdict dimension that is set (the notebooks' closing text):
+    read from the verdict, so it changes when the records do."""
+    from .registry import cite
+    parts = []
+    statement = v.statement or ""
+    fitted = v.fitted_constant.value if v.fitted_constant else (v.constant if v.constant_kind == "fitted" else None)
+    if statement == "holds":
+        parts.append("every trial is within the paper's bound, with its own constants")
+    elif statement == "holds-fitted":
+        c = f" C = {number(fitted)}" if fitted is not None else ""
+        parts.append(f"every measurement is within the stated O(.) shape times a fitted constant{c} (the largest "
+                     f"measured / shape; an O(.) states no constant)"
+                     + (": a constant this small says the shape is far above everything measured, so the statement "
+                        "tells nothing at these sizes" if fitted is not None and fitted < 1e-6 else ""))
+    elif statement == "false":
+        cx = counterexample_in_words(v.counterexample or {})
+        parts.append("a trial exceeds the bound as stated" + (f" (smallest: {cx})" if cx else "")
+                     + (f"; corrected: {cite(v.corrected)}" if v.corrected else ""))
+    elif statement.startswith("vacuous"):
+        parts.append("the bound holds, but returning zeros meets it too: vacuous at these norms")
+    elif statement == "not-refuted":
+        parts.append("every trial agrees with the statement, which sampling cannot refute")
+    elif statement in ("not-run", "no-check"):
+        parts.append("no records in this run")
+    rate = {"observed": "the ratio to the stated rate does not grow over the range run (rate observed)",
+            "not-reached": "the ratio to the stated rate still grows at the largest sizes run (rate not reached: "
+                           "not a counterexample)"}.get(v.rate)
+    if rate:
+        parts.append(rate)
+    if v.proof == "errata":
+        k = len(v.errata)
+        parts.append(f"{k} {'erratum' if k == 1 else 'errata'} in the proof's steps (the statement stands or falls "
+                     f"apart from them)")
+    if v.reproduction not in ("", "n/a"):
+        parts.append({"reproduced": "the paper's experiment reproduces", "partial": "it reproduces in part",
+                      "not-reproduced": "it does not reproduce, with the power to see it",
+                      "not-shown": "it is not shown, too few instances to tell", "reversed": "the effect is reversed"}
+                     .get(v.reproduction, f"reproduction: {v.reproduction}"))
+    if v.power == "low" and v.power_note:
+        parts.append(f"against the controls at equal memory: {cite(v.power_note)}")
+    elif v.power == "low":
+        parts.append("a negative control passes the check (low power)")
+    elif v.power == "shown":
+        parts.append("the check rejects its negative controls" + (" and the method beats every trivial control"
+                                                                   if v.power_table else ""))
+    elif v.power not in ("", "n/a"):
+        parts.append(f"power: {v.power}")
+    text = "; ".join(parts) or "nothing decided"
+    return text[0].upper() + text[1:] + "."
+
+
+def what_the_records_show(verdicts: dict, claims) -> str:
+    """A markdown list, one line per claim: its source and :func:`verdict_in_words`."""
+    from .registry import CLAIMS, cite
+    lines = []
+    for cid in claims:
+        if cid in verdicts:
+            source = cite(CLAIMS[cid].source) if cid in CLAIMS else ""
+            lines.append(f"- **{cid}**" + (f" ({source})" if source else "") + f": {verdict_in_words(verdicts[cid])}")
+    return "\n".join(lines)

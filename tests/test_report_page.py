@@ -244,3 +244,19 @@ def test_terms_link_whole_words_only_and_never_inside_code_or_links():
     assert html.count('class="gloss"') == 2
     assert '<a class="gloss" href="#g-released-walk"' in html and html.count('href="#g-zeros"') == 1
     assert "balancekv_released" in html and "<code>zeros</code>" in html and '<a href="#x">zeros</a>' in html
+
+
+def test_a_verdict_in_words_follows_its_dimensions():
+    from kvbounds.report_words import verdict_in_words, what_the_records_show
+    from kvbounds.verdict import Constant, Erratum
+    v = finalize(Verdict("X", "holds", "s", statement="holds-fitted", rate="not-reached", power="low",
+                         power_note="no better than zeros (real SmolLM2)",
+                         fitted_constant=Constant(2.3e-14, "fitted", "max"), errata=[Erratum("step 2", "sign")]))
+    text = verdict_in_words(v)
+    assert text.startswith("Every measurement is within the stated O(.) shape times a fitted constant C = 2.3e-14")
+    assert "tells nothing at these sizes" in text and "rate not reached: not a counterexample" in text
+    assert "1 erratum" in text and "no better than zeros (real SmolLM2)" in text and text.endswith(".")
+    assert "vacuous at these norms" in verdict_in_words(dataclasses.replace(v, statement="vacuous"))
+    from kvbounds import registry
+    cid = next(iter(registry.CLAIMS))
+    assert what_the_records_show({cid: v}, [cid, "missing"]).startswith(f"- **{cid}** (")
