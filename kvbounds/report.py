@@ -25,7 +25,7 @@ from .records import DEFERRED, FIGURES_DIR, REPORT_FILES, Record, ResultStore, c
 from . import report_chips
 from .report_chips import calls_worse, define  # noqa: F401
 from .report_meta import error_rows, leaderboard, run_metadata
-from .report_words import counterexample_in_words, infinite_ratios, params_in_words
+from .report_words import counterexample_in_words, infinite_ratios, params_in_words, spread_words
 from .report_summary import group_by_kind, summary_dict, summary_json, unique_findings  # noqa: F401
 from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, Verdict, finalize
 
@@ -213,10 +213,10 @@ def _constant_rows(v: Verdict) -> list[dict]:
     for c in (v.proven_constant, v.fitted_constant):
         if c is not None:
             rows.append({"kind": c.kind, "value": f"{c.value:.3g}", "what": registry.cite(c.what),
-                         "spread": "/".join(f"{x:.3g}" for x in c.spread) if c.spread else ""})
+                         "spread": spread_words(c.spread)})
     if not rows and v.constant is not None:
         rows.append({"kind": v.constant_kind or "fitted", "value": f"{v.constant:.3g}", "what": "",
-                     "spread": "/".join(f"{x:.3g}" for x in v.constant_spread) if v.constant_spread else ""})
+                     "spread": spread_words(v.constant_spread)})
     return rows
 
 

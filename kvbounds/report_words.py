@@ -77,6 +77,14 @@ def counterexample_in_words(cx: dict) -> str:
     return text
 
 
+def spread_words(spread) -> str:
+    """A fitted constant's spread (5th percentile, median of measured / shape over the sweep) in words, or ""."""
+    if not spread:
+        return ""
+    lo, mid = spread
+    return f"measured / shape over the sweep: 5th percentile {number(lo)}, median {number(mid)}"
+
+
 def infinite_ratios(table: Sequence[dict], labels: dict[str, str] | None = None) -> list[str]:
     """Why a power table shows an infinite ratio method / control: per setting where it does, the control whose
     error is 0 there, so that dividing by it gives ∞."""
