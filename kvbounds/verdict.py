@@ -324,7 +324,7 @@ def standard_verdict(claim: str, records: Sequence[Record], *, figures: Sequence
     stmt = [r for r in main if not is_step(r)]
     bounded = [r for r in stmt if r.bound_kind not in ("shape", "fitted")]
     head = f"{sum(r.holds for r in stmt)}/{len(stmt)} trials within bound" + (
-        f"; max measured/bound {max(r.ratio for r in bounded):.3g}" if bounded else "")
+        f"; max measured/bound {ratio_text(max(r.ratio for r in bounded))}" if bounded else "")
     step_recs = [r for r in main if is_step(r)]
     if step_recs:
         head += f"; proof-step records within bound {sum(r.holds for r in step_recs)}/{len(step_recs)}"
@@ -338,6 +338,15 @@ def standard_verdict(claim: str, records: Sequence[Record], *, figures: Sequence
                fitted=rules.pop("fitted", fitted), rate=rate, **rules)
     v.constant_kind = v.constant_kind or "proven"   # legacy: no fitted constant means the bounds' own constants
     return v
+
+
+def ratio_text(ratio: float) -> str:
+    """A ratio measured / bound for a reader: its digits, or why it has none."""
+    if math.isnan(ratio):
+        return "undefined (a trial's measurement is not a number)"
+    if math.isinf(ratio):
+        return "infinite (a trial measured a value that is not finite, or above a bound of 0)"
+    return f"{ratio:.3g}"
 
 
 def finite(x: float) -> bool:
