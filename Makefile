@@ -32,8 +32,15 @@ results-md: $(STAMP)
 	$(BIN)/kvbounds report --out $(OUT) --markdown docs/RESULTS.md
 	$(BIN)/python -m kvbounds.report_markdown $(OUT) README.md
 
-# execute every notebook in place (outputs kept), reading the records of `make report` in $(OUT)/
-notebooks: $(STAMP)
+# the notebooks extra (jupyterlab, nbconvert, ipykernel) in the same venv, once
+NB_STAMP := $(VENV)/.notebooks
+$(NB_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -e '.[notebooks]' torch==2.13.0
+	touch $(NB_STAMP)
+
+# execute every notebook in place (outputs kept), reading the records of `make report` in $(OUT)/ (a check with no
+# records there runs first, on $(PROFILE)); installs the notebooks extra first
+notebooks: $(NB_STAMP)
 	KVBOUNDS_OUT=$(abspath $(OUT)) KVBOUNDS_PROFILE=$(PROFILE) $(BIN)/python notebooks/run_all.py
 
 # PYTHONDONTWRITEBYTECODE emptied for the tests: with it set (some containers set it), every process the run starts

@@ -1,4 +1,4 @@
-"""BalanceKV, the streaming attention estimator (BalanceKV-NeurIPS Alg. 1, Thm 3.1; BalanceKV-preprint alg:main, thm:main-theorem).
+"""BalanceKV, the streaming attention estimator (BalanceKV-NeurIPS Alg. 1, Thm 3.1; BalanceKV-preprint Alg. 1, Thm 3.1).
 
 Claims: BKV.attention, BKV.memory.
 
@@ -15,7 +15,7 @@ The proof in BalanceKV-NeurIPS A.1 uses the threshold 2^i <= eps/sqrt(n) vmax in
 available through ``erase_rule`` so claim BKV.memory can compare them. A value of norm 0 contributes
 nothing to the numerator and goes to the denominator only.
 
-Speed (numpy streams; issue 13): ``query`` reads one cached slab holding every stored token of every
+Speed (numpy streams): ``query`` reads one cached slab holding every stored token of every
 MergeAndReduce, K (m, d) with W = [v, 0] for numerator tokens, [0, 1] for denominator tokens and [v, 1] for a
 token still buffered in both, and log-weights i log 2: one matrix-vector product, one exp and one more
 product give numerator and denominator together (the same sums as the per-instance estimates, summed in

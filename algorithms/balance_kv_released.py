@@ -75,7 +75,7 @@ def _draw(rng, uniforms, shape, ref):
 def _self_gram(X):
     """X X^T over the last two axes. numpy: a general product (BLAS gemm, the second operand transposed) with a
     copy of X as that operand: the same values bit for bit as with a transposed contiguous copy (the walk's
-    kernels as before issue 26's change), at about half the time; X with its own transpose would take numpy's
+    kernels as they were before the layers were stacked), at about half the time; X with its own transpose would take numpy's
     symmetric product (syrk), whose sums differ in the last bits."""
     xp = array_namespace(X)
     if isinstance(X, np.ndarray):

@@ -1,6 +1,6 @@
 """Blockwise BalanceKV's cache (BalanceKV-NeurIPS App. B.1, :func:`kvbounds.algorithms.blockwise_balance_kv.compress_cache`)
 and the authors' released walk's (:func:`kvbounds.algorithms.balance_kv_released.compress_cache_released`) for
-every layer of a model at once (issue 26: the end-to-end harness's cost; claims BKV.e2e, BKV.vs-uniform).
+every layer of a model at once (the end-to-end harness's cost; claims BKV.e2e, BKV.vs-uniform).
 
 One call per layer spends most of its time in the walk's ~b small sequential steps per level, each a few numpy
 operations on a handful of blocks; stacking the layers makes each step act on every layer's blocks at once.

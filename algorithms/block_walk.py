@@ -174,7 +174,7 @@ def _panel_buffers(Kb, m: int, pool: ScratchPool | None):
 
 
 def check_walk_inputs(Kb, Wb, nk2, nw2, uniforms, c, *, panel=32, plus_one=False, ones=None):
-    """The arguments of :func:`panel_walk` / :func:`kvbounds.gpu.batched_walk.walk_signs` (issue 24: both checked
+    """The arguments of :func:`panel_walk` / :func:`kvbounds.gpu.batched_walk.walk_signs` (both checked
     nothing; NaN keys gave signs, panel = 0 divided by zero, c = NaN was accepted). Kb (..., b, d) and Wb (..., b, e)
     finite float arrays of one backend, dtype and device; nk2, nw2, uniforms (..., b) finite, the norms >= 0 and the
     uniforms in [0, 1); ``ones`` None or a finite array broadcasting to (..., b); c > 0 finite; panel an integer
@@ -331,7 +331,7 @@ def panel_walk_stepwise(Kb, Wb, nk2, nw2, uniforms, c: float, *, panel: int = 32
 
 
 def walk_diagnostic(Kb, Wb, nk2, nw2, signs, c: float, m: int, *, plus_one: bool = False, ones=None) -> dict:
-    """How far the walk of one level is from a fair coin (issue 10): recomputes x_i = sum_{j<i} G_ij eta_j
+    """How far the walk of one level is from a fair coin: recomputes x_i = sum_{j<i} G_ij eta_j
     from the signs (the block Gram of :func:`block_gram`), p_i = clip(1/2 - x_i/(2c), 0, 1) over the m real
     tokens. Returns mean |p - 1/2|, the share of clipped p (|x| >= c), c and the median over blocks of
     log10 R^2, R^2 = e^{max ||k||^2/sqrt d} max ||w||^2 the normalisation of Alg. 2 line 6."""

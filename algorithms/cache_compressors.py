@@ -1,5 +1,5 @@
 """Whole-cache compressors in the (K', V', log_w_num, log_w_den) contract of
-:class:`kvbounds.algorithms.compressed_kv.CompressedKV` (issue 14, the end-to-end harness; claims SG.e2e,
+:class:`kvbounds.algorithms.compressed_kv.CompressedKV` (the end-to-end harness; claims SG.e2e,
 SUB.lowrank, BKV.e2e).
 
 Each takes one layer's cache per KV head, K, V (H, n, d) of any backend (numpy on the harness's host path, the
@@ -125,7 +125,7 @@ def l2_draws(p, t: int, rng: np.random.Generator):
     """t i.i.d. draws of 0..len(p)-1 with probabilities p (1-D float64): ``rng.choice(n, t, p=p)``'s algorithm
     (numpy's inverse CDF: cdf = cumsum(p) / its last entry, searchsorted(cdf, u, side='right') of t uniforms
     ``rng.random(t)``; the same draws, tests/test_e2e_subgen_rounds.py), without choice's checks of p on numpy
-    (issue 26: the equal-memory fit draws 3-5 times per head and layer). Other backends: uniforms drawn on the
+    (the equal-memory fit draws 3-5 times per head and layer). Other backends: uniforms drawn on the
     host and the search done where p is, so a seed draws the same tokens on every backend (up to the float
     rounding of the CDF's sums)."""
     if isinstance(p, np.ndarray):
@@ -157,7 +157,7 @@ def l2_sample(P_h, t: int, rng: np.random.Generator):
 
 def unique_counts(x):
     """Sorted distinct values of the 1-D array x of non-negative integers (token indices) and their counts, on x's
-    backend. numpy: by bincount (np.unique's values and counts, without its sort; issue 26)."""
+    backend. numpy: by bincount (np.unique's values and counts, without its sort)."""
     if isinstance(x, np.ndarray):
         cnt = np.bincount(x)
         uniq = np.flatnonzero(cnt)
@@ -184,7 +184,7 @@ class SubGenCompressor:
     def sizes(self, n_mid: int, d: int, left: int, budget_floats: int) -> tuple[int, int]:
         """(k representatives, t samples) for ``left`` floats after the exact sink + window: a representative
         holds a key and a weight (d + 1 floats), a sample a key, a value and a weight (2d + 1); at least one of
-        each must fit, and together they never exceed what is left (issue 24: at small budgets the max(1, .) of
+        each must fit, and together they never exceed what is left (at small budgets the max(1, .) of
         each share overshot, e.g. 192 floats held for a budget of 80)."""
         if isinstance(self.cluster_share, bool) or not 0 < check_real(self.cluster_share, "cluster_share") < 1:
             raise InputError(f"cluster_share must be in (0, 1), got {self.cluster_share!r}")
@@ -262,7 +262,7 @@ class SubspaceCompressor:
 
     def rank_for(self, n_mid: int, d: int, left: int) -> int:
         """The largest rank r <= d whose 2 r (n_mid + d) floats (coordinates and bases of keys and values) fit in
-        ``left``; InputError when not even r = 1 fits (issue 24: r = 1 was used anyway, e.g. 124 floats for 80)."""
+        ``left``; InputError when not even r = 1 fits (r = 1 was used anyway, e.g. 124 floats for 80)."""
         r = min(d, left // (2 * (n_mid + d)))
         if r < 1:
             raise InputError(f"the float budget leaves {left} floats for the middle's {n_mid} tokens; rank 1 needs "
@@ -299,7 +299,7 @@ def _project_into(X: np.ndarray, lo: int, hi: int, project_heads) -> np.ndarray:
     """A float32 copy of X (H, n, e) with tokens lo..hi-1 replaced by ``project_heads`` of them (float64, cast on
     the copy: the values of ``astype(float32)``), heads in groups of about PROJECT_BYTES of float64 (the same
     products per head; many layers' heads at once ran 0.1 GB temporaries through memory at n = 2048). Written into
-    one array: no concatenation of the exact ends and the middle (issue 26)."""
+    one array: no concatenation of the exact ends and the middle."""
     out = np.empty(X.shape, np.float32)
     out[:, :lo], out[:, hi:] = X[:, :lo], X[:, hi:]
     per = max(1, PROJECT_BYTES // max(1, (hi - lo) * X.shape[-1] * 8))

@@ -2,7 +2,7 @@
 (claims BKV.e2e, SG.e2e, SUB.lowrank): :class:`CompressedKV`, the floats it holds (:func:`memory_floats`) and
 a token selection in its form (:func:`gather_selection`).
 
-The contract (issue 14; every method, selection or not):
+The contract (every method, selection or not):
 :meth:`kvbounds.algorithms.token_selection.TokenSelector.compress` returns a :class:`CompressedKV`
 ``(K', V', log_w_num, log_w_den)`` with
 
@@ -77,7 +77,7 @@ class CompressedKV:
     def head_groups(self, groups: int) -> list["CompressedKV"]:
         """The cache's first axis (heads) cut into ``groups`` equal consecutive parts, each a CompressedKV of views
         (e.g. the layers of a (layers x heads) stack, :mod:`kvbounds.e2e.layer_stacks`), ``extra_floats`` shared
-        equally. Views of this validated cache: built without checking them again (issue 26: 30 layers' checks
+        equally. Views of this validated cache: built without checking them again (30 layers' checks
         cost ~10% of a stacked compression)."""
         H = self.keys.shape[0] if self.keys.ndim > 2 else 0
         groups = check_int(groups, "groups", minimum=1)

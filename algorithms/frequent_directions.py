@@ -25,7 +25,7 @@ Three places where public FD code breaks this guarantee, and how this module avo
 
 Arrays of any array-API backend; the buffer lives in the namespace, device and dtype of the first rows seen.
 
-Speed (numpy buffers; issue 13): the shrink factors B B^T (2l x 2l) by a symmetric eigendecomposition instead of
+Speed (numpy buffers): the shrink factors B B^T (2l x 2l) by a symmetric eigendecomposition instead of
 the SVD of B (2l x d): with B B^T = U diag(lambda) U^T, the rotated rows u_i^T B have norms sigma_i and
 directions v_i, so the shrunk rows are sqrt(1 - delta/sigma_i^2) u_i^T B -- the same sketch, from a 2l x 2l
 factorisation (:func:`shrunk_gram`). The sigma_i^2 are taken as the rotated rows' squared norms, not as the
@@ -36,7 +36,7 @@ the Gram neither overflows nor underflows; it is formed in float64. Tests compar
 fused check: one dot product is finite and small iff there is no NaN/Inf and no squared-norm overflow; any
 doubt falls through to the generic checks, which raise the same errors as before.
 
-Host reads on a GPU (issue 15): update() reads its checks (finite, no squared-norm overflow) in one copy per call; a
+Host reads on a GPU: update() reads its checks (finite, no squared-norm overflow) in one copy per call; a
 shrink keeps Delta on the device until certificate() reads it; ``_push`` (rows a caller has checked, as
 AdaptiveSubspaceAttention does once per call) reads nothing but what the SVD itself waits for.
 """
@@ -97,7 +97,7 @@ class FrequentDirections:
 
     def _push(self, rows) -> "FrequentDirections":
         """update() for rows (m, d) already checked (finite, not too large: :func:`check_row_scale`) by the caller,
-        on the sketch's backend and device: no host read (issue 15) except the SVD of a shrink."""
+        on the sketch's backend and device: no host read except the SVD of a shrink."""
         xp = array_namespace(rows)
         self._ensure_buffer(rows)
         rows = xp.astype(rows, self._buf.dtype) if rows.dtype != self._buf.dtype else rows

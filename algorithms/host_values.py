@@ -1,4 +1,4 @@
-"""Several device scalars brought to the host with one copy (issue 15: each read of a GPU value waits for the device).
+"""Several device scalars brought to the host with one copy (each read of a GPU value waits for the device).
 
 ``host_floats(xp, a, b, ...)`` is ``[float(a), float(b), ...]`` for 0-d arrays of any backend and real or boolean
 dtype (booleans come back as 0.0/1.0), with one device-to-host transfer instead of one per value. Each value is

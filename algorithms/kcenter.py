@@ -294,7 +294,7 @@ def stream_cluster_counts(X, delta: float) -> np.ndarray:
     """m'(j) for j = 1..n: clusters opened by SubGen's UpdateSoftmaxNormalizer (threshold ``delta``)
     after the first j rows of ``X`` (n, d). Same distance computation as :class:`kvbounds.algorithms.subgen.SubGen`.
 
-    numpy and CPU tensors decide each row on the host; GPU arrays keep the count m' on the device (issue 15): the
+    numpy and CPU tensors decide each row on the host; GPU arrays keep the count m' on the device: the
     representatives' buffer holds rows beyond m' that are masked out (+inf distance), each row is written at index
     m' whether it opens a cluster or not (a row that does not is overwritten by the next one that does), and m'
     is read only when the buffer may be full (m' <= rows seen since the last read + m' then), about twice per

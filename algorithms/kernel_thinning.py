@@ -105,8 +105,7 @@ def _kernel_matrix(K: np.ndarray, V: np.ndarray, out: np.ndarray | None = None) 
     triangle only (tile by tile of rows) and mirrored. ``K @ K.T`` of one array is numpy's symmetric product
     (BLAS syrk), so both Grams are exactly symmetric and the mirror is the matrix itself, bit for bit; this halves
     the float64 exponentials. ``out`` (2, n, n) float64: scratch written over (the result is ``out[0]``), reused
-    head after head: fresh memory costs a page fault per 4 KiB on first touch, which cost more than the arithmetic
-    (issue 26).
+    head after head: fresh memory costs a page fault per 4 KiB on first touch, which cost more than the arithmetic.
 
     Tokens that coincide (equal centred key and value): goodpoints' own matrix (``kt.kernel_matrix``, row by row),
     bit for bit. KT's choice between two coinciding tokens is an exact tie in exact arithmetic; goodpoints' matrix

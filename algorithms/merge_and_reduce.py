@@ -1,4 +1,4 @@
-"""MergeAndReduce (BalanceKV-NeurIPS Alg. 4, Thm 3.4; BalanceKV-preprint alg:merge_reduce, thm:MergeAndReduce).
+"""MergeAndReduce (BalanceKV-NeurIPS Alg. 4, Thm 3.4; BalanceKV-preprint Alg. 3, Thm 3.3).
 
 Claims: MR.error, MR.memory.
 

@@ -1,4 +1,4 @@
-"""The self-balancing walk of Alweiss, Liu and Sawhney, as restated in BalanceKV-NeurIPS Alg. 3 (Thm A.1) and BalanceKV-preprint alg:BALANCE.
+"""The self-balancing walk of Alweiss, Liu and Sawhney, as restated in BalanceKV-NeurIPS Alg. 3 (Thm A.1) and BalanceKV-preprint Alg. 4.
 
 Claims: SBW.balance (and, through :func:`gram_walk`, SB.discrepancy).
 

@@ -1,4 +1,4 @@
-"""SoftmaxBalance (BalanceKV-NeurIPS Alg. 2, Thm 3.3; BalanceKV-preprint alg:BALANCE-V, thm:BALANCE-vectors).
+"""SoftmaxBalance (BalanceKV-NeurIPS Alg. 2, Thm 3.3; BalanceKV-preprint Alg. 2, Thm 3.2).
 
 Claims: SB.discrepancy, SB.cost.
 

@@ -47,7 +47,7 @@ Coins: per update, ``draw("cluster", (R, t))`` when the key joins a cluster (lin
 The estimator (QueryStreamAttn, lines 29-31) lives in :mod:`kvbounds.algorithms.subgen_query`, a base class of
 :class:`SubGen`; this module keeps the state and its updates (lines 4-6, 11-28).
 
-Speed (numpy; issue 13): the nearest-representative distances are computed as numpy's vector_norm computes them,
+Speed (numpy): the nearest-representative distances are computed as numpy's vector_norm computes them,
 without its dispatch: the same clusters and coins (the same floats decide them) as the generic path.
 
 Degenerate values: while mu = 0 (every value so far is 0), line 26's p = 0/0; we take p = 1, so M holds

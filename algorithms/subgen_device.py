@@ -1,5 +1,5 @@
 """SubGen's update (SubGen Alg. 1 lines 4-6, 11-28; ClusterGen Alg. 1) with its state on the device: no host read
-per token on torch/cupy (issue 15; arXiv 2402.06082, claims SG.*). The host path of
+per token on torch/cupy (arXiv 2402.06082, claims SG.*). The host path of
 :class:`kvbounds.algorithms.subgen.SubGen` reads four values per token (||k||^2, ||v||^2, the nearest cluster and
 its distance) and copies two coin masks to the device; on a GPU each of those waits for the device. Here:
 

@@ -8,7 +8,7 @@
 
 Both sums are formed in the log domain (shifted by their largest term), so they neither overflow nor underflow.
 
-Speed (numpy, one query vector; issue 13): ``query`` reshapes the cluster samples S (m', R, t, d) and M's keys
+Speed (numpy, one query vector): ``query`` reshapes the cluster samples S (m', R, t, d) and M's keys
 (R, s, d) to matrices, so each of lines 29-30 is one matrix-vector product instead of a stack of m' R tiny
 ones. The sums run in another order than on the generic path (tests compare the two, ``SubGen.fast = False``).
 """

@@ -1,4 +1,4 @@
-"""The floats a SubGen cache would hold, counted from its draws without building it (issue 26: the equal-memory
+"""The floats a SubGen cache would hold, counted from its draws without building it (the equal-memory
 fit of :func:`kvbounds.algorithms.equal_memory.fit_to_floats` asks 3-5 budgets per layer and keeps one cache;
 claim SG.e2e).
 

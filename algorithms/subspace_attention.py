@@ -314,7 +314,7 @@ class AdaptiveSubspaceAttention:
         return self._advance(xp, K, V, ("K", "V")) if K.shape[0] else self
 
     def _advance(self, xp, K, V, names) -> "AdaptiveSubspaceAttention":
-        """Steps 1-4 for the rows of K, V, with as few host reads as the trigger rule allows (issue 15).
+        """Steps 1-4 for the rows of K, V, with as few host reads as the trigger rule allows.
 
         Whether a token closes the chunk (step 2) is a host decision (it takes an SVD of the sketches), so the
         residuals must reach the host; but until a trigger the bases do not change, so the residuals of a window of

@@ -26,7 +26,7 @@ Methods (``SELECTORS``):
   exact, the middle halved T times; T is the smallest level count whose cache fits the budget (so the
   selection can be smaller than the budget: only sink + window + n_mid // 2^T sizes are reachable).
 
-The compressed-cache contract (issue 14; every method, selection or not): :meth:`TokenSelector.compress`
+The compressed-cache contract (every method, selection or not): :meth:`TokenSelector.compress`
 returns a :class:`kvbounds.algorithms.compressed_kv.CompressedKV` (K', V', log_w_num, log_w_den); a selection
 gathers K, V at its indices and sets a = b = its log-weights (:func:`gather_selection`). That contract,
 :func:`memory_floats` and :func:`gather_selection` live in :mod:`kvbounds.algorithms.compressed_kv` and are

@@ -1,6 +1,6 @@
 """Input checks shared by the algorithms: bad input gets a clear error, never a silent NaN.
 
-Policy (issue 11), the same at every public entry point:
+Policy, the same at every public entry point:
 
 * arrays are numpy / torch / cupy arrays of dtype float32 or float64. Python lists, integer, bool and
   complex dtypes are rejected, and so is half precision (float16, bfloat16): its range (6.5e4) overflows

@@ -152,8 +152,8 @@ LEGACY_CHECKS = {"buckets proof001": "buckets proof", "erased share proof001": "
 
 
 def _name_papers(d: dict) -> None:
-    """Records written before issue 25 cite papers by seed label ("001 shape", "004 Sec. 8"): map their check
-    name, source and extra's strings to the papers' short names on read (params, and so trial keys, unchanged)."""
+    """Records written before the papers were named cite them by an old three-digit label: map their check name,
+    source and extra's strings to the papers' short names on read (params, and so trial keys, unchanged)."""
     from .registry import cite
     if isinstance(d.get("check"), str):
         d["check"] = LEGACY_CHECKS.get(d["check"], cite(d["check"]))

@@ -71,11 +71,18 @@ _OLD_LABELS = {"000": "BalanceKV-preprint", "001": "BalanceKV-NeurIPS", "002": "
 _LABEL = re.compile(r"(?<![\w.])(00[0-4])(?=[ ,;:)'\u2019]|$)")
 
 
+# BalanceKV-preprint's LaTeX labels, as older records and texts cite them, and the numbers its readers see
+_LATEX_LABELS = {"thm:main-theorem": "Thm 3.1", "thm:BALANCE-vectors": "Thm 3.2", "thm:MergeAndReduce": "Thm 3.3",
+                 "thm:BALANCE-ALS21": "Thm 3.4", "alg:main": "Alg. 1", "alg:BALANCE-V": "Alg. 2",
+                 "alg:merge_reduce": "Alg. 3", "alg:BALANCE": "Alg. 4"}
+_LATEX = re.compile("|".join(re.escape(k) for k in sorted(_LATEX_LABELS, key=len, reverse=True)) + r"(?![\w-])")
+
+
 def cite(text: str) -> str:
-    """Replace the old labels of the papers ("001 Thm 3.3", as stored records written before the short names cite
-    them) by the papers' short names ("BalanceKV-NeurIPS Thm 3.3"); text that already names the papers is returned
-    unchanged."""
-    return _LABEL.sub(lambda m: _OLD_LABELS[m.group(1)], text)
+    """Replace the old three-digit labels of the papers (as stored records written before the short names cite
+    them) by the papers' short names ("BalanceKV-NeurIPS Thm 3.3"), and BalanceKV-preprint's LaTeX labels by its
+    theorem and algorithm numbers ("Thm 3.3"); text that already names the papers is returned unchanged."""
+    return _LATEX.sub(lambda m: _LATEX_LABELS[m.group(0)], _LABEL.sub(lambda m: _OLD_LABELS[m.group(1)], text))
 
 
 def register_paper(paper: Paper) -> Paper:

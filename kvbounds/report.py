@@ -22,7 +22,10 @@ from typing import Iterable, Sequence
 from . import registry
 from .output_files import check_output, write_output
 from .records import DEFERRED, FIGURES_DIR, REPORT_FILES, Record, ResultStore, canonical
+from . import report_chips
+from .report_chips import calls_worse, define  # noqa: F401
 from .report_meta import error_rows, leaderboard, run_metadata
+from .report_words import counterexample_in_words, infinite_ratios, params_in_words, spread_words
 from .report_summary import group_by_kind, summary_dict, summary_json, unique_findings  # noqa: F401
 from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, VACUOUS, Verdict, finalize
 
@@ -36,9 +39,10 @@ LEGACY_STATEMENT = {HOLDS: "holds", HOLDS_FITTED: "holds-fitted", FAILS: "fails"
                     NO_CHECK: "no-check", NOT_RUN: "not-run", NOT_REFUTED: "not-refuted", VACUOUS: "vacuous"}
 # colour class of a dimension value: good / bad / warn / none
 TONE = {"holds": "good", "holds-fitted": "good", "sound": "good", "observed": "good", "reproduced": "good",
-        "shown": "good", "false": "bad", "fails": "bad", "reversed": "bad", "not-reproduced": "bad",
-        "errata": "warn", "not-reached": "warn", "partial": "warn", "low": "warn", "inconclusive": "warn",
-        "not-refuted": "warn", "not-shown": "warn", "vacuous": "warn"}
+        "shown": "good", "better": "good", "false": "bad", "fails": "bad", "reversed": "bad", "not-reproduced": "bad",
+        "worse": "bad", "errata": "warn", "not-reached": "warn", "partial": "warn", "low": "warn",
+        "inconclusive": "warn", "not-refuted": "warn", "not-shown": "warn", "vacuous": "warn", "tied": "warn",
+        "not-tested": "none"}
 
 
 class ReportError(Exception):
@@ -137,6 +141,17 @@ def tone(value: str) -> str:
     return "warn"
 
 
+def statement_tone(v: Verdict) -> str:
+    """The statement chip's colour (:func:`kvbounds.report_chips.statement_tone`)."""
+    value = dimensions(v)["statement"]
+    return report_chips.statement_tone(v, value, tone(value))
+
+
+def card_tone(v: Verdict) -> str:
+    """The headline chip's colour, never greener than the statement's."""
+    return report_chips.card_tone(tone(headline(v)), statement_tone(v), dimensions(v)["statement"])
+
+
 def evidence(v: Verdict, n: int = EVIDENCE_CHARS) -> str:
     """One readable line: for a failing claim its first finding (the reason), else the summary's first clause."""
     if tone(headline(v)) == "bad" and v.findings:
@@ -175,7 +190,7 @@ def render_terminal(verdicts: dict[str, Verdict]) -> str:
             lines.append(f"  - {f['title']}  [{', '.join(f['claims'])}]")
             lines.append(f"      {f['detail']}")
             if f["smallest_input"]:
-                lines.append(f"      smallest input: {canonical(f['smallest_input'])}")
+                lines.append(f"      smallest input: {params_in_words(f['smallest_input'])}")
     return "\n".join(lines) + "\n"
 
 
@@ -198,32 +213,34 @@ def _constant_rows(v: Verdict) -> list[dict]:
     for c in (v.proven_constant, v.fitted_constant):
         if c is not None:
             rows.append({"kind": c.kind, "value": f"{c.value:.3g}", "what": registry.cite(c.what),
-                         "spread": "/".join(f"{x:.3g}" for x in c.spread) if c.spread else ""})
+                         "spread": spread_words(c.spread)})
     if not rows and v.constant is not None:
         rows.append({"kind": v.constant_kind or "fitted", "value": f"{v.constant:.3g}", "what": "",
-                     "spread": "/".join(f"{x:.3g}" for x in v.constant_spread) if v.constant_spread else ""})
+                     "spread": spread_words(v.constant_spread)})
     return rows
 
 
 def _card(cid: str, v: Verdict, figures: list) -> dict:
-    from .controls import power_table_cells
+    from .controls import CONTROL_LABELS, power_table_cells
     c = registry.CLAIMS[cid]
     return {
         "id": cid, "anchor": "claim-" + re.sub(r"[^A-Za-z0-9_-]", "_", cid), "family": c.family,
         "kind": v.kind or c.kind, "statement": c.statement, "source": c.source,
         "papers": [p.citation() for p in registry.papers_in(c.source)],
-        "headline": headline(v), "tone": tone(headline(v)), "dims": dimensions(v),
+        "headline": headline(v), "tone": card_tone(v), "dims": dimensions(v),
+        "dim_tones": dict({d: tone(val) for d, val in dimensions(v).items()}, statement=statement_tone(v)),
         "evidence": evidence(v), "summary": registry.cite(v.summary), "n_records": v.n_records,
         "constants": _constant_rows(v),
-        "counterexample": canonical(v.counterexample) if v.counterexample else "",
+        "counterexample": counterexample_in_words(v.counterexample) if v.counterexample else "",
         "corrected": registry.cite(v.corrected),
         "errata": [{"where": registry.cite(e.where), "what": registry.cite(e.what), "corrected": registry.cite(e.corrected),
-                    "input": canonical(e.smallest_input) if e.smallest_input else ""} for e in v.errata],
+                    "input": params_in_words(e.smallest_input) if e.smallest_input else ""} for e in v.errata],
         "rate_info": dataclasses.asdict(v.rate_info) if v.rate_info else None,
         "reproductions": [dataclasses.asdict(r) for r in v.reproductions], "power_detail": v.power_detail,
         "power_table": power_table_cells(v.power_table) if v.power_table else None,
+        "power_inf": infinite_ratios(v.power_table, CONTROL_LABELS),
         "findings": [{"kind": f.kind, "title": registry.cite(f.title), "detail": registry.cite(f.detail),
-                      "input": canonical(f.smallest_input) if f.smallest_input else ""} for f in v.findings],
+                      "input": params_in_words(f.smallest_input) if f.smallest_input else ""} for f in v.findings],
         "deferred": v.deferred, "figures": figures, "bound_path": source_path(c.bound), "check_path": source_path(c.check),
     }
 
@@ -320,25 +337,31 @@ def _env():
                              autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True,
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters["tone"] = tone
+    env.filters["define"] = define
     return env
 
 
 def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures: dict[str, list], *,
                 meta: dict | None = None, errors: Sequence = (), board: list[dict] | None = None,
-                board_figure: str | None = None) -> str:
+                board_figure: str | None = None, glossary_links: bool = False) -> str:
+    """The page; ``glossary_links`` links each glossary term's first occurrence per section (``write_report``
+    does), else only the glossary itself is there."""
     cards = [_card(cid, v, figures.get(cid, [])) for cid, v in verdicts.items()]
     groups = {kind: [{"claims": [(c, "claim-" + re.sub(r"[^A-Za-z0-9_-]", "_", c)) for c in f["claims"]],
                       "title": f["title"], "detail": f["detail"],
-                      "input": canonical(f["smallest_input"]) if f["smallest_input"] else ""} for f in fs]
+                      "input": params_in_words(f["smallest_input"]) if f["smallest_input"] else ""} for f in fs]
               for kind, fs in group_by_kind(unique_findings(verdicts)).items()}
     from .report_leaderboard import board_table
     from .report_power import first_table
-    return _env().get_template("report.html.j2").render(
+    from .glossary import TERMS, grouped
+    from .report_html import finish
+    return finish(_env().get_template("report.html.j2").render(
+        glossary=grouped(),
         nothing=first_table(verdicts),
         cards=cards, dims=DIMENSIONS, totals=_matrix_totals(verdicts), glance=at_a_glance(verdicts),
         groups=groups, n_findings=sum(len(fs) for fs in groups.values()), meta=meta or run_metadata(records, verdicts, Path(".")),
         errors=error_rows(errors), board=board_table(board) if board else None, board_figure=board_figure,
-        papers=[(p.citation(), p.url) for p in registry.PAPERS.values()])
+        papers=[(p.citation(), p.url) for p in registry.PAPERS.values()]), TERMS if glossary_links else ())
 
 
 def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
@@ -377,5 +400,5 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
     path = out / "report.html"
     meta = run_metadata(records, verdicts, out)
     write_output(path, render_html(verdicts, records, figures, meta=meta, errors=errors, board=board,
-                                   board_figure=board_fig), own=True)
+                                   board_figure=board_fig, glossary_links=True), own=True)
     return path

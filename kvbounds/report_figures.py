@@ -4,15 +4,20 @@
 Rules, so a figure cannot misinform:
   * one sweep per figure: a spec's ``sweep`` (or, by default, the sweep named like its x key) filters the
     records, so records of other sweeps at the centre point are not pooled in;
-  * the bound is drawn at the constant the verdict used: an ``a-priori``/``certificate``/``exact`` bound as
-    recorded; a ``shape``/``fitted`` bound times the fitted constant (one per sub-check, as the verdict
-    rule fits it), labelled as such;
+  * a bound line only where the claim has a number on that axis: an ``a-priori``/``certificate``/``exact``/``fitted``
+    bound at its recorded value (a ``fitted`` record's bound is the claimed number, its constants fitted); a
+    ``shape`` (an O(.) with no constant) only as the shape scaled by the fitted constant, labelled as that and not
+    as a bound;
+  * a bound far above the data (or infinite) is not drawn but said in the legend: its value (e^X when the records
+    carry its logarithm), and "vacuous" when returning zeros meets it; likewise when a spec hides the bound;
   * axes say what they measure (units where a parameter has one); log ticks carry no overlapping minor labels;
   * at most ``MAX_HUES`` colours (evenly chosen levels otherwise, said in the caption); bands only for few hues.
 """
 from __future__ import annotations
 
+import math
 import re
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -30,7 +35,11 @@ from .registry import cite
 from .verdict import FigureSpec
 
 MAX_HUES = 6
-SHAPE_KINDS = ("shape", "fitted")
+SHAPE_KINDS = ("shape",)            # an O(.) shape: a number only once multiplied by the fitted constant
+OFF_CHART = 1e3                     # a bound this many times above every measured value is not drawn, but said
+TINY_C = 1e-6                       # a fitted constant below this: the shape with constant 1 says nothing here
+KIND_LABELS = {"a-priori": "bound (the paper's constants)", "exact": "bound (exact, as recorded)",
+               "certificate": "certificate (the algorithm's own bar)", "fitted": "bound as stated (constants fitted)"}
 
 # params keys with one meaning across the checks, and their units
 PARAM_LABELS = {
@@ -41,6 +50,7 @@ PARAM_LABELS = {
     "lam": "λ (multiple of the stated sample size)", "C": "C (multiple of the stated shape)",
     "M_over_n": "M / n (memory per bit)", "eps_sqrt_n": "ε √n", "m": "m", "s": "s",
 }
+WRAP = 44                           # characters per line of an axis label
 
 
 # the same key meaning something else in a family of claims (by claim-id prefix)
@@ -49,6 +59,7 @@ FAMILY_LABELS = {
     ("SUB.", "T"): "T (tokens in the context)", ("SG.", "m"): "m (samples kept)", ("SG.", "s"): "s (reservoir samples)",
     ("SB.", "s"): "s (value dimension)", ("MR.", "s"): "s (value dimension)", ("BKV.", "s"): "s (value dimension)",
     ("LB.", "d"): "d (dimension of the INDEX instance)",
+    ("SUB.softmax-sensitivity", "t"): "t = ||l - l̂||∞ (the logits' perturbation)",
 }
 INTEGER_KEYS = {"n", "d", "t", "T", "J", "m", "s", "layer", "position", "block_size", "ell", "l", "r_rank"}
 
@@ -123,10 +134,44 @@ def _frame(records: Sequence[Record], consts: dict[str, float]) -> pd.DataFrame:
     rows = []
     for r in records:
         c = consts.get(r.check, 1.0) if r.bound_kind in SHAPE_KINDS else 1.0
+        log_bound = r.extra.get("log_scale")          # a bound beyond float64 keeps its logarithm there
+        if not isinstance(log_bound, (int, float)) or isinstance(log_bound, bool):
+            log_bound = math.log(r.bound) if r.bound > 0 and math.isfinite(r.bound) else math.nan
+        zeros = (r.extra.get("controls_eps") or r.extra.get("controls") or {}).get("zeros")
         rows.append({**{k: v for k, v in r.params.items() if k not in ("measured", "bound", "ratio")},
                      "measured": r.measured, "bound": r.bound * c, "ratio": r.ratio, "check": r.check,
-                     "control": "negative control" if r.control else "main", "shaped": r.bound_kind in SHAPE_KINDS})
+                     "control": "negative control" if r.control else "main", "shaped": r.bound_kind in SHAPE_KINDS,
+                     "bound kind ": r.bound_kind, "log bound ": float(log_bound),     # spaces: never a params key
+                     "zeros ": float(zeros) if isinstance(zeros, (int, float)) else math.nan})
     return pd.DataFrame(rows)
+
+
+def _e(log_value: float) -> str:
+    """A number given by its natural logarithm: e^61, or the number itself when it is printable."""
+    return f"e^{log_value:.0f}" if log_value > 25 else _num(math.exp(log_value))
+
+
+def bound_off_chart(main: pd.DataFrame, y: str, consts: dict[str, float]) -> str:
+    """Why the bound of these records is not drawn on a ``measured`` axis, or "" when it can be: infinite (its
+    logarithm said), OFF_CHART times above every measured value, or a shape whose fitted constant is below TINY_C
+    (the shape with constant 1 is then what the claim says, and it is far off). Says "vacuous" where the records
+    carry the error of returning zeros and the bound is above it."""
+    if y != "measured" or main.empty or not np.isfinite(main["log bound "]).any():
+        return ""
+    data = float(pd.to_numeric(main["measured"], errors="coerce").abs().max())
+    logs = main["log bound "][np.isfinite(main["log bound "])]
+    shaped = bool(main["shaped"].all())
+    tiny = shaped and any(consts.get(k, 1.0) < TINY_C for k in main["check"].unique())
+    lo, med, hi = float(logs.min()), float(logs.median()), float(logs.max())
+    if not (tiny or lo > math.log(OFF_CHART * max(data, 1e-300)) or not np.isfinite(main["bound"]).all()):
+        return ""
+    what = "the O(.)'s scale (constant 1)" if shaped else "the bound"
+    spread = f" ({_e(lo)}..{_e(hi)})" if hi - lo >= 1 else ""
+    text = f"{what} is {_e(med)} here{spread}, off the chart: every measured value is at most {_num(data)}"
+    zeros = main["zeros "][np.isfinite(main["zeros "])]
+    if len(zeros) and lo > math.log(max(float(zeros.max()), 1e-300)):
+        text += f"; returning zeros (error at most {_num(float(zeros.max()))}) meets it too: vacuous at these norms"
+    return "not drawn: " + text
 
 
 def _levels(values) -> list:
@@ -222,7 +267,8 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
         levels = _levels(df[spec.hue])
         shown = _thin(levels)
         if len(shown) < len(levels):
-            caption.append(f"{len(shown)} of {len(levels)} values of {spec.hue} shown")
+            caption.append(f"{len(shown)} of {len(levels)} values of {'sub-check' if spec.hue == 'check' else spec.hue} "
+                           "shown")
             df = df[df[spec.hue].isin(shown)]
         hue_col = f"{spec.hue} "            # a separate column, so hue == x still works
         df[hue_col] = df[spec.hue].map(lambda v: cite(str(v)))        # papers by name, not by label
@@ -231,7 +277,7 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
     style = "control" if df["control"].nunique() > 1 else None
     bands = ("pi", 90) if len(order) <= 3 else None
 
-    fig = Figure(figsize=(6.4, 3.8))
+    fig = Figure(figsize=(6.4, 3.8), layout="constrained")      # the legend below the axes, room made for it
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     sns.lineplot(data=df, x=spec.x, y=spec.y, hue=hue_col, hue_order=order if hue_col else None,
@@ -240,18 +286,29 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
                  **(dict(style=style, markers=True, dashes=False) if style else dict(marker="o")))
     extra = []
     main = df[df["control"] == "main"]
-    if spec.show_bound and spec.y == "measured":
+    off = bound_off_chart(main, spec.y, consts)
+    bound_levels: list[float] = []
+    if spec.show_bound and spec.y == "measured" and not off:
         for lvl in order:
             sub = main if lvl is None else main[main[hue_col] == lvl]
             med = sub.groupby(spec.x)["bound"].median().sort_index()
             med = med[np.isfinite(med) & ((med > 0) if logy else True)]
-            if len(med):
+            bound_levels += [float(x) for x in med.values]
+            if len(med) > 1:
                 ax.plot(med.index, med.values, ls="--", lw=1.3, color=palette[lvl])
-        if main["shaped"].any():
+            elif len(med):           # one x value: a line has no length, so a wide dash marks the bound
+                ax.plot(med.index, med.values, ls="none", marker="_", ms=28, mew=1.6, color=palette[lvl])
+        if main["shaped"].any():      # an O(.) has no number: the line is the shape scaled to the data, not a bound
             cs = ", ".join(f"{c:.3g}" for c in sorted({consts.get(k, 1.0) for k in main.loc[main['shaped'], 'check']}))
-            extra.append(Line2D([], [], ls="--", color="0.3", label=f"bound: fitted C = {cs} × shape"))
-        else:
-            extra.append(Line2D([], [], ls="--", color="0.3", label="bound (the paper's constants)"))
+            extra.append(Line2D([], [], ls="--", color="0.3",
+                                label=f"O(.) shape × fitted C = {cs} (no constant stated: not a bound)"))
+        if (~main["shaped"]).any():
+            kinds = sorted(set(main.loc[~main["shaped"], "bound kind "]))
+            extra.append(Line2D([], [], ls="--", color="0.3",
+                                label=KIND_LABELS.get(kinds[0], "bound") if len(kinds) == 1 else "bound as recorded"))
+    if off:                          # said, not drawn (also where the spec hides a bound this far off)
+        extra.append(Line2D([], [], ls="none", label=textwrap.fill("bound " + off, 46, break_on_hyphens=False)))
+        caption.append("bound " + off)
     mixed = bool(len(main)) and bool(main["shaped"].any()) and bool((~main["shaped"]).any())
     if spec.y == "ratio":
         if (~main["shaped"]).any():       # a number on this axis only for the bounds with the paper's constants
@@ -280,26 +337,47 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
     if numeric_x and not logx and _integer_valued(df[spec.x]):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))          # no fractional ticks on an integer parameter
     leg = ax.get_legend()
+    labels_all: list[str] = []
     handles = list(leg.legend_handles) if leg else []
     texts = [t.get_text().strip() for t in leg.texts] if leg else []
-    if handles or extra:      # below the axes, outside the data: a legend never hides a point
+    if leg:
+        leg.remove()
+    if handles or extra:      # one legend, below the axes and the x label: it never hides a point nor a label
         labels_all = texts + [h.get_label() for h in extra]
-        ax.legend(handles + extra, labels_all, fontsize=8, frameon=False, loc="upper center",
-                  bbox_to_anchor=(0.5, -0.24), borderaxespad=0.0, ncol=1 if max(map(len, labels_all)) > 45 else 2,
-                  title=spec.hue if hue_col and not style else None, title_fontsize=8)
+        ncol = 1 if max(len(t) for t in labels_all for t in t.splitlines()) > 46 else 2
+        if style and ncol == 2 and "control" in texts:     # seaborn's two sections (colour, marker): one per column
+            handles, labels_all = _two_sections(handles + extra, labels_all, texts.index("control"))
+            extra = []
+        fig.legend(handles + extra, labels_all, fontsize=8, frameon=False, loc="outside lower center", ncol=ncol,
+                   title=("sub-check" if spec.hue == "check" else spec.hue) if hue_col and not style else None,
+                   title_fontsize=8)
+        rows = sum(len(t.splitlines()) for t in labels_all) / ncol + 1
+        fig.set_size_inches(6.4, 3.1 + 0.17 * rows)
     claim = recs[0].claim
     xlabel = spec.xlabel or param_label(spec.x, claim)
     ylabel = y_label(spec, bool(len(main)) and bool(main["shaped"].all()), mixed)
-    ax.set_title(cite(spec.title), fontsize=10)
+    ax.set_title(textwrap.fill(cite(spec.title), 70, break_on_hyphens=False), fontsize=10)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set_ylabel(textwrap.fill(ylabel, WRAP, break_on_hyphens=False), fontsize=9 if len(ylabel) > WRAP else None)
     ax.grid(True, which="major", alpha=0.3)
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     write_output(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png"), own=True)
     if labels is not None:
-        labels.update(x=xlabel, y=ylabel, counterexample=cx is not None)
+        labels.update(x=xlabel, y=ylabel, counterexample=cx is not None, bound=sorted(set(bound_levels)),
+                      legend=[t for t in labels_all if t] if handles or extra else [])
     return None, "; ".join(caption)
+
+
+def _two_sections(handles: list, labels: list[str], split: int) -> tuple[list, list[str]]:
+    """Legend entries laid out column by column so that the section starting at ``split`` (seaborn's "control"
+    title) heads the second column: blank entries pad the shorter column."""
+    first, second = list(zip(handles[:split], labels[:split])), list(zip(handles[split:], labels[split:]))
+    rows = max(len(first), len(second))
+    blank = lambda: (Line2D([], [], ls="none"), "")
+    first += [blank() for _ in range(rows - len(first))]
+    second += [blank() for _ in range(rows - len(second))]
+    entries = [(h, "sub-check" if t == "check" else t) for h, t in first + second]
+    return [h for h, _ in entries], [t for _, t in entries]
 
 
 def _integer_valued(values) -> bool:

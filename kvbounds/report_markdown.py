@@ -7,6 +7,7 @@ found first, from the same verdicts as the html report.
     leaderboard       the end-to-end leaderboard's tables, when there are end-to-end records
     claims            per claim, every verdict field that is set, rendered generically (so fields added later,
                       a power table or a "beats doing nothing" comparison, appear without changes here)
+    glossary          every word of the verdicts defined (:mod:`kvbounds.glossary`, as in the html report)
     run               version, profile, wall and CPU time
 
 Papers are named by their short names (``registry.cite``) throughout.
@@ -18,7 +19,9 @@ from pathlib import Path
 from typing import Sequence
 
 from . import registry
-from .records import Record, canonical
+from .glossary import markdown_section
+from .records import Record
+from .report_words import counterexample_in_words, params_in_words
 from .verdict import Verdict
 
 # fields shown in the matrix or not meant for a reader; every other set field is rendered per claim
@@ -69,6 +72,10 @@ def _claim_section(cid: str, v: Verdict, findings: list[dict]) -> list[str]:
         val = getattr(v, f.name)
         if f.name in _SHOWN_ELSEWHERE or val in (None, "", [], {}, "n/a"):
             continue
+        if f.name == "counterexample":                # in words, as the html report shows it
+            val = "the smallest input, " + counterexample_in_words(val)
+        elif f.name == "errata":
+            val = [dict(dataclasses.asdict(e), smallest_input=params_in_words(e.smallest_input)) for e in val]
         if isinstance(val, str):
             lines.append(f"- **{f.name.replace('_', ' ')}**: {_cell(val)}")
         else:
@@ -113,7 +120,8 @@ def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], met
              + "; ".join(f"{p.short} ({p.url or p.where})" for p in registry.PAPERS.values()) + ".", "",
              "## At a glance", ""]
     lines += [f"- {n} {label}" for label, n, _ in at_a_glance(verdicts)] + [""]
-    lines += ["## Verdict matrix", "", "| claim | kind | " + " | ".join(DIMENSIONS) + " | headline | evidence |",
+    lines += ["## Verdict matrix", "", "Every word of the verdicts is defined in the [glossary](#glossary).", "",
+              "| claim | kind | " + " | ".join(DIMENSIONS) + " | headline | evidence |",
               "|---|---|" + "---|" * (len(DIMENSIONS) + 2)]
     for cid, v in verdicts.items():
         d = dimensions(v)
@@ -126,12 +134,13 @@ def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], met
     for f in findings:
         claims = ", ".join(f"[{c}](#{anchor(c)})" for c in f["claims"])
         lines.append(f"- **{f['id']}** [{f['kind']}] {_cell(f['title'])} ({claims}): {_cell(f['detail'])}"
-                     + (f" Smallest input: `{canonical(f['smallest_input'])}`." if f["smallest_input"] else ""))
+                     + (f" Smallest input: {params_in_words(f['smallest_input'])}." if f["smallest_input"] else ""))
     lines.append("")
     lines += _leaderboard(board)
     lines += ["## Claims", ""]
     for cid, v in verdicts.items():
         lines += _claim_section(cid, v, findings)
+    lines += markdown_section()
     lines += ["## Run", "", f"- kvbounds {meta.get('version', '')}, commit {meta.get('commit', '')}",
               f"- profile: {meta.get('profile', '')}; seeds: {meta.get('seeds', '')}; backends: {meta.get('backends', '')}",
               f"- duration: {meta.get('duration') or 'not recorded'}; {meta.get('trial_time', '')}", ""]

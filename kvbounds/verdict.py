@@ -1,4 +1,4 @@
-"""Claim-level verdicts built from records, and the shared rules that decide them (issue 9).
+"""Claim-level verdicts built from records, and the shared rules that decide them.
 
 A verdict has separate dimensions, each decided by one rule of this module, the same for every check:
 
@@ -17,7 +17,7 @@ A verdict has separate dimensions, each decided by one rule of this module, the 
   * ``power``      (:func:`decide_power`) ``low`` when a negative control is not rejected (including a
     control that also meets a bound too loose to tell it apart), ``shown`` when every control is rejected;
     for error-bound claims also against the trivial estimators (zeros, the mean of the values, a uniform sample
-    and the recent window at the method's memory; :mod:`kvbounds.controls`, issue 20): ``low`` with the headline
+    and the recent window at the method's memory; :mod:`kvbounds.controls`): ``low`` with the headline
     "no better than <control> (<where>)" unless the method beats every one of them significantly.
   * ``reproduction`` (:func:`combine_reproductions`, :func:`reproduction_status`) for empirical claims.
 

@@ -1,4 +1,4 @@
-"""The ``power`` dimension of a verdict (issue 9; :mod:`kvbounds.verdict`): negative controls and whether each
+"""The ``power`` dimension of a verdict (:mod:`kvbounds.verdict`): negative controls and whether each
 check's test rejected them. ``low`` when a control passes the check (or meets a bound too loose to tell it
 apart), ``shown`` when every control is rejected. Re-exported by :mod:`kvbounds.verdict`."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``reproduction`` dimension of an empirical claim's verdict (issues 9 and 21; :mod:`kvbounds.verdict`): the
+"""The ``reproduction`` dimension of an empirical claim's verdict (:mod:`kvbounds.verdict`): the
 shared rule per variant and setup (:func:`reproduction_status`), one label over variants and setups
 (:func:`combine_reproductions`), and the statement it implies (:func:`statement_from_reproduction`).
 Re-exported by :mod:`kvbounds.verdict`."""

@@ -192,7 +192,7 @@ def _carries(rows) -> dict:
 
 
 def trivial_text(records) -> str:
-    """The comparison with doing nothing that these records allow (issue 20): zeros has relative error 1 by
+    """The comparison with doing nothing that these records allow: zeros has relative error 1 by
     definition; uniform sampling at equal memory is in the ingredient records; the mean of the values and the recent
     window are measured on the same experiment by BKV.vs-uniform (:mod:`kvbounds.proofs_checks.bkv_trivial`)."""
     out = []

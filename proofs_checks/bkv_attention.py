@@ -1,4 +1,4 @@
-"""BKV.attention: BalanceKV's per-step guarantee (BalanceKV-NeurIPS Thm 3.1, Alg. 1; BalanceKV-preprint thm:main-theorem).
+"""BKV.attention: BalanceKV's per-step guarantee (BalanceKV-NeurIPS Thm 3.1, Alg. 1; BalanceKV-preprint Thm 3.1).
 
 Stated: with ||q||, ||k|| <= r, t = O~(sqrt(d) e^{2r^2/sqrt d}/eps) (BalanceKV-NeurIPS; BalanceKV-preprint: O*(e^{2r^2/sqrt d}/eps)) and
 T = log(n/t), at every step j with probability >= 1 - 1/poly(n)
@@ -105,7 +105,7 @@ def statement_trial(params: dict, seed: int, backend: str):
     return [make_record(CLAIM, params, measured=worst, bound=math.sqrt(d) * e2 / t, holds=True, bound_kind="shape",
                         check="BalanceKV-NeurIPS shape", source=SOURCE, **common),
             make_record(CLAIM, params, measured=worst, bound=e2 / t, holds=True, bound_kind="shape",
-                        check="BalanceKV-preprint shape", source="BalanceKV-preprint thm:main-theorem", **common)]
+                        check="BalanceKV-preprint shape", source="BalanceKV-preprint Thm 3.1", **common)]
 
 
 def summarize(records) -> Verdict:

@@ -1,5 +1,5 @@
 """BKV.decode: BalanceKV's per-step guarantee where it is meant to hold, while a real model generates
-(BalanceKV-NeurIPS Thm 3.1, Alg. 1; issue 23).
+(BalanceKV-NeurIPS Thm 3.1, Alg. 1).
 
 SmolLM2 generates greedily with :class:`kvbounds.streaming.StreamingBalanceKVPress` (merge-and-reduce over weighted
 coresets, every layer kept at ``target`` tokens, reduced every ``interval``). At checkpoints, each layer's output

@@ -10,7 +10,7 @@ key's digits), every method at the same number of floats, every layer compressed
 Variants: the paper's pseudocode (``balancekv``) and the authors' released walk (``balancekv_released``, when
 that module is present), each redrawn 5 times. Baselines: our uniform sampling, StreamingLLM and H2O
 (arXiv:2306.14048), kvpress's SnapKV and PyramidKV (rows skipped with a note when kvpress is missing; PyramidKV
-equal to SnapKV on every instance counts once). Every method holds within 1% of the same floats (issue 21).
+equal to SnapKV on every instance counts once). Every method holds within 1% of the same floats.
 Per variant, ``reproduction`` follows :func:`kvbounds.verdict.reproduction_status` (test-type) over cells
 (baseline x budget x task x setting): a one-sided paired t-test over instances (a window's mean per-token
 log-likelihood for perplexity, the answer's for passkey), Holm-adjusted over the variant's cells per redraw; a

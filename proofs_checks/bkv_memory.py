@@ -96,7 +96,7 @@ def run_trial(params: dict, seed: int, backend: str):
         make_record(CLAIM, params, measured=max_floats, bound=balance_kv_memory_shape(d, r, eps, version="BalanceKV-NeurIPS"),
                     holds=True, bound_kind="shape", check="memory BalanceKV-NeurIPS", source="BalanceKV-NeurIPS Thm 3.1", **common),
         make_record(CLAIM, params, measured=max_floats, bound=balance_kv_memory_shape(d, r, eps, version="BalanceKV-preprint"),
-                    holds=True, bound_kind="shape", check="memory BalanceKV-preprint", source="BalanceKV-preprint thm:main-theorem", **common),
+                    holds=True, bound_kind="shape", check="memory BalanceKV-preprint", source="BalanceKV-preprint Thm 3.1", **common),
         make_record(CLAIM, params, measured=max_buckets, check=f"buckets {RULE_NAME[rule]}", bound_kind="a-priori",
                     bound=balance_kv_bucket_count_exact(vmax / erase_threshold(rule, eps=eps, n=n, r=r, d=d, vmax=vmax)),
                     source=SOURCE + " (O(log n); exact integer count derived)",
@@ -147,7 +147,7 @@ def summarize(records) -> Verdict:
     if over:
         r = min(over, key=lambda r: (r.params["n"], r.params["eps"]))
         errata.append(Erratum(
-            "BalanceKV-preprint proof of thm:main-theorem / BalanceKV-NeurIPS A.1 (number of live value-norm buckets)",
+            "BalanceKV-preprint proof of Thm 3.1 / BalanceKV-NeurIPS A.1 (number of live value-norm buckets)",
             f"the count log2(vmax/threshold) is short by up to 2 (rounding): {len(over)} trial(s) exceed it; smallest: "
             f"{r.check}, n = {r.params['n']}, eps = {r.params['eps']}: {int(r.measured)} live buckets vs "
             f"{r.extra['stated_count']:.3g}",

@@ -12,7 +12,7 @@ of the last ``window`` queries. On that metric the trivial controls are:
   * ``ablation``       the variant with random signs and the same cut (bkv_variants.ABLATIONS), per seed.
 
 Pairs: a BalanceKV variant's error at each (layer, T) cell and seed of its compression randomness (``per_seed``,
-recorded since issue 20; older records have no pairs and the summary says so) against each control's error on the
+recorded with the trivial controls; older records have no pairs and the summary says so) against each control's error on the
 same cell; one setting per (trace family, variant). The trace is one text, so this is power over the method's
 randomness on these layers, not over independent texts; the summary says so.
 """
@@ -55,7 +55,7 @@ def trivial_power(claim: str, records, variants: dict[str, str], ablations: dict
     the same cell, and per seed uniform sampling at equal memory (the claim's own comparison, the same sink and
     window) and the variant's ablation (``ablations[method]``: random signs, the same cut; per seed). Every method
     holds the same kept tokens (the cell's budget); the floats record budget / n. None when the records carry no
-    per-seed errors (stored before issue 20)."""
+    per-seed errors (stored before the trivial controls were recorded)."""
     cell = lambda r: (r.params.get("trace"), r.params.get("T"), r.params.get("b"))
     ctl = {name: {cell(r): r.measured for r in records if r.check == check} for name, check in CONTROL_CHECKS.items()}
     seeded = {m: {cell(r): r.extra["per_seed"] for r in records if r.check == f"error {m}" and "per_seed" in r.extra}

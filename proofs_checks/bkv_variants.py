@@ -1,4 +1,4 @@
-"""The BalanceKV variants measured side by side by BKV.vs-uniform and BKV.ablation (issue 10), and what
+"""The BalanceKV variants measured side by side by BKV.vs-uniform and BKV.ablation, and what
 they share: one selection per KV head shared by its query heads (GQA), split numerator/denominator
 log-weights, the walk diagnostic, one-sided tests, and the differences between the paper's App. B text and
 the authors' released code as findings ("versions disagree").

@@ -1,4 +1,4 @@
-"""Shared by BKV.decode and SG.decode (issue 23): SmolLM2 generates greedily with a streaming press
+"""Shared by BKV.decode and SG.decode: SmolLM2 generates greedily with a streaming press
 (:mod:`kvbounds.streaming`), and at checkpoints every layer's compressed attention output is compared with exact
 attention over that layer's whole history (the keys and values the same run computed), at the query of the current
 step, with the battery of controls (:mod:`kvbounds.battery`: zeros, the mean, StreamingLLM with the press's sink,

@@ -1,4 +1,4 @@
-"""Records and verdicts of the decode-time claims BKV.decode and SG.decode (issue 23), from the measurements of
+"""Records and verdicts of the decode-time claims BKV.decode and SG.decode, from the measurements of
 :mod:`proofs_checks.decode_stream`.
 
 Per (checkpoint n, layer) a ``shape`` record: measured = the worst head's error in the theorem's units, bound = the

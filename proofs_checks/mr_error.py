@@ -1,4 +1,4 @@
-"""MR.error: MergeAndReduce's error at every step j (BalanceKV-NeurIPS Thm 3.4; BalanceKV-preprint thm:MergeAndReduce).
+"""MR.error: MergeAndReduce's error at every step j (BalanceKV-NeurIPS Thm 3.4; BalanceKV-preprint Thm 3.3).
 
 Stated (BalanceKV-NeurIPS "BalanceKV", arXiv 2502.07861 v2, Thm 3.4; BalanceKV-preprint = v1): with t = O~(sqrt(s) e^{2r^2/sqrt d}/eps) (BalanceKV-NeurIPS)
 or O*(e^{2r^2/sqrt d}/eps) (BalanceKV-preprint) and T = log2(n/t),
@@ -41,7 +41,7 @@ from .power_streams import POWER_CHECK, StreamBattery, battery_record, missing_r
 from .power_streams import stream as power_stream
 
 CLAIM = "MR.error"
-SOURCE = {"BalanceKV-NeurIPS": "BalanceKV-NeurIPS Thm 3.4", "BalanceKV-preprint": "BalanceKV-preprint thm:MergeAndReduce"}
+SOURCE = {"BalanceKV-NeurIPS": "BalanceKV-NeurIPS Thm 3.4", "BalanceKV-preprint": "BalanceKV-preprint Thm 3.3"}
 CPU_T_MAX = 1 << 15                 # largest t of the gpu profile's t-large sweep on a CPU backend (~40 s)
 LARGE_T = [1 << k for k in range(10, 18)]
 

@@ -1,4 +1,4 @@
-"""MR.memory: MergeAndReduce's cells and cost (BalanceKV-NeurIPS Thm 3.4, Alg. 4; BalanceKV-preprint thm:MergeAndReduce).
+"""MR.memory: MergeAndReduce's cells and cost (BalanceKV-NeurIPS Thm 3.4, Alg. 4; BalanceKV-preprint Thm 3.3).
 
 Stated: at most log2(n/t) cells occupied, each |C^i| <= t; total memory O(d t log(n/t)); per-step time
 O~(d s e^{4r^2/sqrt d}/eps^2), which with t = sqrt(s) e^{2r^2/sqrt d}/eps substituted is O~(d t^2).
@@ -87,7 +87,7 @@ def summarize(records) -> Verdict:
     if occ:
         r = min(occ, key=lambda r: (r.params["n"], r.params["t"]))
         errata.append(Erratum(
-            "BalanceKV-NeurIPS Thm 3.4 / BalanceKV-preprint thm:MergeAndReduce, proof of the memory bound (Alg. 4)",
+            "BalanceKV-NeurIPS Thm 3.4 / BalanceKV-preprint Thm 3.3, proof of the memory bound (Alg. 4)",
             f"'at most log2(n/t) cells occupied' is off by one: {len(occ)}/"
             f"{sum(x.check == 'occupied cells' for x in records)} trials exceed it; C^0..C^T are T + 1 = log2(n/t) + 1 "
             f"cells and all are non-empty just before the last carry (smallest: n = {r.params['n']}, t = "

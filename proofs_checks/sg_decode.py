@@ -1,5 +1,5 @@
 """SG.decode: SubGen's guarantee where it is meant to hold, while a real model generates (SubGen Thm 1, Alg. 1;
-ClusterGen Thm 2.4; issue 23).
+ClusterGen Thm 2.4).
 
 SmolLM2 generates greedily with :class:`kvbounds.streaming.StreamingSubGenPress` (online centres with per-cluster
 reservoirs for the denominator, l2 samples of the values for the numerator, every layer kept at ``target``). At

@@ -6,7 +6,7 @@ harness (:mod:`kvbounds.e2e.falsifiers`: every layer's middle keys/values projec
 from the float budget, first/last 32 tokens exact) on independent windows of real text, against uniform sampling
 holding the same floats (within 1%). One trial per window; one record per budget: ``measured`` = the subspace's
 mean per-token NLL increase over exact attention on that window, ``bound`` = uniform sampling's (``exact``: holds =
-measured <= bound). The window is the unit (issue 21): intervals and tests are over windows, not tokens.
+measured <= bound). The window is the unit: intervals and tests are over windows, not tokens.
 
 Reproduction row: "the subspace cache beats uniform sampling at equal memory", one cell per budget, a one-sided
 paired t-test over windows (:func:`kvbounds.e2e.falsifiers.window_effects`), Holm-adjusted over the budgets,

@@ -121,6 +121,9 @@ def test_notebook_runs_on_smoke(path: Path, tmp_path: Path, kernel_specs: Kernel
     assert f"record(s) of profile 'smoke' in {out}/" in text, "the notebook did not read its records in KVBOUNDS_OUT"
     assert not empty_axes(nb), f"{path.name}: figures with an empty axes (no line, point, bar or image drawn): " \
                                f"{empty_axes(nb)}"
+    shown = "".join(o.get("data", {}).get("text/markdown", "") for c in nb.cells if c.cell_type == "code"
+                    for o in c.get("outputs", []))
+    assert all(f"**{c}**" in shown for c in claims), f"{path.name}: no closing words for {claims} in {shown[:300]!r}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -131,3 +134,14 @@ def test_committed_notebook_has_no_error_output(path: Path):
     errors = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
               for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, f"{path.name}: cell(s) {errors} end in an error; rerun `make notebooks`"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_notebook_ends_with_what_its_figures_show(path: Path):
+    """The last cell says in words what the figures show about the theorem; the one before writes, from the
+    verdicts of the records, what each claim's records show (so the words follow a fresh run)."""
+    nb = nbformat.read(path, as_version=4)
+    last, generated = nb.cells[-1], nb.cells[-2]
+    assert last.cell_type == "markdown" and last.source.startswith("**What the figures show") and \
+        150 <= len(last.source) <= 900, last.source[:200]
+    assert generated.cell_type == "code" and "what_the_records_show(" in generated.source

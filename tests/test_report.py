@@ -120,7 +120,7 @@ def test_write_report(results, fake_claims):
         assert f">{cid}</a>" in text
     assert 'src="figures/A.ok_0.png"' in text
     assert "statement of A.ok &lt;b&gt;" in text  # escaped
-    assert "{&#34;d&#34;:4,&#34;n&#34;:16}" in text  # the finding's smallest input, compact JSON
+    assert "smallest input: n = 16, d = 4" in text  # the finding's smallest input, in words
     assert "Z.unregistered" in text  # named as ignored in the metadata
     assert "fitted</b> C = 0.3" in text
     assert 'id="matrix"' in text and "totals" in text
@@ -143,7 +143,7 @@ def test_render_terminal(results, fake_claims):
     out = report.render_terminal(report.build_verdicts(ResultStore(results).load()))
     for cid in fake_claims:
         assert cid in out
-    assert "Findings (1)" in out and '{"d":4,"n":16}' in out
+    assert "Findings (1)" in out and "smallest input: n = 16, d = 4" in out
     assert "fitted constant C = 0.3" in out
     assert all(len(line) < 200 for line in out.splitlines() if line.startswith("A.ok"))
 
@@ -179,7 +179,8 @@ def test_every_dimension_field_rendered(results, fake_claims, tmp_path):
     verdicts["B.fail"] = _full_verdict("B.fail")
     html = report.render_html(verdicts, recs, {})
     for text in ("false as stated", "statement: false", "proof: errata", "rate: not-reached",
-                 "reproduction: partial", "power: shown", "counterexample", "{&#34;bound&#34;:1.0,",
+                 "reproduction: partial", "power: shown", "counterexample",
+                 "the smallest input: n = 8: measured 2.5 against the bound 1",
                  "holds with constant 3 instead of 1", "BalanceKV-NeurIPS Lemma C.3, step 2", "sign error",
                  "flip the sign", "stated exponent -1.0", "sets in beyond t = 1e4", "released: not-reproduced",
                  "SmolLM2, 4 layers", "controls rejected 4/4", "<b>proven</b> C = 30", "c = 30 log(n/delta)",

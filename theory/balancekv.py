@@ -60,7 +60,7 @@ def merge_reduce_batch_size(eps: float, r: float, d: int, s: int, *, version: st
 
 
 def merge_reduce_error_bound(eps: float, j: int, r: float, d: int, max_v_norm: float) -> float:
-    """MR.error (BalanceKV-NeurIPS Thm 3.4 / BalanceKV-preprint thm:MergeAndReduce): eps j e^{-r^2/sqrt d} max||v||. [stated]"""
+    """MR.error (BalanceKV-NeurIPS Thm 3.4 / BalanceKV-preprint Thm 3.3): eps j e^{-r^2/sqrt d} max||v||. [stated]"""
     return eps * j * math.exp(-r**2 / math.sqrt(d)) * max_v_norm
 
 
@@ -96,7 +96,7 @@ def balance_kv_memory_shape(d: int, r: float, eps: float, *, version: str = "Bal
 
 def balance_kv_bucket_count_bound(n: int, eps: float, r: float, d: int, *, rule: str = "alg1") -> float:
     """Live value-norm buckets as the proofs count them [stated]: log2(2n e^{r^2/sqrt d}/eps) for Alg. 1 line 8
-    (BalanceKV-preprint's proof of thm:main-theorem), log2(sqrt(n)/eps) for the threshold of BalanceKV-NeurIPS A.1's proof."""
+    (BalanceKV-preprint's proof of Thm 3.1), log2(sqrt(n)/eps) for the threshold of BalanceKV-NeurIPS A.1's proof."""
     if rule == "alg1":
         return math.log2(2 * n * math.exp(r**2 / math.sqrt(d)) / eps)
     return math.log2(math.sqrt(n) / eps)

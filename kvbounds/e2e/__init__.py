@@ -1,2 +1,2 @@
-"""End-to-end evaluation (issue 14): every compressor inside a real model through Hugging Face transformers,
+"""End-to-end evaluation: every compressor inside a real model through Hugging Face transformers,
 beside NVIDIA kvpress's presses, on perplexity, passkey retrieval and line retrieval at equal memory."""

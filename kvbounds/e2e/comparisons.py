@@ -1,5 +1,5 @@
 """The paired comparisons behind the end-to-end verdicts (BKV.e2e, SG.e2e) under the stricter reproduction rule
-(:func:`kvbounds.verdict.reproduction_status`, issue 21).
+(:func:`kvbounds.verdict.reproduction_status`).
 
 * The unit is the task instance: a window's mean per-token log-likelihood gain over exact attention (``ppl``),
   the answer's total (``passkey``, ``lines``); tokens of one window are never separate units.

@@ -5,7 +5,7 @@ a low-rank subspace, so projecting them costs little end to end. :func:`window_r
 keys/values of one window of real text onto their top-r subspace
 (:class:`kvbounds.algorithms.compressor_adapters.SubspaceCompressor`, r from the float budget; first/last
 ``window`` tokens exact) and measures the held-out per-token NLL increase against exact attention, with uniform
-sampling at the same memory as the reference. The unit is the window (issue 21): the tokens of one window are not
+sampling at the same memory as the reference. The unit is the window: the tokens of one window are not
 independent, so :func:`window_effects` gives t intervals over the windows' mean per-token increases, and the
 paired (subspace - uniform) interval that says whether the subspace beats uniform at equal memory.
 """

@@ -9,7 +9,7 @@ of its causal softmax weight. Weights 1 (a selection, :func:`kvbounds.algorithms
 Claims: BKV.e2e, SG.e2e (a baseline; SG.e2e's papers compare with H2O, SubGen Table 1 / ClusterGen Table 2).
 
 The scores (:func:`received_attention`) are collected during the exact prefill when it is asked to
-(``harness.prefill(..., received=True)``, issue 26: the queries are already there, so H2O's compression is only
+(``harness.prefill(..., received=True)``: the queries are already there, so H2O's compression is only
 its top-k); without them :func:`accumulated_attention` recomputes the queries from the captured inputs. Both give
 the same scores (the same function of the same rotated queries and keys).
 """
@@ -34,7 +34,7 @@ def received_attention(query, key, scale: float | None = None, *, prefixes=()) -
     causal model's prefix; keys >= m get 0). Queries in blocks of tokens, each block's softmax over the keys it
     sees (the causal lower triangle only).
 
-    Layout (issue 26): the scaled queries of a KV group's heads are interleaved token by token, (Hkv, n, group,
+    Layout: the scaled queries of a KV group's heads are interleaved token by token, (Hkv, n, group,
     d), so a block of tokens is one contiguous (tokens x group, d) matrix per KV head: one batched product with
     the keys (their transpose a view), no broadcast copy of the keys per block, and the column sums one reduction
     over the block's rows (:data:`BLOCK` tokens per block)."""

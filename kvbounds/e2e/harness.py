@@ -43,7 +43,7 @@ class Prefill:
 def prefill(lm, ids: np.ndarray, *, capture_inputs: bool = True, received: bool = False,
             prefixes: tuple = ()) -> Prefill:
     """The exact prefill of ``ids``. ``received``: collect H2O's scores while it runs (the attention each key
-    receives, from the rotated queries the attention kernel reads; issue 26), also over the first m queries for
+    receives, from the rotated queries the attention kernel reads), also over the first m queries for
     each m in ``prefixes`` (the prompts :func:`slice_prefill` cuts)."""
     import contextlib
 

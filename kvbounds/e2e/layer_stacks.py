@@ -1,4 +1,4 @@
-"""The end-to-end harness's host path with every layer in one call (issue 26: compression cheap next to the
+"""The end-to-end harness's host path with every layer in one call (compression cheap next to the
 prefill; claims BKV.e2e, SG.e2e). Each function returns exactly what :func:`kvbounds.e2e.methods.compress_ours`
 gives one layer at a time, in layer order, with the same ``rng`` (tests/test_e2e_layers.py): BalanceKV's and the
 released walk's levels stacked over layers (:mod:`kvbounds.algorithms.balance_layers`), SubGen's greedy k-center

@@ -5,7 +5,7 @@
 Metrics (the value is a mean over instances, with a 95% interval; a randomised method's redraws are averaged
 per instance first):
 * ``ppl: NLL increase vs exact (nats/token)`` - per window, the mean per-token NLL increase against exact
-  attention on the same window (t interval over windows: the window is the unit, issue 21);
+  attention on the same window (t interval over windows: the window is the unit);
 * ``ppl: perplexity`` - exp(mean NLL) of the held-out tokens (no interval);
 * ``<task>: exact match`` - greedy answer entirely right, per instance (Clopper-Pearson interval);
 * ``<task>: answer log-likelihood (nats)`` - teacher-forced log-likelihood of the answer's tokens (t interval);

@@ -7,7 +7,7 @@ the same number of floats per layer and KV head, ``budget * n * 2d`` (keys, valu
 ``compress(K, V, floats, rng, *, sink, window, block_size, Q)`` (:func:`compress_ours`), or, for a method that reads
 the model's prefill (H2O, kvpress's presses), its ``compress_prefill``.
 
-Equal memory (issue 21): every method holds within 1% of ``budget x exact floats``, never more than +1%
+Equal memory: every method holds within 1% of ``budget x exact floats``, never more than +1%
 (:data:`MEMORY_TOLERANCE`; the harness turns a row outside it into an error row). BalanceKV takes the largest
 T-cache that fits and fills the rest with exact recent tokens (:func:`balance_layout`); SubGen and subspace fill
 what their draws / ranks leave with exact recent tokens (:func:`fit_to_floats`); kvpress presses get the

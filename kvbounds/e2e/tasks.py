@@ -12,7 +12,7 @@
 A task instance is a :class:`Task`: ``context`` (compressed after an exact prefill) and ``tail`` (fed after the
 compressed cache), with ``targets`` the positions in ``tail`` whose next token is scored.
 
-Two settings for passkey / lines (issue 21): ``after`` (the harness's first: the question is fed after the
+Two settings for passkey / lines: ``after`` (the harness's first: the question is fed after the
 compressed prompt, so no method can choose by it) and ``inside`` (the papers' LongBench setting: the question
 ends the compressed prompt, inside its exact last window, so SnapKV-style methods see it; only its last token
 and the answer are fed after compression - that token is exact in both cases).

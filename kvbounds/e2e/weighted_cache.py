@@ -1,6 +1,6 @@
 """A transformers cache that holds a compressed KV cache with its per-token log-weights, safe inside ``generate``.
 
-The contract (issue 14; :class:`kvbounds.algorithms.token_selection.CompressedKV`): a layer's compressed cache
+The contract (:class:`kvbounds.algorithms.token_selection.CompressedKV`): a layer's compressed cache
 is ``(K', V', a, b)`` per KV head and attention over it is
 
     o(q) = sum_i exp(l_i + a_i) v_i / sum_i exp(l_i + b_i),    l_i = <q, k_i> * scale,
