@@ -32,6 +32,7 @@ import numpy as np
 from scipy import stats
 
 from .algorithms.validation import InputError, check_array, check_error, check_probability, check_real, check_values
+from .power_calls import median_ci  # noqa: F401 - re-exported: its home is the power rule's statistics
 from .power_calls import (EQUIVALENCE, MIN_STREAMS, call_words, control_order, decide_call, label, summary_words,
                           two_sided_p)
 from .records import Record
@@ -119,23 +120,6 @@ class TrivialPower:
     def calls(self) -> list[dict]:
         """Every (setting, control) call of the claim, in setting then battery order."""
         return [cell.calls[n] for cell in self.cells for n in sorted(cell.calls, key=control_order)]
-
-
-def median_ci(x: Sequence[float], conf: float = 0.95) -> tuple[float, float, float]:
-    """Median with a distribution-free interval from binomial order statistics (exact coverage >= conf). ``x``:
-    at least one number, +-inf allowed (an undefined ratio), NaN refused (InputError), and so is a median between
-    -inf and +inf (an even count whose two middle values are both infinite, of opposite signs: undefined)."""
-    check_probability(conf, "conf")
-    x = np.sort(check_values(x, "x", allow_inf=True))
-    n = len(x)
-    if n == 0:
-        raise InputError("x is empty: no median")
-    k = int(stats.binom.ppf((1 - conf) / 2, n, 0.5))       # lower order statistic (1-based k, clipped)
-    lo, hi = x[max(k - 1, 0)], x[min(n - k, n - 1)]
-    a, b = x[(n - 1) // 2], x[n // 2]
-    if np.isinf(a) and np.isinf(b) and a != b:
-        raise InputError("the median lies between -inf and +inf: undefined")
-    return float(np.median(x)), float(lo), float(hi)
 
 
 def one_sided_p(method: Sequence[float], control: Sequence[float]) -> float | None:

@@ -14,7 +14,7 @@ Per (family, control) of a claim, over n paired streams (the method's metric and
     (it holds at least the whole stream's floats, where every control is exact).
 
 Each call carries the median ratio (method / control) with its distribution-free 95% interval (binomial order
-statistics, :func:`kvbounds.controls.median_ci`), the win count (streams where the method's metric is below the
+statistics, :func:`median_ci`), the win count (streams where the method's metric is below the
 control's), n and the smallest detectable ratio at that n (:func:`detectable_ratio`).
 """
 from __future__ import annotations
@@ -84,6 +84,23 @@ def _paired(method: Sequence[float], control: Sequence[float]) -> tuple[np.ndarr
     return m, c
 
 
+def median_ci(x: Sequence[float], conf: float = 0.95) -> tuple[float, float, float]:
+    """Median with a distribution-free interval from binomial order statistics (exact coverage >= conf). ``x``:
+    at least one number, +-inf allowed (an undefined ratio), NaN refused (InputError), and so is a median between
+    -inf and +inf (an even count whose two middle values are both infinite, of opposite signs: undefined)."""
+    check_probability(conf, "conf")
+    x = np.sort(check_values(x, "x", allow_inf=True))
+    n = len(x)
+    if n == 0:
+        raise InputError("x is empty: no median")
+    k = int(stats.binom.ppf((1 - conf) / 2, n, 0.5))       # lower order statistic (1-based k, clipped)
+    lo, hi = x[max(k - 1, 0)], x[min(n - k, n - 1)]
+    a, b = x[(n - 1) // 2], x[n // 2]
+    if np.isinf(a) and np.isinf(b) and a != b:
+        raise InputError("the median lies between -inf and +inf: undefined")
+    return float(np.median(x)), float(lo), float(hi)
+
+
 def log_ratios(method: Sequence[float], control: Sequence[float]) -> np.ndarray:
     """log(method / control) per stream; a zero side is floored at 1e-300 (an exact control against a positive
     method error is a large ratio, not an undefined one)."""
@@ -132,7 +149,6 @@ def decide_call(family: str, control: str, fraction: float, method: Sequence[flo
                 p_adjusted: float, direction: str, tests: int, alpha: float = ALPHA, reason: str = "",
                 unit: str = "independent streams") -> Call:
     """The call of one (family, control) from its paired metrics and its Holm-adjusted p (module docstring)."""
-    from .controls import median_ci
     check_probability(alpha, "alpha")
     method, control_values = _paired(method, control_values)
     check_real(p_adjusted, "p_adjusted", minimum=0.0)
