@@ -101,9 +101,9 @@ def main(argv=None) -> dict:
     from kvbounds.streaming import StreamingBalanceKVPress, StreamingSubGenPress
     reps = 1 if args.smoke else 3 if args.quick else 7
     if args.smoke:
-        from kvbounds.proofs_checks.decode_stream import _tiny_model
+        from kvbounds.proofs_checks.decode_stream import tiny_model
         globals().update(SMOKE)
-        model, args.lengths = _tiny_model().model, "256,512"
+        model, args.lengths = tiny_model().model, "256,512"
     else:
         model = load_model().model
     rows, targets = [], []

@@ -87,13 +87,13 @@ def attention_setting(family, reps, r=None):
 def decode_setting(quick: bool):
     import torch
     from kvbounds import walk_probe as wp
-    from kvbounds.proofs_checks.decode_stream import PROFILES, _model, _prompt
+    from kvbounds.proofs_checks.decode_stream import PROFILES, decode_model, prompt_tokens
     from kvbounds.streaming import StreamingBalanceKVPress, generate
     p = dict(PROFILES["quick"], model="smollm2") if not quick else PROFILES["smoke"]
-    lm = _model(p["model"])
+    lm = decode_model(p["model"])
     press = StreamingBalanceKVPress(target=p["target"], interval=p["interval"], sink=p["sink"], window=p["window"],
                                     seed=0)
-    ids = torch.as_tensor(np.asarray(_prompt(lm, p["prompt"], 0))[None]).long()
+    ids = torch.as_tensor(np.asarray(prompt_tokens(lm, p["prompt"], 0))[None]).long()
     torch.set_num_threads(1)
     with wp.record_halvings() as hs:
         generate(lm.model, press, ids, p["new"])

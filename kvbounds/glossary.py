@@ -124,9 +124,12 @@ TERMS: tuple[Term, ...] = (
     Term("better / tied / worse", "The call of a method against one control, from paired streams (or instances): two "
          "one-sided tests, Holm-adjusted over the claim's tests at 0.05, with the median ratio method / control and "
          "its 95% interval. Better: significantly below the control; worse: significantly above it; tied: neither "
-         "test is significant. \"Not shown better\" is said where the method was not significantly better, whether "
-         "tied or the streams too few to tell; \"not tested\" where the method holds at least the whole stream, so "
-         "that controls at equal memory would be exact.",
+         "test is significant and the interval lies within 20% of 1 (equivalent within 20%); \"not shown better\": "
+         "neither test is significant and the interval reaches past 20%, so the streams cannot tell the two apart "
+         "(\"leaning worse\" where the median ratio is above 1). The interval is each call's own; the tests are "
+         "adjusted over the claim, so an interval that excludes 1 can go with a call that is not significant. "
+         "\"Not tested\": the method holds at least the whole stream, so that controls at equal memory would be "
+         "exact.",
          (r"\bbetter\b", r"\btied\b", r"\bworse\b", r"not (?:shown|tested)"), CALLS,
          ("better", "tied", "worse", "not-tested")),
     # ------------------------------------------------------------------ variants

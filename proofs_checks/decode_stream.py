@@ -50,14 +50,16 @@ def trials(profile: str) -> list[dict]:
 
 
 @functools.lru_cache(maxsize=1)
-def _model(spec: str):
+def decode_model(spec: str):
+    """The model a decode check runs: "tiny" (:func:`tiny_model`) or a name :func:`kvbounds.e2e.model.load_model`
+    reads (cached: one per process)."""
     if spec == "tiny":
-        return _tiny_model()
+        return tiny_model()
     from kvbounds.e2e.model import load_model
     return load_model(spec)
 
 
-def _tiny_model():
+def tiny_model():
     """A seeded random 2-layer Llama with the weighted attention, and an encoder mapping bytes to its vocabulary."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -72,7 +74,8 @@ def _tiny_model():
     return LoadedModel(model=model, encode=encode, name="tiny random Llama")
 
 
-def _prompt(lm, n: int, seed: int):
+def prompt_tokens(lm, n: int, seed: int):
+    """``n`` token ids of the default real text (:func:`kvbounds.traces.real.default_text`) from a seeded start."""
     from kvbounds.traces.real import default_text
     ids = lm.encode(default_text())
     start = int(np.random.default_rng(seed).integers(0, max(len(ids) - n, 1)))
@@ -169,11 +172,11 @@ def run_generation(press_cls, params: dict, seed: int, *, ablation=None, tokens:
     :class:`DecodeObserver`); ``tokens``: a list that receives the generated sequence (prompt and new tokens)."""
     import torch
     from kvbounds.streaming import generate
-    lm = _model(params["model"])
+    lm = decode_model(params["model"])
     obs = DecodeObserver(params, seed, ablation)
     press = press_cls(target=params["target"], interval=params["interval"], sink=params["sink"],
                       window=params["window"], seed=seed, observer=obs, **press_kw)
-    ids = torch.as_tensor(np.asarray(_prompt(lm, params["prompt"], seed))[None]).long()
+    ids = torch.as_tensor(np.asarray(prompt_tokens(lm, params["prompt"], seed))[None]).long()
     torch.set_num_threads(1)
     out = generate(lm.model, press, ids, params["new"])
     if tokens is not None:
@@ -190,7 +193,7 @@ def run_forced(press_cls, params: dict, seed: int, tokens, **press_kw):
     import torch
     from transformers import DynamicCache
     from kvbounds.streaming.generate import cache_keyword
-    lm = _model(params["model"])
+    lm = decode_model(params["model"])
     obs = DecodeObserver(params, seed)
     press = press_cls(target=params["target"], interval=params["interval"], sink=params["sink"],
                       window=params["window"], seed=seed, observer=obs, **press_kw)

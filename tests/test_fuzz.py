@@ -186,6 +186,8 @@ NOT_ENTRY_POINTS = {
     # argument checks in tests/test_controls.py), the decode observer and the generation it measures (a loaded
     # model and a press; tests/test_decode_checks.py and the smoke run of BKV.decode / SG.decode)
     "real_stream", "DecodeObserver", "run_generation", "run_forced",
+    # the decode checks' model and prompt (a loaded model; used by benchmarks/walk_cause.py and the streaming bench)
+    "decode_model", "tiny_model", "prompt_tokens",
     # the power rule's data holder (made by decide_call: its entry)
     "Call",
     # e2e: the verdicts' words from Record lists (evidence against, per-variant calls, the budgets each method ran)
