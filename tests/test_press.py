@@ -271,3 +271,13 @@ def test_press_on_a_left_padded_batch_equals_each_row_alone(name):
         batch = torch.stack(model.generate(ids, attention_mask=mask, **gen).logits, 1)
     for r in range(2):
         torch.testing.assert_close(batch[r], alone[r], rtol=0, atol=1e-5)
+
+
+def test_answer_cut_names_a_kvpress_without_the_method_it_wraps(monkeypatch):
+    """kvbounds.e2e.kvpress_answers wraps one private method of kvpress's pipeline; a kvpress without it (outside the
+    extra's range) is a clear error, not a pipeline that silently keeps the first answer in the cache."""
+    from kvpress.pipeline import KVPressTextGenerationPipeline
+    from kvbounds.e2e import kvpress_answers
+    monkeypatch.delattr(KVPressTextGenerationPipeline, "_remove_answer_from_cache")
+    with pytest.raises(RuntimeError, match="_remove_answer_from_cache"):
+        kvpress_answers.install()

@@ -21,7 +21,12 @@ def install() -> bool:
         from kvpress.pipeline import KVPressTextGenerationPipeline
     except ImportError:
         return False
-    original = KVPressTextGenerationPipeline._remove_answer_from_cache
+    original = getattr(KVPressTextGenerationPipeline, "_remove_answer_from_cache", None)
+    if original is None:       # a kvpress outside the extra's range (0.5.x): say so rather than answer wrongly
+        import kvpress
+        raise RuntimeError(f"kvpress {getattr(kvpress, '__version__', '?')}'s pipeline has no "
+                           "_remove_answer_from_cache: kvbounds' weighted cache cannot cut its answers; install the "
+                           "kvpress of kvbounds' 'kvpress' extra (kvpress>=0.5.5,<0.6)")
     if getattr(original, MARK, False):
         return True
 
