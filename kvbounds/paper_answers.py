@@ -75,7 +75,7 @@ def _first_clause(text: str, limit: int = 40) -> str:
     ", for any", at most ``limit`` words."""
     s = " ".join(registry.cite(text).split())
     s = re.sub(r" \((?=[A-Za-z]{3})[^()]*\)", "", s)
-    s = re.split(r"; |,? for any | and raises ", s)[0].strip().rstrip(",.;:")
+    s = re.split(r"; |,? for any | and raises | \((?:proven|Theorem|attained|measured)\b", s)[0].strip().rstrip(",.;:")
     if len(s.split()) <= limit:
         return s
     chain = s.split(" <= ")        # a chain X <= Y <= Z: its first link X <= Y is a bound by itself

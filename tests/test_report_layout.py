@@ -82,8 +82,15 @@ def page(tmp_path_factory, smoke_store) -> Path:
     build = report.build_verdicts
 
     def wide_first_table(records, claims=None):
-        """The verdicts, the first power table given twelve more settings with long names."""
+        """The verdicts, the first table given twelve more stream families with long names (the first verdict with
+        the battery's calls; the first with an older power table too)."""
         verdicts = build(records, claims)
+        for cid, v in verdicts.items():
+            if v.power_calls:
+                extra = [dict(c, family=f"a stream family with a long name, number {i}") for i in range(12)
+                         for c in v.power_calls[:3]]
+                verdicts[cid] = dataclasses.replace(v, power_calls=list(v.power_calls) + extra)
+                break
         for cid, v in verdicts.items():
             if v.power_table:
                 extra = [dict(v.power_table[0], setting=f"a stream family with a long name, number {i}")
