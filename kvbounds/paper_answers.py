@@ -33,7 +33,7 @@ CONTROL_WORDS = {"streaming_llm": "StreamingLLM", "recent": "the recent window",
                  "ablation": "its ablation"}
 # a short variant name -> the key of kvbounds.methods.VARIANT_WORDS that defines it
 VARIANT_KEYS = {"pseudocode walk": "BalanceKV:pseudocode", "greedy walk": "BalanceKV:greedy",
-                "released walk": "BalanceKV:released", "streaming BalanceKV press": "BalanceKV:streaming",
+                "released walk": "BalanceKV:released", "streaming press": "BalanceKV:streaming",
                 "SubGen estimator": "SubGen/ClusterGen:subgen", "k-center": "SubGen/ClusterGen:kcenter",
                 "size-weighted k-center": "SubGen/ClusterGen:kcenter_sized",
                 "streaming SubGen press": "SubGen/ClusterGen:streaming", "static subspace": "Subspace/FD:subspace",
@@ -45,14 +45,14 @@ _REPRO_RANK = ("reproduced", "partial", "not-shown", "reversed", "not-reproduced
 
 def short_variant(text: str, algorithm: str = "") -> str:
     """The short name of the variant a text names ("real SmolLM2 | released walk at temp 1" -> "released walk"; a
-    registry key "BalanceKV:streaming" -> "streaming BalanceKV press"); "" when it names none."""
+    registry key "BalanceKV:streaming" -> "streaming press"); "" when it names none."""
     t = text.lower()
     rules = (("pseudocode", "pseudocode walk"), ("balance", "pseudocode walk"), ("greedy walk", "greedy walk"),
              ("released", "released walk"), ("consistent", "released walk"), ("kcenter_sized", "size-weighted k-center"),
              ("kcenter", "k-center"), ("subgen", "SubGen estimator"), ("subspace", "static subspace"),
              ("gamma=", "static subspace"), (":fd", "Frequent Directions"))
     if "streaming" in t:
-        return "streaming SubGen press" if "subgen" in t or "SubGen" in algorithm else "streaming BalanceKV press"
+        return "streaming SubGen press" if "subgen" in t or "SubGen" in algorithm else "streaming press"
     if t == "balance" or t.startswith("balance "):
         return "pseudocode walk"
     return next((name for key, name in rules if key in t and key != "balance"), "")
@@ -115,7 +115,7 @@ def _statements(group: dict, full: bool, corrected_words: int) -> str:
     if false:
         parts.append("false as stated: " + ", ".join(false))
     if by.get("not-refuted"):
-        parts.append(f"not refuted (sampling cannot refute it): {', '.join(by['not-refuted'])}")
+        parts.append(f"not refuted: {', '.join(by['not-refuted'])}")
     if by.get("inconclusive"):
         parts.append(f"inconclusive: {', '.join(by['inconclusive'])}")
     unrun = by.get("not-run", []) + by.get("no-check", [])
@@ -130,10 +130,10 @@ def _errata_rate(group: dict, full: bool) -> str:
     slow = [cid for cid, v in group.items() if v.rate == "not-reached"]
     parts = []
     if err:
-        parts.append("proofs with errata (the statement stands): " + (", ".join(f"{c} ({k})" for c, k in err) if full
+        parts.append("proof errata (the statements stand): " + (", ".join(f"{c} ({k})" for c, k in err) if full
                                                                       else _ids([c for c, _ in err], False)))
     if slow:
-        parts.append(f"the stated rate not reached in the tested range: {', '.join(slow)}")
+        parts.append(f"stated rate not reached in the tested range: {', '.join(slow)}")
     text = "; ".join(parts) + "."
     return text[0].upper() + text[1:] if parts else ""
 
@@ -160,11 +160,17 @@ def _experiments(group: dict, notes: bool, per_variant: bool = True) -> tuple[st
             named.add(_claim_variant(cid))
             text += f" ({sum(r.status == 'reproduced' for r in v.reproductions)} of {len(v.reproductions)} parts, " \
                     f"on the {_claim_variant(cid)})"
-        note = next((r.bound_note for r in v.reproductions if r.bound_note.startswith("evidence against")), "")
-        if notes and note:
-            text += f"; {note}"
+        against = next((r for r in v.reproductions if r.bound_note.startswith("evidence against")), None)
+        if notes and against:
+            name = short_variant(against.variant, algorithm)
+            note = re.sub(r" \([^()]*\)", "", against.bound_note)
+            text += "; " + (note.replace("evidence against:", f"evidence against the {name}:", 1) if name else note)
         parts.append(text)
     return ("Experiments: " + "; ".join(parts) + "." if parts else ""), named
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _call_phrases(by: dict[str, list[str]], counts: bool) -> str:
@@ -183,8 +189,8 @@ def _call_phrases(by: dict[str, list[str]], counts: bool) -> str:
             mixed.append(CONTROL_WORDS.get(k, k)
                          + (" (" + ", ".join(f"{n} {w}" for w, n in sorted(c.items())) + ")" if counts else ""))
     order = ("worse", "not shown", "tied", "better")
-    out = [f"{heads[w]} {' and '.join(same[w])}" for w in order if w in same]
-    return ", ".join(out + ([f"mixed across families against {' and '.join(mixed)}"] if mixed else []))
+    out = [f"{heads[w]} {_and(same[w])}" for w in order if w in same]
+    return ", ".join(out + ([f"mixed against {_and(mixed)}"] if mixed else []))
 
 
 def _comparisons(group: dict, counts: bool = True) -> tuple[str, set[str], str]:
@@ -208,8 +214,9 @@ def _comparisons(group: dict, counts: bool = True) -> tuple[str, set[str], str]:
     clauses = []
     for (name, setting), by in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1] != "synthetic")):
         where = "synthetic streams" if setting == "synthetic" else "real keys"
-        clauses.append(f"the {name} on {where} is {_call_phrases(by, counts)}")
-    text = ("At equal memory, " + "; ".join(clauses) + ".") if clauses else \
+        clauses.append(f"{name} on {where}: {_call_phrases(by, counts)}")
+    text = ("At equal memory (mixed: varies by family): " + "; ".join(clauses) + ".") \
+        if clauses else \
         "No comparison at equal memory against StreamingLLM, uniform sampling or an ablation in these records."
     note = (f"Not compared ({', '.join(whole)}): at these sizes the method holds at least the whole stream's floats, "
             "so it does not compress." if whole else "")
