@@ -241,8 +241,8 @@ def compose(name: str, group: dict, level: int = 0) -> str:
         return ""
     run = {cid: v for cid, v in group.items() if (v.statement or "") not in ("not-run", "no-check")}
     if not run:
-        return (f"{name}: none of its {len(group)} claims ({', '.join(group)}) has records in this run, so nothing "
-                "about its statements, variants or baselines can be said yet; run `make report` to check them.")
+        return (f"{name} ({len(group)} claims). None has records in this run, so nothing about its statements, their "
+                "variants or how they compare with the baselines can be said yet; run `make report` to check them all.")
     keep = lambda detail: LEVELS.index(detail) >= level
     full = keep("claim lists")
     comparisons, in_calls, whole = _comparisons(run, keep("counts of mixed calls"))

@@ -64,6 +64,23 @@ def _value(v, depth: int = 0) -> list[str]:
     return [pad + "- " + _cell(v)]
 
 
+def _short(x) -> str:
+    if isinstance(x, float):
+        return f"{x:.3g}"
+    if isinstance(x, dict):
+        return ", ".join(f"{k} {_short(v)}" for k, v in sorted(x.items()))
+    if isinstance(x, (list, tuple)):
+        return ", ".join(_short(v) for v in x)
+    return str(x)
+
+
+def power_row(row: dict) -> str:
+    """One setting of a power table on one line (numbers to 3 significant digits; its calls left out: the verdict's
+    power calls say them)."""
+    return "; ".join(f"{k.replace('_', ' ')}: {_short(v)}" for k, v in sorted(row.items())
+                     if k != "calls" and v not in (None, "", [], {}))
+
+
 def _claim_section(cid: str, v: Verdict, findings: list[dict]) -> list[str]:
     from .report import dimensions, headline
     c = registry.CLAIMS[cid]
@@ -78,6 +95,11 @@ def _claim_section(cid: str, v: Verdict, findings: list[dict]) -> list[str]:
             continue
         if f.name == "counterexample":                # in words, as the html report shows it
             val = "the smallest input, " + counterexample_in_words(val)
+        elif f.name in ("power_calls", "power_table"):   # one line per call in words, per setting (its calls aside)
+            from .power_calls import call_words
+            lines.append(f"- **{f.name.replace('_', ' ')}**:")
+            lines += ["  - " + _cell(call_words(x) if f.name == "power_calls" else power_row(x)) for x in val]
+            continue
         elif f.name == "errata":
             val = [dict(dataclasses.asdict(e), smallest_input=params_in_words(e.smallest_input)) for e in val]
         if isinstance(val, str):

@@ -1,8 +1,9 @@
 """Read ``summary.json`` back: the verdicts as :class:`kvbounds.verdict.Verdict` objects, so that the markdown
 (``docs/RESULTS.md`` and the README's "What we found") renders from that one file exactly as from the records.
 
-``make results-md`` copies the run's summary.json to ``docs/summary.json`` and renders both documents from it;
-tests/test_results_md.py checks that the committed documents are what that file renders to.
+``make results-md`` writes the run's summary.json compactly to ``docs/summary.json`` (:func:`compact`: one line per
+claim, without the unique findings, which the markdown recomputes from the verdicts) and renders both documents from
+it; tests/test_results_md.py checks that the committed documents are what that file renders to.
 """
 from __future__ import annotations
 
@@ -66,3 +67,29 @@ def verdicts_from_summary(summary: dict) -> dict[str, Verdict]:
 
 def load_summary(path) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def compact(summary: dict) -> str:
+    """summary.json as ``docs/summary.json`` keeps it: what the markdown reads (every key but the unique findings,
+    recomputed from the verdicts), one line per top-level key (claims, papers, ...) so that a new run's diff is
+    per claim, keys sorted: the same summary gives the same bytes."""
+    keep = {k: v for k, v in sorted(summary.items()) if k != "findings"}
+    body = ",\n".join(f"{json.dumps(k)}: {json.dumps(v, sort_keys=True, ensure_ascii=False, separators=(',', ':'))}"
+                       for k, v in keep.items())
+    return "{\n" + body + "\n}\n"
+
+
+def main(argv=None) -> int:
+    """``python -m kvbounds.summary_read SUMMARY.json OUT.json``: write :func:`compact` of SUMMARY.json to OUT.json."""
+    import sys
+    args = argv if argv is not None else sys.argv[1:]
+    if len(args) != 2:
+        print("usage: python -m kvbounds.summary_read SUMMARY.json OUT.json", file=sys.stderr)
+        return 2
+    from .output_files import write_output
+    write_output(args[1], compact(load_summary(args[0])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
