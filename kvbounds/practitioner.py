@@ -193,7 +193,8 @@ def markdown_lines(table: dict | None) -> list[str]:
     for r in table["rows"]:
         ex = f"{r['exact']['value']:.3g}" if r["exact"] else "-"
         t = (f"{r['compress_ms']:.3g} / {r['prefill_ms']:.3g}" if r["compress_ms"] is not None else "not timed")
-        lines.append(f"| {r['method']} | {r['task']} | {r['budget']} | {fmt(r['value'])} | {ex} | {r['baseline']} "
+        task = r["task"].replace("|", "\\|")          # a norm's bars inside a table cell
+        lines.append(f"| {r['method']} | {task} | {r['budget']} | {fmt(r['value'])} | {ex} | {r['baseline']} "
                      f"{fmt(r['baseline_value'])} | **{r['call']}** | {t} |")
     lines.append("")
     words = {r["method"]: r["variant"] for r in table["rows"] if r["variant"]}

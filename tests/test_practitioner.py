@@ -57,3 +57,9 @@ def test_interval_call_and_no_records():
     assert interval_call(a, dict(value=1.0, ci=[None, None]), True) == "not shown"
     assert practitioner_table(None) is None and practitioner_table([]) is None
     assert markdown_lines(None)[0].startswith("No end-to-end records")
+
+
+def test_a_norm_in_the_task_does_not_break_the_markdown_table():
+    t = practitioner_table(board(), {}, [])
+    line = next(x for x in markdown_lines(t) if x.startswith("| streaming BalanceKV"))
+    assert line.count("|") - line.count("\\|") == 9                     # 8 cells
