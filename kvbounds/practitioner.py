@@ -13,6 +13,7 @@ out silently. Only the question-after-the-prompt setting is tabled (the papers' 
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 
 BUDGETS = (0.25, 0.5)
@@ -124,7 +125,8 @@ def practitioner_table(board: list[dict] | None, verdicts: dict | None = None,
         if not methods:
             collapsed = [r for r in board if r.get("metric") == metric and r.get("method") == "all methods"]
             if collapsed:
-                notes.append(f"{task}: no information here ({collapsed[0].get('note', '')})")
+                why = re.sub(r"^no information: ", "", str(collapsed[0].get("note", "")))
+                notes.append(f"{task}: no information here ({why})")
             continue
         exact = _value(by.get(("exact", metric, 1.0)))
         for b in BUDGETS:
