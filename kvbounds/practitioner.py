@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 BUDGETS = (0.25, 0.5)
 STANDARD = {"streaming_llm": "StreamingLLM", "uniform": "uniform"}
@@ -157,7 +157,26 @@ def practitioner_table(board: list[dict] | None, verdicts: dict | None = None,
                      "attention's error is 0; its call is the battery's paired test where the verdict carries one")
     if not rows:
         return None
-    return {"rows": rows, "not_run": not_run, "notes": notes}
+    return {"rows": rows, "not_run": not_run, "notes": notes, "in_words": in_words(rows)}
+
+
+def in_words(rows: list[dict]) -> str:
+    """The table's answer in one sentence per budget: how many (method, task) rows are better / worse / not shown
+    against the better standard baseline, and which methods are better or worse where."""
+    out = []
+    for budget in dict.fromkeys(r["budget"] for r in rows):
+        rs = [r for r in rows if r["budget"] == budget]
+        n = Counter(r["call"] for r in rs)
+        where = lambda call: sorted({f"{r['method']} ({r['task'].split(':')[0]})" for r in rs if r["call"] == call})
+        text = (f"At {budget} of the memory, of {len(rs)} (method, task) comparisons with the better of StreamingLLM "
+                f"and uniform sampling, {n['better']} {'is' if n['better'] == 1 else 'are'} better, {n['worse']} worse "
+                f"and {n['not shown'] + n['tied']} not shown either way")
+        if where("better"):
+            text += f"; better: {', '.join(where('better'))}"
+        if where("worse"):
+            text += f"; worse: {', '.join(where('worse'))}"
+        out.append(text + ".")
+    return " ".join(out)
 
 
 def _decode_rows(board: list[dict], verdicts: dict) -> list[dict]:
@@ -190,8 +209,9 @@ def markdown_lines(table: dict | None) -> list[str]:
     """The table as markdown, with the (method, budget) pairs not run and the notes below it."""
     if not table:
         return ["No end-to-end records in this run: run `make report` for the practitioner's table."]
-    lines = ["| method | task | budget | method [95% CI] | exact | best baseline [95% CI] | call | compress / prefill "
-             "(ms per token) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [f"**In short**: {table['in_words']}", ""] if table.get("in_words") else []
+    lines += ["| method | task | budget | method [95% CI] | exact | best baseline [95% CI] | call | compress / prefill "
+              "(ms per token) |", "|---|---|---|---|---|---|---|---|"]
     for r in table["rows"]:
         ex = f"{r['exact']['value']:.3g}" if r["exact"] else "-"
         t = (f"{r['compress_ms']:.3g} / {r['prefill_ms']:.3g}" if r["compress_ms"] is not None else "not timed")

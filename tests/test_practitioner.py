@@ -48,6 +48,10 @@ def test_the_table_calls_each_method_against_the_better_baseline():
     assert "| balancekv | perplexity: NLL increase vs exact (nats/token) | 25% | 0.5 [0.4, 0.6] | 0 | StreamingLLM " \
            "0.12 [0.05, 0.2] | **worse** | 0.1 / 2 |" in text
     assert "Not run: at 50% of the cache: balancekv not run on this profile." in text
+    assert t["in_words"].startswith("At 25% of the memory, of 3 (method, task) comparisons with the better of "
+                                    "StreamingLLM and uniform sampling, 0 are better, 1 worse and 2 not shown either "
+                                    "way; worse: balancekv (perplexity).")
+    assert "At 33% of the memory, of 1 (method, task) comparisons" in t["in_words"] and "is better" in t["in_words"]
 
 
 def test_interval_call_and_no_records():
