@@ -58,10 +58,6 @@ def short_variant(text: str, algorithm: str = "") -> str:
     return next((name for key, name in rules if key in t and key != "balance"), "")
 
 
-def _words(n: int, one: str, many: str) -> str:
-    return one if n == 1 else many
-
-
 def _ids(ids: list[str], full: bool) -> str:
     return ", ".join(ids) if full else f"{len(ids)} claim{'s' if len(ids) != 1 else ''}"
 
