@@ -44,8 +44,10 @@ def test_committed_documents_are_what_the_committed_summary_renders_to():
                             "`make results-md`:\n" + diff(readme, block, "README.md")
 
 
-# what a fresh run changes besides the findings: its time, its commit, the practitioner's time column
-TIMING = re.compile(r"wall clock|CPU time|^- duration:|^- kvbounds .*, commit ")
+# what a fresh run changes besides the findings: its time, its commit, the practitioner's time column, and the lines
+# that report a measured time or a peak allocation (the cost claims' summaries and constants: wall clock and allocator)
+TIMING = re.compile(r"wall clock|CPU time|^- duration:|^- kvbounds .*, commit |\btime\b|\bns per\b|seconds|peak bytes"
+                    r"|\bus\b|ms per")
 TIME_CELL = re.compile(r"\| [-+.\de]+ / [-+.\de]+ \|$")
 
 
