@@ -48,8 +48,8 @@ def short_variant(text: str, algorithm: str = "") -> str:
     registry key "BalanceKV:streaming" -> "streaming press"); "" when it names none."""
     t = text.lower()
     rules = (("pseudocode", "pseudocode walk"), ("balance", "pseudocode walk"), ("greedy walk", "greedy walk"),
-             ("released", "released walk"), ("consistent", "released walk"), ("kcenter_sized", "size-weighted k-center"),
-             ("kcenter", "k-center"), ("subgen", "SubGen estimator"), ("subspace", "static subspace"),
+             ("released", "released walk"), ("consistent", "released walk"), ("sized", "size-weighted k-center"),
+             ("center", "k-center"), ("subgen", "SubGen estimator"), ("subspace", "static subspace"),
              ("gamma=", "static subspace"), (":fd", "Frequent Directions"))
     if "streaming" in t:
         return "streaming SubGen press" if "subgen" in t or "SubGen" in algorithm else "streaming press"

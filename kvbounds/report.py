@@ -27,17 +27,15 @@ from .report_chips import calls_worse, define  # noqa: F401
 from .report_meta import error_rows, leaderboard, run_metadata
 from .report_words import counterexample_in_words, infinite_ratios, params_in_words, spread_words
 from .report_summary import group_by_kind, summary_dict, summary_extras, summary_json, unique_findings  # noqa: F401
-from .report_glance import GLANCE_LABELS, at_a_glance, glance_category, glance_split  # noqa: F401
-from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, VACUOUS, Verdict, finalize
+from .report_glance import (DIMENSIONS, GLANCE_LABELS, LEGACY_STATEMENT, at_a_glance, dimensions,  # noqa: F401
+                            glance_category, glance_split)
+from .verdict import (FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, VACUOUS,  # noqa: F401
+                      Verdict, finalize)
 
 FIG_DIR = FIGURES_DIR
 MAX_FIGURES = 2          # per claim card
 EVIDENCE_CHARS = 110
-DIMENSIONS = ("statement", "proof", "rate", "reproduction", "power")
 
-# legacy single status -> the statement dimension
-LEGACY_STATEMENT = {HOLDS: "holds", HOLDS_FITTED: "holds-fitted", FAILS: "fails", INCONCLUSIVE: "inconclusive",
-                    NO_CHECK: "no-check", NOT_RUN: "not-run", NOT_REFUTED: "not-refuted", VACUOUS: "vacuous"}
 # colour class of a dimension value: good / bad / warn / none
 TONE = {"holds": "good", "holds-fitted": "good", "sound": "good", "observed": "good", "reproduced": "good",
         "shown": "good", "better": "good", "false": "bad", "fails": "bad", "reversed": "bad", "not-reproduced": "bad",
@@ -113,14 +111,6 @@ def deferred_text(deferred: Sequence[Record]) -> str:
         backends = ", ".join(sorted({b for _, b in vals}))
         parts.append(f"{len(vals)} trial(s) of the {sweep or key} sweep deferred on {backends}: {rng} ({why})")
     return "; ".join(parts)
-
-
-def dimensions(v: Verdict) -> dict[str, str]:
-    """The verdict's dimensions; a verdict without them shows its legacy status as the statement."""
-    d = {k: getattr(v, k) or "n/a" for k in DIMENSIONS}
-    if not v.statement:
-        d["statement"] = LEGACY_STATEMENT.get(v.status, v.status)
-    return d
 
 
 def headline(v: Verdict) -> str:

@@ -1,11 +1,24 @@
-"""The first screen's counts: each claim in one category (its statement, or for an empirical claim its
+"""The verdict's dimensions as the report shows them (:func:`dimensions`), and the first screen's counts: each claim in one category (its statement, or for an empirical claim its
 reproduction), then the cross-cutting counts (errata, rates not reached, low power, the battery's calls), which
 overlap: a claim can count in several. Re-exported by :mod:`kvbounds.report`."""
 from __future__ import annotations
 
 from collections import Counter
 
-from .verdict import Verdict
+from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, VACUOUS, Verdict
+
+DIMENSIONS = ("statement", "proof", "rate", "reproduction", "power")
+# legacy single status -> the statement dimension
+LEGACY_STATEMENT = {HOLDS: "holds", HOLDS_FITTED: "holds-fitted", FAILS: "fails", INCONCLUSIVE: "inconclusive",
+                    NO_CHECK: "no-check", NOT_RUN: "not-run", NOT_REFUTED: "not-refuted", VACUOUS: "vacuous"}
+
+
+def dimensions(v: Verdict) -> dict[str, str]:
+    """The verdict's dimensions; a verdict without them shows its legacy status as the statement."""
+    d = {k: getattr(v, k) or "n/a" for k in DIMENSIONS}
+    if not v.statement:
+        d["statement"] = LEGACY_STATEMENT.get(v.status, v.status)
+    return d
 
 GLANCE_LABELS = {"false": "false as stated", "holds": "hold as stated", "holds-fitted": "hold with a fitted constant",
                  "vacuous": "vacuous at these norms (doing nothing meets the bound)",
@@ -18,7 +31,6 @@ GLANCE_LABELS = {"false": "false as stated", "holds": "hold as stated", "holds-f
 def glance_category(v: Verdict) -> str:
     """The first screen's category: the statement dimension, or for an empirical claim its reproduction; a hold
     or a reproduction that a trivial estimator matches says so ("hold as stated, no better than doing nothing")."""
-    from .report import dimensions
     d = dimensions(v)
     key = d["reproduction"] if v.kind == "empirical" and d["reproduction"] != "n/a" else d["statement"]
     label = GLANCE_LABELS.get(key, key)
@@ -30,7 +42,6 @@ def glance_category(v: Verdict) -> str:
 
 def at_a_glance(verdicts: dict[str, Verdict]) -> list[tuple]:
     """Counts by category (statement, or reproduction for empirical claims), then the cross-cutting dimensions."""
-    from .report import dimensions
     tones = {"false as stated": "bad", "empirical: not reproduced": "bad", "empirical: reversed": "bad",
              "hold as stated": "good", "hold with a fitted constant": "good", "empirical: reproduced": "good"}
     cnt = Counter(glance_category(v) for v in verdicts.values())
