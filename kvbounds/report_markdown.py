@@ -136,13 +136,15 @@ def _leaderboard(rows: list[dict] | None) -> list[str]:
 
 
 def answers_lines(verdicts: dict[str, Verdict], papers: dict | None, practitioner: dict | None,
-                  level: str = "##") -> list[str]:
+                  level: str = "##", glossary: str = "#glossary") -> list[str]:
     """The per-paper answers, then the practitioner's table (``papers``: summary.json's "papers"; None: from the
-    verdicts)."""
+    verdicts); ``glossary``: where the words are defined."""
     from .paper_answers import markdown_lines as paper_lines, paper_answers
     from .practitioner import markdown_lines as table_lines
     papers = papers if papers is not None else paper_answers(verdicts)
-    return ([f"{level} What each paper's claims come to", ""] + paper_lines(papers)
+    return ([f"{level} What each paper's claims come to", "",
+             f"The words (fitted constant, vacuous, variant, ablation, better / tied / not shown) are defined in the "
+             f"[glossary]({glossary}).", ""] + paper_lines(papers)
             + [f"{level} Should I use it?", "",
                "Each method of the papers inside SmolLM2-135M-Instruct at 25% and 50% of the cache, against exact "
                "attention and the better of StreamingLLM and uniform sampling there (95% intervals over instances; "
@@ -239,7 +241,7 @@ def found_block(verdicts: dict[str, Verdict], link: str = "docs/RESULTS.md", n: 
               + "; ".join(f"{k} {label}" for label, k, _ in parts) + ".")
     if overlap:
         counts += " Across them (a claim can count in several): " + "; ".join(f"{k} {label}" for label, k, _ in overlap) + "."
-    lines = [FOUND_BEGIN, ""] + answers_lines(verdicts, papers, practitioner, "###") + [
+    lines = [FOUND_BEGIN, ""] + answers_lines(verdicts, papers, practitioner, "###", f"{link}#glossary") + [
              "### Every claim", "", counts, "", "| claim | verdict | evidence |", "|---|---|---|"]
     for cid, v in run:
         lines.append(f"| [{cid}]({link}#{anchor(cid)}) | {_cell(headline(v))} | {_cell(evidence(v, n))} |")
