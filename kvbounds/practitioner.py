@@ -151,6 +151,12 @@ def practitioner_table(board: list[dict] | None, verdicts: dict | None = None,
                            and r["method"] not in ("exact", "all methods")})
             not_run.append(f"at {100 * b:.0f}% of the cache no method of the papers ran on this profile"
                            + (f" (only {', '.join(only)}, the baselines' sensitivity control)" if only else ""))
+    from .power_calls import MIN_STREAMS
+    small = sorted({int(r["value"]["n"]) for r in rows if r["value"].get("n")})
+    if small and small[0] < MIN_STREAMS:
+        span = f"{small[0]}" if len(small) == 1 else f"{small[0]}-{small[-1]}"
+        notes.append(f"the end-to-end calls read the intervals: {span} instances per cell, fewer than the "
+                     f"{MIN_STREAMS} pairs the battery's paired calls need")
     rows += _decode_rows(board, verdicts)
     if any(r["task"].startswith("decode") for r in rows):
         notes.append("decode error is measured at the decode check's own memory (its budget column), where exact "
