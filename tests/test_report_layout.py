@@ -82,20 +82,14 @@ def page(tmp_path_factory, smoke_store) -> Path:
     build = report.build_verdicts
 
     def wide_first_table(records, claims=None):
-        """The verdicts, the first table given twelve more stream families with long names (the first verdict with
-        the battery's calls; the first with an older power table too)."""
+        """The verdicts, the first table given twelve more stream families with long names (each with the calls
+        of the claim's first family)."""
         verdicts = build(records, claims)
         for cid, v in verdicts.items():
             if v.power_calls:
-                extra = [dict(c, family=f"a stream family with a long name, number {i}") for i in range(12)
-                         for c in v.power_calls[:3]]
+                extra = [dict(c, family=f"a stream family with a long name, number {i}")
+                         for i in range(12) for c in v.power_calls[:5]]
                 verdicts[cid] = dataclasses.replace(v, power_calls=list(v.power_calls) + extra)
-                break
-        for cid, v in verdicts.items():
-            if v.power_table:
-                extra = [dict(v.power_table[0], setting=f"a stream family with a long name, number {i}")
-                         for i in range(12)]
-                verdicts[cid] = dataclasses.replace(v, power_table=list(v.power_table) + extra)
                 break
         return verdicts
 
