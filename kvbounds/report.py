@@ -26,17 +26,16 @@ from . import report_chips
 from .report_chips import calls_worse, define  # noqa: F401
 from .report_meta import error_rows, leaderboard, run_metadata
 from .report_words import counterexample_in_words, infinite_ratios, params_in_words, spread_words
-from .report_summary import group_by_kind, summary_dict, summary_json, unique_findings  # noqa: F401
-from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, VACUOUS, Verdict, finalize
+from .report_summary import group_by_kind, summary_dict, summary_extras, summary_json, unique_findings  # noqa: F401
+from .report_glance import (DIMENSIONS, GLANCE_LABELS, LEGACY_STATEMENT, at_a_glance, dimensions,  # noqa: F401
+                            glance_category, glance_split)
+from .verdict import (FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, VACUOUS,  # noqa: F401
+                      Verdict, finalize)
 
 FIG_DIR = FIGURES_DIR
 MAX_FIGURES = 2          # per claim card
 EVIDENCE_CHARS = 110
-DIMENSIONS = ("statement", "proof", "rate", "reproduction", "power")
 
-# legacy single status -> the statement dimension
-LEGACY_STATEMENT = {HOLDS: "holds", HOLDS_FITTED: "holds-fitted", FAILS: "fails", INCONCLUSIVE: "inconclusive",
-                    NO_CHECK: "no-check", NOT_RUN: "not-run", NOT_REFUTED: "not-refuted", VACUOUS: "vacuous"}
 # colour class of a dimension value: good / bad / warn / none
 TONE = {"holds": "good", "holds-fitted": "good", "sound": "good", "observed": "good", "reproduced": "good",
         "shown": "good", "better": "good", "false": "bad", "fails": "bad", "reversed": "bad", "not-reproduced": "bad",
@@ -112,14 +111,6 @@ def deferred_text(deferred: Sequence[Record]) -> str:
         backends = ", ".join(sorted({b for _, b in vals}))
         parts.append(f"{len(vals)} trial(s) of the {sweep or key} sweep deferred on {backends}: {rng} ({why})")
     return "; ".join(parts)
-
-
-def dimensions(v: Verdict) -> dict[str, str]:
-    """The verdict's dimensions; a verdict without them shows its legacy status as the statement."""
-    d = {k: getattr(v, k) or "n/a" for k in DIMENSIONS}
-    if not v.statement:
-        d["statement"] = LEGACY_STATEMENT.get(v.status, v.status)
-    return d
 
 
 def headline(v: Verdict) -> str:
@@ -297,40 +288,6 @@ def _matrix_totals(verdicts: dict[str, Verdict]) -> dict[str, list]:
     return totals
 
 
-GLANCE_LABELS = {"false": "false as stated", "holds": "hold as stated", "holds-fitted": "hold with a fitted constant",
-                 "vacuous": "vacuous at these norms (doing nothing meets the bound)",
-                 "not-refuted": "not refuted (not refutable by sampling)", "inconclusive": "inconclusive",
-                 "not-run": "not run", "no-check": "no check", "reproduced": "empirical: reproduced",
-                 "partial": "empirical: partly reproduced", "not-reproduced": "empirical: not reproduced",
-                 "not-shown": "empirical: not shown (underpowered)", "reversed": "empirical: reversed"}
-
-
-def glance_category(v: Verdict) -> str:
-    """The first screen's category: the statement dimension, or for an empirical claim its reproduction; a hold
-    or a reproduction that a trivial estimator matches says so ("hold as stated, no better than doing nothing")."""
-    d = dimensions(v)
-    key = d["reproduction"] if v.kind == "empirical" and d["reproduction"] != "n/a" else d["statement"]
-    label = GLANCE_LABELS.get(key, key)
-    if key in ("holds", "holds-fitted", "reproduced", "partial"):
-        from .report_power import nothing_label
-        label += nothing_label(v)
-    return label
-
-
-def at_a_glance(verdicts: dict[str, Verdict]) -> list[tuple]:
-    """Counts by category (statement, or reproduction for empirical claims), then the cross-cutting dimensions."""
-    tones = {"false as stated": "bad", "empirical: not reproduced": "bad", "empirical: reversed": "bad",
-             "hold as stated": "good", "hold with a fitted constant": "good", "empirical: reproduced": "good"}
-    cnt = Counter(glance_category(v) for v in verdicts.values())
-    order = {"bad": 0, "warn": 1, "good": 2, "none": 3}
-    out = sorted(((h, n, tones.get(h, "warn")) for h, n in cnt.items()), key=lambda t: (order[t[2]], -t[1], t[0]))
-    extra = [("with errata in a proof step", sum(dimensions(v)["proof"] == "errata" for v in verdicts.values())),
-             ("with a stated rate not reached", sum(dimensions(v)["rate"] == "not-reached" for v in verdicts.values())),
-             ("with low power", sum(dimensions(v)["power"] == "low" for v in verdicts.values()))]
-    from .report_power import power_glance
-    return out + [(h, n, "none") for h, n in extra if n] + [(h, n, "none") for h, n, _ in power_glance(verdicts)]
-
-
 def _env():
     import jinja2
     env = jinja2.Environment(loader=jinja2.PackageLoader("kvbounds", "templates"),
@@ -338,12 +295,14 @@ def _env():
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters["tone"] = tone
     env.filters["define"] = define
+    from .practitioner import fmt
+    env.filters["fmt_value"] = fmt
     return env
 
 
 def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures: dict[str, list], *,
                 meta: dict | None = None, errors: Sequence = (), board: list[dict] | None = None,
-                board_figure: str | None = None, glossary_links: bool = False) -> str:
+                board_figure: str | None = None, glossary_links: bool = False, practitioner: dict | None = None) -> str:
     """The page; ``glossary_links`` links each glossary term's first occurrence per section (``write_report``
     does), else only the glossary itself is there."""
     cards = [_card(cid, v, figures.get(cid, [])) for cid, v in verdicts.items()]
@@ -353,10 +312,11 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
               for kind, fs in group_by_kind(unique_findings(verdicts)).items()}
     from .report_leaderboard import board_table
     from .report_power import first_table
+    from .paper_answers import paper_answers
     from .glossary import TERMS, grouped
     from .report_html import finish
     return finish(_env().get_template("report.html.j2").render(
-        glossary=grouped(),
+        glossary=grouped(), answers=paper_answers(verdicts), practitioner=practitioner,
         nothing=first_table(verdicts),
         cards=cards, dims=DIMENSIONS, totals=_matrix_totals(verdicts), glance=at_a_glance(verdicts),
         groups=groups, n_findings=sum(len(fs) for fs in groups.values()), meta=meta or run_metadata(records, verdicts, Path(".")),
@@ -396,9 +356,11 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
             board_fig = draw_board(board, out / FIG_DIR / "leaderboard.png") and f"{FIG_DIR}/leaderboard.png"
         except ImportError:
             board_fig = None
-    write_output(out / "summary.json", summary_json(verdicts), own=True)
-    path = out / "report.html"
     meta = run_metadata(records, verdicts, out)
+    extras = summary_extras(records, verdicts, meta, board)
+    write_output(out / "summary.json", summary_json(verdicts, extras), own=True)
+    path = out / "report.html"
     write_output(path, render_html(verdicts, records, figures, meta=meta, errors=errors, board=board,
-                                   board_figure=board_fig, glossary_links=True), own=True)
+                                   board_figure=board_fig, glossary_links=True,
+                                   practitioner=extras["practitioner"]), own=True)
     return path

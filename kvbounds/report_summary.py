@@ -1,6 +1,9 @@
 """What the report says once: each finding once with the claims it concerns (:func:`unique_findings`), and
 ``summary.json`` (:func:`summary_json`): every verdict field but the figures, papers named, plus the unique
-findings. Re-exported by :mod:`kvbounds.report`."""
+findings, the per-paper answers (``"papers"``, :mod:`kvbounds.paper_answers`) and, when the report has the records,
+the practitioner's table (``"practitioner"``, :mod:`kvbounds.practitioner`), the end-to-end leaderboard's rows
+(``"leaderboard"``) and the run's metadata (``"run"``): everything ``docs/RESULTS.md`` and the README's "What we
+found" are rendered from (:mod:`kvbounds.summary_read`). Re-exported by :mod:`kvbounds.report`."""
 from __future__ import annotations
 
 import dataclasses
@@ -36,7 +39,27 @@ def group_by_kind(findings: list[dict]) -> dict[str, list[dict]]:
     return dict(sorted(groups.items()))
 
 
-def summary_dict(verdicts: dict[str, Verdict]) -> dict:
+# the keys of summary.json that are not claim ids
+SUMMARY_KEYS = ("findings", "papers", "practitioner", "leaderboard", "run")
+# the run's metadata kept in summary.json (not the time it was generated: the same records give the same bytes)
+RUN_KEYS = ("version", "commit", "profile", "seeds", "backends", "records", "claims", "duration", "wall_s", "cpu_s",
+            "trial_time")
+
+
+def summary_extras(records, verdicts: dict[str, Verdict], meta: dict, board: list[dict] | None) -> dict:
+    """The parts of summary.json read from the records besides the verdicts: the practitioner's table, the
+    leaderboard's rows and the run's metadata (:data:`RUN_KEYS`)."""
+    from .practitioner import practitioner_table
+    try:
+        from .e2e.leaderboard import timing_rows
+        timing = timing_rows(records)
+    except (ImportError, AttributeError):     # the end-to-end harness is not installed: no timing
+        timing = []
+    return {"practitioner": practitioner_table(board, verdicts, timing), "leaderboard": board or [],
+            "run": {k: meta.get(k) for k in RUN_KEYS}}
+
+
+def summary_dict(verdicts: dict[str, Verdict], extras: dict | None = None) -> dict:
     """Per claim id, every Verdict field but the figures, JSON-ready (non-finite floats as strings), the papers
     named (``registry.cite``) and each finding with its id; under the key ``"findings"`` the unique findings
     (:func:`unique_findings`: id, kind, title, detail, smallest input, the claims each concerns)."""
@@ -51,6 +74,9 @@ def summary_dict(verdicts: dict[str, Verdict]) -> dict:
             f["id"] = ids.get((f["kind"] or "finding", f["title"], f["detail"], canonical(f["smallest_input"] or {})), "")
         out[cid] = d
     out["findings"] = unique
+    from .paper_answers import paper_answers
+    out["papers"] = paper_answers(verdicts)
+    out.update(jsonable(extras or {}))
     return out
 
 
@@ -63,6 +89,6 @@ def _named(x):
     return registry.cite(x) if isinstance(x, str) else x
 
 
-def summary_json(verdicts: dict[str, Verdict]) -> str:
+def summary_json(verdicts: dict[str, Verdict], extras: dict | None = None) -> str:
     """Deterministic: the same records give the same bytes (keys sorted, no timestamp)."""
-    return json.dumps(summary_dict(verdicts), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return json.dumps(summary_dict(verdicts, extras), indent=2, sort_keys=True, ensure_ascii=False) + "\n"

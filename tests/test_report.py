@@ -100,6 +100,8 @@ def test_write_report(results, fake_claims):
     summary = json.loads(raw)
     unique = summary.pop("findings")
     assert [f["claims"] for f in unique] == [["B.fail"]] and unique[0]["id"] == "F1"
+    assert set(summary.pop("papers")) and summary.pop("run")["records"] > 0      # the per-paper answers, the run
+    summary.pop("practitioner"), summary.pop("leaderboard")
     assert {k: s["status"] for k, s in summary.items()} == {
         "A.ok": HOLDS, "B.fail": FAILS, "C.notrun": NOT_RUN, "D.raises": INCONCLUSIVE, "E.nocheck": NO_CHECK,
         "F.fitted": HOLDS_FITTED}
@@ -136,7 +138,8 @@ def test_missing_or_empty_results_dir_is_an_error(tmp_path, fake_claims):
 
 def test_report_filtered_to_claims(results, fake_claims):
     report.write_report(results, claims=["B.fail"])
-    assert list(json.loads((results / "summary.json").read_text())) == ["B.fail", "findings"]
+    assert list(json.loads((results / "summary.json").read_text())) == ["B.fail", "findings", "leaderboard", "papers",
+                                                                        "practitioner", "run"]
 
 
 def test_render_terminal(results, fake_claims):
