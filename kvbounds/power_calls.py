@@ -188,13 +188,13 @@ def numbers(c: dict, family: bool = True) -> str:
 
 def call_words(c: dict, family: bool = True) -> str:
     """The words of one call: "worse than StreamingLLM (real SmolLM2: 1.16 [1.04, 1.30], 9/30 wins)", "not shown
-    better than uniform (...)" (", leaning worse" where the median ratio is above 1), "tied with the ablation (...)",
-    "not tested against zeros (does not compress: ...)"."""
+    better than uniform (...)" (", leaning worse" where the median ratio's interval lies above 1), "tied with the
+    ablation (...)", "not tested against zeros (does not compress: ...)"."""
     name = label(c["control"])
     head = {"better": f"better than {name}", "worse": f"worse than {name}", "tied": f"tied with {name}",
             "not shown": f"not shown better than {name}", "not tested": f"not tested against {name}"}[c["call"]]
-    if c["call"] == "not shown" and c.get("ratio_median", math.nan) > 1:
-        head += ", leaning worse"       # the median ratio is above 1, but neither test is significant over the claim
+    if c["call"] == "not shown" and c.get("ci", (math.nan,))[0] > 1:
+        head += ", leaning worse"       # the interval lies above 1, but neither test is significant over the claim
     return f"{head} ({numbers(c, family)})"
 
 
