@@ -126,8 +126,8 @@ TERMS: tuple[Term, ...] = (
          "its 95% interval. Better: significantly below the control; worse: significantly above it; tied: neither "
          "test is significant and the interval lies within 20% of 1 (equivalent within 20%); \"not shown better\": "
          "neither test is significant and the interval reaches past 20%, so the streams cannot tell the two apart "
-         "(\"leaning worse\" where the interval lies above 1). The interval is each call's own; the tests are "
-         "adjusted over the claim, so an interval that excludes 1 can go with a call that is not significant. "
+         "(\"leaning worse\" where the interval lies above 1). The interval is each call's own, the tests "
+         "adjusted over the claim: an interval that excludes 1 can go with a call that is not significant. "
          "\"Not tested\": the method holds at least the whole stream, so that controls at equal memory would be "
          "exact.",
          (r"\bbetter\b", r"\btied\b", r"\bworse\b", r"not (?:shown|tested)"), CALLS,
