@@ -86,22 +86,30 @@ def calls_of(records, fractions) -> tuple[list[dict], dict]:
 
 def regime(calls: list[dict], families, fractions) -> dict:
     """Per family: the smallest fraction at which every tested call is ``better`` (at least one tested), or None
-    ("never in range"), with the words."""
+    ("never in range"), with the words: "from X%" when it beats every control at every larger fraction too, else
+    the fractions where it does and those above X% where it does not."""
     out = {}
     lo, hi = min(fractions), max(fractions)
     for fam in families:
         if not any(c["family"] == fam and c["call"] != "not tested" for c in calls):
             out[fam] = dict(smallest_fraction=None, text="not tested")
             continue
-        best = None
+        beats = []
         for f in sorted(fractions):
             cs = [c for c in calls if c["family"] == fam and c["fraction"] == f and c["call"] != "not tested"]
             if cs and all(c["call"] == "better" for c in cs):
-                best = f
-                break
+                beats.append(f)
+        best = beats[0] if beats else None
         span = f"{100 * lo:.0f}%" if lo == hi else f"{100 * lo:.0f}%-{100 * hi:.0f}%"
-        text = (f"better than every control from {100 * best:.0f}% of the cache's floats" if best is not None
-                else f"never in range ({span})")
+        pct = lambda fs: ", ".join(f"{100 * f:.0f}%" for f in fs)
+        above = [f for f in sorted(fractions) if best is not None and f >= best]
+        if best is None:
+            text = f"never in range ({span})"
+        elif beats == above:        # from the smallest such memory on, at every larger one tested
+            text = f"better than every control from {100 * best:.0f}% of the cache's floats"
+        else:                       # not monotone: say where it does and where, above the smallest, it does not
+            text = (f"better than every control at {pct(beats)} of the cache's floats (not at "
+                    f"{pct([f for f in above if f not in beats])})")
         out[fam] = dict(smallest_fraction=best, text=text)
     return out
 

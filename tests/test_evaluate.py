@@ -252,3 +252,20 @@ def test_the_readme_command_runs_as_written(tmp_path):
     out = tmp_path / args[args.index("--out") + 1]
     data = json.loads((out / "evaluation.json").read_text())
     assert data["method"] == "kvpress:knorm" and data["calls"] and (out / "evaluation.html").is_file()
+
+
+def test_regime_says_where_the_method_beats_every_control_and_where_not():
+    """'from X%' only when every larger memory beats every control too (SnapKV on real SmolLM2 beat all at 25% but
+    was not shown better than StreamingLLM at 50%, and the card said 'from 25%')."""
+    from kvbounds.evaluation import regime
+    call = lambda fam, f, c, ctl="zeros": dict(family=fam, fraction=f, call=c, control=ctl)
+    calls = [call("a", 0.1, "worse"), call("a", 0.25, "better"), call("a", 0.5, "better"),
+             call("b", 0.1, "better"), call("b", 0.25, "better"), call("b", 0.5, "not shown"),
+             call("c", 0.1, "tied"), call("c", 0.25, "not tested"), call("c", 0.5, "worse"),
+             call("d", 0.1, "not tested")]
+    out = regime(calls, ["a", "b", "c", "d"], [0.1, 0.25, 0.5])
+    assert out["a"] == dict(smallest_fraction=0.25, text="better than every control from 25% of the cache's floats")
+    assert out["b"] == dict(smallest_fraction=0.1,
+                            text="better than every control at 10%, 25% of the cache's floats (not at 50%)")
+    assert out["c"] == dict(smallest_fraction=None, text="never in range (10%-50%)")
+    assert out["d"] == dict(smallest_fraction=None, text="not tested")
