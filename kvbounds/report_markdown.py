@@ -266,7 +266,7 @@ def main(argv=None) -> int:
     import sys
     from .output_files import OutputRefused, check_output, write_output
     from .records import ResultStore
-    from .report import build_verdicts
+    from .report import ReportError, build_verdicts
     args = argv if argv is not None else sys.argv[1:]
     if len(args) not in (2, 3) or (len(args) == 3 and Path(args[0]).is_dir()):
         print("usage: python -m kvbounds.report_markdown OUT_DIR|SUMMARY.json README.md [RESULTS.md]", file=sys.stderr)
@@ -276,7 +276,11 @@ def main(argv=None) -> int:
     try:
         check_output(readme, stores=stores)
         if Path(source).is_dir():
-            block = found_block(build_verdicts(ResultStore(source).load()))
+            records = ResultStore(source).load()
+            if not records:     # a README block saying that nothing ran would replace the real one
+                raise ReportError(f"{Path(source) / 'results.jsonl'} holds no records; run `kvbounds check --out "
+                                  f"{source}` first")
+            block = found_block(build_verdicts(records))
         else:
             from .summary_read import load_summary
             results, block = render_from_summary(load_summary(source))
@@ -284,7 +288,7 @@ def main(argv=None) -> int:
                 write_output(args[2], results, stores=stores)
         text = splice(Path(readme).read_text(encoding="utf-8"), block)
         write_output(readme, text, stores=stores)
-    except (OutputRefused, ValueError) as e:      # ValueError: no what-we-found markers in README.md
+    except (OutputRefused, ReportError, ValueError) as e:   # ValueError: no markers in README.md, or an InputError
         print(f"kvbounds: {e}", file=sys.stderr)
         return 2
     except OSError as e:
