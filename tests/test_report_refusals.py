@@ -1,0 +1,32 @@
+"""The report's helpers on input they cannot read, found by the report's fuzz entries (tests/fuzz_entries_report.py):
+each was a traceback, a silent empty report or a "nan" in the text, and is now an InputError naming what is wrong."""
+from __future__ import annotations
+
+import pytest
+
+from kvbounds.algorithms.validation import InputError
+
+
+def test_the_report_helpers_refuse_what_they_cannot_read():
+    """Found by the fuzz entries: a claims argument of one string (read as its letters: no claim reported), a
+    non-string sweep in a stored record (AttributeError in deferred_text), a NaN or complex interval (printed as
+    "nan", or a TypeError) and an infinite timing (inf ms per token) in the practitioner's table."""
+    from kvbounds import practitioner as pr
+    from kvbounds.records import Record
+    from kvbounds.report import build_verdicts, deferred_text
+    with pytest.raises(InputError, match="not a list of claim ids"):
+        build_verdicts([], "BKV.attention")
+    with pytest.raises(InputError, match="'NOPE' is not a registered claim id"):
+        build_verdicts([], ["NOPE"])
+    with pytest.raises(InputError, match=r"records\[0\] is a dict"):
+        build_verdicts([{"claim": "BKV.attention"}])
+    r = Record("BKV.attention", {"n": 64, "sweep": 1.0}, 0, "numpy", float("nan"), float("nan"), False,
+               check="deferred", extra={"deferred": "too large"})
+    assert deferred_text([r]) == "1 trial(s) of the 1.0 sweep deferred on numpy: n = 64 (too large)"
+    with pytest.raises(InputError, match="ci is"):
+        pr.fmt({"value": 0.5, "ci": [float("nan"), 1.0]})
+    with pytest.raises(InputError, match="the baseline's value"):
+        pr.interval_call({"value": 1.0, "ci": [0.0, 2.0]}, {"value": 1.0, "ci": [0.0, 2j]}, True)
+    with pytest.raises(InputError, match=r"timing row 0 \(balancekv\): compress_s is inf"):
+        pr.per_token_ms([dict(method="balancekv", n=64, compress_s=float("inf"), prefill_s=0.1, count=2)])
+    assert pr.fmt({"value": 0.227, "ci": [0.05, 0.404]}) == "0.227 [0.05, 0.404]"
