@@ -140,8 +140,10 @@ def practitioner_table(board: list[dict] | None, verdicts: dict | None = None,
     variant (its words), task, budget ("25%"), value, exact, baseline (name), baseline_value, call, compress_ms,
     prefill_ms (per token; None without timing)."""
     from .methods import leaderboard_family
+    from .report_rows import check_board_rows
     if not board:
         return None
+    check_board_rows(board)
     verdicts = verdicts or {}
     times = per_token_ms(timing or [])
     by: dict = {}

@@ -5,7 +5,10 @@ parameter's internal value ("proof001") reads as what it is; an infinite ratio i
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Sequence
+
+import numpy as np
 
 # parameter names as a reader writes them
 SYMBOLS = {"eps": "ε", "delta": "δ", "ell": "ℓ", "l": "ℓ", "lam": "λ", "r_v": "r_V", "eps_sqrt_n": "ε√n",
@@ -21,6 +24,8 @@ RECORD_FIELDS = {"seed", "backend", "measured", "bound", "ratio", "bound_kind", 
 
 def number(x: Any) -> str:
     """An int as it is, a float to 4 significant digits, ±inf as ∞ (the caller says why), NaN as "not a number"."""
+    if isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_, int, float)):
+        x = int(x) if isinstance(x, numbers.Integral) else float(x)     # numpy's scalars (float32, int64) as Python's
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         if isinstance(x, str) and x in ("inf", "-inf", "nan"):      # non-finite floats as JSON stores them
             return number(float(x))

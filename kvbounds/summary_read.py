@@ -14,6 +14,8 @@ from pathlib import Path
 
 from .algorithms.validation import InputError
 from . import verdict_fields as vf
+from .report_rows import (CALL_ROW, PAPER_ANSWER, POWER_SETTING_ROW, PRACTITIONER_ROW, check_board_rows, check_row,
+                          check_rows, fits_row)
 from .report_summary import SUMMARY_KEYS
 from .verdict import Verdict
 
@@ -98,72 +100,6 @@ _DIMENSIONS = {"statement": ("",) + vf.STATEMENT_VALUES, "proof": vf.PROOF_VALUE
                "reproduction": vf.REPRODUCTION_VALUES, "power": vf.POWER_VALUES}
 
 
-# the rows the markdown reads from a verdict's power fields and from summary.json's other keys: key -> its type
-# ("num": a number, NaN and inf included; "pair": two numbers or nulls; a tuple of allowed strings: one of them; a
-# trailing "?": null allowed too; a leading "~": the reader has a default, the key may be absent); keys not named
-# here are not read and pass as they are
-_CALL = {"call": tuple(["better", "tied", "worse", "not shown", "not tested"]), "control": "str", "family": "str",
-         "ci": "pair", "ratio_median": "num?", "n": "int", "wins": "int", "detectable_ratio": "~num?", "reason": "~str?"}
-_SETTING = {"setting": "str", "method": "~num?", "ratio": "~num?", "ratio_ci": "~pair?", "controls": "~dict?",
-            "calls": "~dict?", "best": "~str?"}
-_BOARD = {"method": "str", "metric": "str", "budget": "num", "value": "num?", "ci_low": "num?", "ci_high": "num?",
-          "n": "~int?", "family": "~str?", "budget_label": "~str?", "memory_floats": "~int?", "note": "~str?",
-          "rank": "~int?", "tied": "~bool?", "best": "~bool?"}
-_VALUE = {"value": "num", "ci": "pair", "n": "~int?"}
-_PRACTITIONER_ROW = {"method": "str", "variant": "str", "task": "str", "budget": "str", "value": _VALUE,
-                     "exact": _VALUE, "baseline": "str", "baseline_value": _VALUE, "call": "str",
-                     "compress_ms": "num?", "prefill_ms": "num?"}
-_PAPER = {"answer": "str", "claims": "list", "papers": "list"}
-_TYPES = {"str": (str,), "int": (int,), "num": (int, float), "bool": (bool,), "dict": (dict,), "list": (list,)}
-
-
-def _fits_row(v, kind) -> bool:
-    if isinstance(kind, str) and kind.startswith("~"):
-        return _fits_row(v, kind[1:])
-    if isinstance(kind, str) and kind.endswith("?"):
-        return v is None or _fits_row(v, kind[:-1])
-    if isinstance(kind, dict):
-        return v is None or isinstance(v, dict)           # checked field by field by the caller
-    if isinstance(kind, tuple):
-        return v in kind
-    if kind == "pair":
-        return isinstance(v, (list, tuple)) and len(v) == 2 and all(x is None or _fits_row(x, "num") for x in v)
-    return isinstance(v, _TYPES[kind]) and (kind in ("bool", "dict", "list") or not isinstance(v, bool))
-
-
-def _want(kind) -> str:
-    if isinstance(kind, tuple):
-        return f"one of {', '.join(kind)}"
-    if isinstance(kind, dict):
-        return f"an object with {', '.join(map(repr, kind))}"
-    kind = kind.lstrip("~")
-    base = {"pair": "a list of 2 numbers", "num": "a number", "int": "an integer", "str": "a string",
-            "bool": "true or false", "dict": "an object", "list": "a list"}[kind.rstrip("?")]
-    return base + (" or null" if kind.endswith("?") else "")
-
-
-def _check_row(row, schema: dict, where: str) -> None:
-    if not isinstance(row, dict):
-        raise InputError(f"{where} is {_short(row)}, not {_want(schema)}")
-    for key, kind in schema.items():
-        if key not in row:
-            if isinstance(kind, str) and kind.startswith("~"):
-                continue
-            raise InputError(f"{where} has no {key!r}")
-        v = row[key]
-        if not _fits_row(v, kind):
-            raise InputError(f"{where}: {key!r} is {_short(v)}, not {_want(kind)}")
-        if isinstance(kind, dict) and v is not None:
-            _check_row(v, kind, f"{where}: {key}")
-
-
-def _check_rows(rows, schema: dict, where: str) -> None:
-    if not isinstance(rows, list):
-        raise InputError(f"{where} is {_short(rows)}, not a list")
-    for i, row in enumerate(rows):
-        _check_row(row, schema, f"{where}[{i}]")
-
-
 def check_summary_extras(summary: dict, where: str = "the summary") -> None:
     """The parts of summary.json beside the claims that the markdown reads ("papers", "practitioner",
     "leaderboard", "run"): InputError naming the key and the field that is missing or of the wrong type."""
@@ -172,28 +108,28 @@ def check_summary_extras(summary: dict, where: str = "the summary") -> None:
         if not isinstance(papers, dict):
             raise InputError(f"{where}: 'papers' is {_short(papers)}, not an object of answers")
         for name, a in papers.items():
-            _check_row(a, _PAPER, f"{where}: papers[{name!r}]")
+            check_row(a, PAPER_ANSWER, f"{where}: papers[{name!r}]")
     if prac is not None:
-        _check_row(prac, {"rows": "list", "not_run": "list", "notes": "list", "in_words": "~str?"},
+        check_row(prac, {"rows": "list", "not_run": "list", "notes": "list", "in_words": "~str?"},
                    f"{where}: practitioner")
-        _check_rows(prac["rows"], _PRACTITIONER_ROW, f"{where}: practitioner: rows")
+        check_rows(prac["rows"], PRACTITIONER_ROW, f"{where}: practitioner: rows")
         for key in ("not_run", "notes"):
             if not all(isinstance(x, str) for x in prac[key]):
                 raise InputError(f"{where}: practitioner: {key!r} holds a non-string line")
     if board is not None:
-        _check_rows(board, _BOARD, f"{where}: leaderboard")
+        check_board_rows(board, f"{where}: leaderboard")
     if run is not None and not isinstance(run, dict):
         raise InputError(f"{where}: 'run' is {_short(run)}, not an object")
 
 
 def _check_power_fields(v: Verdict, where: str) -> None:
-    _check_rows(v.power_calls, _CALL, f"{where}: power_calls")
-    _check_rows(v.power_table, _SETTING, f"{where}: power_table")
+    check_rows(v.power_calls, CALL_ROW, f"{where}: power_calls")
+    check_rows(v.power_table, POWER_SETTING_ROW, f"{where}: power_table")
     for i, row in enumerate(v.power_table):
         for name, call in (row.get("calls") or {}).items():
-            _check_row(call, _CALL, f"{where}: power_table[{i}]: calls[{name!r}]")
+            check_row(call, CALL_ROW, f"{where}: power_table[{i}]: calls[{name!r}]")
         for name, x in (row.get("controls") or {}).items():
-            if not (x is None or _fits_row(x, "num")):
+            if not (x is None or fits_row(x, "num")):
                 raise InputError(f"{where}: power_table[{i}]: controls[{name!r}] is {_short(x)}, not a number")
 
 

@@ -30,3 +30,23 @@ def test_the_report_helpers_refuse_what_they_cannot_read():
     with pytest.raises(InputError, match=r"timing row 0 \(balancekv\): compress_s is inf"):
         pr.per_token_ms([dict(method="balancekv", n=64, compress_s=float("inf"), prefill_s=0.1, count=2)])
     assert pr.fmt({"value": 0.227, "ci": [0.05, 0.404]}) == "0.227 [0.05, 0.404]"
+
+
+def test_numpy_scalars_read_as_numbers_and_leaderboard_rows_are_checked():
+    """Found by the fuzz entries: report_words.number printed numpy's float32 as its repr ('-0.30660254', not 4
+    digits); a leaderboard row that is not a dict, or whose memory_floats is NaN / inf / a list, or whose rank is a
+    list, raised AttributeError / ValueError / OverflowError / TypeError in board_table and practitioner_table."""
+    import numpy as np
+
+    from kvbounds.practitioner import practitioner_table
+    from kvbounds.report_leaderboard import board_table
+    from kvbounds.report_words import number
+    assert (number(np.float32(-0.3066025376319885)), number(np.int64(3))) == ("-0.3066", "3")
+    row = dict(method="uniform", metric="passkey: exact match", budget=0.25, value=0.5, ci_low=0.1, ci_high=0.9)
+    assert board_table([row])["tables"]
+    for bad, words in ((dict(row, memory_floats=float("nan")), r"leaderboard\[0\]: 'memory_floats' is nan"),
+                       (dict(row, rank=[1]), r"'rank' is \[1\]"), ("a row", r"leaderboard\[0\] is 'a row'")):
+        with pytest.raises(InputError, match=words):
+            board_table([bad])
+    with pytest.raises(InputError, match=r"leaderboard\[1\] has no 'metric'"):
+        practitioner_table([row, dict(method="balancekv", budget=0.25, value=0.5, ci_low=0.1, ci_high=0.9)])
