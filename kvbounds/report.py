@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from . import registry
-from .algorithms.validation import InputError
+from .algorithms.validation import InputError, check_int
 from .output_files import check_output, write_output
 from .records import DEFERRED, FIGURES_DIR, REPORT_FILES, Record, ResultStore, canonical
 from . import report_chips
 from .report_chips import calls_worse, define  # noqa: F401
 from .report_meta import error_rows, leaderboard, run_metadata
-from .report_words import counterexample_in_words, infinite_ratios, params_in_words, spread_words
+from .report_words import check_text, counterexample_in_words, infinite_ratios, params_in_words, spread_words
 from .report_summary import group_by_kind, summary_dict, summary_extras, summary_json, unique_findings  # noqa: F401
 from .report_glance import (DIMENSIONS, GLANCE_LABELS, LEGACY_STATEMENT, at_a_glance, dimensions,  # noqa: F401
                             glance_category, glance_split)
@@ -136,7 +136,7 @@ def headline(v: Verdict) -> str:
 
 
 def tone(value: str) -> str:
-    v = value.lower()
+    v = check_text(value, "the verdict value").lower()
     if v in TONE:
         return TONE[v]
     if v.startswith(("false", "fails", "not reproduced", "reversed")):
@@ -171,6 +171,9 @@ def evidence(v: Verdict, n: int = EVIDENCE_CHARS) -> str:
 
 
 def one_line(s: str, n: int = EVIDENCE_CHARS) -> str:
+    """The first clause of ``s`` (up to its first "; "), papers named, cut to ``n`` characters with an ellipsis."""
+    check_text(s)
+    check_int(n, "n", minimum=1)
     s = " ".join(registry.cite(s).split())
     first = re.split(r"(?<=;) ", s)[0].rstrip(";")
     return first if len(first) <= n else first[: n - 1] + "\u2026"
@@ -209,7 +212,7 @@ def source_path(dotted: str) -> str:
     """Repository path of a module (``kvbounds.theory.subgen:fn`` -> ``theory/subgen.py: fn``)."""
     if not dotted:
         return ""
-    mod, _, fn = dotted.partition(":")
+    mod, _, fn = check_text(dotted, "the module path").partition(":")
     parts = mod.split(".")
     if len(parts) > 2 and parts[0] == "kvbounds" and parts[1] in ("theory", "algorithms", "proofs_checks", "gpu",
                                                                   "traces"):

@@ -23,7 +23,7 @@ from typing import Sequence
 from . import registry
 from .glossary import markdown_section
 from .records import Record
-from .report_words import counterexample_in_words, params_in_words
+from .report_words import check_text, counterexample_in_words, params_in_words
 from .verdict import Verdict
 
 # fields shown in the matrix or not meant for a reader; every other set field is rendered per claim
@@ -32,6 +32,8 @@ _SHOWN_ELSEWHERE = {"claim", "status", "kind", "statement", "proof", "rate", "re
 
 
 def anchor(cid: str) -> str:
+    """The markdown anchor of a claim id (``claim-`` and the id, every character but letters, digits, - and _ as -)."""
+    check_text(cid, "the claim id")
     return "claim-" + "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in cid)
 
 

@@ -22,6 +22,14 @@ RECORD_FIELDS = {"seed", "backend", "measured", "bound", "ratio", "bound_kind", 
                  "decisive_trials", "source", "holds", "control", "trials", "time_s", "extra", "claim"}
 
 
+def check_text(value: Any, name: str = "the text") -> str:
+    """``value`` if it is a string, else an InputError naming ``name`` (the report's words read strings only)."""
+    if not isinstance(value, str):
+        from .algorithms.validation import InputError
+        raise InputError(f"{name} is {value!r} ({type(value).__name__}), not a string")
+    return value
+
+
 def number(x: Any) -> str:
     """An int as it is, a float to 4 significant digits, ±inf as ∞ (the caller says why), NaN as "not a number"."""
     if isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_, int, float)):

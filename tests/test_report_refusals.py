@@ -50,3 +50,27 @@ def test_numpy_scalars_read_as_numbers_and_leaderboard_rows_are_checked():
             board_table([bad])
     with pytest.raises(InputError, match=r"leaderboard\[1\] has no 'metric'"):
         practitioner_table([row, dict(method="balancekv", budget=0.25, value=0.5, ci_low=0.1, ci_high=0.9)])
+
+
+def _word_calls():
+    from kvbounds.glossary import term_for
+    from kvbounds.paper_answers import short_variant
+    from kvbounds.report import one_line, source_path, tone
+    from kvbounds.report_figures import param_label
+    from kvbounds.report_markdown import anchor
+    from kvbounds.report_meta import one_line as meta_one_line
+    return [("short_variant", short_variant), ("short_variant algorithm", lambda x: short_variant("streaming", x)),
+            ("term_for", term_for), ("anchor", anchor), ("one_line", one_line),
+            ("one_line n", lambda x: one_line("text", x)), ("report_meta.one_line n", lambda x: meta_one_line("t", x)),
+            ("tone", tone), ("source_path", lambda x: source_path(x if x is not None else 5)),   # None: no source, ""
+            ("param_label", param_label)]
+
+
+@pytest.mark.parametrize("value", [None, 2.5, float("nan"), True])
+def test_the_words_helpers_refuse_what_is_not_text(value):
+    """Found by the fuzz entries: short_variant(None) and short_variant(text, algorithm=None) raised AttributeError /
+    TypeError, and so did term_for, anchor, one_line, tone, source_path and param_label on a number; one_line's
+    length n of NaN or '0.5' raised TypeError. Each is now an InputError naming the argument."""
+    for name, call in _word_calls():
+        with pytest.raises(InputError):
+            call(value)
