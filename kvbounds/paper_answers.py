@@ -22,7 +22,7 @@ import re
 from collections import Counter
 
 from . import registry
-from .report_words import check_text
+from .report_words import check_text, check_verdicts
 
 MIN_WORDS, MAX_WORDS = 30, 200
 # a family of claims -> the answer's name (its papers' short names)
@@ -265,6 +265,7 @@ def answer(name: str, group: dict) -> str:
 def groups(verdicts: dict) -> dict[str, dict]:
     """Answer name -> {claim id: verdict} in registry order; a family without an entry in :data:`GROUPS` is named
     by the papers its claims cite."""
+    check_verdicts(verdicts)
     out: dict[str, dict] = {}
     for cid, v in verdicts.items():
         c = registry.CLAIMS.get(cid)

@@ -52,7 +52,8 @@ def check_value(v: dict | None, name: str = "the value") -> None:
         return
     if not isinstance(v, dict) or not _real(v.get("value")):
         got = v.get("value") if isinstance(v, dict) else v
-        raise InputError(f"{name}: {'value' if isinstance(v, dict) else 'the value dict'} is {got!r}, not a finite number")
+        what = "value" if isinstance(v, dict) else "the value dict"
+        raise InputError(f"{name}: {what} is {got!r}, not a finite number")
     ci = v.get("ci")
     if not (isinstance(ci, (list, tuple)) and len(ci) == 2 and all(x is None or _real(x) for x in ci)):
         raise InputError(f"{name}: ci is {ci!r}, not [low, high] of finite numbers or None")

@@ -27,7 +27,8 @@ from .records import DEFERRED, FIGURES_DIR, REPORT_FILES, Record, ResultStore, c
 from . import report_chips
 from .report_chips import calls_worse, define  # noqa: F401
 from .report_meta import error_rows, leaderboard, run_metadata
-from .report_words import check_text, counterexample_in_words, infinite_ratios, params_in_words, spread_words
+from .report_words import (check_text, check_verdict, check_verdicts, counterexample_in_words, infinite_ratios,
+                           params_in_words, spread_words)
 from .report_summary import group_by_kind, summary_dict, summary_extras, summary_json, unique_findings  # noqa: F401
 from .report_glance import (DIMENSIONS, GLANCE_LABELS, LEGACY_STATEMENT, at_a_glance, dimensions,  # noqa: F401
                             glance_category, glance_split)
@@ -132,6 +133,7 @@ def deferred_text(deferred: Sequence[Record]) -> str:
 
 
 def headline(v: Verdict) -> str:
+    check_verdict(v)
     return v.headline or v.status
 
 
@@ -183,6 +185,7 @@ def one_line(s: str, n: int = EVIDENCE_CHARS) -> str:
 
 def render_terminal(verdicts: dict[str, Verdict]) -> str:
     """Plain-text verdict matrix: one row per claim (headline, dimensions, one line of evidence), totals, findings."""
+    check_verdicts(verdicts)
     short = {"statement": "statement", "proof": "proof", "rate": "rate", "reproduction": "repro", "power": "power"}
     head = ("claim", *short.values(), "headline")
     rows = []

@@ -23,7 +23,7 @@ from typing import Sequence
 from . import registry
 from .glossary import markdown_section
 from .records import Record
-from .report_words import check_text, counterexample_in_words, params_in_words
+from .report_words import check_text, check_verdicts, counterexample_in_words, params_in_words
 from .verdict import Verdict
 
 # fields shown in the matrix or not meant for a reader; every other set field is rendered per claim
@@ -157,6 +157,7 @@ def answers_lines(verdicts: dict[str, Verdict], papers: dict | None, practitione
 def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], meta: dict,
                     board: list[dict] | None = None, practitioner: dict | None = None,
                     papers: dict | None = None) -> str:
+    check_verdicts(verdicts)
     from .report import DIMENSIONS, at_a_glance, dimensions, evidence, headline, unique_findings
     findings = unique_findings(verdicts)
     lines = ["# kvbounds results", "",
@@ -235,6 +236,7 @@ def found_block(verdicts: dict[str, Verdict], link: str = "docs/RESULTS.md", n: 
     """The README's "What we found": the per-paper answers and the practitioner's table (:func:`answers_lines`),
     the counts (those that partition the claims, then those that overlap), then every claim that was run, the false
     and not-reproduced ones first (claim, verdict, one line of evidence, link to its section of ``link``)."""
+    check_verdicts(verdicts)
     from .report import evidence, glance_split, headline, tone
     run = [(cid, v) for cid, v in verdicts.items() if tone(headline(v)) != "none"]
     run.sort(key=lambda kv: _ORDER[tone(headline(kv[1]))])

@@ -52,7 +52,8 @@ def _fits(v, hint) -> bool:
     if origin is int:
         return isinstance(v, int) and not isinstance(v, bool)
     if origin is tuple:
-        return isinstance(v, (list, tuple)) and (not args or len(v) == len(args)) and all(_fits(x, a) for x, a in zip(v, args))
+        return isinstance(v, (list, tuple)) and (not args or len(v) == len(args)) and \
+            all(_fits(x, a) for x, a in zip(v, args))
     if origin is list:
         return isinstance(v, list) and (not args or all(_fits(x, args[0]) for x in v))
     return isinstance(v, origin) if isinstance(origin, type) else True

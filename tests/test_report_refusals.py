@@ -74,3 +74,18 @@ def test_the_words_helpers_refuse_what_is_not_text(value):
     for name, call in _word_calls():
         with pytest.raises(InputError):
             call(value)
+
+
+def test_verdict_helpers_and_words_refuse_what_they_cannot_read():
+    """Found by the fuzz entries: headline(None), calls_worse(2.5), dimensions('x'), render_terminal(None),
+    render_markdown({'X': 1}, ...) and the other helpers of a verdict raised AttributeError; params_in_words(0),
+    spread_words('0.5') and counterexample_in_words(True) raised TypeError / ValueError / AttributeError."""
+    from kvbounds import report, report_chips, report_glance, report_markdown, report_words
+    for call in (lambda: report.headline(None), lambda: report_chips.calls_worse(2.5),
+                 lambda: report_glance.dimensions("x"), lambda: report.render_terminal(None),
+                 lambda: report_markdown.render_markdown({"X": 1}, [], {}), lambda: report_words.params_in_words(0),
+                 lambda: report_words.spread_words("0.5"), lambda: report_words.counterexample_in_words(True),
+                 lambda: report_chips.card_tone("good", None, "holds")):
+        with pytest.raises(InputError):
+            call()
+    assert report_words.params_in_words({"n": 2, 3: "x", "b": 1}) == "n = 2, 3 = x, b = 1"
