@@ -320,7 +320,7 @@ ENTRIES = [
     Entry("load_summary+verdicts_from_summary+verdict_from_dict+render_from_summary+render_markdown+found_block+"
           "splice+answers_lines+paper_answers+compose+answer+groups+markdown_lines+render_terminal+summary_json+"
           "summary_dict+compact+at_a_glance+glance_split+first_table+power_glance+unique_findings+group_by_kind+"
-          "check_summary_extras",
+          "check_summary_extras+check_row+check_rows+fits_row",
           _values, dict(value=1.0), _summary_call, _check_summary, torch_ok=False),
     Entry("render_html+finish+term_pattern", lambda r, c: {}, dict(text="<b>holds</b> &amp; worse", n=5000),
           _html_call, torch_ok=False),

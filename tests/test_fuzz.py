@@ -209,7 +209,8 @@ PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.pre
             "kvbounds.evaluation_cli", "kvbounds.report", "kvbounds.report_chips", "kvbounds.report_figures",
             "kvbounds.report_glance", "kvbounds.report_html", "kvbounds.report_leaderboard", "kvbounds.report_markdown",
             "kvbounds.report_meta", "kvbounds.report_power", "kvbounds.report_summary", "kvbounds.report_words",
-            "kvbounds.paper_answers", "kvbounds.practitioner", "kvbounds.summary_read", "kvbounds.glossary")
+            "kvbounds.paper_answers", "kvbounds.practitioner", "kvbounds.summary_read", "kvbounds.glossary",
+            "kvbounds.report_rows")
 
 
 def public_callables() -> dict[str, list[str]]:
