@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from .report_words import check_text
+
 
 @dataclasses.dataclass(frozen=True)
 class Term:
@@ -163,7 +165,7 @@ def grouped() -> list[tuple[str, list[Term]]]:
 
 def term_for(value: str) -> Term | None:
     """The term a verdict value or word names ("holds-fitted", "not-reached", "worse", "uniform sample"), or None."""
-    text = value.strip()
+    text = check_text(value, "the value").strip()
     for t in TERMS:
         if text.lower() in t.values:
             return t

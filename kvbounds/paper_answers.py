@@ -22,6 +22,7 @@ import re
 from collections import Counter
 
 from . import registry
+from .report_words import check_text, check_verdicts
 
 MIN_WORDS, MAX_WORDS = 30, 200
 # a family of claims -> the answer's name (its papers' short names)
@@ -46,7 +47,8 @@ _REPRO_RANK = ("reproduced", "partial", "not-shown", "reversed", "not-reproduced
 def short_variant(text: str, algorithm: str = "") -> str:
     """The short name of the variant a text names ("real SmolLM2 | released walk at temp 1" -> "released walk"; a
     registry key "BalanceKV:streaming" -> "streaming press"); "" when it names none."""
-    t = text.lower()
+    t = check_text(text).lower()
+    check_text(algorithm, "algorithm")
     rules = (("pseudocode", "pseudocode walk"), ("balance", "pseudocode walk"), ("greedy walk", "greedy walk"),
              ("released", "released walk"), ("consistent", "released walk"), ("sized", "size-weighted k-center"),
              ("center", "k-center"), ("subgen", "SubGen estimator"), ("subspace", "static subspace"),
@@ -263,6 +265,7 @@ def answer(name: str, group: dict) -> str:
 def groups(verdicts: dict) -> dict[str, dict]:
     """Answer name -> {claim id: verdict} in registry order; a family without an entry in :data:`GROUPS` is named
     by the papers its claims cite."""
+    check_verdicts(verdicts)
     out: dict[str, dict] = {}
     for cid, v in verdicts.items():
         c = registry.CLAIMS.get(cid)

@@ -40,16 +40,38 @@ def _value(r: dict | None) -> dict | None:
     return {"value": _num(r["value"]), "ci": [_num(r.get("ci_low")), _num(r.get("ci_high"))], "n": r.get("n", 0)}
 
 
+def _real(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_value(v: dict | None, name: str = "the value") -> None:
+    """A value dict as :func:`fmt` and :func:`interval_call` read it: None, or {"value": a finite number, "ci": [low,
+    high] of finite numbers or None}; anything else is an InputError naming ``name`` and the field."""
+    from .algorithms.validation import InputError
+    if v is None:
+        return
+    if not isinstance(v, dict) or not _real(v.get("value")):
+        got = v.get("value") if isinstance(v, dict) else v
+        what = "value" if isinstance(v, dict) else "the value dict"
+        raise InputError(f"{name}: {what} is {got!r}, not a finite number")
+    ci = v.get("ci")
+    if not (isinstance(ci, (list, tuple)) and len(ci) == 2 and all(x is None or _real(x) for x in ci)):
+        raise InputError(f"{name}: ci is {ci!r}, not [low, high] of finite numbers or None")
+
+
 def fmt(v: dict | None) -> str:
     """"0.227 [0.05, 0.404]" of a value dict; "-" for none."""
     if not v:
         return "-"
+    check_value(v)
     lo, hi = v["ci"]
     return f"{v['value']:.3g}" + (f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else "")
 
 
 def interval_call(method: dict | None, base: dict | None, lower_better: bool) -> str:
     """better / worse when the two 95% intervals do not overlap, else not shown (module docstring)."""
+    check_value(method, "the method's value")
+    check_value(base, "the baseline's value")
     if not method or not base or None in method["ci"] or None in base["ci"]:
         return "not shown"
     (mlo, mhi), (blo, bhi) = method["ci"], base["ci"]
@@ -93,8 +115,18 @@ def method_words(name: str) -> str:
 
 def per_token_ms(timing: list[dict]) -> dict[str, dict]:
     """method -> {"compress": ms per token, "prefill": ms per token}, averaged over the timed windows."""
+    from .algorithms.validation import InputError
     acc: dict = defaultdict(lambda: [0.0, 0.0, 0])
-    for t in timing or []:
+    for i, t in enumerate(timing or []):
+        if not isinstance(t, dict) or not isinstance(t.get("method"), str):
+            raise InputError(f"timing row {i}: {t!r} is not a dict with a method name")
+        for key in ("n", "count"):
+            if not (isinstance(t.get(key), int) and not isinstance(t.get(key), bool) and t[key] >= 0):
+                raise InputError(f"timing row {i} ({t['method']}): {key} is {t.get(key)!r}, not an integer >= 0")
+        for key in ("compress_s", "prefill_s"):
+            if not (_real(t.get(key)) and t[key] >= 0):
+                raise InputError(f"timing row {i} ({t['method']}): {key} is {t.get(key)!r}, not a finite "
+                                 f"number of seconds >= 0")
         if t.get("n"):
             a = acc[t["method"]]
             a[0] += 1e3 * t["compress_s"] / t["n"] * t["count"]
@@ -109,8 +141,10 @@ def practitioner_table(board: list[dict] | None, verdicts: dict | None = None,
     variant (its words), task, budget ("25%"), value, exact, baseline (name), baseline_value, call, compress_ms,
     prefill_ms (per token; None without timing)."""
     from .methods import leaderboard_family
+    from .report_rows import check_board_rows
     if not board:
         return None
+    check_board_rows(board)
     verdicts = verdicts or {}
     times = per_token_ms(timing or [])
     by: dict = {}

@@ -14,18 +14,21 @@ by kind, and the run's metadata. Verdicts that predate the dimensions fall back 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from . import registry
+from .algorithms.validation import InputError, check_int
 from .output_files import check_output, write_output
 from .records import DEFERRED, FIGURES_DIR, REPORT_FILES, Record, ResultStore, canonical
 from . import report_chips
 from .report_chips import calls_worse, define  # noqa: F401
 from .report_meta import error_rows, leaderboard, run_metadata
-from .report_words import counterexample_in_words, infinite_ratios, params_in_words, spread_words
+from .report_words import (check_text, check_verdict, check_verdicts, counterexample_in_words, infinite_ratios,
+                           params_in_words, spread_words)
 from .report_summary import group_by_kind, summary_dict, summary_extras, summary_json, unique_findings  # noqa: F401
 from .report_glance import (DIMENSIONS, GLANCE_LABELS, LEGACY_STATEMENT, at_a_glance, dimensions,  # noqa: F401
                             glance_category, glance_split)
@@ -55,9 +58,11 @@ def build_verdicts(records: Sequence[Record], claims: Iterable[str] | None = Non
 
     A check module that fails to import or whose ``summarize`` raises gives an ``inconclusive``
     verdict carrying the exception text; the report itself never fails on a check's bug."""
-    wanted = set(claims) if claims is not None else None
+    wanted = set(check_claims(claims)) if claims is not None else None
     by_claim: dict[str, list[Record]] = defaultdict(list)
-    for r in records:
+    for i, r in enumerate(records):
+        if not isinstance(r, Record):
+            raise InputError(f"records[{i}] is a {type(r).__name__}, not a Record")
         by_claim[r.claim].append(r)
     out: dict[str, Verdict] = {}
     for cid, claim in registry.CLAIMS.items():
@@ -87,6 +92,18 @@ def build_verdicts(records: Sequence[Record], claims: Iterable[str] | None = Non
     return out
 
 
+def check_claims(claims) -> list[str]:
+    """The claim ids a report is restricted to: an iterable of registered ids (not one string, which would be read
+    as its letters); anything else is an InputError naming the id."""
+    if isinstance(claims, (str, bytes)) or not isinstance(claims, Iterable):
+        raise InputError(f"claims is {claims!r}, not a list of claim ids")
+    claims = list(claims)
+    for c in claims:
+        if not isinstance(c, str) or c not in registry.CLAIMS:
+            raise InputError(f"claims: {c!r} is not a registered claim id")
+    return claims
+
+
 def split_deferred(records: Sequence[Record]) -> tuple[list[Record], list[Record]]:
     """(measured, deferred): a deferred record (check "deferred", see ``proofs_checks.common.deferred_record``)
     holds no measurement; it stays deferred only while no backend has measured the same parameters."""
@@ -102,11 +119,13 @@ def deferred_text(deferred: Sequence[Record]) -> str:
     groups: dict[tuple, list] = defaultdict(list)
     for r in deferred:
         p = r.params
-        key = next((k for k in ("t", "n") if k in p and p.get("sweep", "").startswith(k)), "n")
-        groups[(p.get("sweep", ""), key, r.extra.get("deferred", ""))].append((p.get(key), r.backend))
+        sweep = str(p.get("sweep", ""))        # a string as the runner writes it; any stored value reads as text
+        key = next((k for k in ("t", "n") if k in p and sweep.startswith(k)), "n")
+        groups[(sweep, key, str(r.extra.get("deferred", "")))].append((p.get(key), r.backend))
     parts = []
     for (sweep, key, why), vals in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        xs = [int(x) if float(x).is_integer() else x for x in sorted({x for x, _ in vals if isinstance(x, (int, float))})]
+        xs = [int(x) if float(x).is_integer() else x for x in sorted({x for x, _ in vals if isinstance(x, (int, float))
+                                                                           and math.isfinite(x)})]
         rng = f"{key} = " + (f"{xs[0]}..{xs[-1]}" if len(xs) > 1 else f"{xs[0]}") if xs else key
         backends = ", ".join(sorted({b for _, b in vals}))
         parts.append(f"{len(vals)} trial(s) of the {sweep or key} sweep deferred on {backends}: {rng} ({why})")
@@ -114,11 +133,12 @@ def deferred_text(deferred: Sequence[Record]) -> str:
 
 
 def headline(v: Verdict) -> str:
+    check_verdict(v)
     return v.headline or v.status
 
 
 def tone(value: str) -> str:
-    v = value.lower()
+    v = check_text(value, "the verdict value").lower()
     if v in TONE:
         return TONE[v]
     if v.startswith(("false", "fails", "not reproduced", "reversed")):
@@ -153,6 +173,9 @@ def evidence(v: Verdict, n: int = EVIDENCE_CHARS) -> str:
 
 
 def one_line(s: str, n: int = EVIDENCE_CHARS) -> str:
+    """The first clause of ``s`` (up to its first "; "), papers named, cut to ``n`` characters with an ellipsis."""
+    check_text(s)
+    check_int(n, "n", minimum=1)
     s = " ".join(registry.cite(s).split())
     first = re.split(r"(?<=;) ", s)[0].rstrip(";")
     return first if len(first) <= n else first[: n - 1] + "\u2026"
@@ -162,6 +185,7 @@ def one_line(s: str, n: int = EVIDENCE_CHARS) -> str:
 
 def render_terminal(verdicts: dict[str, Verdict]) -> str:
     """Plain-text verdict matrix: one row per claim (headline, dimensions, one line of evidence), totals, findings."""
+    check_verdicts(verdicts)
     short = {"statement": "statement", "proof": "proof", "rate": "rate", "reproduction": "repro", "power": "power"}
     head = ("claim", *short.values(), "headline")
     rows = []
@@ -191,7 +215,7 @@ def source_path(dotted: str) -> str:
     """Repository path of a module (``kvbounds.theory.subgen:fn`` -> ``theory/subgen.py: fn``)."""
     if not dotted:
         return ""
-    mod, _, fn = dotted.partition(":")
+    mod, _, fn = check_text(dotted, "the module path").partition(":")
     parts = mod.split(".")
     if len(parts) > 2 and parts[0] == "kvbounds" and parts[1] in ("theory", "algorithms", "proofs_checks", "gpu",
                                                                   "traces"):

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from .report_words import check_text, check_verdict
 from .verdict import Verdict
 
 
 def calls_worse(v: Verdict) -> bool:
     """Is the method worse than a standard baseline anywhere in the verdict's power fields: a power value "worse",
     or a structured call (a dict with ``"call": "worse"``, at any depth of a field)?"""
+    check_verdict(v)
+
     def worse(x, depth=0) -> bool:
         if depth > 6:
             return False
@@ -34,6 +37,9 @@ def statement_tone(v: Verdict, value: str, value_tone: str) -> str:
     statement holds (as stated or with a fitted constant), is not vacuous and the method is not worse than a
     standard baseline (:func:`calls_worse`); amber where it holds but is worse; any other value ("vacuous"
     included) is never green."""
+    check_verdict(v)
+    check_text(value, "value")
+    check_text(value_tone, "value_tone")
     if value_tone == "good" and (value not in HOLDING or calls_worse(v)):
         return "warn"
     return value_tone
@@ -41,6 +47,8 @@ def statement_tone(v: Verdict, value: str, value_tone: str) -> str:
 
 def card_tone(headline_tone: str, statement_tone: str, value: str) -> str:
     """The headline's colour, never greener than its statement's."""
+    for name, text in (("headline_tone", headline_tone), ("statement_tone", statement_tone), ("value", value)):
+        check_text(text, name)
     return "warn" if headline_tone == "good" and statement_tone != "good" and value not in UNDECIDED else headline_tone
 
 

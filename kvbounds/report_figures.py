@@ -32,6 +32,7 @@ from matplotlib.ticker import FixedLocator, LogLocator, MaxNLocator, NullFormatt
 from .output_files import write_output
 from .records import Record
 from .registry import cite
+from .report_words import check_text
 from .verdict import FigureSpec
 
 MAX_HUES = 6
@@ -66,6 +67,8 @@ INTEGER_KEYS = {"n", "d", "t", "T", "J", "m", "s", "layer", "position", "block_s
 
 def param_label(key: str, claim: str = "") -> str:
     """The axis label of a params key (with its unit), as the claim's family reads it."""
+    check_text(key, "the params key")
+    check_text(claim, "the claim id")
     for (prefix, k), label in FAMILY_LABELS.items():
         if k == key and claim.startswith(prefix):
             return label

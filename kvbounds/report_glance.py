@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .report_words import check_verdict, check_verdicts
 from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, VACUOUS, Verdict
 
 DIMENSIONS = ("statement", "proof", "rate", "reproduction", "power")
@@ -15,6 +16,7 @@ LEGACY_STATEMENT = {HOLDS: "holds", HOLDS_FITTED: "holds-fitted", FAILS: "fails"
 
 def dimensions(v: Verdict) -> dict[str, str]:
     """The verdict's dimensions; a verdict without them shows its legacy status as the statement."""
+    check_verdict(v)
     d = {k: getattr(v, k) or "n/a" for k in DIMENSIONS}
     if not v.statement:
         d["statement"] = LEGACY_STATEMENT.get(v.status, v.status)
@@ -42,6 +44,7 @@ def glance_category(v: Verdict) -> str:
 
 def at_a_glance(verdicts: dict[str, Verdict]) -> list[tuple]:
     """Counts by category (statement, or reproduction for empirical claims), then the cross-cutting dimensions."""
+    check_verdicts(verdicts)
     tones = {"false as stated": "bad", "empirical: not reproduced": "bad", "empirical: reversed": "bad",
              "hold as stated": "good", "hold with a fitted constant": "good", "empirical: reproduced": "good"}
     cnt = Counter(glance_category(v) for v in verdicts.values())

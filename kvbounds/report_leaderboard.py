@@ -34,7 +34,10 @@ def board_table(rows: list[dict]) -> dict:
     """{"tables": [{"title", "metric", "budget", "rows": [{"rank", "method", "source", "family", "text", "ci", "n",
     "floats", "mark", "note"}]}], "collapsed": [lines], "references": [lines]}: one ranked table per (metric,
     budget) - best first, the best and those statistically tied with it marked, the floats each method holds beside
-    it; tables without information collapsed into one line; exact attention's level given as a reference line."""
+    it; tables without information collapsed into one line; exact attention's level given as a reference line.
+    Rows that are not leaderboard rows (a field missing or of the wrong type) are an InputError naming the row."""
+    from .report_rows import check_board_rows
+    check_board_rows(rows)
     tables: dict = defaultdict(list)
     collapsed, refs = [], []
     for r in rows:

@@ -23,7 +23,7 @@ from typing import Sequence
 from . import registry
 from .glossary import markdown_section
 from .records import Record
-from .report_words import counterexample_in_words, params_in_words
+from .report_words import check_text, check_verdicts, counterexample_in_words, params_in_words
 from .verdict import Verdict
 
 # fields shown in the matrix or not meant for a reader; every other set field is rendered per claim
@@ -32,6 +32,8 @@ _SHOWN_ELSEWHERE = {"claim", "status", "kind", "statement", "proof", "rate", "re
 
 
 def anchor(cid: str) -> str:
+    """The markdown anchor of a claim id (``claim-`` and the id, every character but letters, digits, - and _ as -)."""
+    check_text(cid, "the claim id")
     return "claim-" + "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in cid)
 
 
@@ -155,6 +157,7 @@ def answers_lines(verdicts: dict[str, Verdict], papers: dict | None, practitione
 def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], meta: dict,
                     board: list[dict] | None = None, practitioner: dict | None = None,
                     papers: dict | None = None) -> str:
+    check_verdicts(verdicts)
     from .report import DIMENSIONS, at_a_glance, dimensions, evidence, headline, unique_findings
     findings = unique_findings(verdicts)
     lines = ["# kvbounds results", "",
@@ -233,6 +236,7 @@ def found_block(verdicts: dict[str, Verdict], link: str = "docs/RESULTS.md", n: 
     """The README's "What we found": the per-paper answers and the practitioner's table (:func:`answers_lines`),
     the counts (those that partition the claims, then those that overlap), then every claim that was run, the false
     and not-reproduced ones first (claim, verdict, one line of evidence, link to its section of ``link``)."""
+    check_verdicts(verdicts)
     from .report import evidence, glance_split, headline, tone
     run = [(cid, v) for cid, v in verdicts.items() if tone(headline(v)) != "none"]
     run.sort(key=lambda kv: _ORDER[tone(headline(kv[1]))])
@@ -266,7 +270,7 @@ def main(argv=None) -> int:
     import sys
     from .output_files import OutputRefused, check_output, write_output
     from .records import ResultStore
-    from .report import build_verdicts
+    from .report import ReportError, build_verdicts
     args = argv if argv is not None else sys.argv[1:]
     if len(args) not in (2, 3) or (len(args) == 3 and Path(args[0]).is_dir()):
         print("usage: python -m kvbounds.report_markdown OUT_DIR|SUMMARY.json README.md [RESULTS.md]", file=sys.stderr)
@@ -276,7 +280,11 @@ def main(argv=None) -> int:
     try:
         check_output(readme, stores=stores)
         if Path(source).is_dir():
-            block = found_block(build_verdicts(ResultStore(source).load()))
+            records = ResultStore(source).load()
+            if not records:     # a README block saying that nothing ran would replace the real one
+                raise ReportError(f"{Path(source) / 'results.jsonl'} holds no records; run `kvbounds check --out "
+                                  f"{source}` first")
+            block = found_block(build_verdicts(records))
         else:
             from .summary_read import load_summary
             results, block = render_from_summary(load_summary(source))
@@ -284,7 +292,7 @@ def main(argv=None) -> int:
                 write_output(args[2], results, stores=stores)
         text = splice(Path(readme).read_text(encoding="utf-8"), block)
         write_output(readme, text, stores=stores)
-    except (OutputRefused, ValueError) as e:      # ValueError: no what-we-found markers in README.md
+    except (OutputRefused, ReportError, ValueError) as e:   # ValueError: no markers in README.md, or an InputError
         print(f"kvbounds: {e}", file=sys.stderr)
         return 2
     except OSError as e:

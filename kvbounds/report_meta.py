@@ -11,11 +11,16 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__, registry
+from .algorithms.validation import check_int
 from .records import Record, canonical
+from .report_words import check_text
 from .verdict import Verdict
 
 
 def one_line(s: str, n: int) -> str:
+    """``s`` on one line, papers named, cut to ``n`` characters with an ellipsis."""
+    check_text(s)
+    check_int(n, "n", minimum=1)
     s = " ".join(registry.cite(s).split())
     return s if len(s) <= n else s[: n - 1] + "\u2026"
 

@@ -12,6 +12,7 @@ from collections import defaultdict
 
 from . import registry
 from .records import jsonable, canonical
+from .report_words import check_verdicts
 from .verdict import Verdict
 
 
@@ -19,6 +20,7 @@ def unique_findings(verdicts: dict[str, Verdict]) -> list[dict]:
     """Each finding once (papers named, see ``registry.cite``), with the claims it concerns, in registry order:
     a finding that several checks report (BalanceKV-NeurIPS App. B vs the released code, under BKV.vs-uniform
     and BKV.ablation) is one finding attached to each of them. Ids ``F1``, ``F2``, ... follow that order."""
+    check_verdicts(verdicts)
     out: dict[tuple, dict] = {}
     for cid, v in verdicts.items():
         for f in v.findings:

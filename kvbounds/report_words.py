@@ -5,7 +5,10 @@ parameter's internal value ("proof001") reads as what it is; an infinite ratio i
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Sequence
+
+import numpy as np
 
 # parameter names as a reader writes them
 SYMBOLS = {"eps": "ε", "delta": "δ", "ell": "ℓ", "l": "ℓ", "lam": "λ", "r_v": "r_V", "eps_sqrt_n": "ε√n",
@@ -19,8 +22,46 @@ RECORD_FIELDS = {"seed", "backend", "measured", "bound", "ratio", "bound_kind", 
                  "decisive_trials", "source", "holds", "control", "trials", "time_s", "extra", "claim"}
 
 
+def check_text(value: Any, name: str = "the text") -> str:
+    """``value`` if it is a string, else an InputError naming ``name`` (the report's words read strings only)."""
+    if not isinstance(value, str):
+        from .algorithms.validation import InputError
+        raise InputError(f"{name} is {value!r} ({type(value).__name__}), not a string")
+    return value
+
+
+def _check_dict(x: Any, name: str) -> None:
+    if not isinstance(x, dict):
+        from .algorithms.validation import InputError
+        raise InputError(f"{name} is {str(x)[:60]!r} ({type(x).__name__}), not a dict")
+
+
+def check_verdict(v: Any, name: str = "the verdict") -> Any:
+    """``v`` if it is a :class:`kvbounds.verdict.Verdict`, else an InputError naming ``name``."""
+    from .verdict_fields import Verdict
+    if not isinstance(v, Verdict):
+        from .algorithms.validation import InputError
+        raise InputError(f"{name} is {str(v)[:60]!r} ({type(v).__name__}), not a Verdict (build_verdicts or "
+                         f"summary_read.verdicts_from_summary make them)")
+    return v
+
+
+def check_verdicts(verdicts: Any) -> dict:
+    """``verdicts`` if it is a dict of claim id -> Verdict, else an InputError naming the entry that is not."""
+    if not isinstance(verdicts, dict):
+        from .algorithms.validation import InputError
+        raise InputError(f"verdicts is {str(verdicts)[:60]!r} ({type(verdicts).__name__}), not a dict of claim id "
+                         f"-> Verdict")
+    for cid, v in verdicts.items():
+        check_text(cid, "a claim id of the verdicts")
+        check_verdict(v, f"verdicts[{cid!r}]")
+    return verdicts
+
+
 def number(x: Any) -> str:
     """An int as it is, a float to 4 significant digits, ±inf as ∞ (the caller says why), NaN as "not a number"."""
+    if isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_, int, float)):
+        x = int(x) if isinstance(x, numbers.Integral) else float(x)     # numpy's scalars (float32, int64) as Python's
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         if isinstance(x, str) and x in ("inf", "-inf", "nan"):      # non-finite floats as JSON stores them
             return number(float(x))
@@ -44,7 +85,9 @@ def value_in_words(key: str, value: Any) -> str:
 
 def params_in_words(params: dict) -> str:
     """"n = 2, d = 2, ℓ = 3, kind = diag": the size parameters first, the runner's bookkeeping left out."""
-    keys = [k for k in FIRST if k in params] + sorted(k for k in params if k not in FIRST and k not in HIDDEN)
+    _check_dict(params, "params")
+    rest = (k for k in params if k not in FIRST and k not in HIDDEN)
+    keys = [k for k in FIRST if k in params] + sorted(rest, key=str)
     return ", ".join(f"{SYMBOLS.get(k, k)} = {value_in_words(k, params[k])}" for k in keys)
 
 
@@ -52,6 +95,7 @@ def counterexample_in_words(cx: dict) -> str:
     """The verdict's counterexample (params, seed, backend, measured, bound, ratio, ...) as one sentence."""
     if not cx:
         return ""
+    _check_dict(cx, "the counterexample")
     params = cx.get("params") if isinstance(cx.get("params"), dict) else {
         k: v for k, v in cx.items() if k not in RECORD_FIELDS}
     text = params_in_words(params) or "no parameters"
@@ -81,6 +125,9 @@ def spread_words(spread) -> str:
     """A fitted constant's spread (5th percentile, median of measured / shape over the sweep) in words, or ""."""
     if not spread:
         return ""
+    if not (isinstance(spread, (list, tuple)) and len(spread) == 2):
+        from .algorithms.validation import InputError
+        raise InputError(f"the spread is {spread!r}, not (5th percentile, median)")
     lo, mid = spread
     return f"measured / shape over the sweep: 5th percentile {number(lo)}, median {number(mid)}"
 
@@ -107,6 +154,7 @@ def infinite_ratios(table: Sequence[dict], labels: dict[str, str] | None = None)
 def verdict_in_words(v) -> str:
     """What a claim's records show, in a sentence per verdict dimension that is set (the notebooks' closing text):
     read from the verdict, so it changes when the records do."""
+    check_verdict(v)
     from .registry import cite
     parts = []
     statement = v.statement or ""
@@ -158,6 +206,7 @@ def verdict_in_words(v) -> str:
 
 def what_the_records_show(verdicts: dict, claims) -> str:
     """A markdown list, one line per claim: its source and :func:`verdict_in_words`."""
+    check_verdicts(verdicts)
     from .registry import CLAIMS, cite
     lines = []
     for cid in claims:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import importlib
 from pathlib import Path
 
+import fuzz_entries_report
 import fuzz_entries_streaming
 from fuzz_harness import (ARRAY_CORRUPTIONS, DATA_CLASSES, DEFECTS, PARAM_VALUES, Case, Entry, build, classify)
 
@@ -196,7 +197,7 @@ NOT_ENTRY_POINTS = {
     # e2e: a model's context length read from its configuration files, and the CLI's removal of repeated
     # --methods / --budgets (parsed arguments, no arrays; tests/test_e2e_cli.py)
     "model_context", "dedupe",
-} | fuzz_entries_streaming.NOT_ENTRY_POINTS
+} | fuzz_entries_streaming.NOT_ENTRY_POINTS | fuzz_entries_report.NOT_ENTRY_POINTS
 # Packages and modules whose public callables must be fuzz entries (a module is enumerated alone, a package with its
 # subpackages): add a name here, and its entries in a tests/fuzz_entries*.py file, to cover a new surface.
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses",
@@ -205,7 +206,11 @@ PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.pre
             "kvbounds.proofs_checks.decode_verdict", "kvbounds.streaming", "kvbounds.testing", "kvbounds.stream_press",
             "kvbounds.evaluation", "kvbounds.evaluation_spec", "kvbounds.evaluation_streams",
             "kvbounds.evaluation_decode", "kvbounds.evaluation_e2e", "kvbounds.evaluation_card",
-            "kvbounds.evaluation_cli")
+            "kvbounds.evaluation_cli", "kvbounds.report", "kvbounds.report_chips", "kvbounds.report_figures",
+            "kvbounds.report_glance", "kvbounds.report_html", "kvbounds.report_leaderboard", "kvbounds.report_markdown",
+            "kvbounds.report_meta", "kvbounds.report_power", "kvbounds.report_summary", "kvbounds.report_words",
+            "kvbounds.paper_answers", "kvbounds.practitioner", "kvbounds.summary_read", "kvbounds.glossary",
+            "kvbounds.report_rows")
 
 
 def public_callables() -> dict[str, list[str]]:
