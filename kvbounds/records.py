@@ -123,7 +123,7 @@ class Record:
             raise ValueError(f"not a record: a JSON {type(d).__name__}")
         d = dict(d)
         d.pop("ratio", None)
-        for f in ("measured", "bound"):
+        for f in ("measured", "bound", "time_s"):
             if isinstance(d.get(f), str):
                 d[f] = float(d[f])        # 'inf'/'nan' as written by jsonable; anything else raises ValueError
         _check_types(d)

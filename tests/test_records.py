@@ -175,3 +175,13 @@ def test_records_from_before_papers_were_named_load_and_summarize_like_new_ones(
     assert v.statement == "holds-fitted" and "[BalanceKV-NeurIPS shape] fitted constant" in v.summary
     assert summary_json(build_verdicts(loaded[:-1], ["BKV.attention"])) == \
         summary_json(build_verdicts(ResultStore(tmp_path / "new").load(), ["BKV.attention"]))
+
+
+def test_a_record_with_a_non_finite_time_reads_back(tmp_path):
+    """jsonable writes a NaN or infinite time_s as 'nan' / 'inf' (as it writes measured and bound); reading converted
+    only measured and bound, so such a record was skipped on read: a lost record."""
+    store = ResultStore(tmp_path)
+    store.append([Record("X", {"n": 1}, 0, "numpy", 1.0, 2.0, True, time_s=math.nan),
+                  Record("X", {"n": 2}, 0, "numpy", 1.0, 2.0, True, time_s=math.inf)])
+    got = ResultStore(tmp_path).load()
+    assert len(got) == 2 and math.isnan(got[0].time_s) and got[1].time_s == math.inf
