@@ -65,6 +65,8 @@ def board_table(rows: list[dict]) -> dict:
 # the families told apart by marker, the methods of a family by colour (colour-blind safe, distinct within a family)
 FAMILY_PALETTES = {"ours": "Blues", "kvpress": "Oranges", "baselines": "Greens"}
 FAMILY_MARKERS = {"ours": "o", "kvpress": "s", "baselines": "^"}
+# the legend's words for a family: "ours" (the records' label) are the papers' methods as this package implements them
+FAMILY_WORDS = {"ours": "the papers' methods", "kvpress": "kvpress", "baselines": "baselines"}
 TASK_NAMES = {"ppl": "perplexity", "passkey": "passkey retrieval", "lines": "line retrieval",
               "decode": "decode, SmolLM2 generating"}
 
@@ -176,7 +178,7 @@ def draw_board(rows: list[dict], path: Path) -> bool:
         ax.tick_params(axis="y", labelsize=8)
         ax.grid(True, axis="y", alpha=0.3)
     handles = [Line2D([], [], color=colours[m], marker=FAMILY_MARKERS.get(fams.get(m), "o"), ms=4.5, ls="-",
-                      label=f"{m} [{fams.get(m)}]") for m in methods]
+                      label=f"{m} [{FAMILY_WORDS.get(fams.get(m), fams.get(m))}]") for m in methods]
     if exact:
         handles.append(Line2D([], [], color="black", ls="--", label="exact attention (no compression)"))
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7.5, frameon=False)

@@ -172,7 +172,7 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
             parts.append(f"error / best trivial control ({c.best}) median {c.ratio:.3g} over {c.streams} layers "
                          "(the layers of one generation: paired, not independent streams)")
     parts.append(trivial.detail)
-    figs = [FigureSpec("eps_hat vs n while SmolLM2 generates (bound: the theorem's scale)", x="n", check=SHAPE,
+    figs = [FigureSpec("eps_hat vs n while SmolLM2 generates (the theorem's scale: in the legend)", x="n", check=SHAPE,
                        hue="layer", y="measured", show_bound=False, sweep="n")]
     measured = [r for r in records if not r.extra.get("missing")]     # a generation too short: not run
     v = decide(claim, measured, summary="; ".join(parts), figures=figs, findings=findings, rate=rate, fitted=fitted,
