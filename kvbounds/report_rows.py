@@ -7,7 +7,8 @@ from __future__ import annotations
 from .algorithms.validation import InputError
 
 
-def _short(v) -> str:
+def short_repr(v) -> str:
+    """``repr(v)`` cut to 60 characters, for an error message naming a value."""
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -61,7 +62,7 @@ def _want(kind) -> str:
 def check_row(row, schema: dict, where: str) -> None:
     """``row`` against ``schema`` (key -> kind, as above): InputError naming ``where``, the key and what it is."""
     if not isinstance(row, dict):
-        raise InputError(f"{where} is {_short(row)}, not {_want(schema)}")
+        raise InputError(f"{where} is {short_repr(row)}, not {_want(schema)}")
     for key, kind in schema.items():
         if key not in row:
             if isinstance(kind, str) and kind.startswith("~"):
@@ -69,7 +70,7 @@ def check_row(row, schema: dict, where: str) -> None:
             raise InputError(f"{where} has no {key!r}")
         v = row[key]
         if not fits_row(v, kind):
-            raise InputError(f"{where}: {key!r} is {_short(v)}, not {_want(kind)}")
+            raise InputError(f"{where}: {key!r} is {short_repr(v)}, not {_want(kind)}")
         if isinstance(kind, dict) and v is not None:
             check_row(v, kind, f"{where}: {key}")
 
@@ -77,7 +78,7 @@ def check_row(row, schema: dict, where: str) -> None:
 def check_rows(rows, schema: dict, where: str) -> None:
     """A list of rows, each against ``schema``: InputError naming the row (``where[i]``) and the field."""
     if not isinstance(rows, list):
-        raise InputError(f"{where} is {_short(rows)}, not a list")
+        raise InputError(f"{where} is {short_repr(rows)}, not a list")
     for i, row in enumerate(rows):
         check_row(row, schema, f"{where}[{i}]")
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 import typing
 from pathlib import Path
 
 from .algorithms.validation import InputError
 from . import verdict_fields as vf
 from .report_rows import (CALL_ROW, PAPER_ANSWER, POWER_SETTING_ROW, PRACTITIONER_ROW, check_board_rows, check_row,
-                          check_rows, fits_row)
+                          check_rows, fits_row, short_repr)
 from .report_summary import SUMMARY_KEYS
 from .verdict import Verdict
 
@@ -42,7 +43,7 @@ def _fits(v, hint) -> bool:
     args = typing.get_args(hint)
     if hint is type(None):
         return v is None
-    if typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType", typing.Union)):
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return any(_fits(v, a) for a in args)
     origin = typing.get_origin(hint) or hint
     if dataclasses.is_dataclass(origin):
@@ -62,7 +63,7 @@ def _fits(v, hint) -> bool:
 def _kind(hint) -> str:
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     base = typing.get_origin(hint) or hint
-    if base in (typing.Union, getattr(__import__("types"), "UnionType", typing.Union)):
+    if base in (typing.Union, types.UnionType):
         return " or ".join(_kind(a) for a in args) + (" or null" if type(None) in typing.get_args(hint) else "")
     if dataclasses.is_dataclass(base):
         return f"an object of the fields of {base.__name__}"
@@ -75,7 +76,8 @@ def _build(cls, d, where: str):
     """A dataclass from its dict: unknown keys dropped (a finding's id), lists back to tuples where the field is one;
     a missing required field or a value of the wrong type is an InputError naming ``where`` and the field."""
     if not isinstance(d, dict):
-        raise InputError(f"{where} is {type(d).__name__} {_short(d)}, not an object of the fields of {cls.__name__}")
+        raise InputError(f"{where} is {type(d).__name__} {short_repr(d)}, not an object of the fields of "
+                         f"{cls.__name__}")
     hints = typing.get_type_hints(cls)
     kw = {}
     for f in dataclasses.fields(cls):
@@ -85,16 +87,11 @@ def _build(cls, d, where: str):
             continue
         v = d[f.name]
         if not _fits(v, hints[f.name]):
-            raise InputError(f"{where}: {f.name!r} is {_short(v)}, not {_kind(hints[f.name])}")
+            raise InputError(f"{where}: {f.name!r} is {short_repr(v)}, not {_kind(hints[f.name])}")
         if isinstance(v, list) and "tuple" in str(hints.get(f.name, "")):
             v = tuple(v)
         kw[f.name] = v
     return cls(**kw)
-
-
-def _short(v) -> str:
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 _DIMENSIONS = {"statement": ("",) + vf.STATEMENT_VALUES, "proof": vf.PROOF_VALUES, "rate": vf.RATE_VALUES,
@@ -107,7 +104,7 @@ def check_summary_extras(summary: dict, where: str = "the summary") -> None:
     papers, prac, board, run = (summary.get(k) for k in ("papers", "practitioner", "leaderboard", "run"))
     if papers is not None:
         if not isinstance(papers, dict):
-            raise InputError(f"{where}: 'papers' is {_short(papers)}, not an object of answers")
+            raise InputError(f"{where}: 'papers' is {short_repr(papers)}, not an object of answers")
         for name, a in papers.items():
             check_row(a, PAPER_ANSWER, f"{where}: papers[{name!r}]")
     if prac is not None:
@@ -120,7 +117,7 @@ def check_summary_extras(summary: dict, where: str = "the summary") -> None:
     if board is not None:
         check_board_rows(board, f"{where}: leaderboard")
     if run is not None and not isinstance(run, dict):
-        raise InputError(f"{where}: 'run' is {_short(run)}, not an object")
+        raise InputError(f"{where}: 'run' is {short_repr(run)}, not an object")
 
 
 def _check_power_fields(v: Verdict, where: str) -> None:
@@ -131,14 +128,14 @@ def _check_power_fields(v: Verdict, where: str) -> None:
             check_row(call, CALL_ROW, f"{where}: power_table[{i}]: calls[{name!r}]")
         for name, x in (row.get("controls") or {}).items():
             if not (x is None or fits_row(x, "num")):
-                raise InputError(f"{where}: power_table[{i}]: controls[{name!r}] is {_short(x)}, not a number")
+                raise InputError(f"{where}: power_table[{i}]: controls[{name!r}] is {short_repr(x)}, not a number")
 
 
 def verdict_from_dict(d: dict, where: str = "the verdict") -> Verdict:
     """A Verdict from its summary.json dict; a field that is missing, of the wrong type or (for the verdict
     dimensions) not one of its values is an InputError naming ``where`` and the field."""
     if not isinstance(d, dict):
-        raise InputError(f"{where} is {type(d).__name__} {_short(d)}, not an object of verdict fields")
+        raise InputError(f"{where} is {type(d).__name__} {short_repr(d)}, not an object of verdict fields")
     d = dict(_floats(d))
     for name, cls in _NESTED.items():
         v = d.get(name)
@@ -149,7 +146,8 @@ def verdict_from_dict(d: dict, where: str = "the verdict") -> Verdict:
     v = _build(Verdict, d, where)
     for name, allowed in _DIMENSIONS.items():
         if getattr(v, name) not in allowed:
-            raise InputError(f"{where}: {name} = {_short(getattr(v, name))} is not one of {', '.join(allowed[-6:])}")
+            raise InputError(f"{where}: {name} = {short_repr(getattr(v, name))} is not one of "
+                             f"{', '.join(allowed[-6:])}")
     _check_power_fields(v, where)
     return v
 
@@ -162,7 +160,7 @@ def verdicts_from_summary(summary: dict) -> dict[str, Verdict]:
         raise InputError(f"a summary is an object of claim verdicts, not {type(summary).__name__}")
     bad = [k for k in summary if not isinstance(k, str)]
     if bad:
-        raise InputError(f"a summary's claim ids are strings, not {_short(bad[0])}")
+        raise InputError(f"a summary's claim ids are strings, not {short_repr(bad[0])}")
     ids = [k for k in summary if k not in SUMMARY_KEYS]
     order = {cid: i for i, cid in enumerate(registry.CLAIMS)}
     ids.sort(key=lambda c: (order.get(c, len(order)), c))

@@ -25,6 +25,7 @@ from fuzz_harness import Entry, as_numpy, make_array
 from kvbounds import glossary, paper_answers as pa, practitioner as pr, report as rp, report_chips as chips
 from kvbounds import report_figures as rf, report_glance as rg, report_html as rh, report_leaderboard as rl
 from kvbounds import report_markdown as rm, report_meta as meta, report_power as rpow, report_summary as rs
+from kvbounds import report_rows
 from kvbounds import report_words as rw, summary_read as sr
 from kvbounds.algorithms.validation import InputError
 from kvbounds.records import Record
@@ -284,9 +285,10 @@ def _words_call(codes, algorithm, word, n):
     out = (pa.short_variant(t, algorithm), term.name if term else "", chips.define(t), rm.anchor(t),
            rp.one_line(t, 20), meta.one_line(t, 20), rf.param_label(t), rh.finish(f"<p>{t}</p><table></table>"),
            rp.tone(t), chips.card_tone("good", t, t), [g for g, _ in glossary.grouped()],
-           len(glossary.markdown_section()), [glossary.Term.__name__])
+           len(glossary.markdown_section()), [glossary.Term.__name__], report_rows.short_repr(t))
     given = (pa.short_variant(word), glossary.term_for(word), chips.define(word), rm.anchor(word), rp.one_line(word, n),
-             meta.one_line(word, n), rf.param_label(word), rp.tone(word), rp.source_path(word), rw.check_text(word))
+             meta.one_line(word, n), rf.param_label(word), rp.tone(word), rp.source_path(word), rw.check_text(word),
+             report_rows.short_repr(word))
     return out, given
 
 
@@ -296,6 +298,8 @@ def _check_words(out, codes, algorithm, word, n):
         return f"one_line kept {len(out[4])} / {len(out[5])} characters of 20"
     if not re.fullmatch(r"claim-[\w-]*", out[3]):
         return f"anchor {out[3]!r}"
+    if len(out[-1]) > 60:
+        return f"short_repr kept {len(out[-1])} characters of 60"
     return None
 
 
@@ -335,7 +339,7 @@ ENTRIES = [
     Entry("practitioner_table+interval_call+fmt+check_value+per_token_ms+in_words+method_words", _interval_arrays,
           dict(lower_better=True), _interval_call, _check_interval, torch_ok=False),
     Entry("short_variant+term_for+define+anchor+one_line+param_label+tone+card_tone+source_path+check_text+grouped+"
-          "markdown_section+Term",
+          "markdown_section+Term+short_repr",
           _text_arrays, dict(algorithm="SubGen", word="holds-fitted", n=20), _words_call, _check_words,
           torch_ok=False),
     Entry("board_table+board_panels+render_markdown[leaderboard]", _board_arrays, dict(metric="passkey: exact match"),
