@@ -32,7 +32,6 @@ import numpy as np
 from scipy import stats
 
 from .algorithms.validation import InputError, check_array, check_error, check_probability, check_real, check_values
-from .power_calls import median_ci  # noqa: F401 - re-exported: its home is the power rule's statistics
 from .power_calls import (EQUIVALENCE, MIN_STREAMS, call_words, control_order, decide_call, label, summary_words,
                           two_sided_p)
 from .records import Record

@@ -12,6 +12,7 @@ import numpy as np
 from fuzz_harness import RNG, Entry, make_array
 
 from kvbounds import controls as ctl
+from kvbounds import power_calls
 from kvbounds.proofs_checks import decode_stream as ds
 from kvbounds.proofs_checks import decode_verdict as dv
 from kvbounds.proofs_checks import power_streams as ps
@@ -202,7 +203,7 @@ ENTRIES = [
     Entry("WorstError.add_all", lambda r, c: dict(exact=make_array(r, (3,), c), est=make_array(r, (3,), c)),
           dict(scale=1.0), _add_all_call, _check_add_all, torch_ok=False,
           nonfinite_ok=lambda out, **kw: not any(math.isnan(v) for v in out.values())),     # inf: undefined
-    Entry("median_ci", _sample, dict(conf=0.95), ctl.median_ci, _check_median_ci, torch_ok=False,
+    Entry("median_ci", _sample, dict(conf=0.95), power_calls.median_ci, _check_median_ci, torch_ok=False,
           nonfinite_ok=lambda out, **kw: not any(math.isnan(v) for v in out)),      # +-inf values: an inf median
     Entry("one_sided_p", _paired, {}, ctl.one_sided_p, _check_p, torch_ok=False),
     Entry("power_vs_controls+power_table_cells+power_table_lines+first_table+power_glance", _power_arrays,

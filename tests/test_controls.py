@@ -5,7 +5,8 @@ import random
 import numpy as np
 import pytest
 
-from kvbounds.controls import MIN_STREAMS, median_ci, power_table_lines, power_vs_controls
+from kvbounds.controls import MIN_STREAMS, power_table_lines, power_vs_controls
+from kvbounds.power_calls import median_ci
 from kvbounds.records import Record
 from kvbounds.verdict import decide
 
