@@ -29,11 +29,11 @@ report: $(STAMP)
 
 # docs/RESULTS.md and the README's "What we found" from the records in $(OUT)/ (run `make report` first): the report
 # writes $(OUT)/summary.json, committed compactly as docs/summary.json, from which both documents are rendered (a test
-# checks that the committed documents are exactly what docs/summary.json renders to: tests/test_results_md.py)
+# checks that the committed documents are exactly what docs/summary.json renders to: tests/docs/test_results_md.py)
 results-md: $(STAMP)
 	$(BIN)/kvbounds report --out $(OUT)
-	$(BIN)/python -m kvbounds.summary_read $(OUT)/summary.json docs/summary.json
-	$(BIN)/python -m kvbounds.report_markdown docs/summary.json README.md docs/RESULTS.md
+	$(BIN)/python -m kvbounds.report.summary_read $(OUT)/summary.json docs/summary.json
+	$(BIN)/python -m kvbounds.report.markdown docs/summary.json README.md docs/RESULTS.md
 
 # the notebooks extra (jupyterlab, nbconvert, ipykernel) in the same venv, once
 NB_STAMP := $(VENV)/.notebooks

@@ -1,7 +1,7 @@
 """kvbounds: which guarantees of streaming attention / KV-cache compression hold, with what constants.
 
-The claim registry (:mod:`kvbounds.registry`), records (:mod:`kvbounds.records`), the sweep runner
-(:mod:`kvbounds.runner`), verdicts (:mod:`kvbounds.verdict`) and the report (:mod:`kvbounds.report`);
+The claim registry (:mod:`kvbounds.claims`), records (:mod:`kvbounds.core`), the sweep runner (:mod:`kvbounds.run`),
+verdicts (:mod:`kvbounds.verdict`) and the report (:mod:`kvbounds.report`);
 ``kvbounds.evaluate(SPEC)`` evaluates any press or compressor against the battery (:mod:`kvbounds.evaluation`),
 and :mod:`kvbounds.testing` serves researchers' own test suites.
 
@@ -22,6 +22,6 @@ def __getattr__(name):
     """``kvbounds.evaluate(SPEC, ...)``: :func:`kvbounds.evaluation.evaluate`, imported on first use (importing
     kvbounds stays light)."""
     if name == "evaluate":
-        from .evaluation import evaluate
+        from kvbounds.evaluation import evaluate
         return evaluate
     raise AttributeError(f"module 'kvbounds' has no attribute {name!r}")

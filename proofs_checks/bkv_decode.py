@@ -1,7 +1,7 @@
 """BKV.decode: BalanceKV's per-step guarantee where it is meant to hold, while a real model generates
 (BalanceKV-NeurIPS Thm 3.1, Alg. 1).
 
-SmolLM2 generates greedily with :class:`kvbounds.streaming.StreamingBalanceKVPress` (merge-and-reduce over weighted
+SmolLM2 generates greedily with :class:`kvbounds.presses.StreamingBalanceKVPress` (merge-and-reduce over weighted
 coresets, every layer kept at ``target`` tokens, reduced every ``interval``). At checkpoints, each layer's output
 from the streaming cache against exact attention over the layer's whole history at the current query, in the
 theorem's units ``||z_j - Attn|| / (||softmax(K_j q_j / sqrt d)||_2 ||V_j||_F)`` (:mod:`proofs_checks.decode_stream`).
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 
-from kvbounds import walk_probe
+from kvbounds.battery import walk_probe
 
 from . import walk_cause
 from .decode_stream import merge_ablation, run_forced, run_generation, trials  # noqa: F401 - the check's trials
 from .decode_verdict import build_records, summarize as _summarize
 from .decode_verdict import decode_rows as leaderboard_rows  # noqa: F401 - its leaderboard table
-from .power_streams import POWER_CHECK
+from kvbounds.streams import POWER_CHECK
 
 CLAIM = "BKV.decode"
 SOURCE = "BalanceKV-NeurIPS Thm 3.1, Alg. 1 (streaming, inside generation)"
@@ -30,7 +30,7 @@ SCALE = "sqrt(d) e^{2r^2/sqrt d} log2(n/M) / M"
 def run_trial(params: dict, seed: int, backend: str):
     """One generation with the press, and its ablation (the same press with random halving, fair coins on the
     walk's own uniforms) fed the same tokens: each (checkpoint, layer) pairs the two."""
-    from kvbounds.streaming import StreamingBalanceKVPress
+    from kvbounds.presses import StreamingBalanceKVPress
     tokens: list = []
     with walk_probe.record_halvings() as halvings:     # every halving's walk, recorded as it runs (unchanged)
         rows, press = run_generation(StreamingBalanceKVPress, params, seed, tokens=tokens)

@@ -30,12 +30,12 @@ from kvbounds.theory.frequent_directions import (covariance_bound_from_sv, covar
                                         residual, residual_adversarial_stream, residual_bound_tight,
                                         residual_certificate, singular_values, top_right_projector)
 
-from kvbounds.ablations import random_basis
+from kvbounds.battery import random_basis
 from kvbounds.battery import method_floats, sketch_controls, stream_floats
-from kvbounds.controls import power_vs_controls
+from kvbounds.battery import power_vs_controls
 
 from .common import dispatch, make_record, pick
-from .power_streams import POWER_CHECK, battery_record, streams_per_family
+from kvbounds.streams import POWER_CHECK, battery_record, streams_per_family
 from .fd_covariance import make_matrix
 
 CLAIM = "FD.residual"
@@ -201,7 +201,7 @@ def power_trial(params: dict, seed: int, backend: str):
     """||A (I - P)||_op / ||A||_op for P the top-r space of FD's sketch (every row of its 2l-row buffer) and of the
     battery's sketches at the same floats (kvbounds.battery.sketch_controls: zeros, P = 0, residual 1; the mean's
     direction (rank 1); the top-r space of StreamingLLM's rows and of a uniform sample of rows); the ablation: a
-    random subspace of rank r (kvbounds.ablations.random_basis). The optimum sigma_{r+1}(A) / ||A||_op
+    random subspace of rank r (kvbounds.battery.random_basis). The optimum sigma_{r+1}(A) / ||A||_op
     (Eckart-Young) is stored as a reference, not a control to beat."""
     A = make_matrix(params["kind"], params["n"], params["d"], seed)
     n, d = A.shape

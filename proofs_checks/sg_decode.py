@@ -1,7 +1,7 @@
 """SG.decode: SubGen's guarantee where it is meant to hold, while a real model generates (SubGen Thm 1, Alg. 1;
 ClusterGen Thm 2.4).
 
-SmolLM2 generates greedily with :class:`kvbounds.streaming.StreamingSubGenPress` (online centres with per-cluster
+SmolLM2 generates greedily with :class:`kvbounds.presses.StreamingSubGenPress` (online centres with per-cluster
 reservoirs for the denominator, l2 samples of the values for the numerator, every layer kept at ``target``). At
 checkpoints, each layer's output against exact attention over the layer's whole history at the current query, in
 SubGen's units ``||z/tau - Attn|| / (||softmax(K q)||_2 ||V||_op)`` (:mod:`proofs_checks.decode_stream`; the softmax
@@ -31,8 +31,8 @@ def ablation(press, K, V, rng, floats: int):
     """SubGen's ablation at the press's floats and split: its sink and window exact, the rest of the floats split
     between the denominator and the numerator as the press splits its middle (clusters x per-cluster slots against
     value-sample slots), each side filled with uniform draws from the layer's history in place of the clusters'
-    samples and the l2 samples (kvbounds.ablations.split_uniform)."""
-    from kvbounds.ablations import split_uniform
+    samples and the l2 samples (kvbounds.battery.split_uniform)."""
+    from kvbounds.battery import split_uniform
     st, d, dv = press.state, K.shape[-1], V.shape[-1]
     exact = min(press.sink + press.window, K.shape[0]) * (d + dv)
     mid = max(floats - exact, 0)
@@ -41,7 +41,7 @@ def ablation(press, K, V, rng, floats: int):
 
 
 def run_trial(params: dict, seed: int, backend: str):
-    from kvbounds.streaming import StreamingSubGenPress
+    from kvbounds.presses import StreamingSubGenPress
     rows, press = run_generation(StreamingSubGenPress, params, seed, ablation=ablation)
     st = press.state
     if st is None or not rows:        # too short to compress: one record that says so

@@ -25,7 +25,7 @@ import numpy as np
 from kvbounds.algorithms.compressed_kv import CompressedKV, gather_selection
 from kvbounds.algorithms.validation import InputError, check_array, check_int, check_rng
 
-from . import battery
+from . import _controls as battery
 
 __all__ = ["COIN_C", "balancekv_coin", "balancekv_released_coin", "subgen_uniform", "subspace_random",
            "kcenter_random", "kcenter_sized_random", "split_uniform", "random_basis", "random_basis_sketch"]

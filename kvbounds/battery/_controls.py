@@ -17,7 +17,7 @@ K (..., n, d), V (..., n, dv) numpy arrays (heads leading, or one head); ``float
     and MergeAndReduce: fair coins for the walk; SubGen: uniform samples for its clusters and its l2 samples;
     subspace and Frequent Directions: a random basis of the same rank; the streaming presses: random halving). It
     is the method's own: a registered method names it in its ``ablation`` field (:func:`ablation_of`; the package's
-    are in :mod:`kvbounds.ablations`, with the pieces the claims' checks use: ``split_uniform``, ``random_basis``,
+    are in :mod:`kvbounds.battery._ablations`, with the pieces the claims' checks use: ``split_uniform``, ``random_basis``,
     ``random_basis_sketch``), the claims' streaming algorithms take a switch (``BalanceKV(signs="random")``, ...).
 
 Memory (:func:`cache_floats`, the one count for method and control): a key for every token used on either side, a
@@ -38,7 +38,7 @@ Estimates of a control's cache (also of a method's :class:`CompressedKV`): :func
 the battery for a row sketch of a matrix A (Frequent Directions' covariance and subspace claims).
 
 The power rule that turns each claim's metric for the method and the controls into calls (better / tied / worse /
-not shown / not tested) is :func:`kvbounds.controls.power_vs_controls`.
+not shown / not tested) is :func:`kvbounds.battery.power_vs_controls`.
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
-from .algorithms.validation import InputError, check_int, check_probability, check_real, check_values
+from kvbounds.algorithms.validation import InputError, check_int, check_probability, check_real, check_values
 
 CALLS = ("better", "tied", "worse", "not shown", "not tested")
 EQUIVALENCE = 1.2

@@ -17,9 +17,9 @@ measurement. Records stored before the battery (control names ``mean_values``, `
 called under their own labels.
 
 The rule (:func:`power_vs_controls`): per setting (a stream family, ...) and control, the three-way call of
-:mod:`kvbounds.power_calls` (better / tied / worse / not shown / not tested, with the median ratio, its 95%
+:mod:`kvbounds.battery._power_calls` (better / tied / worse / not shown / not tested, with the median ratio, its 95%
 interval, the wins and the smallest detectable ratio), Holm over every (setting, control) of the claim
-(:func:`kvbounds.statistics.holm_adjust`, the shared rule). ``shown`` when every tested call is ``better``,
+(:func:`kvbounds.verdict.holm_adjust`, the shared rule). ``shown`` when every tested call is ``better``,
 ``low`` otherwise, the headline naming the calls that are not.
 """
 from __future__ import annotations
@@ -31,13 +31,14 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from scipy import stats
 
-from .algorithms.validation import InputError, check_array, check_error, check_probability, check_real, check_values
-from .power_calls import (EQUIVALENCE, MIN_STREAMS, call_words, control_order, decide_call, label, summary_words,
-                          two_sided_p)
-from .records import Record
-from .statistics import canonical_order, holm_adjust
+from kvbounds.algorithms.validation import (InputError, check_array, check_error, check_probability, check_real,
+                                            check_values)
+from ._power_calls import (EQUIVALENCE, MIN_STREAMS, call_words, control_order, decide_call, label, summary_words,
+                           two_sided_p)
+from kvbounds.core import Record
+from kvbounds.verdict import canonical_order, holm_adjust
 
-from .power_calls import LABELS as CONTROL_LABELS  # noqa: E402,F401 - the labels of every control name
+from ._power_calls import LABELS as CONTROL_LABELS  # noqa: E402,F401 - the labels of every control name
 ALPHA = 0.05
 
 
@@ -86,7 +87,7 @@ def not_applicable(reason: str) -> str:
 @dataclasses.dataclass
 class PowerCell:
     """One setting (stream family, memory) of one claim: the method's and each control's metric over paired
-    streams, and the call against each control (:mod:`kvbounds.power_calls`)."""
+    streams, and the call against each control (:mod:`kvbounds.battery._power_calls`)."""
     setting: str
     streams: int
     method: float                              # median of the method's metric
@@ -109,7 +110,7 @@ class PowerCell:
 class TrivialPower:
     power: str                                 # "shown" | "low" | "n/a"
     detail: str
-    note: str                                  # the headline's words when low (kvbounds.power_calls.summary_words)
+    note: str                                  # the headline's words when low (kvbounds.battery.summary_words)
     cells: list[PowerCell]
 
     def table(self) -> list[dict]:
@@ -192,7 +193,7 @@ def _not_compressing(records: Sequence[Record]) -> tuple[list[Record], str]:
 def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], Any],
                       value: Callable[[Record], float] = lambda r: r.measured, metric: str = "error",
                       alpha: float = ALPHA, unit: str = "independent streams") -> TrivialPower:
-    """The calls of :mod:`kvbounds.power_calls` over ``records`` (the method's records carrying
+    """The calls of :mod:`kvbounds.battery._power_calls` over ``records`` (the method's records carrying
     ``extra["controls"]``, and ``extra["floats"]`` / ``extra["not_tested"]`` where they come from the battery),
     grouped by ``setting(r)``; ``power`` is ``shown`` when every tested call is ``better``, ``low`` otherwise
     (``note``: the headline's words), ``n/a`` with no tested call. ``unit``: what the paired samples are

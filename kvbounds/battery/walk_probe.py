@@ -4,7 +4,7 @@
 * :func:`record_merge_and_reduce`: every SoftmaxBalance call (BalanceKV-NeurIPS Alg. 2) made by a MergeAndReduce
   (Alg. 1's numerator and denominator instances, :class:`kvbounds.algorithms.balance_kv.BalanceKV`): its cell K, V,
   radii, c, signs, and the state of its Generator before the call, from which the walk's uniforms are drawn again;
-* :func:`record_halvings`: every halving of the streaming press (:mod:`kvbounds.streaming.balance`, the walk on pair
+* :func:`record_halvings`: every halving of the streaming press (:mod:`kvbounds.presses._streaming.balance`, the walk on pair
   differences): the group's keys, values and liveness, the Gram D of the differences, the uniforms and the signs.
 
 Both wrap a module-level function for the duration of a ``with`` block (the wrapped function returns exactly what
@@ -29,7 +29,7 @@ from kvbounds.algorithms import walk_diagnostics as wd
 from kvbounds.algorithms.validation import InputError
 from kvbounds.algorithms.arrays import to_numpy
 
-DELTA = 0.01          # the streaming walk's delta (kvbounds.streaming.balance.walk_signs' default)
+DELTA = 0.01          # the streaming walk's delta (kvbounds.presses._streaming.balance.walk_signs' default)
 
 
 @dataclasses.dataclass
@@ -105,7 +105,7 @@ def record_merge_and_reduce():
 def record_halvings():
     """``with record_halvings() as halvings:`` every halving of a streaming BalanceKV press inside the block is
     appended to ``halvings`` (a list of :class:`Halving`)."""
-    from kvbounds.streaming import balance
+    from kvbounds.presses._streaming import balance   # the probe wraps the streaming walk in place: another room's internals
     halvings: list[Halving] = []
     pending: dict[str, Any] = {}
 
@@ -159,7 +159,7 @@ def halving_diagnostics(halvings: list[Halving]) -> list[dict]:
     """Per recorded halving: ``{"raw": ..., "centred": ..., "replayed": bool, "pairs": P}``, each number per row
     (layer x batch x KV head). raw: the walk's D and c = 30 log(max(P, 2) / delta), R^2 = max_p D_pp (as the walk);
     centred: D of the group's keys minus their mean over its live tokens."""
-    from kvbounds.streaming.balance import pair_gram
+    from kvbounds.presses._streaming.balance import pair_gram   # the walk's own Gram matrix (another room's internals)
     import torch
     out = []
     for h in halvings:

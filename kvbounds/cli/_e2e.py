@@ -16,7 +16,7 @@ import sys
 
 
 def add_parser(sub) -> None:
-    from . import method_names as M      # names only: `kvbounds --version` must not load the compressors
+    from kvbounds import e2e as M      # names only: `kvbounds --version` must not load the compressors
     p = sub.add_parser("e2e", help="end-to-end: every compressor inside a real model (perplexity, passkey, lines)")
     p.add_argument("--model", default="smollm2", help="smollm2 (offline GGUF) or a local path / cached HF id")
     p.add_argument("--device", default="cpu", help="cpu | cuda")
@@ -43,8 +43,8 @@ def problems(args) -> list[str]:
     """What is wrong with ``kvbounds e2e``'s arguments, one line each (empty when nothing): checked before any
     work (no model loaded, no record written)."""
     import os
-    from . import method_names as M
-    from .methods import budget_problem
+    from kvbounds import e2e as M
+    from kvbounds.e2e import budget_problem
     out = []
     for name in ("n", "instances"):
         if getattr(args, name) < 1:
@@ -87,7 +87,7 @@ TAIL = 64      # tokens the tasks read after the n of context: the perplexity co
 
 def _context_problems(args) -> list[str]:
     """--model that is not a model, and --n beyond the model's context (read from its configuration)."""
-    from .model import model_context
+    from kvbounds.e2e import model_context
     try:
         ctx, where = model_context(args.model)
     except ValueError as e:
@@ -140,7 +140,7 @@ def dedupe(args) -> list[str]:
 
 
 def run(args) -> int:
-    from kvbounds.records import ResultStore, StoreError
+    from kvbounds.core import ResultStore, StoreError
     from kvbounds.traces.hf_capture import ModelUnavailable
     for note in dedupe(args):
         print(f"kvbounds e2e: {note}", file=sys.stderr)
@@ -165,10 +165,10 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from kvbounds.records import ResultStore
-    from kvbounds.runner import Trial, execute_trial
-    from .checks import profile_grid
-    from .leaderboard import leaderboard_rows, timing_rows
+    from kvbounds.core import ResultStore
+    from kvbounds.run import Trial, execute_trial
+    from kvbounds.e2e import profile_grid
+    from kvbounds.e2e import leaderboard_rows, timing_rows
     store = ResultStore(args.out)
     done = store.done_keys()
     trials = []
@@ -199,8 +199,8 @@ def _run(args) -> int:
 def print_board(rows, records=()) -> None:
     """The leaderboard as ranked tables (one per metric and budget), the collapsed ones as one line each, and
     the budget at which each method first retrieves."""
-    from kvbounds.report_leaderboard import board_table
-    from .leaderboard import first_retrieval
+    from kvbounds.report import board_table
+    from kvbounds.e2e import first_retrieval
     t = board_table(rows)
     for line in t["references"]:
         print(f"reference: {line}")

@@ -32,10 +32,10 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from .algorithms.validation import InputError
-    from .evaluation import CARD_FILE, JSON_FILE, default_out, evaluate
-    from .records import StoreError
-    from .runner import Terminated, sigterm_raises
+    from kvbounds.algorithms.validation import InputError
+    from kvbounds.evaluation import CARD_FILE, JSON_FILE, default_out, evaluate
+    from kvbounds.core import StoreError
+    from kvbounds.run import Terminated, sigterm_raises
     out = args.out or default_out(args.spec)
     if args.workers is not None and args.workers < 1:
         print(f"kvbounds evaluate: --workers must be >= 1, got {args.workers}", file=sys.stderr)
@@ -62,7 +62,7 @@ def run(args) -> int:
 
 
 def print_result(result: dict) -> None:
-    from .power_calls import call_words
+    from kvbounds.battery import call_words
     print(f"{result['method']} ({result['kind']}), profile {result['profile']}, {result['streams']} streams; "
           f"at {100 * result['fraction']:.0f}% of the cache's floats: {result['headline']}")
     for fam in result["families"]:

@@ -13,9 +13,9 @@ import argparse
 import sys
 import textwrap
 
-from . import __version__
-from .registry import CLAIMS, get_claim
-from .runner import PROFILES
+from kvbounds import __version__
+from kvbounds.claims import CLAIMS, get_claim
+from kvbounds.run import PROFILES
 
 WIDTH = 100
 
@@ -33,7 +33,7 @@ def _resolve(ids) -> list[str] | None:
 
 
 def _record_counts(out_dir) -> dict[str, int]:
-    from .records import ResultStore
+    from kvbounds.core import ResultStore
     done: dict[str, int] = {}
     if out_dir:
         for r in ResultStore(out_dir).load():
@@ -63,8 +63,8 @@ def _cmd_show(args) -> int:
     ids = _resolve([args.claim])
     if ids is None:
         return 2
-    from .registry import cite, papers_in
-    from .report import source_path
+    from kvbounds.claims import cite, papers_in
+    from kvbounds.report import source_path
     c = CLAIMS[ids[0]]
     print(f"{c.id}  ({c.kind}; {c.family})\n")
     print(textwrap.fill(c.statement, WIDTH) + "\n")
@@ -74,22 +74,22 @@ def _cmd_show(args) -> int:
     print(f"bound:   {c.bound or '-'}  ({source_path(c.bound) or '-'})")
     print(f"check:   {c.check or '-'}  ({source_path(c.check) or '-'}){'' if c.has_check else '  [no check yet]'}")
     if c.has_check:
-        from .runner import PROFILES, profile_trials
+        from kvbounds.run import PROFILES, profile_trials
         mod = c.check_module()
         print("trials:  " + " · ".join(f"{p} {len(profile_trials(mod, p))}" for p in PROFILES))
-    from .records import ResultStore
+    from kvbounds.core import ResultStore
     recs = [r for r in ResultStore(args.out).load() if r.claim == c.id]
     if not recs:
         print(f"verdict: not run (no records in {args.out}/results.jsonl; `kvbounds check {c.id} --out {args.out}`)")
         return 0
-    from .report import build_verdicts, dimensions, headline
+    from kvbounds.report import build_verdicts, dimensions, headline
     v = build_verdicts(recs, [c.id])[c.id]
     d = dimensions(v)
     print(f"verdict: {headline(v)}  ({', '.join(f'{k} {val}' for k, val in d.items() if val != 'n/a')}; "
           f"{len(recs)} records in {args.out})")
     print(textwrap.fill(cite(v.summary), WIDTH, initial_indent="         ", subsequent_indent="         "))
     if v.power_table:
-        from .controls import power_table_lines
+        from kvbounds.battery import power_table_lines
         print("         against the battery at equal memory (the claim's metric, median over streams; calls: * better, "
               "! worse, = tied, no mark not shown)")
         for line in power_table_lines(v.power_table):
@@ -114,10 +114,10 @@ def _cmd_check(args) -> int:
     """Run the checks, then print the verdict of each claim run. Ctrl-C or SIGTERM: one line saying
     how to resume, exit 130 / 143. An unusable --out (read-only, a file, full disk, another `check`
     writing there): one line, exit 1; the trials already written stay valid."""
-    from .records import ResultStore, StoreError
-    from .registry import checked_claims, get_claim
-    from .report import build_verdicts
-    from .runner import Terminated, profile_trials, run_checks, sigterm_raises
+    from kvbounds.core import ResultStore, StoreError
+    from kvbounds.claims import checked_claims, get_claim
+    from kvbounds.report import build_verdicts
+    from kvbounds.run import Terminated, profile_trials, run_checks, sigterm_raises
     try:
         args.claims = [get_claim(cid).id for cid in args.claims]   # ids are case-insensitive
     except KeyError as e:
@@ -125,14 +125,14 @@ def _cmd_check(args) -> int:
         return 2
     if not args.claims and args.profile == "gpu":   # the gpu profile holds the scale sweeps of a few checks only
         args.claims = [c.id for c in checked_claims() if profile_trials(c.check_module(), "gpu")]
-    from .algorithms.arrays import BACKENDS, why_unavailable
+    from kvbounds.algorithms.arrays import BACKENDS, why_unavailable
     if args.backend in BACKENDS:                  # an unknown name is run_checks' error (exit 2 below)
         why = why_unavailable(args.backend)
         if why is not None:                       # refuse before any trial runs (not one error record per trial)
             print(f"kvbounds: --backend {args.backend} cannot run on this machine: {why}", file=sys.stderr)
             return 2
     if args.backend in ("torch:cuda", "cupy") or (args.backend == "torch" and _cuda_visible()):
-        from .gpu.support import describe    # which checks put their arrays on the device, which stay on the CPU
+        from kvbounds.gpu.support import describe    # which checks put their arrays on the device, which stay on the CPU
         for line in describe(args.claims or [c.id for c in checked_claims()], args.backend):
             print(line, file=sys.stderr)
     resume = f"finished trials are kept in {args.out}/results.jsonl; rerun the same command to resume"
@@ -178,19 +178,19 @@ def _cmd_check(args) -> int:
 
 
 def _executor(scheduler: str | None):
-    """``(executor, its workers)`` for ``--scheduler`` (a dask.distributed cluster, :mod:`kvbounds.cluster`), or
+    """``(executor, its workers)`` for ``--scheduler`` (a dask.distributed cluster, :mod:`kvbounds.run._cluster`), or
     ``(None, None)``: the runner's own process pool."""
     if scheduler is None:
         import contextlib
         return contextlib.nullcontext((None, None))
-    from .cluster import dask_executor
+    from kvbounds.run import dask_executor
     return dask_executor(scheduler)
 
 
 def _timing_table(run: dict) -> str:
     """This run's time per claim, slowest first: wall clock from its first trial's start to its last trial's end
     (claims overlap on several workers) and the seconds summed over its trials."""
-    from .progress import duration
+    from kvbounds.core import duration
     rows = sorted(run["claims"].items(), key=lambda kv: -kv[1]["cpu_s"])
     lines = [f"time of this run: wall {duration(run['wall_s'])}, {duration(run['cpu_s'])} summed over "
              f"{run['trials']} trial(s) on {run['workers']} worker(s); per claim (slowest first):"]
@@ -201,10 +201,10 @@ def _timing_table(run: dict) -> str:
 
 def _cmd_report(args) -> int:
     """Exit 2 with one line, before anything is written, when an output path (``--markdown``, or report.html /
-    summary.json as links) is a file the result store owns (kvbounds.output_files)."""
-    from .output_files import OutputRefused, check_output
-    from .records import ResultStore
-    from .report import ReportError, build_verdicts, render_terminal, write_report
+    summary.json as links) is a file the result store owns (kvbounds.core._output_files)."""
+    from kvbounds.core import OutputRefused, check_output
+    from kvbounds.core import ResultStore
+    from kvbounds.report import ReportError, build_verdicts, render_terminal, write_report
     claims = None
     if args.claims:
         claims = _resolve(args.claims)
@@ -224,7 +224,7 @@ def _cmd_report(args) -> int:
     print(render_terminal(build_verdicts(ResultStore(args.out).load(), claims)))
     print(f"report: {html}")
     if args.markdown:
-        from .report_markdown import write_markdown
+        from kvbounds.report.markdown import write_markdown
         try:
             print(f"markdown: {write_markdown(args.out, args.markdown, claims)}")
         except OutputRefused as e:
@@ -268,9 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     traces_cli = _traces_cli()
     if traces_cli is not None:
         traces_cli.add_parser(sub)          # `kvbounds traces extract ...` (real Q/K/V from real models)
-    import kvbounds.e2e.cli as e2e_cli      # `kvbounds e2e ...` (end-to-end harness; needs the hf extra to run)
+    from . import _e2e as e2e_cli      # `kvbounds e2e ...` (end-to-end harness; needs the hf extra to run)
     e2e_cli.add_parser(sub)
-    from . import evaluation_cli             # `kvbounds evaluate SPEC` (any press or compressor against the battery)
+    from . import _evaluate as evaluation_cli             # `kvbounds evaluate SPEC` (any press or compressor against the battery)
     evaluation_cli.add_parser(sub)
     return p
 
@@ -298,9 +298,9 @@ def _main(argv=None) -> int:
     if args.cmd == "traces":
         return _traces_cli().run(args)
     if args.cmd == "e2e":
-        import kvbounds.e2e.cli
-        return kvbounds.e2e.cli.run(args)
+        from . import _e2e as e2e_cli
+        return e2e_cli.run(args)
     if args.cmd == "evaluate":
-        from . import evaluation_cli
+        from . import _evaluate as evaluation_cli
         return evaluation_cli.run(args)
     return {"list": _cmd_list, "show": _cmd_show, "check": _cmd_check, "report": _cmd_report}[args.cmd](args)

@@ -2,7 +2,7 @@
 figures, ``--markdown``, the README's what-we-found block, a benchmark's JSON) goes through :func:`write_output`.
 
 * It refuses, before anything is written, a path that is a file a result store owns (records, run log, lock,
-  report, figures; :func:`kvbounds.records.store_file` decides, symlinks resolved and hard links of the given
+  report, figures; :func:`kvbounds.core._records.store_file` decides, symlinks resolved and hard links of the given
   stores included): :class:`OutputRefused`, naming the path and what it is. The command that keeps one of those
   files writes it with ``own=True``, which still refuses it when it is a link onto another of the store's files.
 * It writes a temporary file in the target's directory and renames it over the target (``os.replace``: atomic), so
@@ -16,7 +16,7 @@ from tempfile import mkstemp
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .records import FIGURES_DIR, LOCK_FILE, REPORT_FILES, RESULTS_FILE, RUNS_FILE, ResultStore
+from ._records import FIGURES_DIR, LOCK_FILE, REPORT_FILES, RESULTS_FILE, RUNS_FILE, ResultStore
 
 
 class OutputRefused(ValueError):

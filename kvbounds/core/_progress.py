@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-from .records import RUNS_FILE, Record, canonical
+from ._records import RUNS_FILE, Record, canonical
 
 
 def duration(s: float) -> str:
@@ -117,7 +117,7 @@ class Progress:
 def append_run(out_dir: str | os.PathLike, line: dict) -> None:
     """Best effort: the run's line in ``DIR/runs.jsonl`` (the records stay valid without it); none when runs.jsonl is
     a link onto another file of the store (the records)."""
-    from .output_files import OutputRefused, check_output
+    from ._output_files import OutputRefused, check_output
     try:
         check_output(Path(out_dir) / RUNS_FILE, own=True)
         with open(Path(out_dir) / RUNS_FILE, "a", encoding="utf-8") as f:

@@ -32,7 +32,7 @@ from typing import Any, Iterable
 BOUND_KINDS = ("a-priori", "fitted", "certificate", "exact", "shape")
 RESULTS_FILE = "results.jsonl"
 LOCK_FILE = ".kvbounds.lock"
-RUNS_FILE = "runs.jsonl"                      # one line per `kvbounds check` (kvbounds.progress)
+RUNS_FILE = "runs.jsonl"                      # one line per `kvbounds check` (kvbounds.core._progress)
 REPORT_FILES = ("report.html", "summary.json")
 FIGURES_DIR = "figures"                       # the report's figures/*.png
 WRITE_FIELD = "write"     # per line: [write id, lines in that write]; a write is one trial, kept all or nothing
@@ -154,7 +154,7 @@ LEGACY_CHECKS = {"buckets proof001": "buckets proof", "erased share proof001": "
 def _name_papers(d: dict) -> None:
     """Records written before the papers were named cite them by an old three-digit label: map their check name,
     source and extra's strings to the papers' short names on read (params, and so trial keys, unchanged)."""
-    from .registry import cite
+    from kvbounds.claims import cite
     if isinstance(d.get("check"), str):
         d["check"] = LEGACY_CHECKS.get(d["check"], cite(d["check"]))
     if isinstance(d.get("source"), str):
@@ -205,7 +205,7 @@ class ResultStore:
 
     The store owns its records, its run log, its lock and the report of its records (:data:`OWNED`, and every file
     under ``figures/``): no command writes onto them but the one that keeps each (every writer asks
-    :func:`kvbounds.output_files.store_file`, which reads this list).
+    :func:`kvbounds.core._output_files.store_file`, which reads this list).
     """
 
     OWNED = {RESULTS_FILE: "records", RUNS_FILE: "run log", LOCK_FILE: "lock", REPORT_FILES[0]: "report",

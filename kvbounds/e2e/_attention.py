@@ -1,7 +1,7 @@
 """Weighted attention inside Hugging Face transformers, on the framework's kernel
 (``torch.nn.functional.scaled_dot_product_attention``), registered as ``attn_implementation="kvbounds_weighted"``.
 
-Over a layer of :class:`kvbounds.e2e.weighted_cache.WeightedLayer` holding ``(K', V', a, b)``:
+Over a layer of :class:`kvbounds.e2e.WeightedLayer` holding ``(K', V', a, b)``:
 
     o(q) = sum_i exp(l_i + a_i) v_i / sum_i exp(l_i + b_i),    l_i = <q, k_i> * scale.
 
@@ -41,8 +41,8 @@ def use_weighted_attention(model) -> None:
 
 
 def require_weighted_attention(model) -> None:
-    """Raise :class:`~kvbounds.e2e.weighted_cache.ModelNotWeighted` unless ``model`` runs the weighted attention."""
-    from .weighted_cache import ModelNotWeighted, not_weighted_message
+    """Raise :class:`~kvbounds.e2e.ModelNotWeighted` unless ``model`` runs the weighted attention."""
+    from ._weighted_cache import ModelNotWeighted, not_weighted_message
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if impl != ATTN_IMPLEMENTATION:
         raise ModelNotWeighted(f"model runs attn_implementation={impl!r}: " + not_weighted_message())
@@ -161,7 +161,7 @@ _PREFILL_OBSERVERS: list = []      # callables (module, query, key, scaling) run
 def observe_prefill(fn):
     """Inside the block, ``fn(module, query, key, scaling)`` is called on every exact causal prefill attention
     call (as many queries as keys, no mask, no weights; the rotated queries and keys the kernel reads), e.g.
-    to collect H2O's scores while the prefill runs (:func:`kvbounds.e2e.h2o.received_attention`)."""
+    to collect H2O's scores while the prefill runs (:func:`kvbounds.e2e._h2o.received_attention`)."""
     if not callable(fn):
         from kvbounds.algorithms.validation import InputError
         raise InputError(f"fn must be callable (module, query, key, scaling), got {type(fn).__name__}")
@@ -174,10 +174,10 @@ def observe_prefill(fn):
 
 def weighted_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """transformers' attention interface: query (b, H, L, d), key/value (b, Hkv, M, d) -> (b, L, H, d), None.
-    Reads the weights of the :class:`~kvbounds.e2e.weighted_cache.WeightedLayer` that returned ``key``."""
+    Reads the weights of the :class:`~kvbounds.e2e.WeightedLayer` that returned ``key``."""
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from .weighted_cache import HANDOFF
+    from ._weighted_cache import HANDOFF
     _check_call(query, key, value, scaling)
     layer = key.__dict__.pop(HANDOFF, None)
     L, M = query.shape[2], key.shape[2]
@@ -216,7 +216,7 @@ def weighted_attention_forward(module, query, key, value, attention_mask, dropou
 
 
 def WeightedCache(layers):
-    """A :class:`~kvbounds.e2e.weighted_cache.WeightedCache` from per-layer ``(K', V', a, b)`` (kept for callers
+    """A :class:`~kvbounds.e2e.WeightedCache` from per-layer ``(K', V', a, b)`` (kept for callers
     of the earlier function)."""
-    from .weighted_cache import WeightedCache as _WC
+    from ._weighted_cache import WeightedCache as _WC
     return _WC.from_compressed(layers)

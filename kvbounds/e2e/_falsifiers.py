@@ -14,16 +14,16 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from .leaderboard import t_interval
+from ._leaderboard import t_interval
 
 
 def window_rows(lm, index: int, *, n: int = 512, cont: int = 32, budgets=(0.25, 0.5), window: int = 32) -> list[dict]:
-    """One window of the text (:func:`kvbounds.e2e.tasks.ppl_task`): per (method, budget) of subspace and uniform,
+    """One window of the text (:func:`kvbounds.e2e._tasks.ppl_task`): per (method, budget) of subspace and uniform,
     {"method", "budget", "delta_nll" (mean per-token NLL(method) - NLL(exact)), "memory_fraction", "rank",
     "exact_nll", "n_tokens"}."""
     from kvbounds.algorithms.compressor_adapters import SubspaceCompressor
-    from . import tasks
-    from .harness import run_cell
+    from . import _tasks as tasks
+    from ._harness import run_cell
     task = tasks.ppl_task(lm, n, cont + 1, index)
     rows = run_cell(lm, task, ["subspace", "uniform"], budgets, sink=window, window=window)
     ex = np.asarray(rows[0]["ll"])
@@ -63,7 +63,7 @@ def lowrank_perplexity(*, n: int = 512, windows: int = 8, cont: int = 64, budget
     """Per budget: {"budget", "rank", "memory_fraction", "delta_nll", "ci": (lo, hi), "n_windows",
     "uniform_delta_nll", "diff_vs_uniform", "diff_ci", "model"}; delta = NLL(method) - NLL(exact) per token, ``ci``
     a t interval over the windows (:func:`window_effects`), at least 8 windows by default."""
-    from .trial import trial_model
+    from ._trial import trial_model
     lm = trial_model(model, device)
     rows = [dict(r, window=w) for w in range(windows)
             for r in window_rows(lm, w, n=n, cont=cont, budgets=budgets, window=window)]

@@ -114,6 +114,6 @@ def h2o_compress(lm, state, budget: float, *, window: int, where: str = "host") 
 def h2o_prefill(method: str, lm, state, budget: float, *, seed: int, sink: int, window: int,
                 where: str = "host") -> list[ts.CompressedKV]:
     """The method registry's prefill form of H2O (:func:`h2o_compress` on the path
-    :func:`kvbounds.e2e.methods.runs_on` gives ``where``)."""
-    from .methods import runs_on
+    :func:`kvbounds.e2e._methods.runs_on` gives ``where``)."""
+    from ._methods import runs_on
     return h2o_compress(lm, state, budget, window=window, where=runs_on(method, where))

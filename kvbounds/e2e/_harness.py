@@ -1,10 +1,10 @@
 """The harness: one exact prefill per task instance, shared by every method; compress every layer to a budget;
-score the tail through the compressed cache with the weighted attention (:mod:`kvbounds.e2e.attention`).
+score the tail through the compressed cache with the weighted attention (:mod:`kvbounds.e2e._attention`).
 
 ``run_cell(lm, task, methods, budgets, ...)`` returns one row per (method, budget) plus the exact row
 (budget 1.0): the per-target log-likelihoods, greedy correctness, the floats held, and the seconds spent
 compressing and scoring. Rows become records in :mod:`kvbounds.proofs_checks.bkv_e2e` / ``sg_e2e`` and in
-``kvbounds e2e``; :mod:`kvbounds.e2e.leaderboard` aggregates them.
+``kvbounds e2e``; :mod:`kvbounds.e2e._leaderboard` aggregates them.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from kvbounds.algorithms.token_selection import memory_floats
 
-from . import methods as M
+from . import _methods as M
 
 EXACT = "exact"
 
@@ -27,7 +27,7 @@ class Prefill:
     """The exact prefill of a context: per layer K, V (1, Hkv, n, d) torch and the attention module's
     inputs (``hidden_states``, ``position_embeddings``, ...) that kvpress's presses read; the time it took.
     ``received`` (when the prefill collected them): per layer the (Hkv, n) attention each key received from the
-    prompt's queries (H2O's scores, :func:`kvbounds.e2e.h2o.received_attention`), ``received_s`` of ``seconds``
+    prompt's queries (H2O's scores, :func:`kvbounds.e2e._h2o.received_attention`), ``received_s`` of ``seconds``
     spent collecting them, ``received_prefixes`` {m: per-layer scores over the first m queries} for
     :func:`slice_prefill`."""
     n: int
@@ -50,7 +50,7 @@ def prefill(lm, ids: np.ndarray, *, capture_inputs: bool = True, received: bool 
     import torch
     from transformers import DynamicCache
 
-    from .attention import observe_prefill
+    from ._attention import observe_prefill
     model = lm.model
     layers = model.model.layers
     kws: list = [None] * len(layers)
@@ -58,7 +58,7 @@ def prefill(lm, ids: np.ndarray, *, capture_inputs: bool = True, received: bool 
     spent = [0.0]
 
     def collect(module, query, key, scaling):
-        from .h2o import received_attention
+        from ._h2o import received_attention
         t = _now(lm)
         scores[module.layer_idx] = received_attention(query, key, scaling, prefixes=prefixes)
         spent[0] += _now(lm) - t
@@ -122,7 +122,7 @@ def score_tails(lm, n: int, layers, tail: np.ndarray, targets: np.ndarray) -> tu
     """:func:`score_tail` for a batch of caches (layers' first axis, from :func:`batch_layers`): the same tail
     after each; (batch, len(targets)) log-likelihoods and hits."""
     import torch
-    from .weighted_cache import WeightedCache as Cache
+    from ._weighted_cache import WeightedCache as Cache
     # the logical length n: a layer holding fewer tokens is read as compressed (the queries' own mask columns at
     # their place), whatever its length next to the other layers' (PyramidKV's per-layer sizes)
     cache = Cache.from_compressed(layers, logical_length=n)
@@ -204,13 +204,13 @@ def run_cell(lm, task, methods, budgets, *, seed: int = 0, sink: int = 32, windo
              state: Prefill | None = None, where: str = "host", redraws: int = 1,
              redraw: tuple = M.RANDOMIZED, extra_budgets: dict | None = None, block_size: int = 64) -> list[dict]:
     """Every (method, budget) on one task instance, sharing one exact prefill; the randomised methods named in
-    ``redraw`` (default :data:`kvbounds.e2e.methods.RANDOMIZED`) ``redraws`` times from independent streams (rows
+    ``redraw`` (default :data:`kvbounds.e2e._methods.RANDOMIZED`) ``redraws`` times from independent streams (rows
     carry ``draw``). ``extra_budgets``: method -> more budgets for it alone (e.g. uniform at a second budget, the
     checks' sensitivity control).
     A method that fails (or whose package is missing), or holds memory outside
-    :data:`kvbounds.e2e.methods.MEMORY_TOLERANCE` of ``budget x exact floats``, gives a row with ``error`` set
+    :data:`kvbounds.e2e._methods.MEMORY_TOLERANCE` of ``budget x exact floats``, gives a row with ``error`` set
     instead of scores. ``where``: compress on the host (numpy,
-    the checks' records) or on the model's device (:func:`kvbounds.e2e.methods.compress_all`)."""
+    the checks' records) or on the model's device (:func:`kvbounds.e2e._methods.compress_all`)."""
     state = state or prefill(lm, task.context, capture_inputs=any(M.needs_inputs(m) for m in methods),
                              received=any(m in M.NEEDS_SCORES for m in methods))
     exact_floats = lm.n_layers * lm.n_kv_heads * state.n * 2 * lm.head_dim

@@ -3,10 +3,10 @@
 The pipeline answers several questions on one compressed context by reading every layer's ``get_seq_length`` before
 a question and slicing the layer's keys and values back to it after the answer
 (``KVPressTextGenerationPipeline._remove_answer_from_cache``). For a
-:class:`~kvbounds.e2e.weighted_cache.WeightedLayer` that length is the logical one (tokens seen), larger than what
+:class:`~kvbounds.e2e.WeightedLayer` that length is the logical one (tokens seen), larger than what
 the layer stores, so the slice cut nothing: the first question and answer stayed in the cache for the second. And a
 slice of the keys alone would leave the log-weights behind. :func:`install` wraps that method so that weighted
-layers are cut by their own :meth:`~kvbounds.e2e.weighted_cache.WeightedLayer.crop` to the logical length read
+layers are cut by their own :meth:`~kvbounds.e2e.WeightedLayer.crop` to the logical length read
 before the question (a streaming press's layer restores the state it had there); every other layer is cut by
 kvpress's own code, unchanged.
 """
@@ -31,7 +31,7 @@ def install() -> bool:
         return True
 
     def remove_answer_from_cache(self, cache, cache_seq_lengths):
-        from .weighted_cache import WeightedLayer
+        from ._weighted_cache import WeightedLayer
         for layer, length in zip(cache.layers, cache_seq_lengths):
             if isinstance(layer, WeightedLayer):
                 layer.crop(int(length))          # logical length: the answer's stored tokens (and weights) go

@@ -1,6 +1,6 @@
 """The end-to-end harness's host path with every layer in one call (compression cheap next to the
-prefill; claims BKV.e2e, SG.e2e). Each function returns exactly what :func:`kvbounds.e2e.methods.compress_ours`
-gives one layer at a time, in layer order, with the same ``rng`` (tests/test_e2e_layers.py): BalanceKV's and the
+prefill; claims BKV.e2e, SG.e2e). Each function returns exactly what :func:`kvbounds.e2e.compress_ours`
+gives one layer at a time, in layer order, with the same ``rng`` (tests/e2e/test_e2e_layers.py): BalanceKV's and the
 released walk's levels stacked over layers (:mod:`kvbounds.algorithms.balance_layers`), SubGen's greedy k-center
 traversal run once for every layer and shared by the rounds of its equal-memory fit, k-center and subspace on the
 (layers x heads) stack.
@@ -17,7 +17,7 @@ from kvbounds.algorithms.compressed_kv import take_rows
 from kvbounds.algorithms.equal_memory import balance_layout, check_layer_kv, check_sizes, fit_to_floats
 from kvbounds.algorithms.validation import check_rng
 
-from .methods import compress_ours
+from ._methods import compress_ours
 
 
 def compress_stacked(method: str, state, floats: int, rng, *, sink: int, window: int, block_size: int = 64):

@@ -1,6 +1,6 @@
 """The leaderboard for choosing a method: records of the end-to-end checks (``BKV.e2e``, ``SG.e2e``,
 ``kvbounds e2e``) -> rows of method x metric x budget, ranked per (metric, budget), for the report
-(:mod:`kvbounds.report_leaderboard` renders exactly these keys).
+(:mod:`kvbounds.report._leaderboard` renders exactly these keys).
 
 Metrics (the value is a mean over instances, with a 95% interval; a randomised method's redraws are averaged
 per instance first):
@@ -133,7 +133,7 @@ def leaderboard_rows(records) -> list[dict]:
 def check_rows(records) -> list[dict]:
     """The rows a claim's check module adds to the leaderboard (its optional ``leaderboard_rows(records)``, e.g. the
     decode-time claims' tables), claim by claim in registry order, each given only that claim's records."""
-    from kvbounds.registry import CLAIMS
+    from kvbounds.claims import CLAIMS
     out = []
     for cid in [c for c in CLAIMS if any(r.claim == c for r in records)]:
         fn = getattr(CLAIMS[cid].check_module(), "leaderboard_rows", None)

@@ -31,8 +31,7 @@ from kvbounds.algorithms.equal_memory import (MEMORY_TOLERANCE, balance_budgets,
                                               check_sizes, fit_to_floats)
 from kvbounds.algorithms.validation import InputError, check_int, check_rng
 
-from .method_names import (CONTROLS, DEFAULT_METHODS, KVPRESS, NEEDS_INPUTS, NEEDS_SCORES, OURS,  # noqa: F401
-                           PRESSES, RANDOMIZED)
+from ._method_names import CONTROLS, DEFAULT_METHODS, KVPRESS, NEEDS_INPUTS, NEEDS_SCORES, OURS, PRESSES, RANDOMIZED
 
 
 def _check_method(method) -> str:
@@ -78,7 +77,7 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
 def compress_layer(method: str, K, V, budget: float, rng: np.random.Generator, *, sink: int, window: int, Q=None
                    ) -> ts.CompressedKV:
     """One layer's K, V (Hkv, n, d) compressed by ``method`` to ``budget`` (a fraction of their floats), the step
-    :func:`compress_all` takes per layer; used by the presses of :mod:`kvbounds.press`."""
+    :func:`compress_all` takes per layer; used by the presses of :mod:`kvbounds.presses._kvpress`."""
     check_layer_kv(K, V)
     if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)) \
             or not 0 < budget <= 1:
@@ -179,7 +178,7 @@ def _press_layers(method: str, lm, state, budget: float, seed: int, ratio: float
 WHERE = ("host", "device")
 # Methods of ours that cannot run on torch tensors, with the reason (each entry's ``host_only``):
 # compress_all(where="device") gives them the host path. Empty: every method of ours runs on torch tensors
-# (tests/test_e2e_device.py tries each on torch:cpu).
+# (tests/e2e/test_e2e_device.py tries each on torch:cpu).
 HOST_ONLY: dict[str, str] = {m.name: m.host_only for m in registry.methods() if m.host_only}
 # Device-path methods that still read a few small arrays on the host inside modules the harness does not own (no
 # copy of K or V; at most one integer per token and head; each entry's ``device_host_reads``). Everything else stays
@@ -233,7 +232,7 @@ def compress_all(method: str, lm, state, budget: float, rng: np.random.Generator
     d = state.keys[0].shape[-1]
     floats = int(math.floor(budget * state.n * 2 * d))
     if path == "host":          # every layer at once where that gives each layer its own call's cache
-        from .layer_stacks import compress_stacked
+        from ._layer_stacks import compress_stacked
         out = compress_stacked(method, state, floats, rng, sink=sink, window=window, block_size=block_size)
         if out is not None:
             return out

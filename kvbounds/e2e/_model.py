@@ -19,7 +19,7 @@ import numpy as np
 
 from kvbounds.traces.smollm2 import ModelUnavailable, SmolLM2
 
-from .attention import ATTN_IMPLEMENTATION, register
+from ._attention import ATTN_IMPLEMENTATION, register
 
 DEFAULT_MODEL = "smollm2"
 

@@ -1,8 +1,8 @@
 """One end-to-end trial (BKV.e2e, SG.e2e, ``kvbounds e2e``): load the model once per process, build the task
-instance, run every (method, budget) through the harness (:func:`kvbounds.e2e.harness.run_cell`) and turn the rows
-into records (see :mod:`kvbounds.e2e.checks` for what a record holds). A trial with ``setting="both"`` prefills the
+instance, run every (method, budget) through the harness (:func:`kvbounds.e2e._harness.run_cell`) and turn the rows
+into records (see :mod:`kvbounds.e2e._checks` for what a record holds). A trial with ``setting="both"`` prefills the
 papers' prompt (question inside) once and cuts the question-after prompt, its prefix, from it
-(:func:`kvbounds.e2e.harness.slice_prefill`); each record carries its own setting's params.
+(:func:`kvbounds.e2e._harness.slice_prefill`); each record carries its own setting's params.
 """
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import importlib.util
 
 import numpy as np
 
-from kvbounds.records import Record
+from kvbounds.core import Record
 
-from . import methods as M
+from . import _methods as M
 
 
 def hf_missing() -> str | None:
@@ -30,7 +30,7 @@ def hf_missing() -> str | None:
 
 @functools.lru_cache(maxsize=2)
 def trial_model(spec: str, device: str):
-    from .model import DEFAULT_MODEL, load_model, load_smollm2
+    from ._model import DEFAULT_MODEL, load_model, load_smollm2
     if spec == DEFAULT_MODEL:
         # one GGUF read per worker (~16 s), shared with the trace checks' reader (SUB.lowrank's falsifier 1)
         from kvbounds.traces.real import load_real_model
@@ -39,7 +39,7 @@ def trial_model(spec: str, device: str):
 
 
 def make_task(lm, params: dict):
-    from . import tasks
+    from . import _tasks as tasks
     kind, n, i = params["task"], int(params["n"]), int(params["index"])
     if kind == "ppl":
         return tasks.ppl_task(lm, n, int(params.get("cont", 64)) + 1, i)
@@ -64,13 +64,13 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int, measure=Non
     """The records of one task instance (every method and budget of ``params``, in each of its settings).
     ``measure(params, lm, state)``: a measurement of a setting's exact prefill ``state`` for the claim's own records,
     ``{(method, budget): value}`` stored as ``extra["walk_cause"]`` of that method's first draw at that budget (None:
-    nothing); the prefill is then made here (the same call :func:`kvbounds.e2e.harness.run_cell` would make)."""
+    nothing); the prefill is then made here (the same call :func:`kvbounds.e2e._harness.run_cell` would make)."""
     why = hf_missing()
     if why:
         return [Record(claim=claim, params=dict(params), seed=0, backend="", measured=0.0, bound=0.0, holds=True,
                        bound_kind="exact", check="unavailable", source=source, extra=dict(skipped=why))]
     import torch
-    from .harness import prefill, run_cell, slice_prefill
+    from ._harness import prefill, run_cell, slice_prefill
     settings = SETTINGS_OF.get(params.get("setting", "after"), (params.get("setting", "after"),))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)       # the runner's workers share the cores: one thread each
@@ -115,7 +115,7 @@ SETTINGS_OF = {"both": ("after", "inside")}
 
 
 def _cell_records(claim: str, source: str, params: dict, lm, task, rows) -> list[Record]:
-    from .harness import EXACT
+    from ._harness import EXACT
     exact = rows[0]
     ex_ll, ex_hit = np.asarray(exact["ll"]), np.asarray(exact["hit"], bool)
 

@@ -16,15 +16,15 @@ reports the logical one, as transformers' own sliding-window layers do (``genera
 after the prompt and places them at their true positions), and ``get_mask_sizes`` tells the mask builder the
 offset between the two. kvpress's ``"kv-press-text-generation"`` pipeline cuts each answer off by slicing the
 stored keys at the length it read from ``get_seq_length``, which is right only for an uncompressed layer;
-:func:`kvbounds.e2e.kvpress_answers.install` makes its cut a :meth:`WeightedLayer.crop` to that logical length for
-these layers (installed by :mod:`kvbounds.press` and :mod:`kvbounds.streaming`).
+:func:`kvbounds.e2e.install` makes its cut a :meth:`WeightedLayer.crop` to that logical length for
+these layers (installed by :mod:`kvbounds.presses._kvpress` and :mod:`kvbounds.presses._streaming`).
 
 The Cache API of transformers 5.2 and of the newest 5.x both work: ``get_mask_sizes`` takes the cache positions
 (5.2) or the query length (later), ``crop`` a final logical length (5.2) or a negative count of tokens to remove
 (both), and ``update`` passes any extra arguments through.
 
 Hand-off to the attention: ``update`` returns the keys it holds with the layer attached
-(attribute ``_kvbounds_layer``); :func:`kvbounds.e2e.attention.weighted_attention_forward` reads and removes
+(attribute ``_kvbounds_layer``); :func:`kvbounds.e2e._attention.weighted_attention_forward` reads and removes
 it. If the model's attention implementation does not read it (e.g. ``sdpa``), the next ``update`` of the cache
 finds it still there and raises :class:`ModelNotWeighted` instead of letting the weights be ignored.
 """
@@ -46,10 +46,10 @@ class ModelNotWeighted(InputError):
 
 
 def not_weighted_message() -> str:
-    from .attention import ATTN_IMPLEMENTATION
+    from ._attention import ATTN_IMPLEMENTATION
     return ("the model's attention implementation ignored the cache's log-weights (a weighted cache needs "
-            f"attn_implementation={ATTN_IMPLEMENTATION!r}: kvbounds.e2e.model.load_model, or "
-            f"kvbounds.e2e.attention.use_weighted_attention(model))")
+            f"attn_implementation={ATTN_IMPLEMENTATION!r}: kvbounds.e2e.load_model, or "
+            f"kvbounds.e2e.use_weighted_attention(model))")
 
 
 def visible_tokens(mask, b: int, n: int, device):
@@ -180,7 +180,7 @@ class WeightedLayer(DynamicLayer):
     def get_mask_sizes(self, queries):
         """The mask covers the stored keys plus the queries; ``kv_offset`` = dropped maps them to their logical
         positions, so the queries' causal and padding columns are right (the stored prefix is read from the
-        weights, see :func:`kvbounds.e2e.attention.weighted_attention_forward`). ``queries``: the cache positions
+        weights, see :func:`kvbounds.e2e._attention.weighted_attention_forward`). ``queries``: the cache positions
         of the new tokens (transformers 5.2) or their number (later 5.x)."""
         q = int(queries.shape[0]) if isinstance(queries, torch.Tensor) else int(queries)
         return self.stored_length + q, self.dropped

@@ -1,7 +1,7 @@
 """``kvbounds evaluate``'s outputs: ``evaluation.json`` and ``evaluation.html``, a card in the report's style (the
 report template's own stylesheet, read from it, so the card looks like a claim's card in report.html).
 
-Both are written atomically (:func:`kvbounds.output_files.write_output`), never onto a file the result store owns.
+Both are written atomically (:func:`kvbounds.core.write_output`), never onto a file the result store owns.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _version() -> str:
 
 def report_style() -> str:
     """The ``<style>`` block of the report's template (templates/report.html.j2)."""
-    text = (Path(__file__).parent / "templates" / "report.html.j2").read_text(encoding="utf-8")
+    text = (Path(__file__).parents[1] / "report" / "templates" / "report.html.j2").read_text(encoding="utf-8")
     m = re.search(r"<style>.*?</style>", text, re.S)
     return m.group(0) if m else ""
 
@@ -63,7 +63,7 @@ def _cell(c: dict) -> str:
 
 
 def _calls_table(calls: list[dict], controls: list[str]) -> str:
-    from kvbounds.power_calls import label
+    from kvbounds.battery import label
     rows = {}
     for c in calls:
         rows.setdefault((c["family"], c["fraction"]), {})[c["control"]] = c
@@ -92,7 +92,7 @@ def _e2e_block(e2e: dict) -> str:
 
 def render_card(result: dict) -> str:
     """evaluation.html for evaluation.json's content ``result``."""
-    from kvbounds.power_calls import label
+    from kvbounds.battery import label
     __version__ = _version()
     calls = result["calls"]
     head = [c for c in calls if c["fraction"] == result["fraction"]]
@@ -142,8 +142,8 @@ memory's pairs; tied: the interval within [1/1.2, 1.2]; not shown: neither).{_ca
 
 def write_outputs(out, result: dict) -> tuple[Path, Path]:
     """evaluation.json and evaluation.html in ``out``, each atomically."""
-    from kvbounds.output_files import write_output
-    from kvbounds.records import jsonable
+    from kvbounds.core import write_output
+    from kvbounds.core import jsonable
     j = write_output(Path(out) / JSON_FILE, json.dumps(jsonable(result), indent=1, sort_keys=True) + "\n",
                      stores=[out])
     h = write_output(Path(out) / CARD_FILE, render_card(result), stores=[out])

@@ -1,15 +1,15 @@
 """``kvbounds evaluate SPEC --decode`` (on by itself for a kvpress decoding press): the battery at decode time, on
 streams that grow past the compressed prompt, the protocol of kvpress's ``DecodingPress`` on a bare stream.
 
-A stream of P + N tokens (:mod:`kvbounds.testing.streams`): the press compresses the prompt's P tokens to a fixed
+A stream of P + N tokens (:mod:`kvbounds.streams._families`): the press compresses the prompt's P tokens to a fixed
 ``target`` = floor(f P) tokens (f the evaluation's headline fraction); then tokens arrive one by one, each appended
 to the cache exactly, and every ``interval`` tokens the press compresses the cache back to ``target``, reading the
 queries of the tokens buffered since its last compression (as ``DecodingPress`` passes its buffered hidden states;
 a decoding press's own ``compression_interval`` when SPEC is one). After each compression at history length t, the
 next ``interval`` queries (held out) read the cache, and every control of the battery is built on the whole history
 of t tokens at the floats the cache holds then. The stream's metric, for the method and each control, is the mean
-over these checkpoints of the relative attention error (:func:`kvbounds.evaluation_streams.relative_error`); the
-calls are the power rule's (:func:`kvbounds.controls.power_vs_controls`, one setting per family).
+over these checkpoints of the relative attention error (:func:`kvbounds.evaluation._streams.relative_error`); the
+calls are the power rule's (:func:`kvbounds.battery.power_vs_controls`, one setting per family).
 
 Presses only: a compressor with the method contract compresses a whole prefix, and a cache it returned (weighted
 tokens) is not a stream it can take again; the package's own streaming algorithms are checked at decode time by the
@@ -36,7 +36,7 @@ __all__ = ["decode_trials", "run_trial", "run_decode", "SETUP"]
 
 
 def decode_trials(spec: str, profile: str, ratio: float, seed: int, interval: int | None = None) -> list[dict]:
-    from .evaluation_streams import families, stream_seed
+    from ._streams import families, stream_seed
     s = SETUP[profile]
     fams = s["families"] or families(profile)
     return [dict(spec=spec, family=f, rep=i, prompt=s["prompt"], new=s["new"], interval=int(interval or s["interval"]),
@@ -63,11 +63,11 @@ def _positions(kept_keys: np.ndarray, K: np.ndarray, pool: np.ndarray) -> np.nda
 def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
     from kvbounds import battery
     from kvbounds.algorithms.compressed_kv import CompressedKV
-    from kvbounds.proofs_checks.common import make_record
-    from kvbounds.testing.streams import make_stream
-    from .evaluation_spec import resolve
-    from .evaluation_streams import in_canonical_order, relative_error
-    from .stream_press import ratio_for, run_press
+    from kvbounds.core import make_record
+    from kvbounds.streams import make_stream
+    from ._spec import resolve
+    from ._streams import in_canonical_order, relative_error
+    from ._stream_press import ratio_for, run_press
     spec = resolve(params["spec"])
     if spec.make_press is None:
         raise InputError(f"{spec.spec} is a compressor, not a press: the decode-time check runs presses")
@@ -124,10 +124,10 @@ def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
 
 def run_decode(resolved, *, profile: str, ratio: float, seed: int, out, workers=None, progress: bool = True) -> dict:
     """Run (or resume) the decode trials; returns {"setup", "headline", "calls"} or {"skipped": why}."""
-    from .controls import power_vs_controls
-    from .power_calls import summary_words
-    from .records import ResultStore
-    from .runner import Trial, run_trials
+    from kvbounds.battery import power_vs_controls
+    from kvbounds.battery import summary_words
+    from kvbounds.core import ResultStore
+    from kvbounds.run import Trial, run_trials
     if resolved.make_press is None:
         return {"skipped": "the decode-time check runs presses; a compressor with the method contract compresses a "
                            "whole prefix (the package's streaming algorithms are checked by BKV.decode / SG.decode)"}

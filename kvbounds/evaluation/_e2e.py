@@ -5,8 +5,8 @@ The tasks are those of ``kvbounds e2e`` and the report's leaderboard (:mod:`kvbo
 passkey retrieval (the claim BKV.e2e's trials), line retrieval (SG.e2e's), passkey and lines in both settings (the
 question after the compressed prompt, and inside it as in the papers), every method holding within 1% of the same
 floats and sharing one exact prefill per instance. The records go to the evaluation's store (resumable, under its
-lock); the result is the leaderboard's tables (:func:`kvbounds.e2e.leaderboard.leaderboard_rows`,
-:func:`kvbounds.report_leaderboard.board_table`) with the method's rank in each.
+lock); the result is the leaderboard's tables (:func:`kvbounds.e2e.leaderboard_rows`,
+:func:`kvbounds.report.board_table`) with the method's rank in each.
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ TASKS = {
 
 def e2e_trials(method: str, profile: str, ratio: float, seed: int):
     """The runner's trials: every task instance of the profile with the method and :data:`COMPARE` at 1 - ratio."""
-    from .e2e.checks import profile_grid
-    from .runner import Trial
+    from kvbounds.e2e import profile_grid
+    from kvbounds.run import Trial
     tasks, sink = TASKS[profile]
     methods = [method] + [m for m in COMPARE if m != method]
     out = []
@@ -43,11 +43,11 @@ def run_e2e(resolved, *, profile: str, ratio: float, seed: int, out, progress: b
     """Run (or resume) the trials and return the leaderboard's tables with the method's place: {"setup",
     "headline", "rows": [{"title", "rank", "method", "text", "ci", "mark"}], "references", "collapsed"}, or
     {"skipped": why} when the model or its packages are missing here."""
-    from .e2e.leaderboard import leaderboard_rows
-    from .e2e.trial import hf_missing
-    from .records import ResultStore
-    from .report_leaderboard import board_table
-    from .runner import execute_trial_or_error
+    from kvbounds.e2e import leaderboard_rows
+    from kvbounds.e2e import hf_missing
+    from kvbounds.core import ResultStore
+    from kvbounds.report import board_table
+    from kvbounds.run import execute_trial_or_error
     why = hf_missing()
     if why:
         return {"skipped": f"end to end not run: {why}"}

@@ -5,20 +5,20 @@ decode time.
 What it runs (``profile``: smoke, quick, full):
   * the battery (:mod:`kvbounds.battery`: zeros, the mean, StreamingLLM with 4 sink tokens, a weighted uniform
     sample, and the method's ablation where the registry names one) on the stream families of
-    :mod:`kvbounds.evaluation_streams` (synthetic benign, concentrated, clustered, low rank, real SmolLM2, real
+    :mod:`kvbounds.evaluation._streams` (synthetic benign, concentrated, clustered, low rank, real SmolLM2, real
     MiniLM) at several memory fractions (quick: 10%, 25%, 50%, and 1 - ratio), memory counted the same way for the
     method and every control;
-  * per fraction, the calls of :func:`kvbounds.controls.power_vs_controls` (:mod:`kvbounds.power_calls`: better /
+  * per fraction, the calls of :func:`kvbounds.battery.power_vs_controls` (:mod:`kvbounds.battery._power_calls`: better /
     tied / worse / not shown / not tested, each with the median ratio method / control, its 95% interval, the win
     count and the smallest detectable ratio; Holm over the fraction's (family, control) pairs);
   * the regime curve: per family, the smallest fraction at which the method is better than every control, or
     "never in range";
-  * ``e2e``: the leaderboard's tasks inside SmolLM2 (:mod:`kvbounds.evaluation_e2e`); ``decode`` (or a decoding
-    press): the battery while the cache is recompressed as a stream grows (:mod:`kvbounds.evaluation_decode`).
+  * ``e2e``: the leaderboard's tasks inside SmolLM2 (:mod:`kvbounds.evaluation._e2e`); ``decode`` (or a decoding
+    press): the battery while the cache is recompressed as a stream grows (:mod:`kvbounds.evaluation._decode`).
 
 Outputs in ``out``: the records (``results.jsonl``, resumable: rerunning the same command skips finished trials, as
 ``kvbounds check`` does), ``evaluation.json`` (:func:`summary`) and ``evaluation.html`` (a card like a claim's,
-:mod:`kvbounds.evaluation_card`). Errors (:class:`EvaluationError`): a SPEC that does not resolve, a bad ratio or
+:mod:`kvbounds.evaluation._card`). Errors (:class:`EvaluationError`): a SPEC that does not resolve, a bad ratio or
 profile, a press that raises or returns a bad cache on the first stream of a family (checked before any record is
 written), a trial that raised (its error kept in the records; evaluation.json and the card are not written).
 """
@@ -30,8 +30,8 @@ import time
 
 from kvbounds.algorithms.validation import InputError, check_choice
 
-from . import evaluation_streams as ES
-from .evaluation_card import CARD_FILE, JSON_FILE
+from . import _streams as ES
+from ._card import CARD_FILE, JSON_FILE
 
 __all__ = ["EvaluationError", "evaluate", "summary", "calls_of", "regime", "default_out", "JSON_FILE", "CARD_FILE"]
 
@@ -49,7 +49,7 @@ def default_out(spec: str) -> str:
 
 
 def _trials(spec, profile, ratio, seed):
-    from .runner import Trial
+    from kvbounds.run import Trial
     return [Trial(ES.CLAIM, p, seed, "numpy", ES.__name__) for p in ES.trials(spec, profile, ratio, seed)]
 
 
@@ -69,9 +69,9 @@ def _preflight(resolved, trials) -> None:
 
 def calls_of(records, fractions) -> tuple[list[dict], dict]:
     """(every call, fraction -> the power rule's result) from the battery records: one power rule per fraction
-    (Holm over its (family, control) pairs), setting = the family. Each call dict is :class:`kvbounds.power_calls.Call`'s,
+    (Holm over its (family, control) pairs), setting = the family. Each call dict is :class:`kvbounds.battery._power_calls.Call`'s,
     with ``fraction`` the fraction asked and ``held_fraction`` the method's floats over the stream's."""
-    from .controls import power_vs_controls
+    from kvbounds.battery import power_vs_controls
     out, power = [], {}
     for f in fractions:
         rs = [r for r in records if abs(float(r.extra.get("fraction", -1)) - f) < 1e-9]
@@ -116,8 +116,8 @@ def regime(calls: list[dict], families, fractions) -> dict:
 
 def summary(resolved, records, *, profile, ratio, seed, fractions, families, extra=None) -> dict:
     """The content of evaluation.json (the README's "Evaluate your own method" names its fields)."""
-    from . import battery
-    from .power_calls import CALLS, summary_words
+    from kvbounds import battery
+    from kvbounds.battery import CALLS, summary_words
     calls, power = calls_of(records, fractions)
     headline_f = round(1.0 - ratio, 6)
     head = [c for c in calls if c["fraction"] == headline_f]
@@ -140,15 +140,15 @@ def summary(resolved, records, *, profile, ratio, seed, fractions, families, ext
 def evaluate(spec: str, *, ratio: float = 0.75, profile: str = "quick", e2e: bool = False, decode: bool = False,
              out: str | os.PathLike | None = None, workers: int | None = None, seed: int = 0,
              progress: bool = True) -> dict:
-    """Evaluate SPEC (a registered method, ``kvpress:NAME`` or ``module:NAME``; :mod:`kvbounds.evaluation_spec`) at
+    """Evaluate SPEC (a registered method, ``kvpress:NAME`` or ``module:NAME``; :mod:`kvbounds.evaluation._spec`) at
     kvpress compression ratio ``ratio`` (the fraction removed; the headline fraction is 1 - ratio) on ``profile``;
     writes ``out`` (default :func:`default_out`) and returns evaluation.json's content. ``workers``: processes for
-    the stream trials (default: all cores; smoke runs in this process). Raises :class:`EvaluationError` (and :class:`kvbounds.records.StoreError`
+    the stream trials (default: all cores; smoke runs in this process). Raises :class:`EvaluationError` (and :class:`kvbounds.core.StoreError`
     for an unusable ``out``)."""
-    from .evaluation_card import write_outputs
-    from .evaluation_spec import check_ratio, resolve
-    from .records import ResultStore
-    from .runner import run_trials
+    from ._card import write_outputs
+    from ._spec import check_ratio, resolve
+    from kvbounds.core import ResultStore
+    from kvbounds.run import run_trials
     check_choice(profile, "profile", ES.PROFILES)
     ratio = check_ratio(ratio)
     resolved = resolve(spec, ratio)
@@ -173,11 +173,11 @@ def evaluate(spec: str, *, ratio: float = 0.75, profile: str = "quick", e2e: boo
     records = [r for r in contents.records if r.key in keys]
     extra = {}
     if decode or resolved.decoding:
-        from .evaluation_decode import run_decode
+        from ._decode import run_decode
         extra["decode"] = run_decode(resolved, profile=profile, ratio=ratio, seed=seed, out=out, workers=workers,
                                      progress=progress)
     if e2e:
-        from .evaluation_e2e import run_e2e
+        from ._e2e import run_e2e
         extra["e2e"] = run_e2e(resolved, profile=profile, ratio=ratio, seed=seed, out=out, progress=progress)
     extra["time"] = dict(wall_s=round(time.perf_counter() - t0, 1), cpu_s_this_process=round(time.process_time() - c0, 1),
                          trials_cpu_s=timings.get("cpu_s"), workers=timings.get("workers"))

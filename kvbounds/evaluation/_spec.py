@@ -11,7 +11,7 @@ SPEC is one of
     path, as for ``python -m``): a kvpress ``BasePress`` subclass (built with ``compression_ratio=R``), a press
     instance (its ratio set to R, or its inner press's for a wrapper), a :class:`kvbounds.methods.Method`, or a
     function with the method contract ``compress(K, V, floats, rng, *, sink, window, block_size=64, Q=None)``.
-A press runs on streams through :mod:`kvbounds.stream_press`. A SPEC that is no registered name is registered on
+A press runs on streams through :mod:`kvbounds.evaluation._stream_press`. A SPEC that is no registered name is registered on
 the fly under SPEC itself (``source="external"``), so the rest of the package finds it by that name.
 
 Errors (:class:`SpecError`, an InputError with one line a reader understands): a SPEC that does not import, names
@@ -103,7 +103,7 @@ def _with_ratio(press, ratio: float):
 
 
 def _press_factory(obj, label: str) -> Callable:
-    from .stream_press import is_press
+    from ._stream_press import is_press
     if isinstance(obj, type):
         try:
             sig = inspect.signature(obj)
@@ -124,7 +124,7 @@ def _press_factory(obj, label: str) -> Callable:
         make(0.5)                     # fails here, before any work, when the class cannot be built
         return make
     assert is_press(obj)
-    from .stream_press import is_decoding_press
+    from ._stream_press import is_decoding_press
     if is_decoding_press(obj):          # a decoding press: its base press compresses (the prompt, then each interval)
         obj = obj.base_press
     _with_ratio(obj, 0.5)
@@ -150,7 +150,7 @@ def _register(name: str, compress, label: str, *, press: str = "", make_press=No
         if old.source != source or old.label != label:
             raise SpecError(f"a different method is registered as {name!r}")
         return old
-    prefill = "kvbounds.e2e.methods:compress_kvpress_prefill" if make_press is not None else None
+    prefill = "kvbounds.e2e._methods:compress_kvpress_prefill" if make_press is not None else None
     return register(Method(name, compress, role="baseline", source=source, label=label, press=press,
                            needs_queries=True, compress_prefill=prefill, make_press=make_press,
                            requires="kvpress" if make_press is not None else ""))
@@ -160,7 +160,7 @@ def resolve(spec: str, ratio: float = 0.75) -> Resolved:
     """SPEC (the module docstring) as a :class:`Resolved`; ``ratio`` is checked ([0, 1)) and a press class is
     built once at it to fail early. Raises :class:`SpecError`."""
     from kvbounds import methods as registry
-    from .stream_press import press_compressor
+    from ._stream_press import press_compressor
     if not isinstance(spec, str) or not spec.strip() or spec != spec.strip():
         raise SpecError(f"SPEC must be a method name, kvpress:NAME or module:NAME, got {spec!r}")
     check_ratio(ratio)
@@ -193,13 +193,13 @@ def resolve_object(obj, name: str = "", *, register: bool = False) -> Resolved:
     """A press (a kvpress ``BasePress`` subclass or instance) or a compressor with the method contract, as a
     :class:`Resolved` named ``name`` (default: its class or function name); ``register``: also register it under
     that name (``source="external"``). Raises :class:`SpecError` for anything else."""
-    from .stream_press import is_decoding_press, is_press, press_compressor
+    from ._stream_press import is_decoding_press, is_press, press_compressor
     if isinstance(obj, str):
         return resolve(obj)
     name = name or getattr(obj, "__name__", None) or type(obj).__name__
     if is_press(obj):
         make = _press_factory(obj, name)
-        label = f"{name} (a kvpress press, run on the stream by kvbounds.stream_press)"
+        label = f"{name} (a kvpress press, run on the stream by kvbounds.evaluation._stream_press)"
         if register:
             _register(name, press_compressor(make, name=name), label, press=name, make_press=make)
         decoding = is_decoding_press(obj)
@@ -218,7 +218,7 @@ def resolve_object(obj, name: str = "", *, register: bool = False) -> Resolved:
 
 def _kvpress(spec: str) -> Resolved:
     from kvbounds import methods as registry
-    from .stream_press import is_decoding_press, is_press, press_compressor
+    from ._stream_press import is_decoding_press, is_press, press_compressor
     name = spec.split(":", 1)[1]
     try:
         import kvpress
@@ -234,7 +234,7 @@ def _kvpress(spec: str) -> Resolved:
         raise SpecError(f"kvpress has no press {name!r}; its presses: {', '.join(presses)}")
     make = _press_factory(cls, spec)
     fn = press_compressor(make, name=f"kvpress.{cls_name}")
-    label = f"NVIDIA kvpress's {cls_name} (run on the stream by kvbounds.stream_press)"
+    label = f"NVIDIA kvpress's {cls_name} (run on the stream by kvbounds.evaluation._stream_press)"
     if not entry:
         _register(spec, fn, label, press=cls_name, make_press=make, source="kvpress")
     return Resolved(spec, entry or spec, "press", fn, label, make_press=make, decoding=is_decoding_press(cls),

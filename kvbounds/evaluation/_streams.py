@@ -1,7 +1,7 @@
 """The battery on KV streams for ``kvbounds evaluate``: one trial per (stream family, stream), one record per memory
-fraction, in the representation every power cell of the package reads (:mod:`kvbounds.controls`).
+fraction, in the representation every power cell of the package reads (:mod:`kvbounds.battery._power_rule`).
 
-The protocol (:func:`run_trial`): a stream of n + m tokens of one head (:func:`kvbounds.testing.streams.make_stream`)
+The protocol (:func:`run_trial`): a stream of n + m tokens of one head (:func:`kvbounds.streams.make_stream`)
 is cut into a context of n tokens, which the method compresses (a press reads the context's queries too, as inside
 a prefill: SnapKV's observation window is the context's last queries), and the m queries that follow it, which the
 cache answers. At each memory fraction f the method gets ``floor(f n (d + dv))`` floats per head and every control
@@ -42,7 +42,7 @@ SINK_WINDOW = (4, 16)      # a contract compressor's exact first / last tokens (
 
 
 def families(profile: str) -> tuple[str, ...]:
-    from kvbounds.testing.streams import BATTERY_FAMILIES
+    from kvbounds.streams import BATTERY_FAMILIES
     check_choice(profile, "profile", PROFILES)
     return SETUP[profile]["families"] or BATTERY_FAMILIES
 
@@ -67,7 +67,7 @@ def stream_seed(seed: int, family: str, rep: int) -> int:
 
 def trials(spec: str, profile: str, ratio: float | None = None, seed: int = 0) -> list[dict]:
     """One trial per (family, stream) of the profile: the params of :func:`run_trial`."""
-    from kvbounds.testing.streams import REAL_TOKENS
+    from kvbounds.streams import REAL_TOKENS
     s = SETUP[profile]
     out = []
     for fam in families(profile):
@@ -120,7 +120,7 @@ def in_canonical_order(c):
 def stream_of(params: dict, seed: int):
     """The trial's stream: context (Q, K, V) of n tokens and the m queries that follow, as (K, V, Q_ctx, Q_eval,
     stream) with K, V, Q_ctx of shape (1, n, d) float64."""
-    from kvbounds.testing.streams import make_stream
+    from kvbounds.streams import make_stream
     n, m = int(params["n"]), int(params["queries"])
     s = make_stream(params["family"], n + m, int(params["d"]), seed=seed % (2**63))
     K, V, Q = (x[None, :n].astype(np.float64) for x in (s.K, s.V, s.Q))
@@ -131,8 +131,8 @@ def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
     """The records of one stream: one per fraction (the module docstring). The stream and every draw come from
     ``params["stream_seed"]`` (the runner's trial ``seed`` is not used: it depends on the SPEC)."""
     from kvbounds import battery
-    from kvbounds.proofs_checks.common import make_record
-    from kvbounds.evaluation_spec import resolve
+    from kvbounds.core import make_record
+    from ._spec import resolve
     if not isinstance(params, dict) or "spec" not in params:
         raise InputError("params must be a dict of an evaluate trial (spec, family, rep, n, queries, d, fractions)")
     spec = resolve(params["spec"])
@@ -176,19 +176,19 @@ def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
 def compare_on_streams(method, control: str, streams, *, fraction: float = 0.25, queries: int | None = None,
                        alpha: float = 0.05) -> dict:
     """The battery's call of ``method`` against one ``control`` at equal memory on the given KV streams (the
-    engine of :func:`kvbounds.testing.assertions.assert_beats`): each stream's last ``queries`` tokens (default
+    engine of :func:`kvbounds.testing.assert_beats`): each stream's last ``queries`` tokens (default
     n // 8, at least 1) are the held-out queries, the rest the context compressed at ``fraction`` of its floats;
     the metric is :func:`relative_error`; the call is the power rule's over the streams as one setting.
-    ``method``: a SPEC, a press or a compressor (:func:`kvbounds.evaluation_spec.resolve_object`). Returns the
-    call's dict (:class:`kvbounds.power_calls.Call`) with ``method``, ``streams``, ``families``, ``detectable``
+    ``method``: a SPEC, a press or a compressor (:func:`kvbounds.evaluation._spec.resolve_object`). Returns the
+    call's dict (:class:`kvbounds.battery._power_calls.Call`) with ``method``, ``streams``, ``families``, ``detectable``
     and ``smallest_loss`` (the smallest stream, by n then d, on which the method's error was not below the
     control's; "" when none)."""
     from kvbounds import battery
     from kvbounds.algorithms.validation import check_probability
-    from kvbounds.controls import power_vs_controls
-    from kvbounds.evaluation_spec import resolve_object
-    from kvbounds.proofs_checks.common import make_record
-    from kvbounds.testing.streams import KVStream
+    from kvbounds.battery import power_vs_controls
+    from ._spec import resolve_object
+    from kvbounds.core import make_record
+    from kvbounds.streams import KVStream
     check_choice(control, "control", tuple(c for c in battery.CONTROLS if c != "ablation"))
     check_probability(alpha, "alpha")
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction < 1:

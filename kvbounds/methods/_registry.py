@@ -12,10 +12,10 @@ layer's queries (K's shape) for methods with ``needs_queries``. The floats it ho
 returns. The package's own methods implement it in :mod:`kvbounds.algorithms.equal_memory`.
 
 Everything that lists methods reads this registry: the end-to-end harness's method lists and their families
-(:mod:`kvbounds.e2e.method_names`), its dispatch (:mod:`kvbounds.e2e.methods`), the leaderboard's families, the
-presses of :mod:`kvbounds.press`, the end-to-end claims' variants, the README's method table (tested against it).
+(:mod:`kvbounds.e2e._method_names`), its dispatch (:mod:`kvbounds.e2e._methods`), the leaderboard's families, the
+presses of :mod:`kvbounds.presses._kvpress`, the end-to-end claims' variants, the README's method table (tested against it).
 NVIDIA kvpress's presses enter through one adapter: each ``kvpress:<name>`` entry names its press class and runs
-through :func:`kvbounds.e2e.methods.compress_kvpress`.
+through :func:`kvbounds.e2e._methods.compress_kvpress`.
 
 Adding a method (docs/EXTENDING.md): a module with its ``compress`` function and its ``register(Method(...))``
 call. In ``kvbounds/algorithms/`` it is imported on the registry's first use (:func:`load_algorithm_modules`);
@@ -47,7 +47,7 @@ class Method:
     method that only runs on a model's prefill (``compress_prefill``: kvpress's presses).
     ``role``: ``"method"`` (an algorithm of the papers under test), ``"baseline"``, ``"control"`` (a null control:
     a method that must not be found better than another) or ``"ablation"`` (a method with its core ingredient
-    replaced by chance: the battery's control, :mod:`kvbounds.ablations`; not run by the end-to-end lists). ``source``: who implements it (``kvbounds``, ``kvpress``,
+    replaced by chance: the battery's control, :mod:`kvbounds.battery._ablations`; not run by the end-to-end lists). ``source``: who implements it (``kvbounds``, ``kvpress``,
     ``external`` for a third party's).
     ``algorithm`` / ``variant``: the algorithm it is a variant of, as the claims name it ("BalanceKV"), and its label
     among that algorithm's variants ("pseudocode", "released"); ``label``: one line a reader sees.
@@ -61,14 +61,14 @@ class Method:
     that reads the model's prefill instead of K, V (used instead of ``compress`` by the harness when set).
     ``compress_layers``: ``(method, state, floats, rng, *, sink, window, block_size) -> list[CompressedKV] | None``,
     every layer on the host at once, the same caches as layer by layer (None: go layer by layer).
-    ``press`` / ``press_options``: the :mod:`kvbounds.press` class that runs it and the field values that select it
+    ``press`` / ``press_options``: the :mod:`kvbounds.presses._kvpress` class that runs it and the field values that select it
     (for ``kvpress:`` entries, kvpress's class name). ``host_only``: why it cannot run on torch tensors (else "").
     ``device_host_reads``: the small arrays its device path reads on the host (never K or V).
     ``requires``: a module that must import for it to run (its rows are skipped with the reason otherwise).
     ``make_press``: for a kvpress press that is not one of kvpress's own entries (a press of one's own, registered by
     ``kvbounds evaluate module:NAME``): ``ratio -> press instance`` at kvpress's compression ratio; the end-to-end
     harness runs it inside the model as it runs kvpress's presses (``compress_prefill`` =
-    :func:`kvbounds.e2e.methods.compress_kvpress_prefill`).
+    :func:`kvbounds.e2e._methods.compress_kvpress_prefill`).
     """
     name: str
     compress: Callable | str | None = None
@@ -250,7 +250,7 @@ def variant_words(algorithm: str, variant: str) -> str:
 
 
 def press_method(press: str, **options) -> str:
-    """The method a :mod:`kvbounds.press` class runs with these field values (``press_method("KCenterPress",
+    """The method a :mod:`kvbounds.presses._kvpress` class runs with these field values (``press_method("KCenterPress",
     cluster_sized=True)``): the entry naming that press whose ``press_options`` all hold (the most specific)."""
     fits = [m for m in methods(press=press) if all(options.get(k) == v for k, v in m.press_options)]
     if not fits:
@@ -271,7 +271,7 @@ def leaderboard_family(name: str) -> str:
 
 
 def method_table() -> str:
-    """The registry as a markdown table (the README's method table is this text, tests/test_methods.py)."""
+    """The registry as a markdown table (the README's method table is this text, tests/methods/test_methods.py)."""
     rows = ["| method | role | algorithm (variant) | randomized | press | what it keeps |",
             "| --- | --- | --- | --- | --- | --- |"]
     for m in methods():
@@ -285,15 +285,15 @@ def method_table() -> str:
 
 # ------------------------------------------------------------------ the package's own methods and kvpress's presses
 _EM = "kvbounds.algorithms.equal_memory:"
-_LS = "kvbounds.e2e.layer_stacks:"
+_LS = "kvbounds.e2e._layer_stacks:"
 _FIT = "; memory_floats: the log-weights (one per token and head), to fit the budget (equal memory)"
 _KC = "greedy k-center's radii and cluster labels (kcenter.greedy_k_center, recent_plus_centers)"
-_AB = "kvbounds.ablations:"
-_HOST = "an ablation of the battery (kvbounds.ablations): numpy only"
+_AB = "kvbounds.battery._ablations:"
+_HOST = "an ablation of the battery (kvbounds.battery._ablations): numpy only"
 
 
 def _kvpress(name: str, press: str, **kw) -> Method:
-    return Method(f"kvpress:{name}", compress_prefill="kvbounds.e2e.methods:compress_kvpress_prefill",
+    return Method(f"kvpress:{name}", compress_prefill="kvbounds.e2e._methods:compress_kvpress_prefill",
                   role="baseline", source="kvpress", press=press, label=f"NVIDIA kvpress's {press}",
                   requires="kvpress", **kw)
 
@@ -330,13 +330,13 @@ BUILTIN: tuple[Method, ...] = (
            label="top-r projection of the middle keys and values (Subspace-FD-draft)", device_host_reads=_FIT[2:],
            ablation="subspace_random"),
     Method("h2o", _EM + "h2o", role="baseline", needs_queries=True, needs_scores=True,
-           compress_prefill="kvbounds.e2e.h2o:h2o_prefill", press="H2OPress",
+           compress_prefill="kvbounds.e2e._h2o:h2o_prefill", press="H2OPress",
            label="H2O: heavy hitters by accumulated attention plus recent tokens (Zhang et al. 2023)"),
     Method("kernel_thinning", _EM + "kernel_thinning", role="baseline", randomized=True, requires="goodpoints",
            press="KernelThinningPress", label="sink and window exact, the middle by kernel thinning (goodpoints)"),
     Method("uniform_control", _EM + "uniform", role="control", control_of="uniform", randomized=True,
            label="uniform sampling again from its own random stream: the end-to-end checks' null control"),
-    # the ablations (role "ablation": the battery's control for each method above, kvbounds.ablations)
+    # the ablations (role "ablation": the battery's control for each method above, kvbounds.battery._ablations)
     Method("balancekv_coin", _AB + "balancekv_coin", role="ablation", randomized=True,
            label="the pseudocode's ablation: its walk with fair coins (random halving), the same blocks and cut"),
     Method("balancekv_released_coin", _AB + "balancekv_released_coin", role="ablation", randomized=True,

@@ -4,11 +4,11 @@
 Each press is a ``kvpress.BasePress`` taking ``compression_ratio`` (the fraction of the cache's floats removed;
 budget = 1 - ratio, the harness's budget), ``sink``, ``window`` and ``seed``. After each attention layer of the
 prefill it compresses that layer's keys and values with the same code the end-to-end harness runs
-(:func:`kvbounds.e2e.methods.compress_layer`, so equal seeds give equal caches) and replaces the layer by a
-:class:`~kvbounds.e2e.weighted_cache.WeightedLayer` holding ``(K', V', a, b)`` and the logical length. The model
+(:func:`kvbounds.e2e.compress_layer`, so equal seeds give equal caches) and replaces the layer by a
+:class:`~kvbounds.e2e.WeightedLayer` holding ``(K', V', a, b)`` and the logical length. The model
 must run the weighted attention (``attn_implementation="kvbounds_weighted"``,
-:func:`kvbounds.e2e.attention.use_weighted_attention`); entering a press on any other model raises
-:class:`~kvbounds.e2e.weighted_cache.ModelNotWeighted`.
+:func:`kvbounds.e2e.use_weighted_attention`); entering a press on any other model raises
+:class:`~kvbounds.e2e.ModelNotWeighted`.
 
 Batches: each row is compressed alone from its own tokens (padding, read from the attention mask, is left out)
 with its own random stream seeded by ``seed``, so a row gives the same cache in a batch as alone; rows kept to
@@ -40,22 +40,22 @@ try:
     from kvpress import BasePress
     from kvpress.presses.base_press import is_prefilling
 except ImportError as e:          # the presses need the extras: pip install 'kvbounds[hf,kvpress]'
-    raise ImportError(f"kvbounds.press needs torch, transformers and kvpress ({e}); "
+    raise ImportError(f"kvbounds.presses._kvpress needs torch, transformers and kvpress ({e}); "
                       "pip install 'kvbounds[hf,kvpress]'") from None
 
 from kvbounds import methods as registry
-from kvbounds.e2e import methods
-from kvbounds.e2e import kvpress_answers
-from kvbounds.e2e.attention import register, require_weighted_attention, use_weighted_attention
-from kvbounds.e2e.weighted_cache import ModelNotWeighted, WeightedCache, WeightedLayer
-from kvbounds.e2e.weighted_cache import visible_tokens
+from kvbounds.e2e import compress_layer
+from kvbounds.e2e import install as install_kvpress_answers
+from kvbounds.e2e import register, require_weighted_attention, use_weighted_attention
+from kvbounds.e2e import ModelNotWeighted, WeightedCache, WeightedLayer
+from kvbounds.e2e import visible_tokens
 
 __all__ = ["KVBoundsPress", "BalanceKVPress", "BalanceKVReleasedPress", "SubGenPress", "SubspacePress",
            "UniformPress", "KCenterPress", "H2OPress", "KernelThinningPress", "PRESSES", "WeightedLayer",
            "WeightedCache", "ModelNotWeighted", "use_weighted_attention"]
 
 register()
-kvpress_answers.install()          # the pipeline's multi-question path cuts weighted layers by their own crop
+install_kvpress_answers()          # the pipeline's multi-question path cuts weighted layers by their own crop
 
 
 @dataclasses.dataclass
@@ -91,7 +91,7 @@ class KVBoundsPress(BasePress):
         """One row's K, V (Hkv, n, d) float32 (and its KV groups' mean queries ``Q`` when the method reads them)
         -> :class:`~kvbounds.algorithms.token_selection.CompressedKV`, by the registered method's ``compress`` at
         ``floor(budget n 2d)`` floats per KV head."""
-        return methods.compress_layer(self.method, K, V, self.budget, rng, sink=self.sink, window=self.window, Q=Q)
+        return compress_layer(self.method, K, V, self.budget, rng, sink=self.sink, window=self.window, Q=Q)
 
     needs_queries: ClassVar[bool] = False
 

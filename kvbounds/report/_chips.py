@@ -1,12 +1,12 @@
 """The colours and tooltips of the report's chips. A statement chip is green only where the statement holds, is not
 vacuous and the method is not worse than a standard baseline; a headline is never greener than its statement; a
-chip's tooltip is the glossary's first sentence for its value (:mod:`kvbounds.glossary`)."""
+chip's tooltip is the glossary's first sentence for its value (:mod:`kvbounds.report._glossary`)."""
 from __future__ import annotations
 
 import dataclasses
 
-from .report_words import check_text, check_verdict
-from .verdict import Verdict
+from ._words import check_text, check_verdict
+from kvbounds.verdict import Verdict
 
 
 def calls_worse(v: Verdict) -> bool:
@@ -54,6 +54,6 @@ def card_tone(headline_tone: str, statement_tone: str, value: str) -> str:
 
 def define(value: str) -> str:
     """A tooltip: the first sentence of the glossary's definition of ``value``, or ""."""
-    from .glossary import term_for
+    from ._glossary import term_for
     t = term_for(str(value))
     return t.short() if t else ""

@@ -29,11 +29,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
-from .output_files import write_output
-from .records import Record
-from .registry import cite
-from .report_words import check_text
-from .verdict import FigureSpec
+from kvbounds.core import write_output
+from kvbounds.core import Record
+from kvbounds.claims import cite
+from ._words import check_text
+from kvbounds.verdict import FigureSpec
 
 MAX_HUES = 6
 SHAPE_KINDS = ("shape",)            # an O(.) shape: a number only once multiplied by the fitted constant

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .report_words import check_verdict, check_verdicts
-from .verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, VACUOUS, Verdict
+from ._words import check_verdict, check_verdicts
+from kvbounds.verdict import FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, VACUOUS, Verdict
 
 DIMENSIONS = ("statement", "proof", "rate", "reproduction", "power")
 # legacy single status -> the statement dimension
@@ -37,7 +37,7 @@ def glance_category(v: Verdict) -> str:
     key = d["reproduction"] if v.kind == "empirical" and d["reproduction"] != "n/a" else d["statement"]
     label = GLANCE_LABELS.get(key, key)
     if key in ("holds", "holds-fitted", "reproduced", "partial"):
-        from .report_power import nothing_label
+        from ._power import nothing_label
         label += nothing_label(v)
     return label
 
@@ -53,7 +53,7 @@ def at_a_glance(verdicts: dict[str, Verdict]) -> list[tuple]:
     extra = [("with errata in a proof step", sum(dimensions(v)["proof"] == "errata" for v in verdicts.values())),
              ("with a stated rate not reached", sum(dimensions(v)["rate"] == "not-reached" for v in verdicts.values())),
              ("with low power", sum(dimensions(v)["power"] == "low" for v in verdicts.values()))]
-    from .report_power import power_glance
+    from ._power import power_glance
     return out + [(h, n, "none") for h, n in extra if n] + [(h, n, "none") for h, n, _ in power_glance(verdicts)]
 
 

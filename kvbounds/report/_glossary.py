@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from .report_words import check_text
+from ._words import check_text
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
   * every table not already in a scrolling box gets one of its own (``div.scroll``, a region whose label says it
     scrolls sideways), so that a wide table scrolls inside the page instead of pushing the page wider;
-  * the first occurrence of each glossary term (:mod:`kvbounds.glossary`) in each section (a claim's card, or the
+  * the first occurrence of each glossary term (:mod:`kvbounds.report._glossary`) in each section (a claim's card, or the
     part under an ``h2``) links to its definition, in running text only: not inside links, code, headings, the
     table of contents, a ``summary`` toggle or the glossary itself.
 
@@ -14,7 +14,7 @@ import re
 from html import escape
 from html.parser import HTMLParser
 
-from .glossary import TERMS, Term
+from ._glossary import TERMS, Term
 
 SCROLLS = "scrolls sideways"      # what a scrolling box's label says (the layout test looks for it)
 SCROLL_BOX = f'<div class="scroll" role="region" tabindex="0" aria-label="table ({SCROLLS} when wider than the page)">'

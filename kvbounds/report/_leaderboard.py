@@ -1,7 +1,7 @@
 """The end-to-end leaderboard in the report: ranked tables per (metric, budget) and a figure of quality
 against the share of the cache held, one panel per task, with error bars and colours grouped by family, from the
 rows of
-``kvbounds.e2e.leaderboard.leaderboard_rows(records)``.
+``kvbounds.e2e.leaderboard_rows(records)``.
 
 A row: method, source ("kvbounds" | "kvpress"), budget (fraction of the cache kept), budget_label, memory_floats,
 metric, value, ci_low, ci_high (float or None), n (instances), note, family, rank, best, tied.
@@ -36,7 +36,7 @@ def board_table(rows: list[dict]) -> dict:
     budget) - best first, the best and those statistically tied with it marked, the floats each method holds beside
     it; tables without information collapsed into one line; exact attention's level given as a reference line.
     Rows that are not leaderboard rows (a field missing or of the wrong type) are an InputError naming the row."""
-    from .report_rows import check_board_rows
+    from ._rows import check_board_rows
     check_board_rows(rows)
     tables: dict = defaultdict(list)
     collapsed, refs = [], []
@@ -118,7 +118,7 @@ def draw_board(rows: list[dict], path: Path) -> bool:
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    from .output_files import write_output
+    from kvbounds.core import write_output
 
     pts: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     fams: dict[str, str] = {}

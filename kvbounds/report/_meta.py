@@ -10,11 +10,12 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from . import __version__, registry
-from .algorithms.validation import check_int
-from .records import Record, canonical
-from .report_words import check_text
-from .verdict import Verdict
+from kvbounds import __version__
+from kvbounds import claims as registry
+from kvbounds.algorithms.validation import check_int
+from kvbounds.core import Record, canonical
+from ._words import check_text
+from kvbounds.verdict import Verdict
 
 
 def one_line(s: str, n: int) -> str:
@@ -41,9 +42,9 @@ def error_rows(errors: Sequence) -> list[dict]:
 
 
 def leaderboard(records: Sequence[Record]) -> list[dict] | None:
-    """Rows of the end-to-end leaderboard, when ``kvbounds.e2e.leaderboard`` is installed."""
+    """Rows of the end-to-end leaderboard, when ``kvbounds.e2e._leaderboard`` is installed."""
     try:
-        mod = importlib.import_module("kvbounds.e2e.leaderboard")
+        mod = importlib.import_module("kvbounds.e2e._leaderboard")
     except ImportError:
         return None
     fn = getattr(mod, "leaderboard_rows", None)
@@ -57,7 +58,7 @@ def leaderboard(records: Sequence[Record]) -> list[dict] | None:
 
 
 def git_commit() -> str:
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                              text=True, timeout=5)
@@ -71,8 +72,8 @@ def git_commit() -> str:
 def infer_profile(records: Sequence[Record]) -> str:
     """The smallest profile whose trials produced every record (records store their trial's key, not the
     profile): a record's key is one of the profile's trial keys for its claim, seed and backend."""
-    from .records import trial_key
-    from .runner import PROFILES, profile_trials
+    from kvbounds.core import trial_key
+    from kvbounds.run import PROFILES, profile_trials
     runs = {(r.claim, r.seed, r.backend) for r in records if r.claim in registry.CLAIMS}
     keys = {r.key for r in records if r.claim in registry.CLAIMS}
     if not keys:
@@ -106,7 +107,7 @@ def trial_seconds(records: Sequence[Record]) -> float:
 def run_metadata(records: Sequence[Record], verdicts: dict[str, Verdict], out_dir: Path) -> dict:
     """Package, profile, seeds, backends; the wall time of the runs that wrote ``out_dir`` (from its
     ``runs.jsonl``, one line per ``kvbounds check``) and the CPU time summed over the trials of the records."""
-    from .progress import duration, read_runs
+    from kvbounds.core import duration, read_runs
     runs = read_runs(out_dir)
     run_file = out_dir / "run.json"       # older layout: one run's duration_s
     if not runs and run_file.exists():

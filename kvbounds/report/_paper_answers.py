@@ -1,6 +1,6 @@
 """One paragraph per paper, generated from the verdicts: what a reader of the paper wants to know first.
 
-Papers are grouped as their claims are (a claim's ``family`` in :data:`kvbounds.registry.CLAIMS`): BalanceKV
+Papers are grouped as their claims are (a claim's ``family`` in :data:`kvbounds.claims.CLAIMS`): BalanceKV
 (BalanceKV-NeurIPS and BalanceKV-preprint, with the lower bound LB.index and the norm study NORM.bounded),
 SubGen/ClusterGen, and Subspace-FD-draft. Each answer (:func:`paper_answers`) says, from the verdict fields only
 (statement, vacuity, corrected bound, errata, rate, reproductions, ``variant`` and the battery's calls):
@@ -11,7 +11,7 @@ SubGen/ClusterGen, and Subspace-FD-draft. Each answer (:func:`paper_answers`) sa
 * which variant each empirical sentence speaks of (the pseudocode walk at the theorem's c is random halving; the
   released walk is the authors' near-greedy code; the streaming presses depart from the papers), defined once;
 * how each variant does against StreamingLLM, uniform sampling and its ablation at equal memory, on synthetic streams
-  and on real keys (the battery's three-way calls, :mod:`kvbounds.power_calls`), and the experiments' outcome.
+  and on real keys (the battery's three-way calls, :mod:`kvbounds.battery._power_calls`), and the experiments' outcome.
 
 The words change when the records change. An answer is held to :data:`MAX_WORDS` by dropping detail in a fixed
 order (claim lists become counts, the evidence notes go, corrected bounds are cut to their first clause).
@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from . import registry
-from .report_words import check_text, check_verdicts
+from kvbounds import claims as registry
+from ._words import check_text, check_verdicts
 
 MIN_WORDS, MAX_WORDS = 30, 200
 # a family of claims -> the answer's name (its papers' short names)
@@ -222,7 +222,7 @@ def _comparisons(group: dict, counts: bool = True) -> tuple[str, set[str], str]:
 
 
 def _variants(group: dict, named: set[str]) -> str:
-    from .methods import VARIANT_WORDS
+    from kvbounds.methods import VARIANT_WORDS
     names = set(named) | {_claim_variant(cid) for cid in group} - {""}
     defs = [VARIANT_WORDS[VARIANT_KEYS[n]] for n in sorted(names) if n in VARIANT_KEYS and VARIANT_KEYS[n] in VARIANT_WORDS]
     return ("Variants: " + "; ".join(defs) + ".") if defs else ""

@@ -1,5 +1,5 @@
 """The report's first table (does each method beat the field's baselines at equal memory?) and the glance counts
-that read the battery's calls (:mod:`kvbounds.power_calls`, stored in each verdict's ``power_calls``).
+that read the battery's calls (:mod:`kvbounds.battery._power_calls`, stored in each verdict's ``power_calls``).
 
 The first table: one row per (claim, family), grouped by claim (its algorithm and variant named), with the unit of
 replication (independent streams, layers of one text, layers of one generation) and the memory (% of the stream's
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .power_calls import DOING_NOTHING, call_words, fmt, versus_doing_nothing
+from kvbounds.battery import DOING_NOTHING, call_words, fmt, versus_doing_nothing
 
 COLUMNS = ("StreamingLLM", "ablation", "doing nothing")
 TONES = {"better": "good", "worse": "bad", "tied": "warn", "not shown": "warn", "not tested": "none"}
@@ -38,7 +38,7 @@ def _unit(v, family: str) -> str:
 def first_table(verdicts: dict) -> dict | None:
     """The first table's data: ``columns`` and ``claims``, each {claim, algorithm, rows}, a row {family, unit,
     n, fraction, cells (3)}; None when no verdict has calls."""
-    from kvbounds.registry import CLAIMS
+    from kvbounds.claims import CLAIMS
     claims = []
     for cid, v in verdicts.items():
         calls = getattr(v, "power_calls", None) or []
@@ -85,7 +85,7 @@ def nothing_label(v) -> str:
 def power_glance(verdicts: dict) -> list[tuple[str, int, str]]:
     """The glance counts from the calls: of the claims tested against StreamingLLM, how many are better than it
     somewhere, worse somewhere, neither (tied or not shown everywhere); and how many are worse than doing nothing
-    somewhere. (label, count, tone) like :func:`kvbounds.report.at_a_glance`'s."""
+    somewhere. (label, count, tone) like :func:`kvbounds.report._report.at_a_glance`'s."""
     with_calls = {cid: v.power_calls for cid, v in verdicts.items() if getattr(v, "power_calls", None)}
     sl = {cid: _status(cs, ("streaming_llm",)) for cid, cs in with_calls.items()}
     sl = {cid: s for cid, s in sl.items() if s}

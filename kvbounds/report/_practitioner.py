@@ -1,11 +1,11 @@
 """Should I use it? One row per (method of the papers, task, budget) from the end-to-end records (the leaderboard's
-rows, :mod:`kvbounds.e2e.leaderboard`) and the decode-time checks, against exact attention and the better of the two
+rows, :mod:`kvbounds.e2e._leaderboard`) and the decode-time checks, against exact attention and the better of the two
 standard baselines there (StreamingLLM or uniform sampling), with a one-word call and the compression time per token
 beside the prefill's.
 
 The call: ``better`` / ``worse`` when the 95% intervals of the method and of the baseline do not overlap (a
 conservative rule: non-overlapping intervals imply a difference, overlapping ones do not rule one out), else ``not
-shown``; for decode error, the battery's paired call (:mod:`kvbounds.power_calls`, in the decode claim's verdict)
+shown``; for decode error, the battery's paired call (:mod:`kvbounds.battery._power_calls`, in the decode claim's verdict)
 against that baseline where the verdict carries one (``tied`` only from there: the intervals alone never show a
 tie). Budgets: 25% and 50% of the cache; a (method, budget) not run on this profile is listed in words, never left
 out silently. Only the question-after-the-prompt setting is tabled (the papers' setting is in the leaderboard).
@@ -47,7 +47,7 @@ def _real(x) -> bool:
 def check_value(v: dict | None, name: str = "the value") -> None:
     """A value dict as :func:`fmt` and :func:`interval_call` read it: None, or {"value": a finite number, "ci": [low,
     high] of finite numbers or None}; anything else is an InputError naming ``name`` and the field."""
-    from .algorithms.validation import InputError
+    from kvbounds.algorithms.validation import InputError
     if v is None:
         return
     if not isinstance(v, dict) or not _real(v.get("value")):
@@ -90,7 +90,7 @@ def _best(cands: list[tuple[str, dict]], lower_better: bool) -> tuple[str, dict]
 
 
 def _decode_claim(method: str, verdicts: dict) -> str:
-    from . import registry
+    from kvbounds import claims as registry
     for cid, c in registry.CLAIMS.items():
         if c.variant.endswith(":streaming") and c.variant.split(":")[0].split("/")[0] in method and cid in verdicts:
             return cid
@@ -105,7 +105,7 @@ def _paired_call(verdict, controls: tuple) -> str:
 
 def method_words(name: str) -> str:
     """A registered method's variant in words (:data:`kvbounds.methods.VARIANT_WORDS`); "" for an unknown name."""
-    from .methods import get_method, variant_words
+    from kvbounds.methods import get_method, variant_words
     try:
         m = get_method(name)
     except Exception:  # noqa: BLE001 - a method of older records no longer registered
@@ -115,7 +115,7 @@ def method_words(name: str) -> str:
 
 def per_token_ms(timing: list[dict]) -> dict[str, dict]:
     """method -> {"compress": ms per token, "prefill": ms per token}, averaged over the timed windows."""
-    from .algorithms.validation import InputError
+    from kvbounds.algorithms.validation import InputError
     acc: dict = defaultdict(lambda: [0.0, 0.0, 0])
     for i, t in enumerate(timing or []):
         if not isinstance(t, dict) or not isinstance(t.get("method"), str):
@@ -140,8 +140,8 @@ def practitioner_table(board: list[dict] | None, verdicts: dict | None = None,
     """{"rows": [...], "not_run": [lines], "notes": [lines]}; None without end-to-end or decode rows. A row: method,
     variant (its words), task, budget ("25%"), value, exact, baseline (name), baseline_value, call, compress_ms,
     prefill_ms (per token; None without timing)."""
-    from .methods import leaderboard_family
-    from .report_rows import check_board_rows
+    from kvbounds.methods import leaderboard_family
+    from ._rows import check_board_rows
     if not board:
         return None
     check_board_rows(board)
@@ -185,7 +185,7 @@ def practitioner_table(board: list[dict] | None, verdicts: dict | None = None,
                            and r["method"] not in ("exact", "all methods")})
             not_run.append(f"at {100 * b:.0f}% of the cache no method of the papers ran on this profile"
                            + (f" (only {', '.join(only)}, the baselines' sensitivity control)" if only else ""))
-    from .power_calls import MIN_STREAMS
+    from kvbounds.battery import MIN_STREAMS
     small = sorted({int(r["value"]["n"]) for r in rows if r["value"].get("n")})
     if small and small[0] < MIN_STREAMS:
         span = f"{small[0]}" if len(small) == 1 else f"{small[0]}-{small[-1]}"
@@ -220,7 +220,7 @@ def in_words(rows: list[dict]) -> str:
 
 
 def _decode_rows(board: list[dict], verdicts: dict) -> list[dict]:
-    from .methods import leaderboard_family
+    from kvbounds.methods import leaderboard_family
     out = []
     metrics = sorted({r["metric"] for r in board if str(r.get("metric", "")).startswith("decode:")})
     for metric in metrics:

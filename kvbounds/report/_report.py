@@ -20,20 +20,19 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from . import registry
-from .algorithms.validation import InputError, check_int
-from .output_files import check_output, write_output
-from .records import DEFERRED, FIGURES_DIR, REPORT_FILES, Record, ResultStore, canonical
-from . import report_chips
-from .report_chips import calls_worse, define  # noqa: F401
-from .report_meta import error_rows, leaderboard, run_metadata
-from .report_words import (check_text, check_verdict, check_verdicts, counterexample_in_words, infinite_ratios,
-                           params_in_words, spread_words)
-from .report_summary import group_by_kind, summary_dict, summary_extras, summary_json, unique_findings  # noqa: F401
-from .report_glance import (DIMENSIONS, GLANCE_LABELS, LEGACY_STATEMENT, at_a_glance, dimensions,  # noqa: F401
-                            glance_category, glance_split)
-from .verdict import (FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, VACUOUS,  # noqa: F401
-                      Verdict, finalize)
+from kvbounds import claims as registry
+from kvbounds.algorithms.validation import InputError, check_int
+from kvbounds.core import check_output, write_output
+from kvbounds.core import DEFERRED, FIGURES_DIR, REPORT_FILES, Record, ResultStore, canonical
+from . import _chips as report_chips
+from ._chips import calls_worse, define  # noqa: F401
+from ._meta import error_rows, leaderboard, run_metadata
+from ._words import (check_text, check_verdict, check_verdicts, counterexample_in_words, infinite_ratios,
+                     params_in_words, spread_words)
+from ._summary import group_by_kind, summary_dict, summary_extras, summary_json, unique_findings  # noqa: F401
+from ._glance import DIMENSIONS, GLANCE_LABELS, LEGACY_STATEMENT, at_a_glance, dimensions, glance_category, glance_split
+from kvbounds.verdict import (FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, VACUOUS,
+                              Verdict, finalize)
 
 FIG_DIR = FIGURES_DIR
 MAX_FIGURES = 2          # per claim card
@@ -153,7 +152,7 @@ def tone(value: str) -> str:
 
 
 def statement_tone(v: Verdict) -> str:
-    """The statement chip's colour (:func:`kvbounds.report_chips.statement_tone`)."""
+    """The statement chip's colour (:func:`kvbounds.report._chips.statement_tone`)."""
     value = dimensions(v)["statement"]
     return report_chips.statement_tone(v, value, tone(value))
 
@@ -236,7 +235,7 @@ def _constant_rows(v: Verdict) -> list[dict]:
 
 
 def _card(cid: str, v: Verdict, figures: list) -> dict:
-    from .controls import CONTROL_LABELS, power_table_cells
+    from kvbounds.battery import CONTROL_LABELS, power_table_cells
     c = registry.CLAIMS[cid]
     return {
         "id": cid, "anchor": "claim-" + re.sub(r"[^A-Za-z0-9_-]", "_", cid), "family": c.family,
@@ -263,7 +262,7 @@ def _card(cid: str, v: Verdict, figures: list) -> dict:
 def _draw_all(verdicts: dict[str, Verdict], records: Sequence[Record], fig_dir: Path) -> dict[str, list]:
     """Per claim: up to MAX_FIGURES drawn figures (src, title, caption) and notes for the ones skipped."""
     try:
-        from .report_figures import draw_figure, select_records
+        from ._figures import draw_figure, select_records
     except ImportError as e:   # the `report` extra (matplotlib, seaborn, pandas) is not installed
         return {cid: [{"src": None, "title": spec.title, "caption": "", "alt": "",
                        "note": f"no figures without {e.name}: pip install 'kvbounds[report]'"} for spec in v.figures]
@@ -314,12 +313,12 @@ def _matrix_totals(verdicts: dict[str, Verdict]) -> dict[str, list]:
 
 def _env():
     import jinja2
-    env = jinja2.Environment(loader=jinja2.PackageLoader("kvbounds", "templates"),
+    env = jinja2.Environment(loader=jinja2.PackageLoader("kvbounds.report", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True,
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters["tone"] = tone
     env.filters["define"] = define
-    from .practitioner import fmt
+    from ._practitioner import fmt
     env.filters["fmt_value"] = fmt
     return env
 
@@ -334,11 +333,11 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
                       "title": f["title"], "detail": f["detail"],
                       "input": params_in_words(f["smallest_input"]) if f["smallest_input"] else ""} for f in fs]
               for kind, fs in group_by_kind(unique_findings(verdicts)).items()}
-    from .report_leaderboard import board_table
-    from .report_power import first_table
-    from .paper_answers import paper_answers
-    from .glossary import TERMS, grouped
-    from .report_html import finish
+    from ._leaderboard import board_table
+    from ._power import first_table
+    from ._paper_answers import paper_answers
+    from ._glossary import TERMS, grouped
+    from ._html import finish
     return finish(_env().get_template("report.html.j2").render(
         glossary=grouped(), answers=paper_answers(verdicts), practitioner=practitioner,
         nothing=first_table(verdicts),
@@ -353,7 +352,7 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
 
     Raises ReportError when the directory or its records are missing (nothing to report on), OutputRefused (before
     anything is written) when report.html or summary.json is a link onto another file of the store. Every file is
-    written to a temporary file and renamed (kvbounds.output_files)."""
+    written to a temporary file and renamed (kvbounds.core._output_files)."""
     out = Path(out_dir)
     store = ResultStore(out)
     if out.exists() and not out.is_dir():
@@ -375,7 +374,7 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
     board = leaderboard(records)
     board_fig = None
     if board:
-        from .report_leaderboard import draw_board
+        from ._leaderboard import draw_board
         try:
             board_fig = draw_board(board, out / FIG_DIR / "leaderboard.png") and f"{FIG_DIR}/leaderboard.png"
         except ImportError:

@@ -1,19 +1,19 @@
 """What the report says once: each finding once with the claims it concerns (:func:`unique_findings`), and
 ``summary.json`` (:func:`summary_json`): every verdict field but the figures, papers named, plus the unique
-findings, the per-paper answers (``"papers"``, :mod:`kvbounds.paper_answers`) and, when the report has the records,
-the practitioner's table (``"practitioner"``, :mod:`kvbounds.practitioner`), the end-to-end leaderboard's rows
+findings, the per-paper answers (``"papers"``, :mod:`kvbounds.report._paper_answers`) and, when the report has the records,
+the practitioner's table (``"practitioner"``, :mod:`kvbounds.report._practitioner`), the end-to-end leaderboard's rows
 (``"leaderboard"``) and the run's metadata (``"run"``): everything ``docs/RESULTS.md`` and the README's "What we
-found" are rendered from (:mod:`kvbounds.summary_read`). Re-exported by :mod:`kvbounds.report`."""
+found" are rendered from (:mod:`kvbounds.report.summary_read`). Re-exported by :mod:`kvbounds.report`."""
 from __future__ import annotations
 
 import dataclasses
 import json
 from collections import defaultdict
 
-from . import registry
-from .records import jsonable, canonical
-from .report_words import check_verdicts
-from .verdict import Verdict
+from kvbounds import claims as registry
+from kvbounds.core import jsonable, canonical
+from ._words import check_verdicts
+from kvbounds.verdict import Verdict
 
 
 def unique_findings(verdicts: dict[str, Verdict]) -> list[dict]:
@@ -51,9 +51,9 @@ RUN_KEYS = ("version", "commit", "profile", "seeds", "backends", "records", "cla
 def summary_extras(records, verdicts: dict[str, Verdict], meta: dict, board: list[dict] | None) -> dict:
     """The parts of summary.json read from the records besides the verdicts: the practitioner's table, the
     leaderboard's rows and the run's metadata (:data:`RUN_KEYS`)."""
-    from .practitioner import practitioner_table
+    from ._practitioner import practitioner_table
     try:
-        from .e2e.leaderboard import timing_rows
+        from kvbounds.e2e import timing_rows
         timing = timing_rows(records)
     except (ImportError, AttributeError):     # the end-to-end harness is not installed: no timing
         timing = []
@@ -76,7 +76,7 @@ def summary_dict(verdicts: dict[str, Verdict], extras: dict | None = None) -> di
             f["id"] = ids.get((f["kind"] or "finding", f["title"], f["detail"], canonical(f["smallest_input"] or {})), "")
         out[cid] = d
     out["findings"] = unique
-    from .paper_answers import paper_answers
+    from ._paper_answers import paper_answers
     out["papers"] = paper_answers(verdicts)
     out.update(jsonable(extras or {}))
     return out

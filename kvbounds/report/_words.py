@@ -25,22 +25,22 @@ RECORD_FIELDS = {"seed", "backend", "measured", "bound", "ratio", "bound_kind", 
 def check_text(value: Any, name: str = "the text") -> str:
     """``value`` if it is a string, else an InputError naming ``name`` (the report's words read strings only)."""
     if not isinstance(value, str):
-        from .algorithms.validation import InputError
+        from kvbounds.algorithms.validation import InputError
         raise InputError(f"{name} is {value!r} ({type(value).__name__}), not a string")
     return value
 
 
 def _check_dict(x: Any, name: str) -> None:
     if not isinstance(x, dict):
-        from .algorithms.validation import InputError
+        from kvbounds.algorithms.validation import InputError
         raise InputError(f"{name} is {str(x)[:60]!r} ({type(x).__name__}), not a dict")
 
 
 def check_verdict(v: Any, name: str = "the verdict") -> Any:
     """``v`` if it is a :class:`kvbounds.verdict.Verdict`, else an InputError naming ``name``."""
-    from .verdict_fields import Verdict
+    from kvbounds.verdict import Verdict
     if not isinstance(v, Verdict):
-        from .algorithms.validation import InputError
+        from kvbounds.algorithms.validation import InputError
         raise InputError(f"{name} is {str(v)[:60]!r} ({type(v).__name__}), not a Verdict (build_verdicts or "
                          f"summary_read.verdicts_from_summary make them)")
     return v
@@ -49,7 +49,7 @@ def check_verdict(v: Any, name: str = "the verdict") -> Any:
 def check_verdicts(verdicts: Any) -> dict:
     """``verdicts`` if it is a dict of claim id -> Verdict, else an InputError naming the entry that is not."""
     if not isinstance(verdicts, dict):
-        from .algorithms.validation import InputError
+        from kvbounds.algorithms.validation import InputError
         raise InputError(f"verdicts is {str(verdicts)[:60]!r} ({type(verdicts).__name__}), not a dict of claim id "
                          f"-> Verdict")
     for cid, v in verdicts.items():
@@ -126,7 +126,7 @@ def spread_words(spread) -> str:
     if not spread:
         return ""
     if not (isinstance(spread, (list, tuple)) and len(spread) == 2):
-        from .algorithms.validation import InputError
+        from kvbounds.algorithms.validation import InputError
         raise InputError(f"the spread is {spread!r}, not (5th percentile, median)")
     lo, mid = spread
     return f"measured / shape over the sweep: 5th percentile {number(lo)}, median {number(mid)}"
@@ -155,7 +155,7 @@ def verdict_in_words(v) -> str:
     """What a claim's records show, in a sentence per verdict dimension that is set (the notebooks' closing text):
     read from the verdict, so it changes when the records do."""
     check_verdict(v)
-    from .registry import cite
+    from kvbounds.claims import cite
     parts = []
     statement = v.statement or ""
     fitted = v.fitted_constant.value if v.fitted_constant else (v.constant if v.constant_kind == "fitted" else None)
@@ -207,7 +207,7 @@ def verdict_in_words(v) -> str:
 def what_the_records_show(verdicts: dict, claims) -> str:
     """A markdown list, one line per claim: its source and :func:`verdict_in_words`."""
     check_verdicts(verdicts)
-    from .registry import CLAIMS, cite
+    from kvbounds.claims import CLAIMS, cite
     lines = []
     for cid in claims:
         if cid in verdicts:

@@ -1,15 +1,15 @@
 """The report as markdown (``kvbounds report --markdown FILE``; ``make results-md`` writes docs/RESULTS.md): what was
 found first, from the same verdicts as the html report.
 
-    per paper         one paragraph per paper group (:mod:`kvbounds.paper_answers`)
-    should I use it?  the practitioner's table (:mod:`kvbounds.practitioner`)
+    per paper         one paragraph per paper group (:mod:`kvbounds.report._paper_answers`)
+    should I use it?  the practitioner's table (:mod:`kvbounds.report._practitioner`)
     at a glance       counts by statement (reproduction for empirical claims)
     verdict matrix    one row per registered claim: its dimensions, headline and one line of evidence
-    findings          each finding once, with the claims it concerns (:func:`kvbounds.report.unique_findings`)
+    findings          each finding once, with the claims it concerns (:func:`kvbounds.report._report.unique_findings`)
     leaderboard       the end-to-end leaderboard's tables, when there are end-to-end records
     claims            per claim, every verdict field that is set, rendered generically (so fields added later,
                       a power table or a "beats doing nothing" comparison, appear without changes here)
-    glossary          every word of the verdicts defined (:mod:`kvbounds.glossary`, as in the html report)
+    glossary          every word of the verdicts defined (:mod:`kvbounds.report._glossary`, as in the html report)
     run               version, profile, wall and CPU time
 
 Papers are named by their short names (``registry.cite``) throughout.
@@ -20,11 +20,11 @@ import dataclasses
 from pathlib import Path
 from typing import Sequence
 
-from . import registry
-from .glossary import markdown_section
-from .records import Record
-from .report_words import check_text, check_verdicts, counterexample_in_words, params_in_words
-from .verdict import Verdict
+from kvbounds import claims as registry
+from ._glossary import markdown_section
+from kvbounds.core import Record
+from ._words import check_text, check_verdicts, counterexample_in_words, params_in_words
+from kvbounds.verdict import Verdict
 
 # fields shown in the matrix or not meant for a reader; every other set field is rendered per claim
 _SHOWN_ELSEWHERE = {"claim", "status", "kind", "statement", "proof", "rate", "reproduction", "power", "headline",
@@ -47,7 +47,7 @@ def _value(v, depth: int = 0) -> list[str]:
     pad = "  " * depth
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
         v = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
-    elif isinstance(v, dict):       # a plain dict's keys sorted, as summary.json stores them (kvbounds.summary_read)
+    elif isinstance(v, dict):       # a plain dict's keys sorted, as summary.json stores them (kvbounds.report.summary_read)
         v = dict(sorted(v.items()))
     if isinstance(v, dict):
         if all(not isinstance(x, (dict, list)) and not dataclasses.is_dataclass(x) for x in v.values()):
@@ -84,7 +84,7 @@ def power_row(row: dict) -> str:
 
 
 def _claim_section(cid: str, v: Verdict, findings: list[dict]) -> list[str]:
-    from .report import dimensions, headline
+    from ._report import dimensions, headline
     c = registry.CLAIMS[cid]
     d = dimensions(v)
     lines = [f'<a id="{anchor(cid)}"></a>', f"### {cid}: {_cell(headline(v))}", "",
@@ -98,7 +98,7 @@ def _claim_section(cid: str, v: Verdict, findings: list[dict]) -> list[str]:
         if f.name == "counterexample":                # in words, as the html report shows it
             val = "the smallest input, " + counterexample_in_words(val)
         elif f.name in ("power_calls", "power_table"):   # one line per call in words, per setting (its calls aside)
-            from .power_calls import call_words
+            from kvbounds.battery import call_words
             lines.append(f"- **{f.name.replace('_', ' ')}**:")
             lines += ["  - " + _cell(call_words(x) if f.name == "power_calls" else power_row(x)) for x in val]
             continue
@@ -118,7 +118,7 @@ def _claim_section(cid: str, v: Verdict, findings: list[dict]) -> list[str]:
 def _leaderboard(rows: list[dict] | None) -> list[str]:
     if not rows:
         return []
-    from .report_leaderboard import board_table
+    from ._leaderboard import board_table
     t = board_table(rows)
     lines = ["## End-to-end leaderboard", "",
              "Per metric and budget, methods ranked by mean effect with a 95% interval; **best** and those "
@@ -141,8 +141,8 @@ def answers_lines(verdicts: dict[str, Verdict], papers: dict | None, practitione
                   level: str = "##", glossary: str = "#glossary") -> list[str]:
     """The per-paper answers, then the practitioner's table (``papers``: summary.json's "papers"; None: from the
     verdicts); ``glossary``: where the words are defined."""
-    from .paper_answers import markdown_lines as paper_lines, paper_answers
-    from .practitioner import markdown_lines as table_lines
+    from ._paper_answers import markdown_lines as paper_lines, paper_answers
+    from ._practitioner import markdown_lines as table_lines
     papers = papers if papers is not None else paper_answers(verdicts)
     return ([f"{level} What each paper's claims come to", "",
              f"The words (fitted constant, vacuous, variant, ablation, better / tied / not shown) are defined in the "
@@ -158,7 +158,7 @@ def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], met
                     board: list[dict] | None = None, practitioner: dict | None = None,
                     papers: dict | None = None) -> str:
     check_verdicts(verdicts)
-    from .report import DIMENSIONS, at_a_glance, dimensions, evidence, headline, unique_findings
+    from ._report import DIMENSIONS, at_a_glance, dimensions, evidence, headline, unique_findings
     findings = unique_findings(verdicts)
     lines = ["# kvbounds results", "",
              f"Generated by `make results-md` (or `kvbounds report --markdown`) from {meta.get('records', len(records))} records "
@@ -197,18 +197,18 @@ def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], met
 
 def write_markdown(out_dir, path, claims=None) -> Path:
     """Markdown of the records in ``out_dir`` to ``path`` (ReportError as ``write_report`` when there are none;
-    OutputRefused, before any work, when ``path`` is a file a result store owns: kvbounds.output_files)."""
-    from .output_files import check_output, write_output
-    from .records import ResultStore
-    from .report import ReportError, build_verdicts
-    from .report_meta import leaderboard, run_metadata
+    OutputRefused, before any work, when ``path`` is a file a result store owns: kvbounds.core._output_files)."""
+    from kvbounds.core import check_output, write_output
+    from kvbounds.core import ResultStore
+    from ._report import ReportError, build_verdicts
+    from ._meta import leaderboard, run_metadata
     out = Path(out_dir)
     check_output(path, stores=[out])
     records = ResultStore(out).load() if out.is_dir() else []
     if not records:
         raise ReportError(f"{out / 'results.jsonl'} holds no records; run `kvbounds check --out {out}` first")
-    from .e2e.leaderboard import timing_rows
-    from .practitioner import practitioner_table
+    from kvbounds.e2e import timing_rows
+    from ._practitioner import practitioner_table
     verdicts = build_verdicts(records, claims)
     meta = run_metadata(records, verdicts, out)
     board = leaderboard(records)
@@ -217,7 +217,7 @@ def write_markdown(out_dir, path, claims=None) -> Path:
 
 
 def render_from_summary(summary: dict, link: str = "docs/RESULTS.md") -> tuple[str, str]:
-    """(docs/RESULTS.md, the README's what-we-found block) from summary.json alone (:mod:`kvbounds.summary_read`)."""
+    """(docs/RESULTS.md, the README's what-we-found block) from summary.json alone (:mod:`kvbounds.report.summary_read`)."""
     from .summary_read import verdicts_from_summary
     verdicts = verdicts_from_summary(summary)
     run = summary.get("run") or {}
@@ -237,7 +237,7 @@ def found_block(verdicts: dict[str, Verdict], link: str = "docs/RESULTS.md", n: 
     the counts (those that partition the claims, then those that overlap), then every claim that was run, the false
     and not-reproduced ones first (claim, verdict, one line of evidence, link to its section of ``link``)."""
     check_verdicts(verdicts)
-    from .report import evidence, glance_split, headline, tone
+    from ._report import evidence, glance_split, headline, tone
     run = [(cid, v) for cid, v in verdicts.items() if tone(headline(v)) != "none"]
     run.sort(key=lambda kv: _ORDER[tone(headline(kv[1]))])
     parts, overlap = glance_split(verdicts)
@@ -263,17 +263,17 @@ def splice(text: str, block: str) -> str:
 
 
 def main(argv=None) -> int:
-    """``python -m kvbounds.report_markdown OUT_DIR README.md``: rewrite the README's what-we-found block from the
-    records in OUT_DIR; ``python -m kvbounds.report_markdown SUMMARY.json README.md [RESULTS.md]``: rewrite it (and
+    """``python -m kvbounds.report.markdown OUT_DIR README.md``: rewrite the README's what-we-found block from the
+    records in OUT_DIR; ``python -m kvbounds.report.markdown SUMMARY.json README.md [RESULTS.md]``: rewrite it (and
     RESULTS.md) from a summary.json alone (``make results-md``). Atomically; exit 2 with one line, nothing written,
     when README.md is a file a result store owns or has no markers."""
     import sys
-    from .output_files import OutputRefused, check_output, write_output
-    from .records import ResultStore
-    from .report import ReportError, build_verdicts
+    from kvbounds.core import OutputRefused, check_output, write_output
+    from kvbounds.core import ResultStore
+    from ._report import ReportError, build_verdicts
     args = argv if argv is not None else sys.argv[1:]
     if len(args) not in (2, 3) or (len(args) == 3 and Path(args[0]).is_dir()):
-        print("usage: python -m kvbounds.report_markdown OUT_DIR|SUMMARY.json README.md [RESULTS.md]", file=sys.stderr)
+        print("usage: python -m kvbounds.report.markdown OUT_DIR|SUMMARY.json README.md [RESULTS.md]", file=sys.stderr)
         return 2
     source, readme = args[0], args[1]
     stores = [source] if Path(source).is_dir() else []

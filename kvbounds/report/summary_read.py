@@ -3,7 +3,7 @@
 
 ``make results-md`` writes the run's summary.json compactly to ``docs/summary.json`` (:func:`compact`: one line per
 claim, without the unique findings, which the markdown recomputes from the verdicts) and renders both documents from
-it; tests/test_results_md.py checks that the committed documents are what that file renders to.
+it; tests/docs/test_results_md.py checks that the committed documents are what that file renders to.
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import types
 import typing
 from pathlib import Path
 
-from .algorithms.validation import InputError
-from . import verdict_fields as vf
-from .report_rows import (CALL_ROW, PAPER_ANSWER, POWER_SETTING_ROW, PRACTITIONER_ROW, check_board_rows, check_row,
-                          check_rows, fits_row, short_repr)
-from .report_summary import SUMMARY_KEYS
-from .verdict import Verdict
+from kvbounds.algorithms.validation import InputError
+from kvbounds import verdict as vf
+from ._rows import (CALL_ROW, PAPER_ANSWER, POWER_SETTING_ROW, PRACTITIONER_ROW, check_board_rows, check_row,
+                    check_rows, fits_row, short_repr)
+from ._summary import SUMMARY_KEYS
+from kvbounds.verdict import Verdict
 
 _NESTED = {"findings": vf.Finding, "errata": vf.Erratum, "reproductions": vf.Reproduction, "rate_info": vf.RateInfo,
            "proven_constant": vf.Constant, "fitted_constant": vf.Constant, "vacuity": vf.Vacuity}
@@ -26,7 +26,7 @@ _NON_FINITE = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
 
 
 def _floats(x):
-    """summary.json's "inf" / "-inf" / "nan" strings back to floats (:func:`kvbounds.records.jsonable` wrote them)."""
+    """summary.json's "inf" / "-inf" / "nan" strings back to floats (:func:`kvbounds.core.jsonable` wrote them)."""
     if isinstance(x, dict):
         return {k: _floats(v) for k, v in x.items()}
     if isinstance(x, list):
@@ -155,7 +155,7 @@ def verdict_from_dict(d: dict, where: str = "the verdict") -> Verdict:
 def verdicts_from_summary(summary: dict) -> dict[str, Verdict]:
     """Claim id -> Verdict, in the file's order of claims (summary.json sorts its keys: the registry's order is
     restored where the registry knows the claims)."""
-    from . import registry
+    from kvbounds import claims as registry
     if not isinstance(summary, dict):
         raise InputError(f"a summary is an object of claim verdicts, not {type(summary).__name__}")
     bad = [k for k in summary if not isinstance(k, str)]
@@ -195,13 +195,13 @@ def compact(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    """``python -m kvbounds.summary_read SUMMARY.json OUT.json``: write :func:`compact` of SUMMARY.json to OUT.json."""
+    """``python -m kvbounds.report.summary_read SUMMARY.json OUT.json``: write :func:`compact` of SUMMARY.json to OUT.json."""
     import sys
     args = argv if argv is not None else sys.argv[1:]
     if len(args) != 2:
-        print("usage: python -m kvbounds.summary_read SUMMARY.json OUT.json", file=sys.stderr)
+        print("usage: python -m kvbounds.report.summary_read SUMMARY.json OUT.json", file=sys.stderr)
         return 2
-    from .output_files import OutputRefused, write_output
+    from kvbounds.core import OutputRefused, write_output
     try:
         summary = load_summary(args[0])
         verdicts_from_summary(summary)          # what the markdown will read: refused here, before writing

@@ -2,8 +2,8 @@
 
 ``ADDRESS`` is a running scheduler (``tcp://host:8786``); ``local:N`` starts a ``LocalCluster`` of N worker
 processes here and closes it after the sweep. The trials go through ``Client.get_executor()``, the
-``concurrent.futures.Executor`` the runner takes (:func:`kvbounds.runner.run_checks`), and each runs on one
-BLAS/OpenMP/torch thread (:func:`kvbounds.workers.one_thread`), so its records are those of the local pool.
+``concurrent.futures.Executor`` the runner takes (:func:`kvbounds.run.run_checks`), and each runs on one
+BLAS/OpenMP/torch thread (:func:`kvbounds.run._workers.one_thread`), so its records are those of the local pool.
 
 Each worker must run one thread: threadpoolctl's and torch's thread limits are per process, so two trials sharing
 a worker process would change each other's limits mid-trial; a scheduler whose workers have more threads is
@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-from .workers import THREAD_VARS
+from ._workers import THREAD_VARS
 
 INSTALL = "pip install 'kvbounds[dask]'"
 
@@ -48,7 +48,7 @@ def _distributed():
 
 @contextlib.contextmanager
 def dask_executor(spec: str) -> Iterator[tuple[object, int]]:
-    """``(executor, workers)`` for :func:`kvbounds.runner.run_checks` on the cluster ``spec`` names (workers: its
+    """``(executor, workers)`` for :func:`kvbounds.run.run_checks` on the cluster ``spec`` names (workers: its
     threads, for the progress line). A local cluster is closed on exit, a remote one only disconnected from."""
     kind, where = parse_scheduler(spec)
     distributed = _distributed()

@@ -1,19 +1,19 @@
 """The sweep runner: expands claims into trials, skips finished ones, runs the rest on any Executor.
 
 Resumption: every trial has a key (claim, params, seed, backend); a trial whose records are stored
-(one complete write, see :class:`kvbounds.records.ResultStore`) is not recomputed. Each trial's
+(one complete write, see :class:`kvbounds.core.ResultStore`) is not recomputed. Each trial's
 records are appended as it finishes, all or nothing, so an interrupted sweep loses at most the
 trials in flight, and rerunning the same command resumes it without duplicating a record.
 
 One ``run_checks`` per output directory at a time: it holds the directory's lock and a second one
-refuses (:class:`kvbounds.records.StoreLocked`). A trial that raises becomes an error record and the
+refuses (:class:`kvbounds.core._records.StoreLocked`). A trial that raises becomes an error record and the
 sweep goes on; the next run retries it.
 
 Any ``concurrent.futures.Executor`` works (a Dask ``Client.get_executor()`` too). The default is a
 process pool whose workers are started by a fork server (never forked from a parent that may hold
 torch/OpenMP threads), run one BLAS/OpenMP/torch thread each, ignore Ctrl-C (the parent ends them)
 and die with their parent, even a parent killed by ``kill -9``. ``workers=1`` runs in-process with the
-same one-thread setup, so a trial's records do not depend on the number of workers (:mod:`kvbounds.workers`).
+same one-thread setup, so a trial's records do not depend on the number of workers (:mod:`kvbounds.run._workers`).
 """
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ import time
 import traceback
 from typing import Callable, Iterable, Sequence
 
-from .progress import Progress, append_run, duration as _duration  # noqa: F401 (re-exported)
-from .records import Record, ResultStore, canonical, trial_key
-from .registry import Claim, get_claim
-from .workers import (THREAD_VARS, Terminated, stop_now, default_executor, one_thread,  # noqa: F401 (re-exported)
-                      sigterm_raises, single_thread_process, single_thread_scope)
+from kvbounds.core import Progress, append_run, duration as _duration  # noqa: F401 (re-exported)
+from kvbounds.core import Record, ResultStore, canonical, trial_key
+from kvbounds.claims import Claim, get_claim
+from ._workers import (THREAD_VARS, Terminated, stop_now, default_executor, one_thread, sigterm_raises,
+                       single_thread_process, single_thread_scope)
 
 PROFILES = ("smoke", "quick", "full", "gpu")
 
@@ -60,7 +60,7 @@ def trial_seed(seed: int, claim: str, params: dict) -> int:
 def profile_trials(mod, profile: str) -> list[dict]:
     """A check module's trial grid for ``profile``; the ``gpu`` profile holds only the scale sweeps of the
     claims whose registry entry sets ``gpu_profile`` (SB.discrepancy, MR.error, BKV.memory)."""
-    from .registry import CLAIMS
+    from kvbounds.claims import CLAIMS
     if profile == "gpu" and not (mod.CLAIM in CLAIMS and CLAIMS[mod.CLAIM].gpu_profile):
         return []
     return list(mod.trials(profile))
@@ -140,10 +140,10 @@ def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed:
     ``executor``: any ``concurrent.futures.Executor``; by default :func:`default_executor` (``workers``
     processes, all cores when None). Returns the records written by this call, error records left out
     (as in ``ResultStore.load``; they are in ``ResultStore.errors()``). Raises
-    :class:`kvbounds.records.StoreError` (one-line message) before any trial runs when ``out`` is not
+    :class:`kvbounds.core.StoreError` (one-line message) before any trial runs when ``out`` is not
     writable or another run holds it, and when a write fails later (the trials written stay valid).
     ``timings``, when given, receives this run's line of ``DIR/runs.jsonl`` (wall and CPU time, per claim too)."""
-    from .registry import checked_claims
+    from kvbounds.claims import checked_claims
     from kvbounds.algorithms.arrays import validate_backend
     validate_backend(backend)
     claims = [get_claim(c) for c in claim_ids] if claim_ids else checked_claims()
@@ -163,7 +163,7 @@ def run_trials(trials: Sequence[Trial], *, out: str | os.PathLike = "results", e
     """Run the given trials that are not already done in ``out`` (the sweep of :func:`run_checks`, for trials
     made elsewhere: ``kvbounds evaluate``'s, whose module is named by each trial). Holds the directory's lock;
     ``run``: the profile / backend / seed of the run's line in ``DIR/runs.jsonl``. Returns the records written
-    (error records left out); raises :class:`kvbounds.records.StoreError` as :func:`run_checks` does."""
+    (error records left out); raises :class:`kvbounds.core.StoreError` as :func:`run_checks` does."""
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     store = ResultStore(out)

@@ -1,4 +1,4 @@
-"""Worker processes and threads of the sweep runner (:mod:`kvbounds.runner`): one BLAS/OpenMP/torch thread per
+"""Worker processes and threads of the sweep runner (:mod:`kvbounds.run._runner`): one BLAS/OpenMP/torch thread per
 trial, a fork-server process pool whose workers ignore Ctrl-C and die with their parent (even a parent killed by
 ``kill -9``), and SIGTERM turned into an exception the runner handles like Ctrl-C."""
 from __future__ import annotations
@@ -137,7 +137,7 @@ def default_executor(max_workers: int | None = None) -> cf.Executor:
     ctx = multiprocessing.get_context(_start_method())
     if ctx.get_start_method() == "forkserver":
         # imported once in the fork server, not once per worker (numpy/scipy: no OpenMP threads, fork-safe)
-        ctx.set_forkserver_preload(["kvbounds.runner", "kvbounds.proofs_checks.common"])
+        ctx.set_forkserver_preload(["kvbounds.run._runner", "kvbounds.proofs_checks.common"])
     alive_r, alive_w = ctx.Pipe(duplex=False)      # workers get the read end only
     ex = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_init, initargs=(alive_r,))
     ex._kvbounds_alive = (alive_r, alive_w)        # open as long as the pool lives

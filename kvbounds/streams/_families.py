@@ -6,7 +6,7 @@ one with :func:`make_stream`; its ``repr`` is that call, so a failing input prin
 
 Families (:data:`FAMILIES`; the first four and the real ones are those ``kvbounds evaluate`` runs the battery on):
   * ``synthetic benign``   random unit-direction keys and queries, logits of size about 1: near-uniform attention,
-                           where the mean of the values is almost exact (:mod:`kvbounds.proofs_checks.power_streams`);
+                           where the mean of the values is almost exact (:mod:`kvbounds.streams._power`);
   * ``concentrated``       keys in a few tight clusters plus 4 heavy tokens early in the stream; every query points
                            at one heavy token (a logit gap of about 5): heavy hitters;
   * ``clustered``          keys near 8 centres (noise 0.05 of their norm), queries at random
@@ -23,7 +23,7 @@ Families (:data:`FAMILIES`; the first four and the real ones are those ``kvbound
   * ``duplicated keys``    every key drawn from a pool of n/8 distinct keys (exact repeats), values all distinct;
   * ``real SmolLM2`` / ``real MiniLM``  one (layer, head) of the model on its cached text, a window of n tokens (at
                            most 2048 / 512; d is the model's, 64 / 32), chosen by the seed
-                           (:func:`kvbounds.proofs_checks.power_streams.real_stream`); :func:`real_available` says why
+                           (:func:`kvbounds.streams._power.real_stream`); :func:`real_available` says why
                            a model is missing (its streams then raise ``LookupError``).
 
 Every draw comes from ``numpy.random.default_rng(seed)``: the same (family, n, d, seed) gives the same stream.
@@ -114,7 +114,7 @@ class KVStream:
 def real_available(family: str) -> str | None:
     """None when the real family's model and cached traces can be read here, else the reason."""
     check_choice(family, "family", REAL)
-    from kvbounds.proofs_checks.power_streams import REAL as MODELS
+    from ._power import REAL as MODELS
     from kvbounds.traces.real import available
     return available(MODELS[family][0])
 
@@ -141,12 +141,12 @@ def make_stream(family: str, n: int, d: int = 16, seed: int = 0, *, dv: int | No
     dv = d if dv is None else check_int(dv, "dv", minimum=1, maximum=MAX_DIM)
     rng = np.random.default_rng(seed)
     if family in REAL:
-        from kvbounds.proofs_checks.power_streams import real_stream
+        from ._power import real_stream
         check_int(n, "n", minimum=1, maximum=REAL_TOKENS[family])
         Q, K, V, note = real_stream(family, rng, n)
         return KVStream(family, seed, *(np.asarray(x, np.float64) for x in (Q, K, V)), note=note)
     if family == "concentrated":
-        from kvbounds.proofs_checks.power_streams import GAP, HEAVY, concentrated_stream
+        from ._power import GAP, HEAVY, concentrated_stream
         check_int(n, "n (the concentrated family holds 4 heavy tokens)", minimum=HEAVY)
         check_int(d, "d (the concentrated family needs a direction orthogonal to its clusters)", minimum=2)
         Q, K, _ = concentrated_stream(rng, n, d, 1.0 / math.sqrt(d))

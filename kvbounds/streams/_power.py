@@ -1,5 +1,5 @@
 """Stream families on which an attention-error claim is compared with the battery of controls (:mod:`kvbounds.battery`;
-the rule is :func:`kvbounds.controls.power_vs_controls`). Used by BKV.attention, SG.attention and MR.error (and the
+the rule is :func:`kvbounds.battery.power_vs_controls`). Used by BKV.attention, SG.attention and MR.error (and the
 records of every claim with a power table: :func:`battery_record`, :class:`StreamBattery`).
 
 Families (``FAMILIES``):
@@ -28,7 +28,7 @@ import numpy as np
 
 from kvbounds.algorithms.validation import InputError, check_choice, check_error, check_int, check_real, check_rng
 
-from .common import make_record, pick, unit_directions
+from kvbounds.core import make_record, pick, unit_directions
 
 FAMILIES = ("synthetic benign", "concentrated", "real SmolLM2", "real MiniLM")
 REAL = {"real SmolLM2": ("smollm2", 2048), "real MiniLM": ("minilm", 512)}
@@ -224,7 +224,7 @@ class StreamBattery:
 
     def __init__(self, rng: np.random.Generator, *, sink: int = 0, window: int = 0,
                  names=("zeros", "mean", "streaming_llm", "uniform")):
-        from kvbounds.controls import WorstError
+        from kvbounds.battery import WorstError
         self.rng, self.sink, self.window, self.names = check_rng(rng), sink, window, tuple(names)
         self.worst, self.floats = WorstError(), {}
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from kvbounds.algorithms.validation import InputError, check_array, check_real
 
-from .streams import KVStream
+from kvbounds.streams import KVStream
 
 __all__ = ["SCALES", "attention_error", "assert_attention_error", "assert_beats"]
 
@@ -45,7 +45,7 @@ def attention_error(estimate, stream: KVStream, query, *, scale: str = "softmax_
     logit factor and the cache's heads flattened), or a function of the query. ``upto``: the prefix the exact
     attention reads (default the whole stream)."""
     if not isinstance(stream, KVStream):
-        raise InputError(f"stream must be a KVStream (kvbounds.testing.streams.make_stream), got {type(stream).__name__}")
+        raise InputError(f"stream must be a KVStream (kvbounds.streams.make_stream), got {type(stream).__name__}")
     if scale not in SCALES:
         raise InputError(f"scale must be one of {tuple(SCALES)}, got {scale!r}")
     q = check_array(np.asarray(query, np.float64), "query", ndim=1, last_dim=stream.d)
@@ -95,8 +95,8 @@ def assert_beats(method, control: str, streams, *, fraction: float = 0.25, queri
     the battery's three-way call must be "better". Returns the comparison (call, median ratio, interval, wins).
     The message gives the call, the median of method error / control error with its 95% interval, the win
     count, the smallest detectable ratio, the families and the smallest stream on which the method lost."""
-    from kvbounds.evaluation_streams import compare_on_streams
-    from kvbounds.power_calls import call_words, fmt
+    from kvbounds.evaluation import compare_on_streams
+    from kvbounds.battery import call_words, fmt
     res = compare_on_streams(method, control, list(streams), fraction=fraction, queries=queries, alpha=alpha)
     if res["call"] != "better":
         lost = res.get("smallest_loss")

@@ -139,7 +139,7 @@ class Verdict:
     power_detail: str = ""
     power_note: str = ""            # the headline's words when power is low against trivial estimators (issue 20)
     power_table: list = dataclasses.field(default_factory=list)   # per setting: method vs trivial controls (dicts)
-    # per (family, control): the three-way call against the battery (kvbounds.power_calls.Call.as_dict)
+    # per (family, control): the three-way call against the battery (kvbounds.battery._power_calls.Call.as_dict)
     power_calls: list = dataclasses.field(default_factory=list)
     proven_constant: Constant | None = None
     fitted_constant: Constant | None = None

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Sequence
 
-from .records import Record
-from .statistics import canonical_order
+from kvbounds.core import Record
+from ._statistics import canonical_order
 
 
 @dataclasses.dataclass

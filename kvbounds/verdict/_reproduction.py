@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .verdict_fields import Reproduction
+from ._fields import Reproduction
 
 
 def statement_from_reproduction(reproduction: str, *, same_setup: bool = False) -> str:

@@ -17,7 +17,7 @@ A verdict has separate dimensions, each decided by one rule of this module, the 
   * ``power``      (:func:`decide_power`) ``low`` when a negative control is not rejected (including a
     control that also meets a bound too loose to tell it apart), ``shown`` when every control is rejected;
     for error-bound claims also against the trivial estimators (zeros, the mean of the values, a uniform sample
-    and the recent window at the method's memory; :mod:`kvbounds.controls`): ``low`` with the headline
+    and the recent window at the method's memory; :mod:`kvbounds.battery._power_rule`): ``low`` with the headline
     "no better than <control> (<where>)" unless the method beats every one of them significantly.
   * ``reproduction`` (:func:`combine_reproductions`, :func:`reproduction_status`) for empirical claims.
 
@@ -26,9 +26,9 @@ A verdict has separate dimensions, each decided by one rule of this module, the 
 the *set* of records: every rule orders records canonically (:func:`canonical_order`) and the bootstrap of
 :func:`loglog_slope` is seeded from its (sorted) points.
 
-The verdict's fields live in :mod:`kvbounds.verdict_fields`, the shared statistics in :mod:`kvbounds.statistics`,
-the power rule in :mod:`kvbounds.verdict_power`, the vacuity rule in :mod:`kvbounds.verdict_vacuity` and the
-reproduction rule in :mod:`kvbounds.verdict_reproduction`;
+The verdict's fields live in :mod:`kvbounds.verdict._fields`, the shared statistics in :mod:`kvbounds.verdict._statistics`,
+the power rule in :mod:`kvbounds.verdict._power`, the vacuity rule in :mod:`kvbounds.verdict._vacuity` and the
+reproduction rule in :mod:`kvbounds.verdict._reproduction`;
 all are re-exported here, so checks import everything from this module.
 """
 from __future__ import annotations
@@ -39,17 +39,16 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .records import Record
-from .statistics import (GROWTH_TOL, Growth, canonical_order, data_seed, growth, holm_adjust,  # noqa: F401
-                         loglog_slope, record_sort_key, significant_cells)
-from .verdict_fields import (CLAIM_KINDS, FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, LEGACY_STATUS,  # noqa: F401
-                             NO_CHECK, NOT_REFUTED, NOT_RUN, POWER_VALUES, PROOF_VALUES, RATE_VALUES,
-                             REPRODUCTION_VALUES, STATEMENT_VALUES, VACUOUS, Constant, Erratum, FigureSpec, Finding,
-                             RateInfo, Reproduction, Vacuity, Verdict)
-from .verdict_power import Control, controls_from_records, controls_rejected, decide_power  # noqa: F401
-from .verdict_vacuity import TINY_CONSTANT, VACUOUS_SHARE, decide_vacuity, log_bound, trivial_error  # noqa: F401
-from .verdict_reproduction import (MIN_INSTANCES, MIN_REDRAWS, PARTIAL_SHARE, REPRODUCTION_KINDS,  # noqa: F401
-                                   combine_reproductions, reproduction_status, statement_from_reproduction)
+from kvbounds.core import Record
+from ._statistics import (GROWTH_TOL, Growth, canonical_order, data_seed, growth, holm_adjust, loglog_slope,
+                          record_sort_key, significant_cells)
+from ._fields import (CLAIM_KINDS, FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, LEGACY_STATUS, NO_CHECK, NOT_REFUTED,
+                      NOT_RUN, POWER_VALUES, PROOF_VALUES, RATE_VALUES, REPRODUCTION_VALUES, STATEMENT_VALUES, VACUOUS,
+                      Constant, Erratum, FigureSpec, Finding, RateInfo, Reproduction, Vacuity, Verdict)
+from ._power import Control, controls_from_records, controls_rejected, decide_power  # noqa: F401
+from ._vacuity import TINY_CONSTANT, VACUOUS_SHARE, decide_vacuity, log_bound, trivial_error  # noqa: F401
+from ._reproduction import (MIN_INSTANCES, MIN_REDRAWS, PARTIAL_SHARE, REPRODUCTION_KINDS, combine_reproductions,
+                            reproduction_status, statement_from_reproduction)
 
 DECISIVE_KINDS = ("a-priori", "exact", "certificate")
 
@@ -206,7 +205,7 @@ def erratum_from_finding(f: Finding, corrected: str = "") -> Erratum:
 # ------------------------------------------------------------------ headline and the one entry point
 def _claim_kind(claim: str) -> str:
     try:
-        from .registry import CLAIMS
+        from kvbounds.claims import CLAIMS
         return CLAIMS[claim].kind if claim in CLAIMS else ""
     except Exception:   # noqa: BLE001 - the registry is optional here
         return ""
@@ -216,8 +215,8 @@ def claim_variant(claim: str) -> str:
     """"variant measured: <words>" for a claim whose registry entry names the variant its empirical sentences are
     measured on (:data:`kvbounds.methods.VARIANT_WORDS`); "" otherwise."""
     try:
-        from .methods import variant_words
-        from .registry import CLAIMS
+        from kvbounds.methods import variant_words
+        from kvbounds.claims import CLAIMS
         key = CLAIMS[claim].variant if claim in CLAIMS else ""
     except Exception:   # noqa: BLE001 - the registries are optional here
         return ""
@@ -306,7 +305,7 @@ def decide(claim: str, records: Sequence[Record], *, summary: str = "", kind: st
 
     ``controls`` defaults to :func:`controls_from_records`; ``rate`` comes from :func:`decide_rate`;
     ``proof_checked`` says the check examined the proof (so no errata means ``sound``). ``trivial``: the
-    :class:`kvbounds.controls.TrivialPower` of the method against the trivial estimators; power is ``low`` when
+    :class:`kvbounds.battery.TrivialPower` of the method against the trivial estimators; power is ``low`` when
     either it or the check's own controls say so, and the headline names the trivial control that matches it."""
     records = canonical_order(records)
     kind = kind or _claim_kind(claim) or "theorem"

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .records import Record, canonical
+from kvbounds.core import Record, canonical
 
 # An O(.) claim asserts measured/shape stays bounded along the sweep. We call it growth when the
 # log-log slope of that ratio against the swept parameter has a bootstrap 95% lower bound above this.

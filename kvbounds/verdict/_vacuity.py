@@ -9,8 +9,8 @@ from typing import Iterable
 
 import numpy as np
 
-from .records import Record
-from .verdict_fields import Vacuity
+from kvbounds.core import Record
+from ._fields import Vacuity
 
 
 def _finite(x) -> bool:

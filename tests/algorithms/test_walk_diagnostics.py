@@ -130,10 +130,10 @@ def test_released_rule_is_the_released_walk(temp):
 
 
 def test_theorem_rule_is_the_streaming_walk():
-    """kvbounds.streaming.balance: the walk on pair differences (c = 30 log(P / 0.01) max_p D_pp) gives the theorem
+    """kvbounds.presses._streaming.balance: the walk on pair differences (c = 30 log(P / 0.01) max_p D_pp) gives the theorem
     rule's signs on D with r2 = max diag (the default)."""
     torch = pytest.importorskip("torch")
-    from kvbounds.streaming.balance import pair_gram, walk_signs
+    from kvbounds.presses._streaming.balance import pair_gram, walk_signs
     rng = np.random.default_rng(3)
     B, P, d = 5, 24, 8
     K = torch.as_tensor(rng.standard_normal((B, 2 * P, d)) * 0.5)

@@ -1,13 +1,13 @@
-"""The trivial estimators and the power rule against them (kvbounds.controls, issue 20)."""
+"""The trivial estimators and the power rule against them (kvbounds.battery._power_rule, issue 20)."""
 import math
 import random
 
 import numpy as np
 import pytest
 
-from kvbounds.controls import MIN_STREAMS, power_table_lines, power_vs_controls
-from kvbounds.power_calls import median_ci
-from kvbounds.records import Record
+from kvbounds.battery._power_rule import MIN_STREAMS, power_table_lines, power_vs_controls
+from kvbounds.battery._power_calls import median_ci
+from kvbounds.core import Record
 from kvbounds.verdict import decide
 
 
@@ -105,8 +105,8 @@ def test_an_undefined_estimate_counts_against_the_method():
 
 def test_a_hold_no_better_than_doing_nothing_is_not_green_in_the_glance():
     """Issue 20: the headline chip and the glance counts of a hold that a trivial estimator also earns say so."""
-    from kvbounds.report import glance_category, tone
-    from kvbounds.verdict import Verdict
+    from kvbounds.report._report import glance_category, tone
+    from kvbounds.verdict._rules import Verdict
     v = Verdict("X.y", "", "s", statement="holds-fitted", power="low", power_note="no better than zeros (every setting)")
     assert glance_category(v) == "hold with a fitted constant, no better than doing nothing"
     assert tone("holds with fitted constant C = 1.5; no better than zeros (every setting)") == "warn"
@@ -140,7 +140,7 @@ def test_vs_uniform_pairs_each_seed_with_the_cell_controls_and_old_records_say_s
 
 def test_worst_error_refuses_a_nan_error_instead_of_dropping_it():
     from kvbounds.algorithms.validation import InputError
-    from kvbounds.controls import WorstError
+    from kvbounds.battery import WorstError
     w = WorstError()
     w.add("zeros", 0.25)
     w.add("zeros", math.inf)                       # an undefined estimate is the worst
@@ -151,7 +151,7 @@ def test_worst_error_refuses_a_nan_error_instead_of_dropping_it():
 
 def test_power_record_with_a_control_that_could_not_run():
     from kvbounds.algorithms.validation import InputError
-    from kvbounds.proofs_checks.power_streams import power_record
+    from kvbounds.streams import power_record
     r = power_record("X.claim", {}, "src", 0.1, {"zeros": None, "mean_values": 0.5})   # None: could not run
     assert r.bound == 0.5 and r.holds and r.extra["controls"]["zeros"] is None
     for controls in ({}, {"zeros": None}):
@@ -179,7 +179,7 @@ def test_concentrated_stream_keeps_its_heavy_logit_at_any_dimension(d):
     noise or NaN (d = 1). Now at most d - 1 clusters: each query's logit with its heavy key is GAP, with a cluster
     key only the clusters' noise along it."""
     from kvbounds.algorithms.validation import InputError
-    from kvbounds.proofs_checks.power_streams import GAP, concentrated_stream
+    from kvbounds.streams._power import GAP, concentrated_stream
     scale = 1 / math.sqrt(d)
     Q, K, r = concentrated_stream(np.random.default_rng(0), 200, d, scale)
     assert np.isfinite(Q).all() and np.isfinite(K).all()
@@ -191,7 +191,7 @@ def test_concentrated_stream_keeps_its_heavy_logit_at_any_dimension(d):
         concentrated_stream(np.random.default_rng(0), 200, 1, 1.0)
 
 
-# -- the three-way calls (kvbounds.power_calls) on constructed data ------------------------------------------------
+# -- the three-way calls (kvbounds.battery._power_calls) on constructed data ------------------------------------------------
 
 def paired(ratios, setting="f", **extra):
     """Records whose method / control ratio per stream is ``ratios`` (control 1 + i/100, a spread of magnitudes)."""
@@ -221,7 +221,7 @@ def test_a_clear_win_a_clear_loss_a_tie_and_an_underpowered_case():
 
 
 def test_call_words():
-    from kvbounds.power_calls import call_words
+    from kvbounds.battery import call_words
     c = one_call(paired([1.16] * 9 + [0.9] * 21))
     assert call_words(c) == "tied with StreamingLLM (f: 0.9 [0.9, 0.9], 21/30 wins)"
     loss = one_call(paired([1.2 + 0.001 * i for i in range(30)]))
@@ -229,7 +229,7 @@ def test_call_words():
 
 
 def test_detectable_ratio_shrinks_towards_one_with_n_and_is_none_below_the_smallest_p():
-    from kvbounds.power_calls import detectable_ratio
+    from kvbounds.battery._power_calls import detectable_ratio
     rng = np.random.default_rng(0)
     logs = rng.normal(0, 0.5, 200)
     r = [detectable_ratio(logs[:n], tests=16) for n in (10, 20, 40, 80, 160)]
@@ -255,9 +255,9 @@ def test_a_method_that_does_not_compress_is_not_tested():
 
 
 def test_the_glance_reads_the_calls():
-    from kvbounds.report import glance_category
-    from kvbounds.report_power import first_table, power_glance
-    from kvbounds.verdict import Verdict
+    from kvbounds.report._report import glance_category
+    from kvbounds.report._power import first_table, power_glance
+    from kvbounds.verdict._rules import Verdict
     better = dict(family="f", control="zeros", fraction=0.2, call="better", ratio_median=0.5, ci=[0.4, 0.6], wins=20,
                   n=20, detectable_ratio=0.8, reason="", p=0.001, unit="independent streams")
     v = Verdict("X.y", "", "s", statement="holds-fitted", power="low", power_note="worse than StreamingLLM (...)",

@@ -1,11 +1,11 @@
-"""kvbounds.walk_probe: recording BalanceKV's walks changes nothing they do, and the recorded uniforms replay every
+"""kvbounds.battery.walk_probe: recording BalanceKV's walks changes nothing they do, and the recorded uniforms replay every
 walk's signs (the diagnostics are of the walks that ran)."""
 import math
 
 import numpy as np
 import pytest
 
-from kvbounds import walk_probe as wp
+from kvbounds.battery import walk_probe as wp
 from kvbounds.algorithms import merge_and_reduce
 from kvbounds.algorithms.balance_kv import BalanceKV
 
@@ -42,7 +42,7 @@ def test_merge_and_reduce_recorded_unchanged_and_replayed():
 
 def test_halvings_recorded_unchanged_and_replayed():
     torch = pytest.importorskip("torch")
-    from kvbounds.streaming import balance
+    from kvbounds.presses._streaming import balance
     rng = np.random.default_rng(1)
     B, S, d = 3, 40, 8
     K = torch.as_tensor(rng.standard_normal((B, S, d)))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():
@@ -75,7 +75,7 @@ def test_bench_gpu_e2e_quick_cpu(tmp_path):
     (the k-center methods up to float32 ties, see test_e2e_device.py); baseline, interleaving and threads stated."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from kvbounds.e2e.checks import hf_missing
+    from kvbounds.e2e._checks import hf_missing
     if hf_missing():
         pytest.skip(hf_missing())
     e2e = _run(tmp_path, "e2e", "--e2e-n", "128", "--warmup", "0")["results"]["e2e"]

@@ -82,7 +82,7 @@ def test_report_on_unwritable_dir_is_one_line(tmp_path, capsys, monkeypatch):
     import errno
     assert main(["check", "MR.memory", "--profile", "smoke", "--out", str(tmp_path), "--workers", "1", "--quiet"]) == 0
     capsys.readouterr()
-    from kvbounds import output_files
+    from kvbounds.core import _output_files as output_files
     for code in (errno.EROFS, errno.ENOSPC):      # read-only and full: root can write anywhere, so the write fails
         def refuse(*a, _code=code, dir=None, **kw):   # every output file starts as a temporary file in its directory
             raise OSError(_code, __import__("os").strerror(_code), str(dir))

@@ -1,5 +1,5 @@
 """No command writes onto a file a result store owns (records, run log, lock, report, figures), through a symlink or
-a hard link either; every output file is written to a temporary file and renamed (kvbounds.output_files)."""
+a hard link either; every output file is written to a temporary file and renamed (kvbounds.core._output_files)."""
 from __future__ import annotations
 
 import os
@@ -7,8 +7,8 @@ import os
 import pytest
 
 from kvbounds.cli import main
-from kvbounds.output_files import OutputRefused, check_output, store_file, write_output
-from kvbounds.records import Record, ResultStore
+from kvbounds.core._output_files import OutputRefused, check_output, store_file, write_output
+from kvbounds.core import Record, ResultStore
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +72,8 @@ def test_report_files_linked_onto_the_records_are_refused(store, capsys, tmp_pat
 
 
 def test_readme_rewrite_refuses_store_files_and_keeps_its_markers(store, capsys, tmp_path):
-    from kvbounds.report_markdown import FOUND_BEGIN, FOUND_END
-    from kvbounds.report_markdown import main as rewrite
+    from kvbounds.report.markdown import FOUND_BEGIN, FOUND_END
+    from kvbounds.report.markdown import main as rewrite
     before = _snapshot(store)
     link = tmp_path / "README.md"
     link.symlink_to(store / "results.jsonl")
@@ -95,7 +95,7 @@ def test_readme_rewrite_refuses_store_files_and_keeps_its_markers(store, capsys,
 
 
 def test_run_log_linked_onto_the_records_is_not_appended(tmp_path):
-    from kvbounds.progress import append_run
+    from kvbounds.core import append_run
     d = tmp_path / "s"
     ResultStore(d).append([Record("X.y", {}, 0, "numpy", 1.0, 2.0, True, key="k")])
     records = (d / "results.jsonl").read_bytes()
@@ -136,7 +136,7 @@ def test_write_output_is_atomic_and_refuses_store_files(tmp_path):
 def test_benchmark_output_onto_records_is_refused(tmp_path):
     import sys
     from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     try:
         import _harness
     finally:

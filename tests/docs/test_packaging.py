@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("theory", "algorithms", "proofs_checks", "gpu", "traces")
 
 
@@ -120,7 +120,7 @@ def test_wheel_has_only_kvbounds_at_top_level(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"kvbounds"}, top
-    assert "kvbounds/templates/report.html.j2" in names
+    assert "kvbounds/report/templates/report.html.j2" in names
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
     for extra in ("report", "notebooks", "dask", "gpu", "models", "dev", "torch", "hf", "kvpress"):

@@ -23,7 +23,7 @@ import readme_installs
 
 pytestmark = pytest.mark.float_sensitive     # printed digits (make test-portable reruns them on other kernels)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"```python\n(.*?)```(?:\s*```text\n(.*?)```)?", re.S)
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 

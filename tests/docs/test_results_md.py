@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from kvbounds.report_markdown import FOUND_BEGIN, FOUND_END, render_from_summary
-from kvbounds.summary_read import load_summary
+from kvbounds.report.markdown import FOUND_BEGIN, FOUND_END, render_from_summary
+from kvbounds.report.summary_read import load_summary
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUMMARY, RESULTS, README = ROOT / "docs" / "summary.json", ROOT / "docs" / "RESULTS.md", ROOT / "README.md"
 
 

@@ -52,8 +52,8 @@ def test_split_weights_and_subgen_estimator():
 def test_weighted_attention_forward_matches_contract():
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from kvbounds.e2e.attention import weighted_attention_forward
-    from kvbounds.e2e.weighted_cache import WeightedLayer
+    from kvbounds.e2e._attention import weighted_attention_forward
+    from kvbounds.e2e import WeightedLayer
     K, V, q = _kv(h=2, n=50, d=8)
     a = np.random.default_rng(3).normal(size=(2, 50)).astype(np.float32)
     b = a + np.random.default_rng(4).normal(size=(2, 50)).astype(np.float32) * 0.3
@@ -81,14 +81,15 @@ def test_weighted_attention_forward_matches_contract():
 
 def test_harness_model_matches_the_trace_model(lm):
     """Same GGUF load; only the rotary tables' precision differs (float32 angles vs float64)."""
-    from kvbounds.e2e.model import agreement
+    from kvbounds.e2e._model import agreement
     a = agreement(48, sm=lm.reader, lm=lm)
     assert a["max_abs_logprob_diff"] < 1e-3, a
     assert abs(a["ppl_hf"] / a["ppl_trace"] - 1) < 1e-5, a
 
 
 def test_harness_cell_equal_memory_and_exactness(lm):
-    from kvbounds.e2e import harness, tasks
+    from kvbounds.e2e import _harness as harness
+    from kvbounds.e2e import _tasks as tasks
     task = tasks.ppl_task(lm, 224, 17, 0)
     state = harness.prefill(lm, task.context)
     # the weighted path with all-zero weights must give exact attention's likelihoods
@@ -109,10 +110,10 @@ def test_harness_cell_equal_memory_and_exactness(lm):
 
 def test_checks_smoke_records_verdicts_and_leaderboard(lm, smoke_store):
     """BKV.e2e's verdict and leaderboard from its smoke records (the session's run, conftest.SmokeStore, which
-    tests/test_checks.py checks record by record)."""
-    from kvbounds.e2e.leaderboard import KEYS, leaderboard_rows
+    tests/proofs_checks/test_checks.py checks record by record)."""
+    from kvbounds.e2e._leaderboard import KEYS, leaderboard_rows
     from kvbounds.proofs_checks import bkv_e2e
-    from kvbounds.registry import get_claim
+    from kvbounds.claims import get_claim
     assert get_claim("BKV.e2e").kind == "empirical" and get_claim("SG.e2e").has_check
     recs = smoke_store.records("BKV.e2e")
     assert recs and not smoke_store.errors("BKV.e2e")

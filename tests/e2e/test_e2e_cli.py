@@ -34,7 +34,7 @@ def test_cuda_without_cuda_is_refused(tmp_path, capsys, monkeypatch):
 
 
 def test_e2e_refuses_a_locked_directory(tmp_path, capsys):
-    from kvbounds.records import ResultStore
+    from kvbounds.core import ResultStore
     with ResultStore(tmp_path).lock():
         assert main(["e2e", "--out", str(tmp_path), "--tasks", "ppl", "--methods", "uniform"]) == 2
     assert "another `kvbounds check`" in capsys.readouterr().err
@@ -80,7 +80,7 @@ def test_a_path_that_is_no_model_is_refused_with_the_reason(tmp_path, capsys):
 
 def test_repeated_methods_and_budgets_run_once(capsys):
     import argparse
-    from kvbounds.e2e.cli import dedupe
+    from kvbounds.cli._e2e import dedupe
     args = argparse.Namespace(methods=["uniform", "balancekv", "uniform", "uniform"], budgets=[0.25, 0.5, 0.25])
     notes = dedupe(args)
     assert args.methods == ["uniform", "balancekv"] and args.budgets == [0.25, 0.5]

@@ -3,8 +3,8 @@ found better than uniform) and a sensitivity control (uniform with fewer floats 
 same paired tests and Holm rule as the claims' cells. Synthetic records: no model needed."""
 import numpy as np
 
-from kvbounds.e2e import checks as C
-from kvbounds.records import Record
+from kvbounds.e2e import _checks as C
+from kvbounds.core import Record
 
 
 def _records(shift_small: float, null_shift: float, n_inst: int = 6, tokens: int = 40, seed: int = 0):

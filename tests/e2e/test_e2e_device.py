@@ -26,15 +26,16 @@ HOST_READ_SITES = {"panel_walk", "panel_walk_unchecked", "greedy_k_center", "rec
 
 @pytest.fixture(scope="module")
 def cell(lm):
-    from kvbounds.e2e import harness, tasks
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _harness as harness
+    from kvbounds.e2e import _tasks as tasks
+    from kvbounds.e2e import _methods as M
     task = tasks.ppl_task(lm, N, CONT, 0)
     state = harness.prefill(lm, task.context, capture_inputs=True)
     return lm, task, state, M.balance_budgets(N, SINK, (1,))[0]
 
 
 def _compress(cell, method, where, seed=7):
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _methods as M
     lm, _, state, budget = cell
     rng = np.random.default_rng([seed, 1])
     out = M.compress_all(method, lm, state, budget, rng, sink=SINK, window=SINK, seed=seed, where=where)
@@ -139,8 +140,8 @@ def _sizes_differ_at_ties(method, h, d, i, K):
                                     "balancekv_released", "subgen", "subspace"])
 def test_device_path_matches_host_path(cell, method, device_runs):
     import torch
-    from kvbounds.e2e import harness
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _harness as harness
+    from kvbounds.e2e import _methods as M
     lm, task, state, _ = cell
     assert method in M.OURS and M.runs_on(method, "device") == "device" and method not in M.HOST_ONLY
     host, rng_h = _compress(cell, method, "host")
@@ -192,8 +193,8 @@ def test_device_path_matches_host_path(cell, method, device_runs):
 def test_device_path_converts_nothing_to_numpy(cell, method, device_runs):
     """Tensor.numpy / __array__ record every conversion inside compress_all(where="device") + _to_layers: none
     for a method not in DEVICE_HOST_COPIES; otherwise only at the named sites and never K- or V-sized."""
-    from kvbounds.e2e import harness
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _harness as harness
+    from kvbounds.e2e import _methods as M
     lm, _, state, _ = cell
     if method.startswith("kvpress:") and M.kvpress_available():
         pytest.skip(M.kvpress_available())
@@ -215,8 +216,8 @@ def test_device_path_converts_nothing_to_numpy(cell, method, device_runs):
 
 def test_run_cell_device_rows_and_where(cell):
     from kvbounds.algorithms.validation import InputError
-    from kvbounds.e2e import harness
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _harness as harness
+    from kvbounds.e2e import _methods as M
     lm, task, state, budget = cell
     host = harness.run_cell(lm, task, ["uniform", "balancekv_released"], [budget], sink=SINK, window=SINK,
                             state=state)

@@ -21,7 +21,7 @@ def _plain_scores(q, k, scale):
 
 @pytest.mark.parametrize("n,H,Hkv", [(1, 2, 1), (95, 6, 2), (97, 4, 4), (250, 9, 3)])
 def test_received_attention_is_the_plain_softmax_column_sum(n, H, Hkv):
-    from kvbounds.e2e.h2o import received_attention
+    from kvbounds.e2e._h2o import received_attention
     g = torch.Generator().manual_seed(n)
     q, k = torch.randn(1, H, n, 16, generator=g) * 2, torch.randn(1, Hkv, n, 16, generator=g) * 2
     cuts = (1, n // 2, 96, n - 1)
@@ -39,21 +39,22 @@ def test_received_attention_is_the_plain_softmax_column_sum(n, H, Hkv):
 
 def test_received_attention_refuses_other_shapes_by_name():
     from kvbounds.algorithms.validation import InputError
-    from kvbounds.e2e.h2o import received_attention
+    from kvbounds.e2e._h2o import received_attention
     with pytest.raises(InputError, match="query"):
         received_attention(np.zeros((1, 2, 4, 8)), torch.zeros(1, 1, 4, 8))
     with pytest.raises(InputError, match="multiple"):
         received_attention(torch.zeros(1, 3, 4, 8), torch.zeros(1, 2, 4, 8))
     with pytest.raises(InputError, match="callable"):
-        from kvbounds.e2e.attention import observe_prefill
+        from kvbounds.e2e._attention import observe_prefill
         with observe_prefill(None):
             pass
 
 
 def test_prefill_collects_the_recomputed_scores_without_changing_the_cache(lm):
-    from kvbounds.e2e import harness, tasks
-    from kvbounds.e2e import methods as M
-    from kvbounds.e2e.h2o import accumulated_attention
+    from kvbounds.e2e import _harness as harness
+    from kvbounds.e2e import _tasks as tasks
+    from kvbounds.e2e import _methods as M
+    from kvbounds.e2e._h2o import accumulated_attention
     ids = tasks.ppl_task(lm, 200, 2, 0).context
     plain = harness.prefill(lm, ids)
     got = harness.prefill(lm, ids, received=True, prefixes=(150,))

@@ -1,5 +1,5 @@
 """Regression tests of issue 24 on the rewritten end-to-end layer (weighted attention on SDPA, WeightedCache, the
-equal-memory budget solver and compress functions): each defect the long fuzz (tests/test_fuzz.py -m fuzz) found
+equal-memory budget solver and compress functions): each defect the long fuzz (tests/fuzz/test_fuzz.py -m fuzz) found
 there, with the answer it must now give (the right value, or an InputError naming the argument and the rule)."""
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _bottom_right_reference(q, k, v, logw):
 
 
 def test_weighted_sdpa_computes_in_the_inputs_dtype_and_at_the_values_width():
-    from kvbounds.e2e.attention import weighted_sdpa
+    from kvbounds.e2e._attention import weighted_sdpa
     q, k, v = _qkv(dv=2)
     a = torch.tensor([0.0, math.log(2), 0.0, 0.0, 0.0], dtype=torch.float64).expand(1, 2, 5)
     b = torch.tensor([0.0, 0.0, -math.inf, 0.0, 0.0], dtype=torch.float64).expand(1, 2, 5)
@@ -48,7 +48,7 @@ def test_weighted_sdpa_computes_in_the_inputs_dtype_and_at_the_values_width():
     (dict(dtype=torch.complex128), "real floating-point"), (dict(mixed=True), "share one dtype"),
     (dict(aslist=True), "must be a torch tensor"), (dict(den=-math.inf), "denominator is empty")])
 def test_weighted_sdpa_refuses_bad_input_by_name(bad, match):
-    from kvbounds.e2e.attention import weighted_sdpa
+    from kvbounds.e2e._attention import weighted_sdpa
     q, k, v = _qkv()
     a, b = torch.zeros(1, 2, 5, dtype=torch.float64), torch.zeros(1, 2, 5, dtype=torch.float64)
     if "lw" in bad:
@@ -71,7 +71,7 @@ def test_weighted_sdpa_refuses_bad_input_by_name(bad, match):
 def test_weighted_attention_forward_without_a_mask_places_the_queries_last():
     """A maskless call with 1 < L < M and no weights went to SDPA's is_causal (top-left aligned): query i saw
     keys 0..i instead of 0..M-L+i. transformers never passes such a call; the fuzz did."""
-    from kvbounds.e2e.attention import weighted_attention_forward
+    from kvbounds.e2e._attention import weighted_attention_forward
     q, k, v = _qkv()
     out = weighted_attention_forward(None, q, k, v, None)[0]
     torch.testing.assert_close(out.transpose(1, 2), _bottom_right_reference(q, k, v, torch.zeros(1, 2, 5)))
@@ -80,7 +80,7 @@ def test_weighted_attention_forward_without_a_mask_places_the_queries_last():
 
 
 def test_weighted_cache_refuses_list_weights_and_non_finite_keys():
-    from kvbounds.e2e.attention import WeightedCache
+    from kvbounds.e2e._attention import WeightedCache
     _, k, v = _qkv()
     with pytest.raises(InputError, match="log_w_num must be a torch tensor"):
         WeightedCache([(k, v, torch.zeros(1, 2, 5).tolist(), torch.zeros(1, 2, 5))])
@@ -106,6 +106,6 @@ def test_weighted_cache_refuses_list_weights_and_non_finite_keys():
     (lambda M: M.source(3), "method must be a method name"), (lambda M: M.runs_on(None), "method must be"),
     (lambda M: M.path_note(1.5), "method must be")])
 def test_budget_solver_and_compress_functions_refuse_by_name(call, match):
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _methods as M
     with pytest.raises(InputError, match=match):
         call(M)

@@ -9,13 +9,14 @@ from kvbounds.algorithms.token_selection import memory_floats
 
 @pytest.fixture(scope="module")
 def state(lm):
-    from kvbounds.e2e import harness, tasks
+    from kvbounds.e2e import _harness as harness
+    from kvbounds.e2e import _tasks as tasks
     return harness.prefill(lm, tasks.ppl_task(lm, 160, 2, 0).context, capture_inputs=False)
 
 
 @pytest.mark.parametrize("method", ["kcenter", "kcenter_sized", "subgen", "subspace", "balancekv", "balancekv_released"])
 def test_stacked_layers_equal_layer_by_layer(lm, state, method):
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _methods as M
     rng_all = np.random.default_rng([0, 1])
     got = M.compress_all(method, lm, state, 0.35, rng_all, sink=16, window=16)
     d = state.keys[0].shape[-1]
@@ -33,7 +34,7 @@ def test_stacked_layers_equal_layer_by_layer(lm, state, method):
 def test_subspace_rounds_on_one_head_build_the_same_cache(monkeypatch, budget):
     """Issue 26: subspace's equal-memory rounds run on the first head and the cache is built once; the cache is bit
     for bit the one of rounds on every head (the fit reads per-head float counts that do not depend on the data)."""
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _methods as M
     rng = np.random.default_rng(7)
     K = rng.standard_normal((3, 300, 16)).astype(np.float32)
     V = rng.standard_normal((3, 300, 16)).astype(np.float32)

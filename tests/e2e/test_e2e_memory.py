@@ -8,7 +8,7 @@ import pytest
 from kvbounds.algorithms.kernel_thinning import goodpoints_missing
 from kvbounds.algorithms.token_selection import memory_floats
 from kvbounds.algorithms.validation import InputError
-from kvbounds.e2e import methods as M
+from kvbounds.e2e import _methods as M
 
 BUDGETS = (0.2, 0.235375, 0.34475, 0.5, 0.75, 1.0)
 HOST_METHODS = [m for m in M.OURS + M.CONTROLS if m not in M.NEEDS_INPUTS and m != "kernel_thinning"] + [

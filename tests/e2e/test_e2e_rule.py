@@ -3,11 +3,11 @@ redraws, duplicate baselines merged, not-reproduced (bounded) vs not-shown (unde
 import numpy as np
 import pytest
 
-from kvbounds.e2e import checks as C
-from kvbounds.e2e import comparisons as CMP
-from kvbounds.records import Record
-from kvbounds.verdict import MIN_INSTANCES, MIN_REDRAWS, combine_reproductions, headline, reproduction_status
-from kvbounds.verdict_fields import REPRODUCTION_VALUES, Reproduction, Verdict
+from kvbounds.e2e import _checks as C
+from kvbounds.e2e import _comparisons as CMP
+from kvbounds.core import Record
+from kvbounds.verdict._rules import MIN_INSTANCES, MIN_REDRAWS, combine_reproductions, headline, reproduction_status
+from kvbounds.verdict import REPRODUCTION_VALUES, Reproduction, Verdict
 
 
 def test_count_rule_needs_a_quarter_of_the_cells_for_partial():
@@ -72,8 +72,8 @@ def test_units_are_instances_not_tokens():
 
 
 def test_leaderboard_ranks_marks_ties_and_collapses_uninformative_tables():
-    from kvbounds.e2e.leaderboard import KEYS, leaderboard_rows
-    from kvbounds.report_leaderboard import board_table
+    from kvbounds.e2e._leaderboard import KEYS, leaderboard_rows
+    from kvbounds.report import board_table
     gain = {"balancekv": lambda i, d: -0.2 + 0.01 * np.sin(i + d), "uniform": lambda i, d: -0.2 + 0.01 * np.cos(i),
             "kvpress:snapkv": lambda i, d: -2.0 + 0.1 * np.sin(i), "exact": lambda i, d: 0.0}
     recs = _records(gain, 10)
@@ -93,7 +93,7 @@ def test_leaderboard_ranks_marks_ties_and_collapses_uninformative_tables():
 
 
 def test_first_retrieval_budget():
-    from kvbounds.e2e.leaderboard import first_retrieval
+    from kvbounds.e2e import first_retrieval
     recs = _records({"balancekv": lambda i, d: 0.0, "uniform": lambda i, d: 0.0}, 3, budget=0.25)
     recs += _records({"uniform": lambda i, d: 0.0}, 3, budget=0.5)
     for r in recs:
@@ -103,8 +103,8 @@ def test_first_retrieval_budget():
 
 def test_papers_setting_puts_the_question_inside_the_compressed_prompt():
     import types
-    from kvbounds.e2e import tasks
-    from kvbounds.e2e.checks import profile_grid
+    from kvbounds.e2e import _tasks as tasks
+    from kvbounds.e2e import profile_grid
     lm = types.SimpleNamespace(encode=lambda t: np.frombuffer(t.encode(), np.uint8).astype(np.int64))
     after, inside = tasks.passkey_task(lm, 600, 1), tasks.passkey_task(lm, 600, 1, "inside")
     q = after.meta["question_len"]
@@ -115,14 +115,14 @@ def test_papers_setting_puts_the_question_inside_the_compressed_prompt():
     both = [p for p in grid if p.get("setting") == "both"]
     assert len(both) == 2 and all(p["block_size"] == 128 for p in both)
     assert not any("setting" in p for p in grid if p["task"] == "ppl")
-    from kvbounds.e2e.checks import setting_params
+    from kvbounds.e2e._checks import setting_params
     assert setting_params(both[0], "inside")["setting"] == "inside" and setting_params(both[0], "inside")["block_size"] == 128
     assert "setting" not in setting_params(both[0], "after") and "block_size" not in setting_params(both[0], "after")
     assert profile_grid("x", {"passkey": (512, 2)}, settings=("inside",))[0]["setting"] == "inside"
 
 
 def test_leaderboard_keeps_the_papers_setting_apart():
-    from kvbounds.e2e.leaderboard import leaderboard_rows
+    from kvbounds.e2e import leaderboard_rows
     after = _records({"uniform": lambda i, d: -1.0, "exact": lambda i, d: 0.0}, 3)
     inside = _records({"uniform": lambda i, d: -3.0, "exact": lambda i, d: 0.0}, 3)
     for r in after + inside:
@@ -136,7 +136,7 @@ def test_leaderboard_keeps_the_papers_setting_apart():
 
 
 def test_lines_exact_match_collapses_with_the_measured_reason():
-    from kvbounds.e2e.leaderboard import leaderboard_rows
+    from kvbounds.e2e import leaderboard_rows
     recs = _records({"uniform": lambda i, d: -1.0, "exact": lambda i, d: 0.0}, 3, task="lines")
     for r in recs:
         r.extra.update(memory_floats=10, hit=[False, False], source="kvbounds")

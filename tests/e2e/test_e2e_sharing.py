@@ -4,7 +4,8 @@ import numpy as np
 
 
 def test_sliced_prefill_equals_its_own_prefill(lm):
-    from kvbounds.e2e import harness, tasks
+    from kvbounds.e2e import _harness as harness
+    from kvbounds.e2e import _tasks as tasks
     after, inside = tasks.passkey_task(lm, 128, 1000), tasks.passkey_task(lm, 128, 1000, "inside")
     assert np.array_equal(inside.context[:len(after.context)], after.context)
     full = harness.prefill(lm, inside.context)
@@ -15,7 +16,8 @@ def test_sliced_prefill_equals_its_own_prefill(lm):
 
 
 def test_batched_scoring_equals_one_by_one(lm):
-    from kvbounds.e2e import harness, tasks
+    from kvbounds.e2e import _harness as harness
+    from kvbounds.e2e import _tasks as tasks
     task = tasks.ppl_task(lm, 128, 9, 0)
     methods = ["uniform", "streaming_llm", "balancekv_released", "subgen", "kvpress:pyramidkv"]
     one, batch = harness.SCORE_BATCH, None
@@ -33,7 +35,7 @@ def test_batched_scoring_equals_one_by_one(lm):
 
 
 def test_both_settings_trial_gives_each_settings_records(lm):
-    from kvbounds.e2e.checks import run_cell_trial
+    from kvbounds.e2e._checks import run_cell_trial
     p = dict(task="passkey", n=128, index=0, methods=["uniform", "streaming_llm"], budgets=[0.5], sink=8, window=8,
              model="smollm2", device="cpu", setting="both", block_size=128)
     recs = run_cell_trial("BKV.e2e", "test", p, 0)

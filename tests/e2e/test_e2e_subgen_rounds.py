@@ -39,7 +39,7 @@ def test_counted_floats_are_the_built_caches(H, n, d, sink, window, budget, dup)
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("frac", [0.2, 0.35, 0.6])
 def test_fit_builds_the_same_cache_as_every_round(monkeypatch, seed, frac):
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _methods as M
     K, V = _kv(3, 150, 8, seed, dup=seed % 2 == 1)
     floats = int(frac * 150 * 2 * 8)
     got = EM.fit_to_floats("subgen", K, V, floats, np.random.default_rng(seed), sink=4, window=4)
@@ -51,7 +51,9 @@ def test_fit_builds_the_same_cache_as_every_round(monkeypatch, seed, frac):
 
 
 def test_stacked_layers_with_counted_rounds_equal_the_built_rounds(lm, monkeypatch):
-    from kvbounds.e2e import harness, methods as M, tasks
+    from kvbounds.e2e import _harness as harness
+    from kvbounds.e2e import _methods as M
+    from kvbounds.e2e import _tasks as tasks
     state = harness.prefill(lm, tasks.ppl_task(lm, 200, 2, 0).context, capture_inputs=False)
     for budget in (0.25, 0.4):
         got = M.compress_all("subgen", lm, state, budget, np.random.default_rng([1, 2]), sink=16, window=16)

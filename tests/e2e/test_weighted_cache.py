@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from kvbounds.algorithms.validation import InputError  # noqa: E402
-from kvbounds.e2e.attention import ATTN_IMPLEMENTATION, register, weighted_sdpa  # noqa: E402
-from kvbounds.e2e.weighted_cache import ModelNotWeighted, WeightedCache, WeightedLayer  # noqa: E402
+from kvbounds.e2e._attention import ATTN_IMPLEMENTATION, register, weighted_sdpa  # noqa: E402
+from kvbounds.e2e import ModelNotWeighted, WeightedCache, WeightedLayer  # noqa: E402
 
 
 def tiny(attn=ATTN_IMPLEMENTATION, seed=0):
@@ -205,7 +205,7 @@ def test_weighted_attention_rejects_bad_input():
 
 
 def test_split_values_kept_by_the_layer_follow_updates():
-    from kvbounds.e2e.attention import weighted_attention_forward
+    from kvbounds.e2e._attention import weighted_attention_forward
     g = torch.Generator().manual_seed(2)
     k, v = torch.randn(1, 2, 9, 4, generator=g), torch.randn(1, 2, 9, 4, generator=g)
     a = torch.randn(1, 2, 9, generator=g)
@@ -226,7 +226,7 @@ def test_split_values_kept_by_the_layer_follow_updates():
 
 def test_equal_weights_stay_shared_after_update():
     """Equal numerator and denominator weights are one tensor (one SDPA bias); appending tokens keeps them one."""
-    from kvbounds.e2e.weighted_cache import WeightedLayer
+    from kvbounds.e2e import WeightedLayer
     K, V = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
     lw = torch.full((1, 2, 5), 0.5)
     layer = WeightedLayer(K, V, lw, lw.clone(), logical_length=9)

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("kvpress")
 
-from kvbounds import methods as registry  # noqa: E402
+from kvbounds.methods import _registry as registry  # noqa: E402
 from kvbounds.testing import make_stream  # noqa: E402
 
 MY_PRESS = '''
@@ -102,7 +102,7 @@ def test_bad_specs_exit_2_with_the_reason_and_write_nothing(own_module, tmp_path
 
 def test_ratio_for_keeps_exactly_the_tokens_asked():
     from kvpress.utils import compute_n_kept
-    from kvbounds.stream_press import kept_tokens, ratio_for
+    from kvbounds.evaluation._stream_press import kept_tokens, ratio_for
     for n in range(1, 700, 7):
         for kept in {1, n // 3 or 1, n // 2 or 1, n}:
             assert compute_n_kept(n, ratio_for(kept, n)) == kept, (n, kept)
@@ -114,7 +114,7 @@ def test_snapkv_on_a_stream_keeps_what_its_observation_window_scores():
     from the last 64 queries' causal attention (mean over the window, pooled with kernel 5, the window kept)."""
     import torch
     from kvpress import SnapKVPress
-    from kvbounds.stream_press import press_compressor
+    from kvbounds.evaluation._stream_press import press_compressor
     s = make_stream("real SmolLM2", 200, seed=4) if not _real_missing() else make_stream("rope", 200, 16, seed=4)
     K, V, Q = s.layer(np.float64)
     fn = press_compressor(lambda r: SnapKVPress(compression_ratio=r), name="SnapKV")
@@ -140,7 +140,7 @@ def _real_missing():
 
 def test_a_press_that_needs_the_model_is_named():
     from kvpress import QFilterPress
-    from kvbounds.stream_press import PressError, press_compressor
+    from kvbounds.evaluation._stream_press import PressError, press_compressor
     s = make_stream("clustered", 64, 8, seed=0)
     K, V, Q = s.layer()
     fn = press_compressor(lambda r: QFilterPress(compression_ratio=r), name="QFilterPress")
@@ -188,8 +188,8 @@ def test_own_press_in_one_command_then_resumed(own_module, tmp_path, capsys):
 
 def test_a_registered_method_by_name_and_in_e2e(monkeypatch):
     """A third party's method (as the entry-point group kvbounds.methods registers it) is found by name."""
-    from kvbounds.e2e.cli import problems
-    from kvbounds.evaluation_spec import resolve
+    from kvbounds.cli._e2e import problems
+    from kvbounds.evaluation._spec import resolve
     registry.names()
     monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
     registry.register(registry.Method("recent_only", "kvbounds.algorithms.equal_memory:streaming_llm",
@@ -202,8 +202,8 @@ def test_a_registered_method_by_name_and_in_e2e(monkeypatch):
 
 
 def test_decode_time_check_on_streams(tmp_path):
-    from kvbounds.evaluation_decode import run_decode
-    from kvbounds.evaluation_spec import resolve
+    from kvbounds.evaluation._decode import run_decode
+    from kvbounds.evaluation._spec import resolve
     res = run_decode(resolve("kvpress:KnormPress"), profile="smoke", ratio=0.5, seed=0, out=tmp_path, workers=1,
                      progress=False)
     assert {c["family"] for c in res["calls"]} == {"synthetic benign", "concentrated"}
@@ -241,7 +241,7 @@ def test_the_readme_command_runs_as_written(tmp_path):
     import re
     import shlex
     from pathlib import Path
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("## Evaluate your own method", 1)[1].split("\n## ", 1)[0]
     bash = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     (line,) = [ln for ln in bash.splitlines() if ln.startswith("kvbounds evaluate ")]
@@ -257,7 +257,7 @@ def test_the_readme_command_runs_as_written(tmp_path):
 def test_regime_says_where_the_method_beats_every_control_and_where_not():
     """'from X%' only when every larger memory beats every control too (SnapKV on real SmolLM2 beat all at 25% but
     was not shown better than StreamingLLM at 50%, and the card said 'from 25%')."""
-    from kvbounds.evaluation import regime
+    from kvbounds.evaluation._evaluate import regime
     call = lambda fam, f, c, ctl="zeros": dict(family=fam, fraction=f, call=c, control=ctl)
     calls = [call("a", 0.1, "worse"), call("a", 0.25, "better"), call("a", 0.5, "better"),
              call("b", 0.1, "better"), call("b", 0.25, "better"), call("b", 0.5, "not shown"),

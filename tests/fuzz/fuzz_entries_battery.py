@@ -6,8 +6,8 @@ import numpy as np
 
 from fuzz_harness import RNG, Entry, compare_attention, make_array
 
-from kvbounds import ablations as ab
-from kvbounds import battery as bt
+from kvbounds.battery import _ablations as ab
+from kvbounds.battery import _controls as bt
 from kvbounds.algorithms.frequent_directions import FrequentDirections
 
 
@@ -106,14 +106,14 @@ def _check_split(out, K, V, den_floats, num_floats, rng, sink, window):
     return None
 
 
-# -- the three-way calls (kvbounds.power_calls) ----------------------------------------------------------------------
+# -- the three-way calls (kvbounds.battery._power_calls) ----------------------------------------------------------------------
 def _pair_arrays(rng, cls):
     n = int(rng.integers(10, 16))
     return dict(method=np.abs(make_array(rng, (n,), cls)) + 1e-3, control=np.abs(make_array(rng, (n,), cls)) + 1e-3)
 
 
 def _call_call(method, control, tests, alpha):
-    from kvbounds import power_calls as pc
+    from kvbounds.battery import _power_calls as pc
     p, direction = pc.two_sided_p(method, control)
     m, c = np.asarray(method, np.float64), np.asarray(control, np.float64)
     call = pc.decide_call("f", "streaming_llm", 0.2, m, c, p, direction, tests, alpha)
@@ -135,7 +135,7 @@ def _check_call(out, method, control, tests, alpha):
 
 # -- the battery along a stream (proofs_checks.power_streams) ---------------------------------------------------------
 def _stream_battery_call(K, V, q, floats, scale):
-    from kvbounds.proofs_checks import power_streams as ps
+    from kvbounds.streams import _power as ps
     bat = ps.StreamBattery(np.random.default_rng(0))
     bat.caches(K, V, floats)                                 # the battery's checks of K, V and floats come first
     bt.attention(bt.mean(K, V), q, scale)                    # and of q (the check computes its exact value next)

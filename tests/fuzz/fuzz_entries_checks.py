@@ -1,4 +1,4 @@
-"""Fuzz entries of the checks' shared helpers: the trivial controls and the power rule (kvbounds.controls), the
+"""Fuzz entries of the checks' shared helpers: the trivial controls and the power rule (kvbounds.battery._power_rule), the
 power-stream families (proofs_checks.power_streams) and the decode-time measurements and records
 (proofs_checks.decode_stream, proofs_checks.decode_verdict). Inputs that a check builds from arrays (errors,
 certificates, metrics) come from the fuzzed arrays, so a NaN, an overflow or a wrong type reaches the helper."""
@@ -11,12 +11,12 @@ import numpy as np
 
 from fuzz_harness import RNG, Entry, make_array
 
-from kvbounds import controls as ctl
-from kvbounds import power_calls
+from kvbounds.battery import _power_rule as ctl
+from kvbounds.battery import _power_calls as power_calls
 from kvbounds.proofs_checks import decode_stream as ds
 from kvbounds.proofs_checks import decode_verdict as dv
-from kvbounds.proofs_checks import power_streams as ps
-from kvbounds.records import Record
+from kvbounds.streams import _power as ps
+from kvbounds.core import Record
 
 
 def _errors(rng, cls):
@@ -92,7 +92,7 @@ def _power_call(method, zeros, mean_values, alpha):
                                                                                                 mean_values=_at(mv, i))))
             for i in range(len(m))]
     p = ctl.power_vs_controls(recs, setting=lambda r: r.params["family"], value=lambda r: r.extra["m"], alpha=alpha)
-    from kvbounds.report_power import first_table, power_glance
+    from kvbounds.report._power import first_table, power_glance
     v = SimpleNamespace(power_table=p.table(), power_calls=p.calls)
     table = (first_table({"X.claim": v}), power_glance({"X.claim": v}))
     return p.power, p.detail, ctl.power_table_cells(p.table(), alpha), ctl.power_table_lines(p.table()), str(table)

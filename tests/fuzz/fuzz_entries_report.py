@@ -22,15 +22,26 @@ import numpy as np
 
 from fuzz_harness import Entry, as_numpy, make_array
 
-from kvbounds import glossary, paper_answers as pa, practitioner as pr, report as rp, report_chips as chips
-from kvbounds import report_figures as rf, report_glance as rg, report_html as rh, report_leaderboard as rl
-from kvbounds import report_markdown as rm, report_meta as meta, report_power as rpow, report_summary as rs
-from kvbounds import report_rows
-from kvbounds import report_words as rw, summary_read as sr
+from kvbounds.report import _glossary as glossary
+from kvbounds.report import _paper_answers as pa
+from kvbounds.report import _practitioner as pr
+from kvbounds.report import _report as rp
+from kvbounds.report import _chips as chips
+from kvbounds.report import _figures as rf
+from kvbounds.report import _glance as rg
+from kvbounds.report import _html as rh
+from kvbounds.report import _leaderboard as rl
+from kvbounds.report import markdown as rm
+from kvbounds.report import _meta as meta
+from kvbounds.report import _power as rpow
+from kvbounds.report import _summary as rs
+from kvbounds.report import _rows as report_rows
+from kvbounds.report import _words as rw
+from kvbounds.report import summary_read as sr
 from kvbounds.algorithms.validation import InputError
-from kvbounds.records import Record
+from kvbounds.core import Record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # claims whose verdicts hold every kind of field (a counterexample, errata, a rate, reproductions, a power table and
 # paired calls, a vacuity, a fitted constant), kept small so that a render costs milliseconds
 SUMMARY_CLAIMS = ("BKV.attention", "BKV.decode", "SG.attention", "SUB.lowrank", "BKV.e2e", "LB.index", "NORM.bounded")
@@ -177,7 +188,7 @@ def _store_call(values, value, claims):
             md = rm.write_markdown(out, out / "RESULTS.md", claims=claims)
         except rp.ReportError as e:                 # the documented refusal: no records to report on
             raise InputError(f"ReportError: {e}") from None
-        from kvbounds.records import ResultStore
+        from kvbounds.core import ResultStore
         contents = ResultStore(out).read()
         recs = contents.records
         verdicts = rp.build_verdicts(recs, claims)
@@ -347,21 +358,21 @@ ENTRIES = [
 ]
 
 
-# Public callables of the report layer that are not fuzz entries, each with its reason (tests/test_fuzz.py)
+# Public callables of the report layer that are not fuzz entries, each with its reason (tests/fuzz/test_fuzz.py)
 NOT_ENTRY_POINTS = {
     # the report's refusal (raised by write_report / write_markdown on a directory without records: the entries
     # above count it as clear) and a glossary term (a data holder, built by the glossary's entry)
     "ReportError",
-    # matplotlib drawings of records and leaderboard rows (a second per figure; tests/test_report.py draws them on
+    # matplotlib drawings of records and leaderboard rows (a second per figure; tests/report/test_report.py draws them on
     # the smoke store and checks the files), and the figure's annotation of the bound above the axes
     "draw_figure", "draw_board", "bound_off_chart",
-    # the report's files on a store (seconds: every figure drawn; tests/test_report.py and test_report_page.py run
+    # the report's files on a store (seconds: every figure drawn; tests/report/test_report.py and test_report_page.py run
     # it on the smoke store, corrupted stores included); the store entry above reaches build_verdicts and its
     # markdown through write_markdown
     "write_report",
     # the git commit of the working tree (no arguments; a subprocess)
     "git_commit",
-    # command lines over files, run as subprocesses with their rc and one line (tests/test_summary_read.py,
+    # command lines over files, run as subprocesses with their rc and one line (tests/report/test_summary_read.py,
     # test_results_md.py, test_output_files.py)
     "main",
 }

@@ -1,11 +1,11 @@
-"""Fuzz entries of the streaming presses (kvbounds.streaming) and of the weighted cache's newer helpers: the presses'
+"""Fuzz entries of the streaming presses (kvbounds.presses._streaming) and of the weighted cache's newer helpers: the presses'
 options, ``generate``'s arguments, the error bar and ``weighted_output`` at a query, kvpress's pipeline hook.
 
 The model-based entries run a tiny seeded Llama (2 layers, 4 query / 2 KV heads of 8) built once per worker,
 outside the timed call, and a press with a cache after one generation (reused: reading an error bar does not
 change the press). ``NOT_ENTRY_POINTS`` lists the public callables of these modules that are reached through the
 entries (the press's internal steps on its own checked state, the argument checks themselves), each with its
-reason; tests/test_fuzz.py adds them to its exclusions."""
+reason; tests/fuzz/test_fuzz.py adds them to its exclusions."""
 from __future__ import annotations
 
 import functools
@@ -19,14 +19,14 @@ PRESS_PARAMS = dict(target=40, interval=8, sink=2, window=4, seed=3, clusters=4,
 
 
 def _warm():
-    import kvbounds.streaming  # noqa: F401 - imports transformers outside the timed call
+    import kvbounds.presses._streaming  # noqa: F401 - imports transformers outside the timed call
 
 
 @functools.lru_cache(maxsize=1)
 def tiny_model():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
-    from kvbounds.e2e.attention import use_weighted_attention
+    from kvbounds.e2e import use_weighted_attention
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, head_dim=8, max_position_embeddings=512)
@@ -39,7 +39,8 @@ def tiny_model():
 def pressed(name: str):
     """A press of class ``name`` after one generation of 30 + 12 tokens (several reductions), and its model."""
     import torch
-    from kvbounds.streaming import StreamingBalanceKVPress, StreamingSubGenPress, generate
+    from kvbounds.presses._streaming import StreamingBalanceKVPress, StreamingSubGenPress
+    from kvbounds.presses._streaming import generate
     cls = {"bkv": StreamingBalanceKVPress, "sg": StreamingSubGenPress}[name]
     kw = dict(target=24, interval=6, sink=2, window=4, seed=1)
     press = cls(**kw, **({"clusters": 2} if name == "sg" else {}))
@@ -55,7 +56,7 @@ def _press_arrays(rng, cls):
 
 
 def _press_call(target, interval, sink, window, seed, clusters, per_cluster):
-    from kvbounds.streaming import StreamingBalanceKVPress, StreamingPress, StreamingSubGenPress
+    from kvbounds.presses._streaming import StreamingBalanceKVPress, StreamingPress, StreamingSubGenPress
     kw = dict(target=target, interval=interval, sink=sink, window=window, seed=seed)
     a = StreamingBalanceKVPress(**kw)
     b = StreamingSubGenPress(**kw, clusters=clusters, per_cluster=per_cluster)
@@ -85,7 +86,8 @@ def _tensor(x):
 
 
 def _generate_call(input_ids, attention_mask, max_new_tokens, chunk, press):
-    from kvbounds.streaming import StreamingBalanceKVPress, StreamingSubGenPress, generate
+    from kvbounds.presses._streaming import StreamingBalanceKVPress, StreamingSubGenPress
+    from kvbounds.presses._streaming import generate
     p = {"bkv": StreamingBalanceKVPress, "sg": StreamingSubGenPress}.get(press, press)
     p = p(target=24, interval=6, sink=2, window=4) if isinstance(p, type) else p
     return generate(tiny_model(), p, _tensor(input_ids), max_new_tokens, chunk=chunk,
@@ -120,7 +122,7 @@ def _certificate_call(q, layer_idx, scale, p):
     layer = p._layers[layer_idx] if isinstance(layer_idx, int) and 0 <= layer_idx < len(p._layers) else None
     q = _tensor(q)
     bar = p.certificate(layer_idx, layer, q, scale)
-    out, logz, _ = __import__("kvbounds.streaming", fromlist=["x"]).weighted_output(layer, q, scale)
+    out, logz, _ = __import__("kvbounds.presses._streaming", fromlist=["x"]).weighted_output(layer, q, scale)
     return bar.kind, bar.log_value, bar.value, bar.trivial, bar.vacuous, out, logz, str(bar), p.error_bar(0).kind
 
 
@@ -146,14 +148,14 @@ def _certificate_nonfinite_ok(out, **kw):
 
 
 def _weighted_output_call(q, scale, layer):
-    from kvbounds.streaming import weighted_output
+    from kvbounds.presses._streaming import weighted_output
     p = pressed("sg")
     lay = p._layers[0] if layer == "press" else layer
     return weighted_output(lay, _tensor(q), scale)[:2]
 
 
 def _install_call():
-    from kvbounds.e2e import kvpress_answers
+    from kvbounds.e2e import _kvpress_answers as kvpress_answers
     return kvpress_answers.install(), kvpress_answers.install()
 
 
@@ -173,10 +175,10 @@ ENTRIES = [
     Entry("kvpress_answers.install", lambda r, c: {}, {}, _install_call),
 ]
 
-# Public callables of kvbounds.streaming and of the weighted cache's helpers that are not entries, with the reason.
+# Public callables of kvbounds.presses._streaming and of the weighted cache's helpers that are not entries, with the reason.
 NOT_ENTRY_POINTS = {
     # the merge-and-reduce's steps and SubGen's online state: the press calls them on its own stacked, checked
-    # state (reached through the generate / certificate entries; tests/test_streaming_invariants.py checks them)
+    # state (reached through the generate / certificate entries; tests/presses/test_streaming_invariants.py checks them)
     "pair_gram", "walk_signs", "WalkSums", "merge_pair_rule", "halve_pairs", "merge_unequal", "reduce_middle",
     # the layer a press's hook builds from the cache it was given (reached through generate)
     "StreamingLayer",

@@ -15,7 +15,7 @@ from kvbounds.algorithms.balance_layers import compress_cache_layers, compress_c
 from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select
 from kvbounds.algorithms import arrays as be
-from kvbounds import methods as _registry
+from kvbounds.methods import _registry
 from kvbounds.gpu import batched_walk as gbw
 from kvbounds.gpu import support as gs
 from kvbounds.gpu import triton_walk as gtw
@@ -227,7 +227,7 @@ def _e2e_cache(rng, cls):
 
 
 def _compress_ours_entry(method):
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _methods as M
 
     def call(K, V, floats, rng, sink, window):
         return M.compress_ours(method, K, V, floats, rng, sink=sink, window=window, block_size=4)
@@ -248,14 +248,14 @@ def _compress_ours_entry(method):
 
 
 def _methods():
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _methods as M
     return M
 
 
 def _warm_transformers():
-    import kvbounds.e2e.attention  # noqa: F401 - imports outside the timed call (seconds on a first import)
+    import kvbounds.e2e._attention  # noqa: F401 - imports outside the timed call (seconds on a first import)
     import transformers.integrations.sdpa_attention  # noqa: F401
-    import kvbounds.e2e.weighted_cache  # noqa: F401
+    import kvbounds.e2e._weighted_cache  # noqa: F401
 
 
 def _weighted_arrays(rng, cls):
@@ -272,15 +272,15 @@ def _t(x):
 
 
 def _weighted_sdpa_call(query, key, value, logw, scaling):
-    from kvbounds.e2e.attention import weighted_sdpa
+    from kvbounds.e2e._attention import weighted_sdpa
     return weighted_sdpa(_t(query), _t(key), _t(value), _t(logw), _t(logw), scale=scaling)
 
 
 def _weighted_forward_call(query, key, value, logw, scaling):
     """The transformers path: a WeightedLayer holding the first M - L tokens with their log-weights, ``update``
     with the L new ones (weight 0), then the attention reads the layer from the keys it returned."""
-    from kvbounds.e2e.attention import weighted_attention_forward
-    from kvbounds.e2e.weighted_cache import WeightedLayer
+    from kvbounds.e2e._attention import weighted_attention_forward
+    from kvbounds.e2e import WeightedLayer
     query, key, value, logw = _t(query), _t(key), _t(value), _t(logw)
     L = query.shape[2] if getattr(query, "ndim", 0) == 4 else 0
     cut = lambda x, sl: x[..., sl, :] if getattr(x, "ndim", 0) >= 2 else x
@@ -312,8 +312,8 @@ def _check_weighted(out, query, key, value, logw, scaling, forward=False):
 
 
 def _weighted_cache_call(K, V, a, b):
-    from kvbounds.e2e.attention import WeightedCache
-    from kvbounds.e2e.weighted_cache import WeightedLayer, check_log_weights
+    from kvbounds.e2e._attention import WeightedCache
+    from kvbounds.e2e._weighted_cache import WeightedLayer, check_log_weights
     cache = WeightedCache([(_t(K), _t(V), _t(a), _t(b))])
     layer = cache.layers[0]
     assert isinstance(layer, WeightedLayer)
@@ -331,12 +331,12 @@ def _cache_arrays(rng, cls):
 
 
 def _press_arrays(rng, cls):
-    import kvbounds.press  # noqa: F401 - imports kvpress outside the timed call (seconds on a first import)
+    import kvbounds.presses._kvpress  # noqa: F401 - imports kvpress outside the timed call (seconds on a first import)
     return {}
 
 
 def _press_call(compression_ratio, sink, window, seed):
-    from kvbounds import press as P
+    from kvbounds.presses import _kvpress as P
     classes = (P.KVBoundsPress, P.BalanceKVPress, P.BalanceKVReleasedPress, P.SubGenPress, P.SubspacePress,
                P.UniformPress, P.KCenterPress, P.H2OPress, P.KernelThinningPress)
     return [c(compression_ratio=compression_ratio, sink=sink, window=window, seed=seed).budget for c in classes]
@@ -365,7 +365,7 @@ E2E = [_compress_ours_entry(m.name) for m in _registry.methods(source="kvbounds"
           lambda method, where: (_methods().source(method), _methods().runs_on(method, where),
                                  _methods().path_note(method, where))),
     Entry("equal_memory_baseline", lambda r, c: {}, dict(baseline_loss=0.5),
-          lambda baseline_loss: __import__("kvbounds.e2e.checks", fromlist=["x"]).equal_memory_baseline(baseline_loss)),
+          lambda baseline_loss: __import__("kvbounds.e2e._checks", fromlist=["x"]).equal_memory_baseline(baseline_loss)),
     Entry("weighted_sdpa", _weighted_arrays, dict(scaling=None), _weighted_sdpa_call, _check_weighted,
           torch_ok=False),
     Entry("weighted_attention_forward", _weighted_arrays, dict(scaling=None), _weighted_forward_call,

@@ -1,12 +1,12 @@
 """Fuzz suite of issues 11 and 24: every public entry point of kvbounds (kvbounds.algorithms, kvbounds.gpu, the
-e2e layer's array functions, traces.synthetic), under the input classes of tests/fuzz_harness.py, classified call
+e2e layer's array functions, traces.synthetic), under the input classes of tests/fuzz/fuzz_harness.py, classified call
 by call. 0 defects allowed: no silent NaN/Inf, no answer
 that disagrees with its float64 / mpmath reference, no exception other than InputError (or the documented
 WalkFailed / DegenerateEstimate), no call past the time limit.
 
 The default run makes DEFAULT_EXAMPLES calls per entry (~2,300 in all); ``-m fuzz`` (``make test-all``)
 makes FUZZ_EXAMPLES per entry (>= 10^4 in all). With ``KVBOUNDS_FUZZ_TABLE=DIR`` each entry writes its tally
-(calls per outcome) to DIR/<entry>.json; ``python tests/fuzz_table.py DIR`` prints the table per entry point.
+(calls per outcome) to DIR/<entry>.json; ``python tests/fuzz/fuzz_table.py DIR`` prints the table per entry point.
 An entry of a module being rewritten elsewhere may set ``Entry.owner``: it is then xfail (non-strict) in the long
 run and skipped in the default slice (none is set: every entry must be clean)."""
 from __future__ import annotations
@@ -116,7 +116,7 @@ NOT_ENTRY_POINTS = {
     "blockwise_softmax_literal",
     # the logit helper behind every softmax: its callers validate its inputs (covered through softmax_weights)
     "shifted_logits",
-    # INDEX-game decoding on instances built by the entries above (tests/test_index_reduction.py)
+    # INDEX-game decoding on instances built by the entries above (tests/algorithms/test_index_reduction.py)
     "build_instance", "bob_value", "bob_decode", "lemma_sum", "collisions", "read_values", "decode_group",
     "eq2_error",
     # the step-by-step reference of panel_walk (the reference of the panel_walk / walk_signs entries)
@@ -127,42 +127,42 @@ NOT_ENTRY_POINTS = {
     "walk_diagnostic",
     # a hook returning compress_cache_released (its entry above) or None
     "released_balancekv",
-    # gpu: a context manager limiting BLAS threads (no data; tests/test_backend.py), a profiler-based benchmark
-    # counter on fixed internal inputs (seconds per call; tests/test_batched_walk.py), the Triton kernel launcher
+    # gpu: a context manager limiting BLAS threads (no data; tests/algorithms/test_backend.py), a profiler-based benchmark
+    # counter on fixed internal inputs (seconds per call; tests/gpu/test_batched_walk.py), the Triton kernel launcher
     # behind walk_signs(method="triton") (needs CUDA; reached after walk_signs's checks)
     "single_blas_thread", "ops_per_step", "triton_panel_steps",
-    # e2e: functions of a loaded model and its prefill (seconds per call; tests/test_e2e.py, test_e2e_device.py)
+    # e2e: functions of a loaded model and its prefill (seconds per call; tests/e2e/test_e2e.py, test_e2e_device.py)
     "smollm2_state_dict", "load_smollm2", "load_model", "agreement", "prefill", "score_tail", "run_cell",
     "ppl_task", "passkey_task", "lines_task", "make_task", "run_cell_trial", "compress_kvpress", "compress_all",
     "make_press", "lowrank_perplexity", "window_rows", "slice_prefill", "score_tails", "batch_layers",
-    # e2e: a function of per-window floats (no model; tests/test_sub_lowrank_e2e.py)
+    # e2e: a function of per-window floats (no model; tests/proofs_checks/test_sub_lowrank_e2e.py)
     "window_effects",
-    # e2e: compress_all's stacked host path on a prefill (tests/test_e2e_layers.py: equal to layer by layer)
+    # e2e: compress_all's stacked host path on a prefill (tests/e2e/test_e2e_layers.py: equal to layer by layer)
     "compress_stacked",
-    # e2e: functions of Record lists and claim tables (no arrays; tests/test_e2e_controls.py, test_e2e.py)
+    # e2e: functions of Record lists and claim tables (no arrays; tests/e2e/test_e2e_controls.py, test_e2e.py)
     "hf_missing", "claim_trials", "profile_grid", "units", "paired_compare", "controls", "setup_line",
     "skipped_notes", "compare", "reproduction_verdict", "leaderboard_rows", "timing_rows",
-    # e2e: the transformers registration hook (no arguments) and the `kvbounds e2e` CLI (tests/test_e2e.py)
+    # e2e: the transformers registration hook (no arguments) and the `kvbounds e2e` CLI (tests/e2e/test_e2e.py)
     "register", "add_parser", "run",
-    # e2e: a probe without arguments that imports kvpress (seconds on a first call; tests/test_e2e.py)
+    # e2e: a probe without arguments that imports kvpress (seconds on a first call; tests/e2e/test_e2e.py)
     "kvpress_available",
-    # algorithms: a probe without arguments (is goodpoints importable; tests/test_kernel_thinning.py)
+    # algorithms: a probe without arguments (is goodpoints importable; tests/algorithms/test_kernel_thinning.py)
     "goodpoints_missing",
-    # e2e: functions of a loaded model (tests/test_weighted_cache.py, test_press.py, test_e2e.py) and the
+    # e2e: functions of a loaded model (tests/e2e/test_weighted_cache.py, test_press.py, test_e2e.py) and the
     # exception a model on the wrong attention raises
     "use_weighted_attention", "require_weighted_attention", "accumulated_attention", "h2o_compress",
     "ModelNotWeighted",
     # e2e: H2O's scores from a prefill's rotated torch queries/keys (refuses other input by name) and the prefill
-    # observer's context manager (tests/test_e2e_h2o_scores.py)
+    # observer's context manager (tests/e2e/test_e2e_h2o_scores.py)
     "received_attention", "observe_prefill",
-    # e2e: the floats of a SubGen round, for arrays the compressor has already checked (tests/test_e2e_subgen_rounds.py)
+    # e2e: the floats of a SubGen round, for arrays the compressor has already checked (tests/e2e/test_e2e_subgen_rounds.py)
     "subgen_held_floats",
     # e2e: functions of Record lists, claim tables and parsed CLI arguments (no arrays; tests/test_e2e*.py)
     "reference_effects", "problems", "print_board", "effects", "paired", "cell", "duplicates", "detectable",
     "family", "budget_label", "first_retrieval", "task_label", "row", "t_interval", "tied", "check_rows",
     # the method registry's contract functions (kvbounds.methods), reached through compress_ours / compress_all (their
     # entries), which check K, V, floats, sink, window, block_size and rng first; the argument checks they run; the
-    # stacked and prefill forms of compress_all (tests/test_e2e_layers.py, test_e2e.py: equal to layer by layer)
+    # stacked and prefill forms of compress_all (tests/e2e/test_e2e_layers.py, test_e2e.py: equal to layer by layer)
     "streaming_llm", "uniform", "kcenter", "kcenter_sized", "balancekv", "balancekv_released", "subgen", "subspace",
     "kernel_thinning", "h2o", "fit_to_floats", "check_sizes", "check_layer_kv", "h2o_prefill",
     "compress_kvpress_prefill", "balancekv_layers", "released_layers", "middle_traversal_layers",
@@ -179,38 +179,38 @@ NOT_ENTRY_POINTS = {
     # the array layer's constructor of InputError (a message in, an exception out)
     "input_error",
     # the INDEX reduction's parameter checks and closed forms, shared with kvbounds.theory.lower_bound
-    # (tests/test_lower_bound_theory.py, test_index_reduction.py)
+    # (tests/theory/test_lower_bound_theory.py, test_index_reduction.py)
     "check_dimension", "check_radius", "check_length", "exponent", "bob_threshold", "log2_binomial",
     # controls: the power rule's result (data holders, made by power_vs_controls: its entry)
     "PowerCell", "TrivialPower",
     # checks' helpers that run a real model: a window of a real trace (loads the model's cached layer: seconds; its
-    # argument checks in tests/test_controls.py), the decode observer and the generation it measures (a loaded
-    # model and a press; tests/test_decode_checks.py and the smoke run of BKV.decode / SG.decode)
+    # argument checks in tests/battery/test_controls.py), the decode observer and the generation it measures (a loaded
+    # model and a press; tests/proofs_checks/test_decode_checks.py and the smoke run of BKV.decode / SG.decode)
     "real_stream", "DecodeObserver", "run_generation", "run_forced",
     # the decode checks' model and prompt (a loaded model; used by benchmarks/walk_cause.py and the streaming bench)
     "decode_model", "tiny_model", "prompt_tokens",
     # the power rule's data holder (made by decide_call: its entry)
     "Call",
     # e2e: the verdicts' words from Record lists (evidence against, per-variant calls, the budgets each method ran)
-    # and from method names (the registry's words; an unknown name stays as it is; tests/test_e2e_rule.py)
+    # and from method names (the registry's words; an unknown name stays as it is; tests/e2e/test_e2e_rule.py)
     "budgets_line", "retrieval_counts", "evidence_against", "calls_text", "short_name", "variant_label",
     # e2e: a model's context length read from its configuration files, and the CLI's removal of repeated
-    # --methods / --budgets (parsed arguments, no arrays; tests/test_e2e_cli.py)
+    # --methods / --budgets (parsed arguments, no arrays; tests/e2e/test_e2e_cli.py)
     "model_context", "dedupe",
 } | fuzz_entries_streaming.NOT_ENTRY_POINTS | fuzz_entries_report.NOT_ENTRY_POINTS
 # Packages and modules whose public callables must be fuzz entries (a module is enumerated alone, a package with its
 # subpackages): add a name here, and its entries in a tests/fuzz_entries*.py file, to cover a new surface.
-PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses",
-            "kvbounds.controls", "kvbounds.battery", "kvbounds.ablations", "kvbounds.power_calls",
-            "kvbounds.proofs_checks.power_streams", "kvbounds.proofs_checks.decode_stream",
-            "kvbounds.proofs_checks.decode_verdict", "kvbounds.streaming", "kvbounds.testing", "kvbounds.stream_press",
-            "kvbounds.evaluation", "kvbounds.evaluation_spec", "kvbounds.evaluation_streams",
-            "kvbounds.evaluation_decode", "kvbounds.evaluation_e2e", "kvbounds.evaluation_card",
-            "kvbounds.evaluation_cli", "kvbounds.report", "kvbounds.report_chips", "kvbounds.report_figures",
-            "kvbounds.report_glance", "kvbounds.report_html", "kvbounds.report_leaderboard", "kvbounds.report_markdown",
-            "kvbounds.report_meta", "kvbounds.report_power", "kvbounds.report_summary", "kvbounds.report_words",
-            "kvbounds.paper_answers", "kvbounds.practitioner", "kvbounds.summary_read", "kvbounds.glossary",
-            "kvbounds.report_rows")
+PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.presses._kvpress",
+            "kvbounds.battery._power_rule", "kvbounds.battery._controls", "kvbounds.battery._ablations",
+            "kvbounds.battery._power_calls", "kvbounds.streams._power", "kvbounds.proofs_checks.decode_stream",
+            "kvbounds.proofs_checks.decode_verdict", "kvbounds.presses._streaming", "kvbounds.testing", "kvbounds.streams._families",
+            "kvbounds.evaluation._stream_press", "kvbounds.evaluation._evaluate", "kvbounds.evaluation._spec",
+            "kvbounds.evaluation._streams", "kvbounds.evaluation._decode", "kvbounds.evaluation._e2e",
+            "kvbounds.evaluation._card", "kvbounds.cli._evaluate", "kvbounds.report._report", "kvbounds.report._chips",
+            "kvbounds.report._figures", "kvbounds.report._glance", "kvbounds.report._html", "kvbounds.report._leaderboard",
+            "kvbounds.report.markdown", "kvbounds.report._meta", "kvbounds.report._power", "kvbounds.report._summary",
+            "kvbounds.report._words", "kvbounds.report._paper_answers", "kvbounds.report._practitioner",
+            "kvbounds.report.summary_read", "kvbounds.report._glossary", "kvbounds.report._rows")
 
 
 def public_callables() -> dict[str, list[str]]:
@@ -240,14 +240,14 @@ def public_callables() -> dict[str, list[str]]:
 
 
 def test_every_public_entry_point_is_fuzzed() -> None:
-    """A public callable of PACKAGES (kvbounds.algorithms, kvbounds.gpu, kvbounds.e2e, the presses, kvbounds.controls,
+    """A public callable of PACKAGES (kvbounds.algorithms, kvbounds.gpu, kvbounds.e2e, the presses, kvbounds.battery._power_rule,
     the checks' shared helpers) must be named by a fuzz entry (fuzz_entries*.py) or listed, with its reason, in
     NOT_ENTRY_POINTS."""
     covered = " ".join(e.name for e in ENTRIES) + " " + " ".join(f.read_text() for f in ENTRY_FILES)
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", covered))
     mods = public_callables()
-    assert {"kvbounds.algorithms.token_selection", "kvbounds.gpu.batched_walk", "kvbounds.e2e.methods",
-            "kvbounds.controls", "kvbounds.proofs_checks.decode_verdict"} <= set(mods)
+    assert {"kvbounds.algorithms.token_selection", "kvbounds.gpu.batched_walk", "kvbounds.e2e._methods",
+            "kvbounds.battery._power_rule", "kvbounds.proofs_checks.decode_verdict"} <= set(mods)
     missing = [f"{mod}.{name}" for mod, names in mods.items() for name in names
                if name not in NOT_ENTRY_POINTS and name not in words]
     assert not missing, missing

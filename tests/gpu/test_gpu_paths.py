@@ -8,8 +8,8 @@ import math
 import pytest
 
 
-from kvbounds.registry import checked_claims, get_claim
-from kvbounds.runner import Trial, execute_trial
+from kvbounds.claims import checked_claims, get_claim
+from kvbounds.run import Trial, execute_trial
 
 GPU_CLAIMS = [c.id for c in checked_claims() if c.gpu and c.gpu[0]]
 TIMING_WORDS = ("time", "update")        # "step time", "time gram", "fd update" (us per row): clock readings

@@ -8,10 +8,10 @@ import pytest
 
 from kvbounds.cli import main
 from kvbounds.proofs_checks import bkv_memory, common, mr_error, sb_discrepancy
-from kvbounds.records import DEFERRED, Record, ResultStore
-from kvbounds.registry import checked_claims
-from kvbounds.report import build_verdicts, split_deferred, summary_json
-from kvbounds.runner import PROFILES, profile_trials, run_checks
+from kvbounds.core import DEFERRED, Record, ResultStore
+from kvbounds.claims import checked_claims
+from kvbounds.report._report import build_verdicts, split_deferred, summary_json
+from kvbounds.run import PROFILES, profile_trials, run_checks
 from kvbounds.verdict import decide_regime_rate
 
 GPU_CLAIMS = {"SB.discrepancy", "MR.error", "BKV.memory"}
@@ -136,7 +136,7 @@ def test_gpu_profile_trials_record_the_same_on_torch(mod, params):
 
 
 def test_report_names_the_fewest_profiles_that_cover_the_records(small_gpu_profile, tmp_path):
-    from kvbounds.report_meta import infer_profile
+    from kvbounds.report._meta import infer_profile
     run_checks(["MR.error"], profile="smoke", out=tmp_path, workers=1, progress=False)
     assert infer_profile(ResultStore(tmp_path).read().records) == "smoke"
     run_checks(["MR.error"], profile="gpu", out=tmp_path, workers=1, progress=False)

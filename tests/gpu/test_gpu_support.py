@@ -2,12 +2,12 @@
 import pytest
 
 from kvbounds.gpu.support import describe, gpu_support
-from kvbounds.registry import CLAIMS
+from kvbounds.claims import CLAIMS
 
 
 def test_every_checked_claim_is_classified():
     missing = [cid for cid, c in CLAIMS.items() if c.has_check and c.gpu is None and not cid.endswith("e2e")]
-    assert not missing, f"set gpu=(bool, why) in these claims' entries in kvbounds/registry.py: {missing}"
+    assert not missing, f"set gpu=(bool, why) in these claims' entries in kvbounds/claims/__init__.py: {missing}"
 
 
 def test_rows_have_reasons_and_cpu_only_checks_ignore_backend():

@@ -294,7 +294,7 @@ def test_like_keeps_0d_and_refuses_what_the_target_dtype_cannot_hold():
 
 def test_play_and_equal_memory_baseline_check_their_arguments():
     from kvbounds.algorithms.compressor_adapters import play
-    from kvbounds.e2e.checks import equal_memory_baseline
+    from kvbounds.e2e._checks import equal_memory_baseline
     for kw, match in ((dict(reps=math.nan), "reps"), (dict(name=None), "name"), (dict(rule="x"), "rule"),
                       (dict(rng=None), "rng")):
         args = dict(name="uniform", setting=3, n=8, d=4, r=1.0, reps=2, rng=np.random.default_rng(0)) | kw

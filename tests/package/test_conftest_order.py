@@ -4,7 +4,7 @@ from pathlib import Path
 
 from conftest import LONGEST_FIRST
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_longest_first_names_existing_tests():

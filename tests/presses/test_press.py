@@ -9,10 +9,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("kvpress", reason="kvpress not installed (pip install 'kvbounds[kvpress]'): press tests skipped")
 
-import kvbounds.press as P  # noqa: E402
-from kvbounds.e2e import harness  # noqa: E402
-from kvbounds.e2e import methods as M  # noqa: E402
-from kvbounds.e2e.weighted_cache import ModelNotWeighted, WeightedCache  # noqa: E402
+import kvbounds.presses._kvpress as P  # noqa: E402
+from kvbounds.e2e import _harness as harness  # noqa: E402
+from kvbounds.e2e import _methods as M  # noqa: E402
+from kvbounds.e2e import ModelNotWeighted, WeightedCache  # noqa: E402
 
 SINK = WINDOW = 16
 SEED = 3
@@ -105,10 +105,10 @@ STREAMING = {"streaming_balancekv": "StreamingBalanceKVPress", "streaming_subgen
 
 
 def make_press(name):
-    """A press by name: kvbounds.press's, or a streaming press (target 48, interval 16: the tiny model's answers
+    """A press by name: kvbounds.presses._kvpress's, or a streaming press (target 48, interval 16: the tiny model's answers
     run through several reductions)."""
     if name in STREAMING:
-        import kvbounds.streaming as S
+        import kvbounds.presses._streaming as S
         return getattr(S, STREAMING[name])(target=48, interval=16, sink=4, window=8, seed=SEED)
     return P.PRESSES[name](compression_ratio=0.5, sink=SINK, window=WINDOW, seed=SEED)
 
@@ -226,7 +226,7 @@ import kvpress                                   # first: kvpress patches the at
 from kvpress import AdaKVPress, KnormPress
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
-from kvbounds.e2e.attention import ATTN_IMPLEMENTATION, register   # registered after kvpress's patching
+from kvbounds.e2e._attention import ATTN_IMPLEMENTATION, register   # registered after kvpress's patching
 register()
 torch.manual_seed(0)
 cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -274,10 +274,10 @@ def test_press_on_a_left_padded_batch_equals_each_row_alone(name):
 
 
 def test_answer_cut_names_a_kvpress_without_the_method_it_wraps(monkeypatch):
-    """kvbounds.e2e.kvpress_answers wraps one private method of kvpress's pipeline; a kvpress without it (outside the
+    """kvbounds.e2e._kvpress_answers wraps one private method of kvpress's pipeline; a kvpress without it (outside the
     extra's range) is a clear error, not a pipeline that silently keeps the first answer in the cache."""
     from kvpress.pipeline import KVPressTextGenerationPipeline
-    from kvbounds.e2e import kvpress_answers
+    from kvbounds.e2e import _kvpress_answers as kvpress_answers
     monkeypatch.delattr(KVPressTextGenerationPipeline, "_remove_answer_from_cache")
     with pytest.raises(RuntimeError, match="_remove_answer_from_cache"):
         kvpress_answers.install()

@@ -21,8 +21,8 @@ pytest.importorskip("transformers")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from kvbounds.streaming import StreamingBalanceKVPress, StreamingSubGenPress  # noqa: E402
-from kvbounds.streaming import balance  # noqa: E402
+from kvbounds.presses._streaming import StreamingBalanceKVPress, StreamingSubGenPress  # noqa: E402
+from kvbounds.presses._streaming import balance  # noqa: E402
 
 FEW, MANY = 12, 300
 EPS32 = 2.0 ** -24
@@ -31,7 +31,7 @@ EPS32 = 2.0 ** -24
 @functools.lru_cache(maxsize=1)
 def tiny():
     from transformers import LlamaConfig, LlamaForCausalLM
-    from kvbounds.e2e.attention import use_weighted_attention
+    from kvbounds.e2e import use_weighted_attention
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, head_dim=8, max_position_embeddings=512)

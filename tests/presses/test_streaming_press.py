@@ -3,7 +3,7 @@ reads and generates, the weights keep the mass of the tokens they stand for, the
 against exact attention over the layer's whole history, the error bar comes in one call saying what it is,
 generate honours the attention mask, and bad input is refused before generation. They need transformers, not
 kvpress. Cheap tests on a tiny random Llama; the SmolLM2 run (512 + 1024 tokens) is slow. The invariants over
-every option are properties in tests/test_streaming_invariants.py."""
+every option are properties in tests/presses/test_streaming_invariants.py."""
 from __future__ import annotations
 
 import math
@@ -15,15 +15,16 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from kvbounds.algorithms.validation import InputError  # noqa: E402
-from kvbounds.e2e.weighted_cache import ModelNotWeighted  # noqa: E402
-from kvbounds.streaming import StreamingBalanceKVPress, StreamingSubGenPress, generate, weighted_output  # noqa: E402
+from kvbounds.e2e import ModelNotWeighted  # noqa: E402
+from kvbounds.presses._streaming import StreamingBalanceKVPress, StreamingSubGenPress, weighted_output
+from kvbounds.presses._streaming import generate  # noqa: E402
 
 PRESSES = (StreamingBalanceKVPress, StreamingSubGenPress)
 
 
 def tiny_model(weighted: bool = True):
     from transformers import LlamaConfig, LlamaForCausalLM
-    from kvbounds.e2e.attention import use_weighted_attention
+    from kvbounds.e2e import use_weighted_attention
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
@@ -146,7 +147,7 @@ def test_bad_model_and_hidden_states_raise_before_generation():
 @pytest.mark.parametrize("cls", PRESSES)
 def test_smollm2_512_plus_1024_stays_under_320(cls):
     """The issue's done-when: 1024 tokens after a 512-token prompt, target 256, interval 64: every layer <= 320."""
-    from kvbounds.e2e.model import load_model
+    from kvbounds.e2e import load_model
     from kvbounds.traces.real import default_text
     lm = load_model()
     ids = torch.as_tensor(lm.encode(default_text())[:512][None]).long()
@@ -177,7 +178,7 @@ def test_bench_streaming_decode_smoke(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_streaming_decode.py"), "--smoke",
                            "--out", str(out)], cwd=root, capture_output=True, text=True, timeout=300)

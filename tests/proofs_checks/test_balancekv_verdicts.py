@@ -11,8 +11,8 @@ import pytest
 from kvbounds.algorithms.self_balancing_walk import self_balancing_walk_result
 from kvbounds.algorithms.arrays import why_unavailable
 from kvbounds.proofs_checks import mr_error, sbw_balance
-from kvbounds.registry import get_claim
-from kvbounds.runner import Trial, execute_trial
+from kvbounds.claims import get_claim
+from kvbounds.run import Trial, execute_trial
 from kvbounds.theory.balancekv import merge_reduce_rate_onset, walk_saturation_steps
 
 FAMILY = ["SBW.balance", "SBW.kernel-identity", "SB.discrepancy", "SB.cost", "MR.error", "MR.memory",
@@ -71,7 +71,7 @@ def test_mr_error_rate_onset_is_beyond_cpu_reach():
 
 @pytest.fixture(scope="module")
 def smoke_records(smoke_store):
-    """The session's smoke records of each claim (conftest.SmokeStore: run once, shared with tests/test_checks.py)."""
+    """The session's smoke records of each claim (conftest.SmokeStore: run once, shared with tests/proofs_checks/test_checks.py)."""
     return {cid: smoke_store.records(cid) for cid in FAMILY}
 
 

@@ -3,10 +3,10 @@ import math
 
 import pytest
 
-from kvbounds.records import Record
-from kvbounds.registry import checked_claims
-from kvbounds.runner import Trial
-from kvbounds.verdict import Verdict
+from kvbounds.core import Record
+from kvbounds.claims import checked_claims
+from kvbounds.run import Trial
+from kvbounds.verdict._rules import Verdict
 
 CHECKED = [c.id for c in checked_claims()]
 
@@ -15,7 +15,7 @@ CHECKED = [c.id for c in checked_claims()]
 def test_smoke_profile(claim_id, smoke_store):
     """Each smoke trial (run once per session by ``run_checks``, conftest.SmokeStore, and read back from its store as
     the report reads it) gave well-formed records, none an error, and the claim's verdict is built from them."""
-    from kvbounds.registry import get_claim
+    from kvbounds.claims import get_claim
     claim = get_claim(claim_id)
     mod = claim.check_module()
     assert mod.CLAIM == claim_id

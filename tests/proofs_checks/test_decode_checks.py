@@ -1,5 +1,5 @@
 """The decode-time checks BKV.decode and SG.decode (issue 23): records and verdicts from measurement rows (cheap,
-synthetic rows; the SmolLM2 smoke run of both checks is in tests/test_checks.py)."""
+synthetic rows; the SmolLM2 smoke run of both checks is in tests/proofs_checks/test_checks.py)."""
 from __future__ import annotations
 
 import math
@@ -10,8 +10,8 @@ import pytest
 from kvbounds.proofs_checks import bkv_decode, sg_decode
 from kvbounds.proofs_checks.decode_stream import FAMILY, PROFILES, certificate_stats, trial_params
 from kvbounds.proofs_checks.decode_verdict import SHAPE, build_records, summarize
-from kvbounds.proofs_checks.power_streams import POWER_CHECK
-from kvbounds.registry import get_claim
+from kvbounds.streams import POWER_CHECK
+from kvbounds.claims import get_claim
 
 
 def rows(method_err: float, layers: int = 12, seed: int = 0):
@@ -135,7 +135,7 @@ def test_the_ablation_run_pairs_with_the_method_run_token_for_token():
     (the pairing the ablation relies on); with random halving (the ablation) the rows pair by (checkpoint, layer)
     and merge_ablation puts the ablation's eps, in the method's units, under each head's controls."""
     from kvbounds.proofs_checks.decode_stream import merge_ablation, run_forced, run_generation
-    from kvbounds.streaming import StreamingBalanceKVPress
+    from kvbounds.presses._streaming import StreamingBalanceKVPress
     p = dict(trial_params("smoke"), new=20)
     tokens: list = []
     rows, _ = run_generation(StreamingBalanceKVPress, p, 3, tokens=tokens)

@@ -1,6 +1,6 @@
 """The empirical claims' statistics (kvbounds.theory.empirical) and checks (NORM.bounded, BKV.vs-uniform, BKV.ablation,
 SUB.lowrank) on small synthetic traces, so they run without the model packages; the real-trace runs are in
-the checks' smoke profile (tests/test_checks.py) and tests/test_real_traces.py."""
+the checks' smoke profile (tests/proofs_checks/test_checks.py) and tests/traces/test_real_traces.py."""
 from __future__ import annotations
 
 import math

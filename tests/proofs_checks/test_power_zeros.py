@@ -1,5 +1,5 @@
 """A method replaced by the zeros estimator must come out with power ``low`` (issue 20): BKV.attention,
-SG.attention and MR.error run their power sweep (kvbounds.controls) on small synthetic streams with the method's
+SG.attention and MR.error run their power sweep (kvbounds.battery._power_rule) on small synthetic streams with the method's
 estimate monkeypatched to zeros, and the verdict must call it tied with zeros."""
 import numpy as np
 import pytest
@@ -7,10 +7,10 @@ import pytest
 from kvbounds.algorithms.balance_kv import BalanceKV
 from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
 from kvbounds.algorithms.subgen import SubGen
-from kvbounds.controls import MIN_STREAMS
+from kvbounds.battery._power_rule import MIN_STREAMS
 from kvbounds.proofs_checks import bkv_attention, mr_error, sg_attention
-from kvbounds.proofs_checks.power_streams import POWER_CHECK
-from kvbounds.runner import trial_seed
+from kvbounds.streams import POWER_CHECK
+from kvbounds.run._runner import trial_seed
 
 FAMILIES = ("synthetic benign", "concentrated")
 

@@ -2,7 +2,7 @@
 says whether the subspace cache beats uniform sampling at equal memory with the per-window interval."""
 import numpy as np
 
-from kvbounds.e2e.falsifiers import window_effects
+from kvbounds.e2e import window_effects
 from kvbounds.proofs_checks import sub_lowrank, sub_lowrank_e2e as E2E
 from kvbounds.proofs_checks.common import make_record
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvbounds.proofs_checks import walk_cause as wc
-from kvbounds.records import Record
+from kvbounds.core import Record
 
 
 def leaf(off, greedy, same=1.0, own=None, blocks=4):
@@ -36,7 +36,7 @@ def test_merge_over_streams_takes_the_median_of_medians_and_the_extremes():
 
 def test_bkv_attention_names_the_cause_per_family_on_its_card():
     from kvbounds.proofs_checks import bkv_attention as ba
-    from kvbounds.proofs_checks.power_streams import power_record
+    from kvbounds.streams import power_record
     recs = []
     for fam, cause in (("real SmolLM2", leaf(1e-3, 1.0)), ("synthetic benign", leaf(0.96, 0.12))):
         for rep in range(3):

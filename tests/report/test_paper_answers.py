@@ -1,12 +1,12 @@
-"""The per-paper answers (kvbounds.paper_answers) from hand-made verdicts: one paragraph of 30-200 words per paper
+"""The per-paper answers (kvbounds.report._paper_answers) from hand-made verdicts: one paragraph of 30-200 words per paper
 group, a false claim's corrected bound and a vacuous claim named, the variant defined, the calls against the standard
 controls in words, and the text a function of the verdicts (changing one changes it)."""
 from __future__ import annotations
 
 import dataclasses
 
-from kvbounds.paper_answers import MAX_WORDS, MIN_WORDS, answer, paper_answers
-from kvbounds.verdict import Erratum, Reproduction, Vacuity, Verdict, finalize
+from kvbounds.report._paper_answers import MAX_WORDS, MIN_WORDS, answer, paper_answers
+from kvbounds.verdict._rules import Erratum, Reproduction, Vacuity, Verdict, finalize
 
 
 CX = {"params": {"n": 8}, "measured": 2.0, "bound": 1.0}

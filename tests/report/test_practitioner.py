@@ -1,10 +1,10 @@
-"""The practitioner's table (kvbounds.practitioner) from hand-made leaderboard rows: the better standard baseline
+"""The practitioner's table (kvbounds.report._practitioner) from hand-made leaderboard rows: the better standard baseline
 chosen per task and budget, the interval call, the (method, budget) not run said in words, decode error called by the
 battery's paired call, compression time per token beside the prefill's."""
 from __future__ import annotations
 
-from kvbounds.practitioner import interval_call, markdown_lines, practitioner_table
-from kvbounds.verdict import Verdict
+from kvbounds.report._practitioner import interval_call, markdown_lines, practitioner_table
+from kvbounds.verdict._rules import Verdict
 
 NLL = "ppl: NLL increase vs exact (nats/token)"
 HIT = "passkey: exact match"

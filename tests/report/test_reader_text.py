@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kvbounds import registry
+from kvbounds import claims as registry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIRS = ("kvbounds", "theory", "algorithms", "proofs_checks", "gpu", "traces")   # kvbounds/<dir> link to these
 
 ISSUE = re.compile(r"\(issues? #?\d+|\bissues? #?\d+\b", re.IGNORECASE)
@@ -83,10 +83,10 @@ def test_no_document_or_notebook_a_reader_opens_cites_one():
 
 def test_no_report_of_the_smoke_records_cites_one(tmp_path, smoke_store):
     """Every claim's smoke verdict, as each of the report's forms shows it."""
-    from kvbounds.records import ResultStore
-    from kvbounds.report import build_verdicts, render_html, render_terminal, summary_json
-    from kvbounds.report_markdown import found_block, render_markdown
-    from kvbounds.report_meta import leaderboard, run_metadata
+    from kvbounds.core import ResultStore
+    from kvbounds.report._report import build_verdicts, render_html, render_terminal, summary_json
+    from kvbounds.report.markdown import found_block, render_markdown
+    from kvbounds.report._meta import leaderboard, run_metadata
     claims = [c.id for c in registry.CLAIMS.values() if c.has_check]
     smoke_store.copy_into(tmp_path, claims)
     records = ResultStore(tmp_path).load()

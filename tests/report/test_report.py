@@ -9,13 +9,15 @@ import types
 
 import pytest
 
-from kvbounds import registry, report, report_figures
-from kvbounds.records import Record, ResultStore
-from kvbounds.verdict import (FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_RUN, Constant, Erratum,
-                              FigureSpec, Finding, RateInfo, Reproduction, Verdict)
+from kvbounds import claims as registry
+from kvbounds.report import _report as report
+from kvbounds.report import _figures as report_figures
+from kvbounds.core import Record, ResultStore
+from kvbounds.verdict._rules import (FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_RUN, Constant, Erratum,
+                                     FigureSpec, Finding, RateInfo, Reproduction, Verdict)
 
 CHECK_SRC = '''
-from kvbounds.records import Record
+from kvbounds.core._records import Record
 from kvbounds.verdict import FigureSpec, standard_verdict
 
 CLAIM = {claim!r}
@@ -204,10 +206,10 @@ def test_error_records_and_leaderboard_rendered(results, fake_claims, monkeypatc
                  ci_low=v * b - 0.1, ci_high=v * b + 0.1, n=20, note="")
             for (m, src, v) in (("balancekv", "kvbounds", 1.0), ("snapkv", "kvpress", 0.8))
             for b in (0.25, 0.5) for metric in ("passkey accuracy", "perplexity")]
-    fake = types.ModuleType("kvbounds.e2e.leaderboard")
+    fake = types.ModuleType("kvbounds.e2e._leaderboard")
     fake.leaderboard_rows = lambda records: rows
     monkeypatch.setitem(sys.modules, "kvbounds.e2e", types.ModuleType("kvbounds.e2e"))
-    monkeypatch.setitem(sys.modules, "kvbounds.e2e.leaderboard", fake)
+    monkeypatch.setitem(sys.modules, "kvbounds.e2e._leaderboard", fake)
     text = report.write_report(results).read_text()
     assert "Trials that raised (1)" in text and "boom in trial" in text
     assert "End-to-end leaderboard" in text and "snapkv" in text and "kvpress" in text and "budget 0.25" in text
@@ -283,7 +285,7 @@ def test_a_finding_several_checks_report_is_one_finding_with_its_claims(results,
 def test_beat_nothing_table_and_power_table_rendered(results, fake_claims):
     """Issue 20: the report's 'does it beat doing nothing' table, the card's power table and the glance count come
     from the verdict's power fields."""
-    from kvbounds.controls import power_vs_controls
+    from kvbounds.battery import power_vs_controls
     recs = ResultStore(results).load()
     verdicts = report.build_verdicts(recs)
     ctl = [Record("B.fail", dict(family=f, rep=i), 0, "numpy", 1.0 + i / 100, 0.5, False, bound_kind="shape",

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from kvbounds import report
-from kvbounds.report_html import SCROLLS
+from kvbounds.report import _report as report
+from kvbounds.report._html import SCROLLS
 
 CLAIMS = ["FD.residual", "SG.attention", "BKV.e2e", "BKV.decode"]
 WIDTHS = (1280, 800)

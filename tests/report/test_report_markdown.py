@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from kvbounds import registry
-from kvbounds.records import Record, ResultStore
+from kvbounds import claims as registry
+from kvbounds.core import Record, ResultStore
 from kvbounds.report import build_verdicts
-from kvbounds.report_markdown import FOUND_BEGIN, FOUND_END, anchor, found_block, render_markdown, splice
-from kvbounds.verdict import Finding
+from kvbounds.report.markdown import FOUND_BEGIN, FOUND_END, anchor, found_block, render_markdown, splice
+from kvbounds.verdict._rules import Finding
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 META = {"version": "0", "profile": "quick", "records": 0, "duration": "", "trial_time": ""}
 
 
@@ -64,7 +64,7 @@ def test_readme_what_we_found_block_is_generated_and_spliced():
 
 
 def test_leaderboard_in_markdown_is_ranked_with_intervals_and_floats():
-    """The e2e leaderboard's tables (kvbounds.report_leaderboard.board_table) as markdown: rank, interval, floats,
+    """The e2e leaderboard's tables (kvbounds.report.board_table) as markdown: rank, interval, floats,
     best/tied marks, exact attention as a reference and uninformative tables collapsed."""
     board = [dict(metric="passkey log-likelihood", method="h2o", source="kvbounds", budget=0.25,
                   budget_label="25% of the cache", value=-12.5, ci_low=-15.2, ci_high=-9.7, n=8, rank=1, best=True,

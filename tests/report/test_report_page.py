@@ -8,9 +8,10 @@ from html.parser import HTMLParser
 
 import pytest
 
-from kvbounds import glossary, report
-from kvbounds.report_html import SCROLLS, finish
-from kvbounds.verdict import Verdict, finalize
+from kvbounds.report import _glossary as glossary
+from kvbounds.report import _report as report
+from kvbounds.report._html import SCROLLS, finish
+from kvbounds.verdict._rules import Verdict, finalize
 
 # the words issue's reader stumbled on, each defined (the glossary's promise)
 REQUIRED = ["fitted constant", "proven constant", "shape", "rate observed / not reached", "power", "the battery",
@@ -78,7 +79,7 @@ class _Tags(HTMLParser):
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     """A report of hand-made verdicts: a hold, a false statement with a counterexample, a vacuous one."""
-    from kvbounds import registry
+    from kvbounds import claims as registry
     ids = list(registry.CLAIMS)[:3]
     v0 = finalize(Verdict(ids[0], "holds", "10/10 trials within bound; zeros and the recent window also meet it",
                           statement="holds", power="low", power_note="no better than zeros (synthetic benign)"))
@@ -150,7 +151,7 @@ def test_a_vacuous_statement_chip_is_not_green_on_the_page(page):
 
 
 def test_a_counterexample_reads_in_words_not_json():
-    from kvbounds.report_words import counterexample_in_words, params_in_words
+    from kvbounds.report._words import counterexample_in_words, params_in_words
     cx = {"params": {"M": 4, "d": 2, "ell": 3, "kind": "diag", "n": 2, "r": 1, "sweep": "minimal"}, "seed": 0,
           "backend": "numpy", "measured": 1.0, "bound": 0.9737734518532143, "ratio": 1.026932905283948,
           "bound_kind": "a-priori", "check": "draft (DK eta)", "violations": 11, "decisive_trials": 139}
@@ -166,7 +167,7 @@ def test_a_counterexample_reads_in_words_not_json():
 
 
 def test_an_infinite_ratio_says_why():
-    from kvbounds.report_words import infinite_ratios
+    from kvbounds.report._words import infinite_ratios
     table = [{"setting": "real MiniLM", "ratio": float("inf"), "ratio_ci": (0.51, float("inf")),
               "controls": {"zeros": 1.0, "recent": 8e-16}}, {"setting": "synthetic", "ratio": 0.5, "ratio_ci": (0.4, 0.6),
                                                                "controls": {"zeros": 1.0}}]
@@ -178,7 +179,7 @@ def test_an_infinite_ratio_says_why():
 
 # ------------------------------------------------------------------------------------------ figures
 def _draw(tmp_path, spec, recs, const=None):
-    from kvbounds import report_figures
+    from kvbounds.report import _figures as report_figures
     labels: dict = {}
     note, caption = report_figures.draw_figure(spec, recs, tmp_path / "f.png", const, None, labels)
     assert note is None and (tmp_path / "f.png").stat().st_size > 1000
@@ -188,8 +189,8 @@ def _draw(tmp_path, spec, recs, const=None):
 def test_a_figure_draws_a_numeric_bound_at_the_claimed_value(tmp_path):
     """SubGen's failure rate is claimed <= 0.01 at sample sizes with fitted constants (bound kind "fitted"): the
     line is at 0.01, not at the fitted constant times it (0.0425 was drawn)."""
-    from kvbounds.records import Record
-    from kvbounds.verdict import FigureSpec
+    from kvbounds.core import Record
+    from kvbounds.verdict._rules import FigureSpec
     recs = [Record("X", {"lam": lam}, 0, "numpy", rate, 0.01, rate <= 0.01, bound_kind="fitted", check="lambda sweep")
             for lam, rate in ((0.125, 0.0425), (0.5, 0.005), (2.0, 0.0))]
     labels, _ = _draw(tmp_path, FigureSpec("failure rate vs lambda (claimed <= 0.01)", x="lam", logy=False), recs)
@@ -197,8 +198,8 @@ def test_a_figure_draws_a_numeric_bound_at_the_claimed_value(tmp_path):
 
 
 def test_a_shape_is_drawn_as_a_scaled_shape_not_as_a_bound(tmp_path):
-    from kvbounds.records import Record
-    from kvbounds.verdict import FigureSpec
+    from kvbounds.core import Record
+    from kvbounds.verdict._rules import FigureSpec
     recs = [Record("X", {"n": n}, 0, "numpy", 2.0 * n, float(n), True, bound_kind="shape", check="c") for n in (8, 16)]
     labels, _ = _draw(tmp_path, FigureSpec("floats held vs n", x="n"), recs, 2.0)
     assert labels["bound"] == [16.0, 32.0]
@@ -208,8 +209,8 @@ def test_a_shape_is_drawn_as_a_scaled_shape_not_as_a_bound(tmp_path):
 def test_a_bound_off_the_chart_is_said_not_drawn(tmp_path):
     """The decode theorems' scale (e^61 and more; a fitted constant of 1e-14) is not drawn; the legend says what it
     is and that returning zeros meets it."""
-    from kvbounds.records import Record
-    from kvbounds.verdict import FigureSpec
+    from kvbounds.core import Record
+    from kvbounds.verdict._rules import FigureSpec
     recs = [Record("X", {"n": n, "layer": 0, "sweep": "n"}, 0, "numpy", 0.02, float("inf"), True, bound_kind="shape",
                    check="decode", extra={"log_scale": ls, "controls_eps": {"zeros": 0.6}})
             for n, ls in ((160, 900.0), (192, 61.0))]
@@ -226,7 +227,7 @@ def test_a_bound_off_the_chart_is_said_not_drawn(tmp_path):
 
 
 def test_the_leaderboard_figure_draws_one_panel_per_task():
-    from kvbounds.report_leaderboard import board_panels
+    from kvbounds.report._leaderboard import board_panels
     pts = {m: {"uniform": [(0.25, 1e6, 1.0, 0.9, 1.1)]} for m in (
         "ppl: perplexity", "ppl: NLL increase vs exact (nats/token)", "passkey: exact match",
         "passkey: answer log-likelihood (nats)", "passkey, question inside: answer log-likelihood (nats)",
@@ -247,8 +248,8 @@ def test_terms_link_whole_words_only_and_never_inside_code_or_links():
 
 
 def test_a_verdict_in_words_follows_its_dimensions():
-    from kvbounds.report_words import verdict_in_words, what_the_records_show
-    from kvbounds.verdict import Constant, Erratum
+    from kvbounds.report._words import verdict_in_words, what_the_records_show
+    from kvbounds.verdict._rules import Constant, Erratum
     v = finalize(Verdict("X", "holds", "s", statement="holds-fitted", rate="not-reached", power="low",
                          power_note="no better than zeros (real SmolLM2)",
                          fitted_constant=Constant(2.3e-14, "fitted", "max"), errata=[Erratum("step 2", "sign")]))
@@ -257,6 +258,6 @@ def test_a_verdict_in_words_follows_its_dimensions():
     assert "tells nothing at these sizes" in text and "rate not reached: not a counterexample" in text
     assert "1 erratum" in text and "no better than zeros (real SmolLM2)" in text and text.endswith(".")
     assert "vacuous at these norms" in verdict_in_words(dataclasses.replace(v, statement="vacuous"))
-    from kvbounds import registry
+    from kvbounds import claims as registry
     cid = next(iter(registry.CLAIMS))
     assert what_the_records_show({cid: v}, [cid, "missing"]).startswith(f"- **{cid}** (")

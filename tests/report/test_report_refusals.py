@@ -1,4 +1,4 @@
-"""The report's helpers on input they cannot read, found by the report's fuzz entries (tests/fuzz_entries_report.py):
+"""The report's helpers on input they cannot read, found by the report's fuzz entries (tests/fuzz/fuzz_entries_report.py):
 each was a traceback, a silent empty report or a "nan" in the text, and is now an InputError naming what is wrong."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ def test_the_report_helpers_refuse_what_they_cannot_read():
     """Found by the fuzz entries: a claims argument of one string (read as its letters: no claim reported), a
     non-string sweep in a stored record (AttributeError in deferred_text), a NaN or complex interval (printed as
     "nan", or a TypeError) and an infinite timing (inf ms per token) in the practitioner's table."""
-    from kvbounds import practitioner as pr
-    from kvbounds.records import Record
-    from kvbounds.report import build_verdicts, deferred_text
+    from kvbounds.report import _practitioner as pr
+    from kvbounds.core import Record
+    from kvbounds.report._report import build_verdicts, deferred_text
     with pytest.raises(InputError, match="not a list of claim ids"):
         build_verdicts([], "BKV.attention")
     with pytest.raises(InputError, match="'NOPE' is not a registered claim id"):
@@ -38,9 +38,9 @@ def test_numpy_scalars_read_as_numbers_and_leaderboard_rows_are_checked():
     list, raised AttributeError / ValueError / OverflowError / TypeError in board_table and practitioner_table."""
     import numpy as np
 
-    from kvbounds.practitioner import practitioner_table
-    from kvbounds.report_leaderboard import board_table
-    from kvbounds.report_words import number
+    from kvbounds.report._practitioner import practitioner_table
+    from kvbounds.report import board_table
+    from kvbounds.report._words import number
     assert (number(np.float32(-0.3066025376319885)), number(np.int64(3))) == ("-0.3066", "3")
     row = dict(method="uniform", metric="passkey: exact match", budget=0.25, value=0.5, ci_low=0.1, ci_high=0.9)
     assert board_table([row])["tables"]
@@ -53,12 +53,12 @@ def test_numpy_scalars_read_as_numbers_and_leaderboard_rows_are_checked():
 
 
 def _word_calls():
-    from kvbounds.glossary import term_for
-    from kvbounds.paper_answers import short_variant
-    from kvbounds.report import one_line, source_path, tone
-    from kvbounds.report_figures import param_label
-    from kvbounds.report_markdown import anchor
-    from kvbounds.report_meta import one_line as meta_one_line
+    from kvbounds.report._glossary import term_for
+    from kvbounds.report._paper_answers import short_variant
+    from kvbounds.report._report import one_line, source_path, tone
+    from kvbounds.report._figures import param_label
+    from kvbounds.report.markdown import anchor
+    from kvbounds.report._meta import one_line as meta_one_line
     return [("short_variant", short_variant), ("short_variant algorithm", lambda x: short_variant("streaming", x)),
             ("term_for", term_for), ("anchor", anchor), ("one_line", one_line),
             ("one_line n", lambda x: one_line("text", x)), ("report_meta.one_line n", lambda x: meta_one_line("t", x)),
@@ -80,7 +80,11 @@ def test_verdict_helpers_and_words_refuse_what_they_cannot_read():
     """Found by the fuzz entries: headline(None), calls_worse(2.5), dimensions('x'), render_terminal(None),
     render_markdown({'X': 1}, ...) and the other helpers of a verdict raised AttributeError; params_in_words(0),
     spread_words('0.5') and counterexample_in_words(True) raised TypeError / ValueError / AttributeError."""
-    from kvbounds import report, report_chips, report_glance, report_markdown, report_words
+    from kvbounds.report import _report as report
+    from kvbounds.report import _chips as report_chips
+    from kvbounds.report import _glance as report_glance
+    from kvbounds.report import markdown as report_markdown
+    from kvbounds.report import _words as report_words
     for call in (lambda: report.headline(None), lambda: report_chips.calls_worse(2.5),
                  lambda: report_glance.dimensions("x"), lambda: report.render_terminal(None),
                  lambda: report_markdown.render_markdown({"X": 1}, [], {}), lambda: report_words.params_in_words(0),

@@ -1,6 +1,6 @@
 """A summary.json or a results directory that a user hands to the report: a file that is not a summary, a verdict
 field of the wrong type, a power call or a practitioner's row missing what the markdown reads. Each was found by the
-report's fuzz entries (tests/fuzz_entries_report.py) as a traceback (TypeError, KeyError, AttributeError) or, for an
+report's fuzz entries (tests/fuzz/fuzz_entries_report.py) as a traceback (TypeError, KeyError, AttributeError) or, for an
 empty results directory, a README rewritten to say that nothing ran; each is now an InputError naming the file, the
 claim and the field, and the command lines exit 2 with one line, writing nothing."""
 from __future__ import annotations
@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from kvbounds import report_markdown, summary_read
+from kvbounds.report import markdown as report_markdown
+from kvbounds.report import summary_read
 from kvbounds.algorithms.validation import InputError
-from kvbounds.report_markdown import FOUND_BEGIN, FOUND_END, render_from_summary
-from kvbounds.summary_read import load_summary, verdict_from_dict, verdicts_from_summary
+from kvbounds.report.markdown import FOUND_BEGIN, FOUND_END, render_from_summary
+from kvbounds.report.summary_read import load_summary, verdict_from_dict, verdicts_from_summary
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

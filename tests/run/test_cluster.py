@@ -1,4 +1,4 @@
-"""`kvbounds check --scheduler`: the trials on a dask.distributed cluster (kvbounds.cluster).
+"""`kvbounds check --scheduler`: the trials on a dask.distributed cluster (kvbounds.run._cluster).
 
 One real LocalCluster of two worker processes runs two cheap claims on the smoke profile through the command
 line; a worker is killed mid-run. The records equal the local pool's (tests/conftest.py's smoke store), timing
@@ -19,7 +19,7 @@ from collections import Counter
 import pytest
 
 from kvbounds.cli import main
-from kvbounds.records import RESULTS_FILE, ResultStore, canonical
+from kvbounds.core._records import RESULTS_FILE, ResultStore, canonical
 
 CLAIMS = ["SG.matprod", "BKV.attention"]      # 9 + 6 smoke trials of 0.01 to 0.4 s
 
@@ -47,7 +47,7 @@ def paced(fn, *args, **kw):
 
 
 def test_parse_scheduler():
-    from kvbounds.cluster import parse_scheduler
+    from kvbounds.run._cluster import parse_scheduler
     assert parse_scheduler("local:3") == ("local", 3)
     assert parse_scheduler("tcp://10.0.0.1:8786") == ("address", "tcp://10.0.0.1:8786")
     for bad in ("local:0", "local:x", "local", "", "tcp://a b"):
@@ -93,7 +93,7 @@ def test_workers_with_several_threads_are_refused(tmp_path, capsys):
 
 def test_local_cluster_equals_the_local_pool_and_survives_a_killed_worker(tmp_path, smoke_store, monkeypatch):
     distributed = pytest.importorskip("distributed")
-    from kvbounds import cluster
+    from kvbounds import run as cluster         # the runner reads dask_executor from the run room's face
     out = tmp_path / "res"
     seen: dict = {"trial_of": {}}          # dask key -> trial key, as the runner submits them
     real = cluster.dask_executor

@@ -14,15 +14,15 @@ from collections import Counter
 
 import pytest
 
-from kvbounds import registry
+from kvbounds import claims as registry
 from kvbounds.cli import main
-from kvbounds.records import Record, ResultStore, StoreLocked, canonical
-from kvbounds.registry import CLAIMS, Claim, get_claim
-from kvbounds.runner import Progress, Trial, expand, run_checks, trial_seed
+from kvbounds.core._records import Record, ResultStore, StoreLocked, canonical
+from kvbounds.claims import CLAIMS, Claim, get_claim
+from kvbounds.run._runner import Progress, Trial, expand, run_checks, trial_seed
 
 FAKE = '''
 import os, time
-from kvbounds.records import Record
+from kvbounds.core._records import Record
 from kvbounds.verdict import Verdict
 CLAIM = {claim!r}
 def trials(profile):
@@ -62,7 +62,7 @@ def _thread_ex():
 
 
 def test_registry_covers_catalogue_ids():
-    from kvbounds.registry import papers_in
+    from kvbounds.claims import papers_in
     assert {"SBW.balance", "BKV.e2e", "SG.decode"} <= set(CLAIMS)
     for cid, c in CLAIMS.items():     # each entry: its check module checks it, its source names a registered paper
         assert c.id == cid and papers_in(c.source), cid
@@ -282,7 +282,7 @@ def test_cli_records_identical_for_one_and_two_workers(tmp_path):
 # ------------------------------------------------------- the pool and its parent (subprocesses)
 DRIVER = '''
 import sys
-from kvbounds.registry import CLAIMS, Claim
+from kvbounds.claims import CLAIMS, Claim
 for arg in sys.argv:
     if arg.startswith("FAKE."):
         CLAIMS[arg] = Claim(arg, "test", "a fake claim", "tests", check=sys.argv[sys.argv.index(arg) + 1])
@@ -412,7 +412,7 @@ def test_torch_in_the_parent_then_workers_with_torch_threads(tmp_path):
 
 def test_one_worker_sweep_leaves_the_callers_thread_settings_alone(tmp_path, fake):
     from threadpoolctl import threadpool_info
-    import kvbounds.workers as workers
+    import kvbounds.run._workers as workers
     cid = fake("threads", "assert os.environ['OMP_NUM_THREADS'] == '1'", n=2)
     state = lambda: (workers._ONE_THREAD_PROCESS, {v: os.environ.get(v) for v in workers.THREAD_VARS},
                      {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
@@ -457,8 +457,8 @@ def test_eta_comes_from_the_measured_trial_times_of_each_claim():
 
 
 def test_a_run_appends_its_wall_and_cpu_time_to_runs_jsonl(tmp_path, fake):
-    from kvbounds.progress import read_runs
-    from kvbounds.report_meta import run_metadata, trial_seconds
+    from kvbounds.core import read_runs
+    from kvbounds.report._meta import run_metadata, trial_seconds
     cid = fake("timed", n=3)
     timings = {}
     out = tmp_path / "out"

@@ -15,7 +15,7 @@ from hypothesis import find, given, settings
 from kvbounds.algorithms.validation import InputError
 from kvbounds.testing import (FAMILIES, KVStream, assert_attention_error, attention_error, make_stream,
                               real_available)
-from kvbounds.testing.streams import REAL, SYNTHETIC
+from kvbounds.streams import REAL, SYNTHETIC
 from kvbounds.testing.strategies import families_here, kv_streams
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from kvbounds.registry import get_claim
+from kvbounds.claims import get_claim
 from kvbounds.proofs_checks import sbw_kernel_identity as check
 from kvbounds.theory.kernel_identity import (exact_tensor_power, exact_truncated_inner, exp_taylor,
                                     feature_dim, symbolic_residuals, tensor_power_inner, terms_needed,

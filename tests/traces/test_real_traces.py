@@ -233,7 +233,7 @@ def test_extract_rejects_bad_input(tmp_path):
 # forward passes (removed) gave on the first 96 tokens of the default text: SmolLM2's next-token log-probabilities
 # and some rows of its captured q (pre-RoPE, layer 0), k (post-RoPE, layer 29) and v (layer 29); MiniLM's last
 # hidden states and layer-5 q/k on one segment of 96 positions.
-FORMER = Path(__file__).parent / "data" / "former_forward_reference.npz"
+FORMER = Path(__file__).parents[1] / "data" / "former_forward_reference.npz"
 
 # How far apart two float32 evaluations of the same network may be (the stored one was made on another CPU: its
 # kernels order the sums differently: SIMD width, BLAS blocking, thread split). Each evaluation is off the exact

@@ -1,6 +1,6 @@
 """SmolLM2's tokenizer is built from the GGUF file once and then read from its JSON in the cache
 (kvbounds.traces.smollm2.load_tokenizer): the cached tokenizer is the built one, a damaged cache file is rebuilt.
-The real tokenizer's ids are checked against stored ones in tests/test_real_traces.py. The chat template of the
+The real tokenizer's ids are checked against stored ones in tests/traces/test_real_traces.py. The chat template of the
 GGUF file is kept beside it (kvbounds.traces.smollm2.load_chat_template) and reaches the transformers tokenizer."""
 import pytest
 
@@ -44,7 +44,7 @@ def test_chat_template_kept_from_the_gguf_file(tmp_path, monkeypatch):
     except smollm2.ModelUnavailable as e:
         pytest.skip(str(e))
     from types import SimpleNamespace
-    from kvbounds.e2e.model import LoadedModel
+    from kvbounds.e2e import LoadedModel
     monkeypatch.setenv("KVBOUNDS_CACHE", str(tmp_path / "cache"))
     tokenizer = smollm2.load_tokenizer(path)                   # built from the GGUF file: its template saved too
     (saved,) = (tmp_path / "cache" / "models").glob("*-chat-template.json")

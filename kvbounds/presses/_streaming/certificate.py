@@ -12,7 +12,7 @@ What each press computes (o over the layer's whole history, o_hat over the cache
 recent tokens E plus the compressed middle M; with y_j = e^{l_j} (v_j - o_hat), exactly
 o_hat - o = (Y_hat_M - Y_M) / Z, the middle's compression error of sum y over the true denominator Z):
 
-* BalanceKV, bound: the walk's own Cauchy-Schwarz sums (:class:`~kvbounds.streaming.balance.WalkSums`) at the
+* BalanceKV, bound: the walk's own Cauchy-Schwarz sums (:class:`~kvbounds.presses._streaming.balance.WalkSums`) at the
   query, (e^{||q||^2 s / 2} (X_num + ||o_hat|| X_den)) / Z_lo, Z_lo = max(Z_hat - e^{||q||^2 s / 2} X_den, Z_E) a
   lower bound of Z, capped by the trivial bar. Valid, and vacuous on real keys: a bound on the dropped tokens'
   logits from what the press keeps is e^{s ||q|| ||k - k'||}-loose (SmolLM2: s ||q|| ||k - k'|| ~ 17 where the
@@ -22,7 +22,7 @@ o_hat - o = (Y_hat_M - Y_M) / Z, the middle's compression error of sum y over th
   probability 1 / w_i), se_CS^2 = sum over neighbours (1/2) max(w_i, w_i+1)^2 ||y_i - y_i+1||^2 (the
   collapsed-strata variance: the walk keeps one token of each pair, neighbours stand for the pair it dropped).
 * SubGen, estimate: 3 (se_num + R se_den) / Z_hat, the sample standard errors of its l2 value samples and of its
-  per-cluster samples (:meth:`~kvbounds.streaming.subgen.SubGenState.standard_errors`). SubGen, bound: the trivial
+  per-cluster samples (:meth:`~kvbounds.presses._streaming.subgen.SubGenState.standard_errors`). SubGen, bound: the trivial
   bar (its state holds no bound of its own).
 
 Measured on the decode checks' quick runs (BKV.decode / SG.decode: SmolLM2, 810 (checkpoint, layer, head) cells

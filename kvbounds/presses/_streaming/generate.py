@@ -26,7 +26,7 @@ def generate(model, press, input_ids, max_new_tokens: int, *, chunk: int | None 
     row draws from its own random stream), so a padded row's tokens equal the row's alone. The press's state
     afterwards is the last batch's."""
     chunk, mask = inputs.check_generate(model, press, input_ids, max_new_tokens, chunk, attention_mask)
-    from kvbounds.e2e.attention import require_weighted_attention
+    from kvbounds.e2e import require_weighted_attention
     require_weighted_attention(model)
     if mask is None or bool(mask.all()):
         new = _generate_rows(model, press, input_ids, max_new_tokens, chunk)

@@ -1,4 +1,4 @@
-"""The argument checks of :mod:`kvbounds.streaming` (docs/INPUTS.md, "Streaming presses"): every refusal an
+"""The argument checks of :mod:`kvbounds.presses._streaming` (docs/INPUTS.md, "Streaming presses"): every refusal an
 :class:`~kvbounds.algorithms.validation.InputError` naming the argument and the rule, before any work."""
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def check_scale(scale) -> float:
 def check_query(layer, q, scale) -> None:
     """q (b, H, d): a finite real float torch tensor matching the layer's rows and head_dim, H a multiple of its KV
     heads; ``layer`` a WeightedLayer holding at least one token; a valid ``scale``."""
-    from kvbounds.e2e.weighted_cache import WeightedLayer
+    from kvbounds.e2e import WeightedLayer
     if not isinstance(layer, WeightedLayer):
         raise InputError(f"layer must be a kvbounds WeightedLayer (a streaming press's cache layer), got "
                          f"{type(layer).__name__}")

@@ -1,4 +1,4 @@
-"""The layer a streaming press keeps: a :class:`~kvbounds.e2e.weighted_cache.WeightedLayer` that asks its press to
+"""The layer a streaming press keeps: a :class:`~kvbounds.e2e.WeightedLayer` that asks its press to
 reduce every layer before it would hold more than ``target + interval`` tokens.
 
 The first layer's ``update`` (the first cache write of every forward pass) checks whether the new tokens would push
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from kvbounds.algorithms.validation import InputError
-from kvbounds.e2e.weighted_cache import WeightedLayer
+from kvbounds.e2e import WeightedLayer
 
 
 class StreamingLayer(WeightedLayer):
