@@ -28,6 +28,7 @@ import difflib
 import importlib
 import importlib.util
 import re
+import sys
 from types import ModuleType
 from typing import Callable
 
@@ -417,6 +418,11 @@ def register_claim(claim: Claim) -> Claim:
     claim again is a no-op; another claim under a registered id is an error."""
     if not isinstance(claim, Claim):
         raise TypeError(f"register_claim takes a Claim, got {type(claim).__name__}")
+    if claim.check == "__main__" and _main_module_name():
+        # `python -m kvbounds.proofs_checks.X`: the module running as __main__ is X, once (discovery skipped it)
+        name = _main_module_name()
+        sys.modules.setdefault(name, sys.modules["__main__"])
+        claim = dataclasses.replace(claim, check=name)
     if CLAIMS.get(claim.id, claim) != claim:
         raise ValueError(f"a different claim is registered as {claim.id!r}")
     if not papers_in(claim.source):
@@ -424,6 +430,12 @@ def register_claim(claim: Claim) -> Claim:
                          f"register_paper(Paper(...)) first")
     CLAIMS[claim.id] = claim
     return claim
+
+
+def _main_module_name() -> str | None:
+    """The name of the module running as ``__main__`` under ``python -m NAME`` (None for a script or a REPL)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None)
 
 
 def load_check_modules() -> list[str]:
@@ -440,6 +452,8 @@ def load_check_modules() -> list[str]:
             if "register_claim(" not in path.read_text(encoding="utf-8", errors="replace"):
                 continue
             name = f"{pkg.__name__}.{path.stem}"
+            if name == _main_module_name():          # it runs as __main__ (`python -m`) and registers itself
+                continue
             try:
                 importlib.import_module(name)
                 done.append(name)
