@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU-only build instead.
 TORCH_INDEX ?=
 
-.PHONY: report results-md check test test-portable test-all test-deps bench notebooks clean
+.PHONY: report results-md check test test-docs test-portable test-all test-deps bench notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -49,8 +49,14 @@ notebooks: $(NB_STAMP)
 # PYTHONDONTWRITEBYTECODE emptied for the tests: with it set (some containers set it), every process the run starts
 # (2 xdist workers, 6 notebook kernels, the README's and the runner's subprocesses) compiles kvbounds and the
 # assertion-rewritten tests from source again; the caches go to __pycache__/ (git-ignored)
+# `make test`: every folder of tests/ but the docs tier (tests/README.md says where a test goes); `make test-docs`:
+# the docs tier, tests/docs/ (the README's examples and install lines, the notebooks, docs/*.md followed literally,
+# the committed results, packaging: builds, installs, static tools), which CI runs after `make test`
 test: $(STAMP)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q --ignore=tests/docs
+
+test-docs: $(STAMP)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q tests/docs
 
 # The float-sensitive tests (`-m float_sensitive`: stored references, the README's printed digits, torch's CPU kernels
 # against numpy, the real models) again on other kernels, so that a CPU other than the developers' passes too: one
