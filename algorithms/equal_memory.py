@@ -9,7 +9,7 @@ for one layer's K, V (Hkv, n, d) of any backend (numpy on the harness's host pat
 ``rng``; the result lives where K does. This module holds that contract's function for each of the package's own
 methods (the registry names them), and what fits a method to a budget: BalanceKV's layout (the largest
 T-cache that fits, the rest exact recent tokens: :func:`balance_layout`) and the rounds of SubGen, subspace and
-k-center with cluster sizes (:func:`fit_to_floats`). Formerly part of :mod:`kvbounds.e2e._methods`, which
+k-center with cluster sizes (:func:`fit_to_floats`). Formerly part of :mod:`kvbounds.e2e`, which
 re-exports these names.
 """
 from __future__ import annotations

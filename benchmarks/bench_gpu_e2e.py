@@ -22,7 +22,7 @@ device synchronized around each call):
   compress / prefill (paired), so prefill + compression costs 1 + ratio prefills;
 * ``decode:exact`` and ``decode:<m>``: one decode step (the next token at position n, logits and
   log-softmax included: :func:`kvbounds.e2e._harness.score_tail`) through the full cache and through m's
-  compressed cache from the host path (the weighted attention of :mod:`kvbounds.e2e._attention`); ratio
+  compressed cache from the host path (the weighted attention of :mod:`kvbounds.e2e`); ratio
   decode:<m> / decode:exact (the device path's cache holds the same tensors on the same device).
 
 Where each method runs: each row says (:func:`kvbounds.e2e._methods.path_note`): on the host path ours are

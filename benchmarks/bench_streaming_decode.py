@@ -4,7 +4,7 @@ same target and against exact decoding, SmolLM2, at n = 4k and 16k tokens of con
 Each candidate runs ``interval`` greedy decode steps of the real model per call (so one reduction / compression per
 call, amortised per token): ``exact`` on a DynamicCache holding n tokens (random keys and values of the model's
 shapes; cropped back to n after each call), ``decoding_knorm`` (kvpress DecodingPress(KnormPress()), target_size =
-target, compression_interval = interval) and the two streaming presses (:mod:`kvbounds.presses._streaming`), whose caches are
+target, compression_interval = interval) and the two streaming presses (:mod:`kvbounds.presses`), whose caches are
 brought to their steady state by a short chunked prompt and placed at logical position n (their cost does not depend
 on n: the layers hold target..target + interval tokens at every n). Interleaved repetitions, one thread, the
 thread's CPU time (_harness.paired, clock="cpu"); medians and the paired ratios. Targets: streaming <= 2x

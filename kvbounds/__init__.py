@@ -62,7 +62,7 @@ def _install_finder() -> None:
     if not _os.path.isfile(_os.path.join(root, "algorithms", "__init__.py")):
         return
     if not any(isinstance(f, _RepositoryFolders) for f in _sys.meta_path):
-        _sys.meta_path.insert(0, _RepositoryFolders(root))     # before an editable install's finder: this tree's folders
+        _sys.meta_path.insert(0, _RepositoryFolders(root))     # before an editable install's finder: this tree's
 
 
 _install_finder()

@@ -226,7 +226,8 @@ def power_summary(records):
 
 
 def power_trial_with_walk_cause(params: dict, seed: int, backend: str):
-    """:func:`power_trial` with every walk of its MergeAndReduce recorded and measured (:mod:`kvbounds.battery.walk_probe`):
+    """:func:`power_trial` with every walk of its MergeAndReduce recorded and measured
+    (:mod:`kvbounds.battery.walk_probe`):
     each record's ``extra["walk_cause"]`` (raw and with the block's keys centred; :mod:`.walk_cause`). The walks run
     exactly as without the probe (its signs are replayed from the recorded uniforms: ``replayed``)."""
     with walk_probe.record_merge_and_reduce() as calls:

@@ -1,5 +1,5 @@
 """Shared by BKV.decode and SG.decode: SmolLM2 generates greedily with a streaming press
-(:mod:`kvbounds.presses._streaming`), and at checkpoints every layer's compressed attention output is compared with exact
+(:mod:`kvbounds.presses`), and at checkpoints every layer's compressed attention output is compared with exact
 attention over that layer's whole history (the keys and values the same run computed), at the query of the current
 step, with the battery of controls (:mod:`kvbounds.battery`: zeros, the mean, StreamingLLM with the press's sink,
 uniform with the press's sink and window) at the floats the press holds then (its keys, values and per-token
@@ -187,7 +187,7 @@ def run_generation(press_cls, params: dict, seed: int, *, ablation=None, tokens:
 def run_forced(press_cls, params: dict, seed: int, tokens, **press_kw):
     """The same measurements with another press fed the same tokens (``tokens``: the sequence a run of
     :func:`run_generation` produced, prompt first): the prompt in chunks of the press's interval, then one token per
-    step, as :func:`kvbounds.presses._streaming.generate` feeds them, so every checkpoint and layer pairs with that run's.
+    step, as :func:`kvbounds.presses.generate` feeds them, so every checkpoint and layer pairs with that run's.
     Returns the rows."""
     import inspect
     import torch

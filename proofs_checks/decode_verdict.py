@@ -6,7 +6,8 @@ theorem's error scale at the press's memory (a shape: the O~ hides constants and
 ``holds-fitted`` with the fitted constant max measured/shape, labelled fitted); its extras keep the a-priori scale's
 logarithm, the press's live certificate beside the measured error (``certificate``: a separate field, never the
 bound) and each trivial estimator's error in the same units. Per layer a power record (the worst checkpoint of the
-method and of each control of the battery; :func:`kvbounds.battery.power_vs_controls`): the layers of one generation are the
+method and of each control of the battery; :func:`kvbounds.battery.power_vs_controls`): the layers of one generation
+are the
 paired samples (they share the prompt and the generated text, so they are not independent streams; said in the
 verdict).
 """

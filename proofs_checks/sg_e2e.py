@@ -16,7 +16,8 @@ SubGen); a miss is ``not-reproduced`` only when powered, else ``not-shown``. Pow
 Holm family with the cells it guards; sensitivity: uniform with fewer floats is worse), as in BKV.e2e.
 Settings: the question after the compressed prompt and the papers' setting (question inside it, its last window
 exact; BalanceKV blocks of 128): full and quick run both from one prefill per instance (quick while
-:data:`kvbounds.e2e._checks.QUICK_PAPERS_SETTING` is on, the default); every cell names its setting. quick runs ``QUICK_METHODS`` (the variants, the papers' baselines, kvpress's SnapKV / PyramidKV).
+:data:`kvbounds.e2e._checks.QUICK_PAPERS_SETTING` is on, the default); every cell names its setting. quick runs
+``QUICK_METHODS`` (the variants, the papers' baselines, kvpress's SnapKV / PyramidKV).
 """
 from __future__ import annotations
 

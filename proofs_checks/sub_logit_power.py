@@ -1,4 +1,4 @@
-"""SUB.logit-error against the battery of controls (:mod:`kvbounds.battery`; the rule is :mod:`kvbounds.battery._power_rule`).
+"""SUB.logit-error against the battery of controls (:mod:`kvbounds.battery`; the rule is :mod:`kvbounds.battery`).
 
 The draft's logit bound (Subspace-FD-draft Sec. 8) is an error bound on the estimate l^_i = gamma q^T P_B k_i /
 sqrt d. Its competitors at the method's floats (:func:`logit_controls`): ``zeros`` (l^ = 0), ``mean`` (l^_i =

@@ -2,7 +2,7 @@
 
 Falsifier 1 of the draft asks whether a rank r << d keeps perplexity within +1%. Beside the static-basis run of
 :mod:`kvbounds.proofs_checks.sub_lowrank` (one window), this part runs the subspace cache through the end-to-end
-harness (:mod:`kvbounds.e2e._falsifiers`: every layer's middle keys/values projected on their top-r subspace, r
+harness (:mod:`kvbounds.e2e`: every layer's middle keys/values projected on their top-r subspace, r
 from the float budget, first/last 32 tokens exact) on independent windows of real text, against uniform sampling
 holding the same floats (within 1%). One trial per window; one record per budget: ``measured`` = the subspace's
 mean per-token NLL increase over exact attention on that window, ``bound`` = uniform sampling's (``exact``: holds =

@@ -68,7 +68,8 @@ def lm():
 class SmokeStore:
     """The smoke-profile records (seed 0, numpy) of each checked claim, computed once per test session by
     ``kvbounds.run_checks`` into ``ROOT/<claim>/results.jsonl`` and read back by every test that needs them
-    (tests/proofs_checks/test_checks.py's smoke test, the notebooks, the numpy reference of tests/gpu/test_gpu_paths.py, ...), instead
+    (tests/proofs_checks/test_checks.py's smoke test, the notebooks, the numpy reference of
+    tests/gpu/test_gpu_paths.py, ...), instead
     of each recomputing the same trials. ``ROOT`` is shared by the xdist workers; a file lock per claim makes the
     first worker that asks compute it while another asking waits, then reads. A trial that raised is stored as an
     error record (``errors``): the smoke test fails on it, a notebook reruns it."""
@@ -125,7 +126,8 @@ def smoke_store(tmp_path_factory) -> SmokeStore:
 # The longest tests of the default run (`make test` = `pytest -n 2`), longest first, as measured with --durations
 # (seconds on a quiet 2-core machine, approximate). They are collected first, so the two xdist workers start them at
 # once and the run ends on short tests: with collection order, one worker was left finishing a notebook or the e2e
-# benchmark alone. A name that no longer matches a test only loses its place (tests/package/test_conftest_order.py checks
+# benchmark alone. A name that no longer matches a test only loses its place (tests/package/test_conftest_order.py
+# checks
 # the names). Order only: every test runs as before.
 LONGEST_FIRST = (
     "tests/benchmarks/test_bench_gpu.py::test_bench_gpu_e2e_quick_cpu",                      # ~12 s

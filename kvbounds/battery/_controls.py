@@ -17,7 +17,7 @@ K (..., n, d), V (..., n, dv) numpy arrays (heads leading, or one head); ``float
     and MergeAndReduce: fair coins for the walk; SubGen: uniform samples for its clusters and its l2 samples;
     subspace and Frequent Directions: a random basis of the same rank; the streaming presses: random halving). It
     is the method's own: a registered method names it in its ``ablation`` field (:func:`ablation_of`; the package's
-    are in :mod:`kvbounds.battery._ablations`, with the pieces the claims' checks use: ``split_uniform``, ``random_basis``,
+    are in :mod:`kvbounds.battery`, with the pieces the claims' checks use: ``split_uniform``, ``random_basis``,
     ``random_basis_sketch``), the claims' streaming algorithms take a switch (``BalanceKV(signs="random")``, ...).
 
 Memory (:func:`cache_floats`, the one count for method and control): a key for every token used on either side, a

@@ -17,7 +17,7 @@ measurement. Records stored before the battery (control names ``mean_values``, `
 called under their own labels.
 
 The rule (:func:`power_vs_controls`): per setting (a stream family, ...) and control, the three-way call of
-:mod:`kvbounds.battery._power_calls` (better / tied / worse / not shown / not tested, with the median ratio, its 95%
+:mod:`kvbounds.battery` (better / tied / worse / not shown / not tested, with the median ratio, its 95%
 interval, the wins and the smallest detectable ratio), Holm over every (setting, control) of the claim
 (:func:`kvbounds.verdict.holm_adjust`, the shared rule). ``shown`` when every tested call is ``better``,
 ``low`` otherwise, the headline naming the calls that are not.
@@ -87,7 +87,7 @@ def not_applicable(reason: str) -> str:
 @dataclasses.dataclass
 class PowerCell:
     """One setting (stream family, memory) of one claim: the method's and each control's metric over paired
-    streams, and the call against each control (:mod:`kvbounds.battery._power_calls`)."""
+    streams, and the call against each control (:mod:`kvbounds.battery`)."""
     setting: str
     streams: int
     method: float                              # median of the method's metric
@@ -193,7 +193,7 @@ def _not_compressing(records: Sequence[Record]) -> tuple[list[Record], str]:
 def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], Any],
                       value: Callable[[Record], float] = lambda r: r.measured, metric: str = "error",
                       alpha: float = ALPHA, unit: str = "independent streams") -> TrivialPower:
-    """The calls of :mod:`kvbounds.battery._power_calls` over ``records`` (the method's records carrying
+    """The calls of :mod:`kvbounds.battery` over ``records`` (the method's records carrying
     ``extra["controls"]``, and ``extra["floats"]`` / ``extra["not_tested"]`` where they come from the battery),
     grouped by ``setting(r)``; ``power`` is ``shown`` when every tested call is ``better``, ``low`` otherwise
     (``note``: the headline's words), ``n/a`` with no tested call. ``unit``: what the paired samples are

@@ -4,7 +4,8 @@
 * :func:`record_merge_and_reduce`: every SoftmaxBalance call (BalanceKV-NeurIPS Alg. 2) made by a MergeAndReduce
   (Alg. 1's numerator and denominator instances, :class:`kvbounds.algorithms.balance_kv.BalanceKV`): its cell K, V,
   radii, c, signs, and the state of its Generator before the call, from which the walk's uniforms are drawn again;
-* :func:`record_halvings`: every halving of the streaming press (:mod:`kvbounds.presses._streaming.balance`, the walk on pair
+* :func:`record_halvings`: every halving of the streaming press (:mod:`kvbounds.presses._streaming.balance`, the walk
+on pair
   differences): the group's keys, values and liveness, the Gram D of the differences, the uniforms and the signs.
 
 Both wrap a module-level function for the duration of a ``with`` block (the wrapped function returns exactly what
@@ -105,7 +106,8 @@ def record_merge_and_reduce():
 def record_halvings():
     """``with record_halvings() as halvings:`` every halving of a streaming BalanceKV press inside the block is
     appended to ``halvings`` (a list of :class:`Halving`)."""
-    from kvbounds.presses._streaming import balance   # the probe wraps the streaming walk in place: another room's internals
+    # the probe wraps the streaming walk in place: the one import of another room's internals (test_structure.py)
+    from kvbounds.presses._streaming import balance
     halvings: list[Halving] = []
     pending: dict[str, Any] = {}
 

@@ -5,7 +5,7 @@ A claim is data: its statement, its source (paper, version and theorem, as a rea
 module in ``kvbounds.proofs_checks``, the method its power table speaks for (``algorithm``), whether its check runs
 its arrays on a GPU backend and why (``gpu``), whether the runner submits its trials first (``schedule_first``) and
 whether it has trials in the ``gpu`` profile (``gpu_profile``). Everything else (the runner, the report, the CLI,
-:mod:`kvbounds.gpu.support`, :mod:`kvbounds.battery._power_rule`, the tests) reads these entries. An entry whose check module
+:mod:`kvbounds.gpu.support`, :mod:`kvbounds.battery`, the tests) reads these entries. An entry whose check module
 does not exist yet is listed as "no check". A new claim can also live in its check module alone: a module of
 ``kvbounds.proofs_checks`` that calls :func:`register_claim` (and :func:`register_paper` for a new paper) is
 imported when the registry loads (:func:`load_check_modules`); from outside the package, the entry-point group
@@ -360,7 +360,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim("BKV.e2e", _BKV, "End to end: compressing the prefill cache to ~0.25, BalanceKV's average quality is at least "
           "uniform sampling's and above StreamingLLM, SnapKV and PyramidKV; retrieval of a needle survives compression. "
           "Checked inside a real model (perplexity, passkey, line retrieval), each BalanceKV variant.",
-          f"{_BN} Sec. 4.2-4.3, Table 1, needle test", "kvbounds.e2e._checks:equal_memory_baseline", "kvbounds.proofs_checks.bkv_e2e",
+          f"{_BN} Sec. 4.2-4.3, Table 1, needle test", "kvbounds.e2e._checks:equal_memory_baseline",
+          "kvbounds.proofs_checks.bkv_e2e",
           kind="empirical",
           schedule_first=True),
     Claim("SG.e2e", _SG, "End to end: on LongEval-style line retrieval, greedy k-center (ClusterGen) with recent tokens "

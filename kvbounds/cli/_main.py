@@ -132,7 +132,7 @@ def _cmd_check(args) -> int:
             print(f"kvbounds: --backend {args.backend} cannot run on this machine: {why}", file=sys.stderr)
             return 2
     if args.backend in ("torch:cuda", "cupy") or (args.backend == "torch" and _cuda_visible()):
-        from kvbounds.gpu.support import describe    # which checks put their arrays on the device, which stay on the CPU
+        from kvbounds.gpu.support import describe    # which checks put their arrays on the device, which on the CPU
         for line in describe(args.claims or [c.id for c in checked_claims()], args.backend):
             print(line, file=sys.stderr)
     resume = f"finished trials are kept in {args.out}/results.jsonl; rerun the same command to resume"
@@ -178,7 +178,7 @@ def _cmd_check(args) -> int:
 
 
 def _executor(scheduler: str | None):
-    """``(executor, its workers)`` for ``--scheduler`` (a dask.distributed cluster, :mod:`kvbounds.run._cluster`), or
+    """``(executor, its workers)`` for ``--scheduler`` (a dask.distributed cluster, :mod:`kvbounds.run`), or
     ``(None, None)``: the runner's own process pool."""
     if scheduler is None:
         import contextlib
@@ -270,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
         traces_cli.add_parser(sub)          # `kvbounds traces extract ...` (real Q/K/V from real models)
     from . import _e2e as e2e_cli      # `kvbounds e2e ...` (end-to-end harness; needs the hf extra to run)
     e2e_cli.add_parser(sub)
-    from . import _evaluate as evaluation_cli             # `kvbounds evaluate SPEC` (any press or compressor against the battery)
+    from . import _evaluate as evaluation_cli   # `kvbounds evaluate SPEC` (any press or compressor against the battery)
     evaluation_cli.add_parser(sub)
     return p
 

@@ -63,7 +63,7 @@ def profile_grid(profile: str, tasks: dict, *, methods=M.DEFAULT_METHODS, budget
                  settings=("after",)) -> list[dict]:
     """``tasks``: kind -> (n, count[, cont]) for this profile; ``where``: see :func:`kvbounds.e2e._methods.compress_all`
     (a param only when not "host", so the checks' trial keys do not change); ``settings``: "after" and/or
-    "inside" (the papers' setting, :mod:`kvbounds.e2e._tasks`: passkey / lines only, BalanceKV blocks of 128 as the
+    "inside" (the papers' setting, :mod:`kvbounds.e2e`: passkey / lines only, BalanceKV blocks of 128 as the
     authors use them; a param only when "inside"); both give one trial per instance with setting "both", whose
     records carry the params of their own setting (:func:`setting_params`)."""
     out = []
@@ -92,7 +92,7 @@ def _grid_rows(kind, n, count, spec, setting, methods, budgets, sink, window, mo
 
 def units(records, method: str, budget: float, task: str) -> dict:
     """Paired units of a method: instance -> log-likelihood gain over exact (first redraw; ppl: the window's mean
-    per token, passkey/lines: the answer's total); see :mod:`kvbounds.e2e._comparisons`."""
+    per token, passkey/lines: the answer's total); see :mod:`kvbounds.e2e`."""
     e = CMP.effects(records, method, budget, task)
     return e[min(e)] if e else {}
 
@@ -197,7 +197,7 @@ SETTING_WORDS = {"after": "question after the compressed prompt",
 
 def compare(records, variants: dict, baselines, tasks) -> dict:
     """Per variant (name -> method): dict(better, worse, cells, details, powered, note, family) over baseline x
-    budget x task (:mod:`kvbounds.e2e._comparisons`: instance-level paired tests per redraw, Holm-adjusted over the
+    budget x task (:mod:`kvbounds.e2e`: instance-level paired tests per redraw, Holm-adjusted over the
     variant's cells per redraw, a cell counting when significant in most redraws with enough instances and
     redraws; duplicate baselines merged)."""
     from kvbounds.verdict import MIN_INSTANCES, MIN_REDRAWS, holm_adjust

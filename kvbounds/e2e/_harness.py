@@ -1,10 +1,10 @@
 """The harness: one exact prefill per task instance, shared by every method; compress every layer to a budget;
-score the tail through the compressed cache with the weighted attention (:mod:`kvbounds.e2e._attention`).
+score the tail through the compressed cache with the weighted attention (:mod:`kvbounds.e2e`).
 
 ``run_cell(lm, task, methods, budgets, ...)`` returns one row per (method, budget) plus the exact row
 (budget 1.0): the per-target log-likelihoods, greedy correctness, the floats held, and the seconds spent
 compressing and scoring. Rows become records in :mod:`kvbounds.proofs_checks.bkv_e2e` / ``sg_e2e`` and in
-``kvbounds e2e``; :mod:`kvbounds.e2e._leaderboard` aggregates them.
+``kvbounds e2e``; :mod:`kvbounds.e2e` aggregates them.
 """
 from __future__ import annotations
 

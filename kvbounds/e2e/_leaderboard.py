@@ -1,6 +1,6 @@
 """The leaderboard for choosing a method: records of the end-to-end checks (``BKV.e2e``, ``SG.e2e``,
 ``kvbounds e2e``) -> rows of method x metric x budget, ranked per (metric, budget), for the report
-(:mod:`kvbounds.report._leaderboard` renders exactly these keys).
+(:mod:`kvbounds.report` renders exactly these keys).
 
 Metrics (the value is a mean over instances, with a 95% interval; a randomised method's redraws are averaged
 per instance first):

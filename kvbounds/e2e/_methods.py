@@ -77,7 +77,7 @@ def compress_ours(method: str, K: np.ndarray, V: np.ndarray, floats: int, rng: n
 def compress_layer(method: str, K, V, budget: float, rng: np.random.Generator, *, sink: int, window: int, Q=None
                    ) -> ts.CompressedKV:
     """One layer's K, V (Hkv, n, d) compressed by ``method`` to ``budget`` (a fraction of their floats), the step
-    :func:`compress_all` takes per layer; used by the presses of :mod:`kvbounds.presses._kvpress`."""
+    :func:`compress_all` takes per layer; used by the presses of :mod:`kvbounds.presses`."""
     check_layer_kv(K, V)
     if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)) \
             or not 0 < budget <= 1:

@@ -1,6 +1,6 @@
 """One end-to-end trial (BKV.e2e, SG.e2e, ``kvbounds e2e``): load the model once per process, build the task
 instance, run every (method, budget) through the harness (:func:`kvbounds.e2e._harness.run_cell`) and turn the rows
-into records (see :mod:`kvbounds.e2e._checks` for what a record holds). A trial with ``setting="both"`` prefills the
+into records (see :mod:`kvbounds.e2e` for what a record holds). A trial with ``setting="both"`` prefills the
 papers' prompt (question inside) once and cuts the question-after prompt, its prefix, from it
 (:func:`kvbounds.e2e._harness.slice_prefill`); each record carries its own setting's params.
 """

@@ -1,4 +1,4 @@
-"""The end-to-end verdicts' sentences (BKV.e2e, SG.e2e; :mod:`kvbounds.e2e._checks`): which budgets each method
+"""The end-to-end verdicts' sentences (BKV.e2e, SG.e2e; :mod:`kvbounds.e2e`): which budgets each method
 ran at, methods and variants named as a reader is told them (the method registry's words), the evidence that makes a
 miss "not reproduced" rather than "not shown", and per variant which baseline it beats, is not shown to beat, or is
 worse than, in which task and setting."""

@@ -1,7 +1,7 @@
 """``kvbounds evaluate SPEC --decode`` (on by itself for a kvpress decoding press): the battery at decode time, on
 streams that grow past the compressed prompt, the protocol of kvpress's ``DecodingPress`` on a bare stream.
 
-A stream of P + N tokens (:mod:`kvbounds.streams._families`): the press compresses the prompt's P tokens to a fixed
+A stream of P + N tokens (:mod:`kvbounds.streams`): the press compresses the prompt's P tokens to a fixed
 ``target`` = floor(f P) tokens (f the evaluation's headline fraction); then tokens arrive one by one, each appended
 to the cache exactly, and every ``interval`` tokens the press compresses the cache back to ``target``, reading the
 queries of the tokens buffered since its last compression (as ``DecodingPress`` passes its buffered hidden states;

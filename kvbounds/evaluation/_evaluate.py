@@ -5,20 +5,20 @@ decode time.
 What it runs (``profile``: smoke, quick, full):
   * the battery (:mod:`kvbounds.battery`: zeros, the mean, StreamingLLM with 4 sink tokens, a weighted uniform
     sample, and the method's ablation where the registry names one) on the stream families of
-    :mod:`kvbounds.evaluation._streams` (synthetic benign, concentrated, clustered, low rank, real SmolLM2, real
+    :mod:`kvbounds.evaluation` (synthetic benign, concentrated, clustered, low rank, real SmolLM2, real
     MiniLM) at several memory fractions (quick: 10%, 25%, 50%, and 1 - ratio), memory counted the same way for the
     method and every control;
-  * per fraction, the calls of :func:`kvbounds.battery.power_vs_controls` (:mod:`kvbounds.battery._power_calls`: better /
+  * per fraction, the calls of :func:`kvbounds.battery.power_vs_controls` (:mod:`kvbounds.battery`: better /
     tied / worse / not shown / not tested, each with the median ratio method / control, its 95% interval, the win
     count and the smallest detectable ratio; Holm over the fraction's (family, control) pairs);
   * the regime curve: per family, the smallest fraction at which the method is better than every control, or
     "never in range";
-  * ``e2e``: the leaderboard's tasks inside SmolLM2 (:mod:`kvbounds.evaluation._e2e`); ``decode`` (or a decoding
-    press): the battery while the cache is recompressed as a stream grows (:mod:`kvbounds.evaluation._decode`).
+  * ``e2e``: the leaderboard's tasks inside SmolLM2 (:mod:`kvbounds.evaluation`); ``decode`` (or a decoding
+    press): the battery while the cache is recompressed as a stream grows (:mod:`kvbounds.evaluation`).
 
 Outputs in ``out``: the records (``results.jsonl``, resumable: rerunning the same command skips finished trials, as
 ``kvbounds check`` does), ``evaluation.json`` (:func:`summary`) and ``evaluation.html`` (a card like a claim's,
-:mod:`kvbounds.evaluation._card`). Errors (:class:`EvaluationError`): a SPEC that does not resolve, a bad ratio or
+:mod:`kvbounds.evaluation`). Errors (:class:`EvaluationError`): a SPEC that does not resolve, a bad ratio or
 profile, a press that raises or returns a bad cache on the first stream of a family (checked before any record is
 written), a trial that raised (its error kept in the records; evaluation.json and the card are not written).
 """
@@ -69,7 +69,8 @@ def _preflight(resolved, trials) -> None:
 
 def calls_of(records, fractions) -> tuple[list[dict], dict]:
     """(every call, fraction -> the power rule's result) from the battery records: one power rule per fraction
-    (Holm over its (family, control) pairs), setting = the family. Each call dict is :class:`kvbounds.battery._power_calls.Call`'s,
+    (Holm over its (family, control) pairs), setting = the family. Each call dict is
+    :class:`kvbounds.battery._power_calls.Call`'s,
     with ``fraction`` the fraction asked and ``held_fraction`` the method's floats over the stream's."""
     from kvbounds.battery import power_vs_controls
     out, power = [], {}
@@ -140,10 +141,11 @@ def summary(resolved, records, *, profile, ratio, seed, fractions, families, ext
 def evaluate(spec: str, *, ratio: float = 0.75, profile: str = "quick", e2e: bool = False, decode: bool = False,
              out: str | os.PathLike | None = None, workers: int | None = None, seed: int = 0,
              progress: bool = True) -> dict:
-    """Evaluate SPEC (a registered method, ``kvpress:NAME`` or ``module:NAME``; :mod:`kvbounds.evaluation._spec`) at
+    """Evaluate SPEC (a registered method, ``kvpress:NAME`` or ``module:NAME``; :mod:`kvbounds.evaluation`) at
     kvpress compression ratio ``ratio`` (the fraction removed; the headline fraction is 1 - ratio) on ``profile``;
     writes ``out`` (default :func:`default_out`) and returns evaluation.json's content. ``workers``: processes for
-    the stream trials (default: all cores; smoke runs in this process). Raises :class:`EvaluationError` (and :class:`kvbounds.core.StoreError`
+    the stream trials (default: all cores; smoke runs in this process). Raises :class:`EvaluationError` (and
+    :class:`kvbounds.core.StoreError`
     for an unusable ``out``)."""
     from ._card import write_outputs
     from ._spec import check_ratio, resolve

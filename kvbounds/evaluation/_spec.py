@@ -11,7 +11,7 @@ SPEC is one of
     path, as for ``python -m``): a kvpress ``BasePress`` subclass (built with ``compression_ratio=R``), a press
     instance (its ratio set to R, or its inner press's for a wrapper), a :class:`kvbounds.methods.Method`, or a
     function with the method contract ``compress(K, V, floats, rng, *, sink, window, block_size=64, Q=None)``.
-A press runs on streams through :mod:`kvbounds.evaluation._stream_press`. A SPEC that is no registered name is registered on
+A press runs on streams through :mod:`kvbounds.evaluation`. A SPEC that is no registered name is registered on
 the fly under SPEC itself (``source="external"``), so the rest of the package finds it by that name.
 
 Errors (:class:`SpecError`, an InputError with one line a reader understands): a SPEC that does not import, names

@@ -1,5 +1,5 @@
 """The battery on KV streams for ``kvbounds evaluate``: one trial per (stream family, stream), one record per memory
-fraction, in the representation every power cell of the package reads (:mod:`kvbounds.battery._power_rule`).
+fraction, in the representation every power cell of the package reads (:mod:`kvbounds.battery`).
 
 The protocol (:func:`run_trial`): a stream of n + m tokens of one head (:func:`kvbounds.streams.make_stream`)
 is cut into a context of n tokens, which the method compresses (a press reads the context's queries too, as inside

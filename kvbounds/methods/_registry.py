@@ -12,8 +12,8 @@ layer's queries (K's shape) for methods with ``needs_queries``. The floats it ho
 returns. The package's own methods implement it in :mod:`kvbounds.algorithms.equal_memory`.
 
 Everything that lists methods reads this registry: the end-to-end harness's method lists and their families
-(:mod:`kvbounds.e2e._method_names`), its dispatch (:mod:`kvbounds.e2e._methods`), the leaderboard's families, the
-presses of :mod:`kvbounds.presses._kvpress`, the end-to-end claims' variants, the README's method table (tested against it).
+(:mod:`kvbounds.e2e`), its dispatch (:mod:`kvbounds.e2e`), the leaderboard's families, the
+presses of :mod:`kvbounds.presses`, the end-to-end claims' variants, the README's method table (tested against it).
 NVIDIA kvpress's presses enter through one adapter: each ``kvpress:<name>`` entry names its press class and runs
 through :func:`kvbounds.e2e._methods.compress_kvpress`.
 
@@ -47,7 +47,8 @@ class Method:
     method that only runs on a model's prefill (``compress_prefill``: kvpress's presses).
     ``role``: ``"method"`` (an algorithm of the papers under test), ``"baseline"``, ``"control"`` (a null control:
     a method that must not be found better than another) or ``"ablation"`` (a method with its core ingredient
-    replaced by chance: the battery's control, :mod:`kvbounds.battery._ablations`; not run by the end-to-end lists). ``source``: who implements it (``kvbounds``, ``kvpress``,
+    replaced by chance: the battery's control, :mod:`kvbounds.battery`; not run by the end-to-end lists). ``source``:
+    who implements it (``kvbounds``, ``kvpress``,
     ``external`` for a third party's).
     ``algorithm`` / ``variant``: the algorithm it is a variant of, as the claims name it ("BalanceKV"), and its label
     among that algorithm's variants ("pseudocode", "released"); ``label``: one line a reader sees.
@@ -61,7 +62,7 @@ class Method:
     that reads the model's prefill instead of K, V (used instead of ``compress`` by the harness when set).
     ``compress_layers``: ``(method, state, floats, rng, *, sink, window, block_size) -> list[CompressedKV] | None``,
     every layer on the host at once, the same caches as layer by layer (None: go layer by layer).
-    ``press`` / ``press_options``: the :mod:`kvbounds.presses._kvpress` class that runs it and the field values that select it
+    ``press`` / ``press_options``: the :mod:`kvbounds.presses` class that runs it and the field values that select it
     (for ``kvpress:`` entries, kvpress's class name). ``host_only``: why it cannot run on torch tensors (else "").
     ``device_host_reads``: the small arrays its device path reads on the host (never K or V).
     ``requires``: a module that must import for it to run (its rows are skipped with the reason otherwise).
@@ -250,7 +251,7 @@ def variant_words(algorithm: str, variant: str) -> str:
 
 
 def press_method(press: str, **options) -> str:
-    """The method a :mod:`kvbounds.presses._kvpress` class runs with these field values (``press_method("KCenterPress",
+    """The method a :mod:`kvbounds.presses` class runs with these field values (``press_method("KCenterPress",
     cluster_sized=True)``): the entry naming that press whose ``press_options`` all hold (the most specific)."""
     fits = [m for m in methods(press=press) if all(options.get(k) == v for k, v in m.press_options)]
     if not fits:

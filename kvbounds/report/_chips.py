@@ -1,6 +1,6 @@
 """The colours and tooltips of the report's chips. A statement chip is green only where the statement holds, is not
 vacuous and the method is not worse than a standard baseline; a headline is never greener than its statement; a
-chip's tooltip is the glossary's first sentence for its value (:mod:`kvbounds.report._glossary`)."""
+chip's tooltip is the glossary's first sentence for its value (:mod:`kvbounds.report`)."""
 from __future__ import annotations
 
 import dataclasses

@@ -2,7 +2,7 @@
 
   * every table not already in a scrolling box gets one of its own (``div.scroll``, a region whose label says it
     scrolls sideways), so that a wide table scrolls inside the page instead of pushing the page wider;
-  * the first occurrence of each glossary term (:mod:`kvbounds.report._glossary`) in each section (a claim's card, or the
+  * the first occurrence of each glossary term (:mod:`kvbounds.report`) in each section (a claim's card, or the
     part under an ``h2``) links to its definition, in running text only: not inside links, code, headings, the
     table of contents, a ``summary`` toggle or the glossary itself.
 

@@ -11,7 +11,7 @@ SubGen/ClusterGen, and Subspace-FD-draft. Each answer (:func:`paper_answers`) sa
 * which variant each empirical sentence speaks of (the pseudocode walk at the theorem's c is random halving; the
   released walk is the authors' near-greedy code; the streaming presses depart from the papers), defined once;
 * how each variant does against StreamingLLM, uniform sampling and its ablation at equal memory, on synthetic streams
-  and on real keys (the battery's three-way calls, :mod:`kvbounds.battery._power_calls`), and the experiments' outcome.
+  and on real keys (the battery's three-way calls, :mod:`kvbounds.battery`), and the experiments' outcome.
 
 The words change when the records change. An answer is held to :data:`MAX_WORDS` by dropping detail in a fixed
 order (claim lists become counts, the evidence notes go, corrected bounds are cut to their first clause).

@@ -1,5 +1,5 @@
 """The report's first table (does each method beat the field's baselines at equal memory?) and the glance counts
-that read the battery's calls (:mod:`kvbounds.battery._power_calls`, stored in each verdict's ``power_calls``).
+that read the battery's calls (:mod:`kvbounds.battery`, stored in each verdict's ``power_calls``).
 
 The first table: one row per (claim, family), grouped by claim (its algorithm and variant named), with the unit of
 replication (independent streams, layers of one text, layers of one generation) and the memory (% of the stream's

@@ -1,11 +1,11 @@
 """Should I use it? One row per (method of the papers, task, budget) from the end-to-end records (the leaderboard's
-rows, :mod:`kvbounds.e2e._leaderboard`) and the decode-time checks, against exact attention and the better of the two
+rows, :mod:`kvbounds.e2e`) and the decode-time checks, against exact attention and the better of the two
 standard baselines there (StreamingLLM or uniform sampling), with a one-word call and the compression time per token
 beside the prefill's.
 
 The call: ``better`` / ``worse`` when the 95% intervals of the method and of the baseline do not overlap (a
 conservative rule: non-overlapping intervals imply a difference, overlapping ones do not rule one out), else ``not
-shown``; for decode error, the battery's paired call (:mod:`kvbounds.battery._power_calls`, in the decode claim's verdict)
+shown``; for decode error, the battery's paired call (:mod:`kvbounds.battery`, in the decode claim's verdict)
 against that baseline where the verdict carries one (``tied`` only from there: the intervals alone never show a
 tie). Budgets: 25% and 50% of the cache; a (method, budget) not run on this profile is listed in words, never left
 out silently. Only the question-after-the-prompt setting is tabled (the papers' setting is in the leaderboard).

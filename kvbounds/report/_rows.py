@@ -1,7 +1,7 @@
 """The rows the report reads from a verdict's power fields and from summary.json's other keys (the papers' answers,
 the practitioner's table, the leaderboard), each checked against its schema before a renderer reads it, so that a
 hand-made or edited row is an InputError naming the row and the field, never a KeyError or TypeError from inside a
-table (:mod:`kvbounds.report.summary_read`, :mod:`kvbounds.report._practitioner`, :mod:`kvbounds.report._leaderboard`)."""
+table (:mod:`kvbounds.report.summary_read`, :mod:`kvbounds.report`, :mod:`kvbounds.report`)."""
 from __future__ import annotations
 
 from kvbounds.algorithms.validation import InputError

@@ -1,7 +1,7 @@
 """What the report says once: each finding once with the claims it concerns (:func:`unique_findings`), and
 ``summary.json`` (:func:`summary_json`): every verdict field but the figures, papers named, plus the unique
-findings, the per-paper answers (``"papers"``, :mod:`kvbounds.report._paper_answers`) and, when the report has the records,
-the practitioner's table (``"practitioner"``, :mod:`kvbounds.report._practitioner`), the end-to-end leaderboard's rows
+findings, the per-paper answers (``"papers"``, :mod:`kvbounds.report`) and, when the report has the records,
+the practitioner's table (``"practitioner"``, :mod:`kvbounds.report`), the end-to-end leaderboard's rows
 (``"leaderboard"``) and the run's metadata (``"run"``): everything ``docs/RESULTS.md`` and the README's "What we
 found" are rendered from (:mod:`kvbounds.report.summary_read`). Re-exported by :mod:`kvbounds.report`."""
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """The report as markdown (``kvbounds report --markdown FILE``; ``make results-md`` writes docs/RESULTS.md): what was
 found first, from the same verdicts as the html report.
 
-    per paper         one paragraph per paper group (:mod:`kvbounds.report._paper_answers`)
-    should I use it?  the practitioner's table (:mod:`kvbounds.report._practitioner`)
+    per paper         one paragraph per paper group (:mod:`kvbounds.report`)
+    should I use it?  the practitioner's table (:mod:`kvbounds.report`)
     at a glance       counts by statement (reproduction for empirical claims)
     verdict matrix    one row per registered claim: its dimensions, headline and one line of evidence
     findings          each finding once, with the claims it concerns (:func:`kvbounds.report._report.unique_findings`)
     leaderboard       the end-to-end leaderboard's tables, when there are end-to-end records
     claims            per claim, every verdict field that is set, rendered generically (so fields added later,
                       a power table or a "beats doing nothing" comparison, appear without changes here)
-    glossary          every word of the verdicts defined (:mod:`kvbounds.report._glossary`, as in the html report)
+    glossary          every word of the verdicts defined (:mod:`kvbounds.report`, as in the html report)
     run               version, profile, wall and CPU time
 
 Papers are named by their short names (``registry.cite``) throughout.
@@ -47,7 +47,7 @@ def _value(v, depth: int = 0) -> list[str]:
     pad = "  " * depth
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
         v = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
-    elif isinstance(v, dict):       # a plain dict's keys sorted, as summary.json stores them (kvbounds.report.summary_read)
+    elif isinstance(v, dict):       # a plain dict's keys sorted, as summary.json stores them (report.summary_read)
         v = dict(sorted(v.items()))
     if isinstance(v, dict):
         if all(not isinstance(x, (dict, list)) and not dataclasses.is_dataclass(x) for x in v.values()):
@@ -217,7 +217,8 @@ def write_markdown(out_dir, path, claims=None) -> Path:
 
 
 def render_from_summary(summary: dict, link: str = "docs/RESULTS.md") -> tuple[str, str]:
-    """(docs/RESULTS.md, the README's what-we-found block) from summary.json alone (:mod:`kvbounds.report.summary_read`)."""
+    """(docs/RESULTS.md, the README's what-we-found block) from summary.json alone
+    (:mod:`kvbounds.report.summary_read`)."""
     from .summary_read import verdicts_from_summary
     verdicts = verdicts_from_summary(summary)
     run = summary.get("run") or {}

@@ -195,7 +195,8 @@ def compact(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    """``python -m kvbounds.report.summary_read SUMMARY.json OUT.json``: write :func:`compact` of SUMMARY.json to OUT.json."""
+    """``python -m kvbounds.report.summary_read SUMMARY.json OUT.json``: write :func:`compact` of SUMMARY.json to
+    OUT.json."""
     import sys
     args = argv if argv is not None else sys.argv[1:]
     if len(args) != 2:

@@ -13,7 +13,7 @@ Any ``concurrent.futures.Executor`` works (a Dask ``Client.get_executor()`` too)
 process pool whose workers are started by a fork server (never forked from a parent that may hold
 torch/OpenMP threads), run one BLAS/OpenMP/torch thread each, ignore Ctrl-C (the parent ends them)
 and die with their parent, even a parent killed by ``kill -9``. ``workers=1`` runs in-process with the
-same one-thread setup, so a trial's records do not depend on the number of workers (:mod:`kvbounds.run._workers`).
+same one-thread setup, so a trial's records do not depend on the number of workers (:mod:`kvbounds.run`).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Worker processes and threads of the sweep runner (:mod:`kvbounds.run._runner`): one BLAS/OpenMP/torch thread per
+"""Worker processes and threads of the sweep runner (:mod:`kvbounds.run`): one BLAS/OpenMP/torch thread per
 trial, a fork-server process pool whose workers ignore Ctrl-C and die with their parent (even a parent killed by
 ``kill -9``), and SIGTERM turned into an exception the runner handles like Ctrl-C."""
 from __future__ import annotations

@@ -6,7 +6,7 @@ one with :func:`make_stream`; its ``repr`` is that call, so a failing input prin
 
 Families (:data:`FAMILIES`; the first four and the real ones are those ``kvbounds evaluate`` runs the battery on):
   * ``synthetic benign``   random unit-direction keys and queries, logits of size about 1: near-uniform attention,
-                           where the mean of the values is almost exact (:mod:`kvbounds.streams._power`);
+                           where the mean of the values is almost exact (:mod:`kvbounds.streams`);
   * ``concentrated``       keys in a few tight clusters plus 4 heavy tokens early in the stream; every query points
                            at one heavy token (a logit gap of about 5): heavy hitters;
   * ``clustered``          keys near 8 centres (noise 0.05 of their norm), queries at random

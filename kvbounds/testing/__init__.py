@@ -1,6 +1,6 @@
 """Testing a KV-cache compressor in your own pytest suite: KV streams from named families
 (:mod:`kvbounds.streams`), hypothesis strategies of them (:mod:`kvbounds.testing.strategies`),
-assertions with readable messages (:mod:`kvbounds.testing._assertions`) and the pytest plugin ``kvbounds``
+assertions with readable messages (:mod:`kvbounds.testing`) and the pytest plugin ``kvbounds``
 (:mod:`kvbounds.testing.plugin`: the ``kv_stream`` and ``real_trace`` fixtures, ``--kvbounds-profile``, the
 ``kvbounds_slow`` marker). docs/TESTING.md has an example suite.
 

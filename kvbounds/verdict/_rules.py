@@ -17,7 +17,7 @@ A verdict has separate dimensions, each decided by one rule of this module, the 
   * ``power``      (:func:`decide_power`) ``low`` when a negative control is not rejected (including a
     control that also meets a bound too loose to tell it apart), ``shown`` when every control is rejected;
     for error-bound claims also against the trivial estimators (zeros, the mean of the values, a uniform sample
-    and the recent window at the method's memory; :mod:`kvbounds.battery._power_rule`): ``low`` with the headline
+    and the recent window at the method's memory; :mod:`kvbounds.battery`): ``low`` with the headline
     "no better than <control> (<where>)" unless the method beats every one of them significantly.
   * ``reproduction`` (:func:`combine_reproductions`, :func:`reproduction_status`) for empirical claims.
 
@@ -26,9 +26,9 @@ A verdict has separate dimensions, each decided by one rule of this module, the 
 the *set* of records: every rule orders records canonically (:func:`canonical_order`) and the bootstrap of
 :func:`loglog_slope` is seeded from its (sorted) points.
 
-The verdict's fields live in :mod:`kvbounds.verdict._fields`, the shared statistics in :mod:`kvbounds.verdict._statistics`,
-the power rule in :mod:`kvbounds.verdict._power`, the vacuity rule in :mod:`kvbounds.verdict._vacuity` and the
-reproduction rule in :mod:`kvbounds.verdict._reproduction`;
+The verdict's fields live in :mod:`kvbounds.verdict`, the shared statistics in :mod:`kvbounds.verdict`,
+the power rule in :mod:`kvbounds.verdict`, the vacuity rule in :mod:`kvbounds.verdict` and the
+reproduction rule in :mod:`kvbounds.verdict`;
 all are re-exported here, so checks import everything from this module.
 """
 from __future__ import annotations

@@ -130,7 +130,8 @@ def test_released_rule_is_the_released_walk(temp):
 
 
 def test_theorem_rule_is_the_streaming_walk():
-    """kvbounds.presses._streaming.balance: the walk on pair differences (c = 30 log(P / 0.01) max_p D_pp) gives the theorem
+    """kvbounds.presses._streaming.balance: the walk on pair differences (c = 30 log(P / 0.01) max_p D_pp) gives the
+    theorem
     rule's signs on D with r2 = max diag (the default)."""
     torch = pytest.importorskip("torch")
     from kvbounds.presses._streaming.balance import pair_gram, walk_signs

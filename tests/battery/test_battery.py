@@ -182,7 +182,8 @@ def test_the_documented_example_runs():
 @pytest.mark.parametrize("method", ["balancekv", "balancekv_released", "subgen", "subspace", "kcenter",
                                     "kcenter_sized"])
 def test_each_registered_method_is_run_with_its_ablation_at_its_floats(method):
-    """run() with a registered name builds the registry's ablation (kvbounds.battery._ablations) at the floats the method's
+    """run() with a registered name builds the registry's ablation (kvbounds.battery._ablations) at the floats the
+    method's
     cache holds; the ablation holds no more."""
     rng = np.random.default_rng(9)
     K = rng.standard_normal((2, 160, 8)).astype(np.float32)

@@ -191,7 +191,8 @@ def test_concentrated_stream_keeps_its_heavy_logit_at_any_dimension(d):
         concentrated_stream(np.random.default_rng(0), 200, 1, 1.0)
 
 
-# -- the three-way calls (kvbounds.battery._power_calls) on constructed data ------------------------------------------------
+# -- the three-way calls (kvbounds.battery._power_calls) on constructed data
+# ------------------------------------------------
 
 def paired(ratios, setting="f", **extra):
     """Records whose method / control ratio per stream is ``ratios`` (control 1 + i/100, a spread of magnitudes)."""

@@ -1,4 +1,5 @@
-"""kvbounds.battery.walk_probe: recording BalanceKV's walks changes nothing they do, and the recorded uniforms replay every
+"""kvbounds.battery.walk_probe: recording BalanceKV's walks changes nothing they do, and the recorded uniforms replay
+every
 walk's signs (the diagnostics are of the walks that ran)."""
 import math
 

@@ -6,7 +6,8 @@ kernels are registered on the machine, nor on ``python`` on PATH, and installs n
 
 A notebook runs its claims' checks with ``run_checks``, which runs only the trials missing in ``KVBOUNDS_OUT``. The
 test fills ``KVBOUNDS_OUT`` beforehand with the session's smoke records of those claims (conftest.SmokeStore, the
-records tests/proofs_checks/test_checks.py checks), so a notebook draws from the same records instead of recomputing them; the
+records tests/proofs_checks/test_checks.py checks), so a notebook draws from the same records instead of recomputing
+them; the
 claims are read from the notebook's own ``...CLAIMS = [...]`` assignments. Every axes of every figure a cell draws
 must show some data (a line, points, bars, an image): a filter on names the records no longer carry drew empty
 figures silently.

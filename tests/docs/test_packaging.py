@@ -29,7 +29,8 @@ PY = sys.executable
 
 def run(cmd, cwd, **kw):
     out = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, **kw)
-    assert out.returncode == 0, f"{' '.join(map(str, cmd))} (rc {out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    assert out.returncode == 0, (f"{' '.join(map(str, cmd))} (rc {out.returncode}):\n"
+                                 f"{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     return out
 
 
@@ -78,7 +79,8 @@ def checkouts(tmp_path_factory):
             t.extractall(unpacked, filter="data")
         (sdist_src,) = unpacked.iterdir()
         from_sdist = base / f"{kind}-from-sdist"
-        run([PY, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", from_sdist, sdist_src], cwd=base)
+        run([PY, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", from_sdist, sdist_src],
+            cwd=base)
         (whl2,) = from_sdist.glob("kvbounds-*.whl")
         out[kind] = dict(src=src, sdist=sdist, sdist_src=sdist_src, wheel=whl, wheel_from_sdist=whl2)
     return out
@@ -88,7 +90,8 @@ def test_the_clones_hold_no_symlink_and_the_same_files(checkouts):
     trees = [checkouts[k]["src"] for k in CHECKOUTS]
     files = [sorted(p.relative_to(t).as_posix() for p in t.rglob("*") if ".git" not in p.parts) for t in trees]
     assert files[0] == files[1]
-    assert not [p for p in trees[0].rglob("*") if p.is_symlink()], "a committed symlink (a checkout without links breaks)"
+    links = [p for p in trees[0].rglob("*") if p.is_symlink()]
+    assert not links, f"committed symlinks (a checkout without links breaks): {links}"
 
 
 def test_every_build_holds_every_module_of_the_source_tree(checkouts):
@@ -99,7 +102,8 @@ def test_every_build_holds_every_module_of_the_source_tree(checkouts):
         assert source_modules(c["src"]) == expected, kind
         for build in ("wheel", "wheel_from_sdist"):
             got = wheel_modules(c[build])
-            assert got == expected, f"{kind} {build}: missing {sorted(expected - got)[:10]}, extra {sorted(got - expected)[:10]}"
+            assert got == expected, (f"{kind} {build}: missing {sorted(expected - got)[:10]}, "
+                                     f"extra {sorted(got - expected)[:10]}")
         names = zipfile.ZipFile(c["wheel"]).namelist()
         assert "kvbounds/report/templates/report.html.j2" in names
         assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"kvbounds"}
@@ -108,10 +112,11 @@ def test_every_build_holds_every_module_of_the_source_tree(checkouts):
 def _venv(path: Path) -> Path:
     """A virtual environment that sees this one's dependencies (numpy, ...) but not its kvbounds."""
     subprocess.run([PY, "-m", "venv", "--without-pip", path], check=True)
-    site = Path(subprocess.run([path / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([path / "bin" / "python", "-c", code], capture_output=True, text=True,
+                               check=True).stdout.strip())
     deps = [p for p in sys.path if p.endswith("site-packages")]
-    (site / "zz_kvbounds_test_deps.pth").write_text("\n".join(deps) + "\n")   # plain paths: their .pth files are not run
+    (site / "zz_kvbounds_test_deps.pth").write_text("\n".join(deps) + "\n")   # plain paths: their .pth not run
     return path / "bin" / "python"
 
 
@@ -147,7 +152,8 @@ def test_pip_install_and_editable_install_import_every_module(checkouts, kind, t
     for mode in ("install", "editable"):
         py = _venv(tmp_path / mode)
         args = ["-e", c["src"]] if mode == "editable" else [c["src"]]
-        run([PY, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-build-isolation", *args], cwd=tmp_path)
+        run([PY, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-build-isolation", *args],
+            cwd=tmp_path)
         out = json.loads(run([py, script, names], cwd=tmp_path).stdout)
         assert not out["bad"], (mode, out["bad"][:5])
         assert not out["stray"], (mode, out["stray"])
@@ -183,7 +189,8 @@ def test_coverage_sees_each_module_once_under_its_kvbounds_name(tmp_path):
     assert len(files) == len(set(files)), "a file measured twice"
     expected = {p.resolve() for base in [ROOT / "kvbounds", *(ROOT / f for f in FOLDERS)] for p in base.rglob("*.py")
                 if "__pycache__" not in p.parts}
-    assert set(files) == expected, (sorted(map(str, expected - set(files)))[:10], sorted(map(str, set(files) - expected))[:10])
+    assert set(files) == expected, (sorted(map(str, expected - set(files)))[:10],
+                                    sorted(map(str, set(files) - expected))[:10])
 
 
 @pytest.mark.parametrize("folder", FOLDERS + ("kvbounds",))
@@ -222,8 +229,9 @@ def test_mypy_sees_each_module_once_under_its_kvbounds_name(installed, tmp_path)
 def test_jedi_resolves_every_room_under_its_kvbounds_name(installed, tmp_path):
     jedi = pytest.importorskip("jedi")
     project = jedi.Project(tmp_path, added_sys_path=[str(installed)], smart_sys_path=False)
-    for module, name in [("kvbounds.algorithms.balance_kv", "BalanceKV"), ("kvbounds.theory.lower_bound", "space_lower_bound"),
-                         ("kvbounds.proofs_checks.common", "make_record"), ("kvbounds.traces.synthetic", "make_trace"),
+    for module, name in [("kvbounds.algorithms.balance_kv", "BalanceKV"),
+                         ("kvbounds.theory.lower_bound", "space_lower_bound"),
+                         ("kvbounds.proofs_checks.common", "grid"), ("kvbounds.traces.synthetic", "make_trace"),
                          ("kvbounds.gpu.support", "describe"), ("kvbounds.core", "ResultStore"),
                          ("kvbounds.report", "build_verdicts"), ("kvbounds.e2e", "load_model")]:
         script = jedi.Script(f"from {module} import {name}\n{name}", path=tmp_path / "x.py", project=project)
@@ -242,7 +250,8 @@ def test_python_m_a_check_module_runs_it_once(tmp_path):
         import sys
         from kvbounds.claims import Claim, register_claim
         print("body runs", flush=True)
-        register_claim(Claim("DEMO.once", "Demo", "one plus one is two", "SubGen Thm 1", check=__name__, kind="theorem"))
+        register_claim(Claim("DEMO.once", "Demo", "one plus one is two", "SubGen Thm 1", check=__name__,
+        kind="theorem"))
         if __name__ == "__main__":
             from kvbounds.claims import CLAIMS
             print("registered as", CLAIMS["DEMO.once"].check, "module", sys.modules[CLAIMS["DEMO.once"].check].__name__)
@@ -284,7 +293,8 @@ def test_no_path_outside_the_repository_in_package_or_readme():
     files = [ROOT / "README.md"] + [p for d in ("kvbounds", "algorithms", "theory", "proofs_checks", "gpu", "traces",
                                                 "notebooks")
                                     for p in (ROOT / d).rglob("*") if p.suffix in (".py", ".ipynb", ".j2", ".md")]
-    hits = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files for m in pattern.finditer(p.read_text(errors="replace"))]
+    hits = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files
+            for m in pattern.finditer(p.read_text(errors="replace"))]
     assert not hits, hits
 
 

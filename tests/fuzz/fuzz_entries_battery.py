@@ -106,7 +106,8 @@ def _check_split(out, K, V, den_floats, num_floats, rng, sink, window):
     return None
 
 
-# -- the three-way calls (kvbounds.battery._power_calls) ----------------------------------------------------------------------
+# -- the three-way calls (kvbounds.battery._power_calls)
+# ----------------------------------------------------------------------
 def _pair_arrays(rng, cls):
     n = int(rng.integers(10, 16))
     return dict(method=np.abs(make_array(rng, (n,), cls)) + 1e-3, control=np.abs(make_array(rng, (n,), cls)) + 1e-3)

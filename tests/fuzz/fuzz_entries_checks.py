@@ -1,4 +1,5 @@
-"""Fuzz entries of the checks' shared helpers: the trivial controls and the power rule (kvbounds.battery._power_rule), the
+"""Fuzz entries of the checks' shared helpers: the trivial controls and the power rule (kvbounds.battery._power_rule),
+the
 power-stream families (proofs_checks.power_streams) and the decode-time measurements and records
 (proofs_checks.decode_stream, proofs_checks.decode_verdict). Inputs that a check builds from arrays (errors,
 certificates, metrics) come from the fuzzed arrays, so a NaN, an overflow or a wrong type reaches the helper."""

@@ -363,10 +363,12 @@ NOT_ENTRY_POINTS = {
     # the report's refusal (raised by write_report / write_markdown on a directory without records: the entries
     # above count it as clear) and a glossary term (a data holder, built by the glossary's entry)
     "ReportError",
-    # matplotlib drawings of records and leaderboard rows (a second per figure; tests/report/test_report.py draws them on
+    # matplotlib drawings of records and leaderboard rows (a second per figure; tests/report/test_report.py draws them
+    # on
     # the smoke store and checks the files), and the figure's annotation of the bound above the axes
     "draw_figure", "draw_board", "bound_off_chart",
-    # the report's files on a store (seconds: every figure drawn; tests/report/test_report.py and test_report_page.py run
+    # the report's files on a store (seconds: every figure drawn; tests/report/test_report.py and test_report_page.py
+    # run
     # it on the smoke store, corrupted stores included); the store entry above reaches build_verdicts and its
     # markdown through write_markdown
     "write_report",

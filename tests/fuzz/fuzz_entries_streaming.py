@@ -1,4 +1,5 @@
-"""Fuzz entries of the streaming presses (kvbounds.presses._streaming) and of the weighted cache's newer helpers: the presses'
+"""Fuzz entries of the streaming presses (kvbounds.presses._streaming) and of the weighted cache's newer helpers: the
+presses'
 options, ``generate``'s arguments, the error bar and ``weighted_output`` at a query, kvpress's pipeline hook.
 
 The model-based entries run a tiny seeded Llama (2 layers, 4 query / 2 KV heads of 8) built once per worker,
@@ -175,7 +176,8 @@ ENTRIES = [
     Entry("kvpress_answers.install", lambda r, c: {}, {}, _install_call),
 ]
 
-# Public callables of kvbounds.presses._streaming and of the weighted cache's helpers that are not entries, with the reason.
+# Public callables of kvbounds.presses._streaming and of the weighted cache's helpers that are not entries, with the
+# reason.
 NOT_ENTRY_POINTS = {
     # the merge-and-reduce's steps and SubGen's online state: the press calls them on its own stacked, checked
     # state (reached through the generate / certificate entries; tests/presses/test_streaming_invariants.py checks them)

@@ -1,4 +1,5 @@
-"""Print the per-entry table of a fuzz run: ``KVBOUNDS_FUZZ_TABLE=DIR pytest -m fuzz tests/fuzz/test_fuzz.py`` writes one
+"""Print the per-entry table of a fuzz run: ``KVBOUNDS_FUZZ_TABLE=DIR pytest -m fuzz tests/fuzz/test_fuzz.py`` writes
+one
 JSON tally per entry to DIR; ``python tests/fuzz/fuzz_table.py DIR [EXAMPLES]`` prints calls, silent NaN/Inf, wrong
 answers, hangs and unclear crashes per entry point (issue 24's closing table) and the totals."""
 from __future__ import annotations

@@ -127,7 +127,8 @@ NOT_ENTRY_POINTS = {
     "walk_diagnostic",
     # a hook returning compress_cache_released (its entry above) or None
     "released_balancekv",
-    # gpu: a context manager limiting BLAS threads (no data; tests/algorithms/test_backend.py), a profiler-based benchmark
+    # gpu: a context manager limiting BLAS threads (no data; tests/algorithms/test_backend.py), a profiler-based
+    # benchmark
     # counter on fixed internal inputs (seconds per call; tests/gpu/test_batched_walk.py), the Triton kernel launcher
     # behind walk_signs(method="triton") (needs CUDA; reached after walk_signs's checks)
     "single_blas_thread", "ops_per_step", "triton_panel_steps",
@@ -155,7 +156,8 @@ NOT_ENTRY_POINTS = {
     # e2e: H2O's scores from a prefill's rotated torch queries/keys (refuses other input by name) and the prefill
     # observer's context manager (tests/e2e/test_e2e_h2o_scores.py)
     "received_attention", "observe_prefill",
-    # e2e: the floats of a SubGen round, for arrays the compressor has already checked (tests/e2e/test_e2e_subgen_rounds.py)
+    # e2e: the floats of a SubGen round, for arrays the compressor has already checked
+    # (tests/e2e/test_e2e_subgen_rounds.py)
     "subgen_held_floats",
     # e2e: functions of Record lists, claim tables and parsed CLI arguments (no arrays; tests/test_e2e*.py)
     "reference_effects", "problems", "print_board", "effects", "paired", "cell", "duplicates", "detectable",
@@ -203,11 +205,12 @@ NOT_ENTRY_POINTS = {
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.presses._kvpress",
             "kvbounds.battery._power_rule", "kvbounds.battery._controls", "kvbounds.battery._ablations",
             "kvbounds.battery._power_calls", "kvbounds.streams._power", "kvbounds.proofs_checks.decode_stream",
-            "kvbounds.proofs_checks.decode_verdict", "kvbounds.presses._streaming", "kvbounds.testing", "kvbounds.streams._families",
-            "kvbounds.evaluation._stream_press", "kvbounds.evaluation._evaluate", "kvbounds.evaluation._spec",
-            "kvbounds.evaluation._streams", "kvbounds.evaluation._decode", "kvbounds.evaluation._e2e",
-            "kvbounds.evaluation._card", "kvbounds.cli._evaluate", "kvbounds.report._report", "kvbounds.report._chips",
-            "kvbounds.report._figures", "kvbounds.report._glance", "kvbounds.report._html", "kvbounds.report._leaderboard",
+            "kvbounds.proofs_checks.decode_verdict", "kvbounds.presses._streaming", "kvbounds.testing",
+            "kvbounds.streams._families", "kvbounds.evaluation._stream_press", "kvbounds.evaluation._evaluate",
+            "kvbounds.evaluation._spec", "kvbounds.evaluation._streams", "kvbounds.evaluation._decode",
+            "kvbounds.evaluation._e2e", "kvbounds.evaluation._card", "kvbounds.cli._evaluate",
+            "kvbounds.report._report", "kvbounds.report._chips", "kvbounds.report._figures",
+            "kvbounds.report._glance", "kvbounds.report._html", "kvbounds.report._leaderboard",
             "kvbounds.report.markdown", "kvbounds.report._meta", "kvbounds.report._power", "kvbounds.report._summary",
             "kvbounds.report._words", "kvbounds.report._paper_answers", "kvbounds.report._practitioner",
             "kvbounds.report.summary_read", "kvbounds.report._glossary", "kvbounds.report._rows")
@@ -240,7 +243,8 @@ def public_callables() -> dict[str, list[str]]:
 
 
 def test_every_public_entry_point_is_fuzzed() -> None:
-    """A public callable of PACKAGES (kvbounds.algorithms, kvbounds.gpu, kvbounds.e2e, the presses, kvbounds.battery._power_rule,
+    """A public callable of PACKAGES (kvbounds.algorithms, kvbounds.gpu, kvbounds.e2e, the presses,
+    kvbounds.battery._power_rule,
     the checks' shared helpers) must be named by a fuzz entry (fuzz_entries*.py) or listed, with its reason, in
     NOT_ENTRY_POINTS."""
     covered = " ".join(e.name for e in ENTRIES) + " " + " ".join(f.read_text() for f in ENTRY_FILES)

@@ -52,7 +52,8 @@ def test_every_room_is_in_a_layer():
     named = {r.strip() for layer in layers for r in layer.split("|")}
     rooms = {p.name for p in (ROOT / "kvbounds").iterdir() if (p / "__init__.py").is_file()}
     rooms |= {name for name in ("theory", "algorithms", "proofs_checks", "gpu", "traces")}
-    assert rooms == named, f"rooms not in a layer: {sorted(rooms - named)}; layers naming no room: {sorted(named - rooms)}"
+    assert rooms == named, (f"rooms not in a layer: {sorted(rooms - named)}; "
+                            f"layers naming no room: {sorted(named - rooms)}")
 
 
 def test_no_room_imports_another_rooms_private_modules(graph):

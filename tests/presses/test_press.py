@@ -105,7 +105,8 @@ STREAMING = {"streaming_balancekv": "StreamingBalanceKVPress", "streaming_subgen
 
 
 def make_press(name):
-    """A press by name: kvbounds.presses._kvpress's, or a streaming press (target 48, interval 16: the tiny model's answers
+    """A press by name: kvbounds.presses._kvpress's, or a streaming press (target 48, interval 16: the tiny model's
+    answers
     run through several reductions)."""
     if name in STREAMING:
         import kvbounds.presses._streaming as S

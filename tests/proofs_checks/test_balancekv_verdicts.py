@@ -71,7 +71,8 @@ def test_mr_error_rate_onset_is_beyond_cpu_reach():
 
 @pytest.fixture(scope="module")
 def smoke_records(smoke_store):
-    """The session's smoke records of each claim (conftest.SmokeStore: run once, shared with tests/proofs_checks/test_checks.py)."""
+    """The session's smoke records of each claim (conftest.SmokeStore: run once, shared with
+    tests/proofs_checks/test_checks.py)."""
     return {cid: smoke_store.records(cid) for cid in FAMILY}
 
 

@@ -1,5 +1,6 @@
 """A method replaced by the zeros estimator must come out with power ``low`` (issue 20): BKV.attention,
-SG.attention and MR.error run their power sweep (kvbounds.battery._power_rule) on small synthetic streams with the method's
+SG.attention and MR.error run their power sweep (kvbounds.battery._power_rule) on small synthetic streams with the
+method's
 estimate monkeypatched to zeros, and the verdict must call it tied with zeros."""
 import numpy as np
 import pytest

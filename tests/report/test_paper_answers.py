@@ -1,4 +1,5 @@
-"""The per-paper answers (kvbounds.report._paper_answers) from hand-made verdicts: one paragraph of 30-200 words per paper
+"""The per-paper answers (kvbounds.report._paper_answers) from hand-made verdicts: one paragraph of 30-200 words per
+paper
 group, a false claim's corrected bound and a vacuous claim named, the variant defined, the calls against the standard
 controls in words, and the text a function of the verdicts (changing one changes it)."""
 from __future__ import annotations

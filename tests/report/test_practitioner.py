@@ -1,4 +1,5 @@
-"""The practitioner's table (kvbounds.report._practitioner) from hand-made leaderboard rows: the better standard baseline
+"""The practitioner's table (kvbounds.report._practitioner) from hand-made leaderboard rows: the better standard
+baseline
 chosen per task and budget, the interval call, the (method, budget) not run said in words, decode error called by the
 battery's paired call, compression time per token beside the prefill's."""
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The report's helpers on input they cannot read, found by the report's fuzz entries (tests/fuzz/fuzz_entries_report.py):
+"""The report's helpers on input they cannot read, found by the report's fuzz entries
+(tests/fuzz/fuzz_entries_report.py):
 each was a traceback, a silent empty report or a "nan" in the text, and is now an InputError naming what is wrong."""
 from __future__ import annotations
 

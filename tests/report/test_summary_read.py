@@ -1,6 +1,7 @@
 """A summary.json or a results directory that a user hands to the report: a file that is not a summary, a verdict
 field of the wrong type, a power call or a practitioner's row missing what the markdown reads. Each was found by the
-report's fuzz entries (tests/fuzz/fuzz_entries_report.py) as a traceback (TypeError, KeyError, AttributeError) or, for an
+report's fuzz entries (tests/fuzz/fuzz_entries_report.py) as a traceback (TypeError, KeyError, AttributeError) or, for
+an
 empty results directory, a README rewritten to say that nothing ran; each is now an InputError naming the file, the
 claim and the field, and the command lines exit 2 with one line, writing nothing."""
 from __future__ import annotations

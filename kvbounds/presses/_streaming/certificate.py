@@ -22,7 +22,8 @@ o_hat - o = (Y_hat_M - Y_M) / Z, the middle's compression error of sum y over th
   probability 1 / w_i), se_CS^2 = sum over neighbours (1/2) max(w_i, w_i+1)^2 ||y_i - y_i+1||^2 (the
   collapsed-strata variance: the walk keeps one token of each pair, neighbours stand for the pair it dropped).
 * SubGen, estimate: 3 (se_num + R se_den) / Z_hat, the sample standard errors of its l2 value samples and of its
-  per-cluster samples (:meth:`~kvbounds.presses._streaming.subgen.SubGenState.standard_errors`). SubGen, bound: the trivial
+  per-cluster samples (:meth:`~kvbounds.presses._streaming.subgen.SubGenState.standard_errors`). SubGen, bound: the
+  trivial
   bar (its state holds no bound of its own).
 
 Measured on the decode checks' quick runs (BKV.decode / SG.decode: SmolLM2, 810 (checkpoint, layer, head) cells

@@ -1,4 +1,4 @@
-"""The argument checks of :mod:`kvbounds.presses._streaming` (docs/INPUTS.md, "Streaming presses"): every refusal an
+"""The argument checks of :mod:`kvbounds.presses` (docs/INPUTS.md, "Streaming presses"): every refusal an
 :class:`~kvbounds.algorithms.validation.InputError` naming the argument and the rule, before any work."""
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Streaming presses: a KV cache kept at a fixed size while a model reads its prompt and generates (claims
 BKV.decode, SG.decode).
 
-``with StreamingBalanceKVPress(target=256, interval=64)(model): ...`` (or :func:`kvbounds.presses._streaming.generate`,
+``with StreamingBalanceKVPress(target=256, interval=64)(model): ...`` (or :func:`kvbounds.presses.generate`,
 which also feeds the prompt in chunks of ``interval``): after each attention call of the first forward pass the
 press turns the layer into a :class:`~kvbounds.presses._streaming.layer.StreamingLayer` (a
 :class:`~kvbounds.e2e.WeightedLayer`: keys, values, log-weights, logical length). Every layer is
@@ -14,7 +14,8 @@ after a forward pass that leaves them at ``target + interval`` or more. A layer'
 and a reduction moves the recent tokens older than the last ``window`` into the middle with their existing weights
 and compresses the middle back to its size: :class:`StreamingBalanceKVPress` by merge-and-reduce over weighted
 coresets (:mod:`kvbounds.presses._streaming.balance`), :class:`StreamingSubGenPress` by SubGen's clusters and l2 samples
-(:mod:`kvbounds.presses._streaming.subgen`). So no attention call ever sees more than ``target + interval`` tokens per layer
+(:mod:`kvbounds.presses._streaming.subgen`). So no attention call ever sees more than ``target + interval`` tokens per
+layer
 when the input comes in chunks of at most ``interval`` tokens, whatever ``target`` and ``interval`` are; a longer
 chunk (a whole prompt given at once, inside ``model.generate`` or kvpress's pipeline) is held exactly during its own
 forward pass and reduced right after it.
@@ -27,7 +28,7 @@ each of several questions from the same compressed context.
 
 The press follows kvpress's press protocol (``press(model)`` is a context manager that hooks the attention layers)
 without needing kvpress, so it runs on every transformers version the package admits. Safety rules as in
-:mod:`kvbounds.presses._kvpress`: the model must run the weighted attention (else
+:mod:`kvbounds.presses`: the model must run the weighted attention (else
 :class:`~kvbounds.e2e.ModelNotWeighted` on entering), padding (from the attention mask of the first
 pass) is stored with weight 0 (log-weight -inf; with left padding a row's sink counts its pad positions, and each
 row's weights always sum to its visible tokens), non-finite hidden states, keys or values raise
@@ -36,7 +37,8 @@ row's weights always sum to its visible tokens), non-finite hidden states, keys 
 (InputError): the press's per-row state would not follow the rows.
 
 The live error bar (:meth:`StreamingPress.certificate`, :meth:`StreamingPress.error_bar`,
-:mod:`kvbounds.presses._streaming.certificate`): per layer and query head, computed from the press's own state, without exact
+:mod:`kvbounds.presses._streaming.certificate`): per layer and query head, computed from the press's own state,
+without exact
 attention, as an :class:`~kvbounds.presses.ErrorBar` saying what it is (a bound or an estimate) and
 where it is vacuous.
 """

@@ -1,5 +1,6 @@
 """The two streaming presses: BalanceKV's merge-and-reduce and SubGen's clusters and samples, each with its own
-error bar (:mod:`kvbounds.presses._streaming.press` says how a press keeps the cache; :mod:`kvbounds.presses._streaming.certificate`
+error bar (:mod:`kvbounds.presses._streaming.press` says how a press keeps the cache;
+:mod:`kvbounds.presses._streaming.certificate`
 what an error bar is)."""
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ class StreamingBalanceKVPress(StreamingPress):
     """BalanceKV as a stream (BalanceKV-NeurIPS Thm 3.1, Alg. 1 with Alg. 4's merge-and-reduce and Alg. 2's
     self-balancing walk; :mod:`kvbounds.presses._streaming.balance` says which step each part is and where it differs).
 
-    Error bars (:mod:`kvbounds.presses._streaming.certificate`): its certificate is a bound (deterministic, given the stored
+    Error bars (:mod:`kvbounds.presses._streaming.certificate`): its certificate is a bound (deterministic, given the
+    stored
     state): the walk's Cauchy-Schwarz sums (:class:`~kvbounds.presses._streaming.balance.WalkSums`) at the query,
     ||o_hat - o|| <= e^{||q||^2 scale / 2} (X_num + ||o_hat|| X_den) / Z_lo with Z_lo <= the exact denominator
     (the larger of Z_hat minus the denominator's error bound and the exact sink and recent tokens' mass), capped by
@@ -67,7 +69,8 @@ class StreamingBalanceKVPress(StreamingPress):
 
     @property
     def walk_sums(self):
-        """The walk's own sums (:class:`~kvbounds.presses._streaming.balance.WalkSums`; None before the first reduction)."""
+        """The walk's own sums (:class:`~kvbounds.presses._streaming.balance.WalkSums`; None before the first
+        reduction)."""
         return self._cert
 
     def _state(self) -> dict:
@@ -119,7 +122,8 @@ class StreamingBalanceKVPress(StreamingPress):
                       "e^{(||q||^2 + max||k||^2) scale/2} dwarfs the cache's denominator", empty=logz == -math.inf)
 
     def _estimate(self, layer, out, logz, lg, triv) -> ErrorBar:
-        """3 max(se_HT, se_CS) / Z_hat (the module docstring of :mod:`kvbounds.presses._streaming.certificate` derives it)."""
+        """3 max(se_HT, se_CS) / Z_hat (the module docstring of :mod:`kvbounds.presses._streaming.certificate` derives
+        it)."""
         b, H, _ = out.shape
         Hkv = layer.keys.shape[1]
         s, mid = self.sink, self._mid
@@ -145,7 +149,8 @@ class StreamingBalanceKVPress(StreamingPress):
 
 @dataclasses.dataclass
 class StreamingSubGenPress(StreamingPress):
-    """SubGen as a stream (SubGen Alg. 1, Thm 1; ClusterGen Thm 2.4; :mod:`kvbounds.presses._streaming.subgen`): the middle
+    """SubGen as a stream (SubGen Alg. 1, Thm 1; ClusterGen Thm 2.4; :mod:`kvbounds.presses._streaming.subgen`): the
+    middle
     holds ``clusters`` centres' uniform samples (``per_cluster`` each; 0: half the middle over the clusters) for the
     denominator and l2 samples of the values for the numerator (the rest of the middle), split weights
     (log_w_num != log_w_den).
