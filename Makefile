@@ -51,12 +51,14 @@ notebooks: $(NB_STAMP)
 # assertion-rewritten tests from source again; the caches go to __pycache__/ (git-ignored)
 # `make test`: every folder of tests/ but the docs tier (tests/README.md says where a test goes); `make test-docs`:
 # the docs tier, tests/docs/ (the README's examples and install lines, the notebooks, docs/*.md followed literally,
-# the committed results, packaging: builds, installs, static tools), which CI runs after `make test`
+# the committed results, packaging: builds, installs, static tools) and tests/benchmarks/ (the benchmark scripts run
+# as written), which CI runs after `make test`
+DOCS_TIER := tests/docs tests/benchmarks
 test: $(STAMP)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q --ignore=tests/docs
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q $(addprefix --ignore=,$(DOCS_TIER))
 
 test-docs: $(STAMP)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q tests/docs
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q $(DOCS_TIER)
 
 # The float-sensitive tests (`-m float_sensitive`: stored references, the README's printed digits, torch's CPU kernels
 # against numpy, the real models) again on other kernels, so that a CPU other than the developers' passes too: one

@@ -223,7 +223,10 @@ def test_mypy_sees_each_module_once_under_its_kvbounds_name(installed, tmp_path)
     lines = (report / "linecount.txt").read_text().splitlines()[1:]
     seen = [l.split()[-1] for l in lines if l.strip()]
     assert len(seen) == len(set(seen))
-    assert set(seen) == source_modules(ROOT), sorted(set(seen) ^ source_modules(ROOT))[:10]
+    # a folder of data files (report/templates/) is a namespace package to mypy, with no code
+    folders = {m: installed / m.replace(".", "/") for m in set(seen) - source_modules(ROOT)}
+    namespaces = {m for m, d in folders.items() if d.is_dir() and not list(d.glob("*.py"))}
+    assert set(seen) - namespaces == source_modules(ROOT), sorted((set(seen) - namespaces) ^ source_modules(ROOT))[:10]
 
 
 def test_jedi_resolves_every_room_under_its_kvbounds_name(installed, tmp_path):
