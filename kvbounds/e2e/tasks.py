@@ -102,8 +102,9 @@ def passkey_task(lm, n: int, seed: int, setting: str = "after") -> Task:
                         dict(depth=depth, key=key, n=int(len(ctx))), setting)
 
 
-def lines_task(lm, n: int, seed: int, setting: str = "after") -> Task:
-    """As many "line name: REGISTER_CONTENT is <number>" lines as fit in about ``n`` tokens; one is asked."""
+def lines_task(lm, n: int, seed: int, setting: str = "after", n_lines: int | None = None) -> Task:
+    """As many "line name: REGISTER_CONTENT is <number>" lines as fit in about ``n`` tokens (at most ``n_lines``
+    when given: the rest of the n tokens is unrelated real text before the record); one is asked."""
     rng = np.random.default_rng(seed)
     intro = lm.encode("Below is a record of lines I want you to remember. Each line begins with 'line <line "
                       "index>' and contains a '<REGISTER_CONTENT>' at the end of the line as a numerical value. "
@@ -117,7 +118,7 @@ def lines_task(lm, n: int, seed: int, setting: str = "after") -> Task:
             continue
         num = f"{int(rng.integers(10000, 100000))}"
         ids = lm.encode(f"line {name}: REGISTER_CONTENT is <{num}>\n")
-        if total + len(ids) > n:
+        if total + len(ids) > n or (n_lines is not None and len(lines) >= n_lines):
             break
         names.add(name)
         lines.append((name, num, ids))
