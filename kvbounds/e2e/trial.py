@@ -53,7 +53,11 @@ def make_task(lm, params: dict):
     if kind == "passkey":
         return tasks.passkey_task(lm, n, 1000 + i, setting)
     if kind == "lines":
-        return tasks.lines_task(lm, n, 2000 + i, setting)
+        return tasks.lines_task(lm, n, 2000 + i, setting, n_lines=params.get("n_lines"))
+    from . import ruler
+    if kind in ruler.KINDS:         # the RULER-style tasks; a fixed "depth": the needle-depth sweep
+        depth = params.get("depth")
+        return ruler.make(kind, lm, n, 3000 + i, setting, None if depth is None else float(depth))
     raise ValueError(f"unknown task {kind!r}")
 
 

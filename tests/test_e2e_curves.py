@@ -1,0 +1,107 @@
+"""The end-to-end curves (kvbounds.e2e.curves) and the one paired call (kvbounds.e2e.comparisons.call), on
+hand-made records whose answers are known."""
+import math
+
+import numpy as np
+import pytest
+
+from kvbounds.e2e import comparisons as CMP
+from kvbounds.e2e import curves
+from kvbounds.records import Record
+
+MODEL = "TinyModel"
+
+
+def rec(task, index, method, budget, hit=True, ll=-1.0, exact_ll=-1.0, draw=0, model=MODEL, n=2048, depth=None,
+        exact_hit=True):
+    params = dict(task=task, n=n, index=index, model="x")
+    if depth is not None:
+        params["depth"] = depth
+    extra = dict(task=task, model=model, method=method, budget=budget, draw=draw, error="", setting="after",
+                 ll=[ll / 2, ll / 2], hit=[hit, hit], exact_ll=[exact_ll / 2, exact_ll / 2], exact_hit=[exact_hit] * 2,
+                 memory_floats=int(budget * 1000), exact_floats=1000, compress_s=0.5, score_s=0.25, prefill_s=3.0)
+    return Record(claim="BKV.e2e", params=params, seed=0, backend="", measured=0.0, bound=0.0, holds=True,
+                  bound_kind="exact", check="t", source="s", extra=extra)
+
+
+def retrieval(n_inst=20, exact_ok=20, methods=None):
+    """Exact retrieves ``exact_ok`` of ``n_inst``; methods: name -> {budget: number of instances retrieved}."""
+    out = []
+    for i in range(n_inst):
+        out.append(rec("passkey", i, "exact", 1.0, hit=i < exact_ok))
+        for m, by in (methods or {}).items():
+            for b, k in by.items():
+                out.append(rec("passkey", i, m, b, hit=i < k))
+    return out
+
+
+def test_call_words():
+    same = {i: 1.0 for i in range(20)}
+    assert CMP.call(same, same, margin=0.1)["call"] == "tied"
+    worse = {i: 0.0 for i in range(20)}
+    assert CMP.call(worse, same, margin=0.1)["call"] == "worse"
+    assert CMP.call(same, worse, margin=0.1)["call"] == "better"
+    assert CMP.call({0: 1.0}, {0: 1.0}, margin=0.1)["call"] == "not attainable"
+    # 5 misses in 20: mean -0.25, p = 0.022: worse alone, only leaning worse after Bonferroni over 40 tests
+    some = {i: float(i >= 5) for i in range(20)}
+    c1, c40 = CMP.call(some, same, margin=0.1), CMP.call(some, same, margin=0.1, tests=40)
+    assert c1["call"] == "worse" and c1["ci"][1] < 0 and c40["call"] == "leaning worse"
+    assert c40["tests"] == 40 and c40["n"] == 20
+    one = {i: float(i >= 1) for i in range(20)}     # one miss: neither different nor within 10 points
+    assert CMP.call(one, same, margin=0.1)["call"] == "not shown"
+    assert CMP.call(one, same, margin=0.3)["call"] == "tied"
+
+
+def test_exact_scores_and_power():
+    recs = retrieval(20, 19) + [rec("lines", i, "exact", 1.0, hit=i < 10) for i in range(20)]
+    s = {x["task"]: x for x in curves.exact_scores(recs)}
+    assert s["passkey"]["retrieved"] == 19 and s["passkey"]["powered"] and s["passkey"]["score"] == 0.95
+    assert s["lines"]["retrieved"] == 10 and not s["lines"]["powered"]
+
+
+def test_points_average_redraws_within_the_instance():
+    recs = retrieval(4, 4)
+    for i in range(4):
+        recs += [rec("passkey", i, "uniform", 0.5, hit=d == 0, draw=d) for d in range(2)]    # half the draws
+    p = {(x["method"], x["budget"]): x for x in curves.points(recs)}
+    u = p[("uniform", 0.5)]
+    assert u["instances"] == 4 and u["value"] == pytest.approx(0.5) and u["memory"] == pytest.approx(0.5)
+    assert p[("exact", 1.0)]["value"] == 1.0
+
+
+def test_decisions_read_the_curve():
+    budgets = (0.1, 0.2, 0.35, 0.5, 0.75)
+    recs = retrieval(20, 20, {"balancekv": {0.1: 2, 0.2: 5, 0.35: 12, 0.5: 20, 0.75: 20},
+                              "streaming_llm": {0.1: 10, 0.2: 12, 0.35: 14, 0.5: 16, 0.75: 20},
+                              "uniform": {b: 0 for b in budgets}})
+    (d,) = curves.decisions(recs)
+    assert d["method"] == "balancekv" and d["matches_exact"] == 0.5
+    assert d["calls"][0.1]["baseline"] == "streaming_llm" and d["calls"][0.1]["call"] == "worse"
+    assert d["calls"][0.75]["call"] == "tied" and d["calls"][0.75]["tests"] == len(budgets)
+    assert "ties exact attention from 50% of the cache" in curves.decision_words(d)
+
+
+def test_no_power_no_decision():
+    recs = retrieval(20, 10, {"balancekv": {0.5: 10}, "uniform": {0.5: 0}})
+    assert curves.decisions(recs) == []
+
+
+def test_ppl_scores_and_depth_panels():
+    recs = []
+    for i in range(5):
+        recs.append(rec("ppl", i, "exact", 1.0, ll=-4.0, exact_ll=-4.0))
+        recs.append(rec("ppl", i, "uniform", 0.5, ll=-4.2, exact_ll=-4.0))
+        recs.append(rec("niah_single", i, "exact", 1.0, depth=0.25))
+    p = {(x["task"], x["method"]): x for x in curves.points(recs)}
+    assert p[("ppl", "uniform")]["value"] == pytest.approx(0.1)        # NLL increase per token, lower is better
+    assert p[("ppl", "uniform")]["metric"].startswith("NLL increase")
+    assert ("niah_single @depth 0.25", "exact") in p
+    s = {x["task"]: x for x in curves.exact_scores(recs)}
+    assert s["ppl"]["score"] == pytest.approx(math.exp(2.0)) and s["ppl"]["powered"]
+
+
+def test_timing_prefill_share():
+    recs = retrieval(3, 3, {"uniform": {0.5: 3}})
+    (t,) = curves.timing(recs)
+    assert t["instances"] == 3 and t["seconds"] == pytest.approx(3.0 + 2 * 0.75)
+    assert t["prefill_share"] == pytest.approx(3.0 / 4.5)
