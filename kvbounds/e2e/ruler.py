@@ -19,7 +19,8 @@ Long-Context Language Models?", arXiv 2404.06654, Table 1 and App. B), at the le
 
 Scoring, as the passkey's: the answer's tokens teacher-forced after the question (log-likelihood) and exact match
 (every greedy token of the answer right given the right ones before it: RULER's string match where the answer is
-read in one order). Keys and filler words are drawn from the text's own vocabulary (lower-case words of 4-9
+read in one order). The answer prefix ends where the answer's content starts (RULER's "... is" continued by the
+needle's own ": "), so that no scored token is a separator the model may write another way. Keys and filler words are drawn from the text's own vocabulary (lower-case words of 4-9
 letters), so nothing is downloaded. Each generator returns a :class:`kvbounds.e2e.tasks.Task` of ``n`` tokens of
 context (the two settings, question after or inside the compressed prompt, as the other tasks).
 """
@@ -98,12 +99,12 @@ def niah_task(lm, n: int, seed: int, kind: str = "niah_single", setting: str = "
     key = keys[0]
     if kind == "niah_multivalue":
         question = (f"\nWhat are all the special magic numbers for {key} mentioned in the provided text? The special "
-                    f"magic numbers for {key} mentioned in the provided text are")
-        answer = " " + ", ".join(values)
+                    f"magic numbers for {key} mentioned in the provided text are: ")
+        answer = ", ".join(values)
     else:
         question = (f"\nWhat is the special magic number for {key} mentioned in the provided text? The special magic "
-                    f"number for {key} mentioned in the provided text is")
-        answer = f" {values[0]}"
+                    f"number for {key} mentioned in the provided text is: ")
+        answer = values[0]
     return _answer_task(kind, lm, ctx, question, answer, dict(depth=d0, key=key, items=len(answer.split(",")),
                                                               n=int(len(ctx))), setting)
 
@@ -154,8 +155,8 @@ def cwe_task(lm, n: int, seed: int, setting: str = "after") -> Task:
     pad = _filler(lm, n - len(intro) - len(listing), seed)     # exactly n tokens: unrelated text first
     ctx = np.concatenate([pad, intro, listing])
     question = (f"\nQuestion: What are the {k} most common words in the above list, from the most to the least "
-                f"common? Answer: The top {k} words that appear most often in the list are:")
-    answer = "".join(f" {i + 1}. {w}" for i, w in enumerate(common))
+                f"common? Answer: The top {k} words that appear most often in the list are:\n1.")
+    answer = " " + "\n".join(f"{i + 1}. {w}" for i, w in enumerate(common))[3:]
     return _answer_task("cwe", lm, ctx, question, answer, dict(items=k, rare_words=r, n=int(len(ctx))), setting)
 
 
