@@ -105,3 +105,34 @@ def test_timing_prefill_share():
     (t,) = curves.timing(recs)
     assert t["instances"] == 3 and t["seconds"] == pytest.approx(3.0 + 2 * 0.75)
     assert t["prefill_share"] == pytest.approx(3.0 / 4.5)
+
+
+def test_report_draws_one_panel_per_task_and_model(tmp_path):
+    from kvbounds import report_curves as RC
+    recs = retrieval(6, 6, {"balancekv": {0.25: 2, 0.5: 6}, "streaming_llm": {0.25: 3, 0.5: 5}})
+    recs += [rec("lines", i, "exact", 1.0, hit=i < 3, model="Other") for i in range(6)]
+    for r in recs:
+        r.params["curve"] = True
+    data = RC.from_records(recs, "a test")
+    assert RC.panels(data) == [("Other", "lines", 2048, "after"), (MODEL, "passkey", 2048, "after")]
+    assert RC.draw(data, tmp_path / "c.png") and (tmp_path / "c.png").stat().st_size > 1000
+    lines = RC.exact_lines(data)
+    assert any("lines [Other, n = 2048]: 3/6 - no power" in x for x in lines)
+    assert any("passkey [TinyModel, n = 2048]: 6/6" == x for x in lines)
+    assert RC.decision_lines(data)[0].startswith("passkey [TinyModel, n = 2048] balancekv: ties exact attention from 50%")
+    assert RC.from_records([rec("passkey", 0, "exact", 1.0)], "no curve records") is None
+
+
+def test_compact_form_round_trips(tmp_path):
+    import json
+
+    from kvbounds import report_curves as RC
+    from kvbounds.records import ResultStore
+    recs = retrieval(3, 3, {"uniform": {0.5: 1}})
+    for r in recs:
+        r.params["curve"] = True
+    ResultStore(tmp_path).append(recs)
+    assert RC.main([str(tmp_path), str(tmp_path / "curves.json")]) == 0
+    data = json.loads((tmp_path / "curves.json").read_text())
+    assert data["format"] == RC.FORMAT and {p["method"] for p in data["points"]} == {"exact", "uniform"}
+    assert RC.main([str(tmp_path / "missing"), str(tmp_path / "x.json")]) == 2

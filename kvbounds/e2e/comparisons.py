@@ -33,7 +33,8 @@ def effects(records, method: str, budget: float, task: str) -> dict:
         if method != "exact" and abs(float(e["budget"]) - budget) > 1e-9:
             continue
         d = np.asarray(e["ll"], float) - np.asarray(e["exact_ll"], float)
-        inst = (r.params.get("task"), r.params.get("n"), r.params.get("index"), r.params.get("setting", "after"))
+        inst = (r.params.get("model", "smollm2"), r.params.get("task"), r.params.get("n"), r.params.get("index"),
+                r.params.get("setting", "after"))
         out.setdefault(int(e.get("draw", 0)), {})[inst] = float(d.mean() if task == "ppl" else d.sum())
     return out
 
