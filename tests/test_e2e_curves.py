@@ -136,3 +136,23 @@ def test_compact_form_round_trips(tmp_path):
     data = json.loads((tmp_path / "curves.json").read_text())
     assert data["format"] == RC.FORMAT and {p["method"] for p in data["points"]} == {"exact", "uniform"}
     assert RC.main([str(tmp_path / "missing"), str(tmp_path / "x.json")]) == 2
+
+
+def test_cli_names_the_ruler_tasks_without_importing_them():
+    from kvbounds.e2e import cli, ruler
+    assert tuple(cli.RULER) == ruler.KINDS
+
+
+def test_curve_grid_sizes():
+    from kvbounds.e2e import curve_grid as G
+    full = [p for c in (("ppl", "passkey") + G.RULER, ("lines",)) for p in G.trials("full", c)]
+    cells: dict = {}
+    for p in full:
+        if p.get("depth") is None:
+            key = (p["model"], p["task"], p["n"])
+            cells[key] = cells.get(key, 0) + 1
+            assert p["curve"] and (p["budgets"] == list(G.CURVE_BUDGETS) or not p["methods"])
+    assert all(v >= 20 for k, v in cells.items() if any(p["methods"] for p in full if (p["model"], p["task"], p["n"]) == k))
+    assert len(G.CURVE_BUDGETS) >= 5 and {0.25, 0.5} <= set(G.CURVE_BUDGETS)
+    quick = G.trials("quick", ("passkey", "lines"))
+    assert quick and all(p["n"] == 512 for p in quick)
