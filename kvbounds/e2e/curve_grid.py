@@ -11,11 +11,14 @@ context, within the exact last window), so only the answer's tokens are fed afte
 and lengths are those where exact attention solves the task (>= 90%, :data:`kvbounds.e2e.curves.POWER_FLOOR`)
 for the model, measured (the report states exact attention's score on every cell; a cell below it is "no power"):
 
-* full (>= 20 instances a cell): SmolLM2 at 2048 tokens: passkey, perplexity and the RULER-style needle tasks it
-  solves; Qwen2.5-Coder-0.5B at 2048: line retrieval (32 lines), perplexity and its RULER-style tasks; each with
-  every method of :data:`CURVE_METHODS`; the RULER-style tasks a model does not solve: exact attention only (its
-  score is the finding); the needle-depth x context-length sweep (SmolLM2, single needle, exact attention and the
-  methods of :data:`SWEEP_METHODS` at 25% of the cache).
+* full (20 instances a curve cell): SmolLM2 at 2048 tokens: passkey and perplexity with every method of
+  :data:`CURVE_METHODS`, the single needle with :data:`RULER_METHODS`; Qwen2.5-Coder-0.5B at 2048: line retrieval
+  (32 lines) with every method, perplexity with :data:`RULER_METHODS`; every other RULER-style task on both models
+  with exact attention alone (:data:`EXACT_ONLY` instances: its score, "no power" below 90%); the needle-depth x
+  context-length sweep (SmolLM2, single needle, exact attention and :data:`SWEEP_METHODS` at 25% of the cache).
+  Measured loaded (2 cores shared by 6 jobs, one torch thread), CPU s per instance: SmolLM2 passkey 73 (prefill
+  22%), Qwen lines 82 (prefill 43%); the grid's sum is about 9,000 such seconds, about 55-60 min on 2 idle cores
+  if an idle CPU second is 0.75 of a loaded one (the lead's idle run states the real time).
 * quick (smaller, and saying so: 4 instances a cell at 512 tokens, :data:`QUICK_METHODS`): SmolLM2 passkey and
   Qwen line retrieval (8 lines), so that the report's panels are drawn from a run of minutes.
 """
@@ -25,25 +28,34 @@ from . import method_names as N
 
 CURVE_BUDGETS = (0.1, 0.25, 0.35, 0.5, 0.75)     # 25% and 50%: the practitioner's table reads them
 QWEN = "qwen2.5-coder-0.5b"
-# every method the curves draw: the papers' methods and variants, the baselines, kvpress's presses (kernel thinning,
-# a slow extra baseline at 4-8 CPU s per compression, is left to the claims' own runs)
-CURVE_METHODS = tuple(m for m in N.DEFAULT_METHODS if m != "kernel_thinning")
+# every method the main curves draw: the papers' methods and variants, the baselines and the null control, kvpress's
+# presses. Left to the claims' own runs: kernel thinning (a slow extra baseline, 4-8 CPU s per compression),
+# kvpress's StreamingLLM (the same cache as ours, shown equal on every instance) and RandomPress (uniform without
+# weights; the null control covers a random draw)
+CURVE_METHODS = tuple(m for m in N.DEFAULT_METHODS if m not in ("kernel_thinning", "kvpress:streaming_llm",
+                                                                 "kvpress:random"))
+# the needle tasks' and Qwen's perplexity curves: the papers' main variants against the strongest baselines
+RULER_METHODS = ("streaming_llm", "uniform", "h2o", "kvpress:snapkv", "kvpress:tova", "balancekv",
+                 "balancekv_released", "kcenter", "subgen")
 QUICK_METHODS = ("streaming_llm", "uniform", "h2o", "kvpress:snapkv", "balancekv", "balancekv_released", "kcenter",
                  "subgen")
-SWEEP_METHODS = ("streaming_llm", "uniform", "h2o", "kvpress:snapkv", "balancekv", "kcenter")
+SWEEP_METHODS = ("streaming_llm", "h2o", "kvpress:snapkv", "balancekv")
 SWEEP_LENGTHS = (1024, 2048, 4096)
 SWEEP_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+SWEEP_INSTANCES = 1
 RULER = ("niah_single", "niah_multikey", "niah_multivalue", "vt", "cwe")
+EXACT_ONLY = 5          # instances of a RULER-style task a model does not solve: exact attention's score is the finding
 
-# (model, task, n, instances, methods): the cells of each profile; methods () = exact attention alone
+# (model, task, n, instances, methods): the cells of each profile; methods () = exact attention alone. Measured at
+# 2048 tokens with 3 instances each (exact attention, question inside): SmolLM2 retrieves niah_single 3/3,
+# niah_multikey 3/3, passkey 3/3 (digits scored), niah_multivalue 0/3, vt 0/3, cwe 0/3
 FULL = (("smollm2", "passkey", 2048, 20, CURVE_METHODS),
         ("smollm2", "ppl", 2048, 20, CURVE_METHODS),
-        ("smollm2", "niah_single", 2048, 20, CURVE_METHODS),
+        ("smollm2", "niah_single", 2048, 20, RULER_METHODS),
         (QWEN, "lines", 2048, 20, CURVE_METHODS),
-        (QWEN, "ppl", 2048, 20, CURVE_METHODS),
-        (QWEN, "niah_multikey", 2048, 20, CURVE_METHODS),
-        ) + tuple((m, t, 2048, 10, ()) for m in ("smollm2", QWEN) for t in RULER
-                  if (m, t) not in (("smollm2", "niah_single"), (QWEN, "niah_multikey")))
+        (QWEN, "ppl", 2048, 20, RULER_METHODS),
+        ) + tuple((m, t, 2048, EXACT_ONLY, ()) for m in ("smollm2", QWEN) for t in RULER
+                  if (m, t) != ("smollm2", "niah_single"))
 QUICK = (("smollm2", "passkey", 512, 4, QUICK_METHODS),
          (QWEN, "lines", 512, 4, QUICK_METHODS))
 LINES = {512: 8, 2048: 32}       # lines of the line-retrieval task (Qwen retrieves 4/4 with 32 at 2048, 0/3 with 128)
@@ -68,7 +80,7 @@ def trials(profile: str, claim_tasks: tuple) -> list[dict]:
     if profile == "full" and "niah_single" in claim_tasks:
         for n in SWEEP_LENGTHS:
             for depth in SWEEP_DEPTHS:
-                for i in range(2):
+                for i in range(SWEEP_INSTANCES):
                     out.append(dict(_params("smollm2", "niah_single", n, i, SWEEP_METHODS, (0.25,)), depth=depth))
     return out
 
