@@ -41,7 +41,7 @@ def test_call_words():
     worse = {i: 0.0 for i in range(20)}
     assert CMP.call(worse, same, margin=0.1)["call"] == "worse"
     assert CMP.call(same, worse, margin=0.1)["call"] == "better"
-    assert CMP.call({0: 1.0}, {0: 1.0}, margin=0.1)["call"] == "not attainable"
+    assert CMP.call({0: 1.0}, {0: 1.0}, margin=0.1)["call"] == "not tested"
     # 5 misses in 20: mean -0.25, p = 0.022: worse alone, only leaning worse after Bonferroni over 40 tests
     some = {i: float(i >= 5) for i in range(20)}
     c1, c40 = CMP.call(some, same, margin=0.1), CMP.call(some, same, margin=0.1, tests=40)
@@ -156,3 +156,13 @@ def test_curve_grid_sizes():
     assert len(G.CURVE_BUDGETS) >= 5 and {0.25, 0.5} <= set(G.CURVE_BUDGETS)
     quick = G.trials("quick", ("passkey", "lines"))
     assert quick and all(p["n"] == 512 for p in quick)
+
+
+def test_a_memory_the_method_cannot_hold_is_not_attainable():
+    recs = retrieval(20, 20, {"subgen": {0.5: 20}, "uniform": {0.5: 10, 0.75: 20}})
+    bad = rec("passkey", 0, "subgen", 0.75)
+    bad.extra.update(error="not attainable: at this memory subgen stores 2504 entries per head", ll=None)
+    del bad.extra["ll"]
+    (d,) = curves.decisions(recs + [bad])
+    assert d["calls"][0.75]["call"] == "not attainable" and d["calls"][0.5]["call"] == "better"
+    assert "at 75%: not attainable (not attainable: at this memory subgen" in curves.decision_words(d)

@@ -104,7 +104,7 @@ def detectable(sd: float, n: int, m: int, alpha: float = ALPHA, power: float = 0
 
 # ------------------------------------------------------------------ the one call of the end-to-end curves
 
-CALL_WORDS = ("better", "leaning better", "tied", "leaning worse", "worse", "not shown", "not attainable")
+CALL_WORDS = ("better", "leaning better", "tied", "leaning worse", "worse", "not shown", "not tested", "not attainable")
 
 
 def call(method_units: dict, other_units: dict, *, margin: float, tests: int = 1, alpha: float = ALPHA) -> dict:
@@ -118,13 +118,14 @@ def call(method_units: dict, other_units: dict, *, margin: float, tests: int = 1
     95% t interval of the mean of d. Words: ``better`` / ``worse`` (significant after the adjustment), ``leaning
     better`` / ``leaning worse`` (the unadjusted interval excludes 0, the adjusted test does not), ``tied`` (the
     interval inside [-margin, margin]: equivalent within the stated margin), ``not shown`` (none of these),
-    ``not attainable`` (fewer than 2 shared instances). Every d equal (no spread): better / worse when they are not
+    ``not tested`` (fewer than 2 shared instances; ``not attainable``, a method that cannot hold that memory, is
+    said by the caller, which knows why). Every d equal (no spread): better / worse when they are not
     0, tied when they are."""
     keys = sorted(set(method_units) & set(other_units))
     out = dict(n=len(keys), tests=int(tests), margin=float(margin), mean=float("nan"), ci=(float("nan"), float("nan")),
                p=float("nan"))
     if len(keys) < 2:
-        return dict(out, call="not attainable")
+        return dict(out, call="not tested")
     d = np.array([method_units[k] - other_units[k] for k in keys], float)
     mean = float(d.mean())
     if np.allclose(d, d[0], rtol=0, atol=1e-12):

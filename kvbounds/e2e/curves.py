@@ -151,6 +151,11 @@ def decisions(records) -> list[dict]:
     fraction at which the call against exact attention is ``tied``; None when none is), ``calls`` {memory: the call
     against the strongest baseline there, with ``baseline``}, ``versus_exact`` {memory: the call against exact}."""
     powered = {(s["model"], s["task"], s["n"], s["setting"]) for s in exact_scores(records) if s["powered"]}
+    failed: dict = {}       # (panel, method, budget) -> why the method has no score there
+    for r in records:
+        e = getattr(r, "extra", None) or {}
+        if r.claim in CLAIMS and e.get("error") and e.get("task") and e.get("method"):
+            failed[(panel_key(r, e), e["method"], round(float(e.get("budget", 1.0)), 6))] = str(e["error"])
     out = []
     for panel, ms in sorted(units(records).items()):
         if panel not in powered:
@@ -169,6 +174,10 @@ def decisions(records) -> list[dict]:
             vs_exact, calls = {}, {}
             for b in budgets:
                 if (m, b) not in ms:
+                    if (panel, m, b) in failed:
+                        why = failed[(panel, m, b)]
+                        calls[b] = dict(call="not attainable" if why.startswith("not attainable") else "not tested",
+                                        reason=why[:160], baseline=strongest.get(b, ""), n=0, tests=tests)
                     continue
                 vs_exact[b] = CMP.call(ms[(m, b)], exact, margin=margin, tests=tests)
                 if b in strongest:
@@ -206,6 +215,10 @@ def decision_words(d: dict) -> str:
             if d["matches_exact"] is not None else f"{d['method']}: never tied with exact attention at the memories run")
     parts = []
     for b, c in sorted(d["calls"].items()):
+        if c["call"] in ("not tested", "not attainable"):
+            why = c.get("reason") or f"{c['n']} instance(s)"
+            parts.append(f"at {100 * b:.3g}%: {c['call']} ({why})")
+            continue
         lo, hi = c["ci"]
         parts.append(f"at {100 * b:.3g}%: {c['call']} vs {c['baseline']} ({c['mean']:+.3g} [{lo:+.3g}, {hi:+.3g}], "
                      f"n={c['n']}, Bonferroni over {c['tests']})")
