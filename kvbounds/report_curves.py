@@ -17,6 +17,7 @@ from pathlib import Path
 
 COMMITTED = Path(__file__).resolve().parent.parent / "docs" / "e2e_curves.json"
 FORMAT = 1
+FULL_INSTANCES = 20      # instances a curve cell holds in the full profile (kvbounds.e2e.curve_grid)
 
 
 def from_records(records, provenance: str) -> dict | None:
@@ -27,7 +28,14 @@ def from_records(records, provenance: str) -> dict | None:
         return None
     dec = [dict(d, versus_exact={str(b): c for b, c in d["versus_exact"].items()},
                 calls={str(b): c for b, c in d["calls"].items()}) for d in curves.decisions(recs)]
-    return dict(format=FORMAT, provenance=provenance, points=curves.points(recs), exact=curves.exact_scores(recs),
+    exact = curves.exact_scores(recs)
+    sizes = sorted({s["instances"] for s in exact})
+    if sizes:
+        few = sizes[0] < FULL_INSTANCES
+        provenance += (f"; {'-'.join(map(str, sorted({sizes[0], sizes[-1]})))} instances a cell"
+                       + (f" (fewer than the full profile's {FULL_INSTANCES}: a smaller run, its calls weaker)"
+                          if few else ""))
+    return dict(format=FORMAT, provenance=provenance, points=curves.points(recs), exact=exact,
                 decisions=dec, timing=curves.timing(recs))
 
 
