@@ -17,12 +17,12 @@ from pathlib import Path
 
 COMMITTED = Path(__file__).resolve().parent.parent / "docs" / "e2e_curves.json"
 FORMAT = 1
-FULL_INSTANCES = 20      # instances a curve cell holds in the full profile (kvbounds.e2e.curve_grid)
 
 
 def from_records(records, provenance: str) -> dict | None:
     """The curves' data (points, exact scores, decisions, timing) of the records' curve trials; None without any."""
     from .e2e import curves
+    from .e2e.curve_grid import CURVE_INSTANCES as FULL_INSTANCES
     recs = [r for r in records if (getattr(r, "params", None) or {}).get("curve")]
     if not recs:
         return None

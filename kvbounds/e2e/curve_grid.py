@@ -44,16 +44,17 @@ SWEEP_LENGTHS = (1024, 2048, 4096)
 SWEEP_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 SWEEP_INSTANCES = 1
 RULER = ("niah_single", "niah_multikey", "niah_multivalue", "vt", "cwe")
+CURVE_INSTANCES = 20    # instances of a curve cell in the full profile
 EXACT_ONLY = 5          # instances of a RULER-style task a model does not solve: exact attention's score is the finding
 
 # (model, task, n, instances, methods): the cells of each profile; methods () = exact attention alone. Measured at
 # 2048 tokens with 3 instances each (exact attention, question inside): SmolLM2 retrieves niah_single 3/3,
 # niah_multikey 3/3, passkey 3/3 (digits scored), niah_multivalue 0/3, vt 0/3, cwe 0/3
-FULL = (("smollm2", "passkey", 2048, 20, CURVE_METHODS),
-        ("smollm2", "ppl", 2048, 20, CURVE_METHODS),
-        ("smollm2", "niah_single", 2048, 20, RULER_METHODS),
-        (QWEN, "lines", 2048, 20, CURVE_METHODS),
-        (QWEN, "ppl", 2048, 20, RULER_METHODS),
+FULL = (("smollm2", "passkey", 2048, CURVE_INSTANCES, CURVE_METHODS),
+        ("smollm2", "ppl", 2048, CURVE_INSTANCES, CURVE_METHODS),
+        ("smollm2", "niah_single", 2048, CURVE_INSTANCES, RULER_METHODS),
+        (QWEN, "lines", 2048, CURVE_INSTANCES, CURVE_METHODS),
+        (QWEN, "ppl", 2048, CURVE_INSTANCES, RULER_METHODS),
         ) + tuple((m, t, 2048, EXACT_ONLY, ()) for m in ("smollm2", QWEN) for t in RULER
                   if (m, t) != ("smollm2", "niah_single"))
 QUICK = (("smollm2", "passkey", 512, 4, QUICK_METHODS),
