@@ -48,8 +48,9 @@ CURVE_INSTANCES = 20    # instances of a curve cell in the full profile
 EXACT_ONLY = 5          # instances of a RULER-style task a model does not solve: exact attention's score is the finding
 
 # (model, task, n, instances, methods): the cells of each profile; methods () = exact attention alone. Measured at
-# 2048 tokens with 3 instances each (exact attention, question inside): SmolLM2 retrieves niah_single 3/3,
-# niah_multikey 3/3, passkey 3/3 (digits scored), niah_multivalue 0/3, vt 0/3, cwe 0/3
+# 2048 tokens (exact attention, question inside): SmolLM2 retrieves niah_single 3/3, niah_multikey 3/3, the
+# passkey's digits 3/3, niah_multivalue 0/3, vt 0/3, cwe 0/3; Qwen niah_single 2/2, niah_multikey 2/2, passkey 2/2,
+# lines (32) 5/5, niah_multivalue 0/2, vt 0/2, cwe 0/2
 FULL = (("smollm2", "passkey", 2048, CURVE_INSTANCES, CURVE_METHODS),
         ("smollm2", "ppl", 2048, CURVE_INSTANCES, CURVE_METHODS),
         ("smollm2", "niah_single", 2048, CURVE_INSTANCES, RULER_METHODS),
