@@ -166,3 +166,20 @@ def test_a_memory_the_method_cannot_hold_is_not_attainable():
     (d,) = curves.decisions(recs + [bad])
     assert d["calls"][0.75]["call"] == "not attainable" and d["calls"][0.5]["call"] == "better"
     assert "at 75%: not attainable (not attainable: at this memory subgen" in curves.decision_words(d)
+
+
+def test_the_claims_verdict_says_what_the_curves_show():
+    from types import SimpleNamespace
+
+    from kvbounds.e2e.checks import add_curves
+    recs = retrieval(20, 20, {"balancekv": {0.25: 5, 0.5: 20, 0.75: 20}, "streaming_llm": {0.25: 12, 0.5: 20, 0.75: 20}})
+    recs += [rec("lines", i, "exact", 1.0, hit=i < 4, model="Other") for i in range(20)]
+    v = SimpleNamespace(summary="head")
+    add_curves(v, recs)
+    assert v.summary == "head"                      # no curve records: nothing added
+    for r in recs:
+        r.params["curve"] = True
+    add_curves(v, recs)
+    assert "exact attention lines [Other, n=2048]: 4/20 (no power)" in v.summary
+    assert "balancekv: ties exact attention from 50% of the cache; at 25%: worse vs streaming_llm" in v.summary
+    assert "at 75%" not in v.summary
