@@ -43,7 +43,7 @@ def _host(x, name, ndim):
 def query_terms(K, Q, *, scale: float | None = None, weights=None) -> np.ndarray:
     """a_i(q) = w_i e^{<k_i, q> scale - m_q}, (..., m, n), of keys K (..., n, d) and queries Q (..., m, d) (leading
     shapes broadcast), each query's largest logit m_q divided out (every ratio of this module is unchanged by it).
-    ``weights`` (..., n) >= 0: w_i (None: 1). Numpy float64."""
+    ``weights`` (..., n) >= 0: w_i (None: 1), divided by their largest (a common factor). Numpy float64."""
     ranks = tuple(range(2, 9))
     Kn, Qn = _host(K, "K", ranks), _host(Q, "Q", ranks)
     if Kn.shape[-1] != Qn.shape[-1]:
@@ -58,7 +58,8 @@ def query_terms(K, Q, *, scale: float | None = None, weights=None) -> np.ndarray
         W = _host(weights, "weights", tuple(range(1, 8)))
         if np.any(W < 0):
             raise InputError("weights must be >= 0")
-        A = A * W[..., None, :]
+        top = W.max() if W.size else 0.0
+        A = A * (W / top if top > 0 else W)[..., None, :]          # one common factor: every ratio is unchanged
     return A
 
 
@@ -78,16 +79,15 @@ def query_discrepancy(signs, K, V, Q, *, scale: float | None = None, weights=Non
     if not np.all(np.abs(S) == 1.0):
         raise InputError("signs must be +1 or -1")
     Vn = _host(V, "V", tuple(range(2, 9)))
+    top = float(np.abs(Vn).max()) if Vn.size else 0.0
+    Vn = Vn / top if top > 0 else Vn                                          # one common factor, as the weights'
     A = query_terms(K, Q, scale=scale, weights=weights)                       # (..., m, n)
     if S.shape[-1] != A.shape[-1] or Vn.shape[-2] != A.shape[-1]:
         raise InputError(f"signs {S.shape} and V {Vn.shape} must have one entry per key ({A.shape[-1]})")
     SA = S[..., None, :] * A
     num = np.matmul(SA, Vn)                                                   # (..., m, dv): D_num(q) / e^{m_q}
     den = SA.sum(-1)
-    with np.errstate(over="ignore"):
-        vv = (Vn * Vn).sum(-1)[..., None, :]                                  # (..., 1, n)
-    if not np.all(np.isfinite(vv)):
-        raise InputError("||v||^2 overflows float64")
+    vv = (Vn * Vn).sum(-1)[..., None, :]                                      # (..., 1, n), entries <= dv
     return dict(query_num=_ratio((num * num).sum(-1), (A * A * vv).sum(-1)),
                 query_den=_ratio(den * den, (A * A).sum(-1)))
 

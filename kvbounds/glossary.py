@@ -117,9 +117,11 @@ TERMS: tuple[Term, ...] = (
          "memory (weighted so that its sums are unbiased; with the method's sink and window where it has them), "
          "then attends exactly over it.", (r"uniform(?: sample| sampling)", r"\buniform\b"), CONTROLS),
     Term("ablation", "The method with its core ingredient replaced by chance at the same memory: random signs for "
-         "BalanceKV's walk, uniform sampling for SubGen's clusters and l2 samples, a random basis of the same rank for "
-         "the subspace methods, random halving for a streaming press. It asks whether the idea does anything beyond "
-         "its layout.", (r"ablations?", r"random signs"), CONTROLS),
+         "BalanceKV's walk, uniform sampling for SubGen's clusters and l2 samples, a Gaussian random projection of the "
+         "data for Frequent Directions (a sketch of as many rows as FD's buffer) and the subspace method (bases from "
+         "a random projection of its middle), a random basis of the same rank for the subspace claims, random "
+         "halving for a streaming press. It asks whether the idea does anything beyond its layout and chance.",
+         (r"ablations?", r"random signs"), CONTROLS),
     Term("exact attention", "The uncompressed cache: the reference every end-to-end score is compared with.",
          (r"exact attention",), CONTROLS),
     # ------------------------------------------------------------------ calls
