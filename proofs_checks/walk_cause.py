@@ -126,18 +126,18 @@ def _f(x) -> str:
 
 def _query_sentence(q: dict, walk: str) -> str:
     who = "the released walk" if walk == "released" else "the walk"
-    sees = (f"held-out queries see {_f(q['num'])} of random signs' discrepancy (numerator; denominator "
-            f"{_f(q['den'])})")
-    gram = f"Gram yardstick {_f(q['gram'])}, greedy's {_f(q['greedy_gram'])}"
+    gram = f"the Gram yardstick reads {_f(q['gram'])} (greedy's {_f(q['greedy_gram'])})"
     if walk == "theorem" and q["same"] is not None and q["same"] >= COIN:
         return (f"the theorem's c makes the walk a coin ({100 * q['same']:.0f}% of signs equal random signs): "
-                f"{sees}, where greedy reaches {_f(q['greedy_num'])} ({_f(q['greedy_den'])}) ({gram})")
+                f"held-out queries see {_f(q['num'])} of random signs' discrepancy (numerator; denominator "
+                f"{_f(q['den'])}: a draw of random signs), where greedy would reach {_f(q['greedy_num'])} (denominator "
+                f"{_f(q['greedy_den'])}); {gram}")
     if q["num"] < BALANCES:
         return (f"{who} balances what held-out queries see: {_f(q['num'])} of random signs' discrepancy (numerator; "
-                f"denominator {_f(q['den'])}; greedy {_f(q['greedy_num'])}) where the {gram}")
+                f"denominator {_f(q['den'])}; greedy {_f(q['greedy_num'])}); {gram}")
     could = (f"greedy would reach {_f(q['greedy_num'])}" if q["greedy_num"] < BALANCES else
-             f"nor does greedy ({_f(q['greedy_num'])})")
-    return f"{who} does not balance what held-out queries see ({_f(q['num'])} of random signs'; {could}; {gram})"
+             f"nor does greedy, {_f(q['greedy_num'])}")
+    return f"{who} does not balance what held-out queries see ({_f(q['num'])} of random signs'; {could}); {gram}"
 
 
 def sentence(s: dict | None, *, walk: str = "theorem") -> str:

@@ -27,19 +27,20 @@ def test_the_cause_in_the_query_sides_terms():
     the Gram yardstick beside it; the coin comes first (its signs are random signs')."""
     coin = wc.sentence(leaf(1e-6, 1.0, query=(1.0, 0.98, 0.61, 1.0)))
     assert coin == ("the theorem's c makes the walk a coin (100% of signs equal random signs): held-out queries see "
-                    "1.00 of random signs' discrepancy (numerator; denominator 0.98), where greedy reaches 0.61 (0.61) "
-                    "(Gram yardstick 1.00, greedy's 1.00)")
+                    "1.00 of random signs' discrepancy (numerator; denominator 0.98: a draw of random signs), where "
+                    "greedy would reach 0.61 (denominator 0.61); the Gram yardstick reads 1.00 (greedy's 1.00)")
     balances = wc.sentence(leaf(1e-6, 1.0, query=(0.61, 0.45, 0.6, 0.97)), walk="released")
     assert balances == ("the released walk balances what held-out queries see: 0.61 of random signs' discrepancy "
-                        "(numerator; denominator 0.45; greedy 0.60) where the Gram yardstick 1.00, greedy's 1.00")
+                        "(numerator; denominator 0.45; greedy 0.60); the Gram yardstick reads 1.00 (greedy's 1.00)")
     assert wc.sentence(leaf(0.5, 0.66, query=(0.95, 0.9, 0.62, 1.0)), walk="released") == (
         "the released walk does not balance what held-out queries see (0.95 of random signs'; greedy would reach "
-        "0.62; Gram yardstick 0.66, greedy's 0.66)")
-    assert "nor does greedy (0.97)" in wc.sentence(leaf(0.5, 0.9, query=(0.99, 0.9, 0.97, 1.0)), walk="released")
+        "0.62); the Gram yardstick reads 0.66 (greedy's 0.66)")
+    assert "nor does greedy, 0.97" in wc.sentence(leaf(0.5, 0.9, query=(0.99, 0.9, 0.97, 1.0)), walk="released")
     both = wc.cause_text(dict(raw=leaf(1e-6, 1.0, query=(1.0, 1.0, 0.9, 1.0)),
                               centred=leaf(1e-6, 1.0, query=(1.0, 1.0, 0.61, 1.0))))
-    assert "where greedy reaches 0.90" in both and "; with the released code's key centring: " in both
-    assert both.endswith("where greedy reaches 0.61 (0.61) (Gram yardstick 1.00, greedy's 1.00)")
+    assert "where greedy would reach 0.90" in both and "; with the released code's key centring: " in both
+    assert both.endswith("where greedy would reach 0.61 (denominator 0.61); the Gram yardstick reads 1.00 (greedy's "
+                         "1.00)")
 
 
 def test_without_queries_the_sentence_names_the_gram_yardstick():
@@ -112,3 +113,36 @@ def test_blockwise_cause_is_the_same_for_every_trial_of_a_layer():
     wc.blockwise_cause("t:L2", K[:, ::-1], V, **kw)
     b = wc.blockwise_cause("t:L1", K, V, **kw)
     assert a == b and set(a) == {"balance", "released-t1"} and a["balance"]["raw"]["blocks"] == 2 * 5
+
+
+def test_vs_uniform_sentences_read_the_records():
+    """BKV.vs-uniform's verdict states the cause and the walk's share in numbers read from its records: the query
+    side's means (merged over the layer's records) and each comparison's median ratio over the text windows."""
+    import numpy as np
+    from kvbounds.proofs_checks import bkv_vs_uniform as bu, bkv_walk_share as ws
+    from kvbounds.proofs_checks.common import make_record
+    p = dict(trace="synthetic:gaussian:256:16:0", T=1, sink=16, window=16, block_size=32, seeds=3, fallback="test")
+    wc._BLOCKWISE.clear()
+    cells = bu.run_trial(p, 1, "numpy")
+    rng = np.random.default_rng(0)
+    share = []
+    for i in range(12):                      # 12 windows: calls are made (>= 10 units)
+        walk = 0.1 + 0.01 * rng.random()
+        arms = {ws.ARMS[0]: walk, ws.ARMS[1]: walk * 1.25, ws.ARMS[2]: walk * 0.98, ws.ARMS[3]: walk * 1.02}
+        share.append(make_record("BKV.vs-uniform", dict(sweep=ws.SWEEP, index=i, T=2, length=384, window=32,
+                                                        layers=[1, 5]),
+                                 measured=arms[ws.ARMS[0]], bound=arms[ws.ARMS[1]], check=ws.CHECK, arms=arms,
+                                 weight_sum=dict(walk=0.95, coin=0.9), seeds_per_unit=4))
+    v = bu.summarize(cells + share)
+    rel = next(r for r in cells if r.check == "error released-t1").extra["walk_cause"]["centred"]
+    expect = wc.sentence(rel, walk="released")
+    assert f"{rel['released_query_num']['mean']:.2f} of random signs'" in expect and expect in v.summary
+    assert "nothing to balance at these norms" not in v.summary
+    calls = {c["comparison"]: c for c in ws.share_calls(share)}
+    ablation = calls[ws.COMPARISONS[0][2]]
+    assert ablation["call"] == "better" and abs(ablation["ratio_median"] - 0.8) < 1e-12
+    assert (f"T = 2: better ({ablation['ratio_median']:.3g} [{ablation['ci'][0]:.3g}, {ablation['ci'][1]:.3g}], "
+            "12/12 windows lower)") in v.summary
+    assert "the released estimator's middle weights sum to 0.95-0.95 of the middle's tokens with the walk" in v.summary
+    share_finding = [f for f in v.findings if f.title.startswith("the released walk's win over its ablation")]
+    assert len(share_finding) == 1 and "12 independent text windows" in share_finding[0].detail
