@@ -47,6 +47,11 @@ def test_call_words():
     c1, c40 = CMP.call(some, same, margin=0.1), CMP.call(some, same, margin=0.1, tests=40)
     assert c1["call"] == "worse" and c1["ci"][1] < 0 and c40["call"] == "leaning worse"
     assert c40["tests"] == 40 and c40["n"] == 20
+    # equal on every instance: with scores in [0, 1], the difference is bounded by 1 - 0.025^(1/n) only
+    four = {i: 0.0 for i in range(4)}
+    assert CMP.call(four, four, margin=0.2, bounded=True)["call"] == "not shown"      # 0.60 at n = 4
+    c20 = CMP.call(worse, worse, margin=0.2, bounded=True)
+    assert c20["call"] == "tied" and c20["ci"][1] == pytest.approx(1 - 0.025 ** (1 / 20))   # 0.17 at n = 20
     one = {i: float(i >= 1) for i in range(20)}     # one miss: neither different nor within 10 points
     assert CMP.call(one, same, margin=0.1)["call"] == "not shown"
     assert CMP.call(one, same, margin=0.3)["call"] == "tied"
@@ -109,7 +114,7 @@ def test_timing_prefill_share():
 
 def test_report_draws_one_panel_per_task_and_model(tmp_path):
     from kvbounds import report_curves as RC
-    recs = retrieval(6, 6, {"balancekv": {0.25: 2, 0.5: 6}, "streaming_llm": {0.25: 3, 0.5: 5}})
+    recs = retrieval(20, 20, {"balancekv": {0.25: 2, 0.5: 20}, "streaming_llm": {0.25: 3, 0.5: 18}})
     recs += [rec("lines", i, "exact", 1.0, hit=i < 3, model="Other") for i in range(6)]
     for r in recs:
         r.params["curve"] = True
@@ -118,7 +123,7 @@ def test_report_draws_one_panel_per_task_and_model(tmp_path):
     assert RC.draw(data, tmp_path / "c.png") and (tmp_path / "c.png").stat().st_size > 1000
     lines = RC.exact_lines(data)
     assert any("lines [Other, n = 2048]: 3/6 - no power" in x for x in lines)
-    assert any("passkey [TinyModel, n = 2048]: 6/6" == x for x in lines)
+    assert any("passkey [TinyModel, n = 2048]: 20/20" == x for x in lines)
     assert RC.decision_lines(data)[0].startswith("passkey [TinyModel, n = 2048] balancekv: ties exact attention from 50%")
     assert RC.from_records([rec("passkey", 0, "exact", 1.0)], "no curve records") is None
 
