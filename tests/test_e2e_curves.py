@@ -188,3 +188,26 @@ def test_the_claims_verdict_says_what_the_curves_show():
     assert "exact attention lines [Other, n=2048]: 4/20 (no power)" in v.summary
     assert "balancekv: ties exact attention from 50% of the cache; at 25%: worse vs streaming_llm" in v.summary
     assert "at 75%" not in v.summary
+
+
+def test_readme_block_is_what_the_committed_curves_render_to():
+    from pathlib import Path
+
+    from kvbounds import report_curves as RC
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    data = RC.curves_data([])          # the committed docs/e2e_curves.json, or None
+    assert RC.splice_readme(readme, RC.readme_block(data)) == readme
+    with pytest.raises(ValueError, match="markers"):
+        RC.splice_readme("no markers", RC.readme_block(None))
+
+
+def test_readme_block_from_a_run():
+    from kvbounds import report_curves as RC
+    recs = retrieval(20, 20, {"balancekv": {0.25: 2, 0.5: 20, 0.75: 20}, "streaming_llm": {0.25: 3, 0.5: 18}})
+    for r in recs:
+        r.params["curve"] = True
+    block = RC.readme_block(RC.from_records(recs, "a test"))
+    assert block.startswith(RC.BEGIN) and block.endswith(RC.END)
+    assert "- passkey [TinyModel, n = 2048]: 20/20" in block
+    assert "balancekv: ties exact attention from 50% of the cache; at 25%: worse vs streaming_llm" in block
+    assert "at 75%" not in block and "CPU s per instance" in block
