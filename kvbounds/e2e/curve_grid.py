@@ -24,7 +24,14 @@ for the model, measured (the report states exact attention's score on every cell
 """
 from __future__ import annotations
 
+from kvbounds import methods as registry
+
 from . import method_names as N
+
+# the papers' main variants, from the method registry: BalanceKV's pseudocode and released walk, greedy k-center and
+# SubGen's estimator
+_BKV, _SG = registry.variants("BalanceKV"), registry.variants("SubGen/ClusterGen")
+PAPERS_MAIN = tuple(_BKV.values()) + (_SG["kcenter"], _SG["subgen"])
 
 CURVE_BUDGETS = (0.1, 0.25, 0.35, 0.5, 0.75)     # 25% and 50%: the practitioner's table reads them
 QWEN = "qwen2.5-coder-0.5b"
@@ -35,11 +42,9 @@ QWEN = "qwen2.5-coder-0.5b"
 CURVE_METHODS = tuple(m for m in N.DEFAULT_METHODS if m not in ("kernel_thinning", "kvpress:streaming_llm",
                                                                  "kvpress:random"))
 # the needle tasks' and Qwen's perplexity curves: the papers' main variants against the strongest baselines
-RULER_METHODS = ("streaming_llm", "uniform", "h2o", "kvpress:snapkv", "kvpress:tova", "balancekv",
-                 "balancekv_released", "kcenter", "subgen")
-QUICK_METHODS = ("streaming_llm", "uniform", "h2o", "kvpress:snapkv", "balancekv", "balancekv_released", "kcenter",
-                 "subgen")
-SWEEP_METHODS = ("streaming_llm", "h2o", "kvpress:snapkv", "balancekv")
+RULER_METHODS = ("streaming_llm", "uniform", "h2o", "kvpress:snapkv", "kvpress:tova") + PAPERS_MAIN
+QUICK_METHODS = ("streaming_llm", "uniform", "h2o", "kvpress:snapkv") + PAPERS_MAIN
+SWEEP_METHODS = ("streaming_llm", "h2o", "kvpress:snapkv", _BKV["pseudocode"])
 SWEEP_LENGTHS = (1024, 2048, 4096)
 SWEEP_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 SWEEP_INSTANCES = 1
