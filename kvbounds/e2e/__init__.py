@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # what static tools (mypy, jedi) read
     from ._attention import register, require_weighted_attention, use_weighted_attention
-    from ._checks import SETTING_WORDS, claim_trials, profile_grid, reproduction_verdict
+    from ._checks import SETTING_WORDS, add_curves, claim_trials, profile_grid, reproduction_verdict
     from ._falsifiers import window_effects, window_rows
     from ._kvpress_answers import install
     from ._leaderboard import first_retrieval, leaderboard_rows, row, t_interval, tied, timing_rows
@@ -28,6 +28,7 @@ _NAMES = {
     'require_weighted_attention': '._attention',
     'use_weighted_attention': '._attention',
     'SETTING_WORDS': '._checks',
+    'add_curves': '._checks',
     'claim_trials': '._checks',
     'profile_grid': '._checks',
     'reproduction_verdict': '._checks',
