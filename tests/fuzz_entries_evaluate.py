@@ -37,6 +37,9 @@ NOT_ENTRY_POINTS = {
     "families_here", "kv_streams", "run_press", "pytest_addoption", "pytest_configure",
     "pytest_collection_modifyitems", "pytest_generate_tests", "profile_of", "kvbounds_profile", "kv_stream",
     "real_trace", "assert_beats", "assert_attention_error", "compare_on_streams", "resolve_object",
+    # the plugin's summary hook (a terminal reporter; tests/test_testing_api.py), evaluate's argument checks and the
+    # words of a trial's stream (reached through evaluate; tests/test_evaluate_faces.py)
+    "pytest_terminal_summary", "check_arguments", "stream_words", "kvbounds_stream", "kvbounds_real_trace",
 }
 
 
