@@ -116,13 +116,18 @@ def test_assert_attention_error_reads_a_compressed_cache():
         attention_error(cache, s, s.Q[3], scale="frobenius")
 
 
-def test_kv_stream_fixture_runs_once_per_synthetic_family(kv_stream):
+def test_kvbounds_stream_fixture_runs_once_per_synthetic_family(kvbounds_stream):
     """This suite's own use of the plugin's fixture (smoke sizes)."""
-    assert kv_stream.family in SYNTHETIC and kv_stream.n == 64
+    assert kvbounds_stream.family in SYNTHETIC and kvbounds_stream.n == 64
 
 
-def test_real_trace_fixture(real_trace):
-    assert real_trace.family in REAL and real_trace.n == 64
+@pytest.mark.parametrize("kvbounds_stream", ["rope", "huge norms"], indirect=True)
+def test_kvbounds_stream_parametrized_with_ones_own_families(kvbounds_stream):
+    assert kvbounds_stream.family in ("rope", "huge norms") and kvbounds_stream.d == 8
+
+
+def test_kvbounds_real_trace_fixture(kvbounds_real_trace):
+    assert kvbounds_real_trace.family in REAL and kvbounds_real_trace.n == 64
 
 
 def test_the_plugin_is_installed_as_an_entry_point():
@@ -136,8 +141,8 @@ def test_the_plugin_in_a_suite_of_ones_own(tmp_path):
     (tmp_path / "test_mine.py").write_text(textwrap.dedent("""
         import pytest
 
-        def test_streams(kv_stream, kvbounds_profile):
-            assert kv_stream.n == {"smoke": 64, "quick": 256}[kvbounds_profile]
+        def test_streams(kvbounds_stream, kvbounds_profile):
+            assert kvbounds_stream.n == {"smoke": 64, "quick": 256}[kvbounds_profile]
 
         @pytest.mark.kvbounds_slow
         def test_slow():

@@ -1,13 +1,29 @@
 """Testing a KV-cache compressor in your own pytest suite: KV streams from named families
 (:mod:`kvbounds.testing.streams`), hypothesis strategies of them (:mod:`kvbounds.testing.strategies`),
 assertions with readable messages (:mod:`kvbounds.testing.assertions`) and the pytest plugin ``kvbounds``
-(:mod:`kvbounds.testing.plugin`: the ``kv_stream`` and ``real_trace`` fixtures, ``--kvbounds-profile``, the
-``kvbounds_slow`` marker). docs/TESTING.md has an example suite.
+(:mod:`kvbounds.testing.plugin`: the ``kvbounds_stream`` and ``kvbounds_real_trace`` fixtures,
+``--kvbounds-profile``, the ``kvbounds_slow`` marker). docs/TESTING.md has an example suite.
 
-Importing this package imports numpy only; ``strategies`` needs hypothesis (``pip install 'kvbounds[testing]'``).
+The names below are imported on first use (PEP 562): pytest loads the plugin in every session of an environment
+where kvbounds is installed, and importing this package for it must cost no numpy. Using them imports numpy only;
+``strategies`` needs hypothesis (``pip install 'kvbounds[testing]'``).
 """
-from .assertions import SCALES, assert_attention_error, assert_beats, attention_error
-from .streams import BATTERY_FAMILIES, FAMILIES, KVStream, make_stream, real_available
+import importlib as _importlib
 
 __all__ = ["KVStream", "make_stream", "real_available", "FAMILIES", "BATTERY_FAMILIES", "SCALES",
            "assert_attention_error", "assert_beats", "attention_error"]
+_HOME = {"KVStream": "streams", "make_stream": "streams", "real_available": "streams", "FAMILIES": "families",
+         "BATTERY_FAMILIES": "families", "SCALES": "assertions", "assert_attention_error": "assertions",
+         "assert_beats": "assertions", "attention_error": "assertions"}
+
+
+def __getattr__(name):
+    if name in _HOME:
+        value = getattr(_importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
