@@ -105,7 +105,7 @@ def assert_beats(method, control: str, streams, *, fraction: float = 0.25, queri
     count, the smallest detectable ratio, the families and the smallest stream on which the method lost."""
     from kvbounds.evaluation_streams import compare_on_streams
     from kvbounds.power_calls import call_words, fmt
-    res = compare_on_streams(method, control, list(streams), fraction=fraction, queries=queries, alpha=alpha)
+    res = compare_on_streams(method, control, streams, fraction=fraction, queries=queries, alpha=alpha)
     if res["call"] != "better":
         lost = res.get("smallest_loss")
         raise AssertionError(
