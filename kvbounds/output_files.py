@@ -26,11 +26,26 @@ from tempfile import mkstemp
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .algorithms.validation import InputError
 from .records import FIGURES_DIR, LOCK_FILE, REPORT_FILES, RESULTS_FILE, RUNS_FILE, STORE_FILE, ResultStore
 
 
-class OutputRefused(ValueError):
+class OutputRefused(InputError):
     """An output path the command may not write: one line naming the path and what it is."""
+
+
+def _as_path(path, name: str = "path") -> Path:
+    """``path`` (a str or os.PathLike naming a file) as a Path; anything else an InputError naming ``name``."""
+    if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes) or not os.fspath(path) \
+            or "\0" in os.fspath(path):
+        raise InputError(f"{name} must be a file path (a non-empty str or os.PathLike), got {path!r:.80}")
+    return Path(path)
+
+
+def _as_paths(paths, name: str) -> list[Path]:
+    if isinstance(paths, (str, bytes, os.PathLike)) or not hasattr(paths, "__iter__"):
+        raise InputError(f"{name} must be a sequence of paths, got {paths!r:.80}")
+    return [_as_path(p, name) for p in paths]
 
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -41,6 +56,7 @@ def special_file(path: str | os.PathLike) -> str | None:
     """What ``path`` is when it exists and is not a regular file (symlinks followed): "a directory", "a character
     device", "a block device", "a FIFO (named pipe)", "a socket", or why it cannot be resolved; None for a regular
     file or a path that does not exist (a dangling link: its target would be created)."""
+    path = _as_path(path)
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -72,6 +88,7 @@ def store_file(path: str | os.PathLike, stores: Iterable[str | os.PathLike] = ()
     """What ``path`` is, when it is a file a result store owns (symlinks resolved), else None: by name, records, a
     run log, a lock or a store marker anywhere, and a report or a figure in a directory that holds records; by
     identity (a hard link too), any file of the stores in ``stores``."""
+    path, stores = _as_path(path), _as_paths(stores, "stores")
     real = Path(os.path.realpath(path))
     home = _home(real)
     if real.name in (RESULTS_FILE, RUNS_FILE, LOCK_FILE, STORE_FILE) or (
@@ -121,8 +138,9 @@ def check_output(path: str | os.PathLike, *, stores: Iterable[str | os.PathLike]
     command's own result stores (their files refused by identity, a path inside them allowed); ``own``: ``path`` is
     the store's own file of that name (the report writing ``DIR/report.html``); ``inputs``: the files the command
     reads."""
-    path = Path(path)
-    stores = list(stores)
+    path, stores, inputs = _as_path(path), _as_paths(stores, "stores"), _as_paths(inputs, "inputs")
+    if not isinstance(own, bool):
+        raise InputError(f"own must be True or False, got {own!r:.80}")
     _refuse_kind(path)
     _refuse_inputs(path, inputs)
     if own:
@@ -148,7 +166,9 @@ def check_output_dir(d: str | os.PathLike, pattern: str = "*") -> None:
     """Raise :class:`OutputRefused` unless ``d`` may hold a command's own files and its files matching ``pattern``
     may be replaced or removed (the report's ``figures/``): ``d`` missing, or a directory that is not a link (a
     link's target would lose its files), whose entries matching ``pattern`` are regular files."""
-    d = Path(d)
+    d = _as_path(d, "d")
+    if not isinstance(pattern, str) or not pattern:
+        raise InputError(f"pattern must be a non-empty glob pattern, got {pattern!r:.80}")
     if d.is_symlink():
         raise OutputRefused(f"refusing to write into {d}: it is a link to {os.path.realpath(d)}; the command writes "
                             "and removes its files only in a directory of its own")
@@ -167,8 +187,9 @@ def write_output(path: str | os.PathLike, data: str | bytes | Callable[[str], No
                  inputs: Iterable[str | os.PathLike] = ()) -> Path:
     """Write ``data`` (text as UTF-8, bytes, or ``data(tmp_path)`` writing the file itself, e.g. a figure's
     ``savefig``) to ``path`` atomically, after :func:`check_output`. Returns ``path``; ``OSError`` as ``open``."""
-    path = Path(path)
-    stores = list(stores)
+    path, stores, inputs = _as_path(path), _as_paths(stores, "stores"), _as_paths(inputs, "inputs")
+    if not isinstance(data, (str, bytes)) and not callable(data):
+        raise InputError(f"data must be text, bytes or a function writing the file, got {type(data).__name__}")
     check_output(path, stores=stores, own=own, inputs=inputs)
     target = Path(os.path.realpath(path))
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@ each claim's check, and one line per ``kvbounds check`` in ``DIR/runs.jsonl`` (t
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -15,6 +16,8 @@ from .records import RUNS_FILE, Record, canonical
 
 
 def duration(s: float) -> str:
+    if not math.isfinite(s):
+        return "unknown"
     s = max(s, 0.0)
     if s < 60:
         return f"{s:.1f}s"

@@ -147,13 +147,19 @@ _OPTIONAL = {"bound_kind": str, "check": str, "control": bool, "source": str, "t
              "time_s": (int, float), "extra": dict, "key": str, "error": str}
 
 
+_FLOAT_MAX = 1.7976931348623157e308
+
+
 def _check_types(d: dict) -> None:
     for name, typ in _REQUIRED.items():
         if name not in d:
             raise ValueError(f"not a record: no {name!r}")
     for name, typ in {**_REQUIRED, **_OPTIONAL}.items():
         if name in d and (not isinstance(d[name], typ) or (typ in (int, (int, float)) and isinstance(d[name], bool))):
-            raise ValueError(f"not a record: {name!r} is {d[name]!r}")
+            raise ValueError(f"not a record: {name!r} is {d[name]!r:.60}")
+        if typ == (int, float) and isinstance(d.get(name), int) and not -_FLOAT_MAX <= d[name] <= _FLOAT_MAX:
+            raise ValueError(f"not a record: {name!r} is an integer beyond float range ({len(str(abs(d[name])))} "
+                             "digits)")
 
 
 # check names of records written before the papers were named (issue 25) that cite() alone does not rename
@@ -181,8 +187,9 @@ class StoreLocked(StoreError):
     """Another process holds the output directory's lock (another ``kvbounds check`` is writing there)."""
 
 
-class StoreOfOtherCommand(StoreError):
-    """The directory is a store another command writes (``check`` and ``evaluate`` never share one)."""
+class StoreOfOtherCommand(StoreError, ValueError):
+    """The directory is a store another command writes (``check`` and ``evaluate`` never share one): a bad output
+    directory, so a ValueError too (exit 2 on the command line, not 1 as for a store that cannot be written)."""
 
 
 def _describe_special(path: Path) -> str | None:

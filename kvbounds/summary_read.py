@@ -17,7 +17,7 @@ from pathlib import Path
 from .algorithms.validation import InputError
 from . import verdict_fields as vf
 from .report_rows import (CALL_ROW, PAPER_ANSWER, POWER_SETTING_ROW, PRACTITIONER_ROW, check_board_rows, check_row,
-                          check_rows, fits_row, short_repr)
+                          check_rows, fits_row, in_float_range, short_repr)
 from .report_summary import SUMMARY_KEYS
 from .verdict import Verdict
 
@@ -50,7 +50,7 @@ def _fits(v, hint) -> bool:
     if dataclasses.is_dataclass(origin):
         return isinstance(v, origin)
     if origin is float:
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and in_float_range(v)
     if origin is int:
         return isinstance(v, int) and not isinstance(v, bool)
     if origin is tuple:
