@@ -64,6 +64,17 @@ def test_a_fifo_as_results_jsonl_is_refused_without_blocking(tmp_path, capsys):
     assert (d / "results.jsonl").is_fifo()
 
 
+def test_a_fifo_as_the_run_log_neither_blocks_the_report_nor_the_check(tmp_path, capsys):
+    d = tmp_path / "s"
+    with no_hang():
+        assert main(["check", "MR.memory", "--profile", "smoke", "--out", str(d), "--workers", "1", "--quiet"]) == 0
+        (d / "runs.jsonl").unlink()
+        os.mkfifo(d / "runs.jsonl")
+        assert main(["report", "--out", str(d)]) == 0
+        assert main(["check", "SB.cost", "--profile", "smoke", "--out", str(d), "--workers", "1", "--quiet"]) == 0
+    assert (d / "runs.jsonl").is_fifo()
+
+
 def test_a_directory_or_a_device_as_results_jsonl_is_refused(tmp_path):
     import stat
     d = tmp_path / "s"
