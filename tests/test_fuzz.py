@@ -317,6 +317,38 @@ def test_the_gate_counts_calls_not_words() -> None:
     assert codes_of(Record) & called_by_entries([builds])
 
 
+def test_the_time_limit_is_the_calls_cpu_time_with_a_wall_clock_backstop() -> None:
+    """A slow call on a loaded machine was classified a hang (5 s of wall clock; the long fuzz's generate[streaming,
+    subgen] at load 9: 2 CPU s, 5 s wall): the limit is the main thread's CPU time now, and a call blocked without
+    computing is still caught by the wall clock."""
+    import time
+    from fuzz_harness import Hang, time_limit
+    with time_limit(0.2, wall=5.0):
+        time.sleep(0.4)                             # waiting costs no CPU: no hang
+    def spin():
+        while True:
+            pass
+    for block, wall in ((lambda: time.sleep(3.0), 0.5), (spin, 30.0)):
+        t0 = time.monotonic()
+        with pytest.raises(Hang):
+            with time_limit(0.2, wall=wall):
+                block()
+        assert time.monotonic() - t0 < 20
+
+
+def test_query_discrepancy_refuses_leading_shapes_that_do_not_broadcast() -> None:
+    """Found by the long fuzz: signs whose leading shape does not broadcast with K's and V's were a numpy ValueError
+    from the product; now an InputError naming the shapes."""
+    import numpy as np
+    from kvbounds.algorithms.query_discrepancy import query_discrepancy
+    from kvbounds.algorithms.validation import InputError
+    rng = np.random.default_rng(0)
+    K, V, Q = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 1)), rng.standard_normal((2, 2, 4))
+    with pytest.raises(InputError, match="must broadcast"):
+        query_discrepancy(np.ones((0, 3)), K, V, Q)
+    assert set(query_discrepancy(np.ones((2, 3)), K, V, Q)) == {"query_num", "query_den"}
+
+
 def test_released_walk_kernel_overflow_is_an_input_error() -> None:
     """Found by the fuzz entries: keys of norm 1e3 overflow the released kernel exp(<k~_i, k~_j>/sqrt d); the
     walk's sums became inf - inf = NaN and every sign silently -1. Now an InputError naming the overflow."""
