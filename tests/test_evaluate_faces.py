@@ -194,3 +194,20 @@ def test_battery_run_checks_its_arguments_before_the_method_runs():
     assert calls == []
     with pytest.raises(InputError, match="not a CompressedKV"):
         battery.run(lambda *a, **k: "a cache", K, V, 64, rng)
+
+
+def test_a_numpy_compressor_is_judged_without_importing_kvpress_or_torch():
+    """issue 50: asking whether an object is a press imported kvpress (and torch, transformers: seconds, and their
+    warnings in the user's output) for every numpy compressor; only an object with a kvpress class among its bases
+    makes kvpress load now (a fresh interpreter)."""
+    import subprocess
+    code = ("import sys\n"
+            "from kvbounds.algorithms.equal_memory import streaming_llm\n"
+            "from kvbounds.testing import assert_beats, make_stream\n"
+            "from kvbounds.stream_press import is_press\n"
+            "streams = [make_stream('concentrated', 48, 8, seed=i) for i in range(10)]\n"
+            "assert assert_beats(streaming_llm, 'mean', streams)['call'] == 'better'\n"
+            "assert not is_press(streaming_llm) and not is_press(object()) and not is_press(int)\n"
+            "print(sorted(m for m in ('kvpress', 'torch', 'transformers') if m in sys.modules))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr[-2000:]
