@@ -21,13 +21,13 @@ summary and figures, ``--markdown``, the README's what-we-found block, a benchma
 from __future__ import annotations
 
 import os
-import stat
 from tempfile import mkstemp
 from pathlib import Path
 from typing import Callable, Iterable
 
 from .algorithms.validation import InputError
-from .records import FIGURES_DIR, LOCK_FILE, REPORT_FILES, RESULTS_FILE, RUNS_FILE, STORE_FILE, ResultStore
+from .records import (FIGURES_DIR, LOCK_FILE, REPORT_FILES, RESULTS_FILE, RUNS_FILE, STORE_FILE, ResultStore,
+                      special_kind)
 
 
 class OutputRefused(InputError):
@@ -48,24 +48,12 @@ def _as_paths(paths, name: str) -> list[Path]:
     return [_as_path(p, name) for p in paths]
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
-
-
 def special_file(path: str | os.PathLike) -> str | None:
     """What ``path`` is when it exists and is not a regular file (symlinks followed): "a directory", "a character
     device", "a block device", "a FIFO (named pipe)", "a socket", or why it cannot be resolved; None for a regular
-    file or a path that does not exist (a dangling link: its target would be created)."""
-    path = _as_path(path)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as e:            # a symlink loop, a component that is a file, no permission to look
-        return f"a path that cannot be resolved ({e.strerror or e})"
-    if stat.S_ISREG(st.st_mode):
-        return None
-    return next((what for test, what in _KINDS if test(st.st_mode)), "not a regular file")
+    file or a path that does not exist (a dangling link: its target would be created). The argument checked
+    (InputError), then :func:`kvbounds.records.special_kind`."""
+    return special_kind(_as_path(path))
 
 
 def _home(real: Path) -> Path:

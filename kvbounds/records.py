@@ -192,17 +192,31 @@ class StoreOfOtherCommand(StoreError, ValueError):
     directory, so a ValueError too (exit 2 on the command line, not 1 as for a store that cannot be written)."""
 
 
-def _describe_special(path: Path) -> str | None:
-    """What ``path`` is when it exists and is not a regular file (symlinks followed), else None."""
-    from .output_files import special_file
-    return special_file(path)
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(path: str | os.PathLike) -> str | None:
+    """What ``path`` (a str or os.PathLike) is when it exists and is not a regular file (symlinks followed): "a
+    directory", "a character device", "a block device", "a FIFO (named pipe)", "a socket", or why it cannot be
+    resolved; None for a regular file or a path that does not exist (a dangling link). The store refuses such files
+    before opening them; :func:`kvbounds.output_files.special_file` is the checked face every writer asks."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:            # a symlink loop, a component that is a file, no permission to look
+        return f"a path that cannot be resolved ({e.strerror or e})"
+    if stat.S_ISREG(st.st_mode):
+        return None
+    return next((what for test, what in _KINDS if test(st.st_mode)), "not a regular file")
 
 
 def read_regular(path: Path, what: str) -> bytes | None:
     """The bytes of ``path`` (None when it does not exist), which must be a regular file: anything else (a FIFO, a
     device, a directory) is a :class:`StoreError` before it is opened, never a read that blocks; opened without
     blocking and checked again on the open descriptor."""
-    special = _describe_special(path)
+    special = special_kind(path)
     if special:
         raise StoreError(f"{path} ({what}) is {special}, not a regular file; move it away")
     try:
@@ -385,18 +399,32 @@ class ResultStore:
         return who
 
     def _mark(self) -> None:
-        """Record :attr:`writer` in the store's marker (under the lock; refused when another command owns it)."""
-        from .output_files import write_output
+        """Record :attr:`writer` in the store's marker (under the lock; refused when another command owns it). The
+        marker is a regular file of the store (never followed through a link, never a FIFO or a device); a write
+        cut short leaves a marker that names no command, which the records then decide and the next lock rewrites."""
         self.check_writer()
-        if _marked_writer(self.dir) != self.writer:
-            write_output(self.dir / STORE_FILE, json.dumps({"writer": self.writer}) + "\n", own=True)
+        if _marked_writer(self.dir) == self.writer:
+            return
+        path = self.dir / STORE_FILE
+        if special_kind(path) or path.is_symlink():
+            raise StoreError(f"{path} (the store marker) is {special_kind(path) or 'a link'}, not a regular "
+                             "file; move it away")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StoreError(f"{path} (the store marker) is not a regular file; move it away")
+            _write_all(fd, (json.dumps({"writer": self.writer}) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def lock(self):
         """A held lock on the directory (context manager); :class:`StoreLocked` if another process has it,
         :class:`StoreOfOtherCommand` when :attr:`writer` is set and another command writes the store."""
         import filelock
         self.check_writable()
-        special = _describe_special(self.dir / LOCK_FILE)
+        special = special_kind(self.dir / LOCK_FILE)
         if special:
             raise StoreError(f"{self.dir / LOCK_FILE} (the lock) is {special}, not a regular file; move it away")
         lock = filelock.FileLock(str(self.dir / LOCK_FILE), timeout=0)
@@ -421,7 +449,7 @@ class ResultStore:
         """The records opened for appending: a regular file (or a link to one inside the store), never a FIFO or a
         device (refused before the open; the open does not block, and the descriptor is checked again)."""
         self._check_link()
-        special = _describe_special(self.path)
+        special = special_kind(self.path)
         if special:
             raise StoreError(f"{self.path} (the records) is {special}, not a regular file; move it away")
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
