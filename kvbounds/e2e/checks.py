@@ -310,3 +310,22 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
                    n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),
                    reproduction=main, reproductions=reps, power=power, power_detail=power_detail,
                    variant=" | ".join(lines + exact), findings=findings)
+
+
+def add_curves(verdict, records) -> None:
+    """Append what the score-vs-memory curves say (:mod:`kvbounds.e2e.curves`) to an end-to-end verdict: exact
+    attention's score per panel (and "no power" where it is below the floor), then per method of the papers the
+    smallest memory tied with exact attention and its calls against the strongest baseline. Nothing without curve
+    records."""
+    from . import curves
+    recs = [r for r in records if (getattr(r, "params", None) or {}).get("curve")]
+    if not recs:
+        return
+    scores = curves.exact_scores(recs)
+    ex = "; ".join(f"{s['task']} [{s['model']}, n={s['n']}]: " + (f"perplexity {s['score']:.3g}" if s["what"] ==
+                   "perplexity" else f"{s['retrieved']}/{s['instances']}" + ("" if s["powered"] else " (no power)"))
+                   for s in scores)
+    # the verdict names the calls at 25% and 50% (the papers' compressions); the report shows every memory
+    lines = [curves.decision_words(dict(d, calls={b: c for b, c in d["calls"].items() if b in (0.25, 0.5)}))
+             + f" [{d['task']}, {d['model']}]" for d in curves.decisions(recs)]
+    verdict.summary += f"; curves (score vs memory): exact attention {ex}" + ("; " + "; ".join(lines) if lines else "")
