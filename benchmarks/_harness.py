@@ -136,10 +136,10 @@ def meta(**kw) -> dict:
 
 def output_path(value: str) -> Path:
     """The ``type`` of a benchmark's ``--out``: the path checked when the arguments are parsed, before any work
-    (:func:`kvbounds.output_files.check_output`): a device (/dev/null), a FIFO, a socket, a directory, a result
+    (:func:`kvbounds.core.check_output`): a device (/dev/null), a FIFO, a socket, a directory, a result
     store's file or a path inside a result store is refused by argparse, exit 2 naming it."""
     import argparse
-    from kvbounds.output_files import OutputRefused, check_output
+    from kvbounds.core import OutputRefused, check_output
     try:
         check_output(value)
     except OutputRefused as e:
@@ -149,7 +149,7 @@ def output_path(value: str) -> Path:
 
 def write(name: str, quick: bool, data: dict, out: Path | None = None) -> Path:
     out = Path(out) if out else RESULTS / (f"{name}_{quick}.json" if quick else f"{name}.json")
-    from kvbounds.output_files import write_output       # never onto a result store's files; atomic
+    from kvbounds.core import write_output       # never onto a result store's files; atomic
     write_output(out, json.dumps(data, indent=2, default=float))
     print(f"wrote {out}")
     return out

@@ -26,7 +26,7 @@ from collections import defaultdict
 import numpy as np
 from scipy import stats
 
-from . import comparisons as CMP
+from . import _comparisons as CMP
 
 CLAIMS = ("BKV.e2e", "SG.e2e", "E2E")
 POWER_FLOOR = 0.9

@@ -3,7 +3,7 @@ turns it off).
 
 Fixtures, each named ``kvbounds_...`` so that no other project's fixture is taken over (a project's own
 ``kv_stream`` or ``real_trace`` fixture stays its own, and its tests run as without the plugin):
-  * ``kvbounds_stream``      a :class:`~kvbounds.testing.streams.KVStream`; a test that takes it runs once per
+  * ``kvbounds_stream``      a :class:`~kvbounds.streams.KVStream`; a test that takes it runs once per
                              synthetic family (its id is the family), on a stream sized by the profile; a test may
                              parametrize ``kvbounds_stream`` (indirectly) with its own family names;
   * ``kvbounds_real_trace``  a slice of a cached real trace, once per model (SmolLM2, MiniLM), skipped with the
@@ -25,7 +25,7 @@ import os
 
 import pytest
 
-from .families import REAL, SYNTHETIC
+from kvbounds.streams import REAL, SYNTHETIC
 
 PROFILES = ("smoke", "quick", "full")
 # (n, d) of the kvbounds_stream / kvbounds_real_trace streams per profile
@@ -102,7 +102,7 @@ def kvbounds_stream(request):
     """A synthetic KV stream of the family in ``request.param`` (every synthetic family in turn by default; a
     test may parametrize ``kvbounds_stream`` indirectly with its own family names), n and d from the profile,
     seed 0."""
-    from .streams import make_stream
+    from kvbounds.streams import make_stream
     n, d = SIZES[profile_of(request.config)]
     return make_stream(request.param, n, d, seed=0)
 
@@ -111,7 +111,7 @@ def kvbounds_stream(request):
 def kvbounds_real_trace(request):
     """A slice of a cached real trace of the family in ``request.param`` ("real SmolLM2", "real MiniLM"): n tokens
     from the profile, the model's d, seed 0; skipped with the reason when the model is missing here."""
-    from .streams import make_stream, real_available
+    from kvbounds.streams import make_stream, real_available
     profile = profile_of(request.config)
     why = real_available(request.param)
     if why:
