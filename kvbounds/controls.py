@@ -32,12 +32,12 @@ import numpy as np
 from scipy import stats
 
 from .algorithms.validation import InputError, check_array, check_error, check_probability, check_real, check_values
-from .power_calls import (EQUIVALENCE, MIN_STREAMS, call_words, control_order, decide_call, label, summary_words,
+from .power_calls_legacy import (EQUIVALENCE, MIN_STREAMS, call_words, control_order, decide_call, label, summary_words,
                           two_sided_p)
 from .records import Record
 from .statistics import canonical_order, holm_adjust
 
-from .power_calls import LABELS as CONTROL_LABELS  # noqa: E402,F401 - the labels of every control name
+from .power_calls_legacy import LABELS as CONTROL_LABELS  # noqa: E402,F401 - the labels of every control name
 ALPHA = 0.05
 
 

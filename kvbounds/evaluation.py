@@ -117,7 +117,7 @@ def regime(calls: list[dict], families, fractions) -> dict:
 def summary(resolved, records, *, profile, ratio, seed, fractions, families, extra=None) -> dict:
     """The content of evaluation.json (the README's "Evaluate your own method" names its fields)."""
     from . import battery
-    from .power_calls import CALLS, summary_words
+    from .power_calls_legacy import CALLS, summary_words
     calls, power = calls_of(records, fractions)
     headline_f = round(1.0 - ratio, 6)
     head = [c for c in calls if c["fraction"] == headline_f]

@@ -63,7 +63,7 @@ def _cell(c: dict) -> str:
 
 
 def _calls_table(calls: list[dict], controls: list[str]) -> str:
-    from kvbounds.power_calls import label
+    from kvbounds.power_calls_legacy import label
     rows = {}
     for c in calls:
         rows.setdefault((c["family"], c["fraction"]), {})[c["control"]] = c
@@ -92,7 +92,7 @@ def _e2e_block(e2e: dict) -> str:
 
 def render_card(result: dict) -> str:
     """evaluation.html for evaluation.json's content ``result``."""
-    from kvbounds.power_calls import label
+    from kvbounds.power_calls_legacy import label
     __version__ = _version()
     calls = result["calls"]
     head = [c for c in calls if c["fraction"] == result["fraction"]]

@@ -125,7 +125,7 @@ def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
 def run_decode(resolved, *, profile: str, ratio: float, seed: int, out, workers=None, progress: bool = True) -> dict:
     """Run (or resume) the decode trials; returns {"setup", "headline", "calls"} or {"skipped": why}."""
     from .controls import power_vs_controls
-    from .power_calls import summary_words
+    from .power_calls_legacy import summary_words
     from .records import ResultStore
     from .runner import Trial, run_trials
     if resolved.make_press is None:

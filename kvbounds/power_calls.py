@@ -1,38 +1,63 @@
-"""Three-way calls of a method against each control of the battery (:mod:`kvbounds.battery`), and their words.
+"""The one rule for "better": a method against a baseline over paired independent units, for every comparison the
+package states (the battery's claims, BKV.vs-uniform, the decode claims, the end-to-end comparisons, the
+practitioner's table, the leaderboard and ``kvbounds evaluate``'s card all call :func:`paired_calls`).
 
-Per (family, control) of a claim, over n paired streams (the method's metric and the control's on the same stream):
+The unit is an independent stream: a distinct text window, a distinct generation, a distinct synthetic draw. The
+caller pairs one number per unit and side (:func:`per_unit`: seeds of a randomized method are summarised by their
+median within the unit, never counted as units; layers and heads of one text are one unit). Per comparison:
 
-  * ``better`` / ``worse``: two one-sided Wilcoxon signed-rank tests on the log-ratios log(method / control)
-    (method below the control; method above it), the smaller p doubled (both directions are looked at), Holm over
-    every (family, control) pair of the claim; a significant test at ``alpha`` calls its direction;
-  * ``tied``: neither test significant, and the 95% interval of the median ratio method / control lies within
-    [1 / :data:`EQUIVALENCE`, :data:`EQUIVALENCE`] (equivalent within 20%: the interval excludes a 20% difference
-    either way);
-  * ``not shown``: neither test significant and the interval reaches past the equivalence margin: the data do not
-    tell the two apart at this n (not evidence of a tie);
-  * ``not tested``: fewer than :data:`MIN_STREAMS` streams, the control did not run, or the method does not compress
-    (it holds at least the whole stream's floats, where every control is exact).
+  * the effect per unit, on the comparison's ``scale``: ``"ratio"`` for errors (log(method / baseline)) or
+    ``"difference"`` for scores where a ratio means nothing (log-likelihood, accuracy: method - baseline), rounded
+    to :data:`TIE_PRECISION` (the ratio to a relative 1e-9; a difference to 1e-9 of the comparison's largest
+    |metric|), so that common scaling, the order of the units or another CPU's last bits cannot make or break a
+    tie (a value would have to lie within float noise, ~1e-13, of a rounding boundary);
+  * the paired test: Wilcoxon's signed-rank test on the rounded effects, zero effects dropped, tied magnitudes at
+    mid-ranks, its null distribution enumerated exactly (up to :data:`EXACT_MAX` units; the normal approximation
+    with the tie correction above), two-sided; Holm over the stated family of comparisons (every comparison passed
+    in one call);
+  * the effect with its interval: the Hodges-Lehmann estimate (the median of the units' pairwise averages) and its
+    95% interval (the signed-rank test inverted), as a ratio on the ratio scale;
+  * the practical threshold (``threshold``: a ratio of :data:`PRACTICAL_RATIO` either way by default; a difference
+    in the metric's units, stated by the caller): an effect inside it is negligible.
 
-Each call carries the median ratio (method / control) with its distribution-free 95% interval (binomial order
-statistics, :func:`median_ci`), the win count (streams where the method's metric is below the
-control's), n and the smallest detectable ratio at that n (:func:`detectable_ratio`).
+The call, symmetric in its two directions:
+
+  ``better`` / ``worse``                   the Holm-adjusted p < alpha and the effect beyond the threshold that way;
+  ``leaning better`` / ``leaning worse``   p < alpha before the correction (the interval excludes no effect), not
+                                           after it, and the effect beyond the threshold that way;
+  ``tied``                                 neither: no difference shown, or one inside the threshold
+                                           (``equivalent``: the whole interval inside the threshold band);
+  ``not attainable``                       with n units even n wins out of n could not reach a Holm p < alpha (the
+                                           smallest attainable adjusted p, m 2^(1-n) for m tests, is >= alpha);
+  ``not tested``                           no unit: the baseline did not run, the method does not compress, ...
+
+Each call carries the effect and its interval, the wins (units where the method is better) and losses, n, the
+unit, the metric, the p-values (raw and Holm-adjusted), the family's size, the smallest attainable adjusted p and
+the smallest effect detectable with 80% power at this n.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 from scipy import stats
 
-from .algorithms.validation import InputError, check_int, check_probability, check_real, check_values
+from .algorithms.validation import InputError, check_choice, check_int, check_probability, check_real, check_values
+from .statistics import holm_adjust
 
-CALLS = ("better", "tied", "worse", "not shown", "not tested")
-EQUIVALENCE = 1.2
-POWER = 0.8
+CALLS = ("better", "leaning better", "tied", "leaning worse", "worse", "not attainable", "not tested")
 ALPHA = 0.05
-MIN_STREAMS = 10
+POWER = 0.8
+PRACTICAL_RATIO = 1.05          # an error changed by less than 5% either way is negligible
+TIE_PRECISION = 1e-9            # effects are rounded to this (relative) precision before ranking
+EXACT_MAX = 400                 # the signed-rank null distribution is enumerated exactly up to this many units
+SCALES = ("ratio", "difference")
+FLOOR = 1e-300                  # a zero error on the ratio scale (an exact baseline against a positive error)
+# the two named metrics of the battery (issue 45): the theorem's decides the bound checks, the practitioner's the calls
+METRICS = {"practitioner": "the practitioner's metric (mean relative attention error over held-out later queries)",
+           "theorem": "the theorem's metric (worst checkpoint, current query, the theorem's units)"}
 # the battery's controls and the names of older records (read as before, shown under their own labels)
 LABELS = {"zeros": "zeros", "mean": "the mean", "streaming_llm": "StreamingLLM", "uniform": "uniform",
           "ablation": "the ablation", "mean_values": "mean of values", "recent": "recent window",
@@ -50,23 +75,51 @@ def control_order(name: str) -> tuple:
     return (ORDER.index(name) if name in ORDER else len(ORDER), name)
 
 
+def metric_words(metric: str) -> str:
+    """A call's metric in words: the two named metrics of :data:`METRICS`, anything else as it is."""
+    return METRICS.get(metric, metric)
+
+
+@dataclasses.dataclass
+class Comparison:
+    """One comparison of a family: the method's and the baseline's metric over the same units (one number per
+    unit and side, :func:`per_unit`). ``family``: where (a stream family, a task, a setting); ``control``: the
+    baseline's name; ``reason``: why it is not tested (then the values may be empty)."""
+    family: str
+    control: str
+    method: Sequence[float]
+    baseline: Sequence[float]
+    fraction: float = math.nan
+    reason: str = ""
+
+
 @dataclasses.dataclass
 class Call:
-    """One (family, control) call. ``ci``: the 95% interval of the median ratio; ``detectable_ratio``: the
-    smallest method / control ratio below 1 the test would call ``better`` with 80% power at this n (NaN: none at
-    this n); ``p``: the Holm-adjusted two-sided p; ``reason``: why not tested."""
+    """One comparison's call (module docstring). ``effect``: the Hodges-Lehmann estimate (a ratio method /
+    baseline on the ratio scale, a difference method - baseline on the difference scale) and ``ci`` its 95%
+    interval; ``p``: the Holm-adjusted two-sided p over ``tests`` comparisons, ``p_raw`` before the correction;
+    ``smallest_p``: the smallest adjusted p n units could give; ``detectable``: the smallest effect (a ratio factor
+    >= 1 either way, or a difference) the test would call with 80% power at this n (NaN: none)."""
     family: str
     control: str
     fraction: float
     call: str
-    ratio_median: float = math.nan
+    effect: float = math.nan
     ci: tuple = (math.nan, math.nan)
     wins: int = 0
+    losses: int = 0
     n: int = 0
-    detectable_ratio: float = math.nan
-    reason: str = ""
     p: float = math.nan
+    p_raw: float = math.nan
+    tests: int = 0
+    smallest_p: float = math.nan
+    detectable: float = math.nan
+    threshold: float = PRACTICAL_RATIO
+    equivalent: bool = False
+    scale: str = "ratio"
     unit: str = "independent streams"
+    metric: str = ""
+    reason: str = ""
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -74,160 +127,200 @@ class Call:
         return d
 
 
-def _paired(method: Sequence[float], control: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
-    """Paired metrics: two 1-d sequences of the same length of finite numbers >= 0 (InputError otherwise)."""
-    m, c = check_values(method, "method", allow_inf=False), check_values(control, "control", allow_inf=False)
-    if len(m) != len(c):
-        raise InputError(f"method and control must be paired, got {len(m)} and {len(c)} values")
-    if np.any(m < 0) or np.any(c < 0):
-        raise InputError("a metric (an error) must be >= 0")
-    return m, c
+# ------------------------------------------------------------------ units
+def per_unit(values: Iterable[tuple], how: str = "median") -> dict:
+    """{unit: one number} from (unit, value) pairs: the values of one unit (the seeds of a randomized method, the
+    layers and heads of one text) summarised by their median (``how="median"``) or mean, so that a unit counts
+    once however many draws it holds. NaN values are refused (InputError); +inf (an undefined estimate) is kept."""
+    check_choice(how, "how", ("median", "mean"))
+    groups: dict = {}
+    for i, pair in enumerate(values):
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise InputError(f"values[{i}] must be a (unit, value) pair, got {pair!r}"[:200])
+        unit, v = pair
+        groups.setdefault(unit, []).append(v)
+    out = {}
+    for unit, vs in groups.items():
+        a = check_values(vs, f"the values of unit {unit!r}", allow_inf=True)
+        out[unit] = float(np.median(a) if how == "median" else np.mean(a))
+    return out
 
 
-def median_ci(x: Sequence[float], conf: float = 0.95) -> tuple[float, float, float]:
-    """Median with a distribution-free interval from binomial order statistics (exact coverage >= conf). ``x``:
-    at least one number, +-inf allowed (an undefined ratio), NaN refused (InputError), and so is a median between
-    -inf and +inf (an even count whose two middle values are both infinite, of opposite signs: undefined)."""
-    check_probability(conf, "conf")
-    x = np.sort(check_values(x, "x", allow_inf=True))
+# ------------------------------------------------------------------ the effects and the test
+def effects(method: Sequence[float], baseline: Sequence[float], scale: str = "ratio") -> np.ndarray:
+    """The per-unit effects, rounded (module docstring): log(method / baseline) on the ratio scale (metrics >= 0,
+    a zero floored at 1e-300), method - baseline on the difference scale. Finite numbers only (InputError)."""
+    check_choice(scale, "scale", SCALES)
+    m, b = check_values(method, "method", allow_inf=False), check_values(baseline, "baseline", allow_inf=False)
+    if len(m) != len(b):
+        raise InputError(f"method and baseline must be paired, got {len(m)} and {len(b)} values")
+    if scale == "ratio":
+        if np.any(m < 0) or np.any(b < 0):
+            raise InputError("a metric on the ratio scale (an error) must be >= 0")
+        x = np.log(np.maximum(m, FLOOR)) - np.log(np.maximum(b, FLOOR))
+        return np.round(x / TIE_PRECISION) * TIE_PRECISION
+    big = float(np.max(np.abs(np.concatenate([m, b])))) if len(m) else 0.0
+    if big == 0.0:
+        return np.zeros(len(m))
+    step = TIE_PRECISION * big
+    return np.round((m - b) / step) * step
+
+
+def _ranks2(a: np.ndarray) -> np.ndarray:
+    """Twice the mid-ranks of ``a`` (integers): tied values share their mean rank."""
+    return np.rint(2 * stats.rankdata(a)).astype(np.int64)
+
+
+def _null_cdf(r2: np.ndarray) -> np.ndarray:
+    """P(T <= t) for t = 0 .. sum(r2) of the signed-rank statistic T (the sum of the doubled ranks of the
+    positive effects) under the null (each sign a fair coin), exactly, by convolution over the sorted ranks."""
+    dist = np.zeros(int(r2.sum()) + 1)
+    dist[0] = 1.0
+    top = 0
+    for r in np.sort(r2):
+        top += int(r)
+        dist[r:top + 1] = 0.5 * (dist[r:top + 1] + dist[:top + 1 - r])
+        dist[:r] *= 0.5
+    return np.cumsum(dist)
+
+
+def signed_rank(x: np.ndarray) -> tuple[float, float]:
+    """(p_less, p_greater): the one-sided signed-rank p-values that the effects ``x`` (already rounded) lie below /
+    above 0; zeros dropped, ties at mid-ranks; exact up to :data:`EXACT_MAX` non-zero effects, else normal with the
+    tie correction and a continuity correction. (1, 1) without a non-zero effect."""
+    x = np.asarray(x, float)
+    x = x[x != 0]
+    if len(x) == 0:
+        return 1.0, 1.0
+    r2 = _ranks2(np.abs(x))
+    t = int(r2[x > 0].sum())
+    if len(x) <= EXACT_MAX:
+        cdf = _null_cdf(r2)
+        p_less = float(cdf[t])
+        p_greater = float(1.0 - cdf[t - 1]) if t > 0 else 1.0
+        return min(1.0, p_less), min(1.0, max(p_greater, 0.0))
+    mean, sd = r2.sum() / 2, math.sqrt(float((r2.astype(float) ** 2).sum()) / 4)
+    return float(stats.norm.cdf((t + 1 - mean) / sd)), float(stats.norm.sf((t - 1 - mean) / sd))
+
+
+def hodges_lehmann(x: np.ndarray, conf: float = 0.95) -> tuple[float, float, float]:
+    """(estimate, low, high): the median of the Walsh averages (x_i + x_j) / 2, i <= j, of the effects ``x`` and
+    the signed-rank test's inverted interval [W_(k+1), W_(N-k)] with k the largest count of Walsh averages the
+    exact null leaves below at (1 - conf) / 2 (no-ties distribution of n units); (-inf, inf) when n is too small
+    for any interval at ``conf``."""
+    x = np.sort(np.asarray(x, float))
     n = len(x)
     if n == 0:
-        raise InputError("x is empty: no median")
-    k = int(stats.binom.ppf((1 - conf) / 2, n, 0.5))       # lower order statistic (1-based k, clipped)
-    lo, hi = x[max(k - 1, 0)], x[min(n - k, n - 1)]
-    a, b = x[(n - 1) // 2], x[n // 2]
-    if np.isinf(a) and np.isinf(b) and a != b:
-        raise InputError("the median lies between -inf and +inf: undefined")
-    return float(np.median(x)), float(lo), float(hi)
+        return math.nan, -math.inf, math.inf
+    i, j = np.triu_indices(n)
+    w = np.sort((x[i] + x[j]) / 2)
+    est = float(np.median(w))
+    if n > EXACT_MAX:
+        z = stats.norm.ppf(1 - (1 - conf) / 2)
+        k = int(math.floor(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24)))
+    else:
+        cdf = _null_cdf(2 * np.arange(1, n + 1))[::2]           # P(T <= t), t in rank units
+        below = np.nonzero(cdf <= (1 - conf) / 2)[0]
+        k = int(below[-1]) + 1 if len(below) else 0             # P(T <= k - 1) <= (1 - conf) / 2
+    if k <= 0:
+        return est, -math.inf, math.inf
+    return est, float(w[k - 1]), float(w[len(w) - k])
 
 
-def log_ratios(method: Sequence[float], control: Sequence[float]) -> np.ndarray:
-    """log(method / control) per stream; a zero side is floored at 1e-300 (an exact control against a positive
-    method error is a large ratio, not an undefined one)."""
-    m, c = _paired(method, control)
-    return np.log(np.maximum(m, 1e-300)) - np.log(np.maximum(c, 1e-300))
+def smallest_p(n: int, tests: int) -> float:
+    """The smallest Holm-adjusted two-sided p that n units can give in a family of ``tests``: every unit one way,
+    2^(1-n) before the correction, times ``tests`` at Holm's first step (1 for n = 0)."""
+    n, tests = check_int(n, "n"), check_int(tests, "tests", minimum=1)
+    return 1.0 if n == 0 else min(1.0, tests * 2.0 ** (1 - n))
 
 
-def detectable_ratio(logs: Sequence[float], tests: int, alpha: float = ALPHA, power: float = POWER) -> float:
-    """The smallest method / control ratio r < 1 that the signed-rank test, at the stricter Holm threshold
-    alpha / tests per direction pair (alpha / (2 tests) one-sided), would call ``better`` with probability
-    ``power`` at this n, if the log-ratios kept their observed spread and shifted to log r: r = exp(-(z_{1-a} +
-    z_power) sigma / sqrt(n 3/pi)), sigma = 1.4826 x the log-ratios' median absolute deviation (a robust spread),
-    3/pi the signed-rank test's efficiency against the t-test for normal data. NaN when no ratio is detectable at
-    this n: even n wins out of n give p = 2^-n above the threshold. A spread of 0 gives 1 (any consistent
-    difference is detected)."""
-    x = check_values(logs, "logs", allow_inf=False)
+def detectable(x: np.ndarray, tests: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest |effect| (on the log or difference scale) the signed-rank test, at Holm's strictest threshold
+    alpha / (2 tests) one-sided, would call with probability ``power`` if the effects kept their spread (1.4826 x
+    their median absolute deviation) and shifted: (z_(1-a) + z_power) sigma / sqrt(3 n / pi) (3/pi: the test's
+    efficiency against the t-test for normal data). NaN when no effect is detectable at this n (2^-n above the
+    threshold); 0 for a spread of 0."""
+    x = np.asarray(x, float)
     n = len(x)
-    tests = check_int(tests, "tests", minimum=1)
-    check_probability(alpha, "alpha")
-    check_probability(power, "power")
     a = alpha / (2 * tests)
     if n < 1 or 0.5 ** n > a:
         return math.nan
     sigma = 1.4826 * float(np.median(np.abs(x - np.median(x))))
-    delta = (stats.norm.ppf(1 - a) + stats.norm.ppf(power)) * sigma / math.sqrt(n * 3 / math.pi)
-    return float(math.exp(-delta))
+    return float((stats.norm.ppf(1 - a) + stats.norm.ppf(power)) * sigma / math.sqrt(n * 3 / math.pi))
 
 
-def two_sided_p(method: Sequence[float], control: Sequence[float]) -> tuple[float, str]:
-    """(p, direction): twice the smaller of the two one-sided signed-rank p-values (capped at 1) and the direction
-    of that one ("better": method below control; "worse"); every pair tied: (1, ""). The test is on the log-ratios
-    log(method / control) (:func:`log_ratios`), the scale the calls report: streams whose errors differ by orders of
-    magnitude (real traces) count alike, and the test and the interval of the median ratio speak of one thing."""
-    x = log_ratios(method, control)
-    if not np.any(x != 0):
-        return 1.0, ""
-    a = np.abs(x)
-    exact = len(np.unique(a)) == len(a) and np.all(a > 0) and len(a) <= 50
-    kw = dict(zero_method="zsplit", method="exact" if exact else "approx")
-    p_less = float(stats.wilcoxon(x, alternative="less", **kw).pvalue)
-    p_more = float(stats.wilcoxon(x, alternative="greater", **kw).pvalue)
-    return min(1.0, 2 * min(p_less, p_more)), ("better" if p_less <= p_more else "worse")
+# ------------------------------------------------------------------ the rule
+def _threshold(scale: str, threshold) -> float:
+    if threshold is None:
+        return PRACTICAL_RATIO if scale == "ratio" else 0.0
+    if scale == "ratio":
+        return check_real(threshold, "threshold", minimum=1.0)
+    return check_real(threshold, "threshold", minimum=0.0)
 
 
-def decide_call(family: str, control: str, fraction: float, method: Sequence[float], control_values: Sequence[float],
-                p_adjusted: float, direction: str, tests: int, alpha: float = ALPHA, reason: str = "",
-                unit: str = "independent streams") -> Call:
-    """The call of one (family, control) from its paired metrics and its Holm-adjusted p (module docstring)."""
+def paired_calls(comparisons: Sequence[Comparison], *, scale: str = "ratio", lower_is_better: bool = True,
+                 threshold: float | None = None, alpha: float = ALPHA, unit: str = "independent streams",
+                 metric: str = "") -> list[Call]:
+    """The calls of a family of comparisons (the module docstring's rule), in the order given; Holm over every
+    comparison with at least one unit. ``scale``: "ratio" (errors: log-ratios) or "difference" (scores);
+    ``lower_is_better``: the metric's direction; ``threshold``: the practical threshold (a ratio >= 1 on the ratio
+    scale, default :data:`PRACTICAL_RATIO`; a difference >= 0 in the metric's units, default 0); ``unit``: what a
+    unit is, in words ("distinct text windows", "generations from distinct prompts", ...); ``metric``: the metric's
+    name (:data:`METRICS`' keys, or words)."""
+    check_choice(scale, "scale", SCALES)
     check_probability(alpha, "alpha")
-    method, control_values = _paired(method, control_values)
-    check_real(p_adjusted, "p_adjusted", minimum=0.0)
-    tests = check_int(tests, "tests", minimum=1)
-    if direction not in ("", "better", "worse"):
-        raise InputError(f"direction must be '', 'better' or 'worse', got {direction!r}")
-    n = len(method)
-    if reason or n < MIN_STREAMS:
-        return Call(family, control, fraction, "not tested", n=n,
-                    reason=reason or f"{n} streams, fewer than {MIN_STREAMS}", unit=unit)
-    logs = log_ratios(method, control_values)
-    ratios = np.exp(np.clip(logs, -700, 700))
-    med, lo, hi = median_ci(ratios)
-    wins = int(np.sum(np.asarray(method, float) < np.asarray(control_values, float)))
-    if p_adjusted < alpha and direction:
-        call = direction
-    elif 1 / EQUIVALENCE <= lo and hi <= EQUIVALENCE:
-        call = "tied"
-    else:
-        call = "not shown"
-    return Call(family, control, fraction, call, med, (lo, hi), wins, n, detectable_ratio(logs, tests, alpha),
-                p=float(p_adjusted), unit=unit)
+    if not isinstance(lower_is_better, bool):
+        raise InputError(f"lower_is_better must be True or False, got {lower_is_better!r}")
+    for name, s in (("unit", unit), ("metric", metric)):
+        if not isinstance(s, str):
+            raise InputError(f"{name} must be a string, got {s!r}")
+    thr = _threshold(scale, threshold)
+    comps = list(comparisons) if not isinstance(comparisons, (str, bytes)) and hasattr(comparisons, "__iter__") \
+        else None
+    if comps is None or not all(isinstance(c, Comparison) for c in comps):
+        raise InputError("comparisons must be a sequence of Comparison")
+    xs = [effects(c.method, c.baseline, scale) if not c.reason else np.zeros(0) for c in comps]
+    if not lower_is_better:
+        xs = [-x for x in xs]                   # from here on, a negative effect is the method's better
+    tested = [i for i, x in enumerate(xs) if len(x)]
+    raw: dict[int, tuple[float, float]] = {i: signed_rank(xs[i]) for i in tested}
+    two = {i: min(1.0, 2 * min(raw[i])) for i in tested}
+    adj = dict(zip(tested, holm_adjust([two[i] for i in tested]))) if tested else {}
+    m = max(len(tested), 1)
+    band = math.log(thr) if scale == "ratio" else thr
+    out = []
+    for i, (c, x) in enumerate(zip(comps, xs)):
+        fraction = float(c.fraction) if isinstance(c.fraction, (int, float)) else math.nan
+        base = dict(family=c.family, control=c.control, fraction=fraction, threshold=thr, scale=scale, unit=unit,
+                    metric=metric)
+        if i not in adj:
+            out.append(Call(call="not tested", reason=c.reason or "no units", **base))
+            continue
+        n = len(x)
+        est, lo, hi = hodges_lehmann(x)                # oriented: below 0 is the method's better
+        floor = smallest_p(n, m)
+        p_less, p_greater = raw[i]
+        direction = "better" if p_less <= p_greater else "worse"
+        beyond = est < -band if direction == "better" else est > band
+        if floor >= alpha:
+            call = "not attainable"
+        elif adj[i] < alpha and beyond:
+            call = direction
+        elif two[i] < alpha and beyond:
+            call = "leaning " + direction
+        else:
+            call = "tied"
+        equivalent = bool(-band <= lo and hi <= band)
+        if not lower_is_better:                        # back to the metric's orientation: method - baseline
+            est, lo, hi = -est, -hi, -lo
+        to_effect = (lambda v: float(math.exp(max(min(v, 700.0), -700.0)))) if scale == "ratio" else float
+        out.append(Call(call=call, effect=to_effect(est), ci=(to_effect(lo), to_effect(hi)),
+                        wins=int(np.sum(x < 0)), losses=int(np.sum(x > 0)), n=n, p=float(adj[i]), p_raw=two[i],
+                        tests=m, smallest_p=floor, detectable=_detectable(x, m, alpha, scale),
+                        equivalent=equivalent, **base))
+    return out
 
 
-def fmt(x: float) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else "inf" if math.isinf(x) else f"{x:.3g}"
-
-
-def numbers(c: dict, family: bool = True) -> str:
-    """"real SmolLM2: 1.16 [1.04, 1.30], 9/30 wins" of a call dict."""
-    where = f"{c['family']}: " if family else ""
-    if c["call"] == "not tested":
-        return where + (c.get("reason") or "not tested")
-    lo, hi = c["ci"]
-    return f"{where}{fmt(c['ratio_median'])} [{fmt(lo)}, {fmt(hi)}], {c['wins']}/{c['n']} wins"
-
-
-def call_words(c: dict, family: bool = True) -> str:
-    """The words of one call: "worse than StreamingLLM (real SmolLM2: 1.16 [1.04, 1.30], 9/30 wins)", "not shown
-    better than uniform (...)" (", leaning worse" where the median ratio's interval lies above 1), "tied with the
-    ablation (...)", "not tested against zeros (does not compress: ...)"."""
-    name = label(c["control"])
-    head = {"better": f"better than {name}", "worse": f"worse than {name}", "tied": f"tied with {name}",
-            "not shown": f"not shown better than {name}", "not tested": f"not tested against {name}"}[c["call"]]
-    if c["call"] == "not shown" and c.get("ci", (math.nan,))[0] > 1:
-        head += ", leaning worse"       # the interval lies above 1, but neither test is significant over the claim
-    return f"{head} ({numbers(c, family)})"
-
-
-def summary_words(calls: Sequence[dict], most: int = 3) -> str:
-    """The headline's words for a claim's calls: "better than every control" when every tested call is better;
-    else one clause per (call, control), worse first, then not shown, tied, better, each with its first family's
-    numbers and how many more families share it; at most ``most`` clauses (then "+k more"). "" without a tested
-    call."""
-    tested = [c for c in calls if c["call"] != "not tested"]
-    if not tested:
-        return ""
-    if all(c["call"] == "better" for c in tested):
-        return "better than every control"
-    rank = {"worse": 0, "not shown": 1, "tied": 2, "better": 3}
-    groups: dict[tuple, list[dict]] = {}
-    for c in tested:
-        groups.setdefault((c["call"], c["control"]), []).append(c)
-    clauses = []
-    for (call, ctl), cs in sorted(groups.items(), key=lambda kv: (rank[kv[0][0]], control_order(kv[0][1]))):
-        first = sorted(cs, key=lambda c: (-abs(math.log(max(c["ratio_median"], 1e-300))) if c["ratio_median"] > 0
-                                          else 0.0, c["family"]))[0]
-        more = f"; +{len(cs) - 1} more famil{'y' if len(cs) == 2 else 'ies'}" if len(cs) > 1 else ""
-        text = call_words(first)
-        clauses.append(text[:-1] + more + ")")
-    out = "; ".join(clauses[:most])
-    return out + (f"; +{len(clauses) - most} more" if len(clauses) > most else "")
-
-
-def versus_doing_nothing(calls: Sequence[dict]) -> dict | None:
-    """Of a family's calls against zeros and the mean (doing nothing), the one against the stronger control (the
-    smaller control metric: the larger method / control ratio); None when neither ran."""
-    cs = [c for c in calls if c["control"] in DOING_NOTHING and c["call"] != "not tested"]
-    if not cs:
-        cs = [c for c in calls if c["control"] in DOING_NOTHING]
-        return cs[0] if cs else None
-    return max(cs, key=lambda c: (c["ratio_median"], c["control"]))
+def _detectable(x, m, alpha, scale) -> float:
+    d = detectable(x, m, alpha)
+    return float(math.exp(d)) if scale == "ratio" and not math.isnan(d) else d

@@ -185,7 +185,7 @@ def practitioner_table(board: list[dict] | None, verdicts: dict | None = None,
                            and r["method"] not in ("exact", "all methods")})
             not_run.append(f"at {100 * b:.0f}% of the cache no method of the papers ran on this profile"
                            + (f" (only {', '.join(only)}, the baselines' sensitivity control)" if only else ""))
-    from .power_calls import MIN_STREAMS
+    from .power_calls_legacy import MIN_STREAMS
     small = sorted({int(r["value"]["n"]) for r in rows if r["value"].get("n")})
     if small and small[0] < MIN_STREAMS:
         span = f"{small[0]}" if len(small) == 1 else f"{small[0]}-{small[-1]}"

@@ -98,7 +98,7 @@ def _claim_section(cid: str, v: Verdict, findings: list[dict]) -> list[str]:
         if f.name == "counterexample":                # in words, as the html report shows it
             val = "the smallest input, " + counterexample_in_words(val)
         elif f.name in ("power_calls", "power_table"):   # one line per call in words, per setting (its calls aside)
-            from .power_calls import call_words
+            from .power_calls_legacy import call_words
             lines.append(f"- **{f.name.replace('_', ' ')}**:")
             lines += ["  - " + _cell(call_words(x) if f.name == "power_calls" else power_row(x)) for x in val]
             continue

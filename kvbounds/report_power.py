@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .power_calls import DOING_NOTHING, call_words, fmt, versus_doing_nothing
+from .power_calls_legacy import DOING_NOTHING, call_words, fmt, versus_doing_nothing
 
 COLUMNS = ("StreamingLLM", "ablation", "doing nothing")
 TONES = {"better": "good", "worse": "bad", "tied": "warn", "not shown": "warn", "not tested": "none"}

@@ -12,7 +12,7 @@ import numpy as np
 from fuzz_harness import RNG, Entry, make_array
 
 from kvbounds import controls as ctl
-from kvbounds import power_calls
+from kvbounds import power_calls_legacy as power_calls
 from kvbounds.proofs_checks import decode_stream as ds
 from kvbounds.proofs_checks import decode_verdict as dv
 from kvbounds.proofs_checks import power_streams as ps

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvbounds.controls import MIN_STREAMS, power_table_lines, power_vs_controls
-from kvbounds.power_calls import median_ci
+from kvbounds.power_calls_legacy import median_ci
 from kvbounds.records import Record
 from kvbounds.verdict import decide
 
@@ -221,7 +221,7 @@ def test_a_clear_win_a_clear_loss_a_tie_and_an_underpowered_case():
 
 
 def test_call_words():
-    from kvbounds.power_calls import call_words
+    from kvbounds.power_calls_legacy import call_words
     c = one_call(paired([1.16] * 9 + [0.9] * 21))
     assert call_words(c) == "tied with StreamingLLM (f: 0.9 [0.9, 0.9], 21/30 wins)"
     loss = one_call(paired([1.2 + 0.001 * i for i in range(30)]))
@@ -229,7 +229,7 @@ def test_call_words():
 
 
 def test_detectable_ratio_shrinks_towards_one_with_n_and_is_none_below_the_smallest_p():
-    from kvbounds.power_calls import detectable_ratio
+    from kvbounds.power_calls_legacy import detectable_ratio
     rng = np.random.default_rng(0)
     logs = rng.normal(0, 0.5, 200)
     r = [detectable_ratio(logs[:n], tests=16) for n in (10, 20, 40, 80, 160)]

@@ -202,6 +202,7 @@ NOT_ENTRY_POINTS = {
 # subpackages): add a name here, and its entries in a tests/fuzz_entries*.py file, to cover a new surface.
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.press", "kvbounds.presses",
             "kvbounds.controls", "kvbounds.battery", "kvbounds.ablations", "kvbounds.power_calls",
+            "kvbounds.power_words",
             "kvbounds.proofs_checks.power_streams", "kvbounds.proofs_checks.decode_stream",
             "kvbounds.proofs_checks.decode_verdict", "kvbounds.streaming", "kvbounds.testing", "kvbounds.stream_press",
             "kvbounds.evaluation", "kvbounds.evaluation_spec", "kvbounds.evaluation_streams",

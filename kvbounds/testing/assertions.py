@@ -96,7 +96,7 @@ def assert_beats(method, control: str, streams, *, fraction: float = 0.25, queri
     The message gives the call, the median of method error / control error with its 95% interval, the win
     count, the smallest detectable ratio, the families and the smallest stream on which the method lost."""
     from kvbounds.evaluation_streams import compare_on_streams
-    from kvbounds.power_calls import call_words, fmt
+    from kvbounds.power_calls_legacy import call_words, fmt
     res = compare_on_streams(method, control, list(streams), fraction=fraction, queries=queries, alpha=alpha)
     if res["call"] != "better":
         lost = res.get("smallest_loss")
