@@ -175,7 +175,12 @@ def uniform(K, V, floats: int, rng, *, sink: int = 0, window: int = 0, block_siz
         return _cache(K, V, np.arange(n), np.zeros(n))
     tokens = tokens_for(floats, d, dv, weights=1)
     if tokens <= min(sink, n) + min(window, max(n - sink, 0)):
-        tokens = tokens_for(floats, d, dv)              # no middle sample: no weight float
+        # no room for a weighted middle sample: the first tokens and the most recent ones, no weight float, so
+        # never more floats than the method's (a weighted token would be the method's floats + 1)
+        m = min(tokens_for(floats, d, dv), n)
+        first = min(sink, m)
+        idx = np.concatenate([np.arange(first), np.arange(n - (m - first), n)]).astype(np.int64)
+        return _cache(K, V, idx, np.zeros(len(idx)))
     idx, logw = uniform_indices(n, tokens, rng, sink, window)
     return _cache(K, V, idx, logw)
 
