@@ -55,7 +55,7 @@ TIE_PRECISION = 1e-9            # effects are rounded to this (relative) precisi
 EXACT_MAX = 400                 # the signed-rank null distribution is enumerated exactly up to this many units
 SCALES = ("ratio", "difference")
 FLOOR = 1e-300                  # a zero error on the ratio scale (an exact baseline against a positive error)
-# the two named metrics of the battery (issue 45): the theorem's decides the bound checks, the practitioner's the calls
+# the two named metrics of the battery: the theorem's decides the bound checks, the practitioner's the calls
 METRICS = {"practitioner": "the practitioner's metric (mean relative attention error over held-out later queries)",
            "theorem": "the theorem's metric (worst checkpoint, current query, the theorem's units)"}
 # the battery's controls and the names of older records (read as before, shown under their own labels)
@@ -84,13 +84,40 @@ def metric_words(metric: str) -> str:
 class Comparison:
     """One comparison of a family: the method's and the baseline's metric over the same units (one number per
     unit and side, :func:`per_unit`). ``family``: where (a stream family, a task, a setting); ``control``: the
-    baseline's name; ``reason``: why it is not tested (then the values may be empty)."""
+    baseline's name; ``reason``: why it is not tested (then the values may be empty). ``scale``,
+    ``lower_is_better``, ``threshold``: this comparison's own, where a family mixes metrics (None: the family's,
+    :func:`paired_calls`' arguments; :func:`rule_for` gives a metric's)."""
     family: str
     control: str
     method: Sequence[float]
     baseline: Sequence[float]
     fraction: float = math.nan
     reason: str = ""
+    scale: str | None = None
+    lower_is_better: bool | None = None
+    threshold: float | None = None
+
+
+# a metric's words -> (scale, lower is better, practical threshold): the one table of how each metric is compared
+RULES = (("nll increase", ("difference", True, 0.01)),          # nats per token: a ratio of two gains means nothing
+         ("log-likelihood", ("difference", False, 0.1)),        # nats of the answer
+         ("exact match", ("difference", False, 0.0)),           # 0/1 per instance: the sign test on the differences
+         ("accuracy", ("difference", False, 0.0)),
+         ("perplexity", ("ratio", True, PRACTICAL_RATIO)),
+         ("error", ("ratio", True, PRACTICAL_RATIO)))            # every error: attention, decode, the claims' metrics
+
+
+def rule_for(metric: str) -> tuple[str, bool, float]:
+    """(scale, lower_is_better, threshold) of a metric named in words (a leaderboard's or a task's metric, an
+    error): the first of :data:`RULES` whose key the words contain (case-insensitive); InputError otherwise."""
+    if not isinstance(metric, str):
+        raise InputError(f"metric must be a string, got {metric!r}")
+    low = metric.lower()
+    for key, rule in RULES:
+        if key in low:
+            return rule
+    raise InputError(f"no rule for the metric {metric!r}: name an error, a log-likelihood, an exact match, an "
+                     f"accuracy, a perplexity or an NLL increase")
 
 
 @dataclasses.dataclass
@@ -274,24 +301,23 @@ def paired_calls(comparisons: Sequence[Comparison], *, scale: str = "ratio", low
     for name, s in (("unit", unit), ("metric", metric)):
         if not isinstance(s, str):
             raise InputError(f"{name} must be a string, got {s!r}")
-    thr = _threshold(scale, threshold)
     comps = list(comparisons) if not isinstance(comparisons, (str, bytes)) and hasattr(comparisons, "__iter__") \
         else None
     if comps is None or not all(isinstance(c, Comparison) for c in comps):
         raise InputError("comparisons must be a sequence of Comparison")
-    xs = [effects(c.method, c.baseline, scale) if not c.reason else np.zeros(0) for c in comps]
-    if not lower_is_better:
-        xs = [-x for x in xs]                   # from here on, a negative effect is the method's better
+    rules = [_rule_of(c, scale, lower_is_better, threshold) for c in comps]
+    xs = [effects(c.method, c.baseline, sc) if not c.reason else np.zeros(0) for c, (sc, _, _) in zip(comps, rules)]
+    xs = [x if low else -x for x, (_, low, _) in zip(xs, rules)]   # from here on, below 0 is the method's better
     tested = [i for i, x in enumerate(xs) if len(x)]
     raw: dict[int, tuple[float, float]] = {i: signed_rank(xs[i]) for i in tested}
     two = {i: min(1.0, 2 * min(raw[i])) for i in tested}
     adj = dict(zip(tested, holm_adjust([two[i] for i in tested]))) if tested else {}
     m = max(len(tested), 1)
-    band = math.log(thr) if scale == "ratio" else thr
     out = []
-    for i, (c, x) in enumerate(zip(comps, xs)):
+    for i, (c, x, (scale_i, low_i, thr)) in enumerate(zip(comps, xs, rules)):
         fraction = float(c.fraction) if isinstance(c.fraction, (int, float)) else math.nan
-        base = dict(family=c.family, control=c.control, fraction=fraction, threshold=thr, scale=scale, unit=unit,
+        band = math.log(thr) if scale_i == "ratio" else thr
+        base = dict(family=c.family, control=c.control, fraction=fraction, threshold=thr, scale=scale_i, unit=unit,
                     metric=metric)
         if i not in adj:
             out.append(Call(call="not tested", reason=c.reason or "no units", **base))
@@ -311,14 +337,22 @@ def paired_calls(comparisons: Sequence[Comparison], *, scale: str = "ratio", low
         else:
             call = "tied"
         equivalent = bool(-band <= lo and hi <= band)
-        if not lower_is_better:                        # back to the metric's orientation: method - baseline
+        if not low_i:                                  # back to the metric's orientation: method - baseline
             est, lo, hi = -est, -hi, -lo
-        to_effect = (lambda v: float(math.exp(max(min(v, 700.0), -700.0)))) if scale == "ratio" else float
+        to_effect = (lambda v: float(math.exp(max(min(v, 700.0), -700.0)))) if scale_i == "ratio" else float
         out.append(Call(call=call, effect=to_effect(est), ci=(to_effect(lo), to_effect(hi)),
                         wins=int(np.sum(x < 0)), losses=int(np.sum(x > 0)), n=n, p=float(adj[i]), p_raw=two[i],
-                        tests=m, smallest_p=floor, detectable=_detectable(x, m, alpha, scale),
+                        tests=m, smallest_p=floor, detectable=_detectable(x, m, alpha, scale_i),
                         equivalent=equivalent, **base))
     return out
+
+
+def _rule_of(c: Comparison, scale: str, lower_is_better: bool, threshold) -> tuple[str, bool, float]:
+    sc = scale if c.scale is None else check_choice(c.scale, "a comparison's scale", SCALES)
+    low = lower_is_better if c.lower_is_better is None else c.lower_is_better
+    if not isinstance(low, bool):
+        raise InputError(f"a comparison's lower_is_better must be True or False, got {low!r}")
+    return sc, low, _threshold(sc, threshold if c.threshold is None else c.threshold)
 
 
 def _detectable(x, m, alpha, scale) -> float:

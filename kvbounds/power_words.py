@@ -32,22 +32,26 @@ def numbers(c: dict, family: bool = True) -> str:
 
 
 def head_words(c: dict) -> str:
-    """The call's head: "better than StreamingLLM", "leaning worse than uniform", "tied with the ablation", "not
-    attainable against zeros with 8 units (smallest p = 0.156)", "not tested against the mean"."""
+    """The call's head: "better than StreamingLLM", "leaning worse than uniform", "tied with the ablation" (the
+    interval within the practical threshold) or "not told apart from the ablation" (a tie that is no equivalence),
+    "not attainable against zeros with 8 units (smallest p = 0.156)", "not tested against the mean"."""
     name = label(c["control"])
     call = c["call"]
     if call in ("better", "worse", "leaning better", "leaning worse"):
         return f"{call} than {name}"
-    if call == "tied":
-        return f"tied with {name}"
+    if call == "tied":              # equivalent: the whole interval within the threshold; else no difference shown
+        return f"tied with {name}" if c.get("equivalent") else f"not told apart from {name}"
     if call == "not attainable":
-        return f"not attainable against {name} with {c['n']} units (smallest p = {c.get('smallest_p', 1.0):.2g})"
+        n = c["n"]
+        return f"not attainable against {name} with {n} unit{'' if n == 1 else 's'} (smallest p = " \
+               f"{c.get('smallest_p', 1.0):.2g})"
     return f"not tested against {name}"
 
 
-def call_words(c: dict, family: bool = True) -> str:
-    """The words of one call: its head and its numbers in brackets."""
-    return f"{head_words(c)} ({numbers(c, family)})"
+def call_words(c: dict, family: bool = True, metric: bool = False) -> str:
+    """The words of one call: its head and its numbers in brackets (``metric``: its metric named first)."""
+    m = SHORT_METRIC.get(c.get("metric") or "", c.get("metric") or "") if metric else ""
+    return f"{head_words(c)} ({m + '; ' if m else ''}{numbers(c, family)})"
 
 
 def metric_prefix(calls: Sequence[dict]) -> str:
@@ -102,14 +106,25 @@ def versus_doing_nothing(calls: Sequence[dict]) -> dict | None:
 
 
 def holm_family_words(calls: Sequence[dict], alpha: float = ALPHA) -> str:
-    """The rule's one-line statement for a family of calls: "two-sided signed-rank tests at the unit (distinct
-    text windows), Holm over 12 at 0.05; negligible: a ratio within 1.05 either way"."""
+    """The rule's one-line statement for a family of calls: "two-sided signed-rank tests on the log-ratios at the
+    unit (distinct text windows), Holm over 12 at 0.05; negligible: a ratio within 1.05 either way"."""
     tested = [c for c in calls if c["call"] != "not tested"]
     if not tested:
         return "no comparison tested"
-    c = tested[0]
     units = sorted({x["unit"] for x in tested})
-    neg = (f"a ratio within {c['threshold']:g} either way" if c["scale"] == "ratio"
-           else f"a difference within {c['threshold']:g}")
-    return (f"two-sided signed-rank tests on the {'log-ratios' if c['scale'] == 'ratio' else 'differences'} at the "
-            f"unit ({', '.join(units)}), Holm over {c['tests']} at {alpha:g}; negligible: {neg}")
+    scales = sorted({x.get("scale", "ratio") for x in tested})
+    on = " and ".join({"ratio": "the log-ratios (errors)", "difference": "the differences (scores)"}[s]
+                      for s in scales) if len(scales) > 1 else \
+        {"ratio": "the log-ratios", "difference": "the differences"}[scales[0]]
+    neg = "; ".join(sorted({f"a ratio within {c['threshold']:g} either way" if c.get("scale", "ratio") == "ratio"
+                            else f"a difference within {c['threshold']:g}" for c in tested}))
+    return (f"two-sided signed-rank tests on {on} at the unit ({', '.join(units)}), Holm over {tested[0]['tests']} "
+            f"at {alpha:g}; negligible: {neg}")
+
+
+def headline_calls(calls: Sequence[dict]) -> list[dict]:
+    """The calls a headline, a per-paper answer or the practitioner's table states: those on the practitioner's
+    metric where the claim has them (the mean error a user of the cache sees), else every call (each naming its own
+    metric, the theorem's where that is all there is)."""
+    mine = [c for c in calls if c.get("metric") == "practitioner"]
+    return mine or list(calls)

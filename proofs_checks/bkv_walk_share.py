@@ -18,9 +18,9 @@ counted as units). One record per (window, T): ``measured`` the released walk's 
 ``extra["arms"]`` each arm's, ``extra["weight_sum"]`` each selection's middle weights summed over the middle's
 token count (the released estimator's numerator mass; 1 is consistent).
 
-The calls (:func:`share_calls`): four paired comparisons per T over the windows, the package's rule for "better"
-(:mod:`kvbounds.power_calls`: signed-rank tests on log-ratios, two-sided, Holm over every comparison and T named in
-the text, the median ratio with its 95% interval):
+The calls (:func:`share_calls`): four paired comparisons per T over the windows, the one rule for "better"
+(:func:`kvbounds.power_calls.paired_calls`: signed-rank tests on log-ratios, two-sided, Holm over every comparison and
+T named in the text, the effect with its 95% interval):
   * the walk against coins, released estimator (the battery's ablation: the released variant's "win");
   * the walk against coins, consistent estimator (the walk's own share);
   * the released estimator against the consistent one, at the walk and at the coins (the estimator's share).
@@ -145,34 +145,29 @@ def run_trial(params: dict, seed: int, backend: str):
 
 # ------------------------------------------------------------------ the calls and their words
 def share_calls(records) -> list[dict]:
-    """Per (comparison, T), the call over the text windows (:mod:`kvbounds.power_calls`), Holm over all of them:
-    dicts of :class:`kvbounds.power_calls.Call` with ``comparison`` (what it isolates), ``arm`` and ``against``."""
-    from kvbounds.power_calls import decide_call, two_sided_p
-    from kvbounds.verdict import holm_adjust
+    """Per (comparison, T), the one rule's call over the text windows (:func:`kvbounds.power_calls.paired_calls`,
+    Holm over all of them, on the practitioner's metric): dicts of :class:`kvbounds.power_calls.Call` with
+    ``comparison`` (what it isolates), ``arm`` and ``against``."""
+    from kvbounds.power_calls import Comparison, paired_calls
     rs = [r for r in records if r.check == CHECK]
-    cells = []
+    cells, comps = [], []
     for T in sorted({r.params["T"] for r in rs}):
         by = sorted((r for r in rs if r.params["T"] == T), key=lambda r: r.params["index"])
         for arm, against, what in COMPARISONS:
-            a = [r.extra["arms"][arm] for r in by]
-            b = [r.extra["arms"][against] for r in by]
-            p, direction = two_sided_p(a, b)
-            cells.append((T, arm, against, what, a, b, p, direction))
-    adjusted = holm_adjust([c[6] for c in cells])
-    out = []
-    for (T, arm, against, what, a, b, _, direction), p in zip(cells, adjusted):
-        c = decide_call(f"T = {T}", against, 2.0 ** -T, a, b, p, direction, len(cells),
-                        unit="independent text windows").as_dict()
-        out.append(dict(c, comparison=what, arm=arm, against=against, T=T))
-    return out
+            cells.append((T, arm, against, what))
+            comps.append(Comparison(f"T = {T}", against, [r.extra["arms"][arm] for r in by],
+                                    [r.extra["arms"][against] for r in by], 2.0 ** -T))
+    calls = paired_calls(comps, unit="independent text windows", metric="practitioner")
+    return [dict(c.as_dict(), comparison=what, arm=arm, against=against, T=T)
+            for (T, arm, against, what), c in zip(cells, calls)]
 
 
 def _numbers(c: dict) -> str:
-    from kvbounds.power_calls import fmt
+    from kvbounds.power_words import fmt
     if c["call"] == "not tested":
         return c.get("reason") or "not tested"
     lo, hi = c["ci"]
-    return f"{fmt(c['ratio_median'])} [{fmt(lo)}, {fmt(hi)}], {c['wins']}/{c['n']} windows lower"
+    return f"{fmt(c['effect'])} [{fmt(lo)}, {fmt(hi)}], {c['wins']}/{c['n']} windows lower"
 
 
 def share_text(records) -> str:

@@ -29,16 +29,45 @@ def rows(method_err: float, layers: int = 12, seed: int = 0):
     return out
 
 
+def generations(method_err: float, k: int, units: str = "F", **kw) -> list:
+    """The records of ``k`` generations (distinct prompts: the units), each from its own rows."""
+    return [r for g in range(k) for r in build_records("BKV.decode", "src", dict(trial_params("quick"), prompt_text=g),
+                                                       rows(method_err, seed=g), units, lambda row, h: math.log(0.5),
+                                                       unit=f"generation from text {g}", **kw)]
+
+
 def test_records_and_verdict():
-    rs = build_records("BKV.decode", "src", trial_params("quick"), rows(0.01), "F", lambda row, h: math.log(0.5))
+    rs = generations(0.01, 20)
     shape = [r for r in rs if r.check == SHAPE]
     power = [r for r in rs if r.check == POWER_CHECK]
-    assert len(shape) == 48 and len(power) == 12 and all(r.params["family"] == FAMILY for r in power)
+    assert len(shape) == 20 * 48 and len(power) == 20 * 12 and all(r.params["family"] == FAMILY for r in power)
     assert all(r.bound == 0.5 and r.bound_kind == "shape" and r.extra["cert_covered"] == 3 for r in shape)
     v = summarize("BKV.decode", rs, scale_text="s", certificate_kind="a bound")
     assert v.statement == "holds-fitted" and v.fitted_constant.kind == "fitted"
-    assert "covers the measured error in 144/144" in v.summary and v.power == "shown"
+    assert "covers the measured error in 2880/2880" in v.summary and v.power == "shown"
     assert "best trivial control (recent)" in v.summary
+    # the unit is a generation: 20 of them, each the median over its 12 layers, on the theorem's metric
+    assert {(c["n"], c["unit"], c["metric"]) for c in v.power_calls} == {
+        (20, "generations from distinct prompts", "theorem")}
+
+
+def test_one_generation_makes_no_call():
+    """The layers of one generation are one unit: with one generation every call is not attainable."""
+    v = summarize("BKV.decode", generations(0.01, 1), scale_text="s", certificate_kind="a bound")
+    assert {c["call"] for c in v.power_calls} == {"not attainable"} and v.power == "low"
+    assert "not attainable against uniform with 1 unit (smallest p = 1)" in v.summary
+
+
+def test_the_practitioners_metric_is_the_generated_tokens_relative_error():
+    out = rows(0.01)
+    for row in out:
+        for h in row["heads"]:
+            h["exact_norm"] = 2.0
+    rs = build_records("BKV.decode", "src", trial_params("quick"), out, "F", lambda row, h: math.log(0.5), unit="g")
+    p = [r for r in rs if r.check == POWER_CHECK][0].extra["practitioner"]
+    layer0 = [h for row in out if row["layer"] == 0 for h in row["heads"]]
+    assert p["method"] == pytest.approx(np.mean([h["err"] / 2.0 for h in layer0]))
+    assert p["controls"]["uniform"] == pytest.approx(0.2) and p["queries"] == len(layer0)
 
 
 def test_a_scale_zeros_meets_is_vacuous_with_no_fitted_constant():

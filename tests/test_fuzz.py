@@ -187,13 +187,19 @@ NOT_ENTRY_POINTS = {
     # argument checks in tests/test_controls.py), the decode observer and the generation it measures (a loaded
     # model and a press; tests/test_decode_checks.py and the smoke run of BKV.decode / SG.decode)
     "real_stream", "DecodeObserver", "run_generation", "run_forced",
+    # the distinct texts a real family reads and a generation's prompt text (the corpus and a model's tokenizer:
+    # seconds; tests/test_corpus.py), and the power trials' stream (a data holder, made by stream: its entries)
+    "real_texts", "prompt_unit", "PowerStream",
     # the decode checks' model and prompt (a loaded model; used by benchmarks/walk_cause.py and the streaming bench)
     "decode_model", "tiny_model", "prompt_tokens",
-    # the power rule's data holder (made by decide_call: its entry)
-    "Call",
+    # the one rule's data holders (made by paired_calls: its entry)
+    "Call", "Comparison",
     # e2e: the verdicts' words from Record lists (evidence against, per-variant calls, the budgets each method ran)
     # and from method names (the registry's words; an unknown name stays as it is; tests/test_e2e_rule.py)
     "budgets_line", "retrieval_counts", "evidence_against", "calls_text", "short_name", "variant_label",
+    # e2e: a variant's calls as its verdict stores them (compare()'s output; tests/test_calls_agree.py and
+    # tests/test_e2e_rule.py)
+    "cell_calls",
     # e2e: a model's context length read from its configuration files, and the CLI's removal of repeated
     # --methods / --budgets (parsed arguments, no arrays; tests/test_e2e_cli.py)
     "model_context", "dedupe",

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import comparisons as CMP
 from . import methods as M
-from .verdict_text import (budgets_line, calls_text, evidence_against, retrieval_counts,  # noqa: F401
+from .verdict_text import (SHORT_SETTING, budgets_line, calls_text, evidence_against, retrieval_counts,  # noqa: F401
                            short_name, variant_label)
 from .trial import SETTINGS_OF, trial_model, setting_params, hf_missing, make_task, run_cell_trial  # noqa: F401
 
@@ -197,11 +197,12 @@ SETTING_WORDS = {"after": "question after the compressed prompt",
 
 
 def compare(records, variants: dict, baselines, tasks) -> dict:
-    """Per variant (name -> method): dict(better, worse, cells, details, powered, note, family) over baseline x
-    budget x task (:mod:`kvbounds.e2e.comparisons`: instance-level paired tests per redraw, Holm-adjusted over the
-    variant's cells per redraw, a cell counting when significant in most redraws with enough instances and
-    redraws; duplicate baselines merged)."""
-    from kvbounds.verdict import MIN_INSTANCES, MIN_REDRAWS, holm_adjust
+    """Per variant (name -> method): dict(better, worse, cells, details, powered, note, family, calls, rule) over
+    baseline x budget x task: each cell's call is the one rule's (:func:`kvbounds.e2e.comparisons.comparison`: the
+    unit an instance, a randomised method's redraws averaged within it; Holm over the variant's cells), ``better`` /
+    ``worse`` count the cells called so; duplicate baselines merged; ``powered`` (a miss is evidence against) when
+    every cell has enough instances (and redraws) and could detect the memory effect."""
+    from kvbounds.verdict import MIN_INSTANCES, MIN_REDRAWS
     budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("budget") not in (None, 1.0)
                       and "ll" in r.extra})
     baselines = [b for b in baselines if b not in variants.values()]
@@ -211,8 +212,9 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
     for r in records:
         by_setting.setdefault(r.params.get("setting", "after"), []).append(r)
     out = {}
+    from kvbounds.power_calls import paired_calls
     for variant, method in variants.items():
-        cells, where = [], []
+        cells, where, comps = [], [], []
         for setting, recs in sorted(by_setting.items()):
             for b in budgets:
                 for base in baselines:
@@ -221,29 +223,26 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
                     for task in tasks:
                         c = CMP.cell(recs, method, base, b, task)
                         if c is not None:
-                            cells.append((b, base, f"{task} [{SETTING_WORDS.get(setting, setting)}]", c))
+                            label = f"{task} [{SETTING_WORDS.get(setting, setting)}]"
+                            cells.append((b, base, label, c))
                             where.append((setting, task))
+                            comps.append(CMP.comparison(recs, method, base, b, task, f"{label}@{b:g}"))
         if not cells:
             out[variant] = dict(better=0, worse=0, cells=0, details=[], powered=False, note="", family=[],
                                 against=[], calls=[], intervals=[])
             continue
-        R = max(c["redraws"] for *_, c in cells)
-        wins, losses = np.zeros(len(cells)), np.zeros(len(cells))
-        for r in range(R):
-            pick = lambda c, key: c[key][min(r, len(c[key]) - 1)]
-            wins += np.array(holm_adjust([pick(c, "p_better") for *_, c in cells])) < ALPHA
-            losses += np.array(holm_adjust([pick(c, "p_worse") for *_, c in cells])) < ALPHA
+        # the one rule at the unit (an instance, redraws averaged within it), Holm over the variant's cells
+        rule = paired_calls(comps, unit="an instance: a distinct prompt or text window", metric="practitioner")
         randomised = method in M.RANDOMIZED
         eligible = [c["n"] >= MIN_INSTANCES and (not randomised or c["redraws"] >= MIN_REDRAWS) for *_, c in cells]
-        most = lambda k: k > R / 2
-        better = sum(bool(most(w) and e) for w, e in zip(wins, eligible))
-        worse = sum(bool(most(x)) for x in losses)
+        better = sum(x.call == "better" for x in rule)
+        worse = sum(x.call == "worse" for x in rule)
         mdes = [CMP.detectable(c["sd"], c["n"], len(cells)) for *_, c in cells]
         powered = all(eligible) and all(m <= ref.get(t.split(" [")[0], float("inf"))
                                         for (_, _, t, _), m in zip(cells, mdes))
-        details = [f"{t}@{b:g} vs {base}: {c['mean']:+.3g} nats [{c['ci'][0]:+.3g}, {c['ci'][1]:+.3g}] (n={c['n']}, "
-                   f"redraws={c['redraws']}, better in {int(w)}/{R}, worse in {int(x)}/{R})"
-                   for (b, base, t, c), w, x in zip(cells, wins, losses)]
+        details = [f"{t}@{b:g} vs {base}: {x.call} ({x.effect:+.3g} nats [{x.ci[0]:+.3g}, {x.ci[1]:+.3g}] per "
+                   f"instance, {x.wins}/{x.n} instances better, Holm p = {x.p:.2g}; redraws={c['redraws']})"
+                   for (b, base, t, c), x in zip(cells, rule)]
         details += [f"{b} = {a} on every instance (one comparison, counted once)" for b, a in dup.items()]
         if powered:
             note = f"evidence against, effect bounded by {max(c['ci'][1] for *_, c in cells):+.3g} nats"
@@ -252,13 +251,12 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
                                             f"{MIN_INSTANCES} instances or {MIN_REDRAWS} redraws"]
             note = "underpowered: smallest detectable effect " + f"{float(np.median(mdes)):.3g} nats" + \
                 (f" (median over cells; {'; '.join(why)})" if why else " (median over cells)")
-        counted = [bool(most(w) and e) for w, e in zip(wins, eligible)]
-        calls = [(setting, task, base, b, "better" if ok else "worse" if c["ci"][1] < 0 else "not shown better",
-                  c["mean"]) for (b, base, _, c), (setting, task), ok in zip(cells, where, counted)]
+        calls = [(setting, task, base, b, x.call if x.call != "tied" or x.equivalent else "not told apart", x.effect)
+                 for (b, base, _, c), (setting, task), x in zip(cells, where, rule)]
         against = evidence_against(records, method, tasks, budgets, calls)
         out[variant] = dict(better=better, worse=worse, cells=len(cells), details=details, powered=powered,
                             note=note, family=[c["p_better"][0] for *_, c in cells], against=against, calls=calls,
-                            intervals=[c["ci"] for *_, c in cells])
+                            intervals=[c["ci"] for *_, c in cells], rule=[x.as_dict() for x in rule])
     return out
 
 
@@ -278,8 +276,9 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
         return Verdict(claim, NOT_RUN, "; ".join(skipped), figures=figs, n_records=len(records))
     setup = setup_line(records)
     reps, parts, family, findings = [], [setup], [], []
-    lines = []
+    lines, power_calls = [], []
     for variant, c in compare(records, variants, baselines, tasks).items():
+        power_calls += cell_calls(variants[variant], c)
         better, worse, cells = c["better"], c["worse"], c["cells"]
         status = reproduction_status(better, worse, cells, kind="test", powered=c["powered"] or bool(c["against"]))
         if status == "not-reproduced" and c["against"]:
@@ -309,4 +308,15 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
     return Verdict(claim, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
                    n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),
                    reproduction=main, reproductions=reps, power=power, power_detail=power_detail,
-                   variant=" | ".join(lines + exact), findings=findings)
+                   variant=" | ".join(lines + exact), findings=findings, power_calls=power_calls)
+
+
+def cell_calls(method: str, c: dict) -> list[dict]:
+    """A variant's end-to-end calls as the verdict stores them (``power_calls``: the one rule's call dicts), each
+    naming its cell: ``task``, ``setting``, ``budget`` and ``method`` beside the call's family ("passkey, question
+    after the prompt, 25% | pseudocode walk ...") and control (the baseline); the practitioner's table reads them."""
+    out = []
+    for (setting, task, base, b, *_), x in zip(c.get("calls", []), c.get("rule", [])):
+        where = f"{task}, {SHORT_SETTING.get(setting, setting)}, {100 * b:.0f}% | {variant_label(method)}"
+        out.append(dict(x, family=where, control=base, task=task, setting=setting, budget=b, method=method))
+    return out

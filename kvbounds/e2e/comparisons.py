@@ -1,5 +1,9 @@
 """The paired comparisons behind the end-to-end verdicts (BKV.e2e, SG.e2e) under the stricter reproduction rule
-(:func:`kvbounds.verdict.reproduction_status`).
+(:func:`kvbounds.verdict.reproduction_status`). The call of each cell is the one rule's
+(:func:`kvbounds.power_calls.paired_calls`, :func:`comparison`): per instance the method's gain over exact attention
+averaged over its redraws (the unit is the instance; redraws are never units) against the baseline's, the
+signed-rank test on the differences, Holm over the variant's cells; the per-redraw t-tests below remain for the
+power estimate (the smallest detectable effect against the memory effect) and the details.
 
 * The unit is the task instance: a window's mean per-token log-likelihood gain over exact attention (``ppl``),
   the answer's total (``passkey``, ``lines``); tokens of one window are never separate units.
@@ -68,6 +72,29 @@ def cell(records, a: str, b: str, budget: float, task: str) -> dict | None:
     return dict(n=n, redraws=len(tests), mean=float(pooled.mean()), sd=sd,
                 ci=(float(pooled.mean()) - half, float(pooled.mean()) + half),
                 p_better=[t["p_better"] for t in tests], p_worse=[t["p_worse"] for t in tests])
+
+
+# the practical threshold of each task's gain (the one rule's, kvbounds.power_calls.rule_for): nats per token for the
+# ppl windows' mean gain, nats of the answer's log-likelihood for the retrieval tasks
+TASK_METRICS = {"ppl": "ppl: NLL increase vs exact (nats/token)", "passkey": "passkey: answer log-likelihood (nats)",
+                "lines": "lines: answer log-likelihood (nats)"}
+
+
+def comparison(records, a: str, b: str, budget: float, task: str, where: str):
+    """The one rule's comparison of method ``a`` against baseline ``b`` on their shared instances: each side's gain
+    over exact attention per instance, a randomised method's redraws averaged within the instance (higher is
+    better; the difference scale, the task's threshold). None when either has no record."""
+    from kvbounds.power_calls import Comparison, rule_for
+    ea, eb = effects(records, a, budget, task), effects(records, b, budget, task)
+    if not ea or not eb:
+        return None
+    mean = lambda e: {k: float(np.mean([d[k] for d in e.values() if k in d])) for k in set().union(*e.values())}
+    ua, ub = mean(ea), mean(eb)
+    keys = sorted(set(ua) & set(ub), key=repr)
+    _, _, threshold = rule_for(TASK_METRICS.get(task, "answer log-likelihood"))
+    return Comparison(where, b, [ua[k] for k in keys], [ub[k] for k in keys], budget,
+                      reason="" if keys else "no shared instance", scale="difference", lower_is_better=False,
+                      threshold=threshold)
 
 
 def duplicates(records, baselines, budgets, tasks) -> dict:
