@@ -97,9 +97,10 @@ def test_claims_registered_with_profiles():
     for mod in (bkv_decode, sg_decode):
         c = get_claim(mod.CLAIM)
         assert c.check_module() is mod and c.bound_function() is not None and c.kind == "theorem"
-        assert mod.trials("full")[0]["prompt"] == 512 and mod.trials("full")[0]["new"] == 1024
+        full = mod.trials("full")        # 20 generations from distinct prompts (the units), one on quick
+        assert len(full) == 20 and sorted(t["prompt_text"] for t in full) == list(range(20))
+        assert len(mod.trials("quick")) == 1 and full[0]["prompt"] == PROFILES["full"]["prompt"]
         assert mod.trials("quick")[0]["model"] == "smollm2" and mod.trials("smoke")[0]["model"] == "tiny"
-    assert PROFILES["full"]["target"] == 256 and PROFILES["full"]["interval"] == 64
 
 
 # -- valid edge cases: a record that says what happened or an InputError naming the NaN --------------------------
@@ -253,3 +254,18 @@ def test_bkv_decode_is_vacuous_at_these_norms_only():
         "scale is at most " in v.headline
     onset = [bkv_decode.norm_free(n, 64, M)["from_norm"] for n in (160, 256)]
     assert f"it reaches 1 from r = {min(onset):.3g}..{max(onset):.3g}, and these cells' r is 5" in v.headline
+
+
+def test_each_generation_reads_its_own_text():
+    """Generation i's prompt is the start of the corpus's text i (distinct prompts: the units), named by its unit."""
+    import types
+    from kvbounds.proofs_checks.decode_stream import prompt_tokens, prompt_unit
+    from kvbounds.traces.corpus import text, texts
+    lm = types.SimpleNamespace(encode=lambda t: np.frombuffer(t.encode(), np.uint8).astype(np.int64))
+    a, b = prompt_tokens(lm, 64, 0, 0), prompt_tokens(lm, 64, 0, 1)
+    names = texts(min_chars=4 * 64)
+    assert bytes(a.astype(np.uint8)) == text(names[0]).encode()[:64] and not np.array_equal(a, b)
+    assert prompt_unit(dict(prompt=64, prompt_text=1), 5) == f"generation from {names[1]}"
+    assert prompt_unit(dict(prompt=64), 5) == "generation (default text, seed 5)"
+    with pytest.raises(Exception, match="beyond the corpus"):
+        prompt_tokens(lm, 64, 0, 10**6)
