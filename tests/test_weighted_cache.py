@@ -1,6 +1,8 @@
 """The weighted cache inside ``generate`` (issue 22): weights move with the keys (beam search), the logical length
 (no prompt re-fed), padding, the wrong attention raises, the attention on SDPA agrees with the contract, and bad
-input raises InputError. A tiny random Llama keeps these in seconds; SmolLM2 is not needed."""
+input raises InputError. A tiny random Llama keeps these in seconds; SmolLM2 is not needed. Every test that builds
+the model runs on both architectures the harness loads (Llama: SmolLM2; Qwen2: Qwen2.5-Coder-0.5B, with q/k/v
+biases and an untied output projection)."""
 from __future__ import annotations
 
 import math
@@ -16,15 +18,24 @@ from kvbounds.e2e.attention import ATTN_IMPLEMENTATION, register, weighted_sdpa 
 from kvbounds.e2e.weighted_cache import ModelNotWeighted, WeightedCache, WeightedLayer  # noqa: E402
 
 
-def tiny(attn=ATTN_IMPLEMENTATION, seed=0):
-    from transformers import LlamaConfig, LlamaForCausalLM
+from tiny_models import ARCHS, tiny_causal_lm  # noqa: E402
+
+ARCH = {"now": "llama"}      # the architecture tiny() builds; the fixture below runs each model test on both
+
+
+@pytest.fixture(params=ARCHS)
+def arch(request):
+    ARCH["now"] = request.param
+    yield request.param
+    ARCH["now"] = "llama"
+
+
+def tiny(attn=ATTN_IMPLEMENTATION, seed=0, arch=None):
     register()
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=8, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
-                      pad_token_id=0)
-    cfg._attn_implementation = attn
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_causal_lm(arch or ARCH["now"], attn, vocab_size=64, hidden_size=32, intermediate_size=64,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                          max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 
 def prefill(model, ids):
@@ -49,7 +60,7 @@ IDS = torch.tensor([[5, 9, 17, 3, 44, 12, 8, 30, 21, 7, 19, 50, 33, 11, 4, 27]])
 KEEP = [0, 1, 3, 6, 9, 12, 14, 15]
 
 
-def test_generate_continues_after_a_compressed_cache_without_refeeding_the_prompt():
+def test_generate_continues_after_a_compressed_cache_without_refeeding_the_prompt(arch):
     model = tiny()
     n = IDS.shape[1]
     a = np.linspace(-0.5, 0.5, len(KEEP))
@@ -68,7 +79,7 @@ def test_generate_continues_after_a_compressed_cache_without_refeeding_the_promp
     torch.testing.assert_close(g.logits[0][0], lg, rtol=0, atol=1e-5)
 
 
-def test_beam_search_moves_the_weights_and_constant_weights_equal_the_unweighted_cache():
+def test_beam_search_moves_the_weights_and_constant_weights_equal_the_unweighted_cache(arch):
     model = tiny()
     n = IDS.shape[1]
     kv = prefill(model, IDS)
@@ -109,7 +120,7 @@ def test_crop_keeps_weights_aligned_and_refuses_the_compressed_part():
         layer.crop(6)
 
 
-def test_left_padded_batch_equals_each_row_alone():
+def test_left_padded_batch_equals_each_row_alone(arch):
     model = tiny()
     rows = [IDS[0], IDS[0, 5:]]
     a = [np.linspace(-0.4, 0.6, len(KEEP)), np.linspace(0.3, -0.2, 6)]
@@ -144,7 +155,7 @@ def test_left_padded_batch_equals_each_row_alone():
         torch.testing.assert_close(batch[r], alone[r], rtol=0, atol=1e-5)
 
 
-def test_a_model_that_would_ignore_the_weights_raises():
+def test_a_model_that_would_ignore_the_weights_raises(arch):
     model = tiny(attn="sdpa")
     kv = prefill(model, IDS)
     a = np.linspace(-1, 1, len(KEEP))

@@ -320,3 +320,22 @@ def cell_calls(method: str, c: dict) -> list[dict]:
         where = f"{task}, {SHORT_SETTING.get(setting, setting)}, {100 * b:.0f}% | {variant_label(method)}"
         out.append(dict(x, family=where, control=base, task=task, setting=setting, budget=b, method=method))
     return out
+
+
+def add_curves(verdict, records) -> None:
+    """Append what the score-vs-memory curves say (:mod:`kvbounds.e2e.curves`) to an end-to-end verdict: exact
+    attention's score per panel (and "no power" where it is below the floor), then per method of the papers the
+    smallest memory tied with exact attention and its calls against the strongest baseline. Nothing without curve
+    records."""
+    from . import curves
+    recs = [r for r in records if (getattr(r, "params", None) or {}).get("curve")]
+    if not recs:
+        return
+    scores = curves.exact_scores(recs)
+    ex = "; ".join(f"{s['task']} [{s['model']}, n={s['n']}]: " + (f"perplexity {s['score']:.3g}" if s["what"] ==
+                   "perplexity" else f"{s['retrieved']}/{s['instances']}" + ("" if s["powered"] else " (no power)"))
+                   for s in scores)
+    # the verdict names the calls at 25% and 50% (the papers' compressions); the report shows every memory
+    lines = [curves.decision_words(dict(d, calls={b: c for b, c in d["calls"].items() if b in (0.25, 0.5)}))
+             + f" [{d['task']}, {d['model']}]" for d in curves.decisions(recs)]
+    verdict.summary += f"; curves (score vs memory): exact attention {ex}" + ("; " + "; ".join(lines) if lines else "")

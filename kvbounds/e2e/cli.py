@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import sys
 
+# the RULER-style tasks (kvbounds.e2e.ruler.KINDS), named here so that the parser does not import the harness
+RULER = ["niah_single", "niah_multikey", "niah_multivalue", "vt", "cwe"]
+
 
 def add_parser(sub) -> None:
     from . import method_names as M      # names only: `kvbounds --version` must not load the compressors
     p = sub.add_parser("e2e", help="end-to-end: every compressor inside a real model (perplexity, passkey, lines)")
-    p.add_argument("--model", default="smollm2", help="smollm2 (offline GGUF) or a local path / cached HF id")
+    p.add_argument("--model", default="smollm2",
+                   help="smollm2 (offline GGUF), qwen2.5-coder-0.5b (the second offline model; alias qwen), a local "
+                        "GGUF file, or a local folder / cached HF id")
     p.add_argument("--device", default="cpu", help="cpu | cuda")
     p.add_argument("--where", default="host", choices=["host", "device"],
                    help="where our methods compress: host (numpy, float32 copies; the checks' default) or device "
@@ -28,7 +33,8 @@ def add_parser(sub) -> None:
                         "third party's, through the entry-point group kvbounds.methods)")
     p.add_argument("--budgets", nargs="+", type=float, default=[0.25, 0.5],
                    help="fractions of the cache's floats, in (0, 1]; every method holds within 1%% of it")
-    p.add_argument("--tasks", nargs="+", default=["ppl", "passkey", "lines"], choices=["ppl", "passkey", "lines"])
+    p.add_argument("--tasks", nargs="+", default=["ppl", "passkey", "lines"], choices=["ppl", "passkey", "lines"] + RULER,
+                   help="ppl, passkey, lines, and the RULER-style tasks (kvbounds.e2e.ruler)")
     p.add_argument("--setting", default="after", choices=["after", "inside", "both"],
                    help="passkey/lines: question after the compressed prompt (after), or inside it with blocks of "
                         "128 (inside: the papers' LongBench setting), or both")
@@ -63,7 +69,9 @@ def problems(args) -> list[str]:
         external = names(source="external")
         out.append(f"--methods: unknown {', '.join(map(repr, unknown))}; ours: {' '.join(M.OURS + M.CONTROLS)}; "
                    f"kvpress: {' '.join(M.KVPRESS)}" + (f"; others registered: {' '.join(external)}" if external else ""))
-    if args.model != "smollm2" and not os.path.exists(args.model) and not _in_hf_cache(args.model):
+    from kvbounds.traces import qwen
+    if args.model != "smollm2" and not qwen.is_name(args.model) and not os.path.exists(args.model) \
+            and not _in_hf_cache(args.model):
         out.append(f"--model {args.model!r} does not exist (not a local path, not a model in the local "
                        "Hugging Face cache; the harness loads offline)")
     elif args.n >= 1:
@@ -112,7 +120,10 @@ def _missing_requirements(model: str) -> str | None:
     """Why the harness cannot run here, in one line (a package of the ``hf`` extra or SmolLM2's model file is not
     installed), or None: checked before any work, so a missing package is one line, not a traceback."""
     import importlib.util
+    from kvbounds.traces import qwen
     from kvbounds.traces.hf_capture import ModelUnavailable
+    if qwen.is_name(model):
+        return qwen.available()
     need = ("torch", "transformers") + (("gguf", "tokenizers") if model == "smollm2" else ())
     missing = [m for m in need if importlib.util.find_spec(m) is None]
     if missing:
@@ -141,7 +152,10 @@ def dedupe(args) -> list[str]:
 
 def run(args) -> int:
     from kvbounds.records import ResultStore, StoreError
+    from kvbounds.traces import qwen
     from kvbounds.traces.hf_capture import ModelUnavailable
+    if qwen.is_name(args.model):
+        args.model = qwen.NAME          # one name in the records, whichever alias was given
     for note in dedupe(args):
         print(f"kvbounds e2e: {note}", file=sys.stderr)
     why = _missing_requirements(args.model)     # first: the argument checks read the model's configuration
@@ -172,7 +186,7 @@ def _run(args) -> int:
     store = ResultStore(args.out)
     done = store.done_keys()
     trials = []
-    for claim, kinds in (("BKV.e2e", ("ppl", "passkey")), ("SG.e2e", ("lines",))):
+    for claim, kinds in (("BKV.e2e", ("ppl", "passkey", *RULER)), ("SG.e2e", ("lines",))):
         spec = {k: ((args.n, args.instances, 64) if k == "ppl" else (args.n, args.instances)) for k in kinds
                 if k in args.tasks}
         for p in profile_grid("custom", spec, methods=args.methods, budgets=args.budgets, sink=args.window,

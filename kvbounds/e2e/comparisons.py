@@ -37,7 +37,8 @@ def effects(records, method: str, budget: float, task: str) -> dict:
         if method != "exact" and abs(float(e["budget"]) - budget) > 1e-9:
             continue
         d = np.asarray(e["ll"], float) - np.asarray(e["exact_ll"], float)
-        inst = (r.params.get("task"), r.params.get("n"), r.params.get("index"), r.params.get("setting", "after"))
+        inst = (r.params.get("model", "smollm2"), r.params.get("task"), r.params.get("n"), r.params.get("index"),
+                r.params.get("setting", "after"))
         out.setdefault(int(e.get("draw", 0)), {})[inst] = float(d.mean() if task == "ppl" else d.sum())
     return out
 
@@ -126,3 +127,56 @@ def detectable(sd: float, n: int, m: int, alpha: float = ALPHA, power: float = 0
     if n < 2:
         return float("inf")
     return float((stats.norm.ppf(1 - alpha / max(m, 1)) + stats.norm.ppf(power)) * sd / np.sqrt(n))
+
+
+# ------------------------------------------------------------------ the one call of the end-to-end curves
+
+CALL_WORDS = ("better", "leaning better", "tied", "leaning worse", "worse", "not shown", "not tested", "not attainable")
+
+
+def call(method_units: dict, other_units: dict, *, margin: float, tests: int = 1, alpha: float = ALPHA,
+         bounded: bool = False) -> dict:
+    """THE paired call of the end-to-end curves (:mod:`kvbounds.e2e.curves`): every comparison of a method with
+    exact attention or with a baseline goes through here, so that the package's one rule for "better" replaces it
+    in one place.
+
+    ``method_units`` / ``other_units``: {instance: score} on the higher-is-better scale (a randomised method's
+    redraws already averaged within the instance: the instance is the unit). Over the shared instances, d = method -
+    other: a two-sided paired t-test (Bonferroni over ``tests``, the family's size; stated with the call) and the
+    95% t interval of the mean of d. Words: ``better`` / ``worse`` (significant after the adjustment), ``leaning
+    better`` / ``leaning worse`` (the unadjusted interval excludes 0, the adjusted test does not), ``tied`` (the
+    interval inside [-margin, margin]: equivalent within the stated margin), ``not shown`` (none of these),
+    ``not tested`` (fewer than 2 shared instances; ``not attainable``, a method that cannot hold that memory, is
+    said by the caller, which knows why). Every d equal (no spread: the t interval is undefined): better / worse
+    when they are not 0 and the interval below excludes 0; with ``bounded`` (scores in [0, 1], e.g. exact match)
+    the interval is d +- (1 - (alpha/2)^(1/n)), the Clopper-Pearson bound on the share of instances where the two
+    could differ when none did in n (at n = 20: 0.17), so a tie needs that bound inside the margin; unbounded
+    scores equal on every instance (the same cache twice) are tied."""
+    keys = sorted(set(method_units) & set(other_units))
+    out = dict(n=len(keys), tests=int(tests), margin=float(margin), mean=float("nan"), ci=(float("nan"), float("nan")),
+               p=float("nan"))
+    if len(keys) < 2:
+        return dict(out, call="not tested")
+    d = np.array([method_units[k] - other_units[k] for k in keys], float)
+    mean = float(d.mean())
+    if np.allclose(d, d[0], rtol=0, atol=1e-12):
+        half = 1 - (alpha / 2) ** (1 / len(d)) if bounded else 0.0
+        lo, hi = mean - half, mean + half
+        if lo > 0 or hi < 0:
+            word = "better" if mean > 0 else "worse"
+        else:
+            word = "tied" if -margin <= lo and hi <= margin else "not shown"
+        return dict(out, mean=mean, ci=(lo, hi), p=0.0 if lo > 0 or hi < 0 else 1.0, call=word)
+    sd = float(d.std(ddof=1))
+    half = float(stats.t.ppf(1 - alpha / 2, len(d) - 1) * sd / np.sqrt(len(d)))
+    p = float(stats.ttest_1samp(d, 0.0).pvalue)
+    lo, hi = mean - half, mean + half
+    if min(1.0, p * tests) < alpha:
+        word = "better" if mean > 0 else "worse"
+    elif lo > 0 or hi < 0:
+        word = "leaning better" if mean > 0 else "leaning worse"
+    elif -margin <= lo and hi <= margin:
+        word = "tied"
+    else:
+        word = "not shown"
+    return dict(out, mean=mean, ci=(lo, hi), p=p, call=word)

@@ -284,6 +284,10 @@ def _method_row(lm, state, method: str, budget: float, exact_floats: int, missin
     except Exception as e:   # noqa: BLE001 - one method failing is a row with its error, not a crash
         return dict(row, error=f"{type(e).__name__}: {e}"[:300]), None
     target = budget * exact_floats
+    stored = max(int(c.keys.shape[-2]) for c in comp)
+    if stored > state.n:        # e.g. SubGen near the whole cache: its split cache holds more entries than tokens
+        return dict(row, memory_floats=held, error=f"not attainable: at this memory {method} stores {stored} entries "
+                    f"per head, more than the {state.n} tokens they stand for"), None
     if not (1 - M.MEMORY_TOLERANCE) * target <= held <= (1 + M.MEMORY_TOLERANCE) * target:
         return dict(row, memory_floats=held, error=f"unequal memory: holds {held / target:.2%} of the target "
                     f"{target:.0f} floats (tolerance {M.MEMORY_TOLERANCE:.0%})"), None

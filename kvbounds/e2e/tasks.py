@@ -3,7 +3,7 @@
 * ``ppl``: a window of ``n`` tokens of real text is the context; the next ``cont`` tokens are held out and
   scored (per-token negative log-likelihood, paired against exact attention).
 * ``passkey``: filler text with "The pass key is NNNNN. Remember it. NNNNN is the pass key." at a random depth,
-  then the question "What is the pass key? The pass key is"; the answer's digit tokens are scored
+  then the question "What is the pass key? The pass key is " (the space before the key included); the key's digit tokens are scored
   teacher-forced (log-likelihood) and by exact match (every greedy token right).
 * ``lines``: LongEval-style line retrieval (the format of SubGen Table 1 / ClusterGen Table 2's benchmark):
   "line <adjective>-<noun>: REGISTER_CONTENT is <NNNNN>" lines, then "Tell me what is the REGISTER_CONTENT in
@@ -98,12 +98,15 @@ def passkey_task(lm, n: int, seed: int, setting: str = "after") -> Task:
     filler = _filler(lm, body, seed)
     cut = int(depth * body)
     ctx = np.concatenate([intro, filler[:cut], needle, filler[cut:]])
-    return _answer_task("passkey", lm, ctx, "\nWhat is the pass key? The pass key is", f" {key}",
+    # the space before the key ends the question (digits are tokens of their own, after a space token of its own in
+    # both tokenizers): the scored tokens are the key's digits, not a separator the model may write another way
+    return _answer_task("passkey", lm, ctx, "\nWhat is the pass key? The pass key is ", key,
                         dict(depth=depth, key=key, n=int(len(ctx))), setting)
 
 
-def lines_task(lm, n: int, seed: int, setting: str = "after") -> Task:
-    """As many "line name: REGISTER_CONTENT is <number>" lines as fit in about ``n`` tokens; one is asked."""
+def lines_task(lm, n: int, seed: int, setting: str = "after", n_lines: int | None = None) -> Task:
+    """As many "line name: REGISTER_CONTENT is <number>" lines as fit in about ``n`` tokens (at most ``n_lines``
+    when given: the rest of the n tokens is unrelated real text before the record); one is asked."""
     rng = np.random.default_rng(seed)
     intro = lm.encode("Below is a record of lines I want you to remember. Each line begins with 'line <line "
                       "index>' and contains a '<REGISTER_CONTENT>' at the end of the line as a numerical value. "
@@ -117,7 +120,7 @@ def lines_task(lm, n: int, seed: int, setting: str = "after") -> Task:
             continue
         num = f"{int(rng.integers(10000, 100000))}"
         ids = lm.encode(f"line {name}: REGISTER_CONTENT is <{num}>\n")
-        if total + len(ids) > n:
+        if total + len(ids) > n or (n_lines is not None and len(lines) >= n_lines):
             break
         names.add(name)
         lines.append((name, num, ids))

@@ -16,10 +16,16 @@ from kvbounds.records import Record
 from . import methods as M
 
 
-def hf_missing() -> str | None:
+def hf_missing(model: str = "smollm2") -> str | None:
+    """Why the harness cannot run ``model`` here (one line), or None."""
     for mod, pip in (("transformers", "transformers"), ("torch", "torch")):
         if importlib.util.find_spec(mod) is None:
             return f"{pip} is not installed (pip install 'kvbounds[hf]')"
+    from kvbounds.traces import qwen
+    if qwen.is_name(model):
+        return qwen.available()
+    if model != "smollm2":
+        return None
     try:
         from kvbounds.traces.smollm2 import model_file
         model_file()
@@ -47,7 +53,11 @@ def make_task(lm, params: dict):
     if kind == "passkey":
         return tasks.passkey_task(lm, n, 1000 + i, setting)
     if kind == "lines":
-        return tasks.lines_task(lm, n, 2000 + i, setting)
+        return tasks.lines_task(lm, n, 2000 + i, setting, n_lines=params.get("n_lines"))
+    from . import ruler
+    if kind in ruler.KINDS:         # the RULER-style tasks; a fixed "depth": the needle-depth sweep
+        depth = params.get("depth")
+        return ruler.make(kind, lm, n, 3000 + i, setting, None if depth is None else float(depth))
     raise ValueError(f"unknown task {kind!r}")
 
 
@@ -65,7 +75,7 @@ def run_cell_trial(claim: str, source: str, params: dict, seed: int, measure=Non
     ``measure(params, lm, state)``: a measurement of a setting's exact prefill ``state`` for the claim's own records,
     ``{(method, budget): value}`` stored as ``extra["walk_cause"]`` of that method's first draw at that budget (None:
     nothing); the prefill is then made here (the same call :func:`kvbounds.e2e.harness.run_cell` would make)."""
-    why = hf_missing()
+    why = hf_missing(params.get("model", "smollm2"))
     if why:
         return [Record(claim=claim, params=dict(params), seed=0, backend="", measured=0.0, bound=0.0, holds=True,
                        bound_kind="exact", check="unavailable", source=source, extra=dict(skipped=why))]
