@@ -86,7 +86,10 @@ class Comparison:
     unit and side, :func:`per_unit`). ``family``: where (a stream family, a task, a setting); ``control``: the
     baseline's name; ``reason``: why it is not tested (then the values may be empty). ``scale``,
     ``lower_is_better``, ``threshold``: this comparison's own, where a family mixes metrics (None: the family's,
-    :func:`paired_calls`' arguments; :func:`rule_for` gives a metric's)."""
+    :func:`paired_calls`' arguments; :func:`rule_for` gives a metric's); ``bounded``: scores in [0, 1] (exact match,
+    accuracy), whose interval reaches at least the Clopper-Pearson upper ends of the shares of units where the
+    method scored lower and higher (the rank test's interval is too tight on 0/1 scores: with every unit equal it is
+    [0, 0], where n units only bound the share that could differ by 1 - (alpha/2)^(1/n))."""
     family: str
     control: str
     method: Sequence[float]
@@ -96,20 +99,22 @@ class Comparison:
     scale: str | None = None
     lower_is_better: bool | None = None
     threshold: float | None = None
+    bounded: bool = False
 
 
-# a metric's words -> (scale, lower is better, practical threshold): the one table of how each metric is compared
-RULES = (("nll increase", ("difference", True, 0.01)),          # nats per token: a ratio of two gains means nothing
-         ("log-likelihood", ("difference", False, 0.1)),        # nats of the answer
-         ("exact match", ("difference", False, 0.0)),           # 0/1 per instance: the sign test on the differences
-         ("accuracy", ("difference", False, 0.0)),
-         ("perplexity", ("ratio", True, PRACTICAL_RATIO)),
-         ("error", ("ratio", True, PRACTICAL_RATIO)))            # every error: attention, decode, the claims' metrics
+# a metric's words -> (scale, lower is better, practical threshold, bounded in [0, 1]): the one table of how each
+# metric is compared
+RULES = (("nll increase", ("difference", True, 0.01, False)),   # nats per token: a ratio of two gains means nothing
+         ("log-likelihood", ("difference", False, 0.1, False)),  # nats of the answer
+         ("exact match", ("difference", False, 0.2, True)),     # 0/1 per instance: a tie within 20 points
+         ("accuracy", ("difference", False, 0.2, True)),
+         ("perplexity", ("ratio", True, PRACTICAL_RATIO, False)),
+         ("error", ("ratio", True, PRACTICAL_RATIO, False)))     # every error: attention, decode, the claims' metrics
 
 
-def rule_for(metric: str) -> tuple[str, bool, float]:
-    """(scale, lower_is_better, threshold) of a metric named in words (a leaderboard's or a task's metric, an
-    error): the first of :data:`RULES` whose key the words contain (case-insensitive); InputError otherwise."""
+def rule_for(metric: str) -> tuple[str, bool, float, bool]:
+    """(scale, lower_is_better, threshold, bounded) of a metric named in words (a leaderboard's or a task's metric,
+    an error): the first of :data:`RULES` whose key the words contain (case-insensitive); InputError otherwise."""
     if not isinstance(metric, str):
         raise InputError(f"metric must be a string, got {metric!r}")
     low = metric.lower()
@@ -336,6 +341,8 @@ def paired_calls(comparisons: Sequence[Comparison], *, scale: str = "ratio", low
             call = "leaning " + direction
         else:
             call = "tied"
+        if c.bounded and scale_i == "difference":    # the shares of units lower / higher bound the difference
+            lo, hi = min(lo, -_cp_upper(int(np.sum(x < 0)), n, alpha)), max(hi, _cp_upper(int(np.sum(x > 0)), n, alpha))
         equivalent = bool(-band <= lo and hi <= band)
         if not low_i:                                  # back to the metric's orientation: method - baseline
             est, lo, hi = -est, -hi, -lo
@@ -345,6 +352,11 @@ def paired_calls(comparisons: Sequence[Comparison], *, scale: str = "ratio", low
                         tests=m, smallest_p=floor, detectable=_detectable(x, m, alpha, scale_i),
                         equivalent=equivalent, **base))
     return out
+
+
+def _cp_upper(k: int, n: int, alpha: float) -> float:
+    """The Clopper-Pearson upper end (1 - alpha/2) of a share of k in n."""
+    return 1.0 if k >= n else float(stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
 
 
 def _rule_of(c: Comparison, scale: str, lower_is_better: bool, threshold) -> tuple[str, bool, float]:

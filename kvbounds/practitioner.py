@@ -79,12 +79,12 @@ def comparison(method_row: dict | None, base_row: dict | None, metric: str, wher
     """The one rule's comparison of a method's leaderboard row with a baseline's over their shared instances (the
     rows' ``units``: instance -> score); ``reason`` says why not when they share none."""
     from .power_calls import Comparison, rule_for
-    scale, lower, thr = rule_for(metric)
+    scale, lower, thr, bounded = rule_for(metric)
     a, b = _units(method_row), _units(base_row)
     keys = sorted(set(a) & set(b))
     reason = "" if keys else ("no per-instance scores in these rows" if not (a and b) else "no shared instance")
     return Comparison(where, base_name, [a[k] for k in keys], [b[k] for k in keys], reason=reason, scale=scale,
-                      lower_is_better=lower, threshold=thr)
+                      lower_is_better=lower, threshold=thr, bounded=bounded)
 
 
 def _best(cands: list[tuple[str, dict]], lower_better: bool) -> tuple[str, dict] | None:
@@ -233,8 +233,8 @@ def practitioner_table(board: list[dict] | None, verdicts: dict | None = None,
                      "variant's cells; the effect: method minus baseline in nats, negative when worse)")
     if own:
         from .power_words import holm_family_words
-        notes.append(f"the other end-to-end calls: {holm_family_words(own)} (nats per token of NLL increase, nats "
-                     f"of answer log-likelihood, exact match: any difference)")
+        notes.append(f"the other end-to-end calls: {holm_family_words(own)} (exact match: 20 points, a tie of 0/1 "
+                     f"scores an equivalence only when the share of instances that could differ is that small)")
     rows += _decode_rows(board, verdicts)
     if any(r["task"].startswith("decode") for r in rows):
         notes.append("decode error is measured at the decode check's own memory (its budget column), where exact "

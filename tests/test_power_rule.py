@@ -179,3 +179,21 @@ def test_bad_values_are_refused():
         one([float("nan")], [1.0])
     with pytest.raises(InputError, match="sequence of Comparison"):
         paired_calls([("f", "zeros", [1.0], [1.0])])
+
+
+def test_bounded_scores_are_never_called_equivalent_on_too_few_units():
+    """0/1 scores equal on most units: the rank interval is [0, 0]; the shares of units lower / higher (their
+    Clopper-Pearson upper ends) bound the difference, so 20 equal units tie within 20 points but not within 10, and
+    one unit lower of 20 leaves up to 25% that could be."""
+    same, one_miss = np.ones(20), np.r_[0.0, np.ones(19)]
+    kw = dict(scale="difference", lower_is_better=False)
+    eq = paired_calls([Comparison("f", "x", same, same, bounded=True, threshold=0.2)], **kw)[0]
+    assert eq.call == "tied" and eq.equivalent and eq.ci[1] == pytest.approx(1 - 0.025 ** (1 / 20))
+    assert not paired_calls([Comparison("f", "x", same, same, bounded=True, threshold=0.1)], **kw)[0].equivalent
+    miss = paired_calls([Comparison("f", "x", one_miss, same, bounded=True, threshold=0.2)], **kw)[0]
+    assert miss.call == "tied" and not miss.equivalent and miss.ci[0] == pytest.approx(-stats.beta.ppf(0.975, 2, 19))
+    unbounded = paired_calls([Comparison("f", "x", one_miss, same, threshold=0.2)], **kw)[0]
+    assert unbounded.equivalent                                          # the rank interval alone: [0, 0]
+    from kvbounds.power_calls import rule_for
+    assert rule_for("passkey: exact match") == ("difference", False, 0.2, True)
+    assert rule_for("decode: relative attention error") == ("ratio", True, 1.05, False)

@@ -92,7 +92,7 @@ def comparison(records, a: str, b: str, budget: float, task: str, where: str):
     mean = lambda e: {k: float(np.mean([d[k] for d in e.values() if k in d])) for k in set().union(*e.values())}
     ua, ub = mean(ea), mean(eb)
     keys = sorted(set(ua) & set(ub), key=repr)
-    _, _, threshold = rule_for(TASK_METRICS.get(task, "answer log-likelihood"))
+    _, _, threshold, _ = rule_for(TASK_METRICS.get(task, "answer log-likelihood"))
     return Comparison(where, b, [ua[k] for k in keys], [ub[k] for k in keys], budget,
                       reason="" if keys else "no shared instance", scale="difference", lower_is_better=False,
                       threshold=threshold)
@@ -131,52 +131,35 @@ def detectable(sd: float, n: int, m: int, alpha: float = ALPHA, power: float = 0
 
 # ------------------------------------------------------------------ the one call of the end-to-end curves
 
-CALL_WORDS = ("better", "leaning better", "tied", "leaning worse", "worse", "not shown", "not tested", "not attainable")
+CALL_WORDS = ("better", "leaning better", "tied", "leaning worse", "worse", "not tested", "not attainable")
 
 
-def call(method_units: dict, other_units: dict, *, margin: float, tests: int = 1, alpha: float = ALPHA,
-         bounded: bool = False) -> dict:
-    """THE paired call of the end-to-end curves (:mod:`kvbounds.e2e.curves`): every comparison of a method with
-    exact attention or with a baseline goes through here, so that the package's one rule for "better" replaces it
-    in one place.
+def calls(pairs, *, margin: float, alpha: float = ALPHA, bounded: bool = False) -> list[dict]:
+    """The paired calls of the end-to-end curves (:mod:`kvbounds.e2e.curves`): the package's one rule for "better"
+    (:func:`kvbounds.power_calls.paired_calls`) over a family of comparisons, Holm over the family.
 
-    ``method_units`` / ``other_units``: {instance: score} on the higher-is-better scale (a randomised method's
-    redraws already averaged within the instance: the instance is the unit). Over the shared instances, d = method -
-    other: a two-sided paired t-test (Bonferroni over ``tests``, the family's size; stated with the call) and the
-    95% t interval of the mean of d. Words: ``better`` / ``worse`` (significant after the adjustment), ``leaning
-    better`` / ``leaning worse`` (the unadjusted interval excludes 0, the adjusted test does not), ``tied`` (the
-    interval inside [-margin, margin]: equivalent within the stated margin), ``not shown`` (none of these),
-    ``not tested`` (fewer than 2 shared instances; ``not attainable``, a method that cannot hold that memory, is
-    said by the caller, which knows why). Every d equal (no spread: the t interval is undefined): better / worse
-    when they are not 0 and the interval below excludes 0; with ``bounded`` (scores in [0, 1], e.g. exact match)
-    the interval is d +- (1 - (alpha/2)^(1/n)), the Clopper-Pearson bound on the share of instances where the two
-    could differ when none did in n (at n = 20: 0.17), so a tie needs that bound inside the margin; unbounded
-    scores equal on every instance (the same cache twice) are tied."""
-    keys = sorted(set(method_units) & set(other_units))
-    out = dict(n=len(keys), tests=int(tests), margin=float(margin), mean=float("nan"), ci=(float("nan"), float("nan")),
-               p=float("nan"))
-    if len(keys) < 2:
-        return dict(out, call="not tested")
-    d = np.array([method_units[k] - other_units[k] for k in keys], float)
-    mean = float(d.mean())
-    if np.allclose(d, d[0], rtol=0, atol=1e-12):
-        half = 1 - (alpha / 2) ** (1 / len(d)) if bounded else 0.0
-        lo, hi = mean - half, mean + half
-        if lo > 0 or hi < 0:
-            word = "better" if mean > 0 else "worse"
-        else:
-            word = "tied" if -margin <= lo and hi <= margin else "not shown"
-        return dict(out, mean=mean, ci=(lo, hi), p=0.0 if lo > 0 or hi < 0 else 1.0, call=word)
-    sd = float(d.std(ddof=1))
-    half = float(stats.t.ppf(1 - alpha / 2, len(d) - 1) * sd / np.sqrt(len(d)))
-    p = float(stats.ttest_1samp(d, 0.0).pvalue)
-    lo, hi = mean - half, mean + half
-    if min(1.0, p * tests) < alpha:
-        word = "better" if mean > 0 else "worse"
-    elif lo > 0 or hi < 0:
-        word = "leaning better" if mean > 0 else "leaning worse"
-    elif -margin <= lo and hi <= margin:
-        word = "tied"
-    else:
-        word = "not shown"
-    return dict(out, mean=mean, ci=(lo, hi), p=p, call=word)
+    ``pairs``: [(method_units, other_units)], each {instance: score} on the higher-is-better scale (a randomised
+    method's redraws already averaged within the instance: the instance is the unit). Over the shared instances,
+    the signed-rank test on the differences method - other, the Hodges-Lehmann effect with its 95% interval, the
+    practical threshold ``margin``; the one rule's words (better / leaning better / tied / leaning worse / worse /
+    not attainable; ``not tested`` with fewer than 2 shared instances) and ``equivalent`` (a tie within the margin:
+    the whole interval inside it). With ``bounded`` (scores in [0, 1], e.g. exact match) the interval reaches at
+    least the Clopper-Pearson upper ends of the shares of instances where the method scored lower (and higher): with
+    none in n, 1 - (alpha/2)^(1/n) (0.17 at n = 20), so a tie of 0/1 scores is an equivalence only when that bound
+    lies inside the margin. Each dict:
+    the call's fields and ``mean`` (the effect), ``tests`` (the family's size), ``margin``."""
+    from kvbounds.power_calls import Comparison, paired_calls
+    comps = []
+    for mu, ou in pairs:
+        keys = sorted(set(mu) & set(ou), key=repr)
+        a, b = [float(mu[k]) for k in keys], [float(ou[k]) for k in keys]
+        comps.append(Comparison("", "", a, b, reason="" if len(keys) >= 2 else "fewer than 2 shared instances",
+                                scale="difference", lower_is_better=False, threshold=float(margin), bounded=bounded))
+    return [dict(c.as_dict(), mean=c.effect, margin=float(margin))
+            for c in paired_calls(comps, alpha=alpha, unit="an instance (a distinct prompt or text window)",
+                                  metric="practitioner")]
+
+
+def call(method_units: dict, other_units: dict, *, margin: float, alpha: float = ALPHA, bounded: bool = False) -> dict:
+    """One comparison alone (a family of one): :func:`calls`."""
+    return calls([(method_units, other_units)], margin=margin, alpha=alpha, bounded=bounded)[0]

@@ -187,14 +187,14 @@ def tied(rows: list[dict]) -> list[dict]:
     if len(rows) < 2:
         return rows
     best = rows[0].get("units") or {}
-    scale, lower, thr = rule_for(rows[0]["metric"])
+    scale, lower, thr, bounded = rule_for(rows[0]["metric"])
     comps = []
     for r in rows[1:]:
         u = r.get("units") or {}
         keys = sorted(set(u) & set(best))
         comps.append(Comparison(r["metric"], rows[0]["method"], [u[k] for k in keys], [best[k] for k in keys],
                                 reason="" if keys else "no shared instance", scale=scale, lower_is_better=lower,
-                                threshold=thr))
+                                threshold=thr, bounded=bounded))
     for r, c in zip(rows[1:], paired_calls(comps)):
         r["tied"] = c.call in ("tied", "leaning better", "leaning worse", "not attainable")
     return rows
