@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU-only build instead.
 TORCH_INDEX ?=
 
-.PHONY: report results-md check test test-portable test-all test-deps bench notebooks clean
+.PHONY: report results-md check test test-docs test-portable test-all test-deps bench notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -32,11 +32,11 @@ report: $(STAMP)
 
 # docs/RESULTS.md and the README's "What we found" from the records in $(OUT)/ (run `make report` first): the report
 # writes $(OUT)/summary.json, committed compactly as docs/summary.json, from which both documents are rendered (a test
-# checks that the committed documents are exactly what docs/summary.json renders to: tests/test_results_md.py)
+# checks that the committed documents are exactly what docs/summary.json renders to: tests/docs/test_results_md.py)
 results-md: $(STAMP)
 	$(BIN)/kvbounds report --out $(OUT)
-	$(BIN)/python -m kvbounds.summary_read $(OUT)/summary.json docs/summary.json
-	$(BIN)/python -m kvbounds.report_markdown docs/summary.json README.md docs/RESULTS.md
+	$(BIN)/python -m kvbounds.report.summary_read $(OUT)/summary.json docs/summary.json
+	$(BIN)/python -m kvbounds.report.markdown docs/summary.json README.md docs/RESULTS.md
 
 # the notebooks extra (jupyterlab, nbconvert, ipykernel) in the same venv, once
 NB_STAMP := $(VENV)/.notebooks
@@ -52,8 +52,16 @@ notebooks: $(NB_STAMP)
 # PYTHONDONTWRITEBYTECODE emptied for the tests: with it set (some containers set it), every process the run starts
 # (2 xdist workers, 6 notebook kernels, the README's and the runner's subprocesses) compiles kvbounds and the
 # assertion-rewritten tests from source again; the caches go to __pycache__/ (git-ignored)
+# `make test`: every folder of tests/ but the docs tier (tests/README.md says where a test goes); `make test-docs`:
+# the docs tier, tests/docs/ (the README's examples and install lines, the notebooks, docs/*.md followed literally,
+# the committed results, packaging: builds, installs, static tools) and tests/benchmarks/ (the benchmark scripts run
+# as written), which CI runs after `make test`
+DOCS_TIER := tests/docs tests/benchmarks
 test: $(STAMP)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q $(addprefix --ignore=,$(DOCS_TIER))
+
+test-docs: $(STAMP)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q $(DOCS_TIER)
 
 # The float-sensitive tests (`-m float_sensitive`: stored references, the README's printed digits, torch's CPU kernels
 # against numpy, the real models) again on other kernels, so that a CPU other than the developers' passes too: one

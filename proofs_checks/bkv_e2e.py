@@ -14,21 +14,22 @@ equal to SnapKV on every instance counts once). Every method holds within 1% of 
 Per variant, ``reproduction`` follows :func:`kvbounds.verdict.reproduction_status` (test-type) over cells
 (baseline x budget x task x setting): a one-sided paired t-test over instances (a window's mean per-token
 log-likelihood for perplexity, the answer's for passkey), Holm-adjusted over the variant's cells per redraw; a
-cell counts with >= 8 instances when significant in most of >= 5 redraws (:mod:`kvbounds.e2e.comparisons`).
+cell counts with >= 8 instances when significant in most of >= 5 redraws (:mod:`kvbounds.e2e`).
 A miss is ``not-reproduced`` (effect bounded) only when the cells could detect the memory effect, else
 ``not-shown``. Settings (passkey; perplexity has no question): the question after the compressed prompt and the
 papers' setting with the question inside it and blocks of 128: full runs both (one prefill serves both:
-:func:`kvbounds.e2e.harness.slice_prefill`), and so does quick (both while
-:data:`kvbounds.e2e.checks.QUICK_PAPERS_SETTING` is on, the default); every cell of the verdict names its setting. quick runs this
+:func:`kvbounds.e2e._harness.slice_prefill`), and so does quick (both while
+:data:`kvbounds.e2e._checks.QUICK_PAPERS_SETTING` is on, the default); every cell of the verdict names its setting.
+quick runs this
 verdict's methods only (``QUICK_METHODS``), with 32 held-out tokens per perplexity window.
-Power (kvbounds.e2e.checks.controls): ``uniform_control`` (uniform again, its own random stream) must not be found
+Power (kvbounds.e2e._checks.controls): ``uniform_control`` (uniform again, its own random stream) must not be found
 better than uniform (null, Holm-adjusted together with the claim's cells), and uniform at 0.25 must be found worse
 than at 0.5 (sensitivity, with the minimal detectable effect); either failing makes power ``low``.
 """
 from __future__ import annotations
 
 from kvbounds import methods
-from kvbounds.e2e import checks as C
+from kvbounds import e2e as C
 
 CLAIM = "BKV.e2e"
 SOURCE = "BalanceKV (arXiv:2502.07861, later version) Sec. 4.2-4.3, Table 1"

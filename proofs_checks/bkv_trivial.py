@@ -1,4 +1,4 @@
-"""BKV.vs-uniform against the battery of controls (:mod:`kvbounds.battery`; the rule is in :mod:`kvbounds.controls`).
+"""BKV.vs-uniform against the battery of controls (:mod:`kvbounds.battery`; the rule is in :mod:`kvbounds.battery`).
 
 The single-layer experiment of BalanceKV-NeurIPS Sec. 4.1 measures the relative error ||z_j - Attn_j|| / ||Attn_j||
 of the last ``window`` queries (the queries that follow the compressed middle: the practitioner's metric). On that
@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from kvbounds.controls import TrivialPower, power_vs_controls, stream_unit
+from kvbounds.battery import TrivialPower, power_vs_controls, stream_unit
 
 from .common import make_record
 
@@ -60,7 +60,7 @@ def _seed_mean(r) -> float | None:
 
 def trivial_power(claim: str, records, variants: dict[str, str], ablations: dict[str, str] | None = None) \
         -> TrivialPower | None:
-    """The one rule's calls (:func:`kvbounds.controls.power_vs_controls`, on the practitioner's metric) for each
+    """The one rule's calls (:func:`kvbounds.battery.power_vs_controls`, on the practitioner's metric) for each
     variant (``{method: label}``) against the battery at the unit, a text: zeros (relative error 1), the mean of the
     values and StreamingLLM of the same cell, uniform sampling at equal memory (the claim's own comparison, the same
     sink and window) and the variant's ablation (``ablations[method]``: random signs, the same cut), each randomized

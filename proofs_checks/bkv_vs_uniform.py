@@ -69,7 +69,7 @@ def trials(profile: str) -> list[dict]:
         return [dict(trace=spec, T=T, sink=32, window=32, block_size=64, seeds=3, fallback=why or "")
                 for T in (1, 3)] + walk_share.trials(profile)
     from kvbounds.traces.real import available
-    from .power_streams import REAL_LAYERS, real_texts
+    from kvbounds.streams import REAL_LAYERS, real_texts
     n = pick(profile, smoke=544, quick=544, full=1056)
     layers = pick(profile, smoke=[2], quick=[2], full=[2, 8, 14])
     sink = pick(profile, smoke=32, quick=32, full=64)
@@ -244,7 +244,7 @@ def per_variant_text(reps, records, calls_by_variant: dict) -> str:
     """'not reproduced for the pseudocode walk at the theorem's c (= random halving): tied with uniform (1.01 [...],
     11/20 wins); reproduced for the released walk (authors' code: ...): better than uniform (...); ...' (the variants'
     words from the method registry; each call the one rule's against uniform at the unit, a text)."""
-    from kvbounds.power_words import call_words
+    from kvbounds.verdict import call_words
     out = []
     for rep in reps:
         cells = variant_cells(records, rep.variant)

@@ -19,7 +19,7 @@ counted as units). One record per (window, T): ``measured`` the released walk's 
 token count (the released estimator's numerator mass; 1 is consistent).
 
 The calls (:func:`share_calls`): four paired comparisons per T over the windows, the one rule for "better"
-(:func:`kvbounds.power_calls.paired_calls`: signed-rank tests on log-ratios, two-sided, Holm over every comparison and
+(:func:`kvbounds.verdict.paired_calls`: signed-rank tests on log-ratios, two-sided, Holm over every comparison and
 T named in the text, the effect with its 95% interval):
   * the walk against coins, released estimator (the battery's ablation: the released variant's "win");
   * the walk against coins, consistent estimator (the walk's own share);
@@ -145,10 +145,10 @@ def run_trial(params: dict, seed: int, backend: str):
 
 # ------------------------------------------------------------------ the calls and their words
 def share_calls(records) -> list[dict]:
-    """Per (comparison, T), the one rule's call over the text windows (:func:`kvbounds.power_calls.paired_calls`,
-    Holm over all of them, on the practitioner's metric): dicts of :class:`kvbounds.power_calls.Call` with
+    """Per (comparison, T), the one rule's call over the text windows (:func:`kvbounds.verdict.paired_calls`,
+    Holm over all of them, on the practitioner's metric): dicts of :class:`kvbounds.verdict.Call` with
     ``comparison`` (what it isolates), ``arm`` and ``against``."""
-    from kvbounds.power_calls import Comparison, paired_calls
+    from kvbounds.verdict import Comparison, paired_calls
     rs = [r for r in records if r.check == CHECK]
     cells, comps = [], []
     for T in sorted({r.params["T"] for r in rs}):
@@ -163,7 +163,7 @@ def share_calls(records) -> list[dict]:
 
 
 def _numbers(c: dict) -> str:
-    from kvbounds.power_words import fmt
+    from kvbounds.verdict import fmt
     if c["call"] == "not tested":
         return c.get("reason") or "not tested"
     lo, hi = c["ci"]

@@ -8,7 +8,7 @@ logarithm, the press's live certificate beside the measured error (``certificate
 bound) and each trivial estimator's error in the same units. Per layer a power record: the theorem's metric (the
 worst checkpoint of the method and of each control of the battery) and the practitioner's (the mean relative attention
 error of the generated tokens' queries, ``extra["practitioner"]``), each called by the one rule
-(:func:`kvbounds.controls.power_on_both_metrics`) at the unit of replication, a generation from a distinct prompt:
+(:func:`kvbounds.battery.power_on_both_metrics`) at the unit of replication, a generation from a distinct prompt:
 the layers of one generation share the prompt and the generated text, so they are one unit (their median).
 """
 from __future__ import annotations
@@ -17,16 +17,16 @@ import math
 
 import numpy as np
 
-from kvbounds.controls import power_on_both_metrics
-from kvbounds.statistics import growth
+from kvbounds.battery import power_on_both_metrics
+from kvbounds.verdict import growth
 from kvbounds.verdict import FigureSpec, Finding, decide, decide_rate, decide_vacuity, fitted_constant
-from kvbounds.verdict_vacuity import not_every_norm
+from kvbounds.verdict import not_every_norm
 
 from .common import make_record
 from kvbounds.algorithms.validation import InputError, check_choice
 
 from .decode_stream import FAMILIES, FAMILY, certificate_stats, check_rows, head_eps, in_units
-from .power_streams import POWER_CHECK, battery_record, missing_record, power_record
+from kvbounds.streams import POWER_CHECK, battery_record, missing_record, power_record
 
 SHAPE = "decode error vs the theorem's scale"
 LOG_CAP = 700.0          # e^700 ~ 1e304: larger scales are stored as inf (log kept in extra["log_scale"])
@@ -37,7 +37,7 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
     """``log_scale(row, worst_head)`` -> log of the theorem's error scale for that (checkpoint, layer); ``norm(head)``
     -> the norm the theorem bounds by r (default the head's ``r``, the largest key or query norm), kept as the
     record's ``r``; ``norm_free(row)`` -> the part of the scale no norm lowers, kept as ``extra["norm_free"]``
-    (:mod:`kvbounds.verdict_vacuity`: what makes a bound vacuous at any norm). A generation
+    (:mod:`kvbounds.verdict._vacuity`: what makes a bound vacuous at any norm). A generation
     with no checkpoint measured (too short for the press to compress) gives one record that says so
     (``extra["missing"]``, reported as not run). Errors in units: :func:`decode_stream.in_units` (a NaN error, unit
     or log-scale is an InputError naming it, never a silent maximum)."""
@@ -255,7 +255,7 @@ def decode_rows(records) -> list[dict]:
     press against each trivial estimator at the memory the press held; one value per unit, a generation from a
     distinct prompt (the mean over its layers), the row's value their mean with a t interval over the generations
     (``units``: generation -> value, for the one rule's paired calls)."""
-    from kvbounds.e2e.leaderboard import row as _row, t_interval as _t_interval, tied as _tied
+    from kvbounds.e2e import row as _row, t_interval as _t_interval, tied as _tied
     out = []
     for claim, press in PRESS_NAMES.items():
         pw = [r for r in records if r.claim == claim and r.check == POWER_CHECK

@@ -30,8 +30,8 @@ import numpy as np
 from kvbounds.algorithms.self_balancing_walk import smaller_side
 from kvbounds.algorithms.softmax_balance import softmax_balance
 from kvbounds.algorithms.arrays import asarray, to_numpy
-from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, decide, decide_rate,
-                              decide_regime_rate, fitted_constant, growth, mark)
+from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, decide, decide_rate, decide_regime_rate,
+                              fitted_constant, growth, mark)
 from kvbounds.theory.balancekv import log_softmax_balance_shape, merge_reduce_rate_onset, rate_onset, walk_constant
 
 from .common import deferred_record, make_record, on_gpu, pick, unit_directions

@@ -12,16 +12,17 @@ H2O - the papers' baseline, arXiv:2306.14048 - and kvpress's) x budget x setting
 the same floats; :func:`kvbounds.verdict.reproduction_status` (test-type) with one-sided paired t-tests over
 instances, Holm-adjusted over the cells, a cell counting with >= 8 instances (and most of >= 5 redraws for
 SubGen); a miss is ``not-reproduced`` only when powered, else ``not-shown``. Power: the controls of
-:func:`kvbounds.e2e.checks.controls` (null: an independent uniform draw is not better than uniform, judged in one
+:func:`kvbounds.e2e._checks.controls` (null: an independent uniform draw is not better than uniform, judged in one
 Holm family with the cells it guards; sensitivity: uniform with fewer floats is worse), as in BKV.e2e.
 Settings: the question after the compressed prompt and the papers' setting (question inside it, its last window
 exact; BalanceKV blocks of 128): full and quick run both from one prefill per instance (quick while
-:data:`kvbounds.e2e.checks.QUICK_PAPERS_SETTING` is on, the default); every cell names its setting. quick runs ``QUICK_METHODS`` (the variants, the papers' baselines, kvpress's SnapKV / PyramidKV).
+:data:`kvbounds.e2e._checks.QUICK_PAPERS_SETTING` is on, the default); every cell names its setting. quick runs
+``QUICK_METHODS`` (the variants, the papers' baselines, kvpress's SnapKV / PyramidKV).
 """
 from __future__ import annotations
 
 from kvbounds import methods
-from kvbounds.e2e import checks as C
+from kvbounds import e2e as C
 
 CLAIM = "SG.e2e"
 SOURCE = "SubGen (arXiv:2402.06082) Table 1; ClusterGen (anonymous submission) Table 2"

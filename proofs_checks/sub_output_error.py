@@ -27,12 +27,12 @@ from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, stan
 from kvbounds.algorithms.subspace_attention import GAMMA_CHOICES, StaticSubspaceAttention
 from kvbounds.theory.subspace import output_error_bound
 
-from kvbounds.ablations import random_basis
+from kvbounds.battery import random_basis
 from kvbounds.battery import stream_floats
-from kvbounds.controls import power_on_both_metrics
+from kvbounds.battery import power_on_both_metrics
 
 from .common import make_record, pick
-from .power_streams import (HELD_OUT, POWER_CHECK, StreamBattery, battery_record, held_out_errors, missing_record,
+from kvbounds.streams import (HELD_OUT, POWER_CHECK, StreamBattery, battery_record, held_out_errors, missing_record,
                             real_params, streams_per_family)
 from .sub_logit_error import evaluate, settings, worst
 
@@ -163,7 +163,7 @@ def power_trial(params: dict, seed: int, backend: str):
     (bases from the first half of the stream, Subspace-FD-draft Sec. 10) and for each control of the battery
     (kvbounds.battery) at the same memory: n (r + r_v) + (d + d_v) r floats (the coordinates and the bases), 16% of
     the stream's n (d + d_v) at n = 256, d = 64. The ablation: the same attention with random bases of the same
-    ranks (kvbounds.ablations.random_basis) in place of the calibrated ones."""
+    ranks (kvbounds.battery.random_basis) in place of the calibrated ones."""
     n, fam = params["n"], params["family"]
     rng = np.random.default_rng(seed)
     if fam in ("low_rank", "gaussian"):
@@ -173,7 +173,7 @@ def power_trial(params: dict, seed: int, backend: str):
         Q, K, V, later = tr.Q[:n], tr.K[:n], tr.V[:n], tr.Q[n:]
         unit = f"draw {fam} #{params.get('rep', 0)} (seed {seed})"
     else:
-        from .power_streams import stream as power_stream
+        from kvbounds.streams import stream as power_stream
         try:
             ps = power_stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1 / math.sqrt(d))
         except LookupError as e:

@@ -1,7 +1,7 @@
 """The trials of the score-vs-memory curves (:mod:`kvbounds.e2e.curves`), per profile.
 
 One trial = one task instance: one exact prefill, then every method at every memory fraction of
-:data:`CURVE_BUDGETS` compressed from it and scored (:func:`kvbounds.e2e.harness.run_cell`). Every method acts on
+:data:`CURVE_BUDGETS` compressed from it and scored (:func:`kvbounds.e2e._harness.run_cell`). Every method acts on
 the finished prefill; none needs to act during it (H2O reads the attention each key received, collected while the
 prefill runs; kvpress's presses read the attention inputs captured then; the streaming presses of
 :mod:`kvbounds.streaming`, which do act while tokens arrive, are measured by the decode claims, not here).
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from kvbounds import methods as registry
 
-from . import method_names as N
+from . import _method_names as N
 
 # the papers' main variants, from the method registry: BalanceKV's pseudocode and released walk, greedy k-center and
 # SubGen's estimator

@@ -13,7 +13,7 @@ method x memory fraction (x redraw), every method on the instance's one exact pr
 * :func:`decisions`: per powered panel and method of the papers, the smallest memory at which the method is tied
   with exact attention (equivalent within :data:`MARGINS`), and at each memory its call against the strongest
   baseline there (the baseline with the best mean score among :data:`BASELINES` present at that memory: picked by
-  the data, which favours the baseline). Every call goes through :func:`kvbounds.e2e.comparisons.calls`, the one
+  the data, which favours the baseline). Every call goes through :func:`kvbounds.e2e._comparisons.calls`, the one
   rule for "better" (paired per instance; Holm over the panel's calls of one kind, stated as ``tests``).
 * :func:`timing`: per model and length, the end-to-end job's CPU seconds per instance (the prefill, every
   method's compression and scoring) and the prefill's share.
@@ -26,7 +26,7 @@ from collections import defaultdict
 import numpy as np
 from scipy import stats
 
-from . import comparisons as CMP
+from . import _comparisons as CMP
 
 CLAIMS = ("BKV.e2e", "SG.e2e", "E2E")
 POWER_FLOOR = 0.9

@@ -1,5 +1,5 @@
 """RULER-style synthetic tasks, generated offline from a seed with real filler text (the stdlib's
-``pydoc_data.topics``, as the other tasks of :mod:`kvbounds.e2e.tasks`).
+``pydoc_data.topics``, as the other tasks of :mod:`kvbounds.e2e._tasks`).
 
 The task families and prompt templates follow RULER (Hsieh et al., "RULER: What's the Real Context Size of Your
 Long-Context Language Models?", arXiv 2404.06654, Table 1 and App. B), at the lengths a CPU can run:
@@ -21,7 +21,7 @@ Scoring, as the passkey's: the answer's tokens teacher-forced after the question
 (every greedy token of the answer right given the right ones before it: RULER's string match where the answer is
 read in one order). The answer prefix ends where the answer's content starts (RULER's "... is" continued by the
 needle's own ": "), so that no scored token is a separator the model may write another way. Keys and filler words are drawn from the text's own vocabulary (lower-case words of 4-9
-letters), so nothing is downloaded. Each generator returns a :class:`kvbounds.e2e.tasks.Task` of ``n`` tokens of
+letters), so nothing is downloaded. Each generator returns a :class:`kvbounds.e2e._tasks.Task` of ``n`` tokens of
 context (the two settings, question after or inside the compressed prompt, as the other tasks).
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ import re
 
 import numpy as np
 
-from .tasks import Task, _answer_task, _filler
+from ._tasks import Task, _answer_task, _filler
 
 KINDS = ("niah_single", "niah_multikey", "niah_multivalue", "vt", "cwe")
 NIAH_INTRO = ("Some special magic numbers are hidden within the following text. Make sure to memorize it. I will "
