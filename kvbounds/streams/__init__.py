@@ -8,4 +8,5 @@ kvbounds.battery, kvbounds.core, kvbounds.traces, kvbounds.algorithms; the layer
 from ._families import (BATTERY_FAMILIES, FAMILIES, KVStream, REAL, REAL_TOKENS, SYNTHETIC, make_stream,
                         real_available)
 from ._power import (HELD_OUT, POWER_CHECK, PRACTITIONER, REAL_LAYERS, StreamBattery, battery_record, held_out_errors,
-                     missing_record, power_record, power_trials, real_params, real_texts, stream, streams_per_family)
+                     missing_record, power_record, power_trials, real_params, real_texts, stream, streams_per_family,
+                     window_for)
