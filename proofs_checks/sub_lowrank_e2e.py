@@ -93,14 +93,14 @@ def reproduction(records) -> tuple[Reproduction | None, str]:
     lo, hi = by[budgets[0]][1], by[budgets[-1]][1]
     shared = sorted(set(lo) & set(hi))
     memory_effect = abs(float(np.mean([lo[k] - hi[k] for k in shared]))) if len(budgets) > 1 and shared else 0.0
-    half = max((e["diff_ci"][1] - e["diff_ci"][0]) / 2 for e in eff.values() if e["diff_ci"][0] is not None)
+    half = max((c.ci[1] - c.ci[0]) / 2 for c in calls.values())      # inf where n holds no 95% interval
     counted = int(sum(better))
     powered = n_min >= MIN_INSTANCES and half < memory_effect
     status = reproduction_status(counted, int(sum(worse)), len(budgets), kind="test", powered=powered)
     ranks = {float(r.params["budget"]): r.extra.get("rank") for r in rs}
     cells = [f"@{b:g} (rank {ranks[b]}): subspace {e['mean']:+.3g} nats/token [95% {e['ci'][0]:+.3g}, "
              f"{e['ci'][1]:+.3g}] (perplexity {100 * e['ppl_ci'][0]:+.1f}% .. {100 * e['ppl_ci'][1]:+.1f}%), minus "
-             f"uniform {e['diff']:+.3g} [{e['diff_ci'][0]:+.3g}, {e['diff_ci'][1]:+.3g}] (n={e['n']} windows); "
+             f"uniform {calls[b].effect:+.3g} [{calls[b].ci[0]:+.3g}, {calls[b].ci[1]:+.3g}] (n={e['n']} windows); "
              f"the one rule: {calls[b].call} (Holm p {calls[b].p:.2g})" for b, e in eff.items()]
     verdict = ("beats uniform" if status == "reproduced" else "worse than uniform" if status == "reversed"
                else "no significant difference from uniform" if not any(better) and not any(worse) else "mixed")

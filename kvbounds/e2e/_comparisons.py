@@ -7,21 +7,20 @@ power estimate (the smallest detectable effect against the memory effect) and th
 
 * The unit is the task instance: a window's mean per-token log-likelihood gain over exact attention (``ppl``),
   the answer's total (``passkey``, ``lines``); tokens of one window are never separate units.
-* A cell is (variant, baseline, budget, task). Per redraw of the variant's randomness (records' ``draw``; a
-  deterministic method has one), a one-sided paired t-test over instances each way, Holm-adjusted over the
-  variant's cells; a cell counts as better when it is significant in most of its redraws and has
-  >= :data:`kvbounds.verdict.MIN_INSTANCES` instances and, for a randomised variant, >= ``MIN_REDRAWS`` redraws.
+* A cell is (variant, baseline, budget, task): the one rule's call over its instances (redraws of the variant's
+  randomness, records' ``draw``, averaged within each), Holm over the variant's cells; it is eligible for the
+  reproduction rule with >= :data:`kvbounds.verdict.MIN_INSTANCES` instances and, for a randomised variant,
+  >= ``MIN_REDRAWS`` redraws.
 * Duplicate comparisons count once: a baseline whose scores equal another's on every instance (kvpress's
   PyramidKV falls back to SnapKV at short lengths) is merged into the first.
-* Power per cell: the effect's 95% interval (pooled over redraws) and the smallest effect detectable at 80% power
-  after the Holm adjustment; a variant without a significant cell is ``not-reproduced`` (effect bounded by the
+* Power per cell: the effect's 95% interval (Hodges-Lehmann) and the smallest effect detectable at 80% power
+  after the Holm adjustment (:func:`kvbounds.verdict.detectable`); a variant without a significant cell is ``not-reproduced`` (effect bounded by the
   largest upper end) only when every cell is eligible and could detect the reference effect (the memory effect:
   uniform at the smallest vs the largest budget), else ``not-shown``.
 """
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 ALPHA = 0.05
 
@@ -43,36 +42,26 @@ def effects(records, method: str, budget: float, task: str) -> dict:
     return out
 
 
-def paired(ua: dict, ub: dict) -> dict | None:
-    """One-sided paired t-tests over shared instances of a - b (a better: greater)."""
-    keys = sorted(set(ua) & set(ub))
-    if len(keys) < 2:
-        return None
-    diff = np.array([ua[k] - ub[k] for k in keys])
-    if np.allclose(diff, 0):
-        return dict(n=len(keys), mean=0.0, sd=0.0, p_better=1.0, p_worse=1.0, diff=diff)
-    return dict(n=len(keys), mean=float(diff.mean()), sd=float(diff.std(ddof=1)), diff=diff,
-                p_better=float(stats.ttest_1samp(diff, 0.0, alternative="greater").pvalue),
-                p_worse=float(stats.ttest_1samp(diff, 0.0, alternative="less").pvalue))
+def unit_comparison(ua: dict, ub: dict, where: str, control: str, task: str):
+    """The one rule's comparison (:class:`kvbounds.verdict.Comparison`) of two {instance: gain} maps on their shared
+    instances (higher is better; the difference scale, the task's threshold); its reason says when none is shared."""
+    from kvbounds.verdict import Comparison, rule_for
+    keys = sorted(set(ua) & set(ub), key=repr)
+    _, _, threshold, _ = rule_for(TASK_METRICS.get(task, "answer log-likelihood"))
+    return Comparison(where, control, [ua[k] for k in keys], [ub[k] for k in keys],
+                      reason="" if len(keys) >= 2 else "fewer than 2 shared instances", scale="difference",
+                      lower_is_better=False, threshold=threshold)
 
 
 def cell(records, a: str, b: str, budget: float, task: str) -> dict | None:
-    """Per redraw of ``a`` (paired with the same redraw of ``b`` when ``b`` has it, else its first): the tests;
-    pooled over redraws: the per-instance mean difference's mean, 95% interval and sd."""
+    """What a cell holds beside its call: the shared instances ``n`` (the fewest over ``a``'s redraws, each paired
+    with the same redraw of ``b`` when ``b`` has it, else its first) and the redraws. None without records."""
     ea, eb = effects(records, a, budget, task), effects(records, b, budget, task)
     if not ea or not eb:
         return None
-    tests = [paired(ua, eb.get(r, eb[min(eb)])) for r, ua in sorted(ea.items())]
-    tests = [t for t in tests if t is not None]
-    if not tests:
-        return None
-    n = min(t["n"] for t in tests)
-    pooled = np.mean([t["diff"][:n] for t in tests], axis=0)
-    sd = float(pooled.std(ddof=1)) if n > 1 else 0.0
-    half = float(stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n)) if n > 1 else float("inf")
-    return dict(n=n, redraws=len(tests), mean=float(pooled.mean()), sd=sd,
-                ci=(float(pooled.mean()) - half, float(pooled.mean()) + half),
-                p_better=[t["p_better"] for t in tests], p_worse=[t["p_worse"] for t in tests])
+    ns = [len(set(ua) & set(eb.get(r, eb[min(eb)]))) for r, ua in sorted(ea.items())]
+    ns = [n for n in ns if n >= 2]
+    return dict(n=min(ns), redraws=len(ns)) if ns else None
 
 
 # the practical threshold of each task's gain (the one rule's, kvbounds.verdict.rule_for): nats per token for the
@@ -120,13 +109,6 @@ def duplicates(records, baselines, budgets, tasks) -> dict:
                 out[b] = a
                 break
     return out
-
-
-def detectable(sd: float, n: int, m: int, alpha: float = ALPHA, power: float = 0.8) -> float:
-    """The smallest mean difference a one-sided test at alpha / m detects with the given power (normal approx.)."""
-    if n < 2:
-        return float("inf")
-    return float((stats.norm.ppf(1 - alpha / max(m, 1)) + stats.norm.ppf(power)) * sd / np.sqrt(n))
 
 
 # ------------------------------------------------------------------ the one call of the end-to-end curves

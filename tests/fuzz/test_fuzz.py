@@ -140,8 +140,8 @@ NOT_ENTRY_POINTS = {
     "window_effects",
     # e2e: compress_all's stacked host path on a prefill (tests/e2e/test_e2e_layers.py: equal to layer by layer)
     "compress_stacked",
-    # e2e: functions of Record lists and claim tables (no arrays; tests/e2e/test_e2e_controls.py, test_e2e.py)
-    "hf_missing", "claim_trials", "profile_grid", "units", "paired_compare", "controls", "setup_line",
+    # e2e: functions of Record lists and claim tables (no arrays, or dicts of floats the one rule checks; tests/e2e/test_e2e_controls.py, test_e2e.py)
+    "hf_missing", "claim_trials", "profile_grid", "units", "paired_compare", "unit_comparison", "controls", "setup_line",
     "skipped_notes", "compare", "reproduction_verdict", "leaderboard_rows", "timing_rows",
     # e2e: the transformers registration hook (no arguments) and the `kvbounds e2e` CLI (tests/e2e/test_e2e.py)
     "register", "add_parser", "run",
