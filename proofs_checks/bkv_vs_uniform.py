@@ -38,7 +38,7 @@ from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
 from .bkv_variants import (ABLATION_OVERRIDES, ABLATIONS, COIN_NOTE, COIN_WORDS, LABELS, SHORT, WORDS, combine,
-                           compare, exact_last, finish, per_kv_head, run_variants, variant_name, version_findings,
+                           exact_last, finish, per_kv_head, run_variants, variant_name, version_findings,
                            walk_summary)
 from .bkv_trivial import CAVEAT, mean_values_error, trivial_power
 from .common import dispatch, fallback_notes, make_record, pick
@@ -196,10 +196,9 @@ def cell_trial(params: dict, seed: int, backend: str):
         if name.endswith("(failed)") or not vals:
             continue
         v = np.asarray(vals, dtype=float)
-        test = compare(v, unif) if name != "uniform" else dict(p_less=None, p_greater=None, better=False, worse=False)
         extra = dict(method=name, variant=LABELS.get(name, name), stats=mean_and_spread(v), per_seed=v.tolist(),
                      ratio=float(v.mean() / unif.mean()),
-                     seeds_per_trial=len(seeds), **test, **common)
+                     seeds_per_trial=len(seeds), **common)
         if name in heads:
             pk = per_kv_head(heads[name], group)
             extra.update(per_kv_head=pk, ratio_per_kv_head=[a / b for a, b in zip(pk, common["uniform_per_kv_head"])])
@@ -235,9 +234,7 @@ def setup_text(records) -> str:
 
 
 def variant_cells(records, method: str) -> list[dict]:
-    return [dict(p_less=r.extra.get("p_less"), p_greater=r.extra.get("p_greater"), record=r,
-                 n=r.extra.get("seeds_per_trial"))
-            for r in records if r.check == f"error {method}"]
+    return [dict(record=r, n=r.extra.get("seeds_per_trial")) for r in records if r.check == f"error {method}"]
 
 
 def per_variant_text(reps, records, calls_by_variant: dict) -> str:

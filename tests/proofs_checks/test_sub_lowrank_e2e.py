@@ -56,31 +56,3 @@ def test_quick_profile_has_eight_window_trials():
     tr = [t for t in sub_lowrank.trials("quick") if t["kind"] == "ppl-window"]
     assert len(tr) in (0, 8)        # 0 without the model package
 
-
-def _f2_records(texts: int, cells: int = 12, shift: float = -0.02):
-    """Falsifier 2's records: adaptive's error ``shift`` below static's in every (layer, head) cell of each text."""
-    rng = np.random.default_rng(3)
-    out = []
-    for t in range(texts):
-        trace = f"smollm2:L2:2048" if texts == 1 else f"synthetic:low_rank:2048:64:{t}"
-        for c in range(cells):
-            for r in (8, 16):
-                st = 0.2 + 0.01 * rng.random()
-                out.append(make_record("SUB.lowrank", dict(kind="spectra", trace=trace, layer=c // 4, head=c % 4, r=r),
-                                       measured=st * (1 + shift), bound=st, bound_kind="exact",
-                                       check="F2 adaptive vs static", n=2048, model="smollm2"))
-    return out
-
-
-def test_falsifier_2_counts_a_text_once_not_its_heads():
-    """Falsifier 2 (adaptive no worse than static) is the one rule's call at the unit, a text: the 12 (layer, head)
-    cells of one text are one unit, so "not attainable" and the row "not-shown", however many cells agree (the
-    Wilcoxon over cells it replaced called them 12 independent units); on 12 distinct texts adaptive 2% lower in
-    every one is a tie (inside the 5% practical threshold): the falsifier is cleared, not fired."""
-    one = sub_lowrank._falsifier_2(_f2_records(1))
-    assert one.status == "not-shown" and one.detail.count("not attainable (smallest p") == 2
-    assert "lower in 12/12 (layer, KV head) cells" in one.detail and "the unit a text (1 here" in one.detail
-    many = sub_lowrank._falsifier_2(_f2_records(12))
-    assert many.status == "reproduced" and many.detail.count("-> tied") == 2
-    worse = sub_lowrank._falsifier_2(_f2_records(12, shift=0.3))
-    assert worse.status == "reversed" and worse.detail.count("-> worse") == 2
