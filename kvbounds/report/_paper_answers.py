@@ -175,14 +175,20 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+MIXED = {(False, False): "mixed, not shown better or worse than", (False, True): "mixed, not shown better than",
+         (True, False): "mixed, not shown worse than", (True, True): "mixed against"}
+
+
 def _call_phrases(by: dict[str, list[str]], counts: bool) -> str:
-    """"better than StreamingLLM and uniform sampling, mixed against its ablation (2 better, 1 worse)": the controls
-    with one call in every family grouped by that call, the others "mixed" (with counts when ``counts``)."""
+    """"better than uniform sampling, mixed, not shown better than StreamingLLM (2 tied, 1 worse)": the controls
+    with one call in every family grouped by that call; the others "mixed", saying which direction no family showed
+    (symmetric: "not shown better than" when no family is better, "not shown worse than" when none is worse, "mixed
+    against" when both occur), with counts when ``counts``."""
     heads = {"better": "better than", "leaning better": "leaning better than", "tied": "tied with",
              "not told apart": "not told apart from", "leaning worse": "leaning worse than", "worse": "worse than",
              "not attainable": "not attainable against"}
     same: dict[str, list[str]] = {}
-    mixed = []
+    mixed: dict[tuple, list[str]] = {}
     for k in STANDARD:
         if k not in by:
             continue
@@ -190,11 +196,12 @@ def _call_phrases(by: dict[str, list[str]], counts: bool) -> str:
         if len(c) == 1:
             same.setdefault(by[k][0], []).append(CONTROL_WORDS.get(k, k))
         else:
-            mixed.append(CONTROL_WORDS.get(k, k)
-                         + (" (" + ", ".join(f"{n} {w}" for w, n in sorted(c.items())) + ")" if counts else ""))
+            mixed.setdefault(("better" in c, "worse" in c), []).append(
+                CONTROL_WORDS.get(k, k) + (" (" + ", ".join(f"{n} {w}" for w, n in sorted(c.items())) + ")"
+                                           if counts else ""))
     order = ("worse", "leaning worse", "not attainable", "not told apart", "tied", "leaning better", "better")
     out = [f"{heads[w]} {_and(same[w])}" for w in order if w in same]
-    return ", ".join(out + ([f"mixed against {_and(mixed)}"] if mixed else []))
+    return ", ".join(out + [f"{MIXED[k]} {_and(mixed[k])}" for k in MIXED if k in mixed])
 
 
 def _comparisons(group: dict, counts: bool = True) -> tuple[str, set[str], str]:

@@ -104,3 +104,16 @@ def test_a_bound_vacuous_at_any_norm_is_said_so_with_its_term():
     assert "vacuous at any norm: SG.decode (sqrt(d/s) = 1.79 >= 1 alone, the most doing nothing errs in these " \
            "units)" in answer and "vacuous at real norms: SG.decode" not in answer
     assert dataclasses.replace(vac, any_norm="").any_norm == ""
+
+
+def test_mixed_calls_say_which_direction_no_family_showed():
+    """Issue 45 item 4: a variant whose calls against a control differ by family says the direction none showed
+    ("the released walk: better than uniform sampling, mixed, not shown better than StreamingLLM"), symmetrically."""
+    from kvbounds.report._paper_answers import _call_phrases
+    by = {"uniform": ["better", "better"], "streaming_llm": ["tied", "worse", "not told apart"]}
+    assert _call_phrases(by, counts=False) == "better than uniform sampling, mixed, not shown better than StreamingLLM"
+    assert _call_phrases({"streaming_llm": ["tied", "better"]}, counts=True) == \
+        "mixed, not shown worse than StreamingLLM (1 better, 1 tied)"
+    assert _call_phrases({"streaming_llm": ["tied", "leaning better"]}, counts=False) == \
+        "mixed, not shown better or worse than StreamingLLM"
+    assert _call_phrases({"streaming_llm": ["worse", "better"]}, counts=False) == "mixed against StreamingLLM"
