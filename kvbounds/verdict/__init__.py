@@ -17,5 +17,5 @@ from ._reproduction import combine_reproductions, reproduction_status, statement
 from ._rules import (FAILS, GROWTH_TOL, HOLDS, HOLDS_FITTED, INCONCLUSIVE, MIN_INSTANCES, MIN_REDRAWS, NOT_REFUTED,
                      NOT_RUN, NO_CHECK, VACUOUS, counterexample, decide, decide_rate, decide_regime_rate,
                      erratum_from_finding, finalize, fitted_constant, mark, spread_words, standard_verdict)
-from ._statistics import canonical_order, growth, holm_adjust, loglog_slope, significant_cells
+from ._statistics import canonical_order, growth, holm_adjust, loglog_slope
 from ._vacuity import decide_vacuity, not_every_norm
