@@ -98,9 +98,10 @@ def _claim_section(cid: str, v: Verdict, findings: list[dict]) -> list[str]:
         if f.name == "counterexample":                # in words, as the html report shows it
             val = "the smallest input, " + counterexample_in_words(val)
         elif f.name in ("power_calls", "power_table"):   # one line per call in words, per setting (its calls aside)
-            from kvbounds.battery import call_words
+            from kvbounds.verdict import call_words
             lines.append(f"- **{f.name.replace('_', ' ')}**:")
-            lines += ["  - " + _cell(call_words(x) if f.name == "power_calls" else power_row(x)) for x in val]
+            lines += ["  - " + _cell(call_words(x, metric=True) if f.name == "power_calls" else power_row(x))
+                      for x in val]
             continue
         elif f.name == "errata":
             val = [dict(dataclasses.asdict(e), smallest_input=params_in_words(e.smallest_input)) for e in val]
@@ -145,13 +146,16 @@ def answers_lines(verdicts: dict[str, Verdict], papers: dict | None, practitione
     from ._practitioner import markdown_lines as table_lines
     papers = papers if papers is not None else paper_answers(verdicts)
     return ([f"{level} What each paper's claims come to", "",
-             f"The words (fitted constant, vacuous, variant, ablation, better / tied / not shown) are defined in the "
+             f"The words (fitted constant, vacuous, variant, ablation, better / leaning better / tied / not attainable) are defined in the "
              f"[glossary]({glossary}).", ""] + paper_lines(papers)
             + [f"{level} Should I use it?", "",
                "Each method of the papers inside SmolLM2-135M-Instruct at 25% and 50% of the cache, against exact "
-               "attention and the better of StreamingLLM and uniform sampling there (95% intervals over instances; "
-               "the call: **better** / **worse** when the intervals do not overlap, else **not shown**; decode "
-               "error: the battery's paired call).", ""] + table_lines(practitioner))
+               "attention and the better of StreamingLLM and uniform sampling there (95% intervals over instances). "
+               "The call is the one rule's, on the practitioner's metric (a task's score; for decode, the relative "
+               "attention error of the generated tokens' queries): a paired test at the unit (an instance, a distinct "
+               "prompt or text window; a generation), Holm over the stated family; **better** / **leaning better** / "
+               "**tied** / **leaning worse** / **worse**, or **not attainable** with too few units.", ""]
+            + table_lines(practitioner))
 
 
 def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], meta: dict,
