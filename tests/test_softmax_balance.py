@@ -55,6 +55,21 @@ def test_panel_mode_matches_gram_mode(rng, shape, repeats, c):
     np.testing.assert_allclose(a.walk.max_abs_inner, b.walk.max_abs_inner, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("panel,chunk", [(5, 7), (8, 8), (16, 1000)])
+def test_panel_mode_in_column_chunks_matches_gram_mode(rng, monkeypatch, panel, chunk):
+    """The panel's later columns formed ``PANEL_CHUNK`` at a time (a chunk smaller than, equal to and larger than
+    the panel; a last chunk shorter than the rest): the gram path's signs and certificate, repeats included."""
+    import kvbounds.algorithms.softmax_balance as sb
+    monkeypatch.setattr(sb, "PANEL", panel)
+    monkeypatch.setattr(sb, "PANEL_CHUNK", chunk)
+    K, V = rng.standard_normal((2, 93, 4)), rng.standard_normal((2, 93, 1))
+    kw = dict(delta=0.01, c=3.0, repeats=3, on_fail="continue")
+    a = softmax_balance(K, V, rng=np.random.default_rng(5), **kw)
+    b = softmax_balance(K, V, rng=np.random.default_rng(5), memory="panel", **kw)
+    np.testing.assert_array_equal(a.signs, b.signs)
+    np.testing.assert_allclose(a.walk.max_abs_inner, b.walk.max_abs_inner, rtol=1e-12, atol=1e-15)
+
+
 def test_panel_mode_backend_agreement(backend, rng):
     K, V = rng.standard_normal((200, 4)), rng.standard_normal((200, 1))
     kw = dict(delta=0.01, repeats=8, on_fail="continue", memory="panel")
