@@ -85,7 +85,7 @@ def _check_radii(r_key, r_value, scale: float, K) -> None:
 def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: float | None = None,
                     r_value: float | None = None, n: int | None = None, scale: float | None = None,
                     on_fail: str = "raise", repeats: int | None = None, c: float | None = None,
-                    memory: str = "gram") -> SoftmaxBalanceResult:
+                    memory: str = "gram", uniforms=None) -> SoftmaxBalanceResult:
     """Alg. 2 on keys ``K`` (..., n, d) and values ``V`` (..., n, s); batched over leading dimensions.
 
     ``r_key``/``r_value`` default to the largest norms present (Alg. 2 line 1 only needs upper bounds);
@@ -101,12 +101,17 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
     ``repeats``: run that many independent walks on the same data (a leading axis on the outputs;
     the Gram matrix is computed once and shared). Returns the mask of C', the smaller side of the
     signs (lines 12-16). ``on_fail``: "raise" (WalkFailed) or "continue" (clip, record the event); the choices
-    ``on_fail`` and ``memory`` are checked before any work, also when the walk would not fail."""
+    ``on_fail`` and ``memory`` are checked before any work, also when the walk would not fail.
+    ``uniforms``: the walk's coins (Alg. 3 line 8), a numpy array of the walks' shape ((repeats,) + K's without
+    its last axis) in [0, 1), instead of drawing them from ``rng`` (which may then be None): the scale sweeps of
+    SB.discrepancy run the walk on nested prefixes of one stream with the prefixes of one set of coins (common
+    random numbers: each size's walk is the theorem's walk, and the sizes of one stream share their randomness)."""
     check_choice(on_fail, "on_fail", ON_FAIL)
     check_choice(memory, "memory", MEMORY_MODES)
     xp = _check_kv(K, V, finite=False)
     check_probability(delta, "delta")
-    check_rng(rng)
+    if uniforms is None:
+        check_rng(rng)
     rows = K.shape[-2]
     # finiteness and the largest norms in one host read (on a GPU each read waits for the device)
     fin_k, fin_v, kmax, vmax = host_floats(xp, xp.all(xp.isfinite(K)), xp.all(xp.isfinite(V)),
@@ -132,7 +137,13 @@ def softmax_balance(K, V, *, delta: float, rng: np.random.Generator, r_key: floa
     if repeats is not None:
         check_positive(repeats, "repeats", integer=True)
         batch = (repeats,) + batch
-    uniforms = like(rng.random(batch), K)
+    if uniforms is None:
+        uniforms = rng.random(batch)
+    elif not (isinstance(uniforms, np.ndarray) and uniforms.shape == batch and uniforms.dtype == np.float64
+              and bool(np.all((uniforms >= 0) & (uniforms < 1)))):
+        raise InputError(f"uniforms must be a float64 numpy array of shape {batch} with entries in [0, 1), got "
+                         f"{type(uniforms).__name__} {getattr(uniforms, 'dtype', '')} {getattr(uniforms, 'shape', '')}")
+    uniforms = like(uniforms, K)
     if memory == "rows":
         walk = _row_walk(K, V, r_key, r_value, uniforms, c, scale, on_fail)
     elif memory == "panel":

@@ -70,6 +70,24 @@ def test_panel_mode_in_column_chunks_matches_gram_mode(rng, monkeypatch, panel, 
     np.testing.assert_allclose(a.walk.max_abs_inner, b.walk.max_abs_inner, rtol=1e-12, atol=1e-15)
 
 
+def test_given_uniforms_are_the_walks_coins(rng):
+    """``uniforms`` given: the walk drawn from rng with the same numbers; nested prefixes of one stream with the
+    prefixes of one set of coins (the scale sweeps' common random numbers); bad coins are refused by name."""
+    K, V = rng.standard_normal((120, 4)), rng.standard_normal((120, 1))
+    u = np.random.default_rng(4).random((3, 120))
+    kw = dict(delta=0.01, repeats=3, on_fail="continue", memory="panel")
+    a = softmax_balance(K, V, rng=np.random.default_rng(4), **kw)
+    b = softmax_balance(K, V, rng=None, uniforms=u, **kw)
+    np.testing.assert_array_equal(a.signs, b.signs)
+    c = softmax_balance(K[:70], V[:70], rng=None, uniforms=np.ascontiguousarray(u[:, :70]), **kw)
+    ref = softmax_balance(K[:70], V[:70], rng=None, uniforms=u[:, :70].copy(), memory="gram",
+                          **{k: v for k, v in kw.items() if k != "memory"})
+    np.testing.assert_array_equal(c.signs, ref.signs)
+    for bad in (u[:, :60], u.astype(np.float32), np.full((3, 120), 1.0), u.tolist()):
+        with pytest.raises(InputError, match="uniforms"):
+            softmax_balance(K, V, rng=None, uniforms=bad, **kw)
+
+
 def test_panel_mode_backend_agreement(backend, rng):
     K, V = rng.standard_normal((200, 4)), rng.standard_normal((200, 1))
     kw = dict(delta=0.01, repeats=8, on_fail="continue", memory="panel")
