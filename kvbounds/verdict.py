@@ -14,6 +14,9 @@ A verdict has separate dimensions, each decided by one rule of this module, the 
   * ``rate``       (:func:`decide_rate`) ``not-reached`` when the fitted constant grows along the swept
     parameter (the measured exponent falls short of the stated one) while no decisive bound fails;
     :class:`RateInfo` carries the tested range, exponents with a 95% interval and where the rate should set in.
+    Where the onset is derived (:mod:`kvbounds.verdict_rate`, :func:`decide_onset_rate`), the rate is decided
+    past it: ``observed``, ``false`` (the measured exponent excludes the stated one), ``not-reached`` only when
+    the onset lies beyond the largest size run, ``n/a`` when the interval is too wide to tell.
   * ``power``      (:func:`decide_power`) ``low`` when a negative control is not rejected (including a
     control that also meets a bound too loose to tell it apart), ``shown`` when every control is rejected;
     for error-bound claims also against the trivial estimators (zeros, the mean of the values, a uniform sample
@@ -46,6 +49,8 @@ from .verdict_fields import (CLAIM_KINDS, FAILS, HOLDS, HOLDS_FITTED, INCONCLUSI
                              NO_CHECK, NOT_REFUTED, NOT_RUN, POWER_VALUES, PROOF_VALUES, RATE_VALUES,
                              REPRODUCTION_VALUES, STATEMENT_VALUES, VACUOUS, Constant, Erratum, FigureSpec, Finding,
                              RateInfo, Reproduction, Vacuity, Verdict)
+from .verdict_rate import (FIT_FROM, UnitFit, decide_onset_rate, flat_from, rate_words, unit_fit,  # noqa: F401
+                           units_needed)
 from .verdict_power import Control, controls_from_records, controls_rejected, decide_power  # noqa: F401
 from .verdict_vacuity import TINY_CONSTANT, VACUOUS_SHARE, decide_vacuity, log_bound, trivial_error  # noqa: F401
 from .verdict_reproduction import (MIN_INSTANCES, MIN_REDRAWS, PARTIAL_SHARE, REPRODUCTION_KINDS,  # noqa: F401
@@ -256,7 +261,9 @@ def headline(v: Verdict) -> str:
     else:
         parts.append({"holds": "bound holds", "not-refuted": "not refuted", "inconclusive": "inconclusive",
                       "not-run": "not run", "no-check": "no check"}.get(v.statement, v.statement))
-    if v.rate_info is not None and v.rate != "n/a":
+    if v.rate_info is not None and v.rate_info.onset is not None:
+        parts.append(rate_words(v.rate, v.rate_info))
+    elif v.rate_info is not None and v.rate != "n/a":
         ri = v.rate_info
         what = ri.label or "stated rate"
         parts.append(f"{what} not reached for {ri.param} <= {ri.tested_range[1]:g}" if v.rate == "not-reached"
