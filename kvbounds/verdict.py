@@ -136,43 +136,6 @@ def decide_rate(g: Growth | None, *, stated_exponent: float, sets_in: str = "",
     return ("not-reached" if g.grows else "observed" if g.hi <= GROWTH_TOL else "n/a"), info
 
 
-def decide_regime_rate(records: Iterable[Record], param: str, *, onset: Callable[[Record], float],
-                       stated_exponent: float, value: Callable[[Record], float] = lambda r: r.ratio,
-                       label: str = "", sets_in: str = "",
-                       earlier: tuple[str, RateInfo | None] | None = None) -> tuple[str, RateInfo | None, list[Growth]]:
-    """The rate past its onset: per onset value (records with the same ``onset(r)``, e.g. one dimension d), the
-    growth of ``value`` along ``param`` over the records with ``param >= onset / 2``, where a walk's drift has had
-    half the steps it needs (:func:`kvbounds.theory.balancekv.merge_reduce_rate_onset`). A tail counts with >= 2
-    sizes and >= 3 points (two points give no interval, see :func:`loglog_slope`). ``not-reached`` when any tail
-    grows, ``observed`` when every tail is flat; without a tail ``n/a``, or, given ``earlier`` (the rate a smaller
-    sweep decided), the whole range of the group with the earliest onset decides (it reaches further), unless it
-    is undetermined there and ``earlier`` is not: then ``earlier`` stands. Returns (rate, RateInfo, the tails'
-    growths; [] when no tail)."""
-    groups: dict[float, list[Record]] = {}
-    for r in canonical_order(records):
-        if param in r.params:
-            groups.setdefault(float(onset(r)), []).append(r)
-    tails = []
-    for on, rs in sorted(groups.items()):
-        tail = [r for r in rs if float(r.params[param]) >= on / 2]
-        for g in growth(tail, param, value=value, group=lambda r, on=on: f"{param} >= {on / 2:.3g}"):
-            if g.n_points >= 3:
-                tails.append(g)
-    kw = dict(stated_exponent=stated_exponent, sets_in=sets_in, label=label)
-    if not tails and earlier is None:
-        return "n/a", None, []
-    if not tails:
-        whole = [g for on, rs in sorted(groups.items()) for g in growth(rs, param, value=value, group=lambda r: on)]
-        if not whole:
-            return earlier[0], earlier[1], []
-        wide = decide_rate(whole[0], **kw)
-        return (*(wide if wide[0] != "n/a" or earlier[0] == "n/a" else earlier), [])
-    decided = [decide_rate(g, **kw) for g in tails]
-    states = [d[0] for d in decided]
-    rate = "not-reached" if "not-reached" in states else "observed" if all(x == "observed" for x in states) else "n/a"
-    return rate, decided[0][1], tails
-
-
 def mark(records: Iterable[Record], pred: Callable[[Record], bool], **extra) -> list[Record]:
     """Copies of the records, with ``extra`` added to those matching ``pred`` (e.g. ``reading=...`` or
     ``proof_step=...`` for records stored before a check named them so)."""
