@@ -40,19 +40,24 @@ from kvbounds.controls import power_vs_controls
 
 from .common import (deferred_record, dispatch, in_words, make_record, on_gpu, pick, unit_directions,
                      words_in_findings)
-from .scale_sweep import ScaleRate, Timer, combine, decide_scale, scale_findings, size_params
+from .scale_sweep import ScaleRate, Timer, combine, decide_scale, onset_sizes, scale_findings, size_params
 from .power_streams import POWER_CHECK, StreamBattery, battery_record, missing_record, power_trials
 from .power_streams import stream as power_stream
 
 CLAIM = "MR.error"
 SOURCE = {"BalanceKV-NeurIPS": "BalanceKV-NeurIPS Thm 3.4", "BalanceKV-preprint": "BalanceKV-preprint Thm 3.3"}
-CPU_T_MAX = 1 << 16                 # largest t of a scale-sweep unit on a CPU backend (2^16: ~40 CPU s)
-# the scale sweep: sizes per (d, s) and profile, and units. Units: a power calculation (kvbounds.verdict.units_needed)
-# on the pilot's spread of the per-unit slope of log(eps_hat t) over t = t*/2..2t* (see SCALE_PILOT_SD), for a 95%
-# half-width of 0.09 (the spectral model's slope past t*/2 and a growth of GROWTH_TOL fall on either side)
-SCALE_SIZES = {"full": {(2, 1): [1 << k for k in range(10, 17)]},
-               "gpu": {(2, 1): [1 << k for k in range(10, 18)], (8, 4): [1 << k for k in range(12, 20)]}}
-SCALE_PILOT_SD = 0.15
+CPU_T_MAX = 1 << 16                 # largest t of a scale-sweep unit on a CPU backend (2^16: ~65 CPU s)
+# the scale sweep: sizes per (d, s) and profile (powers of two up to t*/2, then t*/2, t* and 2 t*), queries per
+# checkpoint, and units. Units: a power calculation (kvbounds.verdict.units_needed) on the pilot's spread of the
+# per-unit slope of log(eps_hat t) past t*/2 (SCALE_PILOT_SD; one MergeAndReduce run per size: eps_hat is close to
+# one batch's discrepancy over t, as noisy as one walk), for a 95% half-width of 0.09 (the spectral model's slope past
+# t*/2 and a growth of GROWTH_TOL fall on either side)
+_T_STAR = {(d, s): rate_onset(d, s, 1.0, 0.01) for d, s in ((2, 1), (8, 4))}
+SCALE_SIZES = {"full": {(2, 1): onset_sizes(_T_STAR[2, 1])},
+               "gpu": {(2, 1): onset_sizes(_T_STAR[2, 1], factors=(0.5, 1, 2, 4)),
+                       (8, 4): onset_sizes(_T_STAR[8, 4], first=1 << 12)}}
+SCALE_PILOT_SD = 0.25
+SCALE_DIRS = 16                     # queries per checkpoint: the stream's own and 15 fixed directions of norm r
 SCALE_UNITS = {"full": units_needed(SCALE_PILOT_SD, 0.09), "gpu": 24}
 LONG_SWEEPS = ("t-scale",)        # its units are long trials: the runner submits them first
 
@@ -61,7 +66,7 @@ def scale_trials(profile: str) -> list[dict]:
     """One trial per unit and (d, s) (:mod:`.scale_sweep`); none on smoke and quick."""
     if profile not in SCALE_SIZES:
         return []
-    return [dict(d=d, s=s, r=1.0, delta=0.01, c="paper", sweep="t-scale", sizes=sizes, unit=u)
+    return [dict(d=d, s=s, r=1.0, delta=0.01, c="paper", sweep="t-scale", dirs=SCALE_DIRS, sizes=sizes, unit=u)
             for (d, s), sizes in SCALE_SIZES[profile].items() for u in range(SCALE_UNITS[profile])]
 
 
@@ -101,13 +106,16 @@ def exact_numerator_log(K, V, q, j):
     return float(m), (np.exp(logits - m)[:, None] * V[:j]).sum(0)
 
 
-def worst_eps(Q, K, V, mr: MergeAndReduce, backend: str, rng: np.random.Generator):
+def worst_eps(Q, K, V, mr: MergeAndReduce, backend: str, rng: np.random.Generator, extra=None):
     """Stream K, V through ``mr``; at the checkpoints (:func:`checkpoints`) the eps at which the stated bound holds
-    with equality, eps_j = ||sum_{i<=j} e^{<k_i,q_j>/sqrt d} v_i - z_j|| / (j e^{-r^2/sqrt d} max||v||).
+    with equality, eps_j = ||sum_{i<=j} e^{<k_i,q>/sqrt d} v_i - z_j(q)|| / (j e^{-r^2/sqrt d} max||v||), for the
+    stream's query q_j and each row of ``extra`` (more queries of norm <= r: the statement holds for any query, so
+    the largest over them tests it as written, and its max over many queries is steadier than over one).
     Returns (max eps_j, its j, [(j, eps_j)])."""
     n, d = K.shape
     r = float(np.linalg.norm(K, axis=1).max())
     Kb, Vb, Qb = asarray(K, backend), asarray(V, backend), asarray(Q, backend)
+    Eb = None if extra is None else asarray(extra, backend)
     cps = set(checkpoints(n, mr.t, rng))
     vmax = float(np.linalg.norm(V, axis=1).max())
     worst, worst_j, series = 0.0, 0, []
@@ -115,10 +123,12 @@ def worst_eps(Q, K, V, mr: MergeAndReduce, backend: str, rng: np.random.Generato
         mr._push(Kb[j - 1], Vb[j - 1])
         if j not in cps:
             continue
-        m_z, u_z = mr.estimate(Qb[j - 1])
-        m_x, u_x = exact_numerator_log(K, V, Q[j - 1], j)
-        err = float(np.linalg.norm(np.exp(m_z - m_x) * to_numpy(u_z) - u_x)) * math.exp(m_x)
-        eps_j = merge_reduce_eps_implied(err, j, r, d, vmax)
+        eps_j = 0.0
+        for q, qb in [(Q[j - 1], Qb[j - 1])] + ([] if extra is None else list(zip(extra, Eb))):
+            m_z, u_z = mr.estimate(qb)
+            m_x, u_x = exact_numerator_log(K, V, q, j)
+            err = float(np.linalg.norm(np.exp(m_z - m_x) * to_numpy(u_z) - u_x)) * math.exp(m_x)
+            eps_j = max(eps_j, merge_reduce_eps_implied(err, j, r, d, vmax))
         series.append((j, eps_j))
         if eps_j >= worst:
             worst, worst_j = eps_j, j
@@ -159,6 +169,7 @@ def scale_trial(params: dict, seed: int, backend: str):
             f"4t tokens balanced in batches of t (t^2/2 Gram entries per batch) beyond CPU_T_MAX = {CPU_T_MAX}: run "
             "with --backend torch:cuda"))]
     Q, K, V = stream(seed, 4 * max(sizes), d, s, r)
+    extra = unit_directions(np.random.default_rng([seed, 1]), params["dirs"] - 1, d) * r
     recs = []
     for k, t in enumerate(sorted(sizes)):
         n, p = 4 * t, dict(size_params(params, "t", t), n=4 * t)
@@ -166,7 +177,8 @@ def scale_trial(params: dict, seed: int, backend: str):
             mr = MergeAndReduce(d, s, t=t, T=2, delta=delta, rng=np.random.default_rng([seed, k, 7]), r_key=r * (1 + 1e-9),
                                 signs=signs)
             with Timer() as tm:
-                worst, worst_j, _ = worst_eps(Q[:n], K[:n], V[:n], mr, backend, np.random.default_rng([seed, k, 3]))
+                worst, worst_j, _ = worst_eps(Q[:n], K[:n], V[:n], mr, backend, np.random.default_rng([seed, k, 3]),
+                                              extra)
             recs.append(make_record(CLAIM, p, measured=worst, bound=_shape("BalanceKV-NeurIPS", t, s, r, d), holds=True,
                                     bound_kind="shape", check=check, control=signs == "random",
                                     source=SOURCE["BalanceKV-NeurIPS"], worst_j=worst_j, T=2, fails=mr.fail_count,

@@ -35,7 +35,7 @@ from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, d
 from kvbounds.theory.balancekv import log_softmax_balance_shape, merge_reduce_rate_onset, rate_onset, walk_constant
 
 from .common import deferred_record, dispatch, make_record, on_gpu, pick, unit_directions
-from .scale_sweep import Timer, combine, decide_scale, scale_figures, scale_findings, size_params
+from .scale_sweep import Timer, combine, decide_scale, onset_sizes, scale_figures, scale_findings, size_params
 from .common import in_words, words_in_findings
 
 CLAIM = "SB.discrepancy"
@@ -43,17 +43,22 @@ SOURCE = "BalanceKV-NeurIPS Thm 3.3, Alg. 2"
 READING = "O(.) read with the walk's own constant c = 30 log(n/delta) (BalanceKV-NeurIPS Alg. 2 line 3)"
 WALKS = ("paper c", "c=log", "random-signs")
 RATE_LABEL = "O(log(ns/delta)) regime"
-CPU_N_MAX = 1 << 17          # largest n of a scale-sweep unit on a CPU backend (2^17: ~60 CPU s per 32 walks)
-# the scale sweep: sizes per d and profile, walks and queries per size, and units per d. Units: a power calculation
-# (kvbounds.verdict.units_needed) on the pilot's spread of the per-unit slope of log(D/shape) over n = n*/2..2n*,
-# sd ~ 0.15 (d = 2: 4 units, d = 4: 3 units at n <= 2^16, 32 walks x 16 queries, independent coins per size; the
-# coins shared across sizes here can only narrow it), for a 95% half-width of 0.09: the spectral model's slope past
-# n*/2 (<= 0.06; theory.balancekv) and a growth of GROWTH_TOL = 0.15 then fall on either side of the interval
-SCALE_SIZES = {"full": {4: [1 << k for k in range(10, 18)], 2: [1 << k for k in range(10, 17)]},   # longest first
-               "gpu": {4: [1 << k for k in range(10, 19)], 2: [1 << k for k in range(10, 18)]}}
-SCALE_UNITS = {"full": units_needed(0.15, 0.09), "gpu": 32}
+CPU_N_MAX = 1 << 17          # largest n of a scale-sweep unit on a CPU backend (2^17: ~150 CPU s per 128 walks)
+# the scale sweep: sizes per d and profile (powers of two up to n*/2, then n*/2, n* and 2 n*; the gpu profile to 4 n*),
+# walks and queries per size, and units per d. Walks: the (1 - delta)-quantile of D over 32 walks x 32 queries had a
+# spread of 0.12-0.23 (log) from the walks alone at n = 32768, d = 2 (4 coin sets, 2 streams), over 128 walks
+# 0.04-0.08 (this machine, loaded): 128 walks. Units: a power calculation (kvbounds.verdict.units_needed) on the
+# pilot's spread of the per-unit slope of log(D/shape) past n*/2 (SCALE_PILOT_SD; 6 units at d = 2, 128 walks), for a
+# 95% half-width of 0.06: the spectral model's slope past n*/2 (<= 0.06, theory.balancekv) and a growth of
+# GROWTH_TOL = 0.15 then fall on either side of the interval
+_ONSETS = {d: rate_onset(d, 1, 1.0, 0.01) for d in (2, 4)}
+SCALE_SIZES = {"full": {d: onset_sizes(_ONSETS[d]) for d in (4, 2)},               # the longest units first
+               "gpu": {d: onset_sizes(_ONSETS[d], factors=(0.5, 1, 2, 4)) for d in (4, 2)}}
+SCALE_PILOT_SD = 0.08
+SCALE_UNITS = {"full": units_needed(SCALE_PILOT_SD, 0.06), "gpu": 32}
+SCALE_REPS, SCALE_DIRS = 128, 32
 LONG_SWEEPS = ("n-scale",)        # its units are long trials: the runner submits them first
-SCALE_REPS, SCALE_DIRS = 32, 32
+SCALE_REPS, SCALE_DIRS = 128, 32
 
 
 def scale_trials(profile: str) -> list[dict]:

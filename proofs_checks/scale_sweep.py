@@ -14,6 +14,7 @@ per-unit slopes (see each check's ``SCALE_UNITS``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Callable, Sequence
 
@@ -46,6 +47,18 @@ class Timer:
     def __exit__(self, *exc):
         self.cpu_s, self.wall_s = time.process_time() - self._c, time.perf_counter() - self._w
         return False
+
+
+def onset_sizes(onset: float, *, factors=(0.5, 1, 2), first: int = 1 << 10, multiple: int = 64) -> list[int]:
+    """A scale sweep's sizes: powers of two from ``first`` below FIT_FROM x onset (the curve before the regime),
+    then onset x each factor rounded up to a multiple of ``multiple`` (the fit past the onset: n*/2, n*, 2 n* by
+    default, so the largest size is at least twice the onset)."""
+    past = [int(multiple * math.ceil(onset * f / multiple)) for f in factors]
+    below, x = [], first
+    while x < 0.75 * min(past):
+        below.append(x)
+        x *= 2
+    return below + past
 
 
 def size_params(params: dict, key: str, size: int) -> dict:

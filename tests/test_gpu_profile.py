@@ -22,23 +22,25 @@ def test_gpu_profile_holds_only_the_scale_sweeps():
     assert "gpu" in PROFILES
     have = {c.id for c in checked_claims() if profile_trials(c.check_module(), "gpu")}
     assert have == SCALE_CLAIMS
-    assert max(max(p["sizes"]) for p in sb_discrepancy.trials("gpu")) == 2 ** 18
-    assert max(max(p["sizes"]) for p in mr_error.trials("gpu")) == 2 ** 19
+    from kvbounds.theory.balancekv import rate_onset
+    assert max(max(p["sizes"]) for p in sb_discrepancy.trials("gpu")) >= 4 * rate_onset(4, 1, 1.0, 0.01)
+    assert max(max(p["sizes"]) for p in mr_error.trials("gpu")) >= 2 * rate_onset(8, 4, 1.0, 0.01)
     assert max(max(p["sizes"]) for p in bkv_memory.trials("gpu")) == 2 ** 20
     assert common.pick("gpu", smoke=1, quick=2, full=3) == 3 and common.pick("gpu", smoke=1, quick=2, full=3, gpu=4) == 4
 
 
 def test_full_profile_holds_the_cpu_scale_sweeps_past_the_onsets():
-    """SB.discrepancy to 2^17 at d = 4 (>= 2 n*, n* ~ 5.5e4) and 2^16 at d = 2 (n* ~ 1.9e4), MR.error to t = 2^16 at
-    d = 2 (>= 2 t*), BKV.memory to 2^17; every unit within the CPU limits (nothing deferred on a CPU); none on quick."""
+    """SB.discrepancy to 2 n* at d = 4 (n* ~ 5.5e4) and d = 2 (n* ~ 1.9e4), n*/2 and n* among the sizes, MR.error to
+    t = 2 t* at d = 2, BKV.memory to 2^17; every unit within the CPU limits (nothing deferred on a CPU); none on quick."""
     from kvbounds.theory.balancekv import rate_onset
     for cid, mod in MODS.items():
         scale = [p for p in mod.trials("full") if p["sweep"].endswith("-scale")]
         assert scale and not [p for p in mod.trials("quick") if "sizes" in p]
         assert len({p["unit"] for p in scale}) == mod.SCALE_UNITS["full"] >= 3
     for d in (2, 4):
-        top = max(max(p["sizes"]) for p in sb_discrepancy.trials("full") if p.get("d") == d and "sizes" in p)
-        assert 2 * rate_onset(d, 1, 1.0, 0.01) <= top <= sb_discrepancy.CPU_N_MAX
+        sizes = next(p["sizes"] for p in sb_discrepancy.trials("full") if p.get("d") == d and "sizes" in p)
+        on = rate_onset(d, 1, 1.0, 0.01)
+        assert 2 * on <= max(sizes) <= sb_discrepancy.CPU_N_MAX and sum(s >= on / 2 for s in sizes) == 3
     top_t = max(max(p["sizes"]) for p in mr_error.trials("full") if "sizes" in p)
     assert 2 * rate_onset(2, 1, 1.0, 0.01) <= top_t <= mr_error.CPU_T_MAX
     assert max(max(p["sizes"]) for p in bkv_memory.trials("full") if "sizes" in p) == 2 ** 17 <= bkv_memory.CPU_N_MAX
@@ -79,7 +81,7 @@ def _units(cid, params, units, backend="numpy"):
 
 SMALL = {"SB.discrepancy": dict(d=2, s=1, r=1.0, q_norm=1.0, delta=0.01, reps=8, dirs=4, sweep="n-scale",
                                 sizes=[128, 256, 512, 1024]),
-         "MR.error": dict(d=2, s=1, r=1.0, delta=0.01, c="paper", sweep="t-scale", sizes=[32, 64, 128, 256]),
+         "MR.error": dict(d=2, s=1, r=1.0, delta=0.01, c="paper", sweep="t-scale", dirs=4, sizes=[32, 64, 128, 256]),
          "BKV.memory": dict(d=8, r=1.0, eps=1.0, rule="alg1", sweep="n-scale", sizes=[512, 1024, 2048])}
 
 
