@@ -32,7 +32,8 @@ from kvbounds.algorithms.softmax_balance import softmax_balance
 from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, decide, decide_onset_rate,
                               fitted_constant, growth, mark, units_needed)
-from kvbounds.theory.balancekv import log_softmax_balance_shape, merge_reduce_rate_onset, rate_onset, walk_constant
+from kvbounds.theory.balancekv import (log_softmax_balance_shape, mean_field_slope, merge_reduce_rate_onset,
+                                       rate_onset, walk_constant)
 
 from .common import deferred_record, dispatch, make_record, on_gpu, pick, unit_directions
 from .scale_sweep import Timer, combine, decide_scale, onset_sizes, scale_figures, scale_findings, size_params
@@ -48,9 +49,9 @@ CPU_N_MAX = 1 << 17          # largest n of a scale-sweep unit on a CPU backend 
 # walks and queries per size, and units per d. Walks: the (1 - delta)-quantile of D over 32 walks x 32 queries had a
 # spread of 0.12-0.23 (log) from the walks alone at n = 32768, d = 2 (4 coin sets, 2 streams), over 128 walks
 # 0.04-0.08 (this machine, loaded): 128 walks. Units: a power calculation (kvbounds.verdict.units_needed) on the
-# pilot's spread of the per-unit slope of log(D/shape) past n*/2 (SCALE_PILOT_SD; 6 units at d = 2, 128 walks), for a
-# 95% half-width of 0.06: the spectral model's slope past n*/2 (<= 0.06, theory.balancekv) and a growth of
-# GROWTH_TOL = 0.15 then fall on either side of the interval
+# pilot's spread of the per-unit slope of log(D/shape) past the onset (SCALE_PILOT_SD: 6 units at d = 2, n = 2^14..2^16,
+# 128 walks: sd 0.079, mean slope +0.04), for a 95% half-width of 0.06: the spectral model's slope past n*/2
+# (<= 0.06, theory.balancekv) and a growth of GROWTH_TOL = 0.15 then fall on either side of the interval
 _ONSETS = {d: rate_onset(d, 1, 1.0, 0.01) for d in (2, 4)}
 SCALE_SIZES = {"full": {d: onset_sizes(_ONSETS[d]) for d in (4, 2)},               # the longest units first
                "gpu": {d: onset_sizes(_ONSETS[d], factors=(0.5, 1, 2, 4)) for d in (4, 2)}}
@@ -190,7 +191,9 @@ def _scale(records, parts, figs, controls, findings):
     decisions, ctl, texts = decide_scale(large, "n", main="paper c", control="random-signs",
                                          group=lambda r: r.params["d"], onset=_onset, top=_top,
                                          value=lambda r: r.extra["ratio_to_shape"], stated_exponent=0.0,
-                                         label=RATE_LABEL, words="d = ")
+                                         label=RATE_LABEL, words="d = ",
+                                         model=lambda lo, hi, r: mean_field_slope(lo, hi, r.params["d"], r.params["s"],
+                                                                                  r.params["r"], r.params["delta"]))
     parts.extend(t for t in texts if t)
     controls.extend(ctl)
     findings.extend(scale_findings(CLAIM, decisions, large, "paper c", "with the paper's c the O(log(ns/delta)) "

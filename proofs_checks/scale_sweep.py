@@ -69,11 +69,13 @@ def size_params(params: dict, key: str, size: int) -> dict:
 
 def decide_scale(records: Sequence[Record], param: str, *, main: str, control: str | None, group: Callable,
                  onset: Callable[[Record], float], top: Callable[[Record], float], value: Callable[[Record], float],
-                 stated_exponent: float, label: str, words: str = "") -> tuple[list[ScaleRate], list[Control], list[str]]:
+                 stated_exponent: float, label: str, words: str = "",
+                 model: Callable[[float, float, Record], float] | None = None) -> tuple[list[ScaleRate], list[Control], list[str]]:
     """Per group (one onset each; ``words`` + the group key names it, "d = 4"): the rate past FIT_FROM x onset on the
     ``main`` check's records (value: measured/shape, so the exponent is the stated one + its slope), the bend of its
     curve, the time per size, and the ``control`` check (random signs) against the same test, which must find growth
-    there. Returns (decisions, controls, summary parts)."""
+    there. ``model(lo, hi, record)``: the exponent a model predicts over the fit range (said beside the measured one).
+    Returns (decisions, controls, summary parts)."""
     out, controls, parts = [], [], []
     groups: dict = {}
     for r in records:
@@ -94,7 +96,10 @@ def decide_scale(records: Sequence[Record], param: str, *, main: str, control: s
         rate, info = decide_onset_rate(fit, stated_exponent=stated_exponent, onset=on, largest=largest, param=param,
                                        label=label, sets_in=sets_in, whole=whole)
         bend, bfit = flat_from(mains, param, value=value)
-        ex = f"exponent {info.measured_exponent:.2f} [{info.ci[0]:.2f}, {info.ci[1]:.2f}] (stated {stated_exponent:g})"
+        ex = f"exponent {info.measured_exponent:.2f} [{info.ci[0]:.2f}, {info.ci[1]:.2f}] (stated {stated_exponent:g}"
+        if model is not None and fit is not None:
+            ex += f"; the mean-field model's {stated_exponent + model(*fit.x_range, mains[0]):+.2f} over the same range"
+        ex += ")"
         text = (f"{name}: {main} past {FIT_FROM:g} {param}* ({param} = {fit.x_range[0]:g}..{fit.x_range[1]:g}, "
                 f"{fit.units} units): {ex}" if fit is not None else
                 f"{name}: onset {param}* ~ {on:.2g} beyond the largest {param} = {largest:g}; {ex} over "

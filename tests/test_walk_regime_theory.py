@@ -89,3 +89,16 @@ def test_onset_counts_the_directions_holding_ninety_percent():
         < merge_reduce_rate_onset(8, 4, 1.0, 0.01)["t_star"]
     assert merge_reduce_rate_onset(4, 1, 1.0, 0.01, share=0.5)["t_star"] == pytest.approx(
         merge_reduce_rate_onset(4, 1, 1.0, 0.01)["t_top_direction"], rel=0.05)
+
+
+def test_mean_field_curve_bends_at_the_onset():
+    """The mean-field D/shape: random-walk growth well below the onset (sqrt(n) over log n and max||v||: slope
+    ~0.3 at n ~ 1e3), flat past it (|slope| < 0.06 on n*/2..2n*), and -1/(2 ln(n/delta)) far past it (sqrt(c) over
+    log(n/delta): every direction holding mass saturated)."""
+    from kvbounds.theory.balancekv import mean_field_slope, rate_onset
+    for d in (2, 4):
+        on = rate_onset(d, 1, 1.0, 0.01)
+        assert 0.25 < mean_field_slope(256, 2048, d, 1, 1.0, 0.01) < 0.45
+        assert abs(mean_field_slope(on / 2, 2 * on, d, 1, 1.0, 0.01)) < 0.06
+        far = mean_field_slope(1e9, 1e10, d, 1, 1.0, 0.01)
+        assert far == pytest.approx(-1 / (2 * math.log(3e9 / 0.01)), abs=0.01)

@@ -185,6 +185,27 @@ def merge_reduce_rate_onset(d: int, s: int, r: float, delta: float, *, share: fl
                 gram_gb=8 * t * t / 1e9)
 
 
+def mean_field_discrepancy(n: int, d: int, s: int, r: float, delta: float) -> float:
+    """SB.discrepancy's D / shape as the mean-field reading of the walk predicts it, up to a constant factor: each
+    eigen-direction e of E[y y^T] (:func:`kernel_eigen_groups`) holds E<w, e>^2 = min(n lam, c R^2 / 2) (random signs
+    until it saturates, :func:`walk_saturation_steps`), and a query weighs it by lam, so D^2 ~ sum_e min(n lam_e,
+    c R^2/2) lam_e; divided by the shape's n-dependence log(ns/delta) max||v|| (c = 30 log(n/delta), R^2 =
+    e^{r^2/sqrt d} max||v||^2, max||v||^2 the (1 - 1/n) quantile of chi^2_s/s). Its log-log slope in n is what the
+    measured curve's should approach: ~0.5 while every direction is a random walk, ~ -1/(2 ln(n/delta)) once the
+    directions holding the mass are saturated. [estimate]"""
+    v2 = float(stats.chi2.ppf(1 - 1 / n, s)) / s
+    plateau = walk_constant(n, delta) * math.exp(r * r / math.sqrt(d)) * v2 / 2
+    D2 = sum(m * min(n * lam, plateau) * lam for _, lam, m in kernel_eigen_groups(d, s, r))
+    return math.sqrt(D2) / (math.log(n * s / delta) * math.sqrt(v2))
+
+
+def mean_field_slope(lo: float, hi: float, d: int, s: int, r: float, delta: float) -> float:
+    """The log-log slope of :func:`mean_field_discrepancy` between n = lo and n = hi (the model's exponent of D/shape
+    over a fit range). [estimate]"""
+    f = lambda n: math.log(mean_field_discrepancy(int(n), d, s, r, delta))
+    return (f(hi) - f(lo)) / math.log(hi / lo)
+
+
 def _saturation_fixed_point(lam: float, d: int, s: int, r: float, delta: float) -> tuple[float, float, float]:
     """(t, c(t), R^2(t)) with t = c(t) R^2(t) / (2 lam): the steps after which the walk of a t-token call holds the
     direction of eigenvalue lam at its plateau (see :func:`merge_reduce_rate_onset`)."""
