@@ -55,7 +55,7 @@ def test_sbw_balance_regime_shows_power():
 def test_mr_error_scale_sweep_runs_on_torch_cpu_at_small_size():
     if why_unavailable("torch:cpu"):
         pytest.skip("torch missing")
-    p = dict(d=2, s=1, r=1.0, delta=0.01, c="paper", sweep="t-scale", dirs=2, sizes=[16], unit=0)
+    p = dict(d=2, s=1, r=1.0, delta=0.01, c="paper", sweep="t-scale", runs=3, dirs=2, sizes=[16], unit=0)
     a = mr_error.run_trial(dict(p), 5, "numpy")
     b = mr_error.run_trial(dict(p), 5, "torch:cpu")
     assert [r.check for r in a] == [r.check for r in b] == ["BalanceKV-NeurIPS paper c", "random-signs"]

@@ -81,7 +81,8 @@ def _units(cid, params, units, backend="numpy"):
 
 SMALL = {"SB.discrepancy": dict(d=2, s=1, r=1.0, q_norm=1.0, delta=0.01, reps=8, dirs=4, sweep="n-scale",
                                 sizes=[128, 256, 512, 1024]),
-         "MR.error": dict(d=2, s=1, r=1.0, delta=0.01, c="paper", sweep="t-scale", dirs=4, sizes=[32, 64, 128, 256]),
+         "MR.error": dict(d=2, s=1, r=1.0, delta=0.01, c="paper", sweep="t-scale", runs=8, dirs=4,
+                          sizes=[32, 64, 128, 256]),
          "BKV.memory": dict(d=8, r=1.0, eps=1.0, rule="alg1", sweep="n-scale", sizes=[512, 1024, 2048])}
 
 
