@@ -17,7 +17,9 @@ A check module exposes
                                        claim has ``gpu_profile``),
     ``run_trial(params, seed, backend) -> Record | list[Record]``,
     ``summarize(records) -> Verdict``  the claim-level verdict from all its records,
-and optionally ``leaderboard_rows(records) -> list[dict]``, its rows of the end-to-end leaderboard. Its records
+and optionally ``leaderboard_rows(records) -> list[dict]``, its rows of the end-to-end leaderboard, and
+``LONG_SWEEPS``, the values of ``params["sweep"]`` whose trials are long (a scale sweep's units: the runner submits
+them first, as it does every trial of a ``schedule_first`` claim). Its records
 cite the part of the claim's source each sub-check reads (``Record.source``); the claim's own source is the
 entry's. The recipe for a new claim: docs/EXTENDING.md.
 """
