@@ -16,12 +16,13 @@ proven-constant reading (the walk's c = 30 log(ts/delta) in Thm 3.3's discrepanc
 constant 1) is reported next to the fitted constant. eps_hat falling like t^-1/2 instead of t^-1 is a ``rate``
 ``not-reached``: below t* (theory.balancekv.merge_reduce_rate_onset) the walk is in its random-sign phase.
 The scale sweep (``t-scale``, issue 47; :mod:`.scale_sweep`) decides the rate past the walk's onset t*
-(theory.balancekv.merge_reduce_rate_onset): each trial one unit (a stream of 4 max(t) tokens, MergeAndReduce run at
-every batch size t on its first n = 4t tokens, T = 2, the walks on Gram panels), with MergeAndReduce on fair coins
-(signs="random", the ingredient's ablation, eps_hat ~ t^-1/2) against the same test. The full profile runs d = 2,
-s = 1, r = 1 (t* ~ 1.9e4) on a CPU to t = 2^16 = 3.4 t*. At the small sweep's d = 8, s = 4 (t* ~ 2.5e5) one unit at
-2 t* balances six batches of 5e5 tokens, 7.5e11 Gram entries (~40 CPU minutes per unit): the ``gpu`` profile
-(``--backend torch:cuda``) runs it, its trials beyond CPU_T_MAX deferred on a CPU backend.
+(theory.balancekv.merge_reduce_rate_onset): each trial one unit (a stream of 4 max(t) tokens; at every batch size t,
+SCALE_RUNS runs of MergeAndReduce in lockstep on its first n = 4t tokens, T = 2, the walks on Gram panels shared by
+the runs: algorithms.merge_reduce_lockstep), with the runs on fair coins (signs="random", the ingredient's ablation,
+eps_hat ~ t^-1/2) against the same test. The full profile runs d = 2, s = 1, r = 1 (t* ~ 1.9e4) on a CPU to
+t = 2 t* = 3.8e4. At the small sweep's d = 8, s = 4 (t* ~ 2.5e5) one unit at 2 t* = 5e5 forms ~1.5e12 Gram entries
+(four batches of 5e5 tokens, two level-1 spans of 1e6: ~2 CPU hours per unit): the ``gpu`` profile
+(``--backend torch:cuda``) runs it, its units beyond CPU_T_MAX deferred on a CPU backend.
 """
 from __future__ import annotations
 

@@ -13,12 +13,13 @@ log domain, so key norms of 50 at d = 64 are fine). Sub-checks:
   * ``c=log``           the walk with c = log(n/delta): the ratio D / shape must not grow with n.
   * ``random-signs``    negative control: independent signs; the growth test along n must reject it.
 
-The scale sweep (``n-scale``, issue 47; :mod:`.scale_sweep`) decides the rate past the walk's onset: d = 2 and 4
-(s = 1, r = 1), n* ~ 1.9e4 and 5.5e4 (theory.balancekv.merge_reduce_rate_onset), each trial one unit (a stream of
+The scale sweep (``n-scale``, issue 47; :mod:`.scale_sweep`) decides the rate past the walk's onset: d = 4 and 2
+(s = 1, r = 1), n* ~ 5.5e4 and 1.9e4 (theory.balancekv.merge_reduce_rate_onset), each trial one unit (a stream of
 the largest size, walked at every size on its nested prefixes with the prefixes of one set of coins, SCALE_REPS walks
-and SCALE_DIRS queries), on SoftmaxBalance's Gram panels (memory="panel": O((64 + walks) n) memory). The full
-profile runs it on a CPU to n = 2^16 (d = 2, 3.4 n*) and 2^17 (d = 4, 2.4 n*); the ``gpu`` profile
-(``--backend torch:cuda``) to 2^17 and 2^18 with more units, its trials beyond CPU_N_MAX deferred on a CPU backend.
+and SCALE_DIRS queries), on SoftmaxBalance's Gram panels (memory="panel": O((64 + walks) n) memory). Sizes: powers of
+two up to n*/2, then n*/2, n* and 2 n* (the rate is fitted per unit on those three, from FIT_FROM x n*); the full
+profile runs it on a CPU (2 n* = 1.1e5 at d = 4), the ``gpu`` profile (``--backend torch:cuda``) to 4 n* with more
+units, its units beyond CPU_N_MAX deferred on a CPU backend.
 """
 from __future__ import annotations
 
