@@ -28,6 +28,9 @@ float64 on the host, any backend in):
   rule; the released code fixes it): 1 means the rule's probabilities moved no sign;
   ``<rule>_disc_ratio`` eta^T G eta / tr G, the discrepancy against independent random signs' expectation
   (below 1: the rule balances; the random rule's own value shows the spread of one draw);
+* given held-out queries (:func:`block_diagnostics`'s ``Q``), ``<rule>_query_num`` / ``<rule>_query_den``: the
+  rule's signs as those queries see them through the model's kernel, against random signs' exact expectation
+  (:mod:`kvbounds.algorithms.query_discrepancy`; below 1: the rule balances what the attention error is made of);
 * ``theorem_mean_abs_p_dev``  mean |p_i - 1/2| of the theorem walk;
 * ``key_energy``, ``key_distance`` (:func:`key_geometry`)  the block's median temp scale ||k||^2 and median over pairs
   of temp scale ||k_i - k_j||^2 / 2.
@@ -39,14 +42,16 @@ Centring the keys by their block mean mu multiplies G_ij by lambda_i lambda_j e^
 e^{-temp scale <k_i, mu>}: it reweights the same vectors and leaves the cosine Gram unchanged (a test checks it);
 only the norms the walk sees, hence R^2 and its decisions, change.
 
-Measured (benchmarks/walk_cause.py, on the streams and layers of the BalanceKV checks): on SmolLM2's keys past its
-first layer, at the model's own temperature, the pairwise distances temp scale ||k_i - k_j||^2 / 2 are about 7-15 in
-the median block, so the exp kernel is diagonal to an off-diagonal share of about 1e-6 to 4e-2 and even the greedy
-rule keeps 0.97-1 of random signs' discrepancy in the median block: there is nothing to balance, with or without
-centring (which leaves those distances as they are). Where the kernel does have something to balance (synthetic unit
-keys, the concentrated family, MiniLM, SmolLM2's first layer, SmolLM2 at the released notebook's temp 0.1: greedy
-ratios about 0.14-0.86), the theorem's c = 30 log(n / delta) keeps |p - 1/2| below about 0.005 and 97-100% of the
-walk's signs equal the random rule's: there the constant, not the kernel, makes the walk a coin.
+Measured (benchmarks/walk_cause.py and BKV.vs-uniform's records, on the streams and layers of the BalanceKV checks):
+the theorem's c = 30 log(n / delta) keeps |p - 1/2| below about 0.005 and 97-100% of the walk's signs equal the random
+rule's wherever it was measured: the constant makes the walk a coin. The Gram yardstick eta^T G eta / tr G cannot say
+what else a walk could do on real keys: on SmolLM2 past its first layer, at the model's temperature, the pairwise
+distances temp scale ||k_i - k_j||^2 / 2 are about 7-15 in the median block, the off-diagonal share 1e-6 to 4e-2, and
+even greedy keeps 0.97-1 of random signs' eta^T G eta, because the diagonal (the self-similarities) dominates it. What
+held-out queries see of the same signs (``Q``: :mod:`kvbounds.algorithms.query_discrepancy`) does move: on
+BKV.vs-uniform's blocks (layers 1 and 5, b = 128) greedy reaches 0.46-0.69 of random signs' discrepancy in the
+numerator (0.46-0.61 with centring, which helps a walk that balances), and the released walk at temp 1 0.44-0.61
+with centring, while the yardstick reads 1.00 for both.
 """
 from __future__ import annotations
 
@@ -59,6 +64,7 @@ import numpy as np
 from kvbounds.algorithms.arrays import to_numpy
 
 from .blockwise_balance_kv import MAX_BLOCK
+from .query_discrepancy import query_discrepancy
 from .self_balancing_walk import walk_constant
 from .validation import (InputError, check_array, check_int, check_probability, check_real, check_rng, check_scale,
                          namespace)
@@ -201,6 +207,11 @@ def walk_diagnostics(G, uniforms, *, c: float, r2=None, log_scale=None, gamma: f
     log(n / delta): :func:`kvbounds.algorithms.self_balancing_walk.walk_constant`); ``r2``: R^2 in G's units (...,)
     or a number, default max_i G_ii; ``gamma``: the released rule's gamma (None: that rule is left out). Returns a
     dict of numpy float64 arrays of shape (...,) (and ``n``, ``c``)."""
+    return _diagnostics(G, uniforms, c=c, r2=r2, log_scale=log_scale, gamma=gamma)[0]
+
+
+def _diagnostics(G, uniforms, *, c, r2, log_scale, gamma) -> tuple[dict, dict]:
+    """:func:`walk_diagnostics`'s dict and every rule's signs."""
     Gn, U, c, r2, log_scale, gamma, diag = _walk_inputs(G, uniforms, c, r2, log_scale, gamma)
     lead, n = tuple(Gn.shape[:-2]), Gn.shape[-1]
     out = dict(_shares(Gn, diag), n=n, c=c)
@@ -212,7 +223,7 @@ def walk_diagnostics(G, uniforms, *, c: float, r2=None, log_scale=None, gamma: f
         out[f"{rule}_equal_random"] = (np.mean(s[..., 1:] == signs["random"][..., 1:], axis=-1) if n > 1
                                        else np.ones(lead))
     out["theorem_mean_abs_p_dev"] = p_dev
-    return out
+    return out, signs
 
 
 def _shares(G, diag) -> dict:
@@ -275,12 +286,15 @@ def _released_p(x, gamma, log_scale):
 
 def block_diagnostics(K, V, *, rng: np.random.Generator | None = None, uniforms=None, scale: float | None = None,
                       delta: float = 0.01, c: float | None = None, temp: float = 1.0, const: float = 1.0,
-                      beta: float = 0.0, gamma: float | None = 4.0, centre: bool = False) -> dict:
+                      beta: float = 0.0, gamma: float | None = 4.0, centre: bool = False, Q=None) -> dict:
     """:func:`walk_diagnostics` of the exp kernel (:func:`exp_kernel_gram`) of each block of K (..., n, d),
     V (..., n, s), with R^2 = e^{temp scale max||k||^2 - beta} max (||v||^2 + const) as Alg. 2 line 2 and c = 30
     log(n / delta) unless given. Uniforms: ``uniforms`` (..., n), else drawn by ``rng`` (exactly one of the two).
     Also ``key_energy``: the median over the block of temp scale ||k||^2 (after centring when ``centre``), and
-    ``key_distance``: the median over pairs i < j of temp scale ||k_i - k_j||^2 / 2 (-log of their key cosine)."""
+    ``key_distance``: the median over pairs i < j of temp scale ||k_i - k_j||^2 / 2 (-log of their key cosine).
+    ``Q`` (..., m, d), broadcasting against the blocks' leading shape: held-out queries; then also each rule's
+    ``<rule>_query_num`` and ``<rule>_query_den`` (:mod:`kvbounds.algorithms.query_discrepancy`: its signs as
+    those queries see them through the model's kernel e^{<k, q> scale}, the keys as given, against random signs)."""
     kg = exp_kernel_gram(K, V, scale=scale, temp=temp, const=const, beta=beta, centre=centre)
     lead, n = kg.gram.shape[:-2], kg.gram.shape[-1]
     if (rng is None) == (uniforms is None):
@@ -290,8 +304,12 @@ def block_diagnostics(K, V, *, rng: np.random.Generator | None = None, uniforms=
     if c is None:
         check_probability(delta, "delta")
         c = walk_constant(n, delta)
-    out = walk_diagnostics(kg.gram, uniforms, c=c, r2=kg.r2, log_scale=kg.log_scale, gamma=gamma)
+    out, signs = _diagnostics(kg.gram, uniforms, c=c, r2=kg.r2, log_scale=kg.log_scale, gamma=gamma)
     out.update(key_geometry(K, scale=scale, temp=temp, centre=centre))
+    if Q is not None:
+        for rule, s in signs.items():
+            q = query_discrepancy(s, K, V, Q, scale=scale)
+            out[f"{rule}_query_num"], out[f"{rule}_query_den"] = q["query_num"], q["query_den"]
     return out
 
 
@@ -351,11 +369,18 @@ def first_level_blocks(K, V, *, block_size: int, sink: int = 0, window: int = 0)
 
 
 def blockwise_walk_cause(K, V, *, block_size: int, rng: np.random.Generator, sink: int = 0, window: int = 0,
-                         kernels=tuple(KERNELS), delta: float = 0.01) -> dict:
+                         kernels=tuple(KERNELS), delta: float = 0.01, Q=None) -> dict:
     """``{kernel: {"raw": summary, "centred": summary}}`` (:func:`summarize_diagnostics`) on the first-level blocks of
     blockwise BalanceKV (:func:`first_level_blocks`) of K (..., n, d), V (..., n, s), for the kernels named (keys of
-    ``KERNELS``), each at the theorem's c = 30 log(block_size / delta); the record fields of a blockwise check."""
+    ``KERNELS``), each at the theorem's c = 30 log(block_size / delta); the record fields of a blockwise check.
+    ``Q`` (..., m, d) (K's leading shape): held-out queries, which every block of a head meets (the query-side
+    numbers of :func:`block_diagnostics`)."""
     Kb, Vb = first_level_blocks(K, V, block_size=block_size, sink=sink, window=window)
+    if Q is not None:
+        check_array(Q, "Q", ndim=K.ndim, last_dim=K.shape[-1])
+        if tuple(Q.shape[:-2]) != tuple(K.shape[:-2]):
+            raise InputError(f"Q must have K's leading shape {tuple(K.shape[:-2])}, got {tuple(Q.shape)}")
+        Q = np.asarray(to_numpy(Q), np.float64)[..., None, :, :]
     if Kb.shape[-3] == 0:
         raise InputError(f"no full block of {block_size} tokens in the middle of {K.shape[-2]} - {sink} - {window}")
     check_rng(rng)
@@ -365,7 +390,7 @@ def blockwise_walk_cause(K, V, *, block_size: int, rng: np.random.Generator, sin
     c = walk_constant(block_size, delta)
     out = {}
     for name in kernels:
-        res = centring_comparison(Kb, Vb, rng=rng, c=c, **KERNELS[name])
+        res = centring_comparison(Kb, Vb, rng=rng, c=c, Q=Q, **KERNELS[name])
         out[name] = {side: summarize_diagnostics(res[side]) for side in ("raw", "centred")}
     return out
 
@@ -382,7 +407,8 @@ def centring_comparison(K, V, *, rng: np.random.Generator, **kernel) -> dict:
 
 
 def summarize(values) -> dict:
-    """Median, min and max (floats) of a non-empty array or sequence of finite real numbers (per-block numbers)."""
+    """Median, min, max and mean (floats) of a non-empty array or sequence of finite real numbers (per-block
+    numbers; the mean is what random signs' expectation, 1 for every ratio of the diagnostics, is compared with)."""
     try:
         a = np.asarray(to_numpy(values) if hasattr(values, "shape") else values)
     except (TypeError, ValueError) as e:
@@ -392,16 +418,17 @@ def summarize(values) -> dict:
     a = a.astype(np.float64).ravel()
     if not np.all(np.isfinite(a)):
         raise InputError("summarize needs finite numbers (NaN or Inf given)")
-    return dict(median=float(np.median(a)), min=float(a.min()), max=float(a.max()))
+    return dict(median=float(np.median(a)), min=float(a.min()), max=float(a.max()), mean=float(a.mean()))
 
 
+QUERY_KEYS = tuple(f"{rule}_query_{side}" for rule in RULES for side in ("num", "den"))
 SUMMARY_KEYS = ("offdiag_share", "cosine_offdiag_share", "max_coherence", "theorem_equal_random", "theorem_disc_ratio",
                 "released_equal_random", "released_disc_ratio", "greedy_disc_ratio", "random_disc_ratio",
-                "theorem_mean_abs_p_dev", "key_energy", "key_distance")
+                "theorem_mean_abs_p_dev", "key_energy", "key_distance") + QUERY_KEYS
 
 
 def summarize_diagnostics(*diagnostics: dict) -> dict:
-    """{number: {median, min, max}} over every block of one or more :func:`walk_diagnostics` /
+    """{number: {median, min, max, mean}} over every block of one or more :func:`walk_diagnostics` /
     :func:`block_diagnostics` dicts (the numbers of ``SUMMARY_KEYS`` present in all of them), plus ``blocks``."""
     if not diagnostics or not all(isinstance(d, dict) for d in diagnostics):
         raise InputError("summarize_diagnostics needs one or more diagnostics dicts")

@@ -13,6 +13,8 @@ Settings (the checks' quick sizes):
     interval 32, sink 4, window 16), every halving recorded (the walk on pair differences).
 Kernels of the blockwise settings: the pseudocode's (w = [v, 1], c = 30 log(b / 0.01)) and the released walk's
 (const 0.025, gamma 4) at temp 1 and 0.1; each without and with the block's keys centred, from the same uniforms.
+BKV.vs-uniform and BKV.ablation also give the query side (the last ``sink`` queries of the layer, each KV head's
+group: what they see of each rule's signs against random signs', the mean over blocks).
 
 Prints a markdown table (median [min, max] over blocks; ratios over blocks) and writes the JSON to --json.
 Usage: .venv/bin/python benchmarks/walk_cause.py [--quick-decode] [--json PATH] [--skip decode,e2e,...]
@@ -32,7 +34,9 @@ from kvbounds.algorithms.self_balancing_walk import walk_constant
 
 COLS = ("key_energy", "key_distance", "offdiag_share", "cosine_offdiag_share", "max_coherence", "theorem_equal_random",
         "theorem_mean_abs_p_dev", "theorem_disc_ratio", "released_equal_random", "released_disc_ratio",
-        "greedy_disc_ratio", "random_disc_ratio")
+        "greedy_disc_ratio", "random_disc_ratio", "theorem_query_num", "released_query_num", "greedy_query_num",
+        "random_query_num", "released_query_den", "greedy_query_den")
+MEAN_COLS = {c for c in COLS if "_query_" in c}      # the query side: the mean over blocks (random signs' is 1)
 ENERGY = {}          # setting -> per-token quantiles of scale ||k||^2, raw and centred by block
 
 
@@ -46,19 +50,22 @@ def energy_quantiles(name, Kb, scale, alive=None):
     ENERGY.setdefault(name, []).append((q(Kb), q(Kb - mu)))
 
 
-def _kv_heads(spec):
+def _kv_heads(spec, window=None):
+    """KV heads' K, V of a layer, and (``window`` given) each KV head's last ``window`` queries of its group."""
+    from kvbounds.algorithms.query_discrepancy import held_out_queries
     from kvbounds.traces.real import layer_heads
     Q, K, V, meta = layer_heads(spec)
     g = int(meta["n_heads"] // meta["n_kv_heads"]) if meta.get("n_kv_heads") else 1
-    return K[::g], V[::g]
+    return K[::g], V[::g], (held_out_queries(Q, g, window) if window else None)
 
 
-def blockwise(K, V, *, block, sink, window, seed, kernels=tuple(wd.KERNELS), name=""):
-    """{kernel: {"raw": summary, "centred": summary}} on the first-level blocks."""
+def blockwise(K, V, *, block, sink, window, seed, kernels=tuple(wd.KERNELS), name="", Q=None):
+    """{kernel: {"raw": summary, "centred": summary}} on the first-level blocks (``Q``: each KV head's held-out
+    queries, for the query side)."""
     Kb, _ = wd.first_level_blocks(K, V, block_size=block, sink=sink, window=window)
     energy_quantiles(name, Kb, 1 / math.sqrt(K.shape[-1]))
     return wd.blockwise_walk_cause(K, V, block_size=block, sink=sink, window=window, kernels=kernels,
-                                   rng=np.random.default_rng(seed))
+                                   rng=np.random.default_rng(seed), Q=Q)
 
 
 def attention_setting(family, reps, r=None):
@@ -104,10 +111,11 @@ def decode_setting(quick: bool):
     return dict(all=wp.summary(diags), layers=per_layer, halvings=len(hs))
 
 
-def _fmt(s):
+def _fmt(s, mean=False):
     if s is None:
         return "-"
-    return f"{s['median']:.3g} [{s['min']:.2g}, {s['max']:.2g}]"
+    return (f"{s['mean']:.3g} (mean)" if mean and "mean" in s else
+            f"{s['median']:.3g} [{s['min']:.2g}, {s['max']:.2g}]")
 
 
 def table_rows(name, res):
@@ -116,7 +124,7 @@ def table_rows(name, res):
     for kernel, sides in res.items():
         for side in ("raw", "centred"):
             s = sides[side]
-            cells = " | ".join(_fmt(s.get(c)) for c in COLS)
+            cells = " | ".join(_fmt(s.get(c), c in MEAN_COLS) for c in COLS)
             rows.append(f"| {name} | {kernel} | {side} | {s['blocks']} | {cells} |")
     return rows
 
@@ -151,11 +159,11 @@ def main():
             continue
         t1 = time.process_time()
         for layer in layers:
-            K, V = _kv_heads(f"smollm2:L{layer}:{n}")
+            K, V, Q = _kv_heads(f"smollm2:L{layer}:{n}", window=sink)
             for b in blocks:
                 kern = tuple(wd.KERNELS) if claim == "BKV.vs-uniform" else ("balance", "released-t0.1")
                 res = blockwise(K, V, block=b, sink=sink, window=sink, seed=layer, kernels=kern,
-                                name=f"{claim} L{layer}")
+                                name=f"{claim} L{layer}", Q=Q)
                 name = f"{claim} L{layer} b={b}"
                 out[name] = res
                 rows += table_rows(name, res)
@@ -166,7 +174,7 @@ def main():
         T, win = balance_layout(512, 64, 32, 32, int(0.25 * 512 * 2 * 64))
         agg = {}
         for layer in range(30):
-            K, V = _kv_heads(f"smollm2:L{layer}:512")
+            K, V, _ = _kv_heads(f"smollm2:L{layer}:512")
             res = blockwise(K, V, block=64, sink=32, window=win, seed=100 + layer,
                             kernels=("balance", "released-t1"), name="BKV.e2e (per layer)")
             out[f"BKV.e2e L{layer}"] = res

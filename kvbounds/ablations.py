@@ -8,12 +8,22 @@ contract ``compress(K, V, floats, rng, *, sink, window, block_size=64, Q=None) -
   * :func:`balancekv_released_coin`: the authors' released walk at gamma = 0 (p = sigmoid(0) = 1/2), the same cut;
   * :func:`subgen_uniform`: SubGen's split of floats between its denominator (cluster samples) and numerator (l2
     samples), each side filled with uniform draws (:func:`split_uniform`, also the ablation of the claims' SubGen);
-  * :func:`subspace_random`: the middle projected on random bases of the rank the subspace method would use;
+  * :func:`subspace_sketch`: the middle projected on rank-r bases found by chance from the data (the row space of
+    a Gaussian random projection of the middle's keys, and of its values: a randomized range finder without power
+    iterations), in place of the top-r ones; :func:`subspace_random` (data-blind random bases) is kept beside it
+    as a weaker, informational control;
   * :func:`kcenter_random` / :func:`kcenter_sized_random`: random tokens in place of the greedy k-center
     centres (the sized one weights each random centre by the size of its nearest-centre cluster).
 
-BalanceKV's two run on any backend; the others on numpy (``host_only`` in the registry). :func:`random_basis` and
-:func:`random_basis_sketch` are the subspace and Frequent Directions ablations of the claims' checks.
+BalanceKV's two run on any backend; the others on numpy (``host_only`` in the registry).
+
+Frequent Directions' ablation in the claims' checks (FD.covariance, FD.residual) is :func:`random_projection_sketch`:
+a Gaussian random-projection sketch with as many rows as FD's 2l-row buffer holds, so the same floats counted the
+same way; it is the sketch a data-oblivious streaming algorithm keeps (each row a_i adds g_i a_i^T, g_i fresh), the
+fair chance version of FD's shrinking. :func:`random_basis_sketch` (A's Gram seen through a data-blind random basis of
+rank l) is kept beside it as a reference only: it ignores the data's directions altogether, so any sketch that looks at
+the data beats it (FD's ratios to it were 0.003-0.56 on the power streams, a straw man). :func:`random_basis` is the
+subspace claims' (SUB.*) ablation.
 """
 from __future__ import annotations
 
@@ -27,8 +37,9 @@ from kvbounds.algorithms.validation import InputError, check_array, check_int, c
 
 from . import battery
 
-__all__ = ["COIN_C", "balancekv_coin", "balancekv_released_coin", "subgen_uniform", "subspace_random",
-           "kcenter_random", "kcenter_sized_random", "split_uniform", "random_basis", "random_basis_sketch"]
+__all__ = ["COIN_C", "balancekv_coin", "balancekv_released_coin", "subgen_uniform", "subspace_sketch", "subspace_random",
+           "kcenter_random", "kcenter_sized_random", "split_uniform", "random_basis", "random_basis_sketch",
+           "random_projection_sketch", "sketch_basis"]
 
 # a walk constant so large that p = 1/2 - x/(2c) rounds to 1/2 (|x| / c below float32's and float64's rounding for
 # every |x| < 1e22) and that still fits float32 (the walk runs in the keys' dtype): fair coins on the walk's own
@@ -95,6 +106,44 @@ def random_basis_sketch(A, rank: int, rng) -> np.ndarray:
     return (Z * np.sqrt(np.clip(w, 0.0, None))).T @ U
 
 
+def random_projection_sketch(A, rows: int, rng) -> np.ndarray:
+    """Frequent Directions' ablation: S = G A / sqrt(rows), G (rows, n) with independent standard normal entries,
+    so E[S^T S] = A^T A (an unbiased sketch of the covariance that never looks at the data to choose its directions;
+    streamed, row a_i adds g_i a_i^T / sqrt(rows) with a fresh g_i, holding rows x d floats throughout). ``rows``:
+    FD's buffer, 2l, for the same floats. Memory: rows x d (G is drawn, not held). Numpy float64 (rows, d)."""
+    if not isinstance(A, np.ndarray):
+        raise InputError(f"A must be a numpy array (n, d), got {type(A).__name__}")
+    check_array(A, "A", ndim=2, min_rows=1)
+    rows = check_int(rows, "rows", minimum=1, maximum=MAX_DRAWS // max(A.shape[0], 1))
+    G = check_rng(rng).standard_normal((rows, A.shape[0]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        S = (G @ np.asarray(A, np.float64)) / math.sqrt(rows)
+    if not np.all(np.isfinite(S)):
+        raise InputError("the random projection of A overflows float64")
+    return S
+
+
+def sketch_basis(X, rank: int, rng) -> np.ndarray:
+    """``rank`` orthonormal rows (..., rank, d) spanning the rows of G X, G (..., rank, n) standard normal per head:
+    the subspace found by chance from X (..., n, d) (a randomized range finder of X^T without power iterations),
+    in place of X's top-``rank`` right singular space. ``rank`` at most min(n, d); a rank-deficient X gives a basis
+    completed by chance (QR of the sketch)."""
+    if not isinstance(X, np.ndarray):
+        raise InputError(f"X must be a numpy array (..., n, d), got {type(X).__name__}")
+    check_array(X, "X", ndim=tuple(range(2, 8)), min_rows=1)
+    n, d = X.shape[-2], X.shape[-1]
+    rank = check_int(rank, "rank", maximum=min(n, d))
+    if rank == 0:
+        return np.zeros(X.shape[:-2] + (0, d))
+    G = check_rng(rng).standard_normal(X.shape[:-2] + (rank, n))
+    with np.errstate(over="ignore", invalid="ignore"):
+        Y = G @ np.asarray(X, np.float64)
+    if not np.all(np.isfinite(Y)):
+        raise InputError("the random projection of X overflows float64")
+    q, _ = np.linalg.qr(np.swapaxes(Y, -1, -2))                 # (..., d, rank): orthonormal columns
+    return np.swapaxes(q, -1, -2)
+
+
 def balancekv_coin(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
     """Blockwise BalanceKV (BalanceKV-NeurIPS App. B.1) at its layout for ``floats`` (equal_memory.balance_layout)
     with fair coins for the walk (:data:`COIN_C`)."""
@@ -134,6 +183,34 @@ def subgen_uniform(K, V, floats: int, rng, *, sink: int, window: int, block_size
     return split_uniform(K, V, den * d + 1, num * (d + dv) + 1, rng, sink=sink, window=window)
 
 
+def _projected(K, V, lo, hi, Bk, Bv, r):
+    """K, V with the middle [lo, hi) projected on the bases (..., r, d), (..., r', dv); the subspace cache."""
+    Kp, Vp = np.array(K, np.float64), np.array(V, np.float64)
+    Kp[..., lo:hi, :] = Kp[..., lo:hi, :] @ np.swapaxes(Bk, -1, -2) @ Bk
+    Vp[..., lo:hi, :] = Vp[..., lo:hi, :] @ np.swapaxes(Bv, -1, -2) @ Bv
+    z = np.zeros(K.shape[:-1], np.float32)
+    out = CompressedKV(Kp.astype(K.dtype), Vp.astype(V.dtype), z, z.copy())
+    out.extra_floats, out.rank, out.projected = 2 * r * K.shape[-1] * int(np.prod(K.shape[:-2], dtype=np.int64)), r, hi - lo
+    return out
+
+
+def subspace_sketch(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
+    """The subspace method's cache at ``floats`` (sink and window exact, the middle's keys and values projected on
+    rank-r subspaces, r from the budget as SubspaceCompressor.rank_for) with each head's bases found by chance from
+    its data (:func:`sketch_basis` of the middle's keys, and of its values) in place of the top-r ones: the
+    registered ablation of the subspace method (the same floats as it: the bases, counted as its own)."""
+    from kvbounds.algorithms.cache_compressors import SubspaceCompressor, split_budget
+    K, V = _numpy(K, V)
+    check_rng(rng)
+    n, d, left = split_budget(K, check_int(sink, "sink"), check_int(window, "window"), floats)
+    r = SubspaceCompressor(sink=sink, window=window).rank_for(n - sink - window, d, left)
+    lo, hi = sink, n - window
+    r = min(r, hi - lo, d)
+    Bk = sketch_basis(np.asarray(K[..., lo:hi, :], np.float64), r, rng)
+    Bv = sketch_basis(np.asarray(V[..., lo:hi, :], np.float64), min(r, V.shape[-1]), rng)
+    return _projected(K, V, lo, hi, Bk, Bv, r)
+
+
 def subspace_random(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
     """The subspace method's cache at ``floats`` (sink and window exact, the middle's keys and values projected on
     rank-r subspaces, r from the budget as SubspaceCompressor.rank_for) with random bases of rank r
@@ -145,13 +222,7 @@ def subspace_random(K, V, floats: int, rng, *, sink: int, window: int, block_siz
     r = SubspaceCompressor(sink=sink, window=window).rank_for(n - sink - window, d, left)
     lo, hi = sink, n - window
     Bk, Bv = random_basis(d, r, rng), random_basis(V.shape[-1], min(r, V.shape[-1]), rng)
-    Kp, Vp = np.array(K, np.float64), np.array(V, np.float64)
-    Kp[..., lo:hi, :] = Kp[..., lo:hi, :] @ Bk.T @ Bk
-    Vp[..., lo:hi, :] = Vp[..., lo:hi, :] @ Bv.T @ Bv
-    z = np.zeros(K.shape[:-1], np.float32)
-    out = CompressedKV(Kp.astype(K.dtype), Vp.astype(V.dtype), z, z.copy())
-    out.extra_floats, out.rank, out.projected = 2 * r * d * int(np.prod(K.shape[:-2], dtype=np.int64)), r, hi - lo
-    return out
+    return _projected(K, V, lo, hi, Bk, Bv, r)
 
 
 def kcenter_random(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):

@@ -15,10 +15,12 @@ K (..., n, d), V (..., n, dv) numpy arrays (heads leading, or one head); ``float
     (the method's sink and window exact, the middle sampled uniformly without replacement, weight n_mid / kept);
   * the ingredient ablation: the method with its core ingredient replaced by chance at the same memory (BalanceKV
     and MergeAndReduce: fair coins for the walk; SubGen: uniform samples for its clusters and its l2 samples;
-    subspace and Frequent Directions: a random basis of the same rank; the streaming presses: random halving). It
+    Frequent Directions: a Gaussian random-projection sketch with as many rows as its 2l-row buffer; the subspace
+    method: bases from a Gaussian random projection of its middle; the streaming presses: random halving). It
     is the method's own: a registered method names it in its ``ablation`` field (:func:`ablation_of`; the package's
-    are in :mod:`kvbounds.ablations`, with the pieces the claims' checks use: ``split_uniform``, ``random_basis``,
-    ``random_basis_sketch``), the claims' streaming algorithms take a switch (``BalanceKV(signs="random")``, ...).
+    are in :mod:`kvbounds.ablations`, with the pieces the claims' checks use: ``split_uniform``,
+    ``random_projection_sketch``, ``random_basis``), the claims' streaming algorithms take a switch
+    (``BalanceKV(signs="random")``, ...).
 
 Memory (:func:`cache_floats`, the one count for method and control): a key for every token used on either side, a
 value for every token in the numerator, each at its own width; log-weights: none for exact tokens (positional), one

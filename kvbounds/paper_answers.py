@@ -5,8 +5,8 @@ Papers are grouped as their claims are (a claim's ``family`` in :data:`kvbounds.
 SubGen/ClusterGen, and Subspace-FD-draft. Each answer (:func:`paper_answers`) says, from the verdict fields only
 (statement, vacuity, corrected bound, errata, rate, reproductions, ``variant`` and the battery's calls):
 
-* which statements hold (as stated, or with a fitted constant), which are vacuous at real norms (doing nothing meets
-  the bound), which are false (with the corrected bound), which are not refuted;
+* which statements hold (as stated, or with a fitted constant), which are vacuous at real norms or at any norm (doing
+  nothing meets the bound), which are false (with the corrected bound), which are not refuted;
 * which proofs have errata and where a stated rate is not reached;
 * which variant each empirical sentence speaks of (the pseudocode walk at the theorem's c is random halving; the
   released walk is the authors' near-greedy code; the streaming presses depart from the papers), defined once;
@@ -107,7 +107,10 @@ def _statements(group: dict, full: bool, corrected_words: int) -> str:
         vac = group[cid].vacuity
         why = (f" (doing nothing meets its bound in {vac.zeros_meets}/{vac.cells} cells; scale e^{vac.log_scale[0]:.0f})"
                if vac else " (doing nothing meets its bound)")
-        parts.append(f"vacuous at real norms: {cid}{why}")
+        if vac is not None and getattr(vac, "any_norm", ""):
+            parts.append(f"vacuous at any norm: {cid} ({vac.any_norm.split(';')[0]})")
+        else:
+            parts.append(f"vacuous at real norms: {cid}{why}")
     false = [cid + (f" (corrected: {_first_clause(group[cid].corrected, corrected_words)})" if group[cid].corrected
                     else " (no corrected bound derived)") for cid in by.get("false", [])]
     if false:

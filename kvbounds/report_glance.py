@@ -23,7 +23,7 @@ def dimensions(v: Verdict) -> dict[str, str]:
     return d
 
 GLANCE_LABELS = {"false": "false as stated", "holds": "hold as stated", "holds-fitted": "hold with a fitted constant",
-                 "vacuous": "vacuous at these norms (doing nothing meets the bound)",
+                 "vacuous": "vacuous at these norms or at any norm (doing nothing meets the bound)",
                  "not-refuted": "not refuted (not refutable by sampling)", "inconclusive": "inconclusive",
                  "not-run": "not run", "no-check": "no check", "reproduced": "empirical: reproduced",
                  "partial": "empirical: partly reproduced", "not-reproduced": "empirical: not reproduced",

@@ -284,8 +284,8 @@ def decide(claim: str, records: Sequence[Record], *, summary: str = "", kind: st
     statement, cx = decide_statement(records, kind=kind, refutable=refutable, reproduction=repro,
                                      same_setup=same_setup, proof_steps=proof_steps)
     vacuity = decide_vacuity(records) if statement in ("holds", "holds-fitted") else None
-    if vacuity is not None:        # zeros meets the bound too: no constant of it is a result
-        statement, fitted = "vacuous", None
+    if vacuity is not None:        # zeros meets the bound too: no constant of it, nor a rate of it, is a result
+        statement, fitted, rate = "vacuous", None, ("n/a", None)
     power, pdetail = decide_power(controls_from_records(records) if controls is None else controls)
     note, table, calls = "", [], []
     if trivial is not None and trivial.power != "n/a":

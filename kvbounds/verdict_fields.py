@@ -79,7 +79,8 @@ class Constant:
 @dataclasses.dataclass
 class Vacuity:
     """Why a statement is ``vacuous``: in ``zeros_meets`` of its ``cells`` (statement records that carry the error of
-    doing nothing, zeros, in the claim's units) the bound at constant 1 is no smaller than that error. ``log_scale``:
+    doing nothing, zeros, in the claim's units) the bound at constant 1 is no smaller than that error; at any norm
+    when ``any_norm`` names a term of the bound that alone reaches the most zeros can err there. ``log_scale``:
     (median, min, max) of the bound's natural log; ``method_constant`` / ``zeros_constant``: the largest
     measured / bound of the method and of zeros (what a fitted constant would be: not a result when vacuous)."""
     reason: str                     # "vacuous at these norms (scale e^103; zeros meets it in 90/90 cells)"
@@ -88,6 +89,9 @@ class Vacuity:
     log_scale: tuple[float, float, float]
     method_constant: float | None = None
     zeros_constant: float | None = None
+    # "" or the term of the bound that alone is no smaller than the most doing nothing can err in the claim's units,
+    # whatever the norms ("sqrt(d/s) = 1.79 (d = 64, s = 20)"): then the statement is vacuous at any norm
+    any_norm: str = ""
 
 
 @dataclasses.dataclass

@@ -32,6 +32,7 @@ import time
 
 import numpy as np
 
+from kvbounds.algorithms.query_discrepancy import held_out_queries
 from kvbounds.verdict import NOT_RUN, FigureSpec, Finding, Verdict
 from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
@@ -41,8 +42,8 @@ from .bkv_variants import (ABLATION_OVERRIDES, ABLATIONS, COIN_NOTE, COIN_WORDS,
                            significant_counts,
                            run_variants, variant_name, version_findings, walk_summary)
 from .bkv_trivial import CAVEAT, mean_values_error, trivial_power
-from .common import fallback_notes, make_record, pick
-from . import walk_cause
+from .common import dispatch, fallback_notes, make_record, pick
+from . import bkv_walk_share as walk_share, walk_cause
 
 CLAIM = "BKV.vs-uniform"
 SOURCE = "BalanceKV-NeurIPS Sec. 4.1, Fig. 1, App. B.1"
@@ -70,7 +71,7 @@ def trials(profile: str) -> list[dict]:
         spec, why = _spec(model, l, n)
         out += [dict(trace=spec, T=T, sink=sink, window=sink, block_size=block, seeds=seeds,
                      fallback=why or "") for T in Ts]
-    return out
+    return out + walk_share.trials(profile)
 
 
 # ------------------------------------------------------------------------------- the experiment
@@ -154,7 +155,8 @@ def run_experiment(Q, K, V, *, T: int, sink: int, window: int, block_size: int, 
             "times": res["times"], "diagnostics": res["diagnostics"], "budget": res["budget"]}
 
 
-def run_trial(params: dict, seed: int, backend: str):
+def cell_trial(params: dict, seed: int, backend: str):
+    """One (layer, T) cell of the single-layer experiment: every method's error over seeds."""
     Q, K, V, meta = layer_heads(params["trace"])
     group = int(meta.get("n_heads", 1) // meta.get("n_kv_heads", 1)) if meta.get("n_kv_heads") else 1
     T, sink, window = params["T"], params["sink"], params["window"]
@@ -164,7 +166,8 @@ def run_trial(params: dict, seed: int, backend: str):
                          kv_others=kv_head_selectors(sink, window))
     errs, heads = res["errors"], res["head_errors"]
     cause = walk_cause.blockwise_cause(params["trace"], K[::group], V[::group], block_size=params["block_size"],
-                                       sink=sink, window=window, kernels=("balance", "released-t1", "released-t0.1"))
+                                       sink=sink, window=window, kernels=("balance", "released-t1", "released-t0.1"),
+                                       Q=held_out_queries(Q, group, window))
     unif = np.asarray(errs["uniform"])
     common = dict(budget=res["budget"], n=int(K.shape[1]), heads=int(K.shape[0]), kv_heads=int(K.shape[0]) // group,
                   group=group, model=meta["model"], fallback=params.get("fallback", ""), uniform=mean_and_spread(unif),
@@ -197,6 +200,9 @@ def run_trial(params: dict, seed: int, backend: str):
     if fails:
         recs[0].extra["failed_methods"] = fails
     return recs
+
+
+run_trial = dispatch("sweep", {walk_share.SWEEP: walk_share.run_trial}, default=cell_trial)
 
 
 def setup_text(records) -> str:
@@ -238,14 +244,17 @@ def kernel_thinning_text(kt, records) -> str:
 
 
 def summarize(records) -> Verdict:
+    cells = "cells"          # no cell record names a sweep: the windows' records (walk_share.SWEEP) stay out
     figs = [FigureSpec("relative error vs compression level T (each method; bound = uniform)", x="T", hue="check",
-                       logx=False),
+                       logx=False, sweep=cells),
             FigureSpec("error / uniform's error vs T, per BalanceKV variant", x="T", hue="check", y="ratio",
-                       show_bound=False, logx=False),
+                       show_bound=False, logx=False, sweep=cells),
             FigureSpec("BalanceKV (pseudocode) relative error vs T, per layer", x="T", check="error balance",
-                       hue="trace", logx=False)]
+                       hue="trace", logx=False, sweep=cells)]
     if not records:
         return Verdict(CLAIM, NOT_RUN, "no records", figures=figs)
+    share = [r for r in records if r.check == walk_share.CHECK]
+    records = [r for r in records if r.check != walk_share.CHECK]
     findings, parts = list(version_findings(CLAIM)), []
     parts += fallback_notes(records)
     setup = setup_text(records)
@@ -277,6 +286,11 @@ def summarize(records) -> Verdict:
                                                            lambda r: f"layer {r.extra.get('layer', '?')}")
     parts += cause_parts
     findings += [cause_finding] if cause_finding else []
+    share_words = walk_share.share_text(share)
+    if share_words:
+        parts.append(share_words)
+        findings.append(Finding(CLAIM, "the released walk's win over its ablation: the walk's share and the "
+                                "estimator's, on independent text windows", share_words, {}, kind="finding"))
     kt = [r for r in records if r.check == "error kernel_thinning"]
     parts.append(kernel_thinning_text(kt, records) if kt else
                  "kernel thinning: not recorded (goodpoints not installed: pip install 'kvbounds[kt]')")
@@ -299,7 +313,8 @@ def summarize(records) -> Verdict:
     text = per_variant_text(reps, records)
     main = [r for r in records if r.check == "error balance"]
     ratios = [r.measured / r.bound for r in main]
-    v = Verdict(CLAIM, "", text + "; " + "; ".join(parts), findings=findings, figures=figs, n_records=len(records),
+    v = Verdict(CLAIM, "", text + "; " + "; ".join(parts), findings=findings, figures=figs,
+                n_records=len(records) + len(share),
                 constant=float(max(ratios)) if ratios else None,
                 constant_spread=(float(min(ratios)), float(np.median(ratios))) if ratios else None,
                 constant_kind="fitted", reproductions=reps, reproduction=combine(reps), power=power,

@@ -19,6 +19,7 @@ import numpy as np
 from kvbounds.controls import power_vs_controls
 from kvbounds.statistics import growth
 from kvbounds.verdict import FigureSpec, Finding, decide, decide_rate, decide_vacuity, fitted_constant
+from kvbounds.verdict_vacuity import not_every_norm
 
 from .common import make_record
 from kvbounds.algorithms.validation import InputError, check_choice
@@ -30,10 +31,12 @@ SHAPE = "decode error vs the theorem's scale"
 LOG_CAP = 700.0          # e^700 ~ 1e304: larger scales are stored as inf (log kept in extra["log_scale"])
 
 
-def build_records(claim: str, source: str, params: dict, rows, units: str, log_scale, *, norm=None, **extra) -> list:
+def build_records(claim: str, source: str, params: dict, rows, units: str, log_scale, *, norm=None, norm_free=None,
+                  **extra) -> list:
     """``log_scale(row, worst_head)`` -> log of the theorem's error scale for that (checkpoint, layer); ``norm(head)``
     -> the norm the theorem bounds by r (default the head's ``r``, the largest key or query norm), kept as the
-    record's ``r``. A generation
+    record's ``r``; ``norm_free(row)`` -> the part of the scale no norm lowers, kept as ``extra["norm_free"]``
+    (:mod:`kvbounds.verdict_vacuity`: what makes a bound vacuous at any norm). A generation
     with no checkpoint measured (too short for the press to compress) gives one record that says so
     (``extra["missing"]``, reported as not run). Errors in units: :func:`decode_stream.in_units` (a NaN error, unit
     or log-scale is an InputError naming it, never a silent maximum)."""
@@ -76,7 +79,7 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
             cert_covered=cs["covered"], cert_heads=cs["heads"], cert_vacuous=cs["vacuous"],
             estimate=[h.get("estimate", math.nan) for h in hs],
             est_covered=sum(h["err"] <= h.get("estimate", math.nan) * (1 + 1e-6) for h in hs),
-            cert_undefined=cs["undefined"], **extra))
+            cert_undefined=cs["undefined"], **({"norm_free": norm_free(row)} if norm_free else {}), **extra))
         best = per_layer.setdefault(row["layer"], dict(eps=0.0, ctl={}, stored=row["stored"], n=-1))
         best["eps"] = max(best["eps"], max(eps))
         for k, v in ctl.items():
@@ -116,13 +119,20 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
         parts.append(f"the theorem's scale ({scale_text}) is e^{np.median(logs):.0f} (median; e^{logs.min():.0f}.."
                      f"e^{logs.max():.0f}) on the keys of {_model_name(rs)}")
         vac = decide_vacuity(rs)
-        if vac is not None:
+        if vac is not None and vac.any_norm:
+            findings.append(Finding(claim, "the a-priori scale is vacuous at any norm",
+                                    f"{vac.any_norm}: doing nothing (zeros) meets the bound on every input of these "
+                                    f"sizes, whatever the keys, queries and values (here in {vac.zeros_meets}/"
+                                    f"{vac.cells} cells; median log of the scale {np.median(logs):.0f}), so no fitted "
+                                    "constant or rate of it is a result; the controls and the certificate are what "
+                                    "tell the method apart", {}, kind="finding"))
+        elif vac is not None:
             findings.append(Finding(claim, "the a-priori scale is vacuous on a real model's keys",
                                     f"median log of the scale {np.median(logs):.0f} (the norm bound r up to "
                                     f"{max(r.extra['r'] for r in rs):.3g}): doing nothing (zeros) meets it in "
                                     f"{vac.zeros_meets}/{vac.cells} cells, so the statement is vacuous here and no "
                                     "fitted constant of it is a result; the controls and the certificate are what "
-                                    "tell the method apart", {}, kind="finding"))
+                                    f"tell the method apart{not_every_norm(rs)}", {}, kind="finding"))
         heads = sum(r.extra["cert_heads"] for r in rs)
         cov = sum(r.extra["cert_covered"] for r in rs)
         vac = sum(r.extra["cert_vacuous"] for r in rs)
@@ -155,12 +165,15 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
                      "left out of the fitted constant and the growth)")
     gs = growth(finite, "n") if finite else []
     g = gs[0] if gs else None
+    vac = decide_vacuity(rs)
     if g is not None:
-        parts.append(g.text() + " (the scale grows with the largest key norm seen, so the ratio may fall steeply)")
-    rate = decide_rate(g, stated_exponent=0.0, label="error / scale not growing in n at fixed memory") if g else ("n/a", None)
+        parts.append(g.text() + (" (no rate verdict: the scale is vacuous, so its growth says nothing of the "
+                                 "statement)" if vac is not None else
+                                 " (the scale grows with the largest key norm seen, so the ratio may fall steeply)"))
+    rate = (decide_rate(g, stated_exponent=0.0, label="error / scale not growing in n at fixed memory")
+            if g and vac is None else ("n/a", None))
     fitted = fitted_constant(finite,
                              f"max eps_hat / ({scale_text}) (fitted; the O~'s constant and polylogs)")
-    vac = decide_vacuity(rs)
     if fitted is not None and vac is not None:
         zc = f", zeros' {vac.zeros_constant:.3g}" if vac.zeros_constant is not None else ""
         parts.append(f"max error / scale {fitted.value:.3g}{zc}: not a fitted constant to report, the scale is "

@@ -37,7 +37,7 @@ from kvbounds.theory.frequent_directions import covariance_bound_from_sv, covari
 from kvbounds.traces.rope import rope_trace
 from kvbounds.traces.synthetic import make_trace
 
-from kvbounds.ablations import random_basis_sketch
+from kvbounds.ablations import random_basis_sketch, random_projection_sketch
 from kvbounds.battery import method_floats, sketch_controls, stream_floats
 from kvbounds.controls import power_vs_controls
 
@@ -293,6 +293,7 @@ def summarize(records) -> Verdict:
                 opt.setdefault(r.params["kind"], []).append(r.measured / ref)
         parts.append("FD (its 2l-row buffer) / best rank-l error (the optimum, a reference): " + ", ".join(
             f"{k} median {np.median(v):.3g}" for k, v in sorted(opt.items())))
+        parts.append(ablation_words(pw))
     parts.append(trivial.detail)
     v = standard_verdict(CLAIM, records, figures=figs, proven=proven, trivial=trivial)
     v.summary = "; ".join([v.summary] + parts)
@@ -304,6 +305,29 @@ def summarize(records) -> Verdict:
 POWER_KINDS = ("gaussian", "low_rank", "power_law", "rope")
 
 
+ABLATION = ("a Gaussian random-projection sketch at FD's floats (2l rows, the calls' ablation: "
+            "kvbounds.ablations.random_projection_sketch)")
+
+
+def ablation_words(records) -> str:
+    """FD against its ablation and against the former one, per family (medians of the per-stream ratios FD / it):
+    the random projection the calls use, and the data-blind random basis kept as a reference (not a control)."""
+    def ratios(get):
+        out: dict[str, list] = {}
+        for r in records:
+            x = get(r)
+            if isinstance(x, (int, float)) and x > 0:
+                out.setdefault(r.params["kind"], []).append(r.measured / x)
+        return out
+    proj = ratios(lambda r: r.extra.get("controls", {}).get("ablation"))
+    basis = ratios(lambda r: r.extra.get("reference", {}).get("random_basis"))
+    text = f"FD / {ABLATION}: " + ", ".join(f"{k} median {np.median(v):.3g}" for k, v in sorted(proj.items()))
+    if basis:
+        text += ("; FD / a data-blind random basis of the same rank (a reference only, not a control: it ignores the "
+                 "data's directions): " + ", ".join(f"{k} median {np.median(v):.3g}" for k, v in sorted(basis.items())))
+    return text
+
+
 def sketch_floats(fd: FrequentDirections) -> int:
     """FD's floats as it streams: the 2l-row buffer and Delta (kvbounds.battery.method_floats)."""
     return method_floats(fd)
@@ -313,9 +337,11 @@ def power_trial(params: dict, seed: int, backend: str):
     """||A^T A - S^T S||_op / ||A||_F^2 of FD's sketch (every row it holds, buffered rows included: what its 2l-row
     buffer answers with) and of the battery's sketches at the same floats (kvbounds.battery.sketch_controls, 2l
     rows: zeros (S = 0: sigma_1^2), the mean row scaled by sqrt(n), StreamingLLM's first 4 and most recent rows, a
-    uniform sample of rows scaled by sqrt(n / kept)); the ablation: A's Gram in a random basis of rank l
-    (kvbounds.ablations.random_basis_sketch). The best rank-l approximation (sigma_{l+1}^2, the optimum no sketch
-    beats) is stored as a reference in ``extra["reference"]``, not as a control to beat."""
+    uniform sample of rows scaled by sqrt(n / kept)); the ablation: a Gaussian random-projection sketch with as many
+    rows as the floats hold, 2l (kvbounds.ablations.random_projection_sketch: FD's shrinking replaced by chance,
+    counted the same way). References in ``extra["reference"]``, not controls to beat: the best rank-l approximation
+    (sigma_{l+1}^2, the optimum no sketch beats) and A's Gram in a data-blind random basis of rank l
+    (``random_basis``: kvbounds.ablations.random_basis_sketch, the former ablation, a straw man)."""
     n, d, ell = params["n"], params["d"], params["ell"]
     A = make_matrix(params["kind"], n, d, seed)
     fd = feed(FrequentDirections(d, ell), A, seed, backend)
@@ -325,13 +351,14 @@ def power_trial(params: dict, seed: int, backend: str):
     err = lambda S_: float(np.linalg.norm(G - S_.T @ S_, 2)) / fro2
     held = sketch_floats(fd)
     rng = np.random.default_rng(seed + 11)
-    sk = sketch_controls(A, held, rng, ablation=lambda A, f, rng: random_basis_sketch(A, ell, rng))
+    sk = sketch_controls(A, held, rng, ablation=lambda A, f, rng: random_projection_sketch(A, f // A.shape[1], rng))
     sv = singular_values(A)
     floats = {k: v.shape[0] * d + (k in ("uniform", "mean")) for k, v in sk.items()}
-    floats["ablation"] = ell * d + ell * ell
+    basis = err(random_basis_sketch(A, ell, np.random.default_rng(seed + 13)))
     return battery_record(CLAIM, params, SOURCE, err(S), {k: err(v) for k, v in sk.items()}, method_floats=held,
                           stream_floats=stream_floats(n, d), controls_floats=floats,
-                          reference=dict(best_rank=float(sv[ell] ** 2 / fro2) if len(sv) > ell else 0.0))
+                          reference=dict(best_rank=float(sv[ell] ** 2 / fro2) if len(sv) > ell else 0.0,
+                                         random_basis=basis))
 
 
 run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

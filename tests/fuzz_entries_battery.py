@@ -93,16 +93,18 @@ def _split_call(K, V, den_floats, num_floats, rng, sink, window):
     tokens = min(3, n)
     return (bt.cache_floats(c), c.keys.shape[0], bt.streaming_llm_indices(n, tokens, sink),
             bt.uniform_indices(n, tokens, rng, sink, window)[0], ab.random_basis(K.shape[1], 1, rng),
-            ab.random_basis_sketch(K, 1, rng))
+            ab.random_basis_sketch(K, 1, rng), ab.random_projection_sketch(K, 2, rng), ab.sketch_basis(K[None], 1, rng))
 
 
 def _check_split(out, K, V, den_floats, num_floats, rng, sink, window):
-    floats, m, sl, un, U, S = out
+    floats, m, sl, un, U, S, P, B = out
     n, d = K.shape
     if len(sl) != min(3, n) or len(un) != min(3, n) or len(set(un.tolist())) != len(un):
         return f"indices {sl}, {un}"
     if not np.allclose(U @ U.T, np.eye(1)) or S.shape != (1, d):
         return f"random basis {U}, sketch {S.shape}"
+    if P.shape != (2, d) or not np.all(np.isfinite(P)) or B.shape != (1, 1, d):
+        return f"random projection {P.shape}, sketch basis {B.shape}"
     return None
 
 
@@ -158,7 +160,8 @@ def _stream_battery_call(K, V, q, floats, scale):
 
 
 ENTRIES += [
-    Entry("split_uniform+streaming_llm_indices+uniform_indices+random_basis+random_basis_sketch", _kvq,
+    Entry("split_uniform+streaming_llm_indices+uniform_indices+random_basis+random_basis_sketch"
+          "+random_projection_sketch+sketch_basis", _kvq,
           dict(den_floats=30, num_floats=40, rng=RNG, sink=1, window=1), lambda K, V, q, **kw: _split_call(K, V, **kw),
           lambda out, K, V, q, **kw: _check_split(out, K, V, **kw), torch_ok=False),
     Entry("decide_call+two_sided_p+detectable_ratio+log_ratios+call_words+summary_words+versus_doing_nothing",

@@ -456,6 +456,29 @@ def _check_first_blocks(out, K, V, block_size, sink, window):
     return None if np.array_equal(Kb.reshape(ref.shape), ref) else "blocks differ from the middle's tokens"
 
 
+def _qd_inputs(rng, cls):
+    """Signs, keys, values and held-out queries of a few blocks (the query side of the walk diagnostics)."""
+    B, n, d, s, m = (int(rng.integers(1, k)) for k in (3, 10, 5, 4, 5))
+    return dict(signs=np.where(rng.random((B, n)) < 0.5, 1.0, -1.0), K=make_array(rng, (B, n, d), cls),
+                V=make_array(rng, (B, n, s), cls), Q=make_array(rng, (B, m, d), cls))
+
+
+def _qd_call(signs, K, V, Q, scale):
+    qd = __import__("kvbounds.algorithms.query_discrepancy", fromlist=["x"])
+    out = qd.query_discrepancy(signs, K, V, Q, scale=scale)
+    return out, qd.query_terms(K, Q, scale=scale), qd.held_out_queries(np.swapaxes(Q, 0, 0), 1, Q.shape[1])
+
+
+def _check_qd(out, signs, K, V, Q, scale):
+    ratios, A, held = out
+    for key, v in ratios.items():
+        if np.any(np.asarray(v) < 0) or not np.all(np.isfinite(v)):
+            return f"{key} = {v}: a ratio of squared norms must be finite and >= 0"
+    if np.any(A < 0) or np.any(A > 1) or held.shape != Q.shape:
+        return "terms outside [0, 1] (each query's largest is 1) or held-out queries reshaped wrong"
+    return None
+
+
 KERNEL_PARAMS = dict(scale=None, temp=1.0, const=1.0, beta=0.0, centre=False)
 WALK_DIAGNOSTICS = [
     Entry("exp_kernel_gram", _wdg_kv, KERNEL_PARAMS, lambda **kw: _wdg().exp_kernel_gram(**kw), _check_wdg_kernel),
@@ -475,6 +498,8 @@ WALK_DIAGNOSTICS = [
           lambda **kw: _wdg().first_level_blocks(**kw), _check_first_blocks),
     Entry("blockwise_walk_cause", _wdg_kv, dict(block_size=2, rng=RNG, sink=0, window=0, delta=0.01),
           lambda **kw: _wdg().blockwise_walk_cause(**kw)),
+    Entry("query_discrepancy+query_terms+held_out_queries", _qd_inputs, dict(scale=None), _qd_call, _check_qd,
+          torch_ok=False),
     Entry("summarize_diagnostics", _wdg_kv, dict(rng=RNG),
           lambda K, V, rng: _wdg().summarize_diagnostics(_wdg().block_diagnostics(K, V, rng=rng))),
     Entry("summarize", lambda r, c: dict(values=make_array(r, (int(r.integers(1, 9)),), c)), {},

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from kvbounds import battery as bt
+from kvbounds import ablations as ab, battery as bt
 from kvbounds.algorithms.balance_kv import BalanceKV
 from kvbounds.algorithms.frequent_directions import FrequentDirections
 from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
@@ -193,3 +193,56 @@ def test_each_registered_method_is_run_with_its_ablation_at_its_floats(method):
     assert 0 < bt.cache_floats(out["ablation"]) <= held
     q = rng.standard_normal((2, 8))
     assert np.all(np.isfinite(bt.attention(out["ablation"], q)))
+
+
+# -- Frequent Directions' and the subspace method's fair ablations (kvbounds.ablations) ---------------------------
+def test_random_projection_sketch_is_the_drawn_projection_and_unbiased():
+    """S = G A / sqrt(rows) with G drawn from the generator (the same draw again gives the same S), and E[S^T S] =
+    A^T A. Entry (i, j) of S^T S averages rows products with variance (||a_i||^2 ||a_j||^2 + <a_i, a_j>^2) / rows
+    (a_i the columns of A); over M sketches its mean is within 6 standard errors of the entry (a bound derived from
+    that variance: a fixed seed makes the test deterministic)."""
+    A = np.random.default_rng(0).standard_normal((40, 6)) * np.arange(1, 7)
+    S = ab.random_projection_sketch(A, 8, np.random.default_rng(1))
+    G = np.random.default_rng(1).standard_normal((8, 40))
+    np.testing.assert_allclose(S, G @ A / math.sqrt(8), rtol=1e-13, atol=1e-13 * np.abs(A).sum())
+    M, rows = 400, 8
+    rng = np.random.default_rng(2)
+    mean = sum((lambda s: s.T @ s)(ab.random_projection_sketch(A, rows, rng)) for _ in range(M)) / M
+    G2 = A.T @ A
+    col = np.diag(G2)
+    se = np.sqrt((np.outer(col, col) + G2 ** 2) / (rows * M))
+    assert np.all(np.abs(mean - G2) <= 6 * se)
+    for bad in (dict(A=[[1.0]]), dict(rows=0), dict(A=np.full((3, 2), np.inf))):
+        kw = dict(A=A, rows=2, rng=np.random.default_rng(0)) | bad
+        with pytest.raises(InputError):
+            ab.random_projection_sketch(kw["A"], kw["rows"], kw["rng"])
+
+
+def test_sketch_basis_spans_the_data_it_was_drawn_from():
+    """A rank-3 X: three random combinations of its rows span its row space (almost surely), so X projected on the
+    basis is X; the rows are orthonormal, one basis per head."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((2, 50, 3)) @ rng.standard_normal((2, 3, 10))
+    B = ab.sketch_basis(X, 3, rng)
+    assert B.shape == (2, 3, 10)
+    np.testing.assert_allclose(B @ np.swapaxes(B, -1, -2), np.broadcast_to(np.eye(3), (2, 3, 3)), atol=1e-12)
+    np.testing.assert_allclose(X @ np.swapaxes(B, -1, -2) @ B, X, atol=1e-10 * np.abs(X).max())
+    assert ab.sketch_basis(X, 0, rng).shape == (2, 0, 10)
+    with pytest.raises(InputError):
+        ab.sketch_basis(X, 11, rng)
+
+
+def test_the_subspace_method_is_ablated_by_a_sketch_of_its_data():
+    """The registry's ablation of the subspace method is subspace_sketch; on keys of rank r it is exact where random
+    bases are not, at the same floats."""
+    from kvbounds.methods import get_method
+    assert get_method("subspace").ablation == "subspace_sketch"
+    rng = np.random.default_rng(4)
+    K = (rng.standard_normal((1, 200, 2)) @ rng.standard_normal((1, 2, 16))).astype(np.float64)
+    V = (rng.standard_normal((1, 200, 2)) @ rng.standard_normal((1, 2, 16))).astype(np.float64)
+    floats = 8 * 2 * 16 + 2 * 2 * (192 + 16) + 4
+    sk = ab.subspace_sketch(K, V, floats, np.random.default_rng(5), sink=4, window=4)
+    blind = ab.subspace_random(K, V, floats, np.random.default_rng(5), sink=4, window=4)
+    assert sk.rank == blind.rank == 2 and bt.cache_floats(sk) == bt.cache_floats(blind)
+    np.testing.assert_allclose(sk.keys, K, atol=1e-9 * np.abs(K).max())
+    assert np.abs(blind.keys - K).max() > 1e-3 * np.abs(K).max()

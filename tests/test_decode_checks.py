@@ -151,3 +151,76 @@ def test_the_ablation_run_pairs_with_the_method_run_token_for_token():
             assert h["controls"]["ablation"] / h["units"]["F"] == pytest.approx(g["err"] / g["units"]["F"])
     with pytest.raises(Exception, match="signs"):
         StreamingBalanceKVPress(target=48, interval=16, sink=4, window=8, signs="greedy")
+
+
+# -- vacuous at any norm, or at these norms only (kvbounds.verdict_vacuity) -------------------------------------------
+def test_zeros_errs_at_most_one_in_both_theorems_units():
+    """What 'vacuous at any norm' compares with: returning zeros errs ||V^T p|| / (||p||_2 ||V||_op) <= 1 (SubGen's
+    units) and ||V^T p|| / (||p||_2 ||V||_F) <= ||V||_op / ||V||_F <= 1 (BalanceKV's), for any softmax weights p and
+    values V, with equality for a rank-one V along p: the most doing nothing can err is 1 in both."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n, e = rng.integers(1, 30), rng.integers(1, 9)
+        x = rng.standard_normal(n) * rng.uniform(0, 20)
+        p = np.exp(x - x.max())
+        p /= p.sum()
+        V = rng.standard_normal((n, e)) * rng.uniform(0.01, 100)
+        attn = np.linalg.norm(V.T @ p)
+        assert attn <= np.linalg.norm(p) * np.linalg.norm(V, 2) * (1 + 1e-12)
+        assert np.linalg.norm(V, 2) <= np.linalg.norm(V) * (1 + 1e-12)
+    p = np.full(4, 0.25)
+    V = np.outer(p, [3.0, 4.0])
+    assert np.linalg.norm(V.T @ p) / (np.linalg.norm(p) * np.linalg.norm(V, 2)) == pytest.approx(1.0, rel=1e-12)
+
+
+def test_sg_decode_is_vacuous_at_any_norm_on_the_quick_setting():
+    """SubGen's scale sqrt(e^{2 delta r} log n / t) + sqrt(d / s) is at least its norm-free part sqrt(log n / t) +
+    sqrt(d / s) (e^{2 delta r} >= 1); at the quick setting the press holds t = 1 sample per cluster and s = 20 value
+    samples (target 48, sink 4, window 16, 8 clusters: a middle of 28), d = 64: sqrt(d / s) = 1.79 >= 1 alone. The
+    check's own scale at delta r = 0 is that part; the verdict says 'vacuous at any norm', names the term and prints
+    no rate verdict (its growth says nothing of a vacuous bound)."""
+    p = PROFILES["quick"]
+    middle = p["target"] - p["sink"] - p["window"]
+    t = max(1, (middle // 2) // 8)
+    s = middle - 8 * t
+    assert (t, s) == (1, 20)
+    nf = sg_decode.norm_free(224, 64, t, s)
+    assert nf["terms"]["sqrt(d/s)"] == pytest.approx(math.sqrt(3.2)) and nf["terms"]["sqrt(d/s)"] > 1
+    at_zero = float(np.logaddexp(0.5 * (math.log(math.log(224)) - math.log(t)), 0.5 * math.log(64 / s)))
+    assert nf["log_scale"] == pytest.approx(at_zero, rel=1e-12)
+    rs = build_records("SG.decode", "src", trial_params("quick"), rows(0.01), "op",
+                       lambda row, h: at_zero + 2 * 0.3 * h["qnorm"], norm=lambda h: h["qnorm"] / 8,
+                       norm_free=lambda row: sg_decode.norm_free(row["n"], row["d"], t, s))
+    v = summarize("SG.decode", rs, scale_text="s", certificate_kind="an estimate")
+    assert v.statement == "vacuous" and v.vacuity.any_norm.startswith(
+        "sqrt(d/s) = 1.79 >= 1 alone, the most doing nothing errs in these units; so does sqrt(log n / t) = 2.25")
+    assert v.headline.startswith("vacuous at any norm (sqrt(d/s) = 1.79 >= 1 alone") and "these norms" not in v.headline
+    assert v.rate == "n/a" and v.rate_info is None and "not reached" not in v.headline
+    assert "no rate verdict: the scale is vacuous" in v.summary
+    assert any(f.title == "the a-priori scale is vacuous at any norm" for f in v.findings)
+
+
+def test_bkv_decode_is_vacuous_at_these_norms_only():
+    """BalanceKV's scale at r = 0 is sqrt(d) max(1, log2(n / M)) / M: 0.63-0.86 < 1 on the quick setting (M = 28,
+    n = 128..224), so the bound is vacuous only from r* with e^{2 r*^2 / sqrt d} = 1 / that, well below the real keys'
+    norms; the verdict says so, with r* beside the cells' r."""
+    p = PROFILES["quick"]
+    M = p["target"] - p["sink"] - p["window"]
+    assert M == 28
+    for n in (128, 224):
+        nf = bkv_decode.norm_free(n, 64, M)
+        floor = 8 * max(1.0, math.log2(n / M)) / M
+        assert nf["log_scale"] == pytest.approx(math.log(floor)) and floor < 1
+        r = nf["from_norm"]
+        assert 0.5 * math.log(64) + 2 * r * r / 8 + math.log(max(1.0, math.log2(n / M)) / M) == pytest.approx(0.0,
+                                                                                                           abs=1e-12)
+    rs = build_records("BKV.decode", "src", trial_params("quick"), rows(0.01), "F",
+                       lambda row, h: 0.5 * math.log(64) + 2 * h["r"] ** 2 / 8
+                       + math.log(max(1.0, math.log2(row["n"] / M)) / M),
+                       norm_free=lambda row: bkv_decode.norm_free(row["n"], row["d"], M))
+    v = summarize("BKV.decode", rs, scale_text="s", certificate_kind="a bound")
+    assert v.statement == "vacuous" and v.vacuity.any_norm == ""
+    assert v.headline.startswith("vacuous at these norms (") and "; not at every norm: with every norm at 0 the " \
+        "scale is at most " in v.headline
+    onset = [bkv_decode.norm_free(n, 64, M)["from_norm"] for n in (160, 256)]
+    assert f"it reaches 1 from r = {min(onset):.3g}..{max(onset):.3g}, and these cells' r is 5" in v.headline

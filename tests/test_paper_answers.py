@@ -76,3 +76,15 @@ def test_a_long_group_is_cut_to_the_limit_and_an_unrun_one_says_so():
     unrun = {"FD.residual": finalize(Verdict("FD.residual", "", "s", statement="not-run", kind="lemma"))}
     text = paper_answers(unrun)["Subspace-FD-draft"]["answer"]
     assert "has records in this run" in text and MIN_WORDS <= len(text.split()) <= MAX_WORDS
+
+
+def test_a_bound_vacuous_at_any_norm_is_said_so_with_its_term():
+    v = verdicts()
+    vac = Vacuity("vacuous at any norm (sqrt(d/s) = 1.79 >= 1 alone, ...)", 90, 90, (38.0, 10.0, 89.0),
+                  any_norm="sqrt(d/s) = 1.79 >= 1 alone, the most doing nothing errs in these units; so does x")
+    v["SG.decode"] = finalize(Verdict("SG.decode", "", "s", statement="vacuous", kind="theorem", vacuity=vac))
+    answers = paper_answers(v)
+    answer = next(a["answer"] for k, a in answers.items() if "SubGen" in k)
+    assert "vacuous at any norm: SG.decode (sqrt(d/s) = 1.79 >= 1 alone, the most doing nothing errs in these " \
+           "units)" in answer and "vacuous at real norms: SG.decode" not in answer
+    assert dataclasses.replace(vac, any_norm="").any_norm == ""

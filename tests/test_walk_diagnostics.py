@@ -191,7 +191,7 @@ def test_deterministic_given_a_generator():
 
 
 def test_summarize():
-    assert wd.summarize([3.0, 1.0, 2.0]) == dict(median=2.0, min=1.0, max=3.0)
+    assert wd.summarize([3.0, 1.0, 2.0]) == dict(median=2.0, min=1.0, max=3.0, mean=2.0)
     with pytest.raises(InputError):
         wd.summarize([])
 
