@@ -109,17 +109,24 @@ def units_needed(sd: float, half_width: float, *, level: float = 0.95, most: int
 
 
 def flat_from(records: Iterable[Record], param: str, *, value: Callable[[Record], float] = lambda r: r.ratio,
-              unit: Callable[[Record], Any] = lambda r: r.params["unit"]) -> tuple[float | None, UnitFit | None]:
-    """Where the measured curve bends: the smallest size x such that the per-unit slope over the sizes >= x (at least
-    two of them) is flat (95% interval within GROWTH_TOL), with that fit; (None, None) when no such size."""
+              unit: Callable[[Record], Any] = lambda r: r.params["unit"], window: int = 3) -> tuple[float | None, UnitFit | None]:
+    """Where the measured curve bends: the smallest size x from which every window of ``window`` consecutive sizes
+    has a flat per-unit slope (95% interval within GROWTH_TOL), with the fit of the window starting at x; (None,
+    None) when the last window is not flat. Local windows, not one fit from x to the end: a fit over a long range
+    averages the random-walk phase's ~0.3 with the plateau's ~0 and would call the curve flat too early."""
     recs = list(records)
     xs = sorted({float(r.params[param]) for r in recs if param in r.params})
-    for x in xs[:-1]:
-        fit = unit_fit([r for r in recs if float(r.params.get(param, -1)) >= x], param, value=value, unit=unit,
-                       group=f"{param} >= {x:g}")
-        if fit is not None and fit.flat:
-            return x, fit
-    return None, None
+    fits = []
+    for i in range(len(xs) - window + 1):
+        lo, hi = xs[i], xs[i + window - 1]
+        fits.append(unit_fit([r for r in recs if lo <= float(r.params.get(param, -1)) <= hi], param, value=value,
+                             unit=unit, group=f"{param} = {lo:g}..{hi:g}"))
+    start = None
+    for i in range(len(fits) - 1, -1, -1):
+        if fits[i] is None or not fits[i].flat:
+            break
+        start = i
+    return (xs[start], fits[start]) if start is not None else (None, None)
 
 
 def decide_onset_rate(fit: UnitFit | None, *, stated_exponent: float, onset: float, largest: float, param: str,
