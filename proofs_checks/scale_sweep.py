@@ -132,19 +132,28 @@ def time_text(records: Sequence[Record], param: str) -> str:
 
 
 def combine(decisions: Sequence[ScaleRate]) -> tuple[str, RateInfo | None]:
-    """One rate from the groups' decisions: false if any group's is; observed if every group past its onset observed
-    it (the RateInfo of the last group, the largest onset); undetermined if one past its onset could not tell;
-    not-reached if no group reached its onset (the RateInfo of the group nearest to its onset)."""
+    """One rate from the groups' decisions: false if any group's is (its RateInfo); observed if some group observed it
+    past its onset and none found it false (the RateInfo of the last group observed, the largest onset; a group
+    undetermined or not reached is named in its sets_in); undetermined (n/a) if a group past its onset could not tell
+    and none decided; not-reached if no group reached its onset (the group nearest to it)."""
     if not decisions:
         return "n/a", None
-    reached = [x for x in decisions if x.rate != "not-reached"]
     for x in decisions:
         if x.rate == "false":
             return "false", x.info
-    if reached and all(x.rate == "observed" for x in reached):
-        return "observed", reached[-1].info
-    if reached:
-        return "n/a", next(x.info for x in reached if x.rate == "n/a")
+    seen = [x for x in decisions if x.rate == "observed"]
+    if seen:
+        rest = [x for x in decisions if x.rate != "observed"]
+        info = seen[-1].info
+        if rest:
+            info = dataclasses.replace(info, sets_in=info.sets_in + "; elsewhere: " + "; ".join(
+                f"d = {x.key}: {'undetermined' if x.rate == 'n/a' else x.rate}"
+                + (f", exponent {x.info.measured_exponent:.2f} [{x.info.ci[0]:.2f}, {x.info.ci[1]:.2f}]"
+                   if x.info is not None else "") for x in rest))
+        return "observed", info
+    undecided = [x for x in decisions if x.rate == "n/a"]
+    if undecided:
+        return "n/a", undecided[0].info
     near = max(decisions, key=lambda x: x.info.largest / x.onset)
     return "not-reached", near.info
 
