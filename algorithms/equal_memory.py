@@ -9,7 +9,7 @@ for one layer's K, V (Hkv, n, d) of any backend (numpy on the harness's host pat
 ``rng``; the result lives where K does. This module holds that contract's function for each of the package's own
 methods (the registry names them), and what fits a method to a budget: BalanceKV's layout (the largest
 T-cache that fits, the rest exact recent tokens: :func:`balance_layout`) and the rounds of SubGen, subspace and
-k-center with cluster sizes (:func:`fit_to_floats`). Formerly part of :mod:`kvbounds.e2e.methods`, which
+k-center with cluster sizes (:func:`fit_to_floats`). Formerly part of :mod:`kvbounds.e2e`, which
 re-exports these names.
 """
 from __future__ import annotations
@@ -206,7 +206,7 @@ def fit_to_floats(method: str, K, V, floats: int, rng, *, sink: int, window: int
 
 # ------------------------------------------------------------------ each method of the package at ``floats`` per head
 # compress(K, V, floats, rng, *, sink, window, block_size=64, Q=None) -> CompressedKV (the registry's contract; the
-# caller, kvbounds.e2e.methods.compress_ours, has checked K, V, floats, sink, window, block_size and rng)
+# caller, kvbounds.e2e.compress_ours, has checked K, V, floats, sink, window, block_size and rng)
 
 def streaming_llm(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
     """StreamingLLM: the first ``sink`` tokens and the most recent ones, as many as fit; weights 1."""
@@ -241,7 +241,7 @@ def balancekv(K, V, floats: int, rng, *, sink: int, window: int, block_size: int
 def balancekv_released(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None, **walk):
     """The authors' released BalanceKV walk: a = log w per token (one float each, counted), b = T log 2 (one per
     head); levels whose kernel overflows float32 run in float64. ``walk``: changes to the released walk's settings
-    (``gamma=0.0``: random signs, its ablation, :func:`kvbounds.ablations.balancekv_released_coin`)."""
+    (``gamma=0.0``: random signs, its ablation, :func:`kvbounds.battery._ablations.balancekv_released_coin`)."""
     fn = ca.released_balancekv()
     if fn is None:
         raise InputError("balancekv_released needs kvbounds.algorithms.balance_kv_released (not present)")

@@ -159,7 +159,8 @@ class FarthestFirst:
     traversal's first k centres, radii and assignment do not depend on how many follow, so one traversal answers
     every k, continuing from the nearest earlier state (checkpoints at each k asked) instead of starting again.
 
-    :meth:`result` (k) is bit for bit ``greedy_k_center(X, k)`` (tests/test_kcenter.py): each layer is scaled by
+    :meth:`result` (k) is bit for bit ``greedy_k_center(X, k)`` (tests/algorithms/test_kcenter.py): each layer is
+    scaled by
     its own power of two, as a call per layer would scale it, and the steps are :func:`_advance`'s. Claims SG.e2e
     (SubGen's clusters at equal memory)."""
 

@@ -112,7 +112,7 @@ def _kernel_matrix(K: np.ndarray, V: np.ndarray, out: np.ndarray | None = None) 
     breaks it by the last bits of its row products, which depend on the token's position (the matrix is not
     exactly symmetric), ours by those of syrk's: with repeated tokens the indices differed from ``kt.thin``'s on
     29 of 100 inputs. With distinct tokens the two matrices differ in their last bits too, but no choice of KT is
-    that close: the same indices on 200 of 200 inputs (tests/test_kernel_thinning.py)."""
+    that close: the same indices on 200 of 200 inputs (tests/algorithms/test_kernel_thinning.py)."""
     Kc, Vc, s2, shift = _centred(K, V)
     n = Kc.shape[0]
     if out is None:

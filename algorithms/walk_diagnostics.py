@@ -36,7 +36,7 @@ float64 on the host, any backend in):
   of temp scale ||k_i - k_j||^2 / 2.
 
 Helpers: :func:`first_level_blocks` (the blocks blockwise BalanceKV's first level walks), :func:`summarize_diagnostics`
-(median / min / max over blocks, for records); :mod:`kvbounds.walk_probe` records the walks of a running stream.
+(median / min / max over blocks, for records); :mod:`kvbounds.battery.walk_probe` records the walks of a running stream.
 
 Centring the keys by their block mean mu multiplies G_ij by lambda_i lambda_j e^{temp scale ||mu||^2}, lambda_i =
 e^{-temp scale <k_i, mu>}: it reweights the same vectors and leaves the cosine Gram unchanged (a test checks it);

@@ -136,7 +136,7 @@ def meta(**kw) -> dict:
 
 def write(name: str, quick: bool, data: dict, out: Path | None = None) -> Path:
     out = Path(out) if out else RESULTS / (f"{name}_{quick}.json" if quick else f"{name}.json")
-    from kvbounds.output_files import write_output       # never onto a result store's files; atomic
+    from kvbounds.core import write_output       # never onto a result store's files; atomic
     write_output(out, json.dumps(data, indent=2, default=float))
     print(f"wrote {out}")
     return out

@@ -1,14 +1,14 @@
 """Compression next to the prefill in the end-to-end harness (issue 26; claims BKV.e2e, SG.e2e). A script.
 
-SmolLM2-135M on the CPU (:func:`kvbounds.e2e.model.load_smollm2`), the first n tokens of the harness's text (the
+SmolLM2-135M on the CPU (:func:`kvbounds.e2e._model.load_smollm2`), the first n tokens of the harness's text (the
 ``ppl`` task's window 0), n = 512 and 2048 (--quick: 512). Per n, timed in interleaved repetitions
 (_harness.paired: one warm-up each, the order rotating every repetition, medians of >= 5 repetitions):
 
-* ``prefill``: :func:`kvbounds.e2e.harness.prefill`, the exact prefill of the window (every layer's K, V and the
+* ``prefill``: :func:`kvbounds.e2e._harness.prefill`, the exact prefill of the window (every layer's K, V and the
   attention inputs kvpress reads): the baseline;
 * ``prefill collecting H2O's scores``: the same prefill with ``received=True`` (the attention each key receives,
-  collected while it runs, :func:`kvbounds.e2e.h2o.received_attention`);
-* ``<method>``: :func:`kvbounds.e2e.methods.compress_all` on that prefill, every layer (30), host path (what
+  collected while it runs, :func:`kvbounds.e2e._h2o.received_attention`);
+* ``<method>``: :func:`kvbounds.e2e._methods.compress_all` on that prefill, every layer (30), host path (what
   the checks' records time), at the budget where blockwise BalanceKV keeps n_mid / 4 (T = 2, the harness's larger
   budget), sink = window = 32; kvbounds's methods and kvpress's scorers alike. H2O compresses the prefill that
   collected its scores (its top-k only); ``h2o+scores`` adds the prefill's extra time for them (paired medians).
@@ -101,8 +101,9 @@ SHORTFALL = {
 
 
 def bench(lm, n: int, reps: int, clock: str) -> dict:
-    from kvbounds.e2e import harness, tasks
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _harness as harness
+    from kvbounds.e2e import _tasks as tasks
+    from kvbounds.e2e import _methods as M
     task = tasks.ppl_task(lm, n, 2, 0)
     budget = M.balance_budgets(n, WINDOW, levels=(LEVELS,))[0]
     missing = M.kvpress_available()
@@ -179,13 +180,13 @@ def main(argv=None) -> int:
     ap.add_argument("--clock", default="process", choices=("process", "wall"))
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
-    from kvbounds.e2e.checks import hf_missing
+    from kvbounds.e2e._checks import hf_missing
     missing = hf_missing()
     if missing:
         print(f"skipped: {missing}")
         return 0
     import torch  # noqa: F401 (threads() sets torch's pool once it is imported)
-    from kvbounds.e2e.model import load_smollm2
+    from kvbounds.e2e._model import load_smollm2
     lm = load_smollm2("cpu")
     ns = [int(x) for x in (a.n or ("512" if a.quick else "512,2048")).split(",")]
     out = dict(meta=meta(), target=f"every kvbounds method's compress_all <= {TARGET} x the exact prefill",

@@ -362,7 +362,7 @@ def main(argv=None) -> int:
         results[s]["wall_s"] = time.perf_counter() - t0
         _print(s, results[s])
     out = args.out or ROOT / "benchmarks" / "results" / f"bench_gpu_{dev}{'_quick' if args.quick else ''}.json"
-    from kvbounds.output_files import write_output       # never onto a result store's files; atomic
+    from kvbounds.core import write_output       # never onto a result store's files; atomic
     write_output(out, json.dumps(dict(meta=meta, results=results), indent=2, default=float))
     print(f"wrote {out}")
     return 0

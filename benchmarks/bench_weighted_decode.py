@@ -5,8 +5,8 @@ head_dim 64, float32, batch 1), through the functions transformers calls:
 
 * ``exact``: transformers' ``sdpa_attention_forward`` over n cached tokens (the default attention);
 * ``exact_grouped``: SDPA alone over the same tokens, each KV group's query heads stacked (no copy of K, V);
-* ``weighted``: :func:`kvbounds.e2e.attention.weighted_attention_forward` over a
-  :class:`~kvbounds.e2e.weighted_cache.WeightedLayer` of n tokens with equal weights a = b (one SDPA call, bias a);
+* ``weighted``: :func:`kvbounds.e2e._attention.weighted_attention_forward` over a
+  :class:`~kvbounds.e2e.WeightedLayer` of n tokens with equal weights a = b (one SDPA call, bias a);
 * ``weighted_split``: the same with a != b (SubGen, the released walk: bias max(a, b), values + one column);
 * ``weighted_quarter``: equal weights over n/4 stored tokens (a cache compressed to budget 0.25).
 
@@ -31,8 +31,8 @@ import torch  # noqa: E402
 from _harness import fmt_ratio, meta, paired, threads, write  # noqa: E402
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
 
-from kvbounds.e2e.attention import weighted_attention_forward  # noqa: E402
-from kvbounds.e2e.weighted_cache import WeightedLayer  # noqa: E402
+from kvbounds.e2e._attention import weighted_attention_forward  # noqa: E402
+from kvbounds.e2e import WeightedLayer  # noqa: E402
 
 H, HKV, D, LAYERS = 9, 3, 64, 30
 

@@ -70,9 +70,9 @@ def blockwise(K, V, *, block, sink, window, seed, kernels=tuple(wd.KERNELS), nam
 
 def attention_setting(family, reps, r=None):
     """BKV.attention: MergeAndReduce walks recorded on ``reps`` power streams of a family."""
-    from kvbounds import walk_probe as wp
+    from kvbounds.battery import walk_probe as wp
     from kvbounds.algorithms.balance_kv import BalanceKV
-    from kvbounds.proofs_checks.power_streams import real_params, stream
+    from kvbounds.streams import real_params, stream
     diags = []
     for rep in range(reps):
         p = dict(dict(n=256, d=8, r=1.0 if r is None else r, t=32, eps=0.5, delta=0.01, family=family, rep=rep),
@@ -93,9 +93,10 @@ def attention_setting(family, reps, r=None):
 
 def decode_setting(quick: bool):
     import torch
-    from kvbounds import walk_probe as wp
+    from kvbounds.battery import walk_probe as wp
     from kvbounds.proofs_checks.decode_stream import PROFILES, decode_model, prompt_tokens
-    from kvbounds.streaming import StreamingBalanceKVPress, generate
+    from kvbounds.presses._streaming import StreamingBalanceKVPress
+    from kvbounds.presses._streaming import generate
     p = dict(PROFILES["quick"], model="smollm2") if not quick else PROFILES["smoke"]
     lm = decode_model(p["model"])
     press = StreamingBalanceKVPress(target=p["target"], interval=p["interval"], sink=p["sink"], window=p["window"],
@@ -169,7 +170,7 @@ def main():
                 rows += table_rows(name, res)
         times[claim] = time.process_time() - t1
     if "e2e" not in skip:
-        from kvbounds.e2e.methods import balance_layout
+        from kvbounds.e2e._methods import balance_layout
         t1 = time.process_time()
         T, win = balance_layout(512, 64, 32, 32, int(0.25 * 512 * 2 * 64))
         agg = {}

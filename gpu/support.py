@@ -4,7 +4,7 @@ trials put their arrays on the device or run on CPU whatever the backend.
 A check "has a GPU path" when its ``run_trial(params, seed, backend)`` moves the data to ``backend``
 (:func:`kvbounds.algorithms.arrays.asarray`) and calls the algorithms on those arrays; the algorithms are written
 against the array API, so the work then runs on the GPU. The classification was read off ``proofs_checks/*.py``
-and is kept in each claim's registry entry (``Claim.gpu``, :mod:`kvbounds.registry`); a claim without it is reported
+and is kept in each claim's registry entry (``Claim.gpu``, :mod:`kvbounds.claims`); a claim without it is reported
 as not classified.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ def gpu_support(claim_id: str) -> tuple[bool, str]:
     from kvbounds.algorithms.arrays import input_error
     if not isinstance(claim_id, str):
         raise input_error(f"claim_id must be a string, got {type(claim_id).__name__}", type_error=True)
-    from kvbounds.registry import CLAIMS
+    from kvbounds.claims import CLAIMS
     claim = CLAIMS.get(claim_id)
     if claim is not None and claim.gpu is not None:
         return claim.gpu

@@ -29,14 +29,14 @@ from kvbounds.algorithms.arrays import asarray, to_numpy
 from kvbounds.verdict import (FigureSpec, Finding, Verdict, decide, decide_rate, fitted_constant, growth, mark,
                               spread_words)
 
-from kvbounds import walk_probe
+from kvbounds.battery import walk_probe
 from kvbounds.battery import method_floats, stream_floats
-from kvbounds.controls import power_vs_controls
+from kvbounds.battery import power_vs_controls
 
 from .common import dispatch, make_record, pick, unit_directions
 from .mr_error import checkpoints
-from .power_streams import POWER_CHECK, StreamBattery, battery_record, missing_record, power_trials
-from .power_streams import stream as power_stream
+from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing_record, power_trials
+from kvbounds.streams import stream as power_stream
 from . import walk_cause
 
 CLAIM = "BKV.attention"
@@ -226,7 +226,8 @@ def power_summary(records):
 
 
 def power_trial_with_walk_cause(params: dict, seed: int, backend: str):
-    """:func:`power_trial` with every walk of its MergeAndReduce recorded and measured (:mod:`kvbounds.walk_probe`):
+    """:func:`power_trial` with every walk of its MergeAndReduce recorded and measured
+    (:mod:`kvbounds.battery.walk_probe`):
     each record's ``extra["walk_cause"]`` (raw and with the block's keys centred; :mod:`.walk_cause`). The walks run
     exactly as without the probe (its signs are replayed from the recorded uniforms: ``replayed``)."""
     with walk_probe.record_merge_and_reduce() as calls:

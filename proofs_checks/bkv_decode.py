@@ -1,7 +1,7 @@
 """BKV.decode: BalanceKV's per-step guarantee where it is meant to hold, while a real model generates
 (BalanceKV-NeurIPS Thm 3.1, Alg. 1).
 
-SmolLM2 generates greedily with :class:`kvbounds.streaming.StreamingBalanceKVPress` (merge-and-reduce over weighted
+SmolLM2 generates greedily with :class:`kvbounds.presses.StreamingBalanceKVPress` (merge-and-reduce over weighted
 coresets, every layer kept at ``target`` tokens, reduced every ``interval``). At checkpoints, each layer's output
 from the streaming cache against exact attention over the layer's whole history at the current query, in the
 theorem's units ``||z_j - Attn|| / (||softmax(K_j q_j / sqrt d)||_2 ||V_j||_F)`` (:mod:`proofs_checks.decode_stream`).
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 
-from kvbounds import walk_probe
+from kvbounds.battery import walk_probe
 
 from . import walk_cause
 from .decode_stream import merge_ablation, run_forced, run_generation, trials  # noqa: F401 - the check's trials
 from .decode_verdict import build_records, summarize as _summarize
 from .decode_verdict import decode_rows as leaderboard_rows  # noqa: F401 - its leaderboard table
-from .power_streams import POWER_CHECK
+from kvbounds.streams import POWER_CHECK
 
 CLAIM = "BKV.decode"
 SOURCE = "BalanceKV-NeurIPS Thm 3.1, Alg. 1 (streaming, inside generation)"
@@ -30,7 +30,7 @@ SCALE = "sqrt(d) e^{2r^2/sqrt d} log2(n/M) / M"
 def run_trial(params: dict, seed: int, backend: str):
     """One generation with the press, and its ablation (the same press with random halving, fair coins on the
     walk's own uniforms) fed the same tokens: each (checkpoint, layer) pairs the two."""
-    from kvbounds.streaming import StreamingBalanceKVPress
+    from kvbounds.presses import StreamingBalanceKVPress
     tokens: list = []
     with walk_probe.record_halvings() as halvings:     # every halving's walk, recorded as it runs (unchanged)
         rows, press = run_generation(StreamingBalanceKVPress, params, seed, tokens=tokens)
@@ -59,7 +59,7 @@ def run_trial(params: dict, seed: int, backend: str):
 
 def norm_free(n: int, d: int, M: int) -> dict:
     """The part of BKV.decode's scale no norm lowers, against the most doing nothing can err in the theorem's units
-    (:mod:`kvbounds.verdict_vacuity`). The scale sqrt(d) e^{2 r^2 / sqrt d} max(1, log2(n / M)) / M is smallest at
+    (:mod:`kvbounds.verdict._vacuity`). The scale sqrt(d) e^{2 r^2 / sqrt d} max(1, log2(n / M)) / M is smallest at
     r = 0: sqrt(d) max(1, log2(n / M)) / M; returning zeros errs ||Attn|| / (||softmax||_2 ||V||_F) <= ||V||_op /
     ||V||_F <= 1 (equality for a rank-one V aligned with the softmax weights). Below 1 at r = 0 on the quick setting
     (d = 64, M = 28, n = 128..224: 0.63-0.86), so there the statement is vacuous only from the norm r* where the scale

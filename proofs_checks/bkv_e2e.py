@@ -14,21 +14,22 @@ equal to SnapKV on every instance counts once). Every method holds within 1% of 
 Per variant, ``reproduction`` follows :func:`kvbounds.verdict.reproduction_status` (test-type) over cells
 (baseline x budget x task x setting): a one-sided paired t-test over instances (a window's mean per-token
 log-likelihood for perplexity, the answer's for passkey), Holm-adjusted over the variant's cells per redraw; a
-cell counts with >= 8 instances when significant in most of >= 5 redraws (:mod:`kvbounds.e2e.comparisons`).
+cell counts with >= 8 instances when significant in most of >= 5 redraws (:mod:`kvbounds.e2e`).
 A miss is ``not-reproduced`` (effect bounded) only when the cells could detect the memory effect, else
 ``not-shown``. Settings (passkey; perplexity has no question): the question after the compressed prompt and the
 papers' setting with the question inside it and blocks of 128: full runs both (one prefill serves both:
-:func:`kvbounds.e2e.harness.slice_prefill`), and so does quick (both while
-:data:`kvbounds.e2e.checks.QUICK_PAPERS_SETTING` is on, the default); every cell of the verdict names its setting. quick runs this
+:func:`kvbounds.e2e._harness.slice_prefill`), and so does quick (both while
+:data:`kvbounds.e2e._checks.QUICK_PAPERS_SETTING` is on, the default); every cell of the verdict names its setting.
+quick runs this
 verdict's methods only (``QUICK_METHODS``), with 32 held-out tokens per perplexity window.
-Power (kvbounds.e2e.checks.controls): ``uniform_control`` (uniform again, its own random stream) must not be found
+Power (kvbounds.e2e._checks.controls): ``uniform_control`` (uniform again, its own random stream) must not be found
 better than uniform (null, Holm-adjusted together with the claim's cells), and uniform at 0.25 must be found worse
 than at 0.5 (sensitivity, with the minimal detectable effect); either failing makes power ``low``.
 """
 from __future__ import annotations
 
 from kvbounds import methods
-from kvbounds.e2e import checks as C
+from kvbounds import e2e as C
 
 CLAIM = "BKV.e2e"
 SOURCE = "BalanceKV (arXiv:2502.07861, later version) Sec. 4.2-4.3, Table 1"
@@ -40,11 +41,17 @@ QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform",) + methods.names(role="co
 
 
 def trials(profile: str) -> list[dict]:
+    """smoke / quick: the claim's own trials at 512 tokens (the papers' compression, 25%) and, in quick, the curves'
+    small cells; full: the score-vs-memory curves at 2048 tokens on both models (:mod:`kvbounds.e2e.curve_grid`),
+    which the verdict then reads."""
+    from kvbounds.e2e import curve_grid
+    curves = curve_grid.trials(profile, TASKS + curve_grid.RULER)
+    if profile == "full":
+        return curves
     return C.claim_trials(profile, {"smoke": {"ppl": (256, 1, 32)},
-                                    "quick": {"ppl": (512, 8, 32), "passkey": (512, 8)},
-                                    "full": {"ppl": (1024, 30, 128), "passkey": (1024, 30)}},
+                                    "quick": {"ppl": (512, 8, 32), "passkey": (512, 8)}},
                           smoke_methods=("uniform", "balancekv", "streaming_llm"), redraw=tuple(VARIANTS.values()),
-                          quick_methods=QUICK_METHODS)
+                          quick_methods=QUICK_METHODS) + curves
 
 
 # the kernel and sign rule of each variant's walk (kvbounds.algorithms.walk_diagnostics.KERNELS): the pseudocode at
@@ -76,9 +83,9 @@ def walk_cause_of_prefill(params: dict, lm, state) -> dict | None:
         if method not in params["methods"]:
             continue
         for budget in params["budgets"]:
-            T, win = balance_layout(n, d, sink, int(params["window"]), int(budget * n * 2 * d), weights)
             rng = np.random.default_rng([7, zlib.crc32(f"{params['task']}:{method}:{budget}:{b}".encode())])
             try:
+                T, win = balance_layout(n, d, sink, int(params["window"]), int(budget * n * 2 * d), weights)
                 out[(method, float(budget))] = {
                     group: wd.blockwise_walk_cause(K[sl], V[sl], block_size=b, sink=sink, window=win,
                                                    kernels=(kernel,), rng=rng)[kernel]
@@ -89,7 +96,9 @@ def walk_cause_of_prefill(params: dict, lm, state) -> dict | None:
 
 
 def run_trial(params: dict, seed: int, backend: str):
-    return C.run_cell_trial(CLAIM, SOURCE, params, seed, measure=walk_cause_of_prefill)
+    # the walk's cause is measured on the claim's own trials; the curves' (kvbounds.e2e.curve_grid) do not repeat it
+    return C.run_cell_trial(CLAIM, SOURCE, params, seed,
+                            measure=None if params.get("curve") else walk_cause_of_prefill)
 
 
 def walk_cause_text(records) -> tuple[str, list]:
@@ -118,7 +127,9 @@ def walk_cause_text(records) -> tuple[str, list]:
 
 
 def summarize(records):
-    v = C.reproduction_verdict(CLAIM, records, VARIANTS, BASELINES, TASKS)
+    from kvbounds.e2e.curve_grid import claim_records
+    v = C.reproduction_verdict(CLAIM, claim_records(records), VARIANTS, BASELINES, TASKS)
+    C.add_curves(v, records)
     text, findings = walk_cause_text(records)
     if text:
         v.summary += "; " + text

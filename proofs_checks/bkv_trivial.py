@@ -1,4 +1,4 @@
-"""BKV.vs-uniform against the battery of controls (:mod:`kvbounds.battery`; the rule is in :mod:`kvbounds.controls`).
+"""BKV.vs-uniform against the battery of controls (:mod:`kvbounds.battery`; the rule is in :mod:`kvbounds.battery`).
 
 The single-layer experiment of BalanceKV-NeurIPS Sec. 4.1 measures the relative error ||z_j - Attn_j|| / ||Attn_j||
 of the last ``window`` queries. On that metric the trivial controls are:
@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from kvbounds.controls import TrivialPower, power_vs_controls
+from kvbounds.battery import TrivialPower, power_vs_controls
 
 from .common import make_record
 
@@ -50,7 +50,7 @@ def family(r) -> str:
 
 def trivial_power(claim: str, records, variants: dict[str, str], ablations: dict[str, str] | None = None) \
         -> TrivialPower | None:
-    """The calls of :mod:`kvbounds.controls` for each variant (``{method: label}``) against the battery: zeros
+    """The calls of :mod:`kvbounds.battery` for each variant (``{method: label}``) against the battery: zeros
     (relative error 1), the mean of the values and StreamingLLM (the method's sink and the most recent tokens) of
     the same cell, and per seed uniform sampling at equal memory (the claim's own comparison, the same sink and
     window) and the variant's ablation (``ablations[method]``: random signs, the same cut; per seed). Every method

@@ -22,11 +22,11 @@ import numpy as np
 from scipy import stats
 
 from kvbounds.algorithms.balance_kv_released import FIGURE_TEMP, compress_cache_released, expand_groups, theory_walk_c
-from kvbounds.ablations import COIN_C
+from kvbounds.battery import COIN_C
 from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.theory.empirical import mean_and_spread
-from kvbounds.verdict import (Finding, Reproduction, combine_reproductions, finalize, reproduction_status,
-                              holm_adjust, statement_from_reproduction)
+from kvbounds.verdict import (Finding, Reproduction, combine_reproductions, finalize, reproduction_status, holm_adjust,
+                              statement_from_reproduction)
 
 ALPHA = 0.05
 COIN_NOTE = "the walk is indistinguishable from random signs here; BalanceKV = stratified uniform sampling"
@@ -97,7 +97,7 @@ ABLATION_OVERRIDES = {"released-coin": dict(gamma=0.0), "consistent-coin": dict(
 def select(name: str, K, V, *, T, sink, window, block_size, rng, group: int = 1, diagnostics=None, **over):
     """(indices, log_w_num, log_w_den) for the query heads, from one selection per KV head (K, V per KV head).
     ``name``: a variant, "uniform", or "balance-coin" (the pseudocode's ablation: fair coins on the walk's own
-    uniforms, the same blocks and cut, kvbounds.ablations.COIN_C)."""
+    uniforms, the same blocks and cut, kvbounds.battery.COIN_C)."""
     if name in ("balance", "balance-coin"):
         idx, lw = compress_cache(K, V, sink=sink, window=window, levels=T, block_size=block_size, rng=rng,
                                  diagnostics=diagnostics, c=COIN_C if name == "balance-coin" else None)

@@ -19,7 +19,7 @@ counted as units). One record per (window, T): ``measured`` the released walk's 
 token count (the released estimator's numerator mass; 1 is consistent).
 
 The calls (:func:`share_calls`): four paired comparisons per T over the windows, the package's rule for "better"
-(:mod:`kvbounds.power_calls`: signed-rank tests on log-ratios, two-sided, Holm over every comparison and T named in
+(:mod:`kvbounds.battery`: signed-rank tests on log-ratios, two-sided, Holm over every comparison and T named in
 the text, the median ratio with its 95% interval):
   * the walk against coins, released estimator (the battery's ablation: the released variant's "win");
   * the walk against coins, consistent estimator (the walk's own share);
@@ -145,9 +145,9 @@ def run_trial(params: dict, seed: int, backend: str):
 
 # ------------------------------------------------------------------ the calls and their words
 def share_calls(records) -> list[dict]:
-    """Per (comparison, T), the call over the text windows (:mod:`kvbounds.power_calls`), Holm over all of them:
-    dicts of :class:`kvbounds.power_calls.Call` with ``comparison`` (what it isolates), ``arm`` and ``against``."""
-    from kvbounds.power_calls import decide_call, two_sided_p
+    """Per (comparison, T), the call over the text windows (:mod:`kvbounds.battery`), Holm over all of them:
+    dicts of :class:`kvbounds.battery._power_calls.Call` with ``comparison`` (what it isolates), ``arm`` and ``against``."""
+    from kvbounds.battery import decide_call, two_sided_p
     from kvbounds.verdict import holm_adjust
     rs = [r for r in records if r.check == CHECK]
     cells = []
@@ -168,7 +168,7 @@ def share_calls(records) -> list[dict]:
 
 
 def _numbers(c: dict) -> str:
-    from kvbounds.power_calls import fmt
+    from kvbounds.battery import fmt
     if c["call"] == "not tested":
         return c.get("reason") or "not tested"
     lo, hi = c["ci"]

@@ -8,22 +8,14 @@ from typing import Any, Iterable
 import numpy as np
 from scipy import stats
 
-from kvbounds.records import DEFERRED, Record
+from kvbounds.core import DEFERRED, Record
+from kvbounds.core import make_record, pick, unit_directions  # noqa: F401 - the check kit's, from the core (issue 44)
 
 
 def grid(**axes: Iterable[Any]) -> list[dict]:
     """Cartesian product of parameter axes as a list of dicts."""
     keys = list(axes)
     return [dict(zip(keys, vals)) for vals in itertools.product(*(list(axes[k]) for k in keys))]
-
-
-_NO_GPU_VALUE = object()
-
-
-def pick(profile: str, *, smoke, quick, full, gpu=_NO_GPU_VALUE):
-    """The value for a profile: "smoke" (tests, notebooks), "quick" (the main job), "full", or "gpu" (the scale
-    sweeps of the claims whose registry entry sets ``gpu_profile``; defaults to the full value)."""
-    return {"smoke": smoke, "quick": quick, "full": full, "gpu": full if gpu is _NO_GPU_VALUE else gpu}[profile]
 
 
 def on_gpu(backend: str) -> bool:
@@ -43,18 +35,6 @@ def rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def make_record(claim: str, params: dict, *, measured: float, bound: float, holds: bool | None = None,
-                bound_kind: str = "a-priori", check: str = "", control: bool = False, source: str = "",
-                trials: int = 1, **extra) -> Record:
-    """A record; ``holds`` defaults to measured <= bound."""
-    measured, bound = float(measured), float(bound)
-    if holds is None:
-        holds = measured <= bound
-    return Record(claim=claim, params=dict(params), seed=0, backend="", measured=measured, bound=bound,
-                  holds=bool(holds), bound_kind=bound_kind, check=check, control=control, source=source,
-                  trials=trials, extra=extra)
-
-
 def failure_rate_ok(failures: int, trials: int, p_claimed: float, *, alpha: float = 1e-3) -> tuple[bool, float]:
     """Is an observed failure count consistent with a claimed failure probability <= p_claimed?
 
@@ -71,11 +51,6 @@ def clopper_pearson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
     lo = 0.0 if k == 0 else float(stats.beta.ppf(a / 2, k, n - k + 1))
     hi = 1.0 if k == n else float(stats.beta.ppf(1 - a / 2, k + 1, n - k))
     return lo, hi
-
-
-def unit_directions(rng: np.random.Generator, m: int, d: int) -> np.ndarray:
-    x = rng.standard_normal((m, d))
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def log2_int(x: float) -> float:

@@ -1,5 +1,5 @@
 """Shared by BKV.decode and SG.decode: SmolLM2 generates greedily with a streaming press
-(:mod:`kvbounds.streaming`), and at checkpoints every layer's compressed attention output is compared with exact
+(:mod:`kvbounds.presses`), and at checkpoints every layer's compressed attention output is compared with exact
 attention over that layer's whole history (the keys and values the same run computed), at the query of the current
 step, with the battery of controls (:mod:`kvbounds.battery`: zeros, the mean, StreamingLLM with the press's sink,
 uniform with the press's sink and window) at the floats the press holds then (its keys, values and per-token
@@ -51,11 +51,11 @@ def trials(profile: str) -> list[dict]:
 
 @functools.lru_cache(maxsize=1)
 def decode_model(spec: str):
-    """The model a decode check runs: "tiny" (:func:`tiny_model`) or a name :func:`kvbounds.e2e.model.load_model`
+    """The model a decode check runs: "tiny" (:func:`tiny_model`) or a name :func:`kvbounds.e2e.load_model`
     reads (cached: one per process)."""
     if spec == "tiny":
         return tiny_model()
-    from kvbounds.e2e.model import load_model
+    from kvbounds.e2e import load_model
     return load_model(spec)
 
 
@@ -63,8 +63,8 @@ def tiny_model():
     """A seeded random 2-layer Llama with the weighted attention, and an encoder mapping bytes to its vocabulary."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
-    from kvbounds.e2e.attention import use_weighted_attention
-    from kvbounds.e2e.model import LoadedModel
+    from kvbounds.e2e import use_weighted_attention
+    from kvbounds.e2e import LoadedModel
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
@@ -119,8 +119,8 @@ class DecodeObserver:
             self.measure(press, module, kwargs, layer, i, n)
 
     def measure(self, press, module, kwargs, layer, i: int, n: int) -> None:
-        from kvbounds.streaming import weighted_output
-        from kvbounds.streaming.press import log_weights
+        from kvbounds.presses import weighted_output
+        from kvbounds.presses import log_weights
         scale = float(module.scaling)
         q = _queries(module, kwargs)
         est, _, _ = weighted_output(layer, q, scale)
@@ -171,7 +171,7 @@ def run_generation(press_cls, params: dict, seed: int, *, ablation=None, tokens:
     """Generate with the press; returns (rows of measurements, the press). ``ablation``: the observer's (see
     :class:`DecodeObserver`); ``tokens``: a list that receives the generated sequence (prompt and new tokens)."""
     import torch
-    from kvbounds.streaming import generate
+    from kvbounds.presses import generate
     lm = decode_model(params["model"])
     obs = DecodeObserver(params, seed, ablation)
     press = press_cls(target=params["target"], interval=params["interval"], sink=params["sink"],
@@ -187,12 +187,12 @@ def run_generation(press_cls, params: dict, seed: int, *, ablation=None, tokens:
 def run_forced(press_cls, params: dict, seed: int, tokens, **press_kw):
     """The same measurements with another press fed the same tokens (``tokens``: the sequence a run of
     :func:`run_generation` produced, prompt first): the prompt in chunks of the press's interval, then one token per
-    step, as :func:`kvbounds.streaming.generate` feeds them, so every checkpoint and layer pairs with that run's.
+    step, as :func:`kvbounds.presses.generate` feeds them, so every checkpoint and layer pairs with that run's.
     Returns the rows."""
     import inspect
     import torch
     from transformers import DynamicCache
-    from kvbounds.streaming.generate import cache_keyword
+    from kvbounds.presses import cache_keyword
     lm = decode_model(params["model"])
     obs = DecodeObserver(params, seed)
     press = press_cls(target=params["target"], interval=params["interval"], sink=params["sink"],

@@ -6,7 +6,8 @@ theorem's error scale at the press's memory (a shape: the O~ hides constants and
 ``holds-fitted`` with the fitted constant max measured/shape, labelled fitted); its extras keep the a-priori scale's
 logarithm, the press's live certificate beside the measured error (``certificate``: a separate field, never the
 bound) and each trivial estimator's error in the same units. Per layer a power record (the worst checkpoint of the
-method and of each control of the battery; :func:`kvbounds.controls.power_vs_controls`): the layers of one generation are the
+method and of each control of the battery; :func:`kvbounds.battery.power_vs_controls`): the layers of one generation
+are the
 paired samples (they share the prompt and the generated text, so they are not independent streams; said in the
 verdict).
 """
@@ -16,16 +17,16 @@ import math
 
 import numpy as np
 
-from kvbounds.controls import power_vs_controls
-from kvbounds.statistics import growth
+from kvbounds.battery import power_vs_controls
+from kvbounds.verdict import growth
 from kvbounds.verdict import FigureSpec, Finding, decide, decide_rate, decide_vacuity, fitted_constant
-from kvbounds.verdict_vacuity import not_every_norm
+from kvbounds.verdict import not_every_norm
 
 from .common import make_record
 from kvbounds.algorithms.validation import InputError, check_choice
 
 from .decode_stream import FAMILIES, FAMILY, certificate_stats, check_rows, head_eps, in_units
-from .power_streams import POWER_CHECK, battery_record, missing_record, power_record
+from kvbounds.streams import POWER_CHECK, battery_record, missing_record, power_record
 
 SHAPE = "decode error vs the theorem's scale"
 LOG_CAP = 700.0          # e^700 ~ 1e304: larger scales are stored as inf (log kept in extra["log_scale"])
@@ -36,7 +37,7 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
     """``log_scale(row, worst_head)`` -> log of the theorem's error scale for that (checkpoint, layer); ``norm(head)``
     -> the norm the theorem bounds by r (default the head's ``r``, the largest key or query norm), kept as the
     record's ``r``; ``norm_free(row)`` -> the part of the scale no norm lowers, kept as ``extra["norm_free"]``
-    (:mod:`kvbounds.verdict_vacuity`: what makes a bound vacuous at any norm). A generation
+    (:mod:`kvbounds.verdict._vacuity`: what makes a bound vacuous at any norm). A generation
     with no checkpoint measured (too short for the press to compress) gives one record that says so
     (``extra["missing"]``, reported as not run). Errors in units: :func:`decode_stream.in_units` (a NaN error, unit
     or log-scale is an InputError naming it, never a silent maximum)."""
@@ -219,7 +220,7 @@ def decode_rows(records) -> list[dict]:
     """Leaderboard rows of the decode-time claims: per claim one table, metric = the worst head's attention error
     per (checkpoint, layer) in the theorem's units (lower is better), the streaming press against each trivial
     estimator at the memory the press held (paired over (checkpoint, layer) cells for the ties)."""
-    from kvbounds.e2e.leaderboard import row as _row, t_interval as _t_interval, tied as _tied
+    from kvbounds.e2e import row as _row, t_interval as _t_interval, tied as _tied
     out = []
     for claim, press in PRESS_NAMES.items():
         rs = [r for r in records if r.claim == claim and r.check == SHAPE]

@@ -37,12 +37,12 @@ from kvbounds.theory.frequent_directions import covariance_bound_from_sv, covari
 from kvbounds.traces.rope import rope_trace
 from kvbounds.traces.synthetic import make_trace
 
-from kvbounds.ablations import random_basis_sketch, random_projection_sketch
+from kvbounds.battery import random_basis_sketch, random_projection_sketch
 from kvbounds.battery import method_floats, sketch_controls, stream_floats
-from kvbounds.controls import power_vs_controls
+from kvbounds.battery import power_vs_controls
 
 from .common import dispatch, make_record, pick
-from .power_streams import POWER_CHECK, battery_record, streams_per_family
+from kvbounds.streams import POWER_CHECK, battery_record, streams_per_family
 
 CLAIM = "FD.covariance"
 SOURCE = "Subspace-FD-draft Sec. 8 (Liberty 2013; GLPW16 Thm 1.1)"
@@ -50,7 +50,7 @@ KINDS = ("gaussian", "low_rank", "power_law", "rank_deficient", "repeated", "zer
 CONTROLS = ("drop-buffer", "unclamped-sqrt", "stale-rows")
 
 
-# -- the three broken variants (negative controls; also used by tests/test_frequent_directions.py) --------
+# -- the three broken variants (negative controls; also used by tests/algorithms/test_frequent_directions.py) --------
 
 class DropBufferedFD(FrequentDirections):
     """BROKEN on purpose: get() returns only the first l buffer rows; rows inserted since the last shrink
@@ -306,7 +306,7 @@ POWER_KINDS = ("gaussian", "low_rank", "power_law", "rope")
 
 
 ABLATION = ("a Gaussian random-projection sketch at FD's floats (2l rows, the calls' ablation: "
-            "kvbounds.ablations.random_projection_sketch)")
+            "kvbounds.battery.random_projection_sketch)")
 
 
 def ablation_words(records) -> str:
@@ -338,10 +338,10 @@ def power_trial(params: dict, seed: int, backend: str):
     buffer answers with) and of the battery's sketches at the same floats (kvbounds.battery.sketch_controls, 2l
     rows: zeros (S = 0: sigma_1^2), the mean row scaled by sqrt(n), StreamingLLM's first 4 and most recent rows, a
     uniform sample of rows scaled by sqrt(n / kept)); the ablation: a Gaussian random-projection sketch with as many
-    rows as the floats hold, 2l (kvbounds.ablations.random_projection_sketch: FD's shrinking replaced by chance,
+    rows as the floats hold, 2l (kvbounds.battery.random_projection_sketch: FD's shrinking replaced by chance,
     counted the same way). References in ``extra["reference"]``, not controls to beat: the best rank-l approximation
     (sigma_{l+1}^2, the optimum no sketch beats) and A's Gram in a data-blind random basis of rank l
-    (``random_basis``: kvbounds.ablations.random_basis_sketch, the former ablation, a straw man)."""
+    (``random_basis``: kvbounds.battery.random_basis_sketch, the former ablation, a straw man)."""
     n, d, ell = params["n"], params["d"], params["ell"]
     A = make_matrix(params["kind"], n, d, seed)
     fd = feed(FrequentDirections(d, ell), A, seed, backend)

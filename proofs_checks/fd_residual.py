@@ -30,12 +30,12 @@ from kvbounds.theory.frequent_directions import (covariance_bound_from_sv, covar
                                         residual, residual_adversarial_stream, residual_bound_tight,
                                         residual_certificate, singular_values, top_right_projector)
 
-from kvbounds.ablations import random_basis, random_projection_sketch
+from kvbounds.battery import random_basis, random_projection_sketch
 from kvbounds.battery import method_floats, sketch_controls, stream_floats
-from kvbounds.controls import power_vs_controls
+from kvbounds.battery import power_vs_controls
 
 from .common import dispatch, make_record, pick
-from .power_streams import POWER_CHECK, battery_record, streams_per_family
+from kvbounds.streams import POWER_CHECK, battery_record, streams_per_family
 from .fd_covariance import ablation_words, make_matrix
 
 CLAIM = "FD.residual"
@@ -202,9 +202,9 @@ def power_trial(params: dict, seed: int, backend: str):
     """||A (I - P)||_op / ||A||_op for P the top-r space of FD's sketch (every row of its 2l-row buffer) and of the
     battery's sketches at the same floats (kvbounds.battery.sketch_controls: zeros, P = 0, residual 1; the mean's
     direction (rank 1); the top-r space of StreamingLLM's rows and of a uniform sample of rows); the ablation: the
-    top-r space of a Gaussian random-projection sketch with FD's 2l rows (kvbounds.ablations.random_projection_sketch,
+    top-r space of a Gaussian random-projection sketch with FD's 2l rows (kvbounds.battery.random_projection_sketch,
     the same floats counted the same way). References, not controls to beat: the optimum sigma_{r+1}(A) / ||A||_op
-    (Eckart-Young) and a data-blind random subspace of rank r (``random_basis``: kvbounds.ablations.random_basis,
+    (Eckart-Young) and a data-blind random subspace of rank r (``random_basis``: kvbounds.battery.random_basis,
     the former ablation, a straw man)."""
     A = make_matrix(params["kind"], params["n"], params["d"], seed)
     n, d = A.shape

@@ -38,13 +38,13 @@ from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, decide, de
 from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rate_onset, rate_onset, walk_constant
 
 from kvbounds.battery import method_floats, stream_floats
-from kvbounds.controls import power_vs_controls
+from kvbounds.battery import power_vs_controls
 
 from .common import (deferred_record, dispatch, in_words, make_record, on_gpu, pick, unit_directions,
                      words_in_findings)
 from .scale_sweep import ScaleRate, Timer, combine, decide_scale, onset_sizes, scale_findings, size_params
-from .power_streams import POWER_CHECK, StreamBattery, battery_record, missing_record, power_trials
-from .power_streams import stream as power_stream
+from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing_record, power_trials
+from kvbounds.streams import stream as power_stream
 
 CLAIM = "MR.error"
 SOURCE = {"BalanceKV-NeurIPS": "BalanceKV-NeurIPS Thm 3.4", "BalanceKV-preprint": "BalanceKV-preprint Thm 3.3"}

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvbounds.controls import not_applicable
+from kvbounds.battery import not_applicable
 from kvbounds.verdict import (GROWTH_TOL, NOT_RUN, Control, FigureSpec, Finding, Reproduction, Verdict, decide,
                               finalize, fitted_constant, loglog_slope)
 from kvbounds.theory.empirical import norm_interval

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from kvbounds.records import Record
+from kvbounds.core import Record
 from kvbounds.verdict import (FIT_FROM, Control, FigureSpec, Finding, RateInfo, decide_onset_rate, flat_from,
                               unit_fit)
 

@@ -31,20 +31,20 @@ import numpy as np
 
 from kvbounds.algorithms.subgen import SubGen
 from kvbounds.algorithms.arrays import asarray, to_numpy
-from kvbounds.verdict import Constant, Control, Erratum, FigureSpec, Finding, Verdict, canonical_order, decide, decide_rate, \
-    growth, loglog_slope, standard_verdict
+from kvbounds.verdict import (Constant, Control, Erratum, FigureSpec, Finding, Verdict, canonical_order, decide,
+                              decide_rate, growth, loglog_slope, standard_verdict)
 from kvbounds.theory.subgen import (ATTENTION_FAIL, attention_bound, combination_factor, matprod_s, matprod_s_proven,
                            memory_shape, partition_t, partition_t_proven)
 from kvbounds.traces.synthetic import make_trace
 
-from kvbounds.ablations import split_uniform
+from kvbounds.battery import split_uniform
 from kvbounds.battery import attention, method_floats, stream_floats
-from kvbounds.controls import power_vs_controls
+from kvbounds.battery import power_vs_controls
 
 from .common import dispatch, failure_rate_ok, make_record, pick
 from .mr_error import checkpoints
-from .power_streams import POWER_CHECK, StreamBattery, battery_record, missing_record, power_trials
-from .power_streams import stream as power_stream
+from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing_record, power_trials
+from kvbounds.streams import stream as power_stream
 from .sg_partition import run_stream, smallest_passing_constant, theorem_stream
 
 CLAIM = "SG.attention"
@@ -322,7 +322,7 @@ def power_trial(params: dict, seed: int, backend: str):
     stream and checkpoints, every control at the floats SubGen holds then (its memory_floats: representatives,
     per-cluster samples, counts, value samples and their weights). t = POWER_T, s = POWER_S, delta the radius at which
     the stream has at most POWER_M clusters (:func:`clustering_radius`). The ablation: SubGen's split of floats with
-    uniform samples in place of its clusters and its l2 samples (kvbounds.ablations.split_uniform)."""
+    uniform samples in place of its clusters and its l2 samples (kvbounds.battery.split_uniform)."""
     n = params["n"]
     try:
         Q, K, V, r, note = power_stream(params, seed, scale_of_d=lambda d: 1.0)

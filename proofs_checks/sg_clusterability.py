@@ -20,8 +20,8 @@ import numpy as np
 from kvbounds.algorithms.kcenter import clusterability
 from scipy import stats
 
-from kvbounds.verdict import FigureSpec, Finding, Reproduction, Verdict, canonical_order, controls_rejected, decide, \
-    MIN_INSTANCES, reproduction_status, standard_verdict
+from kvbounds.verdict import (FigureSpec, Finding, Reproduction, Verdict, canonical_order, controls_rejected, decide,
+                              MIN_INSTANCES, reproduction_status, standard_verdict)
 from kvbounds.traces.real import available, trace_from_spec
 from kvbounds.traces.synthetic import make_trace
 

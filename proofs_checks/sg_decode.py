@@ -1,7 +1,7 @@
 """SG.decode: SubGen's guarantee where it is meant to hold, while a real model generates (SubGen Thm 1, Alg. 1;
 ClusterGen Thm 2.4).
 
-SmolLM2 generates greedily with :class:`kvbounds.streaming.StreamingSubGenPress` (online centres with per-cluster
+SmolLM2 generates greedily with :class:`kvbounds.presses.StreamingSubGenPress` (online centres with per-cluster
 reservoirs for the denominator, l2 samples of the values for the numerator, every layer kept at ``target``). At
 checkpoints, each layer's output against exact attention over the layer's whole history at the current query, in
 SubGen's units ``||z/tau - Attn|| / (||softmax(K q)||_2 ||V||_op)`` (:mod:`proofs_checks.decode_stream`; the softmax
@@ -31,8 +31,8 @@ def ablation(press, K, V, rng, floats: int):
     """SubGen's ablation at the press's floats and split: its sink and window exact, the rest of the floats split
     between the denominator and the numerator as the press splits its middle (clusters x per-cluster slots against
     value-sample slots), each side filled with uniform draws from the layer's history in place of the clusters'
-    samples and the l2 samples (kvbounds.ablations.split_uniform)."""
-    from kvbounds.ablations import split_uniform
+    samples and the l2 samples (kvbounds.battery.split_uniform)."""
+    from kvbounds.battery import split_uniform
     st, d, dv = press.state, K.shape[-1], V.shape[-1]
     exact = min(press.sink + press.window, K.shape[0]) * (d + dv)
     mid = max(floats - exact, 0)
@@ -41,7 +41,7 @@ def ablation(press, K, V, rng, floats: int):
 
 
 def run_trial(params: dict, seed: int, backend: str):
-    from kvbounds.streaming import StreamingSubGenPress
+    from kvbounds.presses import StreamingSubGenPress
     rows, press = run_generation(StreamingSubGenPress, params, seed, ablation=ablation)
     st = press.state
     if st is None or not rows:        # too short to compress: one record that says so
@@ -64,7 +64,7 @@ def run_trial(params: dict, seed: int, backend: str):
 
 def norm_free(n: int, d: int, t: int, s: int) -> dict:
     """The part of SG.decode's scale no norm lowers, against the most doing nothing can err in SubGen's units
-    (:mod:`kvbounds.verdict_vacuity`). The scale sqrt(e^{2 delta r} log n / t) + sqrt(d / s) has e^{2 delta r} >= 1
+    (:mod:`kvbounds.verdict._vacuity`). The scale sqrt(e^{2 delta r} log n / t) + sqrt(d / s) has e^{2 delta r} >= 1
     (delta, r >= 0), so it is at least sqrt(log n / t) + sqrt(d / s) on every input; returning zeros errs
     ||Attn|| / (||softmax(K q)||_2 ||V||_op) = ||V^T p|| / (||p||_2 ||V||_op) <= 1 (p the softmax weights), with
     equality for V = u w^T, u parallel to p. So the statement is vacuous at any norm once that sum is >= 1; at the

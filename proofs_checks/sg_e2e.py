@@ -12,16 +12,17 @@ H2O - the papers' baseline, arXiv:2306.14048 - and kvpress's) x budget x setting
 the same floats; :func:`kvbounds.verdict.reproduction_status` (test-type) with one-sided paired t-tests over
 instances, Holm-adjusted over the cells, a cell counting with >= 8 instances (and most of >= 5 redraws for
 SubGen); a miss is ``not-reproduced`` only when powered, else ``not-shown``. Power: the controls of
-:func:`kvbounds.e2e.checks.controls` (null: an independent uniform draw is not better than uniform, judged in one
+:func:`kvbounds.e2e._checks.controls` (null: an independent uniform draw is not better than uniform, judged in one
 Holm family with the cells it guards; sensitivity: uniform with fewer floats is worse), as in BKV.e2e.
 Settings: the question after the compressed prompt and the papers' setting (question inside it, its last window
 exact; BalanceKV blocks of 128): full and quick run both from one prefill per instance (quick while
-:data:`kvbounds.e2e.checks.QUICK_PAPERS_SETTING` is on, the default); every cell names its setting. quick runs ``QUICK_METHODS`` (the variants, the papers' baselines, kvpress's SnapKV / PyramidKV).
+:data:`kvbounds.e2e._checks.QUICK_PAPERS_SETTING` is on, the default); every cell names its setting. quick runs
+``QUICK_METHODS`` (the variants, the papers' baselines, kvpress's SnapKV / PyramidKV).
 """
 from __future__ import annotations
 
 from kvbounds import methods
-from kvbounds.e2e import checks as C
+from kvbounds import e2e as C
 
 CLAIM = "SG.e2e"
 SOURCE = "SubGen (arXiv:2402.06082) Table 1; ClusterGen (anonymous submission) Table 2"
@@ -36,10 +37,16 @@ QUICK_METHODS = tuple(VARIANTS.values()) + ("uniform",) + methods.names(role="co
 
 
 def trials(profile: str) -> list[dict]:
-    return C.claim_trials(profile, {"smoke": {"lines": (256, 1)}, "quick": {"lines": (512, 8)},
-                                    "full": {"lines": (1024, 30)}},
+    """smoke / quick: the claim's own trials at 512 tokens (SmolLM2) and, in quick, the curves' small cell; full: the
+    score-vs-memory curves of line retrieval (Qwen2.5-Coder-0.5B at 2048 tokens, :mod:`kvbounds.e2e.curve_grid`),
+    which the verdict then reads."""
+    from kvbounds.e2e import curve_grid
+    curves = curve_grid.trials(profile, ("lines",))
+    if profile == "full":
+        return curves
+    return C.claim_trials(profile, {"smoke": {"lines": (256, 1)}, "quick": {"lines": (512, 8)}},
                           smoke_methods=("uniform", VARIANTS["kcenter"], VARIANTS["subgen"]), redraw=REDRAW,
-                          quick_methods=QUICK_METHODS)
+                          quick_methods=QUICK_METHODS) + curves
 
 
 def run_trial(params: dict, seed: int, backend: str):
@@ -47,6 +54,10 @@ def run_trial(params: dict, seed: int, backend: str):
 
 
 def summarize(records):
-    present = {r.extra.get("method") for r in records if "ll" in r.extra}
-    return C.reproduction_verdict(CLAIM, records, VARIANTS, [m for m in OTHERS if m in present], ("lines",),
-                                  missing_method=False)
+    from kvbounds.e2e.curve_grid import claim_records
+    own = claim_records(records)
+    present = {r.extra.get("method") for r in own if "ll" in r.extra}
+    v = C.reproduction_verdict(CLAIM, own, VARIANTS, [m for m in OTHERS if m in present], ("lines",),
+                               missing_method=False)
+    C.add_curves(v, records)
+    return v

@@ -24,17 +24,17 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.arrays import asarray, to_numpy
-from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_order, controls_rejected, decide, \
-    standard_verdict
+from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, canonical_order, controls_rejected, decide,
+                              standard_verdict)
 from kvbounds.battery import numerator as battery_numerator
-from kvbounds.ablations import split_uniform
+from kvbounds.battery import split_uniform
 from kvbounds.battery import stream_floats
-from kvbounds.controls import power_vs_controls
+from kvbounds.battery import power_vs_controls
 from kvbounds.theory.subgen import MATPROD_FAIL, matprod_bound, matprod_error_second_moment, matprod_s, matprod_s_proven
 
 from .common import dispatch, failure_rate_ok, make_record, pick
-from .power_streams import POWER_CHECK, StreamBattery, battery_record, missing_record, real_params, streams_per_family
-from .power_streams import stream as power_stream
+from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing_record, real_params, streams_per_family
+from kvbounds.streams import stream as power_stream
 from .sg_partition import run_stream, smallest_passing_constant, theorem_stream
 
 CLAIM = "SG.matprod"
@@ -216,7 +216,7 @@ def power_trial(params: dict, seed: int, backend: str):
     (||exp(K q)|| ||V||_op) (eq. (6) solved for eps), and each control's of the battery (kvbounds.battery) for the
     same sum on the same stream and queries, every control at the floats the l2 samples hold (s (d + dv + 1): a key,
     a value and a weight each; s = n/4, about 26% of the stream's n (d + dv)). The ablation: s uniform draws with
-    replacement, weight n/s, in place of the l2 draws (kvbounds.ablations.split_uniform)."""
+    replacement, weight n/s, in place of the l2 draws (kvbounds.battery.split_uniform)."""
     n, d = params["n"], params["d"]
     s = n // 4
     rng = np.random.default_rng(seed + 1)

@@ -27,17 +27,17 @@ import numpy as np
 
 from kvbounds.algorithms.subgen import SubGen
 from kvbounds.algorithms.arrays import asarray, to_numpy
-from kvbounds.verdict import Constant, FigureSpec, Finding, Verdict, canonical_order, controls_rejected, decide, \
-    standard_verdict
+from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, canonical_order, controls_rejected, decide,
+                              standard_verdict)
 from kvbounds.theory.subgen import PARTITION_FAIL, partition_bound, partition_t, partition_t_proven, partition_t_shape
 
 from kvbounds.battery import log_partition as battery_log_partition
-from kvbounds.ablations import split_uniform
+from kvbounds.battery import split_uniform
 from kvbounds.battery import stream_floats
-from kvbounds.controls import power_vs_controls
+from kvbounds.battery import power_vs_controls
 
 from .common import dispatch, failure_rate_ok, make_record, pick
-from .power_streams import POWER_CHECK, StreamBattery, battery_record, missing_record, real_params, streams_per_family
+from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing_record, real_params, streams_per_family
 
 CLAIM = "SG.partition"
 SOURCE = "SubGen Thm 1 eq. (5) / ClusterGen Thm 2.4"
@@ -235,7 +235,7 @@ def power_trial(params: dict, seed: int, backend: str):
     whole stream is n d). t at C = 1/4 (eps = 1); real traces with queries divided by sqrt(d) and delta the radius at
     which the keys have at most POWER_M clusters (at delta = 0.5 r the clusters held as much as the whole stream,
     so every control was exact). The ablation: as many uniform draws (with replacement, weight n / draws) in place
-    of the clusters' samples (kvbounds.ablations.split_uniform)."""
+    of the clusters' samples (kvbounds.battery.split_uniform)."""
     from .sg_attention import clustering_radius
     n, d, m, delta, r = (params[k] for k in ("n", "d", "m", "delta", "r"))
     rng = np.random.default_rng(seed + 1)
@@ -243,7 +243,7 @@ def power_trial(params: dict, seed: int, backend: str):
     if fam in ("adversarial", "ball"):
         K, _, Q = theorem_stream(rng, n, d, m, delta, r, structure=fam)
     else:
-        from .power_streams import stream as power_stream
+        from kvbounds.streams import stream as power_stream
         try:
             Qs, K, _, r, _ = power_stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1.0)
         except LookupError as e:

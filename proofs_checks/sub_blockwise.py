@@ -27,7 +27,7 @@ from kvbounds.algorithms.blockwise_softmax import blockwise_softmax, blockwise_s
 from kvbounds.algorithms.subspace_attention import top_basis
 from kvbounds.algorithms.validation import InputError
 from kvbounds.algorithms.arrays import asarray, to_numpy
-from kvbounds.controls import not_applicable
+from kvbounds.battery import not_applicable
 from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subspace import blockwise_softmax_identity
 

@@ -25,8 +25,8 @@ import numpy as np
 from kvbounds.algorithms.frequent_directions import FrequentDirections
 from kvbounds.algorithms.subspace_attention import OpCounter, coefficient_decode, exact_decode, top_basis
 from kvbounds.algorithms.arrays import asarray, single_blas_thread
-from kvbounds.verdict import Constant, Erratum, FigureSpec, Finding, Verdict, canonical_order, decide, decide_rate, \
-    fitted_constant, growth
+from kvbounds.verdict import (Constant, Erratum, FigureSpec, Finding, Verdict, canonical_order, decide, decide_rate,
+                              fitted_constant, growth)
 from kvbounds.theory.subspace import cost_model
 
 from .common import make_record, pick

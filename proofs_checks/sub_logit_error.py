@@ -27,10 +27,10 @@ from kvbounds.theory.subspace import logit_error_bound, output_error_bound, \
 from kvbounds.traces.rope import rope_trace
 from kvbounds.traces.synthetic import make_trace
 
-from kvbounds.controls import power_vs_controls
+from kvbounds.battery import power_vs_controls
 
 from .common import make_record, pick
-from .power_streams import POWER_CHECK
+from kvbounds.streams import POWER_CHECK
 from .sub_logit_power import power_trial, power_trials, setting as power_setting
 
 CLAIM = "SUB.logit-error"

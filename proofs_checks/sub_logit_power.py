@@ -1,4 +1,4 @@
-"""SUB.logit-error against the battery of controls (:mod:`kvbounds.battery`; the rule is :mod:`kvbounds.controls`).
+"""SUB.logit-error against the battery of controls (:mod:`kvbounds.battery`; the rule is :mod:`kvbounds.battery`).
 
 The draft's logit bound (Subspace-FD-draft Sec. 8) is an error bound on the estimate l^_i = gamma q^T P_B k_i /
 sqrt d. Its competitors at the method's floats (:func:`logit_controls`): ``zeros`` (l^ = 0), ``mean`` (l^_i =
@@ -20,7 +20,7 @@ from kvbounds.algorithms.subspace_attention import StaticSubspaceAttention
 from kvbounds.algorithms.arrays import to_numpy
 
 from .common import pick
-from .power_streams import battery_record, missing_record, real_params, streams_per_family
+from kvbounds.streams import battery_record, missing_record, real_params, streams_per_family
 
 POWER_FAMILIES = ("low_rank", "gaussian", "real SmolLM2", "real MiniLM")
 POWER_R = 8
@@ -40,7 +40,7 @@ def _stream(params: dict, seed: int, rng):
         from kvbounds.traces.synthetic import make_trace
         tr = make_trace(fam, n=params["n"], d=params["d"], seed=rng, **({"rank": 8, "r": 4.0} if fam == "low_rank" else {}))
         return tr.Q, tr.K, tr.V
-    from .power_streams import stream
+    from kvbounds.streams import stream
     Q, K, V, _, _ = stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1 / math.sqrt(d))
     return Q, K, V
 
@@ -72,9 +72,9 @@ def logit_controls(qs, K, floats: int, rng) -> tuple[dict, dict]:
 def stream_trial(claim: str, source: str, params: dict, seed: int):
     """One record per gamma (see the module docstring), the battery's logit estimates (:func:`logit_controls`) at the
     method's floats n r + d r (the keys' coordinates and the basis: 16% of the keys' n d at n = 256, d = 64, r = 8)
-    and the ablation (a random basis of rank r, kvbounds.ablations.random_basis, at the same gamma); a missing real
+    and the ablation (a random basis of rank r, kvbounds.battery.random_basis, at the same gamma); a missing real
     model gives a record that says so."""
-    from kvbounds.ablations import random_basis
+    from kvbounds.battery import random_basis
     from kvbounds.battery import stream_floats
     rng = np.random.default_rng(seed)
     try:

@@ -39,8 +39,8 @@ import math
 import numpy as np
 from scipy import stats
 
-from kvbounds.verdict import GROWTH_TOL, FigureSpec, Finding, Reproduction, Verdict, canonical_order, decide, growth, \
-    loglog_slope, reproduction_status, standard_verdict
+from kvbounds.verdict import (GROWTH_TOL, FigureSpec, Finding, Reproduction, Verdict, canonical_order, decide, growth,
+                              loglog_slope, reproduction_status, standard_verdict)
 from kvbounds.algorithms.frequent_directions import FrequentDirections
 from kvbounds.theory.subspace import energy_at_rank
 from kvbounds.traces.real import MODEL_INFO, available, default_text, kv_heads, layer_heads, parse_spec, \

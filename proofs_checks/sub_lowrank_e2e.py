@@ -2,14 +2,14 @@
 
 Falsifier 1 of the draft asks whether a rank r << d keeps perplexity within +1%. Beside the static-basis run of
 :mod:`kvbounds.proofs_checks.sub_lowrank` (one window), this part runs the subspace cache through the end-to-end
-harness (:mod:`kvbounds.e2e.falsifiers`: every layer's middle keys/values projected on their top-r subspace, r
+harness (:mod:`kvbounds.e2e`: every layer's middle keys/values projected on their top-r subspace, r
 from the float budget, first/last 32 tokens exact) on independent windows of real text, against uniform sampling
 holding the same floats (within 1%). One trial per window; one record per budget: ``measured`` = the subspace's
 mean per-token NLL increase over exact attention on that window, ``bound`` = uniform sampling's (``exact``: holds =
 measured <= bound). The window is the unit: intervals and tests are over windows, not tokens.
 
 Reproduction row: "the subspace cache beats uniform sampling at equal memory", one cell per budget, a one-sided
-paired t-test over windows (:func:`kvbounds.e2e.falsifiers.window_effects`), Holm-adjusted over the budgets,
+paired t-test over windows (:func:`kvbounds.e2e.window_effects`), Holm-adjusted over the budgets,
 :func:`kvbounds.verdict.reproduction_status` (test-type, >= 8 windows). A miss is ``not-reproduced`` only when the
 paired interval's half-width is below the memory effect (uniform at the smallest budget against the largest), else
 ``not-shown``.
@@ -39,8 +39,8 @@ def trials(profile: str) -> list[dict]:
 
 def run_trial(params: dict, claim: str) -> list:
     import torch
-    from kvbounds.e2e.trial import trial_model
-    from kvbounds.e2e.falsifiers import window_rows
+    from kvbounds.e2e import trial_model
+    from kvbounds.e2e import window_rows
     threads = torch.get_num_threads()
     torch.set_num_threads(1)      # the runner's workers share the cores: one thread each
     try:
@@ -66,7 +66,7 @@ def run_trial(params: dict, claim: str) -> list:
 
 def reproduction(records) -> tuple[Reproduction | None, str]:
     """The row and one summary line, from the F1e records (None, "" when there are none)."""
-    from kvbounds.e2e.falsifiers import window_effects
+    from kvbounds.e2e import window_effects
     rs = [r for r in records if r.check == CHECK]
     if not rs:
         return None, ""

@@ -27,12 +27,12 @@ from kvbounds.verdict import FigureSpec, Finding, Verdict, canonical_order, stan
 from kvbounds.algorithms.subspace_attention import GAMMA_CHOICES, StaticSubspaceAttention
 from kvbounds.theory.subspace import output_error_bound
 
-from kvbounds.ablations import random_basis
+from kvbounds.battery import random_basis
 from kvbounds.battery import stream_floats
-from kvbounds.controls import power_vs_controls
+from kvbounds.battery import power_vs_controls
 
 from .common import make_record, pick
-from .power_streams import POWER_CHECK, StreamBattery, battery_record, missing_record, real_params, streams_per_family
+from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing_record, real_params, streams_per_family
 from .sub_logit_error import evaluate, settings, worst
 
 CLAIM = "SUB.output-error"
@@ -162,7 +162,7 @@ def power_trial(params: dict, seed: int, backend: str):
     (bases from the first half of the stream, Subspace-FD-draft Sec. 10) and for each control of the battery
     (kvbounds.battery) at the same memory: n (r + r_v) + (d + d_v) r floats (the coordinates and the bases), 16% of
     the stream's n (d + d_v) at n = 256, d = 64. The ablation: the same attention with random bases of the same
-    ranks (kvbounds.ablations.random_basis) in place of the calibrated ones."""
+    ranks (kvbounds.battery.random_basis) in place of the calibrated ones."""
     n, fam = params["n"], params["family"]
     rng = np.random.default_rng(seed)
     if fam in ("low_rank", "gaussian"):
@@ -170,7 +170,7 @@ def power_trial(params: dict, seed: int, backend: str):
         tr = make_trace(fam, n=n, d=params["d"], seed=rng, **({"rank": 8, "r": 4.0} if fam == "low_rank" else {}))
         Q, K, V = tr.Q, tr.K, tr.V
     else:
-        from .power_streams import stream as power_stream
+        from kvbounds.streams import stream as power_stream
         try:
             Q, K, V, _, _ = power_stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1 / math.sqrt(d))
         except LookupError as e:

@@ -17,7 +17,7 @@ import math
 import mpmath as mp
 import numpy as np
 
-from kvbounds.controls import not_applicable
+from kvbounds.battery import not_applicable
 from kvbounds.verdict import Constant, FigureSpec, Verdict, canonical_order, standard_verdict
 from kvbounds.theory.subspace import softmax_sensitivity_bound, softmax_sensitivity_extremal, softmax_sensitivity_symbolic
 

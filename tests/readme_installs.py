@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-EXAMPLE = re.compile(r"```python\n(.*?)```(?:\s*```text\n(.*?)```)?", re.S)   # as tests/test_readme.py reads them
+EXAMPLE = re.compile(r"```python\n(.*?)```(?:\s*```text\n(.*?)```)?", re.S)   # as tests/docs/test_readme.py reads them
 FENCE = re.compile(r"```.*?```", re.S)
 HEADING = re.compile(r"^#{1,6} .*$", re.M)
 PIP_INSTALL = re.compile(r"pip install ([^`\n#]+)")

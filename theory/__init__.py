@@ -1,3 +1,3 @@
 """Bounds of each claim as functions of their parameters; symbolic lemmas; cost models."""
-if __name__ != "kvbounds.theory":   # this folder is the subpackage kvbounds.theory (kvbounds/theory links here)
+if __name__ != "kvbounds.theory":   # the subpackage kvbounds.theory (pyproject.toml's package-dir)
     raise ImportError(f"import kvbounds.theory, not {__name__}: the folder theory/ is a subpackage of kvbounds")

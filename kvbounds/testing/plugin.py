@@ -2,7 +2,7 @@
 turns it off).
 
 Fixtures:
-  * ``kv_stream``        a :class:`~kvbounds.testing.streams.KVStream`; a test that takes it runs once per family
+  * ``kv_stream``        a :class:`~kvbounds.streams.KVStream`; a test that takes it runs once per family
                          of the profile's list (its id is the family), on a stream sized by the profile;
   * ``real_trace``       a slice of a cached real trace, once per model (SmolLM2, MiniLM), skipped with the reason
                          when the model is missing here;
@@ -53,10 +53,10 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_generate_tests(metafunc):
     if "kv_stream" in metafunc.fixturenames and not _parametrized(metafunc, "kv_stream"):
-        from .streams import SYNTHETIC
+        from kvbounds.streams import SYNTHETIC
         metafunc.parametrize("kv_stream", SYNTHETIC, indirect=True, ids=[f.replace(" ", "-") for f in SYNTHETIC])
     if "real_trace" in metafunc.fixturenames and not _parametrized(metafunc, "real_trace"):
-        from .streams import REAL
+        from kvbounds.streams import REAL
         metafunc.parametrize("real_trace", REAL, indirect=True, ids=[f.split()[1] for f in REAL])
 
 
@@ -75,7 +75,7 @@ def kvbounds_profile(request) -> str:
 def kv_stream(request):
     """A synthetic KV stream of the family in ``request.param`` (every synthetic family in turn by default; a
     test may parametrize ``kv_stream`` indirectly with its own family names), n and d from the profile, seed 0."""
-    from .streams import make_stream
+    from kvbounds.streams import make_stream
     n, d = SIZES[profile_of(request.config)]
     return make_stream(request.param, n, d, seed=0)
 
@@ -84,7 +84,7 @@ def kv_stream(request):
 def real_trace(request):
     """A slice of a cached real trace of the family in ``request.param`` ("real SmolLM2", "real MiniLM"): n tokens
     from the profile, the model's d, seed 0; skipped with the reason when the model is missing here."""
-    from .streams import make_stream, real_available
+    from kvbounds.streams import make_stream, real_available
     why = real_available(request.param)
     if why:
         pytest.skip(f"{request.param}: {why}")

@@ -1,4 +1,4 @@
-"""Hypothesis strategies of KV streams (:class:`kvbounds.testing.streams.KVStream`).
+"""Hypothesis strategies of KV streams (:class:`kvbounds.streams.KVStream`).
 
     from hypothesis import given
     from kvbounds.testing.strategies import kv_streams
@@ -7,7 +7,7 @@
     def test_my_press_keeps_the_heavy_tokens(stream):
         ...
 
-A stream is drawn as (family, n, d, seed) and built by :func:`kvbounds.testing.streams.make_stream`; hypothesis
+A stream is drawn as (family, n, d, seed) and built by :func:`kvbounds.streams.make_stream`; hypothesis
 shrinks a failing one toward the first family listed, the smallest n and d and seed 0, and prints it as the
 ``make_stream(...)`` call that rebuilds it. The real families (slices of the cached SmolLM2 / MiniLM traces) are
 drawn only where their model is here (``families=None``: every family available), with the model's d.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from kvbounds.algorithms.validation import InputError, check_int
 
-from .streams import FAMILIES, REAL, REAL_TOKENS, make_stream, real_available
+from kvbounds.streams import FAMILIES, REAL, REAL_TOKENS, make_stream, real_available
 
 __all__ = ["kv_streams", "families_here"]
 
@@ -36,8 +36,8 @@ def families_here(families=None) -> tuple[str, ...]:
 
 def kv_streams(families=None, *, min_n: int = 4, max_n: int = 128, min_d: int = 2, max_d: int = 16,
                dv: int | None = None):
-    """A hypothesis strategy of :class:`~kvbounds.testing.streams.KVStream` objects (``.K``, ``.V``, ``.Q``,
-    ``.family``) over ``families`` (default: :data:`~kvbounds.testing.streams.FAMILIES` available here), with
+    """A hypothesis strategy of :class:`~kvbounds.streams.KVStream` objects (``.K``, ``.V``, ``.Q``,
+    ``.family``) over ``families`` (default: :data:`~kvbounds.streams.FAMILIES` available here), with
     ``min_n <= n <= max_n`` tokens (a real family: at most its cached length) and ``min_d <= d <= max_d`` (rounded
     up to even for ``rope``; a real family has its model's d), values of dimension ``dv`` (default d).
     Refused (InputError): unknown families, none available here, bounds out of order, min_n < 4 or min_d < 2

@@ -1,0 +1,12 @@
+"""The report: verdicts from the stored records as a terminal table, ``summary.json``, ``report.html`` (templates/) with
+its figures, and markdown (``python -m kvbounds.report.markdown``; ``python -m kvbounds.report.summary_read`` reads
+summary.json back); the glossary, the papers' answers and the practitioner's table.
+
+Its modules are private (a leading underscore); this __init__ names what the room offers. It may import
+kvbounds.battery, kvbounds.e2e, kvbounds.verdict, kvbounds.run, kvbounds.methods, kvbounds.core, kvbounds.claims,
+kvbounds.algorithms; the layers are a contract (tests/package/test_structure.py).
+"""
+from ._glance import dimensions
+from ._leaderboard import board_table
+from ._report import ReportError, build_verdicts, headline, render_terminal, source_path, write_report
+from ._words import what_the_records_show
