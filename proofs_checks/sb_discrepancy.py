@@ -63,7 +63,6 @@ SCALE_PILOT_SD = 0.08
 SCALE_UNITS = {"full": units_needed(SCALE_PILOT_SD, 0.06), "gpu": 32}
 SCALE_REPS, SCALE_DIRS = 128, 32
 LONG_SWEEPS = ("n-scale",)        # its units are long trials: the runner submits them first
-SCALE_REPS, SCALE_DIRS = 128, 32
 
 
 def scale_trials(profile: str) -> list[dict]:
