@@ -25,6 +25,7 @@ def test_gpu_profile_holds_only_the_scale_sweeps():
     from kvbounds.theory.balancekv import rate_onset
     assert max(max(p["sizes"]) for p in sb_discrepancy.trials("gpu")) >= 4 * rate_onset(4, 1, 1.0, 0.01)
     assert max(max(p["sizes"]) for p in mr_error.trials("gpu")) >= 2 * rate_onset(8, 4, 1.0, 0.01)
+    assert max(max(p["sizes"]) for p in mr_error.trials("gpu") if p["d"] == 2) >= 8 * rate_onset(2, 1, 1.0, 0.01)
     assert max(max(p["sizes"]) for p in bkv_memory.trials("gpu")) == 2 ** 20
     assert common.pick("gpu", smoke=1, quick=2, full=3) == 3 and common.pick("gpu", smoke=1, quick=2, full=3, gpu=4) == 4
 
