@@ -31,7 +31,10 @@ $(STAMP): pyproject.toml
 
 # `make report`: the quick profile (the smoke run, <= 8 min on 2 cores); `make report PROFILE=full`: the full profile
 # (every check at its full size plus the scale sweeps past the rates' onsets and the end-to-end curves, <= 2 h on 2
-# cores), whose records the committed documents are rendered from. Interrupted: rerun the same command to resume.
+# cores), whose records the committed documents are rendered from. Interrupted: rerun the same command to resume;
+# OUT=DIR resumes a store made elsewhere. Its cost per part (README "The full profile"; CPU s measured loaded, wall
+# on 2 idle cores = CPU s / 2): the scale sweeps ~2860 CPU s (~24 min), every other check ~3820 CPU s (~32 min),
+# the decode checks and the end-to-end curves apart.
 report: $(STAMP)
 	$(BIN)/kvbounds check --profile $(PROFILE) --out $(OUT) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 	$(BIN)/kvbounds report --out $(OUT)
