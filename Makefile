@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml
 # cores), whose records the committed documents are rendered from. Interrupted: rerun the same command to resume;
 # OUT=DIR resumes a store made elsewhere. Its cost per part (README "The full profile"; CPU s measured loaded, wall
 # on 2 idle cores = CPU s / 2): the scale sweeps ~2860 CPU s (~24 min), every other check ~3820 CPU s (~32 min),
-# the decode checks and the end-to-end curves apart.
+# the two decode checks ~525 CPU s (~4.5 min): ~60 min but the end-to-end curves (their own <= 55 min).
 report: $(STAMP)
 	$(BIN)/kvbounds check --profile $(PROFILE) --out $(OUT) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 	$(BIN)/kvbounds report --out $(OUT)

@@ -382,7 +382,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           algorithm="BalanceKV (streaming, in generation)",
           variant="BalanceKV:streaming",
           gpu=(False, 'SmolLM2 generates on the CPU with the streaming press (torch, batched over layers and heads);'
-                      ' the backend argument is ignored')),
+                      ' the backend argument is ignored'),
+          schedule_first=True),
     Claim("SG.decode", _SG,
           "SubGen while a real model generates: with each layer's cache maintained as a stream (online clusters "
           "with uniform samples, l2 samples of the values), at every step each layer's output satisfies "
@@ -394,7 +395,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           algorithm="SubGen (streaming, in generation)",
           variant="SubGen/ClusterGen:streaming",
           gpu=(False, 'SmolLM2 generates on the CPU with the streaming press (torch, batched over layers and heads);'
-                      ' the backend argument is ignored')),
+                      ' the backend argument is ignored'),
+          schedule_first=True),
 ]}
 
 
