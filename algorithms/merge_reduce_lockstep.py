@@ -1,7 +1,7 @@
 """MergeAndReduce (BalanceKV-NeurIPS Alg. 4, Thm 3.4) run R times in lockstep on one stream: R independent coin
 streams, one pass over the keys and values, the Gram panels of each reduction shared by the R runs.
 
-Claim served: MR.error (its scale sweep, issue 47: the rate past the walk's onset needs many runs per stream, and R
+Claim served: MR.error (its scale sweep: the rate past the walk's onset needs many runs per stream, and R
 separate runs would form every Gram R times). Each run is Alg. 4 with SoftmaxBalance's walk (Alg. 2 / 3) at the
 paper's c = 30 log(max(t, |C^i|)/delta), r_value the largest value norm of the cell being reduced, the coins drawn per
 reduction from the run's own Generator in the order :class:`kvbounds.algorithms.merge_and_reduce.MergeAndReduce`

@@ -15,7 +15,7 @@ proofs' bucket count (short by up to 2) are errata; the erased-share records che
 (BalanceKV-NeurIPS A.1 eq. (3)), so a failure there would be an erratum too; the statement (O~ memory, O(log n) buckets)
 is decided by the memory shape records and the exact bucket counts.
 
-The scale sweep (``n-scale``, issue 47) measures the memory's exponent in n: each trial one unit (a stream of the
+The scale sweep (``n-scale``) measures the memory's exponent in n: each trial one unit (a stream of the
 largest size, BalanceKV run at every size on its nested prefixes, eps = 1, d = 8, r = 1, Alg. 1's erase rule), the
 exponent of the floats held fitted per unit (kvbounds.verdict.unit_fit), sublinear when its interval lies below 1;
 the same exponent of floats / ((T + 1) x live buckets) says whether the growth is the polylog factor the O~ hides

@@ -15,7 +15,7 @@ Verdict (shared rules of kvbounds.verdict): the bound is an O~(.), so the statem
 proven-constant reading (the walk's c = 30 log(ts/delta) in Thm 3.3's discrepancy, the proof's other factors with
 constant 1) is reported next to the fitted constant. eps_hat falling like t^-1/2 instead of t^-1 is a ``rate``
 ``not-reached``: below t* (theory.balancekv.merge_reduce_rate_onset) the walk is in its random-sign phase.
-The scale sweep (``t-scale``, issue 47; :mod:`.scale_sweep`) decides the rate past the walk's onset t*
+The scale sweep (``t-scale``; :mod:`.scale_sweep`) decides the rate past the walk's onset t*
 (theory.balancekv.merge_reduce_rate_onset): each trial one unit (a stream of 4 max(t) tokens; at every batch size t,
 SCALE_RUNS runs of MergeAndReduce in lockstep on its first n = 4t tokens, T = 2, the walks on Gram panels shared by
 the runs: algorithms.merge_reduce_lockstep), with the runs on fair coins (signs="random", the ingredient's ablation,

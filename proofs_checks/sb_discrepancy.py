@@ -13,7 +13,7 @@ log domain, so key norms of 50 at d = 64 are fine). Sub-checks:
   * ``c=log``           the walk with c = log(n/delta): the ratio D / shape must not grow with n.
   * ``random-signs``    negative control: independent signs; the growth test along n must reject it.
 
-The scale sweep (``n-scale``, issue 47; :mod:`.scale_sweep`) decides the rate past the walk's onset: d = 4 and 2
+The scale sweep (``n-scale``; :mod:`.scale_sweep`) decides the rate past the walk's onset: d = 4 and 2
 (s = 1, r = 1), n* ~ 5.5e4 and 1.9e4 (theory.balancekv.merge_reduce_rate_onset), each trial one unit (a stream of
 the largest size, walked at every size on its nested prefixes with the prefixes of one set of coins, SCALE_REPS walks
 and SCALE_DIRS queries), on SoftmaxBalance's Gram panels (memory="panel": O((64 + walks) n) memory). Sizes: powers of

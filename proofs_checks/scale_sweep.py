@@ -1,4 +1,4 @@
-"""The scale sweeps of SB.discrepancy and MR.error (issue 47): a stated rate measured past the walk's onset on a CPU.
+"""The scale sweeps of SB.discrepancy and MR.error: a stated rate measured past the walk's onset on a CPU.
 
 A trial is one *unit*: an independent stream (its keys, values and queries, and the walk's coins) of the largest
 size, run at every size of ``params["sizes"]`` on the stream's nested prefixes; each size gives its records, with

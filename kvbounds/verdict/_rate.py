@@ -1,4 +1,4 @@
-"""The ``rate`` dimension past a derived onset (issue 47): a stated rate (an exponent in n or t) decided on the sizes
+"""The ``rate`` dimension past a derived onset: a stated rate (an exponent in n or t) decided on the sizes
 past where it should set in, with the exponent fitted per unit of replication.
 
 The unit is an independent stream (its own keys, values, queries and walk coins); the sizes of one unit are nested
