@@ -84,6 +84,11 @@ def query_discrepancy(signs, K, V, Q, *, scale: float | None = None, weights=Non
     A = query_terms(K, Q, scale=scale, weights=weights)                       # (..., m, n)
     if S.shape[-1] != A.shape[-1] or Vn.shape[-2] != A.shape[-1]:
         raise InputError(f"signs {S.shape} and V {Vn.shape} must have one entry per key ({A.shape[-1]})")
+    try:
+        np.broadcast_shapes(S.shape[:-1], A.shape[:-2], Vn.shape[:-2])
+    except ValueError:
+        raise InputError(f"the leading shapes of signs {S.shape}, of K and Q (terms {A.shape}) and of V {Vn.shape} "
+                         "must broadcast") from None
     SA = S[..., None, :] * A
     num = np.matmul(SA, Vn)                                                   # (..., m, dv): D_num(q) / e^{m_q}
     den = SA.sum(-1)

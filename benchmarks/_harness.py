@@ -134,6 +134,19 @@ def meta(**kw) -> dict:
                 time=time.strftime("%Y-%m-%dT%H:%M:%S"), load=load(), **kw)
 
 
+def output_path(value: str) -> Path:
+    """The ``type`` of a benchmark's ``--out``: the path checked when the arguments are parsed, before any work
+    (:func:`kvbounds.core.check_output`): a device (/dev/null), a FIFO, a socket, a directory, a result
+    store's file or a path inside a result store is refused by argparse, exit 2 naming it."""
+    import argparse
+    from kvbounds.core import OutputRefused, check_output
+    try:
+        check_output(value)
+    except OutputRefused as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return Path(value)
+
+
 def write(name: str, quick: bool, data: dict, out: Path | None = None) -> Path:
     out = Path(out) if out else RESULTS / (f"{name}_{quick}.json" if quick else f"{name}.json")
     from kvbounds.core import write_output       # never onto a result store's files; atomic

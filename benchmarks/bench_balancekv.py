@@ -43,8 +43,9 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
         sys.path.insert(0, p)
 
 import torch  # noqa: E402
-from _harness import (accuracy_stream, exact_decode_step, fmt_ratio, load, meta, paired, print_stream,  # noqa: E402
-                      stream_accuracy, stream_pairing, stream_vs_exact, target, threads, write)
+from _harness import (accuracy_stream, exact_decode_step, fmt_ratio, load, meta, output_path,  # noqa: E402
+                      paired, print_stream, stream_accuracy, stream_pairing, stream_vs_exact,
+                      target, threads, write)
 from released_walk import released_balanced_walk  # noqa: E402
 
 from kvbounds.algorithms.balance_kv import BalanceKV  # noqa: E402
@@ -190,7 +191,7 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds (for the tests)")
     ap.add_argument("--parts", default="abcd", help="which parts to run: any of a (blockwise), b (streaming), "
                                                     "c (accuracy), d (SoftmaxBalance panels); default all")
-    ap.add_argument("--out", type=Path, default=None, help="JSON output path")
+    ap.add_argument("--out", type=output_path, default=None, help="JSON output path")
     args = ap.parse_args(argv)
     args.quick = "smoke" if args.smoke else ("quick" if args.quick else False)
     targets = []

@@ -34,7 +34,7 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from _harness import fmt_ratio, load, meta, paired, target, threads, write  # noqa: E402
+from _harness import fmt_ratio, load, meta, output_path, paired, target, threads, write  # noqa: E402
 
 TARGET = 0.05
 SCORES = "prefill collecting H2O's scores"
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--clock", default="process", choices=("process", "wall"))
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--out", type=output_path, default=None)
     a = ap.parse_args(argv)
     from kvbounds.e2e._checks import hf_missing
     missing = hf_missing()

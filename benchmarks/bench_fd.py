@@ -32,7 +32,7 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from _harness import exact_decode_step, fmt_ratio, load, meta, paired, target, threads, write  # noqa: E402
+from _harness import exact_decode_step, fmt_ratio, load, meta, output_path, paired, target, threads, write  # noqa: E402
 
 from kvbounds.algorithms.frequent_directions import FrequentDirections  # noqa: E402
 from kvbounds.algorithms.subspace_attention import coefficient_decode, top_basis  # noqa: E402
@@ -196,7 +196,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="short run (n = 2048 rows, fewer repetitions)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds (for the tests)")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", type=output_path, default=None)
     args = ap.parse_args(argv)
     args.quick = "smoke" if args.smoke else ("quick" if args.quick else False)
     targets = []

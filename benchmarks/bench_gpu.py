@@ -67,7 +67,7 @@ from kvbounds.algorithms.block_walk import gram_panel  # noqa: E402
 from kvbounds.gpu.batched_walk import batched_select, compiled_available, ops_per_step, walk_signs  # noqa: E402
 from kvbounds.gpu.triton_walk import triton_available  # noqa: E402
 import bench_gpu_e2e  # noqa: E402
-from _harness import thread_counts  # noqa: E402
+from _harness import output_path, thread_counts  # noqa: E402
 from released_walk import released_balanced_walk  # noqa: E402
 
 SPEEDUP_TARGET, SDPA_TARGET = 3.0, 0.2
@@ -334,7 +334,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="float32,bfloat16", help="dtypes of the 'blockwise' cache")
     ap.add_argument("--peak-tbs", type=float, default=None, help="device peak memory bandwidth, TB/s")
     ap.add_argument("--e2e-n", type=int, default=None, help="prompt tokens in 'e2e' (default 4096, quick 256)")
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--out", type=output_path, default=None)
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: no CUDA device visible")

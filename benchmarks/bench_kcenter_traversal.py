@@ -32,7 +32,7 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from _harness import fmt_ratio, meta, paired, threads, write  # noqa: E402
+from _harness import fmt_ratio, meta, output_path, paired, threads, write  # noqa: E402
 
 SINK = WINDOW = 32
 
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", default="512,2048")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--out", type=output_path, default=None)
     a = ap.parse_args(argv)
     from kvbounds.e2e._checks import hf_missing
     if hf_missing():

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import fmt_ratio, meta, paired, target, threads, write  # noqa: E402
+from _harness import fmt_ratio, meta, output_path, paired, target, threads, write  # noqa: E402
 
 TARGET, INTERVAL, SINK, WINDOW = 256, 64, 4, 32
 SMOKE = dict(TARGET=48, INTERVAL=16, SINK=4, WINDOW=8)      # --smoke: a tiny random Llama, n = 256 and 512
@@ -95,7 +95,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--smoke", action="store_true", help="a tiny random Llama, tiny sizes (tests)")
     ap.add_argument("--lengths", default="4096,16384")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", type=output_path, default=None)
     args = ap.parse_args(argv)
     from kvbounds.e2e import load_model
     from kvbounds.presses._streaming import StreamingBalanceKVPress, StreamingSubGenPress

@@ -31,8 +31,9 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from _harness import (accuracy_stream, exact_decode_step, load, meta, print_stream, stream_accuracy,  # noqa: E402
-                      stream_pairing, stream_vs_exact, target, thread_counts, threads, write)
+from _harness import (accuracy_stream, exact_decode_step, load, meta, output_path, print_stream,  # noqa: E402
+                      stream_accuracy, stream_pairing, stream_vs_exact, target, thread_counts,
+                      threads, write)
 
 from kvbounds.algorithms.subgen import SubGen  # noqa: E402
 from kvbounds.traces.synthetic import make_trace  # noqa: E402
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="n up to 2^12 (a short run)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds (for the tests)")
-    ap.add_argument("--out", type=Path, default=None, help="JSON output path")
+    ap.add_argument("--out", type=output_path, default=None, help="JSON output path")
     args = ap.parse_args(argv)
     args.quick = "smoke" if args.smoke else ("quick" if args.quick else False)
     print(f"load before: {load()}")

@@ -27,6 +27,9 @@ import torch  # noqa: E402
 
 from kvbounds.traces import real  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _harness import output_path  # noqa: E402
+
 
 def bench_model(model: str, lengths: list[int]) -> dict:
     why = real.available(model)
@@ -70,7 +73,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--lengths", default=None)
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", type=output_path, default=None)
     a = ap.parse_args(argv)
     lengths = [int(x) for x in a.lengths.split(",")] if a.lengths else ([512, 2048] if a.quick else [512, 2048, 8192])
     torch.set_num_threads(os.cpu_count() or 1)

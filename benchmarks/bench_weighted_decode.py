@@ -28,7 +28,7 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
         sys.path.insert(0, p)
 
 import torch  # noqa: E402
-from _harness import fmt_ratio, meta, paired, threads, write  # noqa: E402
+from _harness import fmt_ratio, meta, output_path, paired, threads, write  # noqa: E402
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
 
 from kvbounds.e2e._attention import weighted_attention_forward  # noqa: E402
@@ -69,7 +69,7 @@ def _step(kind: str, n: int, g: torch.Generator):
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", type=output_path, default=None)
     args = ap.parse_args(argv)
     lengths = [4096, 16384] if args.quick else [4096, 16384, 65536]
     reps = 7 if args.quick else 21

@@ -231,11 +231,28 @@ def run(method, K, V, floats: int, rng, *, sink: int = 0, window: int = 0, block
     """The method's cache (key ``"method"``) and every control's at the floats the method's cache holds
     (:func:`cache_floats`, not the budget asked: a method below its budget is compared at what it holds).
     ``method``: a compress function or a registered method's name; ``ablation``: a compress function, a registered
-    name, or None (a registered method's own ``ablation``, if it names one)."""
+    name, or None (a registered method's own ``ablation``, if it names one). Every argument is checked before the
+    method runs (InputError naming it: K, V, ``floats``, ``sink``, ``window``, ``block_size``, ``rng``, Q, the
+    method and the ablation), and the method's answer after (a :class:`CompressedKV`)."""
+    K, V = check_kv(K, V)
+    floats, sink, window = _sizes(floats, sink, window)
+    check_int(block_size, "block_size", minimum=1)
+    check_rng(rng)
+    if Q is not None:
+        if not isinstance(Q, np.ndarray):
+            raise InputError(f"Q must be None or a numpy array (..., m, d) of K's heads, got {type(Q).__name__}")
+        check_array(Q, "Q", ndim=K.ndim, last_dim=K.shape[-1])
+        if Q.shape[:-2] != K.shape[:-2]:
+            raise InputError(f"Q must hold K's heads {K.shape[:-2]}, got shape {Q.shape}")
     fn = _as_function(method)
     if ablation is None and isinstance(method, str):
         ablation = ablation_of(method)
+    elif ablation is not None:
+        _as_function(ablation)
     c = fn(K, V, floats, rng, sink=sink, window=window, block_size=block_size, Q=Q)
+    if not isinstance(c, CompressedKV):
+        raise InputError(f"the method returned {type(c).__name__}, not a CompressedKV (the method contract: "
+                         "kvbounds.methods)")
     held = cache_floats(c) // max(int(np.prod(K.shape[:-2], dtype=np.int64)), 1)
     return {"method": c, **controls(K, V, held, rng, sink=sink, window=window, ablation=ablation,
                                     block_size=block_size, Q=Q)}

@@ -168,7 +168,7 @@ def run(args) -> int:
             print(f"kvbounds e2e: {line}", file=sys.stderr)
         return 2
     try:
-        with ResultStore(args.out).lock():
+        with ResultStore(args.out, writer="check").lock():     # `e2e` writes claim records, as `check` does
             return _run(args)
     except StoreError as e:       # StoreLocked included: another `kvbounds check` / `e2e` writes to --out
         print(f"kvbounds e2e: {e}", file=sys.stderr)

@@ -2,8 +2,8 @@
 compressor against the battery at equal memory (:mod:`kvbounds.evaluation`).
 
 Exit 0 with the calls printed; 2 with one line naming the problem (a SPEC that does not import or is no press /
-compressor, a ratio outside [0, 1), a press that raises or returns a bad cache, a trial that raised), nothing but
-resumable records written; 1 for an unusable --out; 130 / 143 on Ctrl-C / SIGTERM (rerun to resume).
+compressor, a ratio outside [0, 1), a press that raises or returns a bad cache, a trial that raised, an --out that
+is a `kvbounds check` store), nothing but resumable records written; 1 for an unusable --out; 130 / 143 on Ctrl-C / SIGTERM (rerun to resume).
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from kvbounds.algorithms.validation import InputError
     from kvbounds.evaluation import CARD_FILE, JSON_FILE, default_out, evaluate
-    from kvbounds.core import StoreError
+    from kvbounds.core import StoreError, StoreOfOtherCommand
     from kvbounds.run import Terminated, sigterm_raises
     out = args.out or default_out(args.spec)
     if args.workers is not None and args.workers < 1:
@@ -50,6 +50,9 @@ def run(args) -> int:
     except Terminated:
         print(f"kvbounds evaluate: terminated; finished trials are kept in {out}; rerun to resume", file=sys.stderr)
         return 143
+    except StoreOfOtherCommand as e:          # a `kvbounds check` store as --out: refused before any work
+        print(f"kvbounds evaluate: {e}", file=sys.stderr)
+        return 2
     except StoreError as e:
         print(f"kvbounds evaluate: error: {e}", file=sys.stderr)
         return 1

@@ -114,7 +114,7 @@ def _cmd_check(args) -> int:
     """Run the checks, then print the verdict of each claim run. Ctrl-C or SIGTERM: one line saying
     how to resume, exit 130 / 143. An unusable --out (read-only, a file, full disk, another `check`
     writing there): one line, exit 1; the trials already written stay valid."""
-    from kvbounds.core import ResultStore, StoreError
+    from kvbounds.core import ResultStore, StoreError, StoreOfOtherCommand
     from kvbounds.claims import checked_claims, get_claim
     from kvbounds.report import build_verdicts
     from kvbounds.run import Terminated, profile_trials, run_checks, sigterm_raises
@@ -152,6 +152,9 @@ def _cmd_check(args) -> int:
     except Terminated:
         print(f"kvbounds: terminated; {resume}", file=sys.stderr)
         return 143
+    except StoreOfOtherCommand as e:          # a `kvbounds evaluate` store: the wrong --out, refused before any trial
+        print(f"kvbounds: {e}", file=sys.stderr)
+        return 2
     except StoreError as e:
         print(f"kvbounds: error: {e}", file=sys.stderr)
         return 1
@@ -284,8 +287,12 @@ def _traces_cli():
 
 
 def main(argv=None) -> int:
+    from kvbounds.core import StoreError
     try:
         return _main(argv)
+    except StoreError as e:        # a store that cannot be read (results.jsonl a FIFO, a link out of the store): one line
+        print(f"kvbounds: error: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:        # `kvbounds list | head`: the reader left; stop quietly (Python's SIGPIPE recipe)
         import os
         devnull = os.open(os.devnull, os.O_WRONLY)

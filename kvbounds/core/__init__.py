@@ -5,8 +5,9 @@ Its modules are private (a leading underscore); this __init__ names what the roo
 kvbounds.claims (the papers' names, for old records) and kvbounds.algorithms (``InputError``); the layers are a
 contract (tests/package/test_structure.py).
 """
-from ._output_files import OutputRefused, check_output, write_output
+from ._output_files import (OutputRefused, check_output, check_output_dir, special_file, store_file,
+                            write_output)
 from ._progress import Progress, append_run, duration, read_runs
-from ._records import (DEFERRED, FIGURES_DIR, REPORT_FILES, Record, ResultStore, StoreError, canonical, jsonable,
-                       trial_key)
+from ._records import (DEFERRED, FIGURES_DIR, REPORT_FILES, RESULTS_FILE, STORE_FILE, Record, ResultStore,
+                       StoreError, StoreOfOtherCommand, canonical, jsonable, special_kind, store_writer, trial_key)
 from ._trials import make_record, pick, unit_directions

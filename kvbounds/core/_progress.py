@@ -3,6 +3,7 @@ each claim's check, and one line per ``kvbounds check`` in ``DIR/runs.jsonl`` (t
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -15,6 +16,8 @@ from ._records import RUNS_FILE, Record, canonical
 
 
 def duration(s: float) -> str:
+    if not math.isfinite(s):
+        return "unknown"
     s = max(s, 0.0)
     if s < 60:
         return f"{s:.1f}s"
@@ -127,10 +130,15 @@ def append_run(out_dir: str | os.PathLike, line: dict) -> None:
 
 
 def read_runs(out_dir: str | os.PathLike) -> list[dict]:
-    """The lines of ``DIR/runs.jsonl`` that parse (one per ``kvbounds check`` that ran trials)."""
+    """The lines of ``DIR/runs.jsonl`` that parse (one per ``kvbounds check`` that ran trials); none when it is no
+    regular file (a FIFO is never opened: a read would block)."""
+    from ._output_files import special_file
+    path = Path(out_dir) / RUNS_FILE
     try:
-        text = (Path(out_dir) / RUNS_FILE).read_text(encoding="utf-8")
-    except OSError:
+        if special_file(path):
+            return []
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
         return []
     runs = []
     for line in text.splitlines():

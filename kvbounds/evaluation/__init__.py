@@ -5,5 +5,5 @@ Its modules are private (a leading underscore); this __init__ names what the roo
 kvbounds.report, kvbounds.streams, kvbounds.battery, kvbounds.e2e, kvbounds.run, kvbounds.methods, kvbounds.core,
 kvbounds.algorithms; the layers are a contract (tests/package/test_structure.py).
 """
-from ._evaluate import CARD_FILE, JSON_FILE, default_out, evaluate
+from ._evaluate import CARD_FILE, JSON_FILE, EvaluationError, default_out, evaluate
 from ._streams import compare_on_streams

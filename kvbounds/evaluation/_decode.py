@@ -122,8 +122,10 @@ def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
                        bound_kind="shape", check=CHECK, source=SOURCE, **extra)
 
 
-def run_decode(resolved, *, profile: str, ratio: float, seed: int, out, workers=None, progress: bool = True) -> dict:
-    """Run (or resume) the decode trials; returns {"setup", "headline", "calls"} or {"skipped": why}."""
+def run_decode(resolved, *, profile: str, ratio: float, seed: int, out, workers=None, progress: bool = True,
+               sys_path=()) -> dict:
+    """Run (or resume) the decode trials; returns {"setup", "headline", "calls"} or {"skipped": why}. ``sys_path``:
+    directories the worker processes put first on their module path (:func:`kvbounds.run.run_trials`)."""
     from kvbounds.battery import power_vs_controls
     from kvbounds.battery import summary_words
     from kvbounds.core import ResultStore
@@ -138,7 +140,8 @@ def run_decode(resolved, *, profile: str, ratio: float, seed: int, out, workers=
     except InputError as e:
         return {"skipped": f"not run at decode time: {e}"}
     run_trials(trials, out=out, workers=workers, progress=progress, run=dict(profile=profile, backend="numpy",
-                                                                              seed=seed))
+                                                                              seed=seed), writer="evaluate",
+               sys_path=sys_path)
     keys = {t.key for t in trials}
     contents = ResultStore(out).read()
     records = [r for r in contents.records if r.key in keys]

@@ -52,7 +52,7 @@ def run_e2e(resolved, *, profile: str, ratio: float, seed: int, out, progress: b
     if why:
         return {"skipped": f"end to end not run: {why}"}
     trials = e2e_trials(resolved.name, profile, ratio, seed)
-    store = ResultStore(out)
+    store = ResultStore(out, writer="evaluate")
     with store.lock():
         done = store.done_keys()
         todo = list({t.key: t for t in trials if t.key not in done}.values())

@@ -28,12 +28,13 @@ import os
 import sys
 import time
 
-from kvbounds.algorithms.validation import InputError, check_choice
+from kvbounds.algorithms.validation import InputError, check_choice, check_int
 
 from . import _streams as ES
 from ._card import CARD_FILE, JSON_FILE
 
-__all__ = ["EvaluationError", "evaluate", "summary", "calls_of", "regime", "default_out", "JSON_FILE", "CARD_FILE"]
+__all__ = ["EvaluationError", "evaluate", "summary", "calls_of", "regime", "default_out", "check_arguments",
+           "stream_words", "JSON_FILE", "CARD_FILE"]
 
 METRIC = ("relative attention error over held-out queries: mean_q ||Attn_hat(q) - Attn(q)|| / ||Attn(q)|| "
           "(zeros scores 1)")
@@ -53,9 +54,35 @@ def _trials(spec, profile, ratio, seed):
     return [Trial(ES.CLAIM, p, seed, "numpy", ES.__name__) for p in ES.trials(spec, profile, ratio, seed)]
 
 
+MAX_WORKERS = 1024
+
+
+def check_arguments(*, profile, e2e, decode, out, workers, seed, progress) -> None:
+    """:func:`evaluate`'s arguments other than SPEC and ratio (:func:`kvbounds.evaluation._spec.resolve` and
+    ``check_ratio`` check those): an :class:`~kvbounds.algorithms.validation.InputError` naming the first bad one."""
+    check_choice(profile, "profile", ES.PROFILES)
+    for name, v in (("e2e", e2e), ("decode", decode), ("progress", progress)):
+        if not isinstance(v, bool):
+            raise InputError(f"{name} must be True or False, got {v!r}")
+    if out is not None and (not isinstance(out, (str, os.PathLike)) or not os.fspath(out)
+                            or "\0" in os.fspath(out)):
+        raise InputError(f"out must be a directory path (str or os.PathLike) or None, got {out!r}")
+    if workers is not None:
+        check_int(workers, "workers", minimum=1, maximum=MAX_WORKERS)
+    check_int(seed, "seed", minimum=0, maximum=2**63 - 1)
+
+
+def stream_words(params: dict) -> str:
+    """The stream of an evaluate trial in words: its family, its index and the call that rebuilds it."""
+    n = params.get("n", 0) + params.get("queries", 0)
+    return (f"the {params.get('family')} stream #{params.get('rep')} (make_stream({params.get('family')!r}, "
+            f"n={n}, d={params.get('d')}, seed={params.get('stream_seed')}))")
+
+
 def _preflight(resolved, trials) -> None:
-    """The first stream of each family at every fraction, in this process, nothing written: a press that raises or
-    returns a bad cache stops the evaluation here (:class:`EvaluationError`)."""
+    """The first stream of each family at every fraction, in this process, nothing written: a press that raises
+    (anything, SystemExit too) or returns a bad cache stops the evaluation here (:class:`EvaluationError`, one line
+    naming the method and the stream)."""
     seen = set()
     for t in trials:
         if t.params["family"] in seen:
@@ -64,7 +91,12 @@ def _preflight(resolved, trials) -> None:
         try:
             ES.run_trial(dict(t.params), 0)
         except InputError as e:
-            raise EvaluationError(f"{resolved.spec} on the {t.params['family']} stream: {e}") from None
+            raise EvaluationError(f"{resolved.spec} on {stream_words(t.params)}: {' '.join(str(e).split())}") \
+                from None
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's method raised: one line, not a traceback
+            msg = " ".join(str(e).split())[:300]
+            raise EvaluationError(f"{resolved.spec} raised {type(e).__name__}{': ' + msg if msg else ''} on "
+                                  f"{stream_words(t.params)}") from None
 
 
 def calls_of(records, fractions) -> tuple[list[dict], dict]:
@@ -144,40 +176,44 @@ def evaluate(spec: str, *, ratio: float = 0.75, profile: str = "quick", e2e: boo
     """Evaluate SPEC (a registered method, ``kvpress:NAME`` or ``module:NAME``; :mod:`kvbounds.evaluation`) at
     kvpress compression ratio ``ratio`` (the fraction removed; the headline fraction is 1 - ratio) on ``profile``;
     writes ``out`` (default :func:`default_out`) and returns evaluation.json's content. ``workers``: processes for
-    the stream trials (default: all cores; smoke runs in this process). Raises :class:`EvaluationError` (and
-    :class:`kvbounds.core.StoreError`
-    for an unusable ``out``)."""
+    the stream trials (default: all cores; smoke runs in this process). Every argument is checked first
+    (:func:`check_arguments`: an InputError naming it). A ``module:NAME`` SPEC imports with the current directory
+    first on the module path, as ``python -m`` does: in this process only while it imports, in the worker processes
+    by their start-up; ``os.environ`` and ``sys.path`` are left as they were. ``out`` must not be a ``kvbounds
+    check`` store. Raises :class:`EvaluationError` (and :class:`kvbounds.core.StoreError` for an unusable
+    ``out``)."""
     from ._card import write_outputs
     from ._spec import check_ratio, resolve
     from kvbounds.core import ResultStore
     from kvbounds.run import run_trials
-    check_choice(profile, "profile", ES.PROFILES)
+    check_arguments(profile=profile, e2e=e2e, decode=decode, out=out, workers=workers, seed=seed, progress=progress)
     ratio = check_ratio(ratio)
+    out = default_out(spec) if out is None and isinstance(spec, str) else out
+    if out is not None:
+        ResultStore(out, writer="evaluate").check_writer()      # another command's store: refused before any work
     resolved = resolve(spec, ratio)
-    out = default_out(spec) if out is None else out
     if workers is None and profile == "smoke":
         workers = 1                 # its few trials take less than starting worker processes that import torch
     t0, c0 = time.perf_counter(), time.process_time()
     trials = _trials(spec, profile, ratio, seed)
     _preflight(resolved, trials)
-    if ":" in spec and not spec.startswith("kvpress:"):     # the worker processes import the SPEC's module too
-        os.environ["PYTHONPATH"] = os.pathsep.join([os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "")
-                                                                      .split(os.pathsep) if p])
+    # the worker processes import the SPEC's module too: the current directory first on their path (given to them)
+    sys_path = [os.getcwd()] if ":" in spec and not spec.startswith("kvpress:") else []
     timings: dict = {}
     run_trials(trials, out=out, workers=workers, progress=progress, timings=timings,
-               run=dict(profile=profile, backend="numpy", seed=seed))
+               run=dict(profile=profile, backend="numpy", seed=seed), writer="evaluate", sys_path=sys_path)
     contents = ResultStore(out).read()
     keys = {t.key for t in trials}
     errors = [e for e in contents.errors if e.key in keys]
     if errors:
         raise EvaluationError(f"{len(errors)} stream trial(s) raised (kept in {out}/results.jsonl; rerun to retry), "
-                              f"first: {errors[0].error}")
+                              f"first: {resolved.spec} on {stream_words(errors[0].params)}: {errors[0].error}")
     records = [r for r in contents.records if r.key in keys]
     extra = {}
     if decode or resolved.decoding:
         from ._decode import run_decode
         extra["decode"] = run_decode(resolved, profile=profile, ratio=ratio, seed=seed, out=out, workers=workers,
-                                     progress=progress)
+                                     progress=progress, sys_path=sys_path)
     if e2e:
         from ._e2e import run_e2e
         extra["e2e"] = run_e2e(resolved, profile=profile, ratio=ratio, seed=seed, out=out, progress=progress)

@@ -7,8 +7,8 @@ SPEC is one of
     entry-point group ``kvbounds.methods``): its ``compress``;
   * ``kvpress:NAME``: a press of the installed kvpress, by class name (``kvpress:KnormPress``) or by the registry's
     short name (``kvpress:knorm``), built with ``compression_ratio=R``;
-  * ``module:NAME`` (``NAME`` may be dotted): an object of an importable module (the current directory is on the
-    path, as for ``python -m``): a kvpress ``BasePress`` subclass (built with ``compression_ratio=R``), a press
+  * ``module:NAME`` (``NAME`` may be dotted): an object of an importable module (the current directory first on the
+    path while it imports, as for ``python -m``; ``sys.path`` restored after): a kvpress ``BasePress`` subclass (built with ``compression_ratio=R``), a press
     instance (its ratio set to R, or its inner press's for a wrapper), a :class:`kvbounds.methods.Method`, or a
     function with the method contract ``compress(K, V, floats, rng, *, sink, window, block_size=64, Q=None)``.
 A press runs on streams through :mod:`kvbounds.evaluation`. A SPEC that is no registered name is registered on
@@ -20,6 +20,7 @@ built with ``compression_ratio``; a ratio outside [0, 1).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import inspect
@@ -66,16 +67,29 @@ def check_ratio(ratio) -> float:
     return float(ratio)
 
 
+@contextlib.contextmanager
+def _cwd_first():
+    """The current directory first on ``sys.path`` while the block runs (as ``python -m`` puts it: a module in the
+    current directory imports), then ``sys.path`` as it was: the caller's path is not changed for good."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
 def _import(spec: str):
     mod_name, _, attr = spec.partition(":")
     if not mod_name or not attr:
         raise SpecError(f"SPEC {spec!r} is not a registered method, kvpress:NAME or module:NAME")
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)              # as `python -m` does: a module in the current directory imports
     try:
-        obj = importlib.import_module(mod_name)
-    except Exception as e:  # noqa: BLE001 - any import failure is the SPEC's, named
+        with _cwd_first():
+            obj = importlib.import_module(mod_name)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - any import failure is the SPEC's, named (sys.exit too)
         raise SpecError(f"SPEC {spec!r} does not import: {type(e).__name__}: {' '.join(str(e).split())[:300]}") \
             from None
     for part in attr.split("."):

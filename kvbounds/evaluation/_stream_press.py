@@ -47,8 +47,18 @@ class PressError(InputError):
     non-finite values. The message names the press and what went wrong."""
 
 
+def _kvpress_class_in(obj) -> bool:
+    """Whether a class of kvpress is among the bases of ``obj`` (a class) or of its class: only then can it be a
+    press, and only then is kvpress imported to ask (importing kvpress imports torch and transformers: seconds, and
+    their warnings, for a numpy compressor that is no press)."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return any(str(getattr(c, "__module__", "")).split(".")[0] == "kvpress" for c in getattr(cls, "__mro__", ()))
+
+
 def is_press(obj) -> bool:
     """A kvpress press: an instance or subclass of ``kvpress.BasePress`` (False when kvpress is not installed)."""
+    if not _kvpress_class_in(obj):
+        return False
     try:
         from kvpress import BasePress
     except Exception:   # noqa: BLE001 - kvpress missing or broken: nothing is a press
@@ -58,6 +68,8 @@ def is_press(obj) -> bool:
 
 def is_decoding_press(obj) -> bool:
     """A kvpress decoding press (compresses while generating: ``DecodingPress`` and its subclasses)."""
+    if not _kvpress_class_in(obj):
+        return False
     try:
         from kvpress import DecodingPress
     except Exception:   # noqa: BLE001

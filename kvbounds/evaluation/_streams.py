@@ -184,7 +184,7 @@ def compare_on_streams(method, control: str, streams, *, fraction: float = 0.25,
     and ``smallest_loss`` (the smallest stream, by n then d, on which the method's error was not below the
     control's; "" when none)."""
     from kvbounds import battery
-    from kvbounds.algorithms.validation import check_probability
+    from kvbounds.algorithms.validation import check_int, check_probability
     from kvbounds.battery import power_vs_controls
     from ._spec import resolve_object
     from kvbounds.core import make_record
@@ -193,6 +193,11 @@ def compare_on_streams(method, control: str, streams, *, fraction: float = 0.25,
     check_probability(alpha, "alpha")
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction < 1:
         raise InputError(f"fraction must be a number in (0, 1), got {fraction!r}")
+    if queries is not None:
+        queries = check_int(queries, "queries (held-out queries per stream)", minimum=1)
+    if isinstance(streams, (str, bytes, KVStream)) or not hasattr(streams, "__iter__"):
+        raise InputError(f"streams must be a non-empty sequence of KVStream (kvbounds.testing.make_stream), got "
+                         f"{type(streams).__name__}")
     streams = list(streams)
     if not streams or not all(isinstance(s, KVStream) for s in streams):
         raise InputError("streams must be a non-empty sequence of KVStream (kvbounds.testing.make_stream)")
@@ -200,10 +205,11 @@ def compare_on_streams(method, control: str, streams, *, fraction: float = 0.25,
     sink, window = (0, 0) if spec.kind == "press" else SINK_WINDOW
     records, losses = [], []
     for i, s in enumerate(streams):
-        m = max(1, s.n // 8) if queries is None else int(queries)
+        m = max(1, s.n // 8) if queries is None else queries
         n = s.n - m
         if n < 2:
-            raise InputError(f"stream {s!r} is too short for {m} held-out queries")
+            raise InputError(f"queries: stream {s!r} is too short for {m} held-out queries (a context of at least 2 "
+                             "tokens must remain)")
         K, V, Q = (x[None, :n] for x in (s.K, s.V, s.Q))
         q = s.Q[n:]
         x = q @ s.K[:n].T * s.scale

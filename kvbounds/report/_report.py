@@ -22,7 +22,7 @@ from typing import Iterable, Sequence
 
 from kvbounds import claims as registry
 from kvbounds.algorithms.validation import InputError, check_int
-from kvbounds.core import check_output, write_output
+from kvbounds.core import check_output, check_output_dir, write_output
 from kvbounds.core import DEFERRED, FIGURES_DIR, REPORT_FILES, Record, ResultStore, canonical
 from . import _chips as report_chips
 from ._chips import calls_worse, define  # noqa: F401
@@ -349,24 +349,36 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
         papers=[(p.citation(), p.url) for p in registry.PAPERS.values()]), TERMS if glossary_links else ())
 
 
+def refuse_evaluate_store(out: Path) -> None:
+    """ReportError when ``out`` is a ``kvbounds evaluate`` store: the report reads and writes `kvbounds check` stores
+    only (an evaluation has its own card, evaluation.html)."""
+    from kvbounds.core import store_writer
+    if store_writer(out) == "evaluate":
+        raise ReportError(f"{out} is a `kvbounds evaluate` store (its card is {out / 'evaluation.html'}); `kvbounds "
+                          "report` reads the stores `kvbounds check` writes")
+
+
 def write_report(out_dir, claims: Iterable[str] | None = None) -> Path:
     """Build verdicts from ``out_dir/results.jsonl``; write report.html, summary.json, figures/*.png.
 
-    Raises ReportError when the directory or its records are missing (nothing to report on), OutputRefused (before
-    anything is written) when report.html or summary.json is a link onto another file of the store. Every file is
-    written to a temporary file and renamed (kvbounds.core._output_files)."""
+    Raises ReportError when the directory or its records are missing (nothing to report on) or it is a ``kvbounds
+    evaluate`` store, OutputRefused (before anything is written) when report.html or summary.json is a link onto
+    another file of the store, a device, a FIFO or a directory, or figures/ is a link or holds such a file. Every
+    file is written to a temporary file and renamed (kvbounds.core._output_files)."""
     out = Path(out_dir)
     store = ResultStore(out)
     if out.exists() and not out.is_dir():
         raise ReportError(f"{out} is a file, not a directory; pass the directory `kvbounds check --out` wrote")
     if not out.is_dir():
         raise ReportError(f"{out} does not exist; run `kvbounds check --out {out}` first")
+    refuse_evaluate_store(out)
     contents = store.read()          # one pass over results.jsonl: records and error records together
     records = contents.records
     if not records:
         raise ReportError(f"{store.path} holds no records; run `kvbounds check --out {out}` first")
     for name in REPORT_FILES:
         check_output(out / name, own=True)
+    check_output_dir(out / FIG_DIR, "*.png")
     verdicts = build_verdicts(records, claims)
     errors = contents.errors
     if claims is not None:

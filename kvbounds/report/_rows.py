@@ -31,6 +31,13 @@ PRACTITIONER_ROW = {"method": "str", "variant": "str", "task": "str", "budget": 
                     "compress_ms": "num?", "prefill_ms": "num?"}
 PAPER_ANSWER = {"answer": "str", "claims": "list", "papers": "list"}
 _TYPES = {"str": (str,), "int": (int,), "num": (int, float), "bool": (bool,), "dict": (dict,), "list": (list,)}
+FLOAT_MAX = 1.7976931348623157e308
+
+
+def in_float_range(v) -> bool:
+    """A JSON number a renderer can format as a float: any float (NaN and inf are read as such), an integer only
+    within float range (a 400-digit integer would be an OverflowError in every ``:.3g``)."""
+    return not isinstance(v, int) or isinstance(v, bool) or -FLOAT_MAX <= v <= FLOAT_MAX
 
 
 def fits_row(v, kind) -> bool:
@@ -45,7 +52,8 @@ def fits_row(v, kind) -> bool:
         return v in kind
     if kind == "pair":
         return isinstance(v, (list, tuple)) and len(v) == 2 and all(x is None or fits_row(x, "num") for x in v)
-    return isinstance(v, _TYPES[kind]) and (kind in ("bool", "dict", "list") or not isinstance(v, bool))
+    return isinstance(v, _TYPES[kind]) and (kind in ("bool", "dict", "list") or not isinstance(v, bool)) and \
+        (kind != "num" or in_float_range(v))
 
 
 def _want(kind) -> str:
@@ -54,7 +62,7 @@ def _want(kind) -> str:
     if isinstance(kind, dict):
         return f"an object with {', '.join(map(repr, kind))}"
     kind = kind.lstrip("~")
-    base = {"pair": "a list of 2 numbers", "num": "a number", "int": "an integer", "str": "a string",
+    base = {"pair": "a list of 2 numbers", "num": "a number (within float range)", "int": "an integer", "str": "a string",
             "bool": "true or false", "dict": "an object", "list": "a list"}[kind.rstrip("?")]
     return base + (" or null" if kind.endswith("?") else "")
 

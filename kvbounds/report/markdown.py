@@ -200,10 +200,12 @@ def write_markdown(out_dir, path, claims=None) -> Path:
     OutputRefused, before any work, when ``path`` is a file a result store owns: kvbounds.core._output_files)."""
     from kvbounds.core import check_output, write_output
     from kvbounds.core import ResultStore
-    from ._report import ReportError, build_verdicts
+    from ._report import ReportError, build_verdicts, refuse_evaluate_store
     from ._meta import leaderboard, run_metadata
     out = Path(out_dir)
     check_output(path, stores=[out])
+    if out.is_dir():
+        refuse_evaluate_store(out)
     records = ResultStore(out).load() if out.is_dir() else []
     if not records:
         raise ReportError(f"{out / 'results.jsonl'} holds no records; run `kvbounds check --out {out}` first")
@@ -282,7 +284,9 @@ def main(argv=None) -> int:
     """``python -m kvbounds.report.markdown OUT_DIR README.md``: rewrite the README's what-we-found block from the
     records in OUT_DIR; ``python -m kvbounds.report.markdown SUMMARY.json README.md [RESULTS.md]``: rewrite it (and
     RESULTS.md) from a summary.json alone (``make results-md``). Atomically; exit 2 with one line, nothing written,
-    when README.md is a file a result store owns or has no markers."""
+    when README.md or RESULTS.md may not be written (a file a result store owns, a device, a FIFO, a directory, a
+    path inside a result store other than OUT_DIR, or the command's own input: RESULTS.md = SUMMARY.json or
+    README.md, README.md = the source) or README.md has no markers."""
     import sys
     from kvbounds.core import OutputRefused, check_output, write_output
     from kvbounds.core import ResultStore
@@ -294,7 +298,9 @@ def main(argv=None) -> int:
     source, readme = args[0], args[1]
     stores = [source] if Path(source).is_dir() else []
     try:
-        check_output(readme, stores=stores)
+        check_output(readme, stores=stores, inputs=[source])
+        if len(args) == 3:
+            check_output(args[2], stores=stores, inputs=[source, readme])
         if Path(source).is_dir():
             records = ResultStore(source).load()
             if not records:     # a README block saying that nothing ran would replace the real one
@@ -305,9 +311,9 @@ def main(argv=None) -> int:
             from .summary_read import load_summary
             results, block = render_from_summary(load_summary(source))
             if len(args) == 3:
-                write_output(args[2], results, stores=stores)
+                write_output(args[2], results, stores=stores, inputs=[source, readme])
         text = splice(Path(readme).read_text(encoding="utf-8"), block)
-        write_output(readme, text, stores=stores)
+        write_output(readme, text, stores=stores, inputs=[source])
     except (OutputRefused, ReportError, ValueError) as e:   # ValueError: no markers in README.md, or an InputError
         print(f"kvbounds: {e}", file=sys.stderr)
         return 2

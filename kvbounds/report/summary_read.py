@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import types
 import typing
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 from kvbounds.algorithms.validation import InputError
 from kvbounds import verdict as vf
 from ._rows import (CALL_ROW, PAPER_ANSWER, POWER_SETTING_ROW, PRACTITIONER_ROW, check_board_rows, check_row,
-                    check_rows, fits_row, short_repr)
+                    check_rows, fits_row, in_float_range, short_repr)
 from ._summary import SUMMARY_KEYS
 from kvbounds.verdict import Verdict
 
@@ -49,7 +50,7 @@ def _fits(v, hint) -> bool:
     if dataclasses.is_dataclass(origin):
         return isinstance(v, origin)
     if origin is float:
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and in_float_range(v)
     if origin is int:
         return isinstance(v, int) and not isinstance(v, bool)
     if origin is tuple:
@@ -170,14 +171,20 @@ def verdicts_from_summary(summary: dict) -> dict[str, Verdict]:
 
 def load_summary(path) -> dict:
     """summary.json as a dict; a file that cannot be read, is not JSON or holds no object is an InputError naming
-    the file."""
+    the file; so is one that is not a regular file (a FIFO is refused before it is opened: no read that blocks)."""
+    from kvbounds.core import special_file
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"a summary's path must be a str or os.PathLike, got {short_repr(path)}")
+    what = special_file(path)
+    if what:
+        raise InputError(f"cannot read {path}: it is {what}, not a summary.json")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
     try:
         summary = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise InputError(f"{path} is not JSON ({e}); pass a summary.json that `kvbounds report` wrote") from None
     if not isinstance(summary, dict):
         raise InputError(f"{path} holds a JSON {type(summary).__name__}, not a summary's object of claim verdicts")
@@ -202,11 +209,12 @@ def main(argv=None) -> int:
     if len(args) != 2:
         print("usage: python -m kvbounds.report.summary_read SUMMARY.json OUT.json", file=sys.stderr)
         return 2
-    from kvbounds.core import OutputRefused, write_output
+    from kvbounds.core import OutputRefused, check_output, write_output
     try:
+        check_output(args[1], inputs=[args[0]])         # before any work: a device, a FIFO, a store, its own input
         summary = load_summary(args[0])
         verdicts_from_summary(summary)          # what the markdown will read: refused here, before writing
-        write_output(args[1], compact(summary))
+        write_output(args[1], compact(summary), inputs=[args[0]])
     except (InputError, OutputRefused) as e:
         print(f"kvbounds: {e}", file=sys.stderr)
         return 2

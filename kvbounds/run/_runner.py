@@ -156,19 +156,23 @@ def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed:
         raise ValueError(f"workers must be >= 1, got {workers}")
     trials = expand(claims, profile, seed, backend)
     return run_trials(trials, out=out, executor=executor, workers=workers, progress=progress, on_record=on_record,
-                      timings=timings, run=dict(profile=profile, backend=backend, seed=seed))
+                      timings=timings, run=dict(profile=profile, backend=backend, seed=seed), writer="check")
 
 
 def run_trials(trials: Sequence[Trial], *, out: str | os.PathLike = "results", executor: cf.Executor | None = None,
                workers: int | None = None, progress: bool = True, on_record: Callable[[Record], None] | None = None,
-               timings: dict | None = None, run: dict | None = None) -> list[Record]:
+               timings: dict | None = None, run: dict | None = None, writer: str = "check",
+               sys_path: Sequence[str] = ()) -> list[Record]:
     """Run the given trials that are not already done in ``out`` (the sweep of :func:`run_checks`, for trials
     made elsewhere: ``kvbounds evaluate``'s, whose module is named by each trial). Holds the directory's lock;
-    ``run``: the profile / backend / seed of the run's line in ``DIR/runs.jsonl``. Returns the records written
-    (error records left out); raises :class:`kvbounds.core.StoreError` as :func:`run_checks` does."""
+    ``run``: the profile / backend / seed of the run's line in ``DIR/runs.jsonl``; ``writer``: the command writing
+    the store ("check" or "evaluate"; a store the other one writes is refused); ``sys_path``: directories our own
+    pool's worker processes put first on their ``sys.path`` (``kvbounds evaluate module:NAME``: the caller's current
+    directory; nothing in the caller's process or environment changes). Returns the records written (error
+    records left out); raises :class:`kvbounds.core.StoreError` as :func:`run_checks` does."""
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    store = ResultStore(out)
+    store = ResultStore(out, writer=writer)
     with store.lock():
         stored = store.read()
         done, failed = stored.completed_keys, {e.key for e in stored.errors}
@@ -177,14 +181,14 @@ def run_trials(trials: Sequence[Trial], *, out: str | os.PathLike = "results", e
             retry = sum(t.key in failed for t in todo)
             sys.stderr.write(f"kvbounds: {len(todo)} trial(s) to run ({len(trials) - len(todo)} already finished in "
                              f"{store.path}{f'; {retry} failed before, retried' if retry else ''})\n")
-        return _sweep(todo, store, executor, workers, progress, on_record, run, timings)
+        return _sweep(todo, store, executor, workers, progress, on_record, run, timings, tuple(sys_path))
 
 
-def _sweep(todo, store, executor, workers, progress, on_record, run=None, timings=None) -> list[Record]:
+def _sweep(todo, store, executor, workers, progress, on_record, run=None, timings=None, sys_path=()) -> list[Record]:
     if not todo:
         return []
     own = executor is None
-    ex = executor or default_executor(workers)
+    ex = executor or default_executor(workers, sys_path=sys_path)
     in_process = own and isinstance(ex, cf.ThreadPoolExecutor)
     prog = Progress(len(todo), enabled=progress, todo=todo, workers=getattr(ex, "_max_workers", None) or workers or 1)
     try:

@@ -112,11 +112,15 @@ def _watch_parent(alive) -> None:
     os._exit(1)
 
 
-def _worker_init(alive) -> None:
+def _worker_init(alive, sys_path=()) -> None:
     """Pool worker setup: ignore Ctrl-C (the main process ends the pool), die with the main process
-    (a watchdog thread on the ``alive`` pipe, plus PR_SET_PDEATHSIG on Linux), and one thread for
-    every numerical library."""
+    (a watchdog thread on the ``alive`` pipe, plus PR_SET_PDEATHSIG on Linux), one thread for
+    every numerical library, and ``sys_path`` first on the module path (given explicitly by the caller: the
+    caller's own environment is never changed for the workers' sake)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for p in reversed(sys_path):
+        if p not in sys.path:
+            sys.path.insert(0, p)
     threading.Thread(target=_watch_parent, args=(alive,), name="kvbounds-parent-watch", daemon=True).start()
     _die_with_parent()
     single_thread_process()
@@ -128,7 +132,9 @@ def _start_method() -> str:
     return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def default_executor(max_workers: int | None = None) -> cf.Executor:
+def default_executor(max_workers: int | None = None, *, sys_path=()) -> cf.Executor:
+    """A process pool of ``max_workers`` (default: all cores; 1: a thread in this process) set up by
+    :func:`_worker_init`; ``sys_path``: directories the worker processes put first on their module path."""
     n = max_workers if max_workers is not None else (os.cpu_count() or 1)
     if n < 1:
         raise ValueError(f"workers must be >= 1, got {max_workers}")
@@ -139,7 +145,8 @@ def default_executor(max_workers: int | None = None) -> cf.Executor:
         # imported once in the fork server, not once per worker (numpy/scipy: no OpenMP threads, fork-safe)
         ctx.set_forkserver_preload(["kvbounds.run._runner", "kvbounds.proofs_checks.common"])
     alive_r, alive_w = ctx.Pipe(duplex=False)      # workers get the read end only
-    ex = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_init, initargs=(alive_r,))
+    ex = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_init,
+                                initargs=(alive_r, tuple(str(p) for p in sys_path)))
     ex._kvbounds_alive = (alive_r, alive_w)        # open as long as the pool lives
     return ex
 

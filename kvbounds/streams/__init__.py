@@ -1,11 +1,38 @@
 """The stream families, one room for the checks, ``kvbounds evaluate`` and kvbounds.testing alike: named KV streams
 (``make_stream``) and the power trials' streams with their records.
 
+The families' names and sizes (plain tuples and numbers, :mod:`kvbounds.streams._names`) load with the room; the
+streams themselves on first use of a name (PEP 562): the pytest plugin names its fixtures' parameters from here in
+every session of an environment where kvbounds is installed, and that must cost no numpy.
+
 Its modules are private (a leading underscore); this __init__ names what the room offers. It may import
 kvbounds.battery, kvbounds.core, kvbounds.traces, kvbounds.algorithms; the layers are a contract
 (tests/package/test_structure.py).
 """
-from ._families import (BATTERY_FAMILIES, FAMILIES, KVStream, REAL, REAL_TOKENS, SYNTHETIC, make_stream,
-                        real_available)
-from ._power import (POWER_CHECK, StreamBattery, battery_record, missing_record, power_record, power_trials,
-                     real_params, stream, streams_per_family)
+import importlib
+from typing import TYPE_CHECKING
+
+from ._names import (BATTERY_FAMILIES, FAMILIES, MAX_DIM, MAX_TOKENS, REAL, REAL_DIM, REAL_TOKENS,  # noqa: F401
+                     SYNTHETIC)
+
+if TYPE_CHECKING:   # what static tools (mypy, jedi) read
+    from ._families import KVStream, make_stream, real_available
+    from ._power import (POWER_CHECK, StreamBattery, battery_record, missing_record, power_record, power_trials,
+                         real_params, stream, streams_per_family)
+
+_NAMES = {name: "._families" for name in ("KVStream", "make_stream", "real_available")}
+_NAMES.update({name: "._power" for name in ("POWER_CHECK", "StreamBattery", "battery_record", "missing_record",
+                                            "power_record", "power_trials", "real_params", "stream",
+                                            "streams_per_family")})
+
+
+def __getattr__(name):
+    if name not in _NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_NAMES[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_NAMES))

@@ -37,15 +37,9 @@ import numpy as np
 
 from kvbounds.algorithms.validation import InputError, check_choice, check_int
 
-SYNTHETIC = ("synthetic benign", "concentrated", "clustered", "low rank", "rope", "outlier channels", "huge norms",
-             "duplicated keys")
-REAL = ("real SmolLM2", "real MiniLM")
-FAMILIES = SYNTHETIC + REAL
-# the families of the battery (kvbounds evaluate): the issue's synthetic four and the two real models
-BATTERY_FAMILIES = ("synthetic benign", "concentrated", "clustered", "low rank") + REAL
-REAL_DIM = {"real SmolLM2": 64, "real MiniLM": 32}
-REAL_TOKENS = {"real SmolLM2": 2048, "real MiniLM": 512}
-MAX_TOKENS, MAX_DIM = 10**6, 4096
+from ._names import (BATTERY_FAMILIES, FAMILIES, MAX_DIM, MAX_TOKENS, REAL, REAL_DIM,  # noqa: F401 (re-exported)
+                       REAL_TOKENS, SYNTHETIC)
+
 HUGE_LOGIT = 60.0          # ||k||^2 / sqrt(d) of the "huge norms" family (SmolLM2's keys: 40-79)
 OUTLIER_LOGIT = 2.0       # the logit share of the two outlier channels of the "outlier channels" family
 

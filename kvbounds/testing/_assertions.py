@@ -31,10 +31,16 @@ def _estimate_of(estimate, query):
     from kvbounds.algorithms.compressed_kv import CompressedKV
     if isinstance(estimate, CompressedKV):
         est = estimate.estimate(np.asarray(query, np.float64))
+        what = "the CompressedKV's estimate"
+    elif callable(estimate):
+        est, what = estimate(query), "the estimate function's answer"
+    else:
+        est, what = estimate, "estimate"
+    try:
         return np.asarray(est, np.float64).reshape(-1)
-    if callable(estimate):
-        return np.asarray(estimate(query), np.float64).reshape(-1)
-    return np.asarray(estimate, np.float64).reshape(-1)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{what} must be real numbers (the attention output, shape (dv,)), got "
+                         f"{type(est).__name__}: {' '.join(str(e).split())[:100]}") from None
 
 
 def attention_error(estimate, stream: KVStream, query, *, scale: str = "softmax_V_F", upto: int | None = None
@@ -70,6 +76,8 @@ def assert_attention_error(estimate, stream: KVStream, query, eps: float, scale:
     stream). The message gives the error and the bound, the constant (proven bound: eps; achieved: error / scale),
     zeros' error, the stream's family and the ``make_stream(...)`` call that rebuilds it."""
     eps = check_real(eps, "eps", minimum=0.0)
+    if not isinstance(informative, (bool, np.bool_)):
+        raise InputError(f"informative must be True or False, got {informative!r}")
     err, value, zeros = attention_error(estimate, stream, query, scale=scale, upto=upto)
     bound = eps * value
     achieved = err / value if value > 0 else (0.0 if err == 0 else math.inf)
@@ -97,7 +105,7 @@ def assert_beats(method, control: str, streams, *, fraction: float = 0.25, queri
     count, the smallest detectable ratio, the families and the smallest stream on which the method lost."""
     from kvbounds.evaluation import compare_on_streams
     from kvbounds.battery import call_words, fmt
-    res = compare_on_streams(method, control, list(streams), fraction=fraction, queries=queries, alpha=alpha)
+    res = compare_on_streams(method, control, streams, fraction=fraction, queries=queries, alpha=alpha)
     if res["call"] != "better":
         lost = res.get("smallest_loss")
         raise AssertionError(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from kvbounds.algorithms.validation import InputError, check_int
 
-from kvbounds.streams import FAMILIES, REAL, REAL_TOKENS, make_stream, real_available
+from kvbounds.streams import FAMILIES, MAX_DIM, MAX_TOKENS, REAL, REAL_TOKENS, make_stream, real_available
 
 __all__ = ["kv_streams", "families_here"]
 
@@ -38,22 +38,27 @@ def kv_streams(families=None, *, min_n: int = 4, max_n: int = 128, min_d: int = 
                dv: int | None = None):
     """A hypothesis strategy of :class:`~kvbounds.streams.KVStream` objects (``.K``, ``.V``, ``.Q``,
     ``.family``) over ``families`` (default: :data:`~kvbounds.streams.FAMILIES` available here), with
-    ``min_n <= n <= max_n`` tokens (a real family: at most its cached length) and ``min_d <= d <= max_d`` (rounded
-    up to even for ``rope``; a real family has its model's d), values of dimension ``dv`` (default d).
-    Refused (InputError): unknown families, none available here, bounds out of order, min_n < 4 or min_d < 2
+    ``min_n <= n <= max_n`` tokens (a real family: at most its cached length) and ``min_d <= d <= max_d`` (``rope``
+    draws an even d in that range; a real family has its model's d), values of dimension ``dv`` (default d). With
+    ``min_d = max_d`` odd, the default families leave ``rope`` out (every other family draws the odd d); a list that
+    names ``rope`` is refused. Refused (InputError): unknown families, none available here, bounds out of order or
+    beyond :func:`~kvbounds.streams.make_stream`'s (n <= 10^6, d and dv <= 4096), min_n < 4 or min_d < 2
     (the heavy-hitter family's least stream)."""
     from hypothesis import strategies as st
+    min_n = check_int(min_n, "min_n", minimum=4, maximum=MAX_TOKENS)
+    max_n = check_int(max_n, "max_n", minimum=min_n, maximum=MAX_TOKENS)
+    min_d = check_int(min_d, "min_d", minimum=2, maximum=MAX_DIM)
+    max_d = check_int(max_d, "max_d", minimum=min_d, maximum=MAX_DIM)
+    if dv is not None:
+        check_int(dv, "dv", minimum=1, maximum=MAX_DIM)
     fams = families_here(families)
+    if "rope" in fams and min_d % 2 and max_d == min_d:
+        if families is not None:
+            raise InputError(f"the rope family needs an even d; min_d = max_d = {min_d} is odd (leave rope out of "
+                             "families, or allow an even d)")
+        fams = tuple(f for f in fams if f != "rope")         # every other family draws the odd d
     if not fams:
         raise InputError(f"none of the families {families} can be built here (their models are missing)")
-    min_n = check_int(min_n, "min_n", minimum=4)
-    max_n = check_int(max_n, "max_n", minimum=min_n)
-    min_d = check_int(min_d, "min_d", minimum=2)
-    max_d = check_int(max_d, "max_d", minimum=min_d)
-    if dv is not None:
-        check_int(dv, "dv", minimum=1)
-    if "rope" in fams and min_d % 2 and max_d == min_d:
-        raise InputError(f"the rope family needs an even d; min_d = max_d = {min_d} is odd")
 
     @st.composite
     def draw_stream(draw):

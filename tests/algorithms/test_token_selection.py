@@ -39,12 +39,12 @@ def test_selection_form(name, kw, lead):
 
 
 @pytest.mark.parametrize("name, kw", CONFIGS)
-def test_full_budget_is_exact(name, kw, kv_stream):
-    """On every stream family of kvbounds.testing (the plugin's kv_stream fixture), a budget that holds every
+def test_full_budget_is_exact(name, kw, kvbounds_stream):
+    """On every stream family of kvbounds.testing (the plugin's kvbounds_stream fixture), a budget that holds every
     token gives exact attention (float64: 1e-12 of ||Attn||, a few hundred roundings of n = 64 terms)."""
-    Q, K, V = kv_stream.Q, kv_stream.K, kv_stream.V
-    idx, lw = make_selector(name, **kw).select(K, V, budget=kv_stream.n, rng=np.random.default_rng(0), Q=Q)
-    assert_attention_error(lambda q: estimate(q, K, V, idx, lw), kv_stream, Q[-1], 1e-12, scale="relative")
+    Q, K, V = kvbounds_stream.Q, kvbounds_stream.K, kvbounds_stream.V
+    idx, lw = make_selector(name, **kw).select(K, V, budget=kvbounds_stream.n, rng=np.random.default_rng(0), Q=Q)
+    assert_attention_error(lambda q: estimate(q, K, V, idx, lw), kvbounds_stream, Q[-1], 1e-12, scale="relative")
     assert relative_error(Q[-1], K, V, idx, lw) < 1e-12
 
 

@@ -147,3 +147,185 @@ def test_benchmark_output_onto_records_is_refused(tmp_path):
     with pytest.raises(OutputRefused):
         _harness.write("bench_x", False, {"a": 1}, d / "results.jsonl")
     assert (d / "results.jsonl").read_bytes() == records
+
+
+# ------------------------------------------------------------------ issue 43: special files, other stores, own inputs
+
+def _special_files(d):
+    """name -> path of a FIFO, a socket, a directory and (as root: mknod) a character device like /dev/null (1, 3),
+    made in ``d``, and a symlink to each (``link-NAME``); the sockets are returned to be closed."""
+    import socket
+    import stat
+    d.mkdir()
+    made = {"fifo": d / "fifo", "socket": d / "sock", "directory": d / "dir"}
+    os.mkfifo(made["fifo"])
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(made["socket"]))
+    made["directory"].mkdir()
+    try:
+        os.mknod(d / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        made["device"] = d / "null"
+    except PermissionError:
+        pass
+    for name, p in list(made.items()):
+        (d / f"link-{name}").symlink_to(p)
+        made[f"link to a {name}"] = d / f"link-{name}"
+    return made, sock
+
+
+WHAT = {"fifo": "FIFO", "socket": "socket", "directory": "directory", "device": "character device"}
+
+
+def _kinds_unchanged(made):
+    import stat
+    tests = {"fifo": stat.S_ISFIFO, "socket": stat.S_ISSOCK, "directory": stat.S_ISDIR, "device": stat.S_ISCHR}
+    return all(tests[k](os.stat(p).st_mode) for k, p in made.items() if k in tests)
+
+
+def test_a_dev_null_node_is_never_replaced_by_any_command(store, capsys, tmp_path):
+    """`kvbounds report --markdown /dev/null` run as root replaced the system's /dev/null with a regular file (so did
+    summary_read, report_markdown and the benchmarks' JSON): here a node like /dev/null (1, 3) made in a temporary
+    directory, and a link to it, are refused by each, exit 2 naming it, the node left a device."""
+    import stat
+    from kvbounds.report.markdown import main as rewrite
+    from kvbounds.report.summary_read import main as compact_main
+    null = tmp_path / "null"
+    try:
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("mknod of a character device needs root (a /dev/null-like node cannot be made here)")
+    link = tmp_path / "link"
+    link.symlink_to(null)
+    readme = tmp_path / "README.md"
+    readme.write_text("no markers\n")
+    for target in (null, link):
+        _refused(["report", "--out", str(store), "--markdown", str(target)], capsys, str(target), "character device")
+        assert compact_main([str(store / "summary.json"), str(target)]) == 2
+        assert rewrite([str(store / "summary.json"), str(readme), str(target)]) == 2
+        assert rewrite([str(store / "summary.json"), str(target)]) == 2
+        assert capsys.readouterr().err.count("character device") == 3
+        with pytest.raises(OutputRefused, match="character device"):
+            write_output(target, "x")
+    assert stat.S_ISCHR(os.lstat(null).st_mode) and os.lstat(null).st_rdev == os.makedev(1, 3)
+
+
+def test_the_real_dev_null_is_refused_without_a_write():
+    """check_output only looks (nothing is written): /dev/null itself, and a link to it, are refused."""
+    for p in ("/dev/null", os.devnull):
+        with pytest.raises(OutputRefused, match="character device"):
+            check_output(p)
+
+
+def test_report_markdown_onto_a_special_file_is_refused_before_any_work(store, capsys, tmp_path):
+    made, sock = _special_files(tmp_path / "special")
+    try:
+        before = _snapshot(store)
+        for name, p in made.items():
+            err = _refused(["report", "--out", str(store), "--markdown", str(p)], capsys, str(p))
+            assert WHAT[name.rsplit(" ", 1)[-1]] in err, (name, err)
+            assert ("(a link)" in err) == name.startswith("link"), err
+        assert _snapshot(store) == before and _kinds_unchanged(made)       # no report written, nothing replaced
+        assert sorted(p.name for p in (tmp_path / "special").iterdir() if p.name.startswith(".")) == []
+    finally:
+        sock.close()
+
+
+def test_write_output_and_the_report_refuse_special_files(store, tmp_path):
+    import shutil
+    made, sock = _special_files(tmp_path / "special")
+    try:
+        for name, p in made.items():
+            with pytest.raises(OutputRefused, match=WHAT[name.rsplit(" ", 1)[-1]]):
+                write_output(p, "x")
+        assert _kinds_unchanged(made)
+        d = tmp_path / "copy"
+        shutil.copytree(store, d)
+        for name in ("summary.json", "report.html"):               # the report's own files as FIFOs: refused
+            (d / name).unlink()
+            os.mkfifo(d / name)
+            with pytest.raises(OutputRefused, match="FIFO"):
+                from kvbounds.report import write_report
+                write_report(d)
+            (d / name).unlink()
+        figs = d / "figures"
+        shutil.rmtree(figs)
+        figs.symlink_to(tmp_path / "special")                      # its pngs would be removed in another directory
+        with pytest.raises(OutputRefused, match="link"):
+            write_report(d)
+        figs.unlink()
+        figs.mkdir()
+        os.mkfifo(figs / "x.png")
+        with pytest.raises(OutputRefused, match="FIFO"):
+            write_report(d)
+        assert (d / "results.jsonl").read_bytes() == (store / "results.jsonl").read_bytes()
+    finally:
+        sock.close()
+
+
+def test_a_path_inside_another_store_is_refused(store, capsys, tmp_path):
+    """`report --out A --markdown B/x.md` with B another `check` store, or an `evaluate` store: refused; inside A
+    (the command's own store) and outside any store: written."""
+    from kvbounds.report.summary_read import main as compact_main
+    other = tmp_path / "other"
+    ResultStore(other, writer="check").lock().release()
+    ResultStore(other).append([Record("X.y", {}, 0, "numpy", 1.0, 2.0, True, key="k")])
+    ev = tmp_path / "ev"
+    ResultStore(ev, writer="evaluate").lock().release()
+    (ev / "results.jsonl").write_text("")
+    for d, who in ((other, "`kvbounds check` result store"), (ev, "`kvbounds evaluate` result store")):
+        err = _refused(["report", "--out", str(store), "--markdown", str(d / "x.md")], capsys, str(d / "x.md"), who)
+        assert "does not own" in err
+        assert compact_main([str(store / "summary.json"), str(d / "compact.json")]) == 2
+        assert "does not own" in capsys.readouterr().err and not (d / "compact.json").exists()
+    assert main(["report", "--out", str(store), "--markdown", str(store / "RESULTS.md")]) == 0     # its own store
+    assert (store / "RESULTS.md").is_file()
+    (store / "RESULTS.md").unlink()
+
+
+def test_the_commands_own_input_is_refused(store, capsys, tmp_path):
+    """`python -m kvbounds.report.markdown SRC README RESULTS` with RESULTS = SRC (or README = SRC) overwrote its own
+    summary.json with markdown, rc 0; summary_read SUMMARY SUMMARY the same."""
+    import shutil
+    from kvbounds.report.markdown import FOUND_BEGIN, FOUND_END
+    from kvbounds.report.markdown import main as rewrite
+    from kvbounds.report.summary_read import main as compact_main
+    src = tmp_path / "summary.json"
+    shutil.copy(store / "summary.json", src)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"top\n{FOUND_BEGIN}\n{FOUND_END}\n")
+    before = src.read_bytes(), readme.read_bytes()
+    link = tmp_path / "link.json"
+    link.symlink_to(src)
+    for argv in ([src, readme, src], [src, readme, link], [src, src], [src, readme, readme]):
+        assert rewrite([str(a) for a in argv]) == 2
+        err = capsys.readouterr().err
+        assert "the command's own input" in err and len(err.strip().splitlines()) == 1, err
+    for out in (src, link):
+        assert compact_main([str(src), str(out)]) == 2 and "own input" in capsys.readouterr().err
+    assert (src.read_bytes(), readme.read_bytes()) == before
+    assert rewrite([str(src), str(readme), str(tmp_path / "RESULTS.md")]) == 0
+    assert (tmp_path / "RESULTS.md").read_text().startswith("#")
+
+
+def test_a_benchmarks_out_is_checked_before_any_work(tmp_path):
+    """A benchmark's --out onto a FIFO, a directory, a store file or into a store: argparse's exit 2 naming it,
+    before the benchmark runs (the type of --out is _harness.output_path)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    d = tmp_path / "s"
+    ResultStore(d).append([Record("X.y", {}, 0, "numpy", 1.0, 2.0, True, key="k")])
+    os.mkfifo(tmp_path / "fifo.json")
+    for target, words in ((tmp_path / "fifo.json", "FIFO"), (tmp_path, "directory"), (d / "results.jsonl", "records"),
+                          (d / "bench.json", "inside")):
+        r = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_kcenter_traversal.py"), "--n", "64",
+                            "--reps", "1", "--out", str(target)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "argument --out" in r.stderr and words in r.stderr, r.stderr
+        assert "wrote" not in r.stdout
+    assert stat_is_fifo(tmp_path / "fifo.json")
+
+
+def stat_is_fifo(p) -> bool:
+    import stat
+    return stat.S_ISFIFO(os.stat(p).st_mode)

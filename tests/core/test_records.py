@@ -49,7 +49,16 @@ NOT_RECORDS = [b"123", b"null", b"{}", b"[1, 2]", b'"text"', b"\xff\xfe not utf-
                b'{"claim": "SBW.balance", "params": {}, "seed": 0, "backend": "numpy", "measured": "abc", "bound": 1, "holds": true}',
                b'{"claim": "SBW.balance", "params": {}, "seed": 0, "backend": "numpy", "measured": 1, "bound": 1, "holds": "yes"}',
                b'{"claim": 5, "params": {}, "seed": 0, "backend": "numpy", "measured": 1, "bound": 1, "holds": true}',
-               b'{"claim": "SBW.balance", "params": {}, "seed": 0, "backend": "numpy", "measured": 1, "bound": 1, "holds": true, "bound_kind": "vibes"}']
+               b'{"claim": "SBW.balance", "params": {}, "seed": 0, "backend": "numpy", "measured": 1, "bound": 1, "holds": true, "bound_kind": "vibes"}',
+               # issue 43: integers beyond float range (one such line made the whole store unreadable: OverflowError)
+               b'{"claim": "SBW.balance", "params": {}, "seed": 0, "backend": "numpy", "measured": 1' + b"0" * 400
+               + b', "bound": 1, "holds": true}',
+               b'{"claim": "SBW.balance", "params": {}, "seed": 0, "backend": "numpy", "measured": 1, "bound": -'
+               + b"9" * 400 + b', "holds": true}',
+               b'{"claim": "SBW.balance", "params": {}, "seed": 0, "backend": "numpy", "measured": 1, "bound": 1, '
+               b'"holds": true, "time_s": 1' + b"0" * 400 + b'}',
+               b'{"claim": "SBW.balance", "params": {}, "seed": 0, "backend": "numpy", "measured": 1' + b"0" * 5000
+               + b', "bound": 1, "holds": true}']
 
 
 def test_lines_that_are_not_records_are_skipped_with_one_warning(tmp_path, caplog):
@@ -62,7 +71,7 @@ def test_lines_that_are_not_records_are_skipped_with_one_warning(tmp_path, caplo
         assert [r.params["n"] for r in st.load()] == [4, 5]
         assert [r.params["n"] for r in st.load()] == [4, 5]
     (msg,) = [r.getMessage() for r in caplog.records]
-    assert f"skipped {len(NOT_RECORDS)} line(s) that are not records (first: line 2)" in msg
+    assert f"skipped {len(NOT_RECORDS)} line(s) that are not records (first: line 2: not a record: a JSON int)" in msg
 
 
 def test_cli_survives_lines_that_are_not_records(tmp_path, capsys, caplog):

@@ -17,31 +17,25 @@ from kvbounds.evaluation._stream_press import kept_tokens, press_compressor, rat
 from kvbounds.testing import attention_error, make_stream
 from kvbounds.streams import FAMILIES
 
-# Public callables of these modules that are no fuzz entry, each with its reason (tests/fuzz/test_fuzz.py reads this
-# file's
-# words): functions of a whole evaluation (a SPEC, a profile and an output directory: seconds to minutes, their
-# argument checks in tests/evaluation/test_evaluate.py): evaluate, summary, calls_of, regime, default_out,
-# write_outputs,
-# render_card, report_style, tone_of, run_e2e, e2e_trials, run_decode, decode_trials, trials, families, fractions,
-# stream_seed, stream_of, run_trial, add_parser, run, print_result; data holders and exceptions: KVStream, Resolved,
-# StreamLayer, PressError, SpecError, EvaluationError; probes without arrays: is_press, is_decoding_press,
-# real_available, families_here, kv_streams (a hypothesis strategy: tests/testing/test_testing_api.py draws it),
-# run_press
-# (reached through press_compressor below); the pytest plugin's hooks and fixtures (tests/testing/test_testing_api.py
-# runs
-# them in a suite of its own): pytest_addoption, pytest_configure, pytest_collection_modifyitems,
-# pytest_generate_tests, profile_of, kvbounds_profile, kv_stream, real_trace; an assertion over a method and streams
-# (the battery's calls; tests/evaluation/test_evaluate.py): assert_beats and its engine compare_on_streams;
-# assert_attention_error
-# is attention_error's check; resolve_object (an object instead of a SPEC string: reached through resolve's entry).
+# Public callables of these modules that no entry here calls, each with its reason (tests/fuzz/test_fuzz.py records the
+# calls of every entry; evaluate, its argument checks, assert_beats with compare_on_streams, assert_attention_error
+# and kv_streams with families_here are called by tests/fuzz/fuzz_entries_harm.py): functions of a whole evaluation (a
+# SPEC, a profile and an output directory: seconds to minutes; tests/evaluation/test_evaluate.py, tests/evaluation/test_evaluate_faces.py):
+# summary, calls_of, regime, default_out, write_outputs, render_card, report_style, tone_of, run_e2e, e2e_trials,
+# run_decode, decode_trials, trials, families, fractions, stream_seed, stream_of, run_trial, add_parser, run,
+# print_result, and stream_words (the words of a stream whose trial raised); data holders and exceptions: KVStream,
+# Resolved, StreamLayer, PressError, SpecError, EvaluationError; probes without arrays: is_press, is_decoding_press,
+# real_available, run_press (reached through press_compressor below); the pytest plugin's hooks and fixtures
+# (tests/testing/test_testing_api.py runs them in suites of their own): pytest_addoption, pytest_configure,
+# pytest_collection_modifyitems, pytest_terminal_summary, profile_of, kvbounds_profile, kvbounds_stream,
+# kvbounds_real_trace; resolve_object (an object instead of a SPEC string: reached through resolve's entry).
 NOT_ENTRY_POINTS = {
-    "evaluate", "summary", "calls_of", "regime", "default_out", "write_outputs", "render_card", "report_style",
-    "tone_of", "run_e2e", "e2e_trials", "run_decode", "decode_trials", "trials", "families", "fractions",
-    "stream_seed", "stream_of", "run_trial", "add_parser", "run", "print_result", "KVStream", "Resolved",
+    "summary", "calls_of", "regime", "default_out", "write_outputs", "render_card", "report_style", "tone_of",
+    "run_e2e", "e2e_trials", "run_decode", "decode_trials", "trials", "families", "fractions", "stream_seed",
+    "stream_of", "run_trial", "add_parser", "run", "print_result", "stream_words", "KVStream", "Resolved",
     "StreamLayer", "PressError", "SpecError", "EvaluationError", "is_press", "is_decoding_press", "real_available",
-    "families_here", "kv_streams", "run_press", "pytest_addoption", "pytest_configure",
-    "pytest_collection_modifyitems", "pytest_generate_tests", "profile_of", "kvbounds_profile", "kv_stream",
-    "real_trace", "assert_beats", "assert_attention_error", "compare_on_streams", "resolve_object",
+    "run_press", "pytest_addoption", "pytest_configure", "pytest_collection_modifyitems", "pytest_terminal_summary",
+    "profile_of", "kvbounds_profile", "kvbounds_stream", "kvbounds_real_trace", "resolve_object",
 }
 
 

@@ -372,6 +372,8 @@ NOT_ENTRY_POINTS = {
     # it on the smoke store, corrupted stores included); the store entry above reaches build_verdicts and its
     # markdown through write_markdown
     "write_report",
+    # the report's refusal of a `kvbounds evaluate` store (a directory; tests/test_store_safety.py)
+    "refuse_evaluate_store",
     # the git commit of the working tree (no arguments; a subprocess)
     "git_commit",
     # command lines over files, run as subprocesses with their rc and one line (tests/report/test_summary_read.py,

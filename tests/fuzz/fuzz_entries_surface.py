@@ -15,6 +15,7 @@ from kvbounds.algorithms.balance_layers import compress_cache_layers, compress_c
 from kvbounds.algorithms import token_selection as ts
 from kvbounds.algorithms.blockwise_balance_kv import blockwise_balance_select
 from kvbounds.algorithms import arrays as be
+from kvbounds.algorithms.validation import InputError
 from kvbounds.methods import _registry
 from kvbounds.gpu import batched_walk as gbw
 from kvbounds.gpu import support as gs
@@ -135,6 +136,20 @@ def _layers_arrays(rng, cls):
     return dict(K=make_array(rng, (2, 1, 16, d), cls), V=make_array(rng, (2, 1, 16, s), cls))
 
 
+def _probes_call(device_type):
+    """Both probes asked (the second is not skipped when the first refuses), the first refusal raised after."""
+    out = []
+    for probe in (gtw.triton_available, gbw.compiled_available):
+        try:
+            out.append(probe(device_type))
+        except InputError as e:
+            out.append(e)
+    refused = [x for x in out if isinstance(x, InputError)]
+    if refused:
+        raise refused[0]
+    return tuple(out)
+
+
 def _check_layers(out, K, **kw):
     idx, lw = out
     if idx.shape[:2] != K.shape[:2] or lw.shape != idx.shape:
@@ -164,8 +179,7 @@ WALKS = [
                                                               c=None, method="exact"), _batched_call, _check_batched),
     # the valid device types compile a kernel once (seconds: past the time limit on a first call); the entry
     # checks that every other value is refused, and that the answers are bools when the probe is already cached
-    Entry("compiled_available+triton_available", lambda r, c: {}, dict(device_type="gpu"),
-          lambda device_type: (gtw.triton_available(device_type), gbw.compiled_available(device_type)),
+    Entry("compiled_available+triton_available", lambda r, c: {}, dict(device_type="gpu"), _probes_call,
           lambda out, **kw: None if all(isinstance(x, bool) for x in out) else f"not bools: {out}"),
 ]
 

@@ -23,14 +23,12 @@ from hypothesis import strategies as st
 import importlib
 from pathlib import Path
 
-import fuzz_entries_report
-import fuzz_entries_streaming
 from fuzz_harness import (ARRAY_CORRUPTIONS, DATA_CLASSES, DEFECTS, PARAM_VALUES, Case, Entry, build, classify)
 
 DEFAULT_EXAMPLES = 25      # ~3,000 calls over ~130 entries: the default suite's fast slice (issue 24: seconds)
 FUZZ_EXAMPLES = 300
-# every tests/fuzz_entries*.py (fuzz_entries, _surface, _checks, ...): a new file of entries is fuzzed, and its text
-# counts for the enumeration test below, without editing this test
+# every tests/fuzz_entries*.py (fuzz_entries, _surface, _checks, ...): a new file of entries is fuzzed, and its
+# NOT_ENTRY_POINTS count for the enumeration test below, without editing this test
 ENTRY_FILES = sorted(Path(__file__).parent.glob("fuzz_entries*.py"))
 ENTRIES = [e for f in ENTRY_FILES for e in importlib.import_module(f.stem).ENTRIES]
 
@@ -100,8 +98,9 @@ def test_fuzz_entry_long(entry: Entry) -> None:
     _fuzz(entry, FUZZ_EXAMPLES)
 
 
-# Public callables that are not fuzz entries, each with its reason. Everything else that a module of PACKAGES
-# exports (its __all__, else every public function and class it defines) must be named by an entry.
+# Public callables that are not fuzz entries, each with its reason (a name, or module.name for that module's only).
+# Everything else that a module of PACKAGES exports (its __all__, else every public function and class it defines)
+# must be called by an entry.
 NOT_ENTRY_POINTS = {
     # the scale sweep's lockstep MergeAndReduce (its walk step and its driver): MR.error's scale sweep calls them on its
     # own drawn stream; tests/algorithms/test_merge_reduce_lockstep.py checks them against MergeAndReduce step for step
@@ -209,7 +208,13 @@ NOT_ENTRY_POINTS = {
     # (tests/test_e2e_curves.py, the curve trials)
     "add_curves", "window_of", "claim_records", "panel_key", "points", "exact_scores", "decisions", "decision_words",
     "model_label", "niah_task", "vt_task", "cwe_task", "make",
-} | fuzz_entries_streaming.NOT_ENTRY_POINTS | fuzz_entries_report.NOT_ENTRY_POINTS
+    # e2e (issue 46, merged after the gate counted calls): named by their module (the names are common words); the
+    # paired call of the curves and the curves' scores, metric names and timing from Record lists, which the word
+    # count took for covered. No fuzz entry yet: call() checks none of its arguments (a NaN unit, margin, tests,
+    # alpha) -- a follow-up for the curves' owner
+    "kvbounds.e2e._comparisons.call", "kvbounds.e2e.curves.score", "kvbounds.e2e.curves.metric",
+    "kvbounds.e2e.curves.timing",
+} | {name for f in ENTRY_FILES for name in getattr(importlib.import_module(f.stem), "NOT_ENTRY_POINTS", ())}
 # Packages and modules whose public callables must be fuzz entries (a module is enumerated alone, a package with its
 # subpackages): add a name here, and its entries in a tests/fuzz_entries*.py file, to cover a new surface.
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.presses._kvpress",
@@ -223,7 +228,8 @@ PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.pre
             "kvbounds.report._glance", "kvbounds.report._html", "kvbounds.report._leaderboard",
             "kvbounds.report.markdown", "kvbounds.report._meta", "kvbounds.report._power", "kvbounds.report._summary",
             "kvbounds.report._words", "kvbounds.report._paper_answers", "kvbounds.report._practitioner",
-            "kvbounds.report.summary_read", "kvbounds.report._glossary", "kvbounds.report._rows")
+            "kvbounds.report.summary_read", "kvbounds.report._glossary", "kvbounds.report._rows", "kvbounds.core._output_files",
+            "kvbounds.core._records")
 
 
 def public_callables() -> dict[str, list[str]]:
@@ -252,19 +258,125 @@ def public_callables() -> dict[str, list[str]]:
     return out
 
 
+def codes_of(obj) -> set:
+    """The code objects that run when ``obj`` is called: a function's own (decorators unwrapped); a class's methods,
+    properties and generated ``__init__`` (a dataclass's), each defined in the class itself."""
+    import inspect
+    if inspect.isclass(obj):
+        fns = [f for v in vars(obj).values()
+               for f in (v, getattr(v, "__func__", None), getattr(v, "fget", None), getattr(v, "fset", None))]
+    else:
+        fns = [obj]
+    out = set()
+    for f in fns:
+        if callable(f):
+            code = getattr(inspect.unwrap(f), "__code__", None)
+            if code is not None:
+                out.add(code)
+    return out
+
+
+def _caches(public=()) -> list:
+    """The memoised functions whose caches would hide a call from the recording: the entry files' own (a base
+    summary, a base page: computed once per process, by whichever test came first) and the public callables'."""
+    mods = [importlib.import_module(f.stem) for f in ENTRY_FILES]
+    return [o for m in mods for o in vars(m).values() if hasattr(o, "cache_clear")] + \
+        [o for o in public if hasattr(o, "cache_clear")]
+
+
+def called_by_entries(entries, public=()) -> set:
+    """The code objects every entry's call runs, at any depth, on its first valid case (recorded by cProfile, around
+    the call only: an entry's reference computation does not count), with the entry files' caches and those of the
+    ``public`` callables cleared first, so that what is recorded does not depend on which tests ran before (within
+    the recording, what one entry computes and another reuses was called by the first: the union is the same)."""
+    import cProfile
+    from fuzz_harness import time_limit
+    called: set = set()
+    for f in _caches(public):
+        f.cache_clear()
+    for e in entries:
+        kw = build(e, Case("normal", "valid", None, None, 0))
+        prof = cProfile.Profile()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                with time_limit(60.0):
+                    prof.enable()
+                    try:
+                        e.call(**kw)
+                    finally:
+                        prof.disable()
+            except Exception:  # noqa: BLE001 - what it raised is the fuzz tests' business; what it called counts
+                pass
+        called |= {s.code for s in prof.getstats() if not isinstance(s.code, str)}
+    return called
+
+
 def test_every_public_entry_point_is_fuzzed() -> None:
-    """A public callable of PACKAGES (kvbounds.algorithms, kvbounds.gpu, kvbounds.e2e, the presses,
-    kvbounds.battery._power_rule,
-    the checks' shared helpers) must be named by a fuzz entry (fuzz_entries*.py) or listed, with its reason, in
-    NOT_ENTRY_POINTS."""
-    covered = " ".join(e.name for e in ENTRIES) + " " + " ".join(f.read_text() for f in ENTRY_FILES)
-    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", covered))
+    """A public callable of PACKAGES (kvbounds.algorithms, kvbounds.gpu, kvbounds.e2e, the presses, kvbounds.battery,
+    the checks' shared helpers, the report layer, the output files and the record store) must be called by a fuzz
+    entry (fuzz_entries*.py) on its valid case, or listed, with its reason, in NOT_ENTRY_POINTS (a file's own
+    NOT_ENTRY_POINTS counts). Calls are recorded (cProfile: the code objects run), not words: a callable named in an
+    entry's name or text but never reached does not count (issue 43)."""
+    import sys
+    if sys.getprofile() is not None:
+        pytest.skip("another profiler is active (coverage?): the calls cannot be recorded")
     mods = public_callables()
     assert {"kvbounds.algorithms.token_selection", "kvbounds.gpu.batched_walk", "kvbounds.e2e._methods",
-            "kvbounds.battery._power_rule", "kvbounds.proofs_checks.decode_verdict"} <= set(mods)
-    missing = [f"{mod}.{name}" for mod, names in mods.items() for name in names
-               if name not in NOT_ENTRY_POINTS and name not in words]
-    assert not missing, missing
+            "kvbounds.battery._power_rule", "kvbounds.proofs_checks.decode_verdict",
+            "kvbounds.core._output_files", "kvbounds.core._records"} <= set(mods)
+    wanted = {(mod, name): getattr(importlib.import_module(mod), name) for mod, names in mods.items()
+              for name in names if name not in NOT_ENTRY_POINTS and f"{mod}.{name}" not in NOT_ENTRY_POINTS}
+    called = called_by_entries(ENTRIES, public=wanted.values())
+    missing = [f"{mod}.{name}" for (mod, name), obj in wanted.items() if not codes_of(obj) & called]
+    assert not missing, f"public callables no fuzz entry calls (list them with a reason in NOT_ENTRY_POINTS): " \
+                        f"{missing}"
+
+
+def test_the_gate_counts_calls_not_words() -> None:
+    """An entry that names a callable (in its name, or anywhere in its file) but never calls it covers nothing; one
+    that calls it covers it, at any depth; a class is covered by any of its own methods running."""
+    from kvbounds.report import _words as rw
+    from kvbounds.core import Record
+    liar = Entry("check_text+write_report", lambda r, c: {}, {}, lambda: "check_text")
+    honest = Entry("x", lambda r, c: {}, {}, lambda: [rw.verdict_in_words] and rw.check_text("holds"))
+    builds = Entry("y", lambda r, c: {}, {}, lambda: Record("X.y", {}, 0, "numpy", 1.0, 2.0, True).ratio)
+    assert not codes_of(rw.check_text) & called_by_entries([liar])
+    assert codes_of(rw.check_text) & called_by_entries([honest])
+    assert not codes_of(rw.verdict_in_words) & called_by_entries([honest])
+    assert codes_of(Record) & called_by_entries([builds])
+
+
+def test_the_time_limit_is_the_calls_cpu_time_with_a_wall_clock_backstop() -> None:
+    """A slow call on a loaded machine was classified a hang (5 s of wall clock; the long fuzz's generate[streaming,
+    subgen] at load 9: 2 CPU s, 5 s wall): the limit is the main thread's CPU time now, and a call blocked without
+    computing is still caught by the wall clock."""
+    import time
+    from fuzz_harness import Hang, time_limit
+    with time_limit(0.2, wall=5.0):
+        time.sleep(0.4)                             # waiting costs no CPU: no hang
+    def spin():
+        while True:
+            pass
+    for block, wall in ((lambda: time.sleep(3.0), 0.5), (spin, 30.0)):
+        t0 = time.monotonic()
+        with pytest.raises(Hang):
+            with time_limit(0.2, wall=wall):
+                block()
+        assert time.monotonic() - t0 < 20
+
+
+def test_query_discrepancy_refuses_leading_shapes_that_do_not_broadcast() -> None:
+    """Found by the long fuzz: signs whose leading shape does not broadcast with K's and V's were a numpy ValueError
+    from the product; now an InputError naming the shapes."""
+    import numpy as np
+    from kvbounds.algorithms.query_discrepancy import query_discrepancy
+    from kvbounds.algorithms.validation import InputError
+    rng = np.random.default_rng(0)
+    K, V, Q = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 1)), rng.standard_normal((2, 2, 4))
+    with pytest.raises(InputError, match="must broadcast"):
+        query_discrepancy(np.ones((0, 3)), K, V, Q)
+    assert set(query_discrepancy(np.ones((2, 3)), K, V, Q)) == {"query_num", "query_den"}
 
 
 def test_released_walk_kernel_overflow_is_an_input_error() -> None:

@@ -116,13 +116,18 @@ def test_assert_attention_error_reads_a_compressed_cache():
         attention_error(cache, s, s.Q[3], scale="frobenius")
 
 
-def test_kv_stream_fixture_runs_once_per_synthetic_family(kv_stream):
+def test_kvbounds_stream_fixture_runs_once_per_synthetic_family(kvbounds_stream):
     """This suite's own use of the plugin's fixture (smoke sizes)."""
-    assert kv_stream.family in SYNTHETIC and kv_stream.n == 64
+    assert kvbounds_stream.family in SYNTHETIC and kvbounds_stream.n == 64
 
 
-def test_real_trace_fixture(real_trace):
-    assert real_trace.family in REAL and real_trace.n == 64
+@pytest.mark.parametrize("kvbounds_stream", ["rope", "huge norms"], indirect=True)
+def test_kvbounds_stream_parametrized_with_ones_own_families(kvbounds_stream):
+    assert kvbounds_stream.family in ("rope", "huge norms") and kvbounds_stream.d == 8
+
+
+def test_kvbounds_real_trace_fixture(kvbounds_real_trace):
+    assert kvbounds_real_trace.family in REAL and kvbounds_real_trace.n == 64
 
 
 def test_the_plugin_is_installed_as_an_entry_point():
@@ -136,8 +141,8 @@ def test_the_plugin_in_a_suite_of_ones_own(tmp_path):
     (tmp_path / "test_mine.py").write_text(textwrap.dedent("""
         import pytest
 
-        def test_streams(kv_stream, kvbounds_profile):
-            assert kv_stream.n == {"smoke": 64, "quick": 256}[kvbounds_profile]
+        def test_streams(kvbounds_stream, kvbounds_profile):
+            assert kvbounds_stream.n == {"smoke": 64, "quick": 256}[kvbounds_profile]
 
         @pytest.mark.kvbounds_slow
         def test_slow():
@@ -153,3 +158,122 @@ def test_the_plugin_in_a_suite_of_ones_own(tmp_path):
     assert f"{len(SYNTHETIC)} passed, 1 skipped" in smoke.stdout and "--kvbounds-profile quick" in smoke.stdout
     quick = run("--kvbounds-profile", "quick")
     assert quick.returncode == 0 and f"{len(SYNTHETIC) + 1} passed" in quick.stdout, quick.stdout[-2000:]
+
+
+FOREIGN_CONFTEST = '''
+import pytest
+
+
+@pytest.fixture(params=[1, 2])
+def kv_stream(request):
+    """The project's own fixture, of a name the kvbounds plugin once took over (its tests ran 8x)."""
+    return {"tokens": request.param}
+
+
+@pytest.fixture
+def real_trace():
+    return "my trace"
+'''
+
+FOREIGN_TESTS = '''
+import pytest
+
+
+def test_uses_kv_stream(kv_stream):
+    assert kv_stream["tokens"] in (1, 2)
+
+
+def test_uses_real_trace(real_trace):
+    assert real_trace == "my trace"
+
+
+def test_both(kv_stream, real_trace):
+    assert real_trace == "my trace" and kv_stream["tokens"] > 0
+
+
+@pytest.mark.parametrize("x", [1, 2, 3])
+def test_plain(x):
+    assert x < 3
+
+
+def test_skipped():
+    pytest.skip("its own reason")
+'''
+
+
+def _foreign(tmp_path, *args, env_profile="gpu"):
+    """One pytest run of the foreign project (in a fresh interpreter): (collected ids, outcome per id, wall seconds,
+    the child's CPU seconds)."""
+    import re
+    import time
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", KVBOUNDS_PROFILE=env_profile)
+    env.pop("PYTEST_ADDOPTS", None)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "-rA",
+           "-q", "--rootdir", str(tmp_path), *args]
+    before = os.times()
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    wall = time.perf_counter() - t0
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    outcomes = dict((m.group(2), m.group(1)) for m in re.finditer(r"^(PASSED|FAILED|SKIPPED|ERROR) (\S+)",
+                                                                   r.stdout, re.M))
+    skipped = re.findall(r"^SKIPPED \[\d+\] (\S+): (.*)$", r.stdout, re.M)
+    return r, outcomes, skipped, wall, cpu
+
+
+def test_a_foreign_suite_runs_unchanged_with_the_plugin(tmp_path):
+    """A project of its own (fixtures named kv_stream and real_trace in its conftest, KVBOUNDS_PROFILE=gpu in the
+    environment, as the notebooks set it): with the plugin loaded from its entry point, collection, the number of
+    tests, every outcome and the exit status are those of `-p no:kvbounds`, and the time is within 0.5 s of it (the
+    median difference of 3 to 7 interleaved pairs of runs, wall clock and CPU; the margin is the issue's)."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "conftest.py").write_text(FOREIGN_CONFTEST)
+    (tmp_path / "test_theirs.py").write_text(FOREIGN_TESTS)
+    import statistics
+    runs = {True: [], False: []}
+    # interleaved pairs (with, without); the median of the paired differences, so that one run on a busy moment
+    # does not decide; on a loaded machine more pairs are run (3 to 7) until it settles
+    extra = lambda k: statistics.median(a[k] - b[k] for a, b in zip(runs[True], runs[False]))
+    for i in range(7):
+        for plugin in (True, False):
+            runs[plugin].append(_foreign(tmp_path, *(() if plugin else ("-p", "no:kvbounds"))))
+        if i >= 2 and all(extra(k) < 0.5 for k in (3, 4)):
+            break
+    (w, *_), (wo, *_) = runs[True][0], runs[False][0]
+    assert w.returncode == wo.returncode == 1, w.stdout[-3000:] + w.stderr[-2000:]
+    assert runs[True][0][1] == runs[False][0][1] and runs[True][0][2] == runs[False][0][2]
+    assert len(runs[True][0][1]) == 2 + 1 + 2 + 3 + 1          # kv_stream's own 2 params, not the plugin's 8
+    assert "kvbounds" not in w.stdout + w.stderr               # a session that does not use the plugin: not a word
+    assert "test_theirs.py::test_uses_kv_stream[1]" in runs[True][0][1]   # collection: the same ids, the project's
+    for k in (3, 4):                                           # wall clock, CPU
+        assert extra(k) < 0.5, (k, {p: [r[3:] for r in rs] for p, rs in runs.items()})
+    print(f"the plugin's extra time, median of {len(runs[True])} pairs: wall {extra(3):+.2f} s, CPU {extra(4):+.2f} s")
+
+
+def test_an_unknown_profile_fails_only_the_tests_that_request_a_kvbounds_fixture(tmp_path):
+    """KVBOUNDS_PROFILE=gpu made every pytest session in the environment exit 4 before any test; now a session that
+    uses the plugin runs, the slow check is skipped as on smoke, a warning line ends it, and only the test that
+    requests a kvbounds fixture fails, in one line."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_mine.py").write_text(textwrap.dedent("""
+        import pytest
+
+        def test_plain():
+            pass
+
+        @pytest.mark.kvbounds_slow
+        def test_slow():
+            pass
+
+        def test_profile(kvbounds_profile):
+            pass
+    """))
+    r, outcomes, skipped, *_ = _foreign(tmp_path)
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert outcomes["test_mine.py::test_plain"] == "PASSED" and outcomes["test_mine.py::test_profile"] == "ERROR"
+    assert any("KVBOUNDS_PROFILE='gpu' is no kvbounds profile" in why and "smoke used" in why for _, why in skipped)
+    assert "kvbounds: warning: KVBOUNDS_PROFILE='gpu' is no kvbounds profile" in r.stdout
+    assert "Traceback" not in r.stdout
+    ok, outcomes, *_ = _foreign(tmp_path, "--kvbounds-profile", "quick")
+    assert ok.returncode == 0 and set(outcomes.values()) == {"PASSED"}, ok.stdout[-2000:]
