@@ -1,4 +1,4 @@
-"""``kvbounds evaluate SPEC [--ratio R] [--profile smoke|quick|full] [--e2e] [--decode] [--out DIR]``: any press or
+"""``kvbounds evaluate SPEC [--ratio R] [--profile smoke|quick|full] [--e2e [--model M]] [--decode] [--force] [--out DIR]``: any press or
 compressor against the battery at equal memory (:mod:`kvbounds.evaluation`).
 
 Exit 0 with the calls printed; 2 with one line naming the problem (a SPEC that does not import or is no press /
@@ -28,6 +28,12 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=int, default=None,
                    help="processes for the stream trials (default: all cores; smoke runs in this process)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default="smollm2",
+                   help="the model of --e2e: smollm2 (default; offline GGUF), qwen2.5-coder-0.5b (the second offline "
+                        "model; alias qwen), or a local GGUF / Hugging Face model directory")
+    p.add_argument("--force", action="store_true",
+                   help="run every trial again (a changed method, stream set or package version reruns by itself: "
+                        "records are keyed on the code and versions that produced them)")
     p.add_argument("--quiet", action="store_true")
 
 
@@ -43,7 +49,8 @@ def run(args) -> int:
     try:
         with sigterm_raises():
             result = evaluate(args.spec, ratio=args.ratio, profile=args.profile, e2e=args.e2e, decode=args.decode,
-                              out=out, workers=args.workers, seed=args.seed, progress=not args.quiet)
+                              out=out, workers=args.workers, seed=args.seed, progress=not args.quiet,
+                              force=args.force, model=args.model)
     except KeyboardInterrupt:
         print(f"kvbounds evaluate: interrupted; finished trials are kept in {out}; rerun to resume", file=sys.stderr)
         return 130
