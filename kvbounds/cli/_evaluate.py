@@ -73,6 +73,7 @@ def run(args) -> int:
 
 def print_result(result: dict) -> None:
     from kvbounds.battery import call_words
+    print(result.get("verdict", ""))
     print(f"{result['method']} ({result['kind']}), profile {result['profile']}, {result['streams']} streams; "
           f"at {100 * result['fraction']:.0f}% of the cache's floats: {result['headline']}")
     for fam in result["families"]:
@@ -86,3 +87,16 @@ def print_result(result: dict) -> None:
         part = result.get(key)
         if part:
             print(f"{key}: {part.get('headline') or part.get('skipped') or ''}")
+    curves = (result.get("e2e") or {}).get("curves") or {}
+    if curves.get("skipped"):
+        print(f"RULER-style tasks: {curves['skipped']}")
+    elif curves:
+        print(f"RULER-style tasks on {curves['model']}: exact attention "
+              + "; ".join(f"{s['task']} (n={s['n']}) {s['words']}" for s in curves["exact"]))
+        for c in curves["calls"]:
+            print(f"  {c['task']} at ratio {c['ratio']:g}: {c['call']} vs {c['baseline']} ({c['mean']:+.3g} "
+                  f"[{c['ci'][0]:+.3g}, {c['ci'][1]:+.3g}] exact match, n = {c['n']})")
+    code = result.get("code") or {}
+    if code:
+        print("code: " + ", ".join(f"{k} {v}" for k, v in code["versions"].items())
+              + f"; method code {code['method']}; records keyed on {code['key']}")

@@ -166,12 +166,24 @@ def summary(resolved, records, *, profile, ratio, seed, fractions, families, ext
     controls = sorted({c["control"] for c in calls}, key=lambda n: list(battery.CONTROLS).index(n)
                       if n in battery.CONTROLS else 99)
     missing = sorted({f"{r.extra['family']}: {r.extra['missing']}" for r in records if r.extra.get("missing")})
+    from ._card_parts import card_call, levels, order_families, verdict_sentence
+    for c in calls:
+        c["word"] = card_call(c)
+    fams = order_families(families)
+    sizes = {}
+    for r in records:
+        sizes.setdefault(r.params["family"], dict(n=r.params["n"], queries=r.params["queries"], d=r.params["d"],
+                                                  streams=set()))["streams"].add(r.params["rep"])
     return {
+        "verdict": verdict_sentence(resolved.name, calls, headline_f, fams),
+        "levels": [dict(family=fam, fraction=f, name=k, median=t[0], lo=t[1], hi=t[2], n=t[3])
+                   for fam, fs in levels(records).items() for f, cell in fs.items() for k, t in cell.items()],
+        "stream_sizes": {fam: dict(v, streams=len(v["streams"])) for fam, v in sizes.items()},
         "method": resolved.name, "spec": resolved.spec, "kind": resolved.kind, "label": resolved.label,
         "ratio": ratio, "fraction": headline_f, "profile": profile, "seed": seed,
         "battery": controls or [c for c in battery.CONTROLS if c != "ablation"],
         "call_vocabulary": list(CALLS), "metric": METRIC,
-        "families": list(families), "fractions": list(fractions),
+        "families": fams, "fractions": list(fractions),
         "headline": summary_words(head) or "not tested", "calls": calls,
         "regime": regime(calls, families, fractions),
         "streams": len({(r.params["family"], r.params["rep"]) for r in records}),
@@ -209,6 +221,10 @@ def evaluate(spec: str, *, ratio: float = 0.75, profile: str = "quick", e2e: boo
     code = fingerprint(resolved)
     tag = tagged(code, force)
     trials = _trials(spec, profile, ratio, seed, tag)
+    from kvbounds.streams import REAL, prepare_real
+    for fam in ES.families(profile):
+        if fam in REAL:         # the first run that needs a trace extracts it here, saying so, before any worker
+            prepare_real(fam, progress)
     _preflight(resolved, trials)
     # the worker processes import the SPEC's module too: the current directory first on their path (given to them)
     sys_path = [os.getcwd()] if ":" in spec and not spec.startswith("kvpress:") else []
@@ -238,5 +254,5 @@ def evaluate(spec: str, *, ratio: float = 0.75, profile: str = "quick", e2e: boo
                      fractions=ES.fractions(profile, ratio), families=ES.families(profile), extra=extra)
     write_outputs(out, result)
     if progress:
-        sys.stderr.write(f"kvbounds evaluate: {resolved.spec}: {result['headline']}\n")
+        sys.stderr.write(f"kvbounds evaluate: {result['verdict']}\n")
     return result

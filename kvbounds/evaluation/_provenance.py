@@ -65,8 +65,8 @@ def _object_source(obj) -> tuple[str, bytes]:
 
 def source_hash(*objects) -> tuple[str, list[str]]:
     """(short sha-256 of the code of ``objects``, where each came from): :func:`_object_source` per object."""
-    parts = [_object_source(o) for o in objects if o is not None]
-    return _digest(b for _, b in parts), [w for w, _ in parts]
+    parts = dict(_object_source(o) for o in objects if o is not None)      # one entry per file or source
+    return _digest(b for _, b in parts.items()), list(parts)
 
 
 def _method_objects(resolved) -> list:
