@@ -1,5 +1,5 @@
-"""``kvbounds evaluate SPEC [--ratio R] [--profile smoke|quick|full] [--e2e [--model M]] [--decode] [--force] [--out DIR]``: any press or
-compressor against the battery at equal memory (:mod:`kvbounds.evaluation`).
+"""``kvbounds evaluate SPEC [--ratio R] [--profile smoke|quick|full] [--e2e [--model M]] [--decode] [--force]
+[--out DIR]``: any press or compressor against the battery at equal memory (:mod:`kvbounds.evaluation`).
 
 Exit 0 with the calls printed; 2 with one line naming the problem (a SPEC that does not import or is no press /
 compressor, a ratio outside [0, 1), a press that raises or returns a bad cache, a trial that raised, an --out that

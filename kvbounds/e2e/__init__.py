@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # what static tools (mypy, jedi) read
     from ._attention import register, require_weighted_attention, use_weighted_attention
+    from ._comparisons import call
     from ._checks import SETTING_WORDS, add_curves, claim_trials, profile_grid, reproduction_verdict
     from ._falsifiers import window_effects, window_rows
     from ._kvpress_answers import check_pipeline_call, pipeline, pipeline_class, weighted_answers
@@ -27,6 +28,7 @@ _NAMES = {
     'register': '._attention',
     'require_weighted_attention': '._attention',
     'use_weighted_attention': '._attention',
+    'call': '._comparisons',
     'SETTING_WORDS': '._checks',
     'add_curves': '._checks',
     'claim_trials': '._checks',

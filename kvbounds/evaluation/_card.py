@@ -170,7 +170,8 @@ def _curves_block(cv: dict) -> str:
         body.append(f"<tr><td>{html.escape(task)}{'' if (task, n) in powered else ' (no power)'}</td>"
                     f"<td>{html.escape(m)}</td>{cells}</tr>")
     head = "".join(f"<th>ratio {r:g}</th>" for r in ratios)
-    calls = "".join(f"<li>{html.escape(c['task'])} at ratio {c['ratio']:g}: {c['call']} vs {html.escape(c['baseline'])} "
+    calls = "".join(f"<li>{html.escape(c['task'])} at ratio {c['ratio']:g}: {c['call']} vs "
+                    f"{html.escape(c['baseline'])} "
                     f"({_num(c['mean'])} [{_num(c['ci'][0])}, {_num(c['ci'][1])}] exact match, n = {c['n']}, "
                     f"Bonferroni over {c['tests']})</li>" for c in cv.get("calls", []))
     timing = "".join(f"<tr><td>{html.escape(m)}</td><td>{t['compress_s']:.3g}</td><td>{t['score_s']:.3g}</td>"
@@ -198,7 +199,8 @@ def _provenance(result: dict) -> str:
     code = result.get("code") or {}
     vs = " · ".join(f"{k} {v}" for k, v in (code.get("versions") or {}).items())
     return (f"<dt>code</dt><dd>{html.escape(vs)}; method code {html.escape(code.get('method', '-'))} "
-            f"({html.escape(', '.join(code.get('method_files', [])))}); stream set {html.escape(code.get('streams', '-'))}; "
+            f"({html.escape(', '.join(code.get('method_files', [])))}); stream set "
+            f"{html.escape(code.get('streams', '-'))}; "
             f"records keyed on {html.escape(code.get('key', '-'))}{' (rerun forced)' if code.get('forced') else ''}"
             f"</dd>")
 
@@ -236,11 +238,12 @@ def render_card(result: dict) -> str:
 {result['streams']} streams · compression ratio {result['ratio']:g} (headline: {100 * result['fraction']:.0f}% of the
 cache's floats)</div>
 <section class="card t-{tone}">
-<div class="card-head"><h3>{name}</h3><span class="kind">{html.escape(result['kind'])} · {html.escape(result['spec'])}</span></div>
+<div class="card-head"><h3>{name}</h3>
+<span class="kind">{html.escape(result['kind'])} · {html.escape(result['spec'])}</span></div>
 <div class="statement">Does {name} beat doing nothing and the field's baselines at equal memory?
-The battery: {html.escape(', '.join(label(c) for c in controls))}, each given the floats the method's cache holds (keys, values and
-weights counted alike). Metric (the practitioner's): {html.escape(result['metric'])}; per memory, the median over
-streams (the unit: an independent stream) with its 95% interval, the method's and each control's on the same streams.
+The battery: {html.escape(', '.join(label(c) for c in controls))}, each given the floats the method's cache holds
+(keys, values and weights counted alike). Metric (the practitioner's): {html.escape(result['metric'])}; per memory,
+the median over streams (the unit: an independent stream) with its 95% interval, the method's and each control's on the same streams.
 Each call: the battery's test (two one-sided Wilcoxon signed-rank tests, Holm over each memory's pairs) with the
 median ratio method / control [95% interval] and the streams won; where the test and the interval disagree the card
 says "leaning" on the interval's side (never "worse" beside an interval containing 1).</div>

@@ -153,7 +153,8 @@ def error_plot(family: str, cells: dict, controls: list[str], width: int = 300, 
         for f, (m, a, b, _) in pts:
             if math.isfinite(a) and math.isfinite(b) and a > 0:
                 out.append(f'<line x1="{x(f):.1f}" y1="{y(a):.1f}" x2="{x(f):.1f}" y2="{y(b):.1f}" stroke="{col}"/>')
-    legend = "".join(f'<tspan fill="{_COLOURS[i % len(_COLOURS)]}">{"■ " + html.escape("method" if n == "method" else label(n))}  </tspan>'
-                     for i, n in enumerate(names))
+    words = ["method" if n == "method" else label(n) for n in names]
+    legend = "".join(f'<tspan fill="{_COLOURS[i % len(_COLOURS)]}">■ {html.escape(w)}  </tspan>'
+                     for i, w in enumerate(words))
     out.append(f'<text x="{L + 2}" y="{T + 8}" font-size="8">{legend}</text></svg>')
     return "".join(out)

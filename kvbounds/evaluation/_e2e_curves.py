@@ -69,8 +69,8 @@ def call(method_units: dict, other_units: dict, *, tests: int) -> dict:
     """The one call of the SPEC's method against a baseline on a task (exact match, instances as units): the e2e
     curves' paired rule (``kvbounds.e2e._comparisons.call``, margin 0.2 of exact match, Bonferroni over ``tests``).
     Kept behind this one function so the package's one rule for "better" replaces it in one place."""
+    from kvbounds.e2e import call as paired
     from kvbounds.e2e import curves
-    from kvbounds.e2e._comparisons import call as paired
     return paired(method_units, other_units, margin=curves.MARGINS["match"], tests=tests, bounded=True)
 
 
@@ -128,9 +128,10 @@ def curves_summary(records, method: str) -> dict:
         if "hit" in e and not e.get("error"):
             sweep_pts.append(dict(n=int(r.params["n"]), depth=float(r.params["depth"]), method=e["method"],
                                   hit=bool(all(e["hit"]))))
+    words = (lambda s: (f"{s['retrieved']}/{s['instances']}" if s["what"] == "exact match" else
+                        f"perplexity {s['score']:.3g}") + ("" if s["powered"] else " (no power)"))
     return dict(
-        exact=[dict(s, words=(f"{s['retrieved']}/{s['instances']}" if s["what"] == "exact match" else
-                              f"perplexity {s['score']:.3g}") + ("" if s["powered"] else " (no power)")) for s in exact],
+        exact=[dict(s, words=words(s)) for s in exact],
         points=pts, calls=calls, more_floats=_more_floats(pts, method),
         timing={m: dict(instances=len(v["compress_s"]), compress_s=float(np.mean(v["compress_s"])),
                         score_s=float(np.mean(v["score_s"]))) for m, v in sorted(timing.items())},
@@ -166,7 +167,8 @@ def run_curves(resolved, *, profile: str, ratio: float, seed: int, out, progress
     contents = store.read()
     records = [r for r in contents.records if r.key in keys]
     s = SETUP[profile]
-    setup = (f"{_model_name(model)}; RULER-style tasks ({', '.join(s['tasks'] or ('every kind',))}) at {s['n']} tokens, "
+    setup = (f"{_model_name(model)}; RULER-style tasks ({', '.join(s['tasks'] or ('every kind',))}) at {s['n']} "
+             f"tokens, "
              f"{s['instances']} instance(s) each, question inside the compressed prompt; compression ratios "
              f"{', '.join(f'{r:g}' for r in sorted(set(s['ratios']) | {ratio}))}; beside {', '.join(BASELINES)}"
              + (f"; needle-depth sweep: lengths {', '.join(map(str, s['lengths']))} x depths "
