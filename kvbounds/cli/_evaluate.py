@@ -95,7 +95,7 @@ def print_result(result: dict) -> None:
               + "; ".join(f"{s['task']} (n={s['n']}) {s['words']}" for s in curves["exact"]))
         for c in curves["calls"]:
             print(f"  {c['task']} at ratio {c['ratio']:g}: {c['call']} vs {c['baseline']} ({c['mean']:+.3g} "
-                  f"[{c['ci'][0]:+.3g}, {c['ci'][1]:+.3g}] exact match, n = {c['n']})")
+                  f"[{c['ci'][0]:+.3g}, {c['ci'][1]:+.3g}] exact match, {c['n']} instances)")
     code = result.get("code") or {}
     if code:
         print("code: " + ", ".join(f"{k} {v}" for k, v in code["versions"].items())

@@ -110,7 +110,9 @@ def _family_block(result: dict, fam: str, controls: list[str]) -> str:
         if x["family"] == fam:
             lv.setdefault(x["fraction"], {})[x["name"]] = x
     calls = {(c["fraction"], c["control"]): c for c in result["calls"] if c["family"] == fam}
-    shown = [n for n in controls if any(n in cell for cell in lv.values())]
+    # the field's baselines (and the ablation) first, then doing nothing
+    shown = sorted((n for n in controls if any(n in cell for cell in lv.values())),
+                   key=lambda n: (n not in ("streaming_llm", "uniform", "ablation"), controls.index(n)))
     head = "".join(f"<th>{html.escape(label(n))}</th>" for n in shown)
     body = []
     for f in result["fractions"]:
@@ -172,10 +174,10 @@ def _curves_block(cv: dict) -> str:
     head = "".join(f"<th>ratio {r:g}</th>" for r in ratios)
     calls = "".join(f"<li>{html.escape(c['task'])} at ratio {c['ratio']:g}: {c['call']} vs "
                     f"{html.escape(c['baseline'])} "
-                    f"({_num(c['mean'])} [{_num(c['ci'][0])}, {_num(c['ci'][1])}] exact match, n = {c['n']}, "
+                    f"({_num(c['mean'])} [{_num(c['ci'][0])}, {_num(c['ci'][1])}] exact match, {c['n']} instances of {c['length']} tokens, "
                     f"Bonferroni over {c['tests']})</li>" for c in cv.get("calls", []))
     timing = "".join(f"<tr><td>{html.escape(m)}</td><td>{t['compress_s']:.3g}</td><td>{t['score_s']:.3g}</td>"
-                     f"<td>{t['instances']}</td></tr>" for m, t in cv.get("timing", {}).items())
+                     f"<td>{t['records']}</td></tr>" for m, t in cv.get("timing", {}).items())
     pre = "; ".join(f"n = {t['n']}: {t['seconds']:.3g} CPU s per instance, prefill {100 * t['prefill_share']:.0f}%"
                     for t in cv.get("prefill", []))
     sweep = "".join(f"<tr><td>{html.escape(p['method'])}</td><td>{p['n']}</td><td>{p['depth']:g}</td>"
@@ -187,9 +189,9 @@ def _curves_block(cv: dict) -> str:
             f"<div>exact match [95% CI] · the floats each press's cache holds (share of exact attention's):</div>"
             f"<div class='scroll'><table class='matrix'><thead><tr><th>task</th><th>press</th>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table></div>{more}<ul>{calls}</ul>"
-            f"<div>time per press (mean CPU s per instance; the prefill is shared: {html.escape(pre)}); memory: the "
+            f"<div>time per press (mean CPU s per instance and ratio; the prefill is shared: {html.escape(pre)}); memory: the "
             f"floats above (a per-press peak of process memory is not measured)</div><table class='matrix'><thead><tr>"
-            f"<th>press</th><th>compress s</th><th>score s</th><th>instances</th></tr></thead><tbody>{timing}</tbody>"
+            f"<th>press</th><th>compress s</th><th>score s</th><th>(instance, ratio) pairs</th></tr></thead><tbody>{timing}</tbody>"
             f"</table>" + (f"<div>needle-depth sweep (single needle):</div><table class='matrix'><thead><tr>"
                            f"<th>press</th><th>n</th><th>depth</th><th>answer</th></tr></thead><tbody>{sweep}</tbody>"
                            f"</table>" if sweep else "") + "</dd>")

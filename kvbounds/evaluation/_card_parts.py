@@ -104,7 +104,8 @@ def verdict_sentence(name: str, calls: list[dict], fraction: float, families) ->
         for c in cs:
             if c["word"] == "worse":
                 by_family.setdefault(c["family"], []).append(label(c["control"]))
-        worse = [f"{' and '.join(ctl)} on {fam}" for fam, ctl in by_family.items()]
+        both = lambda xs: xs[0] if len(xs) == 1 else f"{', '.join(xs[:-1])} and {xs[-1]}"
+        worse = [f"{both(ctl)} on {fam}" for fam, ctl in sorted(by_family.items(), key=lambda kv: -len(kv[1]))]
         counts = ", ".join(f"{words.count(w)} {w}" for w in WORDS if words.count(w))
         parts.append(f"on {kind}: {counts} of {len(cs)} calls"
                      + (f" (worse than {'; '.join(worse[:3])}{'; ...' if len(worse) > 3 else ''})" if worse else ""))

@@ -114,7 +114,7 @@ def curves_summary(records, method: str) -> dict:
                 continue
             best = max(cands, key=lambda c: (c[0], -BASELINES.index(c[1])))[1]
             c = call(ms[(method, b)], ms[(best, b)], tests=len(budgets) * max(1, len(powered)))
-            calls.append(dict(c, task=panel[1], n=panel[2], ratio=round(1 - b, 6), baseline=best))
+            calls.append(dict(c, task=panel[1], length=panel[2], ratio=round(1 - b, 6), baseline=best))
     timing: dict = {}
     for r in curve:
         e = r.extra or {}
@@ -133,7 +133,7 @@ def curves_summary(records, method: str) -> dict:
     return dict(
         exact=[dict(s, words=words(s)) for s in exact],
         points=pts, calls=calls, more_floats=_more_floats(pts, method),
-        timing={m: dict(instances=len(v["compress_s"]), compress_s=float(np.mean(v["compress_s"])),
+        timing={m: dict(records=len(v["compress_s"]), compress_s=float(np.mean(v["compress_s"])),
                         score_s=float(np.mean(v["score_s"]))) for m, v in sorted(timing.items())},
         prefill=curves.timing(curve), sweep=sorted(sweep_pts, key=lambda p: (p["method"], p["n"], p["depth"])))
 
