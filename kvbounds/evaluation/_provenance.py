@@ -23,9 +23,10 @@ from pathlib import Path
 __all__ = ["PACKAGES", "fingerprint", "versions", "source_hash", "rerun_token"]
 
 PACKAGES = ("kvbounds", "kvpress", "transformers", "torch")
-# the stream set and the protocol: the stream families' generators and the evaluation's trial and card code
-_STREAM_FILES = ("streams/_families.py", "streams/_power.py", "streams/_names.py", "evaluation/_streams.py",
-                 "evaluation/_stream_press.py", "battery/_controls.py")
+# the stream set and the protocol: the stream families' generators, the evaluation's trial code and the battery's
+# controls (the families' names and sizes are in each trial's params; the card's code reruns nothing)
+_STREAM_FILES = ("streams/_families.py", "streams/_power.py", "evaluation/_streams.py", "evaluation/_stream_press.py",
+                 "battery/_controls.py")
 
 
 def versions() -> dict[str, str]:
