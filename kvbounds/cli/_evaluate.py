@@ -74,8 +74,8 @@ def run(args) -> int:
 def print_result(result: dict) -> None:
     from kvbounds.battery import call_words
     print(result.get("verdict", ""))
-    print(f"{result['method']} ({result['kind']}), profile {result['profile']}, {result['streams']} streams; "
-          f"at {100 * result['fraction']:.0f}% of the cache's floats: {result['headline']}")
+    print(f"{result['method']} ({result['kind']}), profile {result['profile']}, {result['streams']} streams; per "
+          f"family (real keys first) where it beats every control, and its calls at {100 * result['fraction']:.0f}%:")
     for fam in result["families"]:
         print(f"  {fam}: {result['regime'][fam]['text']}")
         for c in result["calls"]:
