@@ -29,6 +29,7 @@ HEADING = re.compile(r"^#{1,6} .*$", re.M)
 PIP_INSTALL = re.compile(r"pip install ([^`\n#]+)")
 # what `python -m venv` puts in every environment besides the standard library
 VENV_DEFAULT = frozenset({"pip"})
+WHEEL = re.compile(r"^(?:.*/)?kvbounds-[^/\[]+\.whl(\[[\w,]+\])?$")
 OPTIONS_WITH_VALUE = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "-c", "--constraint"}
 
 
@@ -60,6 +61,8 @@ def parse_command(command: str) -> tuple[list[str], bool]:
             continue
         elif a == "." or a.startswith(".["):
             reqs.append("kvbounds" + a[1:])
+        elif WHEEL.match(a):                    # a built wheel of kvbounds, with its extras
+            reqs.append("kvbounds" + (WHEEL.match(a).group(1) or ""))
         else:
             reqs.append(a)
     return reqs, no_deps

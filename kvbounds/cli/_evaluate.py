@@ -1,5 +1,5 @@
-"""``kvbounds evaluate SPEC [--ratio R] [--profile smoke|quick|full] [--e2e] [--decode] [--out DIR]``: any press or
-compressor against the battery at equal memory (:mod:`kvbounds.evaluation`).
+"""``kvbounds evaluate SPEC [--ratio R] [--profile smoke|quick|full] [--e2e [--model M]] [--decode] [--force]
+[--out DIR]``: any press or compressor against the battery at equal memory (:mod:`kvbounds.evaluation`).
 
 Exit 0 with the calls printed; 2 with one line naming the problem (a SPEC that does not import or is no press /
 compressor, a ratio outside [0, 1), a press that raises or returns a bad cache, a trial that raised, an --out that
@@ -28,6 +28,12 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=int, default=None,
                    help="processes for the stream trials (default: all cores; smoke runs in this process)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default="smollm2",
+                   help="the model of --e2e: smollm2 (default; offline GGUF), qwen2.5-coder-0.5b (the second offline "
+                        "model; alias qwen), or a local GGUF / Hugging Face model directory")
+    p.add_argument("--force", action="store_true",
+                   help="run every trial again (a changed method, stream set or package version reruns by itself: "
+                        "records are keyed on the code and versions that produced them)")
     p.add_argument("--quiet", action="store_true")
 
 
@@ -43,7 +49,8 @@ def run(args) -> int:
     try:
         with sigterm_raises():
             result = evaluate(args.spec, ratio=args.ratio, profile=args.profile, e2e=args.e2e, decode=args.decode,
-                              out=out, workers=args.workers, seed=args.seed, progress=not args.quiet)
+                              out=out, workers=args.workers, seed=args.seed, progress=not args.quiet,
+                              force=args.force, model=args.model)
     except KeyboardInterrupt:
         print(f"kvbounds evaluate: interrupted; finished trials are kept in {out}; rerun to resume", file=sys.stderr)
         return 130
@@ -66,8 +73,9 @@ def run(args) -> int:
 
 def print_result(result: dict) -> None:
     from kvbounds.verdict import call_words
-    print(f"{result['method']} ({result['kind']}), profile {result['profile']}, {result['streams']} streams; "
-          f"at {100 * result['fraction']:.0f}% of the cache's floats: {result['headline']}")
+    print(result.get("verdict", ""))
+    print(f"{result['method']} ({result['kind']}), profile {result['profile']}, {result['streams']} streams; per "
+          f"family (real keys first) where it beats every control, and its calls at {100 * result['fraction']:.0f}%:")
     for fam in result["families"]:
         print(f"  {fam}: {result['regime'][fam]['text']}")
         for c in result["calls"]:
@@ -79,3 +87,16 @@ def print_result(result: dict) -> None:
         part = result.get(key)
         if part:
             print(f"{key}: {part.get('headline') or part.get('skipped') or ''}")
+    curves = (result.get("e2e") or {}).get("curves") or {}
+    if curves.get("skipped"):
+        print(f"RULER-style tasks: {curves['skipped']}")
+    elif curves:
+        print(f"RULER-style tasks on {curves['model']}: exact attention "
+              + "; ".join(f"{s['task']} (n={s['n']}) {s['words']}" for s in curves["exact"]))
+        for c in curves["calls"]:
+            print(f"  {c['task']} at ratio {c['ratio']:g}: {c['call']} vs {c['baseline']} ({c['mean']:+.3g} "
+                  f"[{c['ci'][0]:+.3g}, {c['ci'][1]:+.3g}] exact match, {c['n']} instances)")
+    code = result.get("code") or {}
+    if code:
+        print("code: " + ", ".join(f"{k} {v}" for k, v in code["versions"].items())
+              + f"; method code {code['method']}; records keyed on {code['key']}")

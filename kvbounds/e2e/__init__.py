@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # what static tools (mypy, jedi) read
     from ._attention import register, require_weighted_attention, use_weighted_attention
+    from ._comparisons import call
     from ._checks import SETTING_WORDS, add_curves, claim_trials, profile_grid, reproduction_verdict
     from ._falsifiers import window_effects, window_rows
-    from ._kvpress_answers import install
+    from ._kvpress_answers import check_pipeline_call, pipeline, pipeline_class, weighted_answers
     from ._leaderboard import first_retrieval, leaderboard_rows, row, t_interval, tied, timing_rows
     from ._method_names import CONTROLS, DEFAULT_METHODS, KVPRESS, OURS
     from ._methods import budget_problem, compress_layer, compress_ours
@@ -27,6 +28,7 @@ _NAMES = {
     'register': '._attention',
     'require_weighted_attention': '._attention',
     'use_weighted_attention': '._attention',
+    'call': '._comparisons',
     'SETTING_WORDS': '._checks',
     'add_curves': '._checks',
     'claim_trials': '._checks',
@@ -34,7 +36,10 @@ _NAMES = {
     'reproduction_verdict': '._checks',
     'window_effects': '._falsifiers',
     'window_rows': '._falsifiers',
-    'install': '._kvpress_answers',
+    'check_pipeline_call': '._kvpress_answers',
+    'pipeline': '._kvpress_answers',
+    'pipeline_class': '._kvpress_answers',
+    'weighted_answers': '._kvpress_answers',
     'first_retrieval': '._leaderboard',
     'leaderboard_rows': '._leaderboard',
     'row': '._leaderboard',

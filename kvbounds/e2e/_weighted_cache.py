@@ -16,7 +16,8 @@ reports the logical one, as transformers' own sliding-window layers do (``genera
 after the prompt and places them at their true positions), and ``get_mask_sizes`` tells the mask builder the
 offset between the two. kvpress's ``"kv-press-text-generation"`` pipeline cuts each answer off by slicing the
 stored keys at the length it read from ``get_seq_length``, which is right only for an uncompressed layer;
-:func:`kvbounds.e2e.install` makes its cut a :meth:`WeightedLayer.crop` to that logical length for
+:func:`kvbounds.e2e.pipeline` (or kvpress's own inside :func:`kvbounds.e2e.weighted_answers`) makes its cut a
+:meth:`WeightedLayer.crop` to that logical length for
 these layers (installed by :mod:`kvbounds.presses` and :mod:`kvbounds.presses`).
 
 The Cache API of transformers 5.2 and of the newest 5.x both work: ``get_mask_sizes`` takes the cache positions

@@ -11,6 +11,8 @@ import math
 import re
 from pathlib import Path
 
+from ._card_parts import WORDS as WORD_TONES
+
 __all__ = ["write_outputs", "render_card", "report_style", "tone_of", "JSON_FILE", "CARD_FILE"]
 
 JSON_FILE = "evaluation.json"
@@ -26,6 +28,7 @@ CALLS_WORDS = ("better / leaning better / tied / leaning worse / worse / not att
                "(the one rule of kvbounds.verdict: a two-sided signed-rank test on the log-ratios at the unit, "
                "Holm over each memory's pairs; leaning: significant before Holm, not after; tied: no difference "
                "shown, or one within 5%).")
+
 
 
 def _version() -> str:
@@ -86,7 +89,7 @@ def _calls_table(calls: list[dict], controls: list[str]) -> str:
 
 
 def _e2e_block(e2e: dict) -> str:
-    if not e2e:
+    if not e2e or not (e2e.get("rows") or e2e.get("skipped")):
         return ""
     if e2e.get("skipped"):
         return f"<dt>end to end</dt><dd class='note'>{html.escape(e2e['skipped'])}</dd>"
@@ -99,17 +102,130 @@ def _e2e_block(e2e: dict) -> str:
             f"<tbody>{rows}</tbody></table></div></dd>")
 
 
+def _level(t) -> str:
+    if not t:
+        return "-"
+    return f"{_num(t['median'])} <span class='note'>[{_num(t['lo'])}, {_num(t['hi'])}]</span>"
+
+
+def _family_block(result: dict, fam: str, controls: list[str]) -> str:
+    """One family: its one line, a table per memory of the method's error level beside each control's with the
+    call and its interval, and the plot of error vs memory."""
+    from kvbounds.verdict import label
+    from kvbounds.streams import FAMILY_WORDS
+    from ._card_parts import card_call, error_plot
+    lv: dict = {}
+    for x in result.get("levels", []):
+        if x["family"] == fam:
+            lv.setdefault(x["fraction"], {})[x["name"]] = x
+    calls = {(c["fraction"], c["control"]): c for c in result["calls"] if c["family"] == fam}
+    # the field's baselines (and the ablation) first, then doing nothing
+    shown = sorted((n for n in controls if any(n in cell for cell in lv.values())),
+                   key=lambda n: (n not in ("streaming_llm", "uniform", "ablation"), controls.index(n)))
+    head = "".join(f"<th>{html.escape(label(n))}</th>" for n in shown)
+    body = []
+    for f in result["fractions"]:
+        cell = lv.get(f, {})
+        tds = []
+        for n in shown:
+            c = calls.get((f, n))
+            call = ""
+            if c is not None:
+                word = card_call(c)
+                lo, hi = c["ci"]
+                call = (f'<br><span class="chip {WORD_TONES.get(word, "none")}" title="{html.escape(_title(c))}">'
+                        f'{word}</span>' + ("" if c["call"] == "not tested" else
+                                            f' <span class="note">ratio {_num(c["effect"])} [{_num(lo)}, '
+                                            f'{_num(hi)}], {c["wins"]}/{c["n"]}</span>'))
+            tds.append(f"<td class='v'>{_level(cell.get(n))}{call}</td>")
+        n_streams = (cell.get("method") or {}).get("n", 0)
+        body.append(f"<tr><td>{100 * f:.0f}%</td><td class='v'><b>{_level(cell.get('method'))}</b> "
+                    f"<span class='note'>{n_streams} streams</span></td>{''.join(tds)}</tr>")
+    plot = error_plot(fam, {f: {k: (x["median"], x["lo"], x["hi"], x["n"]) for k, x in cell.items()}
+                            for f, cell in lv.items()}, controls)
+    size = result.get("stream_sizes", {}).get(fam)
+    size_words = (f" {size['streams']} streams of {size['n']} context tokens + {size['queries']} held-out queries, "
+                  f"d = {size['d']}." if size else "")
+    return (f"<h4>{html.escape(fam)}: {html.escape(result['regime'].get(fam, {}).get('text', ''))}</h4>"
+            f"<div class='note'>{html.escape(FAMILY_WORDS.get(fam, ''))}.{html.escape(size_words)}</div>"
+            f"<div class='scroll'><table class='matrix'><thead><tr><th>memory</th><th>the method: error "
+            f"[95% CI]</th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>{plot}")
+
+
+def _title(c: dict) -> str:
+    if c["call"] == "not tested":
+        return c.get("reason", "")
+    return (f"the battery's call: {c['call']} (Holm-adjusted p {_num(c.get('p'))}); smallest detectable ratio "
+            f"{_num(c.get('detectable_ratio'))}")
+
+
+def _curves_block(cv: dict) -> str:
+    """The RULER-style curves (kvbounds.evaluation._e2e_curves): exact attention's scores, score vs ratio per press
+    with the floats each holds, the calls, time per press, the depth sweep."""
+    if not cv:
+        return ""
+    if cv.get("skipped"):
+        return f"<dt>RULER-style tasks</dt><dd class='note'>{html.escape(cv['skipped'])}</dd>"
+    ex = "".join(f"<tr><td>{html.escape(s['task'])}</td><td>{s['n']}</td><td>{html.escape(s['words'])}</td></tr>"
+                 for s in cv.get("exact", []))
+    powered = {(s["task"], s["n"]) for s in cv.get("exact", []) if s["powered"]}
+    ratios = sorted({round(1 - p["budget"], 6) for p in cv.get("points", [])})
+    rows = {}
+    for p in cv.get("points", []):
+        rows.setdefault((p["task"], p["n"], p["method"]), {})[round(1 - p["budget"], 6)] = p
+    body = []
+    for (task, n, m), ps in sorted(rows.items()):
+        cells = "".join(
+            f"<td class='v'>{_num(ps[r]['value'])} <span class='note'>[{_num(ps[r]['ci'][0])}, {_num(ps[r]['ci'][1])}]"
+            f" · {100 * ps[r]['memory']:.3g}% floats</span></td>" if r in ps else "<td>-</td>" for r in ratios)
+        body.append(f"<tr><td>{html.escape(task)}{'' if (task, n) in powered else ' (no power)'}</td>"
+                    f"<td>{html.escape(m)}</td>{cells}</tr>")
+    head = "".join(f"<th>ratio {r:g}</th>" for r in ratios)
+    calls = "".join(f"<li>{html.escape(c['task'])} at ratio {c['ratio']:g}: {c['call']} vs "
+                    f"{html.escape(c['baseline'])} "
+                    f"({_num(c['mean'])} [{_num(c['ci'][0])}, {_num(c['ci'][1])}] exact match, {c['n']} instances of {c['length']} tokens, "
+                    f"Bonferroni over {c['tests']})</li>" for c in cv.get("calls", []))
+    timing = "".join(f"<tr><td>{html.escape(m)}</td><td>{t['compress_s']:.3g}</td><td>{t['score_s']:.3g}</td>"
+                     f"<td>{t['records']}</td></tr>" for m, t in cv.get("timing", {}).items())
+    pre = "; ".join(f"n = {t['n']}: {t['seconds']:.3g} CPU s per instance, prefill {100 * t['prefill_share']:.0f}%"
+                    for t in cv.get("prefill", []))
+    sweep = "".join(f"<tr><td>{html.escape(p['method'])}</td><td>{p['n']}</td><td>{p['depth']:g}</td>"
+                    f"<td>{'retrieved' if p['hit'] else 'missed'}</td></tr>" for p in cv.get("sweep", []))
+    more = "".join(f"<div class='note'>{html.escape(w)}</div>" for w in cv.get("more_floats", []))
+    return (f"<dt>RULER-style tasks</dt><dd>{html.escape(cv.get('setup', ''))}"
+            f"<div>exact attention (below 90%: no power, no call):</div><table class='matrix'><thead><tr><th>task</th>"
+            f"<th>n</th><th>exact attention</th></tr></thead><tbody>{ex}</tbody></table>"
+            f"<div>exact match [95% CI] · the floats each press's cache holds (share of exact attention's):</div>"
+            f"<div class='scroll'><table class='matrix'><thead><tr><th>task</th><th>press</th>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table></div>{more}<ul>{calls}</ul>"
+            f"<div>time per press (mean CPU s per instance and ratio; the prefill is shared: {html.escape(pre)}); memory: the "
+            f"floats above (a per-press peak of process memory is not measured)</div><table class='matrix'><thead><tr>"
+            f"<th>press</th><th>compress s</th><th>score s</th><th>(instance, ratio) pairs</th></tr></thead><tbody>{timing}</tbody>"
+            f"</table>" + (f"<div>needle-depth sweep (single needle):</div><table class='matrix'><thead><tr>"
+                           f"<th>press</th><th>n</th><th>depth</th><th>answer</th></tr></thead><tbody>{sweep}</tbody>"
+                           f"</table>" if sweep else "") + "</dd>")
+
+
+def _provenance(result: dict) -> str:
+    code = result.get("code") or {}
+    vs = " · ".join(f"{k} {v}" for k, v in (code.get("versions") or {}).items())
+    return (f"<dt>code</dt><dd>{html.escape(vs)}; method code {html.escape(code.get('method', '-'))} "
+            f"({html.escape(', '.join(code.get('method_files', [])))}); stream set "
+            f"{html.escape(code.get('streams', '-'))}; "
+            f"records keyed on {html.escape(code.get('key', '-'))}{' (rerun forced)' if code.get('forced') else ''}"
+            f"</dd>")
+
+
 def render_card(result: dict) -> str:
-    """evaluation.html for evaluation.json's content ``result``."""
+    """evaluation.html for evaluation.json's content ``result``: the verdict in one sentence, then per family (real
+    keys first) the method's error level beside each control's with the calls and their intervals and a plot,
+    then decode and end to end, versions and stream sizes."""
     from kvbounds.verdict import label
     __version__ = _version()
     calls = result["calls"]
     head = [c for c in calls if c["fraction"] == result["fraction"]]
     tone = tone_of(head)
     controls = result["battery"]
-    fams = "".join(
-        f'<span class="chip {tone_of([c for c in head if c["family"] == f])}">{html.escape(f)}: '
-        f'{html.escape(result["regime"][f]["text"])}</span>' for f in result["families"])
     decode = result.get("decode") or {}
     dec = ""
     if decode:
@@ -118,29 +234,37 @@ def render_card(result: dict) -> str:
                   f"<div class='note'>{html.escape(decode.get('skipped', ''))}</div>") + "</dd>")
     missing = "".join(f"<div class='note'>not run: {html.escape(m)}</div>" for m in result.get("not_run", []))
     t = result.get("time", {})
-    name, headline = html.escape(result["method"]), html.escape(result["headline"])
+    e2e = result.get("e2e") or {}
+    name = html.escape(result["method"])
+    verdict = html.escape(result.get("verdict") or result["headline"])
+    fams = "".join(_family_block(result, f, controls) for f in result["families"])
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>kvbounds evaluate: {name}</title>
 {report_style()}
 </head><body>
 <h1>kvbounds evaluate: {name}</h1>
+<p class="verdict"><b>{verdict}</b></p>
 <div class="meta">kvbounds {__version__} · profile <b>{html.escape(result['profile'])}</b> · seed {result['seed']} ·
 {result['streams']} streams · compression ratio {result['ratio']:g} (headline: {100 * result['fraction']:.0f}% of the
 cache's floats)</div>
 <section class="card t-{tone}">
-<div class="card-head"><h3>{name}</h3><span class="chip big {tone}">{headline}</span>
+<div class="card-head"><h3>{name}</h3>
 <span class="kind">{html.escape(result['kind'])} · {html.escape(result['spec'])}</span></div>
 <div class="statement">Does {name} beat doing nothing and the field's baselines at equal memory?
-The battery: {html.escape(', '.join(label(c) for c in controls))}, each given the floats the method's cache holds (keys, values and
-weights counted alike). Metric: {html.escape(result['metric'])}.</div>
+The battery: {html.escape(', '.join(label(c) for c in controls))}, each given the floats the method's cache holds
+(keys, values and weights counted alike). Metric (the practitioner's): {html.escape(result['metric'])}; per memory,
+the median over streams (the unit: an independent stream) with its 95% interval, the method's and each control's on the same streams.
+Each call: the battery's test (two one-sided Wilcoxon signed-rank tests, Holm over each memory's pairs) with the
+median ratio method / control [95% interval] and the streams won; where the test and the interval disagree the card
+says "leaning" on the interval's side (never "worse" beside an interval containing 1).</div>
 <dl class="dl">
 <dt>method</dt><dd>{html.escape(result['label'])}</dd>
-<dt>regime</dt><dd class="dims">{fams}</dd>
-<dt>calls</dt><dd>{html.escape(CALLS_WORDS)}{_calls_table(calls, controls)}{missing}</dd>
-{dec}{_e2e_block(result.get('e2e') or {})}
+<dt>families</dt><dd>{fams}{missing}</dd>
+{dec}{_e2e_block(e2e)}{_curves_block(e2e.get('curves') or {})}
+{_provenance(result)}
 <dt>run</dt><dd>wall {t.get('wall_s', '-')} s; stream trials {_num(t.get('trials_cpu_s'))} CPU s on
-{t.get('workers', '-')} worker(s)</dd>
+{t.get('workers', '-')} worker(s); this process {_num(t.get('cpu_s_this_process'))} CPU s</dd>
 </dl>
 <div class="paths">records: <code>results.jsonl</code> · summary: <code>evaluation.json</code></div>
 </section></body></html>

@@ -127,9 +127,10 @@ def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
 
 
 def run_decode(resolved, *, profile: str, ratio: float, seed: int, out, workers=None, progress: bool = True,
-               sys_path=()) -> dict:
+               sys_path=(), tag=None) -> dict:
     """Run (or resume) the decode trials; returns {"setup", "headline", "calls"} or {"skipped": why}. ``sys_path``:
-    directories the worker processes put first on their module path (:func:`kvbounds.run.run_trials`)."""
+    directories the worker processes put first on their module path (:func:`kvbounds.run.run_trials`); ``tag``:
+    params every trial carries (the code's hash and a rerun token, :func:`kvbounds.evaluation._evaluate.tagged`)."""
     from kvbounds.battery import power_vs_controls, stream_unit, unit_words
     from kvbounds.verdict import summary_words
     from kvbounds.core import ResultStore
@@ -138,6 +139,7 @@ def run_decode(resolved, *, profile: str, ratio: float, seed: int, out, workers=
         return {"skipped": "the decode-time check runs presses; a compressor with the method contract compresses a "
                            "whole prefix (the package's streaming algorithms are checked by BKV.decode / SG.decode)"}
     ps = decode_trials(resolved.spec, profile, ratio, seed, resolved.interval)
+    ps = [dict(p, **(tag or {})) for p in ps]
     trials = [Trial(CLAIM, p, seed, "numpy", __name__) for p in ps]
     try:
         run_trial(dict(ps[0]), 0)             # the first stream here: a press that cannot decode fails before any record

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["COMPARE", "TASKS", "e2e_trials", "run_e2e"]
+__all__ = ["COMPARE", "TASKS", "e2e_trials", "run_e2e", "run_board"]
 
 # the papers' methods (BalanceKV, SubGen, k-center, subspace), the plain baselines and kvpress's presses
 COMPARE = ("balancekv", "subgen", "kcenter", "subspace", "uniform", "streaming_llm", "kvpress:streaming_llm",
@@ -25,7 +25,7 @@ TASKS = {
 }
 
 
-def e2e_trials(method: str, profile: str, ratio: float, seed: int):
+def e2e_trials(method: str, profile: str, ratio: float, seed: int, tag=None):
     """The runner's trials: every task instance of the profile with the method and :data:`COMPARE` at 1 - ratio."""
     from kvbounds.e2e import profile_grid
     from kvbounds.run import Trial
@@ -35,11 +35,27 @@ def e2e_trials(method: str, profile: str, ratio: float, seed: int):
     for claim, spec in tasks.items():
         for p in profile_grid("custom", spec, methods=methods, budgets=(round(1.0 - ratio, 6),), sink=sink,
                               window=sink, settings=("after", "inside")):
-            out.append(Trial(claim, p, seed, "torch:cpu"))
+            out.append(Trial(claim, dict(p, **(tag or {})), seed, "torch:cpu"))
     return out
 
 
-def run_e2e(resolved, *, profile: str, ratio: float, seed: int, out, progress: bool = True) -> dict:
+def run_e2e(resolved, *, profile: str, ratio: float, seed: int, out, progress: bool = True, tag=None,
+            model: str = "smollm2") -> dict:
+    """The RULER-style curves on ``model`` (:func:`kvbounds.evaluation._e2e_curves.run_curves`, under "curves")
+    and, on SmolLM2, the leaderboard's tasks (:func:`run_board`)."""
+    from kvbounds.traces import qwen
+    from ._e2e_curves import run_curves
+    curves = run_curves(resolved, profile=profile, ratio=ratio, seed=seed, out=out, progress=progress, tag=tag,
+                        model=model)
+    if model != "smollm2":
+        name = qwen.NAME if qwen.is_name(model) else model
+        return {"curves": curves, "headline": f"the RULER-style curves on {name} (the leaderboard's tasks run on "
+                                              f"SmolLM2 only)"}
+    return dict(run_board(resolved, profile=profile, ratio=ratio, seed=seed, out=out, progress=progress, tag=tag),
+                curves=curves)
+
+
+def run_board(resolved, *, profile: str, ratio: float, seed: int, out, progress: bool = True, tag=None) -> dict:
     """Run (or resume) the trials and return the leaderboard's tables with the method's place: {"setup",
     "headline", "rows": [{"title", "rank", "method", "text", "ci", "mark"}], "references", "collapsed"}, or
     {"skipped": why} when the model or its packages are missing here."""
@@ -51,7 +67,7 @@ def run_e2e(resolved, *, profile: str, ratio: float, seed: int, out, progress: b
     why = hf_missing()
     if why:
         return {"skipped": f"end to end not run: {why}"}
-    trials = e2e_trials(resolved.name, profile, ratio, seed)
+    trials = e2e_trials(resolved.name, profile, ratio, seed, tag)
     store = ResultStore(out, writer="evaluate")
     with store.lock():
         done = store.done_keys()

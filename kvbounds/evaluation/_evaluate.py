@@ -50,19 +50,28 @@ def default_out(spec: str) -> str:
     return os.path.join("evaluation", "".join(c if c.isalnum() or c in "._-" else "_" for c in spec))
 
 
-def _trials(spec, profile, ratio, seed):
+def _trials(spec, profile, ratio, seed, tag=None):
+    """The stream trials; ``tag``: params every trial carries (the code's hash, a rerun token: :func:`tagged`)."""
     from kvbounds.run import Trial
-    return [Trial(ES.CLAIM, p, seed, "numpy", ES.__name__) for p in ES.trials(spec, profile, ratio, seed)]
+    return [Trial(ES.CLAIM, dict(p, **(tag or {})), seed, "numpy", ES.__name__)
+            for p in ES.trials(spec, profile, ratio, seed)]
+
+
+def tagged(code: dict, force: bool) -> dict:
+    """The params that key a trial on the code that runs it (:mod:`kvbounds.evaluation._provenance`): ``code``, the
+    fingerprint's hash; with ``force``, ``rerun``, a token no earlier run used (every trial runs again)."""
+    from ._provenance import rerun_token
+    return dict(code=code["key"], **({"rerun": rerun_token()} if force else {}))
 
 
 MAX_WORKERS = 1024
 
 
-def check_arguments(*, profile, e2e, decode, out, workers, seed, progress) -> None:
+def check_arguments(*, profile, e2e, decode, out, workers, seed, progress, force=False) -> None:
     """:func:`evaluate`'s arguments other than SPEC and ratio (:func:`kvbounds.evaluation._spec.resolve` and
     ``check_ratio`` check those): an :class:`~kvbounds.algorithms.validation.InputError` naming the first bad one."""
     check_choice(profile, "profile", ES.PROFILES)
-    for name, v in (("e2e", e2e), ("decode", decode), ("progress", progress)):
+    for name, v in (("e2e", e2e), ("decode", decode), ("progress", progress), ("force", force)):
         if not isinstance(v, bool):
             raise InputError(f"{name} must be True or False, got {v!r}")
     if out is not None and (not isinstance(out, (str, os.PathLike)) or not os.fspath(out)
@@ -160,12 +169,24 @@ def summary(resolved, records, *, profile, ratio, seed, fractions, families, ext
     controls = sorted({c["control"] for c in calls}, key=lambda n: list(battery.CONTROLS).index(n)
                       if n in battery.CONTROLS else 99)
     missing = sorted({f"{r.extra['family']}: {r.extra['missing']}" for r in records if r.extra.get("missing")})
+    from ._card_parts import card_call, levels, order_families, verdict_sentence
+    for c in calls:
+        c["word"] = card_call(c)
+    fams = order_families(families)
+    sizes = {}
+    for r in records:
+        sizes.setdefault(r.params["family"], dict(n=r.params["n"], queries=r.params["queries"], d=r.params["d"],
+                                                  streams=set()))["streams"].add(r.params["rep"])
     return {
+        "verdict": verdict_sentence(resolved.name, calls, headline_f, fams),
+        "levels": [dict(family=fam, fraction=f, name=k, median=t[0], lo=t[1], hi=t[2], n=t[3])
+                   for fam, fs in levels(records).items() for f, cell in fs.items() for k, t in cell.items()],
+        "stream_sizes": {fam: dict(v, streams=len(v["streams"])) for fam, v in sizes.items()},
         "method": resolved.name, "spec": resolved.spec, "kind": resolved.kind, "label": resolved.label,
         "ratio": ratio, "fraction": headline_f, "profile": profile, "seed": seed,
         "battery": controls or [c for c in battery.CONTROLS if c != "ablation"],
         "call_vocabulary": list(CALLS), "metric": METRIC,
-        "families": list(families), "fractions": list(fractions),
+        "families": fams, "fractions": list(fractions),
         "headline": summary_words(head) or "not tested", "calls": calls,
         "regime": regime(calls, families, fractions),
         "streams": len({(r.params["family"], r.params["rep"]) for r in records}),
@@ -175,7 +196,7 @@ def summary(resolved, records, *, profile, ratio, seed, fractions, families, ext
 
 def evaluate(spec: str, *, ratio: float = 0.75, profile: str = "quick", e2e: bool = False, decode: bool = False,
              out: str | os.PathLike | None = None, workers: int | None = None, seed: int = 0,
-             progress: bool = True) -> dict:
+             progress: bool = True, force: bool = False, model: str = "smollm2") -> dict:
     """Evaluate SPEC (a registered method, ``kvpress:NAME`` or ``module:NAME``; :mod:`kvbounds.evaluation`) at
     kvpress compression ratio ``ratio`` (the fraction removed; the headline fraction is 1 - ratio) on ``profile``;
     writes ``out`` (default :func:`default_out`) and returns evaluation.json's content. ``workers``: processes for
@@ -189,7 +210,8 @@ def evaluate(spec: str, *, ratio: float = 0.75, profile: str = "quick", e2e: boo
     from ._spec import check_ratio, resolve
     from kvbounds.core import ResultStore
     from kvbounds.run import run_trials
-    check_arguments(profile=profile, e2e=e2e, decode=decode, out=out, workers=workers, seed=seed, progress=progress)
+    check_arguments(profile=profile, e2e=e2e, decode=decode, out=out, workers=workers, seed=seed, progress=progress,
+                    force=force)
     ratio = check_ratio(ratio)
     out = default_out(spec) if out is None and isinstance(spec, str) else out
     if out is not None:
@@ -198,7 +220,14 @@ def evaluate(spec: str, *, ratio: float = 0.75, profile: str = "quick", e2e: boo
     if workers is None and profile == "smoke":
         workers = 1                 # its few trials take less than starting worker processes that import torch
     t0, c0 = time.perf_counter(), time.process_time()
-    trials = _trials(spec, profile, ratio, seed)
+    from ._provenance import fingerprint
+    code = fingerprint(resolved)
+    tag = tagged(code, force)
+    trials = _trials(spec, profile, ratio, seed, tag)
+    from kvbounds.streams import REAL, prepare_real
+    for fam in ES.families(profile):
+        if fam in REAL:         # the first run that needs a trace extracts it here, saying so, before any worker
+            prepare_real(fam, progress)
     _preflight(resolved, trials)
     # the worker processes import the SPEC's module too: the current directory first on their path (given to them)
     sys_path = [os.getcwd()] if ":" in spec and not spec.startswith("kvpress:") else []
@@ -216,15 +245,17 @@ def evaluate(spec: str, *, ratio: float = 0.75, profile: str = "quick", e2e: boo
     if decode or resolved.decoding:
         from ._decode import run_decode
         extra["decode"] = run_decode(resolved, profile=profile, ratio=ratio, seed=seed, out=out, workers=workers,
-                                     progress=progress, sys_path=sys_path)
+                                     progress=progress, sys_path=sys_path, tag=tag)
     if e2e:
         from ._e2e import run_e2e
-        extra["e2e"] = run_e2e(resolved, profile=profile, ratio=ratio, seed=seed, out=out, progress=progress)
+        extra["e2e"] = run_e2e(resolved, profile=profile, ratio=ratio, seed=seed, out=out, progress=progress, tag=tag,
+                               model=model)
+    extra["code"] = dict(code, forced=force)
     extra["time"] = dict(wall_s=round(time.perf_counter() - t0, 1), cpu_s_this_process=round(time.process_time() - c0, 1),
                          trials_cpu_s=timings.get("cpu_s"), workers=timings.get("workers"))
     result = summary(resolved, records, profile=profile, ratio=ratio, seed=seed,
                      fractions=ES.fractions(profile, ratio), families=ES.families(profile), extra=extra)
     write_outputs(out, result)
     if progress:
-        sys.stderr.write(f"kvbounds evaluate: {resolved.spec}: {result['headline']}\n")
+        sys.stderr.write(f"kvbounds evaluate: {result['verdict']}\n")
     return result

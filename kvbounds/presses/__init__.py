@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # what static tools (mypy, jedi) read
-    from ._kvpress import BalanceKVPress
+    from ._kvpress import BalanceKVPress, pipeline, weighted_answers
     from ._streaming.certificate import ErrorBar
     from ._streaming.generate import cache_keyword, generate
     from ._streaming.press import StreamingPress, log_weights, weighted_output
@@ -18,6 +18,8 @@ if TYPE_CHECKING:   # what static tools (mypy, jedi) read
 
 _NAMES = {
     'BalanceKVPress': '._kvpress',
+    'pipeline': '._kvpress',
+    'weighted_answers': '._kvpress',
     'ErrorBar': '._streaming.certificate',
     'cache_keyword': '._streaming.generate',
     'generate': '._streaming.generate',

@@ -1,5 +1,7 @@
 """kvbounds' compressors as NVIDIA kvpress presses: ``with press(model): model.generate(...)`` or kvpress's
-``"kv-press-text-generation"`` pipeline, with the per-token weights kept.
+``"kv-press-text-generation"`` pipeline, with the per-token weights kept (several questions on one context:
+:func:`pipeline`, kvpress's pipeline with the answer cut a weighted cache needs, or kvpress's own inside
+``with weighted_answers():``; :mod:`kvbounds.e2e._kvpress_answers`).
 
 Each press is a ``kvpress.BasePress`` taking ``compression_ratio`` (the fraction of the cache's floats removed;
 budget = 1 - ratio, the harness's budget), ``sink``, ``window`` and ``seed``. After each attention layer of the
@@ -45,17 +47,16 @@ except ImportError as e:          # the presses need the extras: pip install 'kv
 
 from kvbounds import methods as registry
 from kvbounds.e2e import compress_layer
-from kvbounds.e2e import install as install_kvpress_answers
+from kvbounds.e2e import check_pipeline_call, pipeline, weighted_answers
 from kvbounds.e2e import register, require_weighted_attention, use_weighted_attention
 from kvbounds.e2e import ModelNotWeighted, WeightedCache, WeightedLayer
 from kvbounds.e2e import visible_tokens
 
 __all__ = ["KVBoundsPress", "BalanceKVPress", "BalanceKVReleasedPress", "SubGenPress", "SubspacePress",
            "UniformPress", "KCenterPress", "H2OPress", "KernelThinningPress", "PRESSES", "WeightedLayer",
-           "WeightedCache", "ModelNotWeighted", "use_weighted_attention"]
+           "WeightedCache", "ModelNotWeighted", "use_weighted_attention", "pipeline", "weighted_answers"]
 
 register()
-install_kvpress_answers()          # the pipeline's multi-question path cuts weighted layers by their own crop
 
 
 @dataclasses.dataclass
@@ -84,6 +85,7 @@ class KVBoundsPress(BasePress):
     @contextmanager
     def __call__(self, model):
         require_weighted_attention(model)
+        check_pipeline_call()      # kvpress's own pipeline asked several questions: refused, saying what to use
         with BasePress.__call__(self, model):
             yield
 

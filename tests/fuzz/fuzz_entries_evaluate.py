@@ -23,7 +23,8 @@ from kvbounds.streams import FAMILIES
 # calls of every entry; evaluate, its argument checks, assert_beats with compare_on_streams, assert_attention_error
 # and kv_streams with families_here are called by tests/fuzz/fuzz_entries_harm.py): functions of a whole evaluation (a
 # SPEC, a profile and an output directory: seconds to minutes; tests/evaluation/test_evaluate.py, tests/evaluation/test_evaluate_faces.py):
-# summary, calls_of, regime, default_out, write_outputs, render_card, report_style, tone_of, run_e2e, e2e_trials,
+# summary, calls_of, regime, default_out, write_outputs, render_card, report_style, tone_of, run_e2e, run_board,
+# e2e_trials,
 # run_decode, decode_trials, trials, families, fractions, stream_seed, stream_of, run_trial, add_parser, run,
 # print_result, and stream_words (the words of a stream whose trial raised); data holders and exceptions: KVStream,
 # Resolved, StreamLayer, PressError, SpecError, EvaluationError; probes without arrays: is_press, is_decoding_press,
@@ -33,7 +34,7 @@ from kvbounds.streams import FAMILIES
 # kvbounds_real_trace; resolve_object (an object instead of a SPEC string: reached through resolve's entry).
 NOT_ENTRY_POINTS = {
     "summary", "calls_of", "regime", "default_out", "write_outputs", "render_card", "report_style", "tone_of",
-    "run_e2e", "e2e_trials", "run_decode", "decode_trials", "trials", "families", "fractions", "stream_seed",
+    "run_e2e", "run_board", "e2e_trials", "run_decode", "decode_trials", "trials", "families", "fractions", "stream_seed",
     "stream_of", "run_trial", "add_parser", "run", "print_result", "stream_words", "KVStream", "Resolved",
     "StreamLayer", "PressError", "SpecError", "EvaluationError", "is_press", "is_decoding_press", "real_available",
     "run_press", "pytest_addoption", "pytest_configure", "pytest_collection_modifyitems", "pytest_terminal_summary",

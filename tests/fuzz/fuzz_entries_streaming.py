@@ -155,9 +155,15 @@ def _weighted_output_call(q, scale, layer):
     return weighted_output(lay, _tensor(q), scale)[:2]
 
 
-def _install_call():
+def _answers_call():
+    """The scoped pipeline fix: nested blocks restore kvpress's own method on exit; the subclass carries the fix."""
+    from kvpress.pipeline import KVPressTextGenerationPipeline as K
     from kvbounds.e2e import _kvpress_answers as kvpress_answers
-    return kvpress_answers.install(), kvpress_answers.install()
+    own = K.__dict__["_remove_answer_from_cache"]
+    with kvpress_answers.weighted_answers(), kvpress_answers.weighted_answers():
+        inside = K.__dict__["_remove_answer_from_cache"] is not own
+    assert inside and K.__dict__["_remove_answer_from_cache"] is own
+    return kvpress_answers.pipeline_class().__name__
 
 
 ENTRIES = [
@@ -173,7 +179,7 @@ ENTRIES = [
           dict(layer_idx=0, scale=1 / math.sqrt(8)), _certificate_entry("sg"), _check_certificate,
           nonfinite_ok=_certificate_nonfinite_ok),
     Entry("weighted_output", _query_arrays, dict(scale=0.35, layer="press"), _weighted_output_call),
-    Entry("kvpress_answers.install", lambda r, c: {}, {}, _install_call),
+    Entry("kvpress_answers.weighted_answers+pipeline_class", lambda r, c: {}, {}, _answers_call),
 ]
 
 # Public callables of kvbounds.presses._streaming and of the weighted cache's helpers that are not entries, with the
@@ -193,4 +199,7 @@ NOT_ENTRY_POINTS = {
     "cache_keyword", "cache_of", "log_weights",
     # the last n visible tokens from a transformers 4-d mask (the press hooks' reader; reached through generate)
     "visible_tokens",
+    # kvpress's pipeline on a model, and its answer cut (a transformers pipeline on a model: tests/presses/test_press.py
+    # asks it several questions, tiny model and SmolLM2)
+    "pipeline", "cut_answer",
 }

@@ -3,6 +3,8 @@ logits (same compressor, same seed), kvpress's pipeline runs each press and answ
 answers, and a model without the weighted attention raises. Skipped with the reason when kvpress is missing."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -135,7 +137,7 @@ def tiny_with_tokenizer(tok):
 def tiny_pipe(lm):
     from transformers import pipeline
     tok = lm.hf_tokenizer()
-    return pipeline("kv-press-text-generation", model=tiny_with_tokenizer(tok), tokenizer=tok)
+    return P.pipeline(tiny_with_tokenizer(tok), tok)
 
 
 def several_questions(pipe, name, n_chars=400, k=32):
@@ -159,7 +161,7 @@ def test_pipeline_answers_several_questions_as_if_asked_alone(tiny_pipe, name):
 @pytest.mark.parametrize("name", pipeline_presses())
 def test_pipeline_answers_several_questions_on_smollm2(lm, name):
     from transformers import pipeline
-    several_questions(pipeline("kv-press-text-generation", model=lm.model, tokenizer=lm.hf_tokenizer()), name,
+    several_questions(P.pipeline(lm.model, lm.hf_tokenizer()), name,
                       n_chars=1200, k=48)
 
 
@@ -281,4 +283,31 @@ def test_answer_cut_names_a_kvpress_without_the_method_it_wraps(monkeypatch):
     from kvbounds.e2e import _kvpress_answers as kvpress_answers
     monkeypatch.delattr(KVPressTextGenerationPipeline, "_remove_answer_from_cache")
     with pytest.raises(RuntimeError, match="_remove_answer_from_cache"):
-        kvpress_answers.install()
+        with kvpress_answers.weighted_answers():
+            pass
+
+
+def test_the_pipeline_fix_is_scoped_never_a_side_effect_of_an_import(tiny_pipe):
+    """Importing kvbounds' presses leaves kvpress's pipeline as it was; kvpress's own pipeline asked several
+    questions over a kvbounds press is refused in one line naming the two ways; inside weighted_answers() it
+    answers as the subclass does, and kvpress's method is back on exit (nested blocks too)."""
+    import subprocess
+    from kvpress.pipeline import KVPressTextGenerationPipeline as K
+    code = ("from kvpress.pipeline import KVPressTextGenerationPipeline as K; f = K._remove_answer_from_cache; "
+            "import kvbounds.presses._kvpress, kvbounds.presses._streaming.presses; "
+            "assert K._remove_answer_from_cache is f and '_kvbounds' not in str(vars(K))")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    own = K.__dict__["_remove_answer_from_cache"]
+    plain = K(model=tiny_pipe.model, tokenizer=tiny_pipe.tokenizer)
+    context, questions = "A short context about nothing in particular. " * 8, ["What is it?", "Say one word."]
+    with pytest.raises(RuntimeError, match="kvbounds.presses.pipeline"):
+        plain(context, questions=questions, press=make_press("uniform"), max_new_tokens=4)
+    want = tiny_pipe(context, questions=questions, press=make_press("uniform"), max_new_tokens=4)["answers"]
+    with P.weighted_answers():
+        with P.weighted_answers():
+            pass
+        assert K.__dict__["_remove_answer_from_cache"] is not own
+        got = plain(context, questions=questions, press=make_press("uniform"), max_new_tokens=4)["answers"]
+    assert got == want and K.__dict__["_remove_answer_from_cache"] is own
+    one = plain(context, question=questions[0], press=make_press("uniform"), max_new_tokens=4)["answer"]
+    assert one == want[0]

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from kvbounds.algorithms.validation import InputError
-from kvbounds.e2e import install as install_kvpress_answers
+from kvbounds.e2e import check_pipeline_call
 from kvbounds.e2e import register, require_weighted_attention
 from kvbounds.e2e import WeightedLayer, visible_tokens
 
@@ -134,7 +134,7 @@ class StreamingPress:
     @contextmanager
     def __call__(self, model):
         require_weighted_attention(model)
-        install_kvpress_answers()
+        check_pipeline_call()
         lm = model.model.language_model if hasattr(model.model, "language_model") else model.model
         self._n_layers = int(model.config.num_hidden_layers)
         hooks = [layer.self_attn.register_forward_hook(self.forward_hook, with_kwargs=True) for layer in lm.layers]
