@@ -15,10 +15,13 @@ if TYPE_CHECKING:   # what static tools (mypy, jedi) read
     from ._attention import register, require_weighted_attention, use_weighted_attention
     from ._checks import SETTING_WORDS, add_curves, claim_trials, profile_grid, reproduction_verdict
     from ._falsifiers import window_effects, window_rows
+    from ._h2o import h2o_prefill
     from ._kvpress_answers import install
+    from ._layer_stacks import (balancekv_layers, fitted_layers_as_heads, layers_as_heads, middle_traversal_layers,
+                                prefix_traversal_layers, released_layers)
     from ._leaderboard import first_retrieval, leaderboard_rows, row, t_interval, tied, timing_rows
     from ._method_names import CONTROLS, DEFAULT_METHODS, KVPRESS, OURS
-    from ._methods import budget_problem, compress_layer, compress_ours
+    from ._methods import budget_problem, compress_kvpress_prefill, compress_layer, compress_ours
     from ._model import LoadedModel, load_model, model_context
     from ._trial import hf_missing, run_cell_trial, trial_model
     from ._weighted_cache import ModelNotWeighted, WeightedCache, WeightedLayer, visible_tokens
@@ -34,7 +37,14 @@ _NAMES = {
     'reproduction_verdict': '._checks',
     'window_effects': '._falsifiers',
     'window_rows': '._falsifiers',
+    'h2o_prefill': '._h2o',
     'install': '._kvpress_answers',
+    'balancekv_layers': '._layer_stacks',
+    'fitted_layers_as_heads': '._layer_stacks',
+    'layers_as_heads': '._layer_stacks',
+    'middle_traversal_layers': '._layer_stacks',
+    'prefix_traversal_layers': '._layer_stacks',
+    'released_layers': '._layer_stacks',
     'first_retrieval': '._leaderboard',
     'leaderboard_rows': '._leaderboard',
     'row': '._leaderboard',
@@ -46,6 +56,7 @@ _NAMES = {
     'KVPRESS': '._method_names',
     'OURS': '._method_names',
     'budget_problem': '._methods',
+    'compress_kvpress_prefill': '._methods',
     'compress_layer': '._methods',
     'compress_ours': '._methods',
     'LoadedModel': '._model',
@@ -59,6 +70,8 @@ _NAMES = {
     'WeightedLayer': '._weighted_cache',
     'visible_tokens': '._weighted_cache',
 }
+
+__all__ = sorted(_NAMES)
 
 
 def __getattr__(name):
