@@ -19,7 +19,7 @@ import pkgutil
 
 from kvbounds.methods import Method, module_methods
 
-__all__ = ["ORDER", "METHODS", "modules"]
+__all__ = ["ORDER", "METHODS", "modules", "collect"]
 
 # the package's own methods in the registry's order, the ablations after the methods they ablate, kvpress's last
 ORDER = ("streaming_llm", "uniform", "kcenter", "kcenter_sized", "balancekv", "balancekv_released", "subgen",
@@ -42,5 +42,9 @@ def _entries(module) -> tuple[Method, ...]:
     return found
 
 
-METHODS: tuple[Method, ...] = tuple(m for name in modules()
-                                    for m in _entries(importlib.import_module(f"{__name__}.{name}")))
+def collect() -> tuple[Method, ...]:
+    """Every method module of :func:`modules` imported, and its entries, in that order."""
+    return tuple(m for name in modules() for m in _entries(importlib.import_module(f"{__name__}.{name}")))
+
+
+METHODS: tuple[Method, ...] = collect()

@@ -15,7 +15,7 @@ def _lists() -> dict:
     ours = tuple(m.name for m in _registry.methods(source="kvbounds") if m.role not in ("control", "ablation"))
     # the end-to-end checks' null control: uniform sampling again, from its own random stream (the harness seeds
     # each method separately), so "better than uniform" must not be found for it
-    controls = _registry.names(role="control")
+    controls = tuple(m.name for m in _registry.methods(role="control") if m.source != "external")
     kvpress = _registry.names(source="kvpress")
     return dict(
         OURS=ours,
@@ -23,6 +23,8 @@ def _lists() -> dict:
         PRESSES={m.name.split(":", 1)[1]: m.press for m in _registry.methods(source="kvpress")},
         KVPRESS=kvpress,
         CONTROLS=controls,
+        # what the end-to-end checks run by default: the package's own and kvpress's (a third party's method,
+        # source "external", runs when named: kvbounds e2e --methods NAME)
         DEFAULT_METHODS=ours + controls + kvpress,
         # methods that read the prefill's captured attention inputs (queries), not only K and V
         NEEDS_INPUTS=_registry.names(needs_queries=True),

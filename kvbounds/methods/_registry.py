@@ -279,11 +279,13 @@ def leaderboard_family(name: str) -> str:
     return "ours" if m.role == "method" and m.source == "kvbounds" else "baselines"
 
 
-def method_table() -> str:
-    """The registry as a markdown table (the README's method table is this text, tests/methods/test_methods.py)."""
+def method_table(sources: tuple[str, ...] = ("kvbounds", "kvpress")) -> str:
+    """The registry's methods of ``sources`` as a markdown table (the README's method table is this text for the
+    package's own and kvpress's, tests/methods/test_methods.py; a third party's, ``source="external"``, is not in it,
+    so adding one changes no committed document)."""
     rows = ["| method | role | algorithm (variant) | randomized | press | what it keeps |",
             "| --- | --- | --- | --- | --- | --- |"]
-    for m in methods():
+    for m in (m for m in methods() if m.source in sources):
         alg = f"{m.algorithm} ({m.variant})" if m.algorithm else ""
         options = ", ".join(f"{k}={v}" for k, v in m.press_options)
         press = f"`{'kvpress.' if m.source == 'kvpress' else ''}{m.press}`" if m.press else ""
