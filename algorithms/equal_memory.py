@@ -25,6 +25,9 @@ from .blockwise_balance_kv import compress_cache
 from .subgen_rounds import subgen_held_floats
 from .validation import InputError, check_int
 
+__all__ = ["check_sizes", "check_layer_kv", "balance_levels", "balance_floats", "balance_layout", "balance_budgets",
+           "MEMORY_TOLERANCE", "budget_problem", "fit_to_floats"]
+
 
 def check_sizes(**sizes) -> None:
     """Token counts and float budgets of the budget solver: integers >= 0 (n, d, floats >= 1)."""

@@ -9,6 +9,8 @@ as not classified.
 """
 from __future__ import annotations
 
+__all__ = ["gpu_support", "describe"]
+
 def gpu_support(claim_id: str) -> tuple[bool, str]:
     """(True, why) when the claim's check runs its arrays on a GPU backend, else (False, why it runs on CPU)."""
     from kvbounds.algorithms.arrays import input_error

@@ -31,6 +31,9 @@ from __future__ import annotations
 from kvbounds import methods
 from kvbounds import e2e as C
 
+__all__ = ["CLAIM", "SOURCE", "VARIANTS", "BASELINES", "TASKS", "QUICK_METHODS", "trials", "WALKS", "FIRST_LAYER",
+           "LATER_LAYERS", "walk_cause_of_prefill", "run_trial", "walk_cause_text", "summarize"]
+
 CLAIM = "BKV.e2e"
 SOURCE = "BalanceKV (arXiv:2502.07861, later version) Sec. 4.2-4.3, Table 1"
 VARIANTS = methods.variants("BalanceKV")     # {"pseudocode": ..., "released": ...}: the registry's BalanceKV variants

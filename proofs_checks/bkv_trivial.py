@@ -26,6 +26,8 @@ from kvbounds.battery import TrivialPower, power_vs_controls
 
 from .common import make_record
 
+__all__ = ["CONTROL_CHECKS", "CAVEAT", "UNIT", "mean_values_error", "family", "trivial_power"]
+
 CONTROL_CHECKS = {"mean": "error mean_values", "streaming_llm": "error streaming_llm"}
 CAVEAT = ("pairs = (layer, T) cell x seed of the method's randomness on one text: power over the method's "
           "randomness, not over independent texts; zeros = relative error 1 by definition")

@@ -40,6 +40,9 @@ from .common import (deferred_record, dispatch, in_words, make_record, on_gpu, p
 from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing_record, power_trials
 from kvbounds.streams import stream as power_stream
 
+__all__ = ["CLAIM", "SOURCE", "CPU_T_MAX", "LARGE_T", "trials", "stream", "checkpoints", "exact_numerator_log",
+           "statement_trial", "CHECK_WORDS", "summarize", "POWER_T", "power_trial"]
+
 CLAIM = "MR.error"
 SOURCE = {"BalanceKV-NeurIPS": "BalanceKV-NeurIPS Thm 3.4", "BalanceKV-preprint": "BalanceKV-preprint Thm 3.3"}
 CPU_T_MAX = 1 << 15                 # largest t of the gpu profile's t-large sweep on a CPU backend (~40 s)

@@ -37,6 +37,9 @@ from kvbounds.theory.balancekv import log_softmax_balance_shape, merge_reduce_ra
 from .common import deferred_record, make_record, on_gpu, pick, unit_directions
 from .common import in_words, words_in_findings
 
+__all__ = ["CLAIM", "SOURCE", "READING", "WALKS", "CPU_N_MAX", "LARGE_N", "trials", "run_trial", "CHECK_WORDS",
+           "summarize"]
+
 CLAIM = "SB.discrepancy"
 SOURCE = "BalanceKV-NeurIPS Thm 3.3, Alg. 2"
 READING = "O(.) read with the walk's own constant c = 30 log(n/delta) (BalanceKV-NeurIPS Alg. 2 line 3)"

@@ -47,6 +47,10 @@ from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing
 from kvbounds.streams import stream as power_stream
 from .sg_partition import run_stream, smallest_passing_constant, theorem_stream
 
+__all__ = ["CLAIM", "SOURCE", "C_T", "C_S", "COST_SWEEPS", "MEMORY_CONSTANT", "ts_for", "accuracy_trial",
+           "combination_trial", "cost_trial", "trials", "combination_erratum", "summarize", "POWER_T", "POWER_S",
+           "POWER_M", "clustering_radius", "power_trial", "memory_findings"]
+
 CLAIM = "SG.attention"
 SOURCE = "SubGen Thm 1 / ClusterGen Thm 2.4"
 C_T, C_S = 0.25, 32.0

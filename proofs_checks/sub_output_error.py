@@ -35,6 +35,9 @@ from .common import make_record, pick
 from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing_record, real_params, streams_per_family
 from .sub_logit_error import evaluate, settings, worst
 
+__all__ = ["CLAIM", "SOURCE", "trials", "extremal_trial", "run_trial", "CORRECTED", "summarize", "POWER_FAMILIES",
+           "POWER_R", "power_trial"]
+
 CLAIM = "SUB.output-error"
 SOURCE = "Subspace-FD-draft Sec. 8 (output error)"
 

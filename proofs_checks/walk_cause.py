@@ -31,6 +31,10 @@ import numpy as np
 
 from kvbounds.verdict import Finding
 
+__all__ = ["BALANCES", "NOTHING_TO_BALANCE", "COIN", "NUMBERS", "CENTRING", "THRESHOLDS", "VARIANT_KERNELS", "CACHED",
+           "blockwise_cause", "merge", "merge_sides", "query_side", "sentence", "cause_text", "per_setting",
+           "settings_text", "cause_finding", "blockwise_text"]
+
 # the query side: a walk's numerator keeps below 90% of random signs' discrepancy as held-out queries see it (mean
 # over blocks; random signs' expectation is exactly 1, one draw of them over SmolLM2's blocks reads about 0.8-1.1)
 BALANCES = 0.9

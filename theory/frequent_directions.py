@@ -39,6 +39,10 @@ import math
 
 import numpy as np
 
+__all__ = ["singular_values", "covariance_bound_from_sv", "covariance_bound", "covariance_error", "top_right_projector",
+           "residual", "davis_kahan_eta", "measured_eta", "residual_bound", "residual_bound_tight",
+           "residual_certificate", "residual_lower_bound", "draft_counterexample", "residual_adversarial_stream"]
+
 
 def singular_values(A) -> np.ndarray:
     A = np.asarray(A, dtype=float)

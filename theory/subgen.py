@@ -24,6 +24,11 @@ from typing import Sequence
 
 import numpy as np
 
+__all__ = ["PARTITION_FAIL", "MATPROD_FAIL", "ATTENTION_FAIL", "reservoir_probability", "exact_reservoir_distribution",
+           "cluster_count_bound", "exact_cluster_slot_distribution", "partition_bound", "partition_t_shape",
+           "partition_t", "partition_t_proven", "matprod_bound", "matprod_s", "matprod_s_proven",
+           "matprod_error_second_moment", "attention_bound", "combination_factor", "memory_shape", "kcenter_radius"]
+
 PARTITION_FAIL = 0.005     # Thm 1 eq. (5)
 MATPROD_FAIL = 0.005       # Thm 1 eq. (6)
 ATTENTION_FAIL = 0.01      # Thm 1: "with probability at least 0.99"

@@ -46,6 +46,11 @@ from typing import Sequence
 
 import numpy as np
 
+__all__ = ["softmax_sensitivity_bound", "softmax_sensitivity_extremal", "softmax_sensitivity_symbolic", "draft_gamma",
+           "logit_error_bound", "logit_error_bound_corrected", "logit_error_exact_bound", "logit_error_counterexample",
+           "output_error_bound", "output_error_bound_multichunk", "output_error_bound_corrected",
+           "blockwise_softmax_identity", "cost_model", "decode_time_model", "energy_at_rank"]
+
 
 # -- SUB.softmax-sensitivity ---------------------------------------------------------------------------
 

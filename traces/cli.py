@@ -13,6 +13,8 @@ import json
 import sys
 import time
 
+__all__ = ["add_parser", "run"]
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("traces", help="real-model attention traces (extract into the cache, list it)")

@@ -15,3 +15,11 @@ from ._power_calls import (CALLS, DOING_NOTHING, MIN_STREAMS, call_words, decide
                            two_sided_p, versus_doing_nothing)
 from ._power_rule import (CONTROL_LABELS, TrivialPower, WorstError, not_applicable, power_table_cells,
                           power_table_lines, power_vs_controls)
+
+__all__ = ["COIN_C", "random_basis", "random_basis_sketch", "random_projection_sketch", "sketch_basis", "split_uniform",
+           "subspace_random", "subspace_sketch", "CONTROLS", "attention", "cache_floats", "compression_problem",
+           "controls", "floats_record", "log_partition", "method_floats", "numerator", "run", "sketch_controls",
+           "stream_floats", "streaming_llm_indices", "uniform_indices", "CALLS", "DOING_NOTHING", "MIN_STREAMS",
+           "call_words", "decide_call", "fmt", "label", "summary_words", "two_sided_p", "versus_doing_nothing",
+           "CONTROL_LABELS", "TrivialPower", "WorstError", "not_applicable", "power_table_cells", "power_table_lines",
+           "power_vs_controls"]

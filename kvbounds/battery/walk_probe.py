@@ -30,6 +30,9 @@ from kvbounds.algorithms import walk_diagnostics as wd
 from kvbounds.algorithms.validation import InputError
 from kvbounds.algorithms.arrays import to_numpy
 
+__all__ = ["DELTA", "WalkCall", "Halving", "record_merge_and_reduce", "record_halvings", "merge_and_reduce_diagnostics",
+           "halving_diagnostics", "summary", "per_layer"]
+
 DELTA = 0.01          # the streaming walk's delta (kvbounds.presses._streaming.balance.walk_signs' default)
 
 

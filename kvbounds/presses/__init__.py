@@ -33,6 +33,8 @@ _NAMES = {
     'StreamingSubGenPress': '._streaming.presses',
 }
 
+__all__ = sorted(_NAMES)
+
 
 def _press_names() -> list[str]:
     """The kvpress press classes of our registered methods (each one's ``press``), built by ._kvpress."""

@@ -15,6 +15,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+__all__ = ["COMMITTED", "FORMAT", "from_records", "curves_data", "panels", "draw", "exact_lines", "decision_lines",
+           "timing_lines", "depth_table", "BEGIN", "END", "readme_block", "splice_readme", "main"]
+
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "e2e_curves.json"
 FORMAT = 1
 

@@ -26,6 +26,9 @@ from kvbounds.core import Record
 from ._words import check_text, check_verdicts, counterexample_in_words, params_in_words
 from kvbounds.verdict import Verdict
 
+__all__ = ["anchor", "power_row", "answers_lines", "render_markdown", "write_markdown", "render_from_summary",
+           "FOUND_BEGIN", "FOUND_END", "found_block", "splice", "main"]
+
 # fields shown in the matrix or not meant for a reader; every other set field is rendered per claim
 _SHOWN_ELSEWHERE = {"claim", "status", "kind", "statement", "proof", "rate", "reproduction", "power", "headline",
                     "figures", "findings", "n_records", "constant", "constant_spread", "constant_kind"}

@@ -21,6 +21,8 @@ from ._rows import (CALL_ROW, PAPER_ANSWER, POWER_SETTING_ROW, PRACTITIONER_ROW,
 from ._summary import SUMMARY_KEYS
 from kvbounds.verdict import Verdict
 
+__all__ = ["check_summary_extras", "verdict_from_dict", "verdicts_from_summary", "load_summary", "compact", "main"]
+
 _NESTED = {"findings": vf.Finding, "errata": vf.Erratum, "reproductions": vf.Reproduction, "rate_info": vf.RateInfo,
            "proven_constant": vf.Constant, "fitted_constant": vf.Constant, "vacuity": vf.Vacuity}
 _NON_FINITE = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}

@@ -25,6 +25,8 @@ _NAMES.update({name: "._power" for name in ("POWER_CHECK", "StreamBattery", "bat
                                             "power_record", "power_trials", "real_params", "stream",
                                             "streams_per_family")})
 
+__all__ = sorted(_NAMES)
+
 
 def __getattr__(name):
     if name not in _NAMES:
