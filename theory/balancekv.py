@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 from scipy import stats
+from kvbounds.algorithms.arrays import single_blas_thread
 
 __all__ = ["WALK_C_FACTOR", "walk_constant", "sbw_discrepancy_shape", "random_signs_discrepancy_shape",
            "log_softmax_balance_shape", "softmax_balance_shape", "softmax_balance_cost", "merge_reduce_batch_size",
@@ -128,7 +129,6 @@ def kernel_feature_spectrum(d: int, s: int, r: float, m: int = 800, seed: int = 
     """Eigenvalues (descending) of E[y y^T] for SoftmaxBalance's vectors y = phi(k) (x) v (BalanceKV-NeurIPS Alg. 2), with
     ||k|| = r uniform on the sphere and v ~ N(0, I_s/s) as in MR.error's stream, estimated as the spectrum of
     the Gram matrix exp(<k_i,k_j>/sqrt d) <v_i,v_j> / m over m samples (same non-zero eigenvalues). [measured]"""
-    from kvbounds.algorithms.arrays import single_blas_thread
     rng = np.random.default_rng(seed)
     K = rng.standard_normal((m, d))
     K *= r / np.linalg.norm(K, axis=1, keepdims=True)

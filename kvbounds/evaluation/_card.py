@@ -10,6 +10,8 @@ import json
 import math
 import re
 from pathlib import Path
+from kvbounds.core import write_output
+from kvbounds.core import jsonable
 
 __all__ = ["write_outputs", "render_card", "report_style", "tone_of", "JSON_FILE", "CARD_FILE"]
 
@@ -142,8 +144,6 @@ memory's pairs; tied: the interval within [1/1.2, 1.2]; not shown: neither).{_ca
 
 def write_outputs(out, result: dict) -> tuple[Path, Path]:
     """evaluation.json and evaluation.html in ``out``, each atomically."""
-    from kvbounds.core import write_output
-    from kvbounds.core import jsonable
     j = write_output(Path(out) / JSON_FILE, json.dumps(jsonable(result), indent=1, sort_keys=True) + "\n",
                      stores=[out])
     h = write_output(Path(out) / CARD_FILE, render_card(result), stores=[out])

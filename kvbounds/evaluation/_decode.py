@@ -22,6 +22,9 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.validation import InputError
+from kvbounds.algorithms.compressed_kv import CompressedKV
+from kvbounds.core import make_record
+from kvbounds.core import ResultStore
 
 CLAIM = "evaluate"
 CHECK = "decode"
@@ -62,8 +65,6 @@ def _positions(kept_keys: np.ndarray, K: np.ndarray, pool: np.ndarray) -> np.nda
 
 def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
     from kvbounds import battery
-    from kvbounds.algorithms.compressed_kv import CompressedKV
-    from kvbounds.core import make_record
     from kvbounds.streams import make_stream
     from ._spec import resolve
     from ._streams import in_canonical_order, relative_error
@@ -128,7 +129,6 @@ def run_decode(resolved, *, profile: str, ratio: float, seed: int, out, workers=
     directories the worker processes put first on their module path (:func:`kvbounds.run.run_trials`)."""
     from kvbounds.battery import power_vs_controls
     from kvbounds.battery import summary_words
-    from kvbounds.core import ResultStore
     from kvbounds.run import Trial, run_trials
     if resolved.make_press is None:
         return {"skipped": "the decode-time check runs presses; a compressor with the method contract compresses a "

@@ -26,6 +26,10 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.validation import InputError, check_choice
+from kvbounds.algorithms.validation import check_array
+from kvbounds.algorithms.compressed_kv import CompressedKV
+from kvbounds.core import make_record
+from kvbounds.algorithms.validation import check_int, check_probability
 
 CLAIM = "evaluate"
 CHECK = "battery"
@@ -82,7 +86,6 @@ def relative_error(est: np.ndarray, exact: np.ndarray) -> float:
     """mean over queries of ||est - exact|| / ||exact|| (rows of (m, dv) arrays, or one (dv,) row), in float64; inf
     where an estimate is not finite (undefined: the worst), or where exact attention is 0 and the estimate is not.
     Refused (InputError): arrays that are not real numpy arrays of one shape (>= 1 dimension), a non-finite exact."""
-    from kvbounds.algorithms.validation import check_array
     for x, name in ((est, "est"), (exact, "exact")):
         if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu" or x.ndim < 1:
             raise InputError(f"{name} must be a real numpy array (queries, dv) or (dv,), got "
@@ -103,7 +106,6 @@ def in_canonical_order(c):
     """The cache with its tokens sorted (by key, then value, then weights): a cache is a set of weighted tokens, so
     two caches holding the same ones (a press returns them in its top-k order, a control in position order) give
     bit-identical estimates (the same sums in the same order), and are called tied without float noise."""
-    from kvbounds.algorithms.compressed_kv import CompressedKV
     keys, values = np.asarray(c.keys), np.asarray(c.values)
     if keys.shape[-2] < 2:
         return c
@@ -131,7 +133,6 @@ def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
     """The records of one stream: one per fraction (the module docstring). The stream and every draw come from
     ``params["stream_seed"]`` (the runner's trial ``seed`` is not used: it depends on the SPEC)."""
     from kvbounds import battery
-    from kvbounds.core import make_record
     from ._spec import resolve
     if not isinstance(params, dict) or "spec" not in params:
         raise InputError("params must be a dict of an evaluate trial (spec, family, rep, n, queries, d, fractions)")
@@ -184,10 +185,8 @@ def compare_on_streams(method, control: str, streams, *, fraction: float = 0.25,
     and ``smallest_loss`` (the smallest stream, by n then d, on which the method's error was not below the
     control's; "" when none)."""
     from kvbounds import battery
-    from kvbounds.algorithms.validation import check_int, check_probability
     from kvbounds.battery import power_vs_controls
     from ._spec import resolve_object
-    from kvbounds.core import make_record
     from kvbounds.streams import KVStream
     check_choice(control, "control", tuple(c for c in battery.CONTROLS if c != "ablation"))
     check_probability(alpha, "alpha")

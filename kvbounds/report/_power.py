@@ -13,6 +13,7 @@ import math
 from typing import Sequence
 
 from kvbounds.battery import DOING_NOTHING, call_words, fmt, versus_doing_nothing
+from kvbounds.claims import CLAIMS
 
 COLUMNS = ("StreamingLLM", "ablation", "doing nothing")
 TONES = {"better": "good", "worse": "bad", "tied": "warn", "not shown": "warn", "not tested": "none"}
@@ -38,7 +39,6 @@ def _unit(v, family: str) -> str:
 def first_table(verdicts: dict) -> dict | None:
     """The first table's data: ``columns`` and ``claims``, each {claim, algorithm, rows}, a row {family, unit,
     n, fraction, cells (3)}; None when no verdict has calls."""
-    from kvbounds.claims import CLAIMS
     claims = []
     for cid, v in verdicts.items():
         calls = getattr(v, "power_calls", None) or []
