@@ -76,7 +76,7 @@ class Method:
     ``make_press``: for a kvpress press that is not one of kvpress's own entries (a press of one's own, registered by
     ``kvbounds evaluate module:NAME``): ``ratio -> press instance`` at kvpress's compression ratio; the end-to-end
     harness runs it inside the model as it runs kvpress's presses (``compress_prefill`` =
-    :func:`kvbounds.e2e._methods.compress_kvpress_prefill`).
+    :func:`kvbounds.e2e.compress_kvpress_prefill`).
     """
     name: str
     compress: Callable | str | None = None
