@@ -30,5 +30,6 @@ def compress(K, V, floats: int, rng, *, sink: int, window: int, block_size: int 
     return gather_selection(K, V, idx, np.zeros(len(idx)))
 
 
-METHOD = Method("kcenter_random", compress, role="ablation", randomized=True, host_only='an ablation of the battery (kvbounds.battery): numpy only',
+METHOD = Method("kcenter_random", compress, role="ablation", randomized=True,
+                host_only="an ablation of the battery (kvbounds.battery): numpy only",
                 label="k-center's ablation: random centres, the same window, weights 1")

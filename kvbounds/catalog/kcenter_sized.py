@@ -18,4 +18,7 @@ METHOD = Method("kcenter_sized", compress, algorithm="SubGen/ClusterGen", varian
                 paper="ClusterGen", compress_layers=prefix_traversal_layers, press="KCenterPress",
                 press_options=(("cluster_sized", True),),
                 label="greedy k-center, each centre weighted by its cluster's size",
-                device_host_reads="greedy k-center's radii and cluster labels (kcenter.greedy_k_center, recent_plus_centers); memory_floats: the log-weights (one per token and head), to fit the budget (equal memory)", ablation="kcenter_sized_random")
+                device_host_reads=("greedy k-center's radii and cluster labels (kcenter.greedy_k_center, "
+                                   "recent_plus_centers); memory_floats: the log-weights (one per token and head), to "
+                                   "fit the budget (equal memory)"),
+                ablation="kcenter_sized_random")

@@ -36,5 +36,6 @@ def compress(K, V, floats: int, rng, *, sink: int, window: int, block_size: int 
     return c
 
 
-METHOD = Method("kcenter_sized_random", compress, role="ablation", randomized=True, host_only='an ablation of the battery (kvbounds.battery): numpy only',
+METHOD = Method("kcenter_sized_random", compress, role="ablation", randomized=True,
+                host_only="an ablation of the battery (kvbounds.battery): numpy only",
                 label="sized k-center's ablation: random centres weighted by their nearest-centre clusters' sizes")

@@ -1,4 +1,5 @@
-"""kernel_thinning: uniform's layout, the middle chosen by kernel thinning (goodpoints, the extra kvbounds[kt])."""
+"""kernel_thinning: uniform's layout, the middle chosen by kernel thinning (goodpoints, the extra
+kvbounds[kt])."""
 from __future__ import annotations
 
 from kvbounds.algorithms.kernel_thinning import KernelThinning

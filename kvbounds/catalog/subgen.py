@@ -16,6 +16,8 @@ def compress(K, V, floats: int, rng, *, sink: int, window: int, block_size: int 
 
 METHOD = Method("subgen", compress, algorithm="SubGen/ClusterGen", variant="subgen", paper="SubGen", randomized=True,
                 compress_layers=middle_traversal_layers, press="SubGenPress",
-                label="SubGen's estimator: cluster representatives for the denominator, l2-sampled values (SubGen Alg. 1)",
-                device_host_reads="greedy k-center's radii (kcenter.greedy_k_center); memory_floats: the log-weights (one per token and head), to fit the budget (equal memory)",
+                label=("SubGen's estimator: cluster representatives for the denominator, l2-sampled values "
+                       "(SubGen Alg. 1)"),
+                device_host_reads=("greedy k-center's radii (kcenter.greedy_k_center); memory_floats: the log-weights "
+                                   "(one per token and head), to fit the budget (equal memory)"),
                 ablation="subgen_uniform")

@@ -27,5 +27,6 @@ def compress(K, V, floats: int, rng, *, sink: int, window: int, block_size: int 
     return split_uniform(K, V, den * d + 1, num * (d + dv) + 1, rng, sink=sink, window=window)
 
 
-METHOD = Method("subgen_uniform", compress, role="ablation", randomized=True, host_only='an ablation of the battery (kvbounds.battery): numpy only',
+METHOD = Method("subgen_uniform", compress, role="ablation", randomized=True,
+                host_only="an ablation of the battery (kvbounds.battery): numpy only",
                 label="SubGen's ablation: its split of floats, uniform draws for its cluster and l2 samples")

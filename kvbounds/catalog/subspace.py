@@ -17,4 +17,6 @@ def compress(K, V, floats: int, rng, *, sink: int, window: int, block_size: int 
 METHOD = Method("subspace", compress, algorithm="Subspace/FD", variant="subspace", paper="Subspace-FD-draft",
                 compress_layers=fitted_layers_as_heads, press="SubspacePress",
                 label="top-r projection of the middle keys and values (Subspace-FD-draft)",
-                device_host_reads='memory_floats: the log-weights (one per token and head), to fit the budget (equal memory)', ablation="subspace_sketch")
+                device_host_reads=("memory_floats: the log-weights (one per token and head), to fit the budget "
+                                   "(equal memory)"),
+                ablation="subspace_sketch")
