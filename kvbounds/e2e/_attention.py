@@ -161,7 +161,6 @@ def observe_prefill(fn):
     call (as many queries as keys, no mask, no weights; the rotated queries and keys the kernel reads), e.g.
     to collect H2O's scores while the prefill runs (:func:`kvbounds.e2e._h2o.received_attention`)."""
     if not callable(fn):
-        from kvbounds.algorithms.validation import InputError
         raise InputError(f"fn must be callable (module, query, key, scaling), got {type(fn).__name__}")
     _PREFILL_OBSERVERS.append(fn)
     try:

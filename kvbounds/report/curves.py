@@ -190,7 +190,6 @@ def main(argv=None) -> int:
     ``python -m kvbounds.report.curves --readme README.md``: the README's block from the committed form."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) == 2 and args[0] == "--readme":
-        from kvbounds.core import write_output
         data = curves_data([])
         path = Path(args[1])
         try:
