@@ -17,6 +17,10 @@ from array_api_compat import array_namespace as _array_namespace
 from array_api_compat import device as _device
 from array_api_compat import is_numpy_array, is_torch_array, is_cupy_array
 
+__all__ = ["BACKENDS", "DTYPES", "BackendUnavailable", "input_error", "why_unavailable", "available_backends",
+           "validate_backend", "resolve", "asarray", "like", "to_numpy", "backend_of", "is_gpu_array",
+           "array_namespace", "device", "synchronize", "single_blas_thread"]
+
 BACKENDS = ("numpy", "torch", "torch:cpu", "torch:cuda", "cupy")
 DTYPES = ("float32", "float64", "int32", "int64", "bool")
 

@@ -13,6 +13,9 @@ from array_api_compat import device as _device
 
 from .validation import InputError, check_array, check_real, check_scale, namespace
 
+__all__ = ["mul_pow2", "pow2_exponent", "shifted_logits", "softmax_weights", "exact_attention", "attention_weights",
+           "causal_attention"]
+
 _CHUNK = 100   # multiply by 2^e in steps of at most 2^100: representable in float32 and float64
 
 

@@ -35,6 +35,8 @@ from .host_values import host_floats
 from .merge_and_reduce import MAX_BATCH, SIGNS, MergeAndReduce, check_levels
 from .validation import InputError, check_array, check_positive, check_probability, check_seed, namespace
 
+__all__ = ["ERASE_RULES", "DegenerateEstimate", "erase_threshold", "bucket_index", "BalanceKV"]
+
 ERASE_RULES = ("alg1", "proof001", "none")
 
 

@@ -55,6 +55,10 @@ from .self_balancing_walk import walk_constant
 from .validation import (InputError, check_array, check_choice, check_indices, check_int, check_positive, check_real,
                          check_scale, namespace)
 
+__all__ = ["KERNEL_EPS", "ESTIMATORS", "RELEASED_DEFAULTS", "FIGURE_TEMP", "OVERFLOW", "cut_weights", "released_select",
+           "released_log_weights", "compress_cache_released", "expand_groups", "split_weighted_attention",
+           "theory_walk_c"]
+
 KERNEL_EPS = 1e-8          # the released kernel's additive 1e-8
 ESTIMATORS = ("released", "consistent", "unweighted")
 RELEASED_DEFAULTS = dict(gamma=4.0, temp=1.0, beta=0.0, kernel_const=0.025)   # run_longbench.py

@@ -21,6 +21,8 @@ from .block_walk import STEP_ENTRIES
 from .blockwise_balance_kv import WALK_PANEL, check_block, check_levels, compress_cache
 from .validation import InputError, check_array, check_int, check_rng
 
+__all__ = ["compress_cache_layers", "compress_cache_released_layers", "RELEASED_BYTES"]
+
 
 class _LayerUniforms:
     """``random(shape)`` for the stacked call: shape (Lc * H, nb, b), the next stretch of each layer's uniforms."""

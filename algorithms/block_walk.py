@@ -19,6 +19,9 @@ from .host_scratch import ScratchPool, exp_inplace, host_empty, host_view, nativ
 from .validation import (InputError, check_array, check_int, check_positive, check_real, check_same_dtype,
                          namespace)
 
+__all__ = ["check_exponent_rounding", "block_gram", "panel_scales", "gram_panel", "W_CHUNK", "check_walk_inputs",
+           "STEP_ENTRIES", "panel_walk", "panel_walk_unchecked", "panel_walk_stepwise", "walk_diagnostic"]
+
 
 def check_exponent_rounding(xp, nk2, d: int, dtype) -> None:
     """The Gram exponent <k'_i, k'_j> - max ||k'||^2 is <= 0 up to a rounding of ~ (d + 2) eps max ||k'||^2; past

@@ -55,6 +55,9 @@ from .attention import shifted_logits
 from .validation import (InputError, check_array, check_indices, check_positive, check_probability, check_scale,
                          namespace)
 
+__all__ = ["VALUE_KERNELS", "METHODS", "check_kv", "check_levels", "WALK_PANEL", "MAX_BLOCK", "check_block",
+           "argsort_head", "blockwise_balance_select", "gather_dev", "compress_cache", "weighted_attention"]
+
 VALUE_KERNELS = ("value", "value+1")
 METHODS = ("balance", "uniform")
 

@@ -31,6 +31,8 @@ from kvbounds.algorithms.arrays import array_namespace
 from .attention import mul_pow2, pow2_exponent
 from .validation import InputError, check_array, check_same_dtype, namespace
 
+__all__ = ["OnlineSoftmax", "blockwise_softmax", "softmax_concat", "blockwise_softmax_literal"]
+
 
 def _check_logits(logits, xp, name: str) -> None:
     check_array(logits, name, ndim=tuple(range(1, 8)), finite=False)

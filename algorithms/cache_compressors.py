@@ -25,6 +25,10 @@ from kvbounds.algorithms.arrays import array_namespace, like, device as _dev
 from .compressed_kv import CompressedKV
 from .validation import InputError, check_array, check_int, check_real, check_rng, namespace
 
+__all__ = ["exact_part", "with_exact_ends", "concat_compressed", "F32_MAX", "check_cache", "split_budget", "bincount",
+           "cluster_counts", "l2_draws", "l2_sample", "unique_counts", "SubGenCompressor", "check_traversal",
+           "PROJECT_BYTES", "SubspaceCompressor", "released_balancekv"]
+
 
 def exact_part(K, V, lo: int, hi: int):
     xp = array_namespace(K)

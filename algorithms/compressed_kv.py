@@ -27,6 +27,9 @@ from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device a
 
 from .validation import InputError, check_array, check_indices, check_int, check_scale, namespace
 
+__all__ = ["check_kv", "CompressedKV", "weight_floats", "memory_floats", "on_backend_of", "gather_selection",
+           "take_rows"]
+
 
 def check_kv(K, V):
     check_array(K, "K", ndim=tuple(range(2, 8)), min_rows=1)

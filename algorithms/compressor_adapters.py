@@ -29,6 +29,9 @@ from .index_reduction import DECODERS, IndexInstance, bob_decode, log2_binomial,
 from .uniform_sampling import uniform_select
 from .validation import InputError, check_array, check_int, check_positive, check_rng, check_seed, namespace
 
+__all__ = ["COMPRESSORS", "subgen_class", "UniformSampling", "StreamingBalanceKV", "BlockwiseBalanceKV", "SubGenSketch",
+           "Clairvoyant", "make_compressor", "play"]
+
 COMPRESSORS = ("uniform", "balancekv", "blockwise", "subgen")
 
 

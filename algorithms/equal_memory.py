@@ -6,11 +6,10 @@ of it. The method registry's contract (:mod:`kvbounds.methods`) is
 
 for one layer's K, V (Hkv, n, d) of any backend (numpy on the harness's host path, torch on its device path),
 ``floats`` per KV head, the first ``sink`` and last ``window`` tokens exact, random draws from the numpy Generator
-``rng``; the result lives where K does. This module holds that contract's function for each of the package's own
-methods (the registry names them), and what fits a method to a budget: BalanceKV's layout (the largest
-T-cache that fits, the rest exact recent tokens: :func:`balance_layout`) and the rounds of SubGen, subspace and
-k-center with cluster sizes (:func:`fit_to_floats`). Formerly part of :mod:`kvbounds.e2e`, which
-re-exports these names.
+``rng``; the result lives where K does. Each method's contract function is in its module of :mod:`kvbounds.catalog`;
+this module holds what fits a method to a budget: BalanceKV's layout (the largest T-cache that fits, the rest exact
+recent tokens: :func:`balance_layout`) and the rounds of SubGen, subspace and k-center with cluster sizes
+(:func:`fit_to_floats`), with the checks of sizes and arrays they share.
 """
 from __future__ import annotations
 
@@ -25,6 +24,9 @@ from . import token_selection as ts
 from .blockwise_balance_kv import compress_cache
 from .subgen_rounds import subgen_held_floats
 from .validation import InputError, check_int
+
+__all__ = ["check_sizes", "check_layer_kv", "balance_levels", "balance_floats", "balance_layout", "balance_budgets",
+           "MEMORY_TOLERANCE", "budget_problem", "fit_to_floats"]
 
 
 def check_sizes(**sizes) -> None:
@@ -201,80 +203,3 @@ def fit_to_floats(method: str, K, V, floats: int, rng, *, sink: int, window: int
     if probe:
         return ca.SubspaceCompressor(sink=sink, window=window + best[3]).compress(K, V, budget_floats=best[2])
     return build(best[2], best[3]) if count else best[1]
-
-
-
-# ------------------------------------------------------------------ each method of the package at ``floats`` per head
-# compress(K, V, floats, rng, *, sink, window, block_size=64, Q=None) -> CompressedKV (the registry's contract; the
-# caller, kvbounds.e2e.compress_ours, has checked K, V, floats, sink, window, block_size and rng)
-
-def streaming_llm(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """StreamingLLM: the first ``sink`` tokens and the most recent ones, as many as fit; weights 1."""
-    return ts.StreamingLLM(sink=sink).compress(K, V, budget=floats // (2 * K.shape[-1]))
-
-
-def uniform(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """Sink and window exact, the middle sampled uniformly without replacement, weight n_mid / kept (one float per
-    head for the weight)."""
-    return ts.Uniform(sink=sink, window=window).compress(K, V, budget=(floats - 1) // (2 * K.shape[-1]), rng=rng)
-
-
-def kcenter(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """Greedy k-center of the keys before the last ``window`` tokens plus that window (ClusterGen Sec. 4.1); weights 1."""
-    return ts.KCenter(window=window).compress(K, V, budget=floats // (2 * K.shape[-1]))
-
-
-def kernel_thinning(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """Uniform's layout and weights, the middle chosen by kernel thinning (goodpoints, the extra kvbounds[kt])."""
-    from .kernel_thinning import KernelThinning
-    return KernelThinning(sink=sink, window=window).compress(K, V, budget=(floats - 1) // (2 * K.shape[-1]), rng=rng)
-
-
-def balancekv(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """Blockwise BalanceKV, the paper's pseudocode (BalanceKV-NeurIPS App. B.1): the largest T-cache that fits, the
-    floats left over as exact recent tokens (:func:`balance_layout`)."""
-    T, win = balance_layout(K.shape[-2], K.shape[-1], sink, window, floats)
-    idx, lw = compress_cache(K, V, sink=sink, window=win, levels=T, block_size=block_size, rng=rng)
-    return ts.gather_selection(K, V, idx, lw)
-
-
-def balancekv_released(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None, **walk):
-    """The authors' released BalanceKV walk: a = log w per token (one float each, counted), b = T log 2 (one per
-    head); levels whose kernel overflows float32 run in float64. ``walk``: changes to the released walk's settings
-    (``gamma=0.0``: random signs, its ablation, :func:`kvbounds.battery._ablations.balancekv_released_coin`)."""
-    fn = ca.released_balancekv()
-    if fn is None:
-        raise InputError("balancekv_released needs kvbounds.algorithms.balance_kv_released (not present)")
-    T, win = balance_layout(K.shape[-2], K.shape[-1], sink, window, floats, per_token_weights=1)
-    # SmolLM2's keys overflow the released kernel in float32 from n ~ 1024 on: those levels run in float64
-    idx, a, b = fn(K, V, sink=sink, window=win, levels=T, block_size=block_size, rng=rng, overflow="float64", **walk)
-    c = ts.gather_selection(K, V, idx, a)
-    if isinstance(K, np.ndarray):
-        c.log_w_den = np.array(np.broadcast_to(np.asarray(b, np.float32), c.log_w_num.shape))
-    else:
-        xp = array_namespace(K)
-        c.log_w_den = xp.asarray(xp.broadcast_to(xp.astype(b, xp.float32), c.log_w_num.shape), copy=True)
-    return c
-
-
-def kcenter_sized(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """Greedy k-center with each centre weighted by its cluster's size, fitted to the budget (:func:`fit_to_floats`)."""
-    return fit_to_floats("kcenter_sized", K, V, floats, rng, sink=sink, window=window)
-
-
-def subgen(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """SubGen's estimator (SubGen Alg. 1), split numerator/denominator weights, fitted to the budget
-    (:func:`fit_to_floats`)."""
-    return fit_to_floats("subgen", K, V, floats, rng, sink=sink, window=window)
-
-
-def subspace(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """Top-r projection of the middle keys and values (Subspace-FD-draft), fitted to the budget
-    (:func:`fit_to_floats`)."""
-    return fit_to_floats("subspace", K, V, floats, rng, sink=sink, window=window)
-
-
-def h2o(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """H2O (Zhang et al. 2023): greedy eviction by accumulated attention of the queries ``Q`` (K's shape), the last
-    ``window`` tokens always kept; weights 1."""
-    return ts.H2O(recent=window).compress(K, V, budget=floats // (2 * K.shape[-1]), Q=Q)

@@ -53,6 +53,8 @@ from kvbounds.algorithms.arrays import array_namespace
 from .host_values import host_floats
 from .validation import InputError, check_array, check_positive
 
+__all__ = ["FrequentDirections", "shrunk", "check_row_scale", "shrunk_gram"]
+
 
 class FrequentDirections:
     """Streaming FD sketch of the rows of A (n x d) with sketch size ``ell`` (buffer of 2 ell rows).

@@ -9,6 +9,8 @@ import numpy as np
 
 from kvbounds.algorithms.arrays import device as _dev
 
+__all__ = ["native", "on_host", "exp_inplace", "ScratchPool", "host_empty", "host_view"]
+
 
 def native(x):
     """numpy for a numpy array, torch for a torch tensor (their matmul/exp take ``out=``); None otherwise."""

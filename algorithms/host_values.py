@@ -10,6 +10,8 @@ import numpy as np
 
 from kvbounds.algorithms.arrays import to_numpy
 
+__all__ = ["host_floats"]
+
 
 def host_floats(xp, *scalars) -> list[float]:
     if all(isinstance(x, (np.ndarray, np.generic)) for x in scalars):

@@ -38,6 +38,12 @@ from kvbounds.algorithms.arrays import array_namespace, asarray, like, to_numpy
 
 from .validation import InputError
 
+__all__ = ["DECODERS", "DIRECTIONS", "MAX_BITS", "BOB_THRESHOLD_FACTOR", "check_dimension", "check_radius",
+           "check_length", "exponent", "bob_threshold", "log2_binomial", "PublicCoins", "draw_public_coins",
+           "IndexInstance", "build_instance", "random_instance", "bob_value", "bob_decode", "SlotBatch",
+           "draw_slot_batch", "GroupAttention", "group_attention", "lemma_sum", "collisions", "read_values",
+           "decode_group", "eq2_error"]
+
 DECODERS = ("abs", "signed", "literal")
 DIRECTIONS = ("random", "adversarial", "clairvoyant")
 MAX_BITS = 2**31

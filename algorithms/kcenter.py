@@ -27,6 +27,9 @@ from kvbounds.algorithms.arrays import array_namespace, is_gpu_array, like, to_n
 from .attention import mul_pow2, pow2_exponent
 from .validation import InputError, check_array, check_int, check_positive
 
+__all__ = ["KCenterResult", "TRAVERSE_BYTES", "greedy_k_center", "FarthestFirst", "covering_radius_curve",
+           "normalized_radius", "stream_cluster_counts", "recent_plus_centers", "clusterability"]
+
 
 @dataclasses.dataclass
 class KCenterResult:

@@ -38,6 +38,8 @@ from .token_selection import TokenSelector, check_fields
 from .uniform_sampling import check_int, check_rng
 from .validation import InputError
 
+__all__ = ["goodpoints_missing", "TILE", "KernelThinning"]
+
 
 def goodpoints_missing() -> str | None:
     """None when goodpoints is importable, else the reason and the install command."""

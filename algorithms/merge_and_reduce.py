@@ -28,6 +28,8 @@ from .softmax_balance import softmax_balance
 from .validation import (InputError, check_array, check_positive, check_probability, check_rng, check_scale,
                          namespace)
 
+__all__ = ["MAX_LEVELS", "PANEL_FROM", "MAX_BATCH", "SIGNS", "check_levels", "MergeAndReduce"]
+
 MAX_LEVELS = 48
 PANEL_FROM = 512     # memory="auto": batches above this size are balanced on Gram panels
 MAX_BATCH = 2**26    # t rows are buffered before each reduction: larger t cannot be held

@@ -27,6 +27,9 @@ from kvbounds.algorithms.arrays import array_namespace, like, to_numpy, device a
 
 from .validation import InputError, check_array, check_positive, check_probability, check_rng, namespace
 
+__all__ = ["WalkFailed", "WalkResult", "walk_constant", "walk_choose", "walk_finish", "walk_finish_np",
+           "self_balancing_walk_result", "self_balancing_walk", "gram_walk", "gram_walk_unchecked", "smaller_side"]
+
 
 class WalkFailed(RuntimeError):
     """The FAIL event of Alg. 3 line 6 (|<w, u_i>| > c r^2)."""

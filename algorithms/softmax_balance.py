@@ -28,6 +28,9 @@ from .self_balancing_walk import WalkResult, gram_walk_unchecked, smaller_side, 
 from .validation import (InputError, check_array, check_choice, check_positive, check_probability, check_rng,
                          check_scale, namespace)
 
+__all__ = ["MEMORY_MODES", "ON_FAIL", "PANEL", "SoftmaxBalanceResult", "normalized_kernel_gram", "softmax_balance",
+           "signed_kernel_sum"]
+
 MEMORY_MODES = ("gram", "rows", "panel")
 ON_FAIL = ("raise", "continue")
 PANEL = 64          # columns per Gram panel of memory="panel"

@@ -67,6 +67,8 @@ from .subgen_device import DeviceStream
 from .subgen_query import QueryStreamAttn
 from .validation import InputError, check_array, check_positive, check_seed, namespace
 
+__all__ = ["RESERVOIR_NORMS", "SubGenState", "SubGen"]
+
 RESERVOIR_NORMS = ("value", "key")
 
 

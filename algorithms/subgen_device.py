@@ -28,6 +28,8 @@ from kvbounds.algorithms.arrays import array_namespace, device as _dev, to_numpy
 from .host_values import host_floats
 from .validation import InputError
 
+__all__ = ["COIN_BLOCK_TOKENS", "DeviceStream"]
+
 COIN_BLOCK_TOKENS = 64        # uniforms drawn per host transfer: this many tokens' worth (at most 2^20 doubles)
 
 

@@ -23,6 +23,8 @@ from kvbounds.algorithms.arrays import device as _dev
 from .host_values import host_floats
 from .validation import InputError
 
+__all__ = ["QueryStreamAttn"]
+
 
 class QueryStreamAttn:
     """Lines 29-31 on the state a :class:`kvbounds.algorithms.subgen.SubGen` keeps (``_Mk``, ``_Mv``, ``_Mlogw``

@@ -18,6 +18,8 @@ from kvbounds.algorithms import cache_compressors as ca
 from kvbounds.algorithms.compressed_kv import weight_floats
 from kvbounds.algorithms.validation import InputError
 
+__all__ = ["subgen_held_floats"]
+
 
 def subgen_held_floats(K: np.ndarray, V: np.ndarray, budget_floats: int, seed: int, *, sink: int, window: int,
                        traversal=None, norms2=None) -> int:

@@ -42,6 +42,9 @@ from .attention import mul_pow2, pow2_exponent
 from .subspace_decode import OpCounter, coefficient_decode, exact_decode  # noqa: F401 (re-exported: SUB.cost kernels)
 from .validation import InputError, check_array, check_int, check_positive, check_real, namespace
 
+__all__ = ["GAMMA_CHOICES", "draft_gamma", "calibrate_gamma", "resolve_gamma", "top_basis", "Chunk", "aggregate",
+           "StaticSubspaceAttention", "AdaptiveSubspaceAttention"]
+
 GAMMA_CHOICES = ("sqrt(r/d)", "1", "calibrated")
 
 

@@ -12,6 +12,8 @@ from kvbounds.algorithms.arrays import array_namespace
 
 from .validation import InputError, check_array, check_real, namespace
 
+__all__ = ["OpCounter", "coefficient_decode", "exact_decode"]
+
 
 class OpCounter:
     """Runs array operations and tallies floating-point operations (a multiply-add is 2) and bytes read

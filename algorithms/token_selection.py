@@ -52,6 +52,9 @@ from .validation import InputError, check_array, check_choice, check_int, check_
 from .compressed_kv import (CompressedKV, check_kv, on_backend_of, take_rows, weight_floats,  # noqa: F401
                             gather_selection, memory_floats)
 
+__all__ = ["estimate", "check_fields", "TokenSelector", "StreamingLLM", "H2O", "Uniform", "KCenter", "BalanceKV",
+           "SELECTORS", "make_selector", "relative_error"]
+
 
 def estimate(q, K, V, indices, log_weights, *, scale: float | None = None):
     """The weighted estimator over a selection (``weighted_attention``; scale defaults to 1/sqrt(d),

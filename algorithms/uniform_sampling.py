@@ -23,6 +23,8 @@ from kvbounds.algorithms.arrays import array_namespace, like, to_numpy
 from .attention import shifted_logits
 from .validation import InputError, check_array, check_int, check_rng, check_scale, namespace
 
+__all__ = ["uniform_select", "uniform_parts", "uniform_estimate"]
+
 
 
 def uniform_select(n: int, m: int, rng: np.random.Generator, *, batch: tuple[int, ...] = ()) -> np.ndarray:

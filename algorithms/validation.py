@@ -20,6 +20,10 @@ import numpy as np
 
 from kvbounds.algorithms.arrays import array_namespace, device
 
+__all__ = ["InputError", "namespace", "check_array", "check_indices", "check_same_dtype", "check_real",
+           "check_positive", "check_int", "check_probability", "check_scale", "check_rng", "check_seed", "check_choice",
+           "check_error", "check_values"]
+
 
 class InputError(ValueError):
     """Bad input to an algorithm: wrong shape or dtype, NaN/Inf, empty stream, impossible parameters."""

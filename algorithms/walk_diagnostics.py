@@ -69,6 +69,11 @@ from .self_balancing_walk import walk_constant
 from .validation import (InputError, check_array, check_int, check_probability, check_real, check_rng, check_scale,
                          namespace)
 
+__all__ = ["RULES", "RELEASED_CONST", "KERNELS", "SYMMETRY_TOL", "COSINE_TOL", "LOG_CLIP", "KernelGram", "centred",
+           "exp_kernel_gram", "rule_signs", "walk_diagnostics", "block_diagnostics", "key_geometry",
+           "first_level_blocks", "blockwise_walk_cause", "centring_comparison", "summarize", "QUERY_KEYS",
+           "SUMMARY_KEYS", "summarize_diagnostics"]
+
 RULES = ("theorem", "released", "greedy", "random")
 RELEASED_CONST = 0.025 + 1e-8        # the released kernel's kernel_const + 1e-8 (balance_kv_released)
 # the kernels of the blockwise walks (names as the BalanceKV checks' variants): the pseudocode's w = [v, 1] at the

@@ -3,3 +3,6 @@
 layer every module uses (backend names, namespaces, devices) is :mod:`kvbounds.algorithms.arrays`."""
 if __name__ != "kvbounds.gpu":   # the subpackage kvbounds.gpu (pyproject.toml's package-dir)
     raise ImportError(f"import kvbounds.gpu, not {__name__}: the folder gpu/ is a subpackage of kvbounds")
+
+# the room's public modules (each declares its own __all__)
+__all__ = ["batched_walk", "support", "triton_walk"]

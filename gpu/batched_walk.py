@@ -52,6 +52,8 @@ from kvbounds.algorithms.validation import (InputError, check_array, check_proba
                                             namespace)
 from kvbounds.algorithms.arrays import array_namespace, device as _dev, like
 
+__all__ = ["METHODS", "PANEL", "compiled_available", "walk_signs", "batched_select", "VIEW_OPS", "ops_per_step"]
+
 METHODS = ("exact", "blocked", "compiled", "triton")
 PANEL = 32
 

@@ -8,13 +8,17 @@ and is kept in each claim's registry entry (``Claim.gpu``, :mod:`kvbounds.claims
 as not classified.
 """
 from __future__ import annotations
+from kvbounds.algorithms.arrays import input_error
+from kvbounds.claims import CLAIMS
+from kvbounds.algorithms.validation import InputError
+from kvbounds.algorithms.arrays import validate_backend
+
+__all__ = ["gpu_support", "describe"]
 
 def gpu_support(claim_id: str) -> tuple[bool, str]:
     """(True, why) when the claim's check runs its arrays on a GPU backend, else (False, why it runs on CPU)."""
-    from kvbounds.algorithms.arrays import input_error
     if not isinstance(claim_id, str):
         raise input_error(f"claim_id must be a string, got {type(claim_id).__name__}", type_error=True)
-    from kvbounds.claims import CLAIMS
     claim = CLAIMS.get(claim_id)
     if claim is not None and claim.gpu is not None:
         return claim.gpu
@@ -23,8 +27,6 @@ def gpu_support(claim_id: str) -> tuple[bool, str]:
 
 def describe(claim_ids, backend: str) -> list[str]:
     """One line per claim for ``kvbounds check --backend <gpu backend>``: 'ID: GPU' or 'ID: CPU (why)'."""
-    from kvbounds.algorithms.validation import InputError
-    from kvbounds.algorithms.arrays import validate_backend
     if isinstance(claim_ids, str) or not hasattr(claim_ids, "__iter__"):
         raise InputError(f"claim_ids must be a list of claim ids, got {type(claim_ids).__name__}")
     validate_backend(backend)

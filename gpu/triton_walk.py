@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import os
 
+__all__ = ["triton_available", "triton_panel_steps"]
+
 
 @functools.cache
 def triton_available(device_type: str = "cuda") -> bool:

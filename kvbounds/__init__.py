@@ -33,6 +33,7 @@ import os as _os
 import sys as _sys
 
 __version__ = "0.1.0"
+__all__ = ["__version__", "evaluate"]
 
 _FOLDERS = ("theory", "algorithms", "proofs_checks", "gpu", "traces")
 

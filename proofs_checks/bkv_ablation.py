@@ -37,6 +37,9 @@ from .bkv_variants import (COIN_WORDS, INGREDIENTS, LABELS, SHORT, WORDS, combin
 from .common import fallback_notes, make_record, pick
 from . import walk_cause
 
+__all__ = ["CLAIM", "SOURCE", "SWEEP_VARIANTS", "trials", "run_trial", "INGREDIENT_WALKS", "ingredient_walk_text",
+           "ingredient_table", "trivial_text", "summarize"]
+
 CLAIM = "BKV.ablation"
 SOURCE = "BalanceKV-NeurIPS Sec. 4.1, Fig. 3, App. B.1"
 SWEEP_VARIANTS = ("balance", "released-t0.1")

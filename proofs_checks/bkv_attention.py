@@ -39,6 +39,9 @@ from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, held_ou
 from kvbounds.streams import stream as power_stream
 from . import walk_cause
 
+__all__ = ["CLAIM", "SOURCE", "FORMULA", "READING", "formula_t", "trials", "spread_values", "statement_trial",
+           "summarize", "POWER_T", "power_trial", "power_summary", "power_trial_with_walk_cause"]
+
 CLAIM = "BKV.attention"
 SOURCE = "BalanceKV-NeurIPS Thm 3.1, Alg. 1"
 FORMULA = "t from formula (C=1)"

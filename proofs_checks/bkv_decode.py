@@ -22,6 +22,8 @@ from .decode_verdict import build_records, summarize as _summarize
 from .decode_verdict import decode_rows as leaderboard_rows  # noqa: F401 - its leaderboard table
 from kvbounds.streams import POWER_CHECK
 
+__all__ = ["CLAIM", "SOURCE", "SCALE", "run_trial", "norm_free", "layer_group", "summarize"]
+
 CLAIM = "BKV.decode"
 SOURCE = "BalanceKV-NeurIPS Thm 3.1, Alg. 1 (streaming, inside generation)"
 SCALE = "sqrt(d) e^{2r^2/sqrt d} log2(n/M) / M"

@@ -30,6 +30,11 @@ from __future__ import annotations
 
 from kvbounds import methods
 from kvbounds import e2e as C
+from kvbounds.algorithms import walk_diagnostics as wd
+from kvbounds.algorithms.equal_memory import balance_layout
+
+__all__ = ["CLAIM", "SOURCE", "VARIANTS", "BASELINES", "TASKS", "QUICK_METHODS", "trials", "WALKS", "FIRST_LAYER",
+           "LATER_LAYERS", "walk_cause_of_prefill", "run_trial", "walk_cause_text", "summarize"]
 
 CLAIM = "BKV.e2e"
 SOURCE = "BalanceKV (arXiv:2502.07861, later version) Sec. 4.2-4.3, Table 1"
@@ -71,8 +76,6 @@ def walk_cause_of_prefill(params: dict, lm, state) -> dict | None:
 
     import numpy as np
 
-    from kvbounds.algorithms import walk_diagnostics as wd
-    from kvbounds.algorithms.equal_memory import balance_layout
     if int(params.get("index", 0)) != 0:
         return None
     K = np.stack([X[0].double().cpu().numpy() for X in state.keys])      # (layers, KV heads, n, d)

@@ -41,6 +41,9 @@ from .bkv_attention import formula_t, spread_values
 from .common import deferred_record, make_record, on_gpu, pick, unit_directions
 from .scale_sweep import Timer, size_params, time_text
 
+__all__ = ["CLAIM", "SOURCE", "RULE_NAME", "SHARE_STEP", "CPU_N_MAX", "LARGE_N", "trials", "erased_share", "run_trial",
+           "summarize"]
+
 CLAIM = "BKV.memory"
 SOURCE = "BalanceKV-NeurIPS Thm 3.1, Alg. 1 line 8, A.1"
 RULE_NAME = {"alg1": "alg1", "proof001": "proof"}   # erase rule (params["rule"]) -> check-name suffix

@@ -26,6 +26,13 @@ from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.verdict import (Finding, Reproduction, combine_reproductions, finalize, reproduction_status,
                               statement_from_reproduction)
+
+__all__ = ["ALPHA", "COIN_NOTE", "COIN_TOL", "RELEASED", "VARIANTS", "LABELS", "SHORT", "REGISTRY_VARIANT",
+           "variant_name", "COIN_WORDS", "WORDS", "RECIPE", "INGREDIENTS", "walk_summary", "ABLATIONS",
+           "ABLATION_OVERRIDES", "select", "causal_split", "head_errors", "exact_last", "run_variants", "compare",
+           "per_kv_head", "significant_counts", "reproduction", "combine", "finish", "version_findings"]
+
+ALPHA = 0.05
 COIN_NOTE = "the walk is indistinguishable from random signs here; BalanceKV = stratified uniform sampling"
 COIN_TOL = 1e-3            # mean |p - 1/2| below this at every level, and no clipped p: a fair coin
 

@@ -44,6 +44,10 @@ from .bkv_trivial import CAVEAT, mean_values_error, trivial_power
 from .common import dispatch, fallback_notes, make_record, pick
 from . import bkv_walk_share as walk_share, walk_cause
 
+__all__ = ["CLAIM", "SOURCE", "CONTROL", "METHODS", "BKV_VARIANTS", "trials", "causal_estimate", "other_selectors",
+           "kv_head_selectors", "run_experiment", "cell_trial", "setup_text", "variant_cells", "per_variant_text",
+           "kernel_thinning_text", "summarize"]
+
 CLAIM = "BKV.vs-uniform"
 SOURCE = "BalanceKV-NeurIPS Sec. 4.1, Fig. 1, App. B.1"
 CONTROL = "balance-unweighted"

@@ -37,6 +37,9 @@ from kvbounds.traces.real import layer_heads
 from .bkv_variants import causal_split, exact_last, head_errors, select
 from .common import make_record, pick
 
+__all__ = ["CHECK", "SWEEP", "SOURCE", "ARMS", "COMPARISONS", "SETUP", "WALK", "text_spec", "trials", "window_errors",
+           "run_trial", "share_calls", "share_text", "share_table"]
+
 CHECK = "walk vs estimator"
 SWEEP = "windows"
 SOURCE = ("released BalanceKV (ksheth96/BalanceKV) against its ablation, walk and estimator apart (BalanceKV-NeurIPS "

@@ -11,6 +11,9 @@ from scipy import stats
 from kvbounds.core import DEFERRED, Record
 from kvbounds.core import make_record, pick, unit_directions  # noqa: F401 - the check kit's, from the core (issue 44)
 
+__all__ = ["grid", "on_gpu", "deferred_record", "rng", "failure_rate_ok", "clopper_pearson", "log2_int",
+           "fallback_notes", "dispatch", "in_words", "words_in_findings"]
+
 
 def grid(**axes: Iterable[Any]) -> list[dict]:
     """Cartesian product of parameter axes as a list of dicts."""

@@ -25,6 +25,10 @@ from kvbounds.algorithms.validation import InputError, check_choice, check_error
 from kvbounds.battery import cache_floats
 from .common import pick
 
+__all__ = ["PROFILES", "FAMILY", "FAMILIES", "trial_params", "trials", "decode_model", "tiny_model", "prompt_tokens",
+           "DecodeObserver", "run_generation", "run_forced", "merge_ablation", "in_units", "head_eps", "check_rows",
+           "certificate_stats"]
+
 PROFILES = {  # prompt tokens, new tokens, target, interval, sink, window, checkpoint every
     "smoke": dict(prompt=64, new=32, target=48, interval=16, sink=4, window=8, every=16, model="tiny"),
     # quick: the press holds 48-64 of 224 tokens at the last checkpoint (21-29% of the history's floats; target 96

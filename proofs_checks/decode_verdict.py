@@ -28,6 +28,8 @@ from kvbounds.algorithms.validation import InputError, check_choice
 from .decode_stream import FAMILIES, FAMILY, certificate_stats, check_rows, head_eps, in_units
 from kvbounds.streams import POWER_CHECK, battery_record, missing_record, power_record
 
+__all__ = ["SHAPE", "LOG_CAP", "build_records", "summarize", "CONTROL_NAMES", "PRESS_NAMES", "UNITS", "decode_rows"]
+
 SHAPE = "decode error vs the theorem's scale"
 LOG_CAP = 700.0          # e^700 ~ 1e304: larger scales are stored as inf (log kept in extra["log_scale"])
 

@@ -44,6 +44,10 @@ from kvbounds.battery import power_on_both_metrics
 from .common import dispatch, make_record, pick
 from kvbounds.streams import POWER_CHECK, battery_record, streams_per_family
 
+__all__ = ["CLAIM", "SOURCE", "KINDS", "CONTROLS", "DropBufferedFD", "UnclampedSqrtFD", "StaleRowsFD", "BROKEN",
+           "make_matrix", "feed", "tolerance", "measure", "violations", "trials", "statement_trial", "summarize",
+           "POWER_KINDS", "ABLATION", "ablation_words", "sketch_floats", "power_trial"]
+
 CLAIM = "FD.covariance"
 SOURCE = "Subspace-FD-draft Sec. 8 (Liberty 2013; GLPW16 Thm 1.1)"
 KINDS = ("gaussian", "low_rank", "power_law", "rank_deficient", "repeated", "zero_rows", "huge", "tiny", "rope")

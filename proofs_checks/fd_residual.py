@@ -38,6 +38,9 @@ from .common import dispatch, make_record, pick
 from kvbounds.streams import POWER_CHECK, battery_record, streams_per_family
 from .fd_covariance import ablation_words, make_matrix
 
+__all__ = ["CLAIM", "SOURCE", "RTOL", "trials", "statement_trial", "CORRECTED", "summarize", "POWER_KINDS",
+           "power_trial"]
+
 CLAIM = "FD.residual"
 SOURCE = "Subspace-FD-draft Sec. 8 (FD linkage)"
 RTOL = 1e-9   # relative floating tolerance on norms of n x d float64 products (n, d <= 1e3)

@@ -56,6 +56,8 @@ from .lb_index_proof_steps import (CHUNK, CLAIM, EPS_FACTORS, FAMILIES, LAMBDAS_
                                    SOURCE, task_c3_bounds, task_c3_exact, task_c4, task_c5, task_c6, task_group_ones, instances, task_ranges)
 from .lb_index_verdict import family, summarize  # noqa: F401 - the check module's summarize
 
+__all__ = ["trials", "TASKS", "run_trial"]
+
 # ------------------------------------------------------------------------------------------ trials
 
 def _ladder(d: int, r2: float, cap_groups: int, cap_n: int) -> list[int]:

@@ -14,6 +14,8 @@ from kvbounds.theory import lower_bound as lb
 from .common import clopper_pearson, failure_rate_ok, make_record
 from .lb_index_proof_steps import CLAIM, EPS_FACTORS, SOURCE, instances
 
+__all__ = ["game_exact", "game_eq2", "game_compressor"]
+
 
 # -------------------------------------------------------------------------------------- the games
 

@@ -14,6 +14,9 @@ from kvbounds.theory import lower_bound as lb
 
 from .common import clopper_pearson, failure_rate_ok, make_record
 
+__all__ = ["CLAIM", "SOURCE", "LAMBDAS_C4", "EPS_FACTORS", "FAMILIES", "PROOF_FAMILIES", "CHUNK", "instances",
+           "task_c3_exact", "task_c3_bounds", "task_c4", "task_c5", "task_c6", "task_group_ones", "task_ranges"]
+
 CLAIM = "LB.index"
 SOURCE = "BalanceKV-NeurIPS Thm 3.2, App. C"
 LAMBDAS_C4 = (10.0, float(lb.LEMMA_C4_LAMBDA))

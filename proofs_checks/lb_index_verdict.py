@@ -14,6 +14,8 @@ from kvbounds.theory import lower_bound as lb
 
 from .lb_index_proof_steps import CLAIM, FAMILIES, PROOF_FAMILIES
 
+__all__ = ["family", "summarize"]
+
 
 # ----------------------------------------------------------------------------------------- verdict
 

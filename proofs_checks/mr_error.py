@@ -46,6 +46,9 @@ from .scale_sweep import ScaleRate, Timer, combine, decide_scale, onset_sizes, s
 from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, held_out_errors, missing_record, power_trials
 from kvbounds.streams import stream as power_stream
 
+__all__ = ["CLAIM", "SOURCE", "CPU_T_MAX", "LARGE_T", "trials", "stream", "checkpoints", "exact_numerator_log",
+           "statement_trial", "CHECK_WORDS", "summarize", "POWER_T", "power_trial"]
+
 CLAIM = "MR.error"
 SOURCE = {"BalanceKV-NeurIPS": "BalanceKV-NeurIPS Thm 3.4", "BalanceKV-preprint": "BalanceKV-preprint Thm 3.3"}
 CPU_T_MAX = 1 << 16                 # largest t of a scale-sweep unit on a CPU backend (2^16: ~65 CPU s)

@@ -25,6 +25,8 @@ from kvbounds.theory.balancekv import merge_reduce_memory_bound
 
 from .common import make_record, pick, unit_directions
 
+__all__ = ["CLAIM", "SOURCE", "PROOF_STEP", "trials", "run_trial", "summarize"]
+
 CLAIM = "MR.memory"
 SOURCE = "BalanceKV-NeurIPS Thm 3.4, Alg. 4"
 PROOF_STEP = "BalanceKV-NeurIPS Thm 3.4 proof: at most log2(n/t) occupied cells"

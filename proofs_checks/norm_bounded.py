@@ -36,6 +36,8 @@ from kvbounds.traces.real import MODEL_INFO, layer_heads, parse_spec, real_or_sy
 
 from .common import fallback_notes, make_record, pick
 
+__all__ = ["CLAIM", "SOURCE", "KINDS", "MODEL_NAMES", "PAPER_SETUP", "trials", "run_trial", "summarize"]
+
 CLAIM = "NORM.bounded"
 SOURCE = "BalanceKV-NeurIPS Table 3; ClusterGen Table 1"
 KINDS = ("q", "k", "k_centered", "v")

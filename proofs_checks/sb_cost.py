@@ -24,6 +24,8 @@ from kvbounds.theory.balancekv import softmax_balance_cost
 
 from .common import make_record, pick
 
+__all__ = ["CLAIM", "SOURCE", "trials", "run_trial", "summarize"]
+
 CLAIM = "SB.cost"
 SOURCE = "BalanceKV-NeurIPS Thm 3.3"
 

@@ -40,6 +40,9 @@ from .common import deferred_record, dispatch, make_record, on_gpu, pick, unit_d
 from .scale_sweep import Timer, combine, decide_scale, onset_sizes, scale_figures, scale_findings, size_params
 from .common import in_words, words_in_findings
 
+__all__ = ["CLAIM", "SOURCE", "READING", "WALKS", "CPU_N_MAX", "LARGE_N", "trials", "run_trial", "CHECK_WORDS",
+           "summarize"]
+
 CLAIM = "SB.discrepancy"
 SOURCE = "BalanceKV-NeurIPS Thm 3.3, Alg. 2"
 READING = "O(.) read with the walk's own constant c = 30 log(n/delta) (BalanceKV-NeurIPS Alg. 2 line 3)"

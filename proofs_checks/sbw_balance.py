@@ -34,6 +34,9 @@ from kvbounds.theory.balancekv import sbw_discrepancy_shape, walk_constant
 from .common import failure_rate_ok, make_record, pick, unit_directions
 from .common import in_words, words_in_findings
 
+__all__ = ["CLAIM", "SOURCE", "READING", "VARIANTS", "CHUNK", "trials", "vector_walk", "run_trial", "crossover",
+           "CHECK_WORDS", "summarize"]
+
 CLAIM = "SBW.balance"
 SOURCE = "BalanceKV-NeurIPS Thm A.1, Alg. 3"
 READING = "O(.) read with the walk's own constant c = 30 log(n/delta) (BalanceKV-NeurIPS Alg. 3 line 2)"

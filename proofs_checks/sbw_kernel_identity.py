@@ -26,6 +26,8 @@ from kvbounds.theory.kernel_identity import (feature_dim, symbolic_residuals, te
 
 from .common import grid, make_record, pick, unit_directions
 
+__all__ = ["CLAIM", "SOURCE", "CONTROL", "MAX_DIM", "MAX_EXACT_DIM", "U", "trials", "run_trial", "summarize"]
+
 CLAIM = "SBW.kernel-identity"
 SOURCE = "BalanceKV-NeurIPS A.2 (proof of Thm 3.3)"
 CONTROL = "truncation, no 1/sqrt(i!)"

@@ -46,6 +46,11 @@ from .mr_error import checkpoints
 from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, held_out_errors, missing_record, power_trials
 from kvbounds.streams import stream as power_stream
 from .sg_partition import run_stream, smallest_passing_constant, theorem_stream
+from kvbounds.algorithms.kcenter import greedy_k_center, stream_cluster_counts
+
+__all__ = ["CLAIM", "SOURCE", "C_T", "C_S", "COST_SWEEPS", "MEMORY_CONSTANT", "ts_for", "accuracy_trial",
+           "combination_trial", "cost_trial", "trials", "combination_erratum", "summarize", "POWER_T", "POWER_S",
+           "POWER_M", "clustering_radius", "power_trial", "memory_findings"]
 
 CLAIM = "SG.attention"
 SOURCE = "SubGen Thm 1 / ClusterGen Thm 2.4"
@@ -302,7 +307,6 @@ def clustering_radius(K: np.ndarray, m: int, steps: int = 12) -> float:
     stream is then (m, delta)-clusterable in SubGen's own sense (SubGen Thm 1 assumes m and delta known). Bisection
     in log delta between R_m / 2 and 2 R_m (R_m the covering radius of greedy k-center with m centres; at 2 R_m two
     keys near one centre are within delta of each other, so at most m clusters open), ``steps`` halvings."""
-    from kvbounds.algorithms.kcenter import greedy_k_center, stream_cluster_counts
     R = float(greedy_k_center(K, min(m, len(K))).radii[-1])
     if R <= 0:
         return 1e-12 * (1 + float(np.abs(K).max()))

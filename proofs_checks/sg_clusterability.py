@@ -27,6 +27,10 @@ from kvbounds.traces.synthetic import make_trace
 
 from .common import make_record, pick
 
+__all__ = ["CLAIM", "SOURCE", "RADIUS_MARGIN", "SLOPE_MAX", "K_CENTERS", "POSITIONAL", "REAL_LAYERS", "REAL_HEADS",
+           "MODEL_NAMES", "COMPARE_ALPHA", "PAPER_SETUP", "measure_records", "real_trace_records", "trials",
+           "run_trial", "reproductions", "summarize"]
+
 CLAIM = "SG.clusterability"
 SOURCE = "ClusterGen Sec. 3.1, Fig. 1, Table 1; SubGen Sec. 3.1, Fig. 1"
 RADIUS_MARGIN = 0.9

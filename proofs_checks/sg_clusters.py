@@ -36,6 +36,9 @@ from kvbounds.theory.subgen import cluster_count_bound, exact_cluster_slot_distr
 from .common import dispatch, make_record, pick
 from .sg_reservoir import ALPHA, chi_square, enumerate_coins, law_distance
 
+__all__ = ["CLAIM", "SOURCE", "ORDERS", "SHAPES", "clusterable_stream", "part_diameters", "invariant_violations",
+           "invariants_trial", "slots_exact_trial", "slots_gof_trial", "trials", "summarize"]
+
 CLAIM = "SG.clusters"
 SOURCE = "SubGen Lemma 2 / ClusterGen Lemma 2.3"
 ORDERS = ("random", "round-robin", "farthest-first", "boundary-first", "sorted")

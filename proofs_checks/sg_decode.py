@@ -22,6 +22,8 @@ from .decode_stream import prompt_unit, run_generation, trials  # noqa: F401 - t
 from .decode_verdict import build_records, summarize as _summarize
 from .decode_verdict import decode_rows as leaderboard_rows  # noqa: F401 - its leaderboard table
 
+__all__ = ["CLAIM", "SOURCE", "SCALE", "ablation", "run_trial", "norm_free", "summarize"]
+
 CLAIM = "SG.decode"
 SOURCE = "SubGen Thm 1, Alg. 1; ClusterGen Thm 2.4 (streaming, inside generation)"
 SCALE = "sqrt(e^{2 delta r} log n / t) + sqrt(d / s)"

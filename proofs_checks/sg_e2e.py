@@ -24,6 +24,8 @@ from __future__ import annotations
 from kvbounds import methods
 from kvbounds import e2e as C
 
+__all__ = ["CLAIM", "SOURCE", "VARIANTS", "OTHERS", "REDRAW", "QUICK_METHODS", "trials", "run_trial", "summarize"]
+
 CLAIM = "SG.e2e"
 SOURCE = "SubGen (arXiv:2402.06082) Table 1; ClusterGen (anonymous submission) Table 2"
 VARIANTS = methods.variants("SubGen/ClusterGen")   # k-center (weights 1, cluster sizes) and SubGen: the registry's

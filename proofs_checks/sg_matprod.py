@@ -39,6 +39,9 @@ from kvbounds.streams import (HELD_OUT, POWER_CHECK, StreamBattery, battery_reco
 from kvbounds.streams import stream as power_stream
 from .sg_partition import run_stream, smallest_passing_constant, theorem_stream
 
+__all__ = ["CLAIM", "SOURCE", "C_GRID", "mismatch_stream", "s_for", "trials", "statement_trial", "summarize",
+           "POWER_FAMILIES", "power_trial"]
+
 CLAIM = "SG.matprod"
 SOURCE = "SubGen Thm 1 eq. (6) / ClusterGen Thm 2.4"
 C_GRID = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0)

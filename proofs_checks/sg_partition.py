@@ -41,6 +41,9 @@ from .common import unit_directions
 from kvbounds.streams import (HELD_OUT, POWER_CHECK, StreamBattery, battery_record, held_out_errors, missing_record,
                             real_params, streams_per_family)
 
+__all__ = ["CLAIM", "SOURCE", "C_GRID", "theorem_stream", "run_stream", "log_partition", "t_for", "trials",
+           "statement_trial", "smallest_passing_constant", "summarize", "POWER_FAMILIES", "POWER_M", "power_trial"]
+
 CLAIM = "SG.partition"
 SOURCE = "SubGen Thm 1 eq. (5) / ClusterGen Thm 2.4"
 C_GRID = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0)

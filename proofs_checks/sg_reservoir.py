@@ -37,6 +37,10 @@ from kvbounds.theory.subgen import exact_reservoir_distribution, reservoir_proba
 
 from .common import dispatch, make_record, pick
 
+__all__ = ["CLAIM", "SOURCE", "ALPHA", "SUCCESS", "FAILURE", "PROSE", "ScriptedCoins", "enumerate_coins",
+           "matrix_request_prob", "law_distance", "exact_trial", "chi_square", "heavy_stream", "gof_trial", "trials",
+           "summarize"]
+
 CLAIM = "SG.reservoir"
 SOURCE = "SubGen Lemma 1 / ClusterGen Lemma 2.2 (Alg. 1 lines 24-28)"
 ALPHA = 1e-3

@@ -33,6 +33,8 @@ from kvbounds.theory.subspace import blockwise_softmax_identity
 
 from .common import make_record, pick
 
+__all__ = ["CLAIM", "SOURCE", "EPS", "trials", "make_chunks", "mp_reference", "run_trial", "CORRECTED", "summarize"]
+
 CLAIM = "SUB.blockwise"
 SOURCE = "Subspace-FD-draft Sec. 6"
 EPS = float(np.finfo(float).eps)

@@ -31,6 +31,9 @@ from kvbounds.theory.subspace import cost_model
 
 from .common import make_record, pick
 
+__all__ = ["CLAIM", "SOURCE", "trials", "decode_inputs", "time_decode", "time_fd", "timed_single_thread", "run_trial",
+           "proven_flop_constant", "j_erratum", "summarize"]
+
 CLAIM = "SUB.cost"
 SOURCE = "Subspace-FD-draft Secs. 4, 9 (cost model)"
 

@@ -33,6 +33,8 @@ from .common import make_record, pick
 from kvbounds.streams import POWER_CHECK
 from .sub_logit_power import power_trial, power_trials, setting as power_setting
 
+__all__ = ["CLAIM", "SOURCE", "TOL", "settings", "trials", "evaluate", "worst", "run_trial", "CORRECTED", "summarize"]
+
 CLAIM = "SUB.logit-error"
 SOURCE = "Subspace-FD-draft Sec. 8 (logit error)"
 TOL = 1e-10

@@ -22,6 +22,9 @@ from kvbounds.algorithms.arrays import to_numpy
 from .common import pick
 from kvbounds.streams import battery_record, missing_record, real_params, streams_per_family
 
+__all__ = ["POWER_FAMILIES", "POWER_R", "GAMMAS", "power_trials", "power_trial", "logit_controls", "stream_trial",
+           "setting"]
+
 POWER_FAMILIES = ("low_rank", "gaussian", "real SmolLM2", "real MiniLM")
 POWER_R = 8
 GAMMAS = ("sqrt(r/d)", 1.0)

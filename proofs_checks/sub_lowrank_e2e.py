@@ -24,6 +24,8 @@ from kvbounds.verdict import MIN_INSTANCES, Reproduction, reproduction_status
 
 from .common import make_record
 
+__all__ = ["CHECK", "ALPHA", "VARIANT", "trials", "run_trial", "reproduction"]
+
 CHECK = "F1e subspace vs uniform"
 ALPHA = 0.05
 VARIANT = "falsifier 1e (end to end, equal memory): the subspace cache beats uniform sampling"

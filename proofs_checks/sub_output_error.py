@@ -36,6 +36,9 @@ from kvbounds.streams import (HELD_OUT, POWER_CHECK, StreamBattery, battery_reco
                             real_params, streams_per_family)
 from .sub_logit_error import evaluate, settings, worst
 
+__all__ = ["CLAIM", "SOURCE", "trials", "extremal_trial", "run_trial", "CORRECTED", "summarize", "POWER_FAMILIES",
+           "POWER_R", "power_trial"]
+
 CLAIM = "SUB.output-error"
 SOURCE = "Subspace-FD-draft Sec. 8 (output error)"
 

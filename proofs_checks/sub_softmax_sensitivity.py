@@ -23,6 +23,8 @@ from kvbounds.theory.subspace import softmax_sensitivity_bound, softmax_sensitiv
 
 from .common import make_record, pick
 
+__all__ = ["CLAIM", "SOURCE", "FLOAT_TOL", "trials", "run_trial", "summarize"]
+
 CLAIM = "SUB.softmax-sensitivity"
 SOURCE = "Subspace-FD-draft Sec. 8 (softmax sensitivity)"
 FLOAT_TOL = 1e-12

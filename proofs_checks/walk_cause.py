@@ -30,6 +30,11 @@ from __future__ import annotations
 import numpy as np
 
 from kvbounds.verdict import Finding
+from kvbounds.algorithms import walk_diagnostics as wd
+
+__all__ = ["BALANCES", "NOTHING_TO_BALANCE", "COIN", "NUMBERS", "CENTRING", "THRESHOLDS", "VARIANT_KERNELS", "CACHED",
+           "blockwise_cause", "merge", "merge_sides", "query_side", "sentence", "cause_text", "per_setting",
+           "settings_text", "cause_finding", "blockwise_text"]
 
 # the query side: a walk's numerator keeps below 90% of random signs' discrepancy as held-out queries see it (mean
 # over blocks; random signs' expectation is exactly 1, one draw of them over SmolLM2's blocks reads about 0.8-1.1)
@@ -61,7 +66,6 @@ def blockwise_cause(trace: str, K, V, *, block_size: int, sink: int, window: int
     name and the layout (the same numbers for every trial of a layer, whatever its seed or T; computed once per
     process and layout: the last ``CACHED`` layouts are kept)."""
     import zlib
-    from kvbounds.algorithms import walk_diagnostics as wd
     key = (trace, int(block_size), int(sink), int(window), tuple(kernels), Q is not None)
     if key not in _BLOCKWISE:
         rng = np.random.default_rng([7, zlib.crc32(repr(key[:5]).encode())])

@@ -13,6 +13,14 @@ import math
 import numpy as np
 from scipy import special, stats
 
+__all__ = ["WALK_C_FACTOR", "walk_constant", "sbw_discrepancy_shape", "random_signs_discrepancy_shape",
+           "log_softmax_balance_shape", "softmax_balance_shape", "softmax_balance_cost", "merge_reduce_batch_size",
+           "merge_reduce_error_bound", "merge_reduce_eps_implied", "merge_reduce_memory_bound",
+           "merge_reduce_error_shape", "balance_kv_error_bound", "balance_kv_memory_shape",
+           "balance_kv_bucket_count_bound", "balance_kv_bucket_count_exact", "walk_saturation_steps",
+           "kernel_feature_spectrum", "rate_onset", "merge_reduce_rate_onset", "harmonic_multiplicity",
+           "kernel_eigen_groups", "mean_field_discrepancy", "mean_field_slope"]
+
 WALK_C_FACTOR = 30.0          # proven: BalanceKV-NeurIPS Alg. 3 line 2, Alg. 2 line 3
 
 

@@ -19,6 +19,8 @@ import numpy as np
 from kvbounds.algorithms.validation import InputError
 from kvbounds.theory.subspace import energy_at_rank  # noqa: F401 - the one definition, re-exported for the empirical checks
 
+__all__ = ["relative_error", "norm_interval", "mean_and_spread"]
+
 
 def relative_error(z, exact, *, axis=None) -> float | np.ndarray:
     """||z - exact|| / ||exact|| (Frobenius over ``axis``; all axes when None). BalanceKV-NeurIPS App. B.1."""

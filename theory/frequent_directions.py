@@ -38,6 +38,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from kvbounds.algorithms.frequent_directions import FrequentDirections
+
+__all__ = ["singular_values", "covariance_bound_from_sv", "covariance_bound", "covariance_error", "top_right_projector",
+           "residual", "davis_kahan_eta", "measured_eta", "residual_bound", "residual_bound_tight",
+           "residual_certificate", "residual_lower_bound", "draft_counterexample", "residual_adversarial_stream"]
 
 
 def singular_values(A) -> np.ndarray:
@@ -148,7 +153,6 @@ def residual_adversarial_stream(ell: int, *, top: float = 10.0, noise: float = 1
     for _ in range(rounds * 2 * ell):
         rows.append(noise * np.eye(d)[noise_axes[k % len(noise_axes)]])
         k += 1
-    from kvbounds.algorithms.frequent_directions import FrequentDirections
     fd = FrequentDirections(d, ell).update(np.array(rows))
     S = fd.sketch()
     e1_mass = float(np.sum((S @ np.eye(d)[0]) ** 2))

@@ -18,6 +18,10 @@ from typing import Sequence
 import numpy as np
 import sympy as sp
 
+__all__ = ["CLAIM", "SOURCE", "MAX_ENTRIES", "feature_dim", "tensor_powers", "truncated_feature_map",
+           "exact_tensor_power", "tensor_power_inner", "exact_truncated_inner", "exp_taylor",
+           "truncated_inner_is_taylor", "symbolic_residuals", "truncation_tail_bound", "terms_needed"]
+
 CLAIM = "SBW.kernel-identity"
 SOURCE = "BalanceKV-NeurIPS A.2 (proof of Thm 3.3)"
 MAX_ENTRIES = 2_000_000

@@ -27,6 +27,15 @@ from kvbounds.algorithms.index_reduction import (BOB_THRESHOLD_FACTOR, bob_thres
                                                 check_length, check_radius, exponent, log2_binomial)
 from kvbounds.algorithms.validation import InputError
 
+__all__ = ["SOURCE", "INDEX_SUCCESS", "LEMMA_C4_LAMBDA", "LEMMA_C4_SECOND_MOMENT", "COROLLARY_C5_PROB", "LEMMA_C6_PROB",
+           "LEMMA_C6_ERROR_CONST", "LEMMA_C6_SAFE_CONST", "CHAIN", "space_lower_bound", "lemma_c3_expectation",
+           "key_moments", "sign_product_counts", "lemma_c3_formula", "lemma_c3_residuals", "lemma_c3_chain",
+           "lemma_c3_steps", "lemma_c3_statement", "lemma_c3_step2_threshold", "lemma_c3_log_bounds_symbolic",
+           "lemma_c4_stated_failure", "lemma_c4_chebyshev", "lemma_c4_lambda_for_stated", "lemma_c6_noise_constant",
+           "group_ones_probability", "smallest_d_group_ones", "denominator_range", "denominator_container",
+           "numerator_range", "numerator_range_squared", "proof_constant_case1", "binary_entropy",
+           "inverse_binary_entropy", "fano_success_ceiling", "binomial_sf"]
+
 SOURCE = "BalanceKV-NeurIPS Thm 3.2, App. C"
 INDEX_SUCCESS = 0.8            # Bob's success probability claimed in the proof of Thm 3.2
 LEMMA_C4_LAMBDA = 1000         # |X| >= 1000 sqrt(|U|) in the proof of Lemma C.4

@@ -16,6 +16,8 @@ import dataclasses
 from fractions import Fraction
 from typing import Iterator, Sequence
 
+__all__ = ["Vector", "Branch", "sign_probability", "walk_branches", "exact_sign_distribution"]
+
 Vector = Sequence[Fraction]
 
 

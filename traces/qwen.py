@@ -31,6 +31,9 @@ from pathlib import Path
 
 from .hf_capture import ModelUnavailable, quiet_transformers, require
 
+__all__ = ["NAME", "ALIASES", "LABEL", "PARTS", "VERSION", "SIZE", "SHA256", "GGUF_NAME", "LICENCE", "PROVENANCE",
+           "INSTALL", "is_name", "part_files", "sha256_of", "model_file", "saved_dir", "load_hf", "available"]
+
 NAME = "qwen2.5-coder-0.5b"          # the name --model accepts
 ALIASES = (NAME, "qwen", "Qwen2.5-Coder-0.5B-Instruct", "qwen2.5-coder-0.5b-instruct")
 LABEL = "Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF)"

@@ -14,6 +14,10 @@ from kvbounds.algorithms.validation import InputError
 
 from .smollm2 import ModelUnavailable
 
+__all__ = ["MODELS", "FORMAT_VERSION", "MODEL_FORMAT", "VERIFY_TOL", "VERIFY_ROWS", "DEFAULT_TEXT", "MODEL_INFO",
+           "model_info", "check_model", "model_module", "available", "load_real_model", "stat_hash", "file_hash",
+           "default_text", "read_text", "text_hash", "cache_root", "entry_dir", "locked", "atomic_write", "layout"]
+
 MODELS = ("smollm2", "minilm")
 FORMAT_VERSION = 1          # the cache layout
 # per model, what produced the arrays: SmolLM2's captures from transformers' forward pass are bitwise the

@@ -13,6 +13,9 @@ from .real_cache import MODEL_INFO, MODELS, check_model, available
 from .smollm2 import ModelUnavailable
 from .synthetic import Trace, make_trace
 
+__all__ = ["extract", "load_layer", "head_arrays", "load_trace", "parse_spec", "trace_from_spec", "traces_from_spec",
+           "real_or_synthetic_spec", "clusterability_traces", "layer_heads", "kv_heads"]
+
 
 def extract(*args, **kw):
     """:func:`kvbounds.traces.real.extract` (imported when called: that module imports this one)."""

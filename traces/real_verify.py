@@ -9,6 +9,8 @@ import numpy as np
 
 from .real_cache import MODEL_INFO, VERIFY_ROWS, VERIFY_TOL
 
+__all__ = ["verify_rows", "rope_numpy", "recompute_attention", "verify_layer"]
+
 
 def verify_rows(n: int, k: int) -> np.ndarray:
     if n <= 2 * k:

@@ -19,6 +19,8 @@ from kvbounds.algorithms.validation import InputError, check_positive
 
 from .synthetic import Trace
 
+__all__ = ["CONVENTIONS", "rope_frequencies", "apply_rope", "rope_trace"]
+
 CONVENTIONS = ("half", "interleaved")
 
 

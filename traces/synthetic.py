@@ -15,6 +15,9 @@ import numpy as np
 
 from kvbounds.algorithms.validation import InputError, check_int, check_positive, check_real, check_rng, check_seed
 
+__all__ = ["MAX_ENTRIES", "Trace", "gaussian", "bounded_norm", "clustered", "low_rank", "heavy_tailed_values",
+           "GENERATORS", "make_trace"]
+
 MAX_ENTRIES = 2**31      # n * max(d, s): larger traces do not fit in memory here
 
 # the keyword options of the generators: name -> check (returns the value or raises InputError)

@@ -14,3 +14,11 @@ from ._controls import (CONTROLS, attention, cache_floats, compression_problem, 
 from ._power_rule import (CONTROL_LABELS, TrivialPower, WorstError, not_applicable, power_on_both_metrics,
                           power_table_cells, power_table_lines, power_vs_controls, practitioner_view, stream_unit,
                           unit_words)
+
+__all__ = ["COIN_C", "random_basis", "random_basis_sketch", "random_projection_sketch", "sketch_basis",
+           "split_uniform", "subspace_random", "subspace_sketch", "CONTROLS", "attention", "cache_floats",
+           "compression_problem", "controls", "floats_record", "log_partition", "method_floats", "numerator",
+           "relative_error", "run", "sketch_controls", "stream_floats", "streaming_llm_indices", "uniform_indices",
+           "CONTROL_LABELS", "TrivialPower", "WorstError", "not_applicable", "power_on_both_metrics",
+           "power_table_cells", "power_table_lines", "power_vs_controls", "practitioner_view", "stream_unit",
+           "unit_words"]

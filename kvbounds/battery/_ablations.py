@@ -1,21 +1,18 @@
-"""The ingredient ablation of each of the package's cache methods: the method with its core ingredient replaced by
-chance, at the same floats and the same layout (the battery's ``ablation`` control, :mod:`kvbounds.battery`). The
-method registry names each in its method's ``ablation`` field (:mod:`kvbounds.methods`); each follows the registry's
-contract ``compress(K, V, floats, rng, *, sink, window, block_size=64, Q=None) -> CompressedKV``:
+"""The pieces of the ingredient ablations (each of the package's cache methods with its core ingredient replaced by
+chance, at the same floats and the same layout: the battery's ``ablation`` control, :mod:`kvbounds.battery`). Each
+ablation is a registered method, a module of :mod:`kvbounds.catalog` named in its method's ``ablation`` field
+(balancekv_coin, balancekv_released_coin, subgen_uniform, subspace_sketch, subspace_random, kcenter_random,
+kcenter_sized_random). The two subspace ablations are here, since the claims' checks use them too; each follows
+the registry's contract ``compress(K, V, floats, rng, *, sink, window, block_size=64, Q=None) -> CompressedKV``:
 
-  * :func:`balancekv_coin`: blockwise BalanceKV (the pseudocode) with fair coins for the walk (its constant at
-    :data:`COIN_C`, so p = 1/2 on the walk's own uniforms): random halving with the same blocks, cut and weights;
-  * :func:`balancekv_released_coin`: the authors' released walk at gamma = 0 (p = sigmoid(0) = 1/2), the same cut;
-  * :func:`subgen_uniform`: SubGen's split of floats between its denominator (cluster samples) and numerator (l2
-    samples), each side filled with uniform draws (:func:`split_uniform`, also the ablation of the claims' SubGen);
   * :func:`subspace_sketch`: the middle projected on rank-r bases found by chance from the data (the row space of
     a Gaussian random projection of the middle's keys, and of its values: a randomized range finder without power
     iterations), in place of the top-r ones; :func:`subspace_random` (data-blind random bases) is kept beside it
-    as a weaker, informational control;
-  * :func:`kcenter_random` / :func:`kcenter_sized_random`: random tokens in place of the greedy k-center
-    centres (the sized one weights each random centre by the size of its nearest-centre cluster).
+    as a weaker, informational control.
 
-BalanceKV's two run on any backend; the others on numpy (``host_only`` in the registry).
+:func:`split_uniform` is SubGen's: its split of floats between its denominator (cluster samples) and numerator (l2
+samples), each side filled with uniform draws (the ablation of the claims' SubGen and of the registry's).
+:data:`COIN_C` is BalanceKV's: the walk's constant at which p = 1/2 on the walk's own uniforms (random halving).
 
 Frequent Directions' ablation in the claims' checks (FD.covariance, FD.residual) is :func:`random_projection_sketch`:
 a Gaussian random-projection sketch with as many rows as FD's 2l-row buffer holds, so the same floats counted the
@@ -27,18 +24,17 @@ subspace claims' (SUB.*) ablation.
 """
 from __future__ import annotations
 
-
 import math
 
 import numpy as np
 
-from kvbounds.algorithms.compressed_kv import CompressedKV, gather_selection
+from kvbounds.algorithms.cache_compressors import SubspaceCompressor, split_budget
+from kvbounds.algorithms.compressed_kv import CompressedKV
 from kvbounds.algorithms.validation import InputError, check_array, check_int, check_rng
 
 from . import _controls as battery
 
-__all__ = ["COIN_C", "balancekv_coin", "balancekv_released_coin", "subgen_uniform", "subspace_sketch", "subspace_random",
-           "kcenter_random", "kcenter_sized_random", "split_uniform", "random_basis", "random_basis_sketch",
+__all__ = ["COIN_C", "subspace_sketch", "subspace_random", "split_uniform", "random_basis", "random_basis_sketch",
            "random_projection_sketch", "sketch_basis"]
 
 # a walk constant so large that p = 1/2 - x/(2c) rounds to 1/2 (|x| / c below float32's and float64's rounding for
@@ -144,43 +140,11 @@ def sketch_basis(X, rank: int, rng) -> np.ndarray:
     return np.swapaxes(q, -1, -2)
 
 
-def balancekv_coin(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """Blockwise BalanceKV (BalanceKV-NeurIPS App. B.1) at its layout for ``floats`` (equal_memory.balance_layout)
-    with fair coins for the walk (:data:`COIN_C`)."""
-    from kvbounds.algorithms.blockwise_balance_kv import compress_cache
-    from kvbounds.algorithms.equal_memory import balance_layout
-    T, win = balance_layout(K.shape[-2], K.shape[-1], sink, window, floats)
-    idx, lw = compress_cache(K, V, sink=sink, window=win, levels=T, block_size=block_size, rng=rng, c=COIN_C)
-    return gather_selection(K, V, idx, lw)
-
-
-def balancekv_released_coin(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """The released BalanceKV walk at gamma = 0 (random signs, the same cut and estimator), at its layout for
-    ``floats`` (equal_memory.balancekv_released with one change)."""
-    from kvbounds.algorithms import equal_memory as em
-    return em.balancekv_released(K, V, floats, rng, sink=sink, window=window, block_size=block_size, Q=Q,
-                                 gamma=0.0)
-
-
 def _numpy(K, V):
     for x, name in ((K, "K"), (V, "V")):
         if not isinstance(x, np.ndarray):
             raise InputError(f"{name} must be a numpy array (this ablation runs on the host)")
     return K, V
-
-
-def subgen_uniform(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """SubGen's cache at ``floats`` (its split between denominator-only and numerator tokens, read from the cache
-    SubGen builds) with uniform draws in place of its cluster samples and its l2 samples, the same sink and window
-    exact (:func:`split_uniform`)."""
-    from kvbounds.algorithms.equal_memory import subgen
-    K, V = _numpy(K, V)
-    c = subgen(K, V, floats, np.random.default_rng(check_rng(rng).integers(2**63)), sink=sink, window=window)
-    a, b = (np.asarray(x, np.float64).reshape(-1, np.asarray(x).shape[-1]) for x in (c.log_w_num, c.log_w_den))
-    den = int(np.mean(np.sum(np.isfinite(b) & ~np.isfinite(a), axis=-1)))
-    num = int(np.mean(np.sum(np.isfinite(a) & ~((a == 0) & (b == 0)), axis=-1)))
-    d, dv = K.shape[-1], V.shape[-1]
-    return split_uniform(K, V, den * d + 1, num * (d + dv) + 1, rng, sink=sink, window=window)
 
 
 def _projected(K, V, lo, hi, Bk, Bv, r):
@@ -199,7 +163,6 @@ def subspace_sketch(K, V, floats: int, rng, *, sink: int, window: int, block_siz
     rank-r subspaces, r from the budget as SubspaceCompressor.rank_for) with each head's bases found by chance from
     its data (:func:`sketch_basis` of the middle's keys, and of its values) in place of the top-r ones: the
     registered ablation of the subspace method (the same floats as it: the bases, counted as its own)."""
-    from kvbounds.algorithms.cache_compressors import SubspaceCompressor, split_budget
     K, V = _numpy(K, V)
     check_rng(rng)
     n, d, left = split_budget(K, check_int(sink, "sink"), check_int(window, "window"), floats)
@@ -215,7 +178,6 @@ def subspace_random(K, V, floats: int, rng, *, sink: int, window: int, block_siz
     """The subspace method's cache at ``floats`` (sink and window exact, the middle's keys and values projected on
     rank-r subspaces, r from the budget as SubspaceCompressor.rank_for) with random bases of rank r
     (:func:`random_basis`, one for the keys and one for the values) in place of the top-r ones."""
-    from kvbounds.algorithms.cache_compressors import SubspaceCompressor, split_budget
     K, V = _numpy(K, V)
     check_rng(rng)
     n, d, left = split_budget(K, check_int(sink, "sink"), check_int(window, "window"), floats)
@@ -223,39 +185,3 @@ def subspace_random(K, V, floats: int, rng, *, sink: int, window: int, block_siz
     lo, hi = sink, n - window
     Bk, Bv = random_basis(d, r, rng), random_basis(V.shape[-1], min(r, V.shape[-1]), rng)
     return _projected(K, V, lo, hi, Bk, Bv, r)
-
-
-def kcenter_random(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """k-center's layout (the last ``window`` tokens and centres before it, ``floats // (2d)`` tokens, weights 1)
-    with the centres drawn uniformly without replacement."""
-    K, V = _numpy(K, V)
-    n, d = K.shape[-2], K.shape[-1]
-    m = min(check_int(floats, "floats") // (2 * d), n)
-    w = min(check_int(window, "window"), m)
-    pick = np.sort(check_rng(rng).choice(n - w, m - w, replace=False)) if m > w else np.zeros(0, np.int64)
-    idx = np.concatenate([pick, np.arange(n - w, n)]).astype(np.int64)
-    return gather_selection(K, V, idx, np.zeros(len(idx)))
-
-
-def kcenter_sized_random(K, V, floats: int, rng, *, sink: int, window: int, block_size: int = 64, Q=None):
-    """k-center with cluster sizes (the last ``window`` tokens exact, each centre weighted by the size of its
-    cluster) with random centres: as many as fit ``floats`` at 2d + 1 floats each, every key before the window
-    assigned to its nearest random centre (the same centres for every head; the sizes per head)."""
-    K, V = _numpy(K, V)
-    n, d = K.shape[-2], K.shape[-1]
-    w = min(check_int(window, "window"), n)
-    k = min(max(check_int(floats, "floats") - w * 2 * d, 0) // (2 * d + 1), n - w)
-    if k == 0:
-        return kcenter_random(K, V, floats, rng, sink=sink, window=window)
-    cen = np.sort(check_rng(rng).choice(n - w, k, replace=False))
-    X = np.asarray(K[..., :n - w, :], np.float64)
-    C = X[..., cen, :]
-    d2 = (X * X).sum(-1)[..., :, None] - 2 * X @ np.swapaxes(C, -1, -2) + (C * C).sum(-1)[..., None, :]
-    lab = np.argmin(d2, axis=-1)                                               # (..., n - w)
-    sizes = np.stack([np.bincount(l, minlength=k) for l in lab.reshape(-1, n - w)]).reshape(lab.shape[:-1] + (k,))
-    logw = np.log(np.maximum(sizes, 1)).astype(np.float32)
-    idx = np.concatenate([cen, np.arange(n - w, n)]).astype(np.int64)
-    c = gather_selection(K, V, idx, np.zeros(len(idx)))
-    lw = np.concatenate([logw, np.zeros(logw.shape[:-1] + (w,), np.float32)], axis=-1)
-    c.log_w_num, c.log_w_den = lw, lw.copy()
-    return c

@@ -53,6 +53,9 @@ import numpy as np
 from kvbounds.algorithms.arrays import to_numpy
 from kvbounds.algorithms.compressed_kv import CompressedKV, memory_floats
 from kvbounds.algorithms.validation import InputError, check_array, check_int, check_rng, check_scale
+from kvbounds.algorithms.balance_kv import BalanceKV
+from kvbounds.algorithms.frequent_directions import FrequentDirections
+from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
 
 __all__ = ["N_SINK", "CONTROLS", "DOING_NOTHING", "LABELS", "zeros", "mean", "streaming_llm", "uniform",
            "CONTROL_FUNCTIONS", "controls", "run", "streaming_llm_indices", "uniform_indices", "ablation_of", "cache_floats", "method_floats", "stream_floats",
@@ -312,9 +315,6 @@ def method_floats(obj) -> int:
         weights, mu);
       * Frequent Directions: the buffer it streams with, 2l rows of d, and Delta (1);
       * anything with ``memory_floats()``: that count."""
-    from kvbounds.algorithms.balance_kv import BalanceKV
-    from kvbounds.algorithms.frequent_directions import FrequentDirections
-    from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
     if isinstance(obj, CompressedKV):
         return cache_floats(obj)
     if isinstance(obj, MergeAndReduce):

@@ -29,6 +29,11 @@ import numpy as np
 from kvbounds.algorithms import walk_diagnostics as wd
 from kvbounds.algorithms.validation import InputError
 from kvbounds.algorithms.arrays import to_numpy
+from kvbounds.algorithms import merge_and_reduce as mr
+from kvbounds.algorithms.softmax_balance import normalized_kernel_gram
+
+__all__ = ["DELTA", "WalkCall", "Halving", "record_merge_and_reduce", "record_halvings", "merge_and_reduce_diagnostics",
+           "halving_diagnostics", "summary", "per_layer"]
 
 DELTA = 0.01          # the streaming walk's delta (kvbounds.presses._streaming.balance.walk_signs' default)
 
@@ -81,7 +86,6 @@ def _wrapped(module, name: str, make):
 def record_merge_and_reduce():
     """``with record_merge_and_reduce() as calls:`` every SoftmaxBalance call of a MergeAndReduce inside the block is
     appended to ``calls`` (a list of :class:`WalkCall`)."""
-    from kvbounds.algorithms import merge_and_reduce as mr
     calls: list[WalkCall] = []
 
     def make(original, recording):
@@ -140,7 +144,6 @@ def merge_and_reduce_diagnostics(calls: list[WalkCall]) -> list[dict]:
     normalised Gram (:func:`kvbounds.algorithms.softmax_balance.normalized_kernel_gram` with its radii, R^2 = 1, its
     c); centred: the block's keys centred, the kernel e^{<k, k'> scale} <v, v'> with R^2 from the centred block.
     The released rule is left out (it is not Alg. 1's walk)."""
-    from kvbounds.algorithms.softmax_balance import normalized_kernel_gram
     out = []
     for call in calls:
         rng = np.random.Generator(call.bit_generator())

@@ -34,6 +34,9 @@ import sys
 from types import ModuleType
 from typing import Callable
 
+__all__ = ["Paper", "PAPERS", "cite", "register_paper", "papers_in", "Claim", "CLAIMS", "get_claim", "checked_claims",
+           "register_claim", "load_check_modules"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Paper:

@@ -4,3 +4,5 @@ Its modules are private (a leading underscore); this __init__ names what the roo
 kvbounds (it is the top); the layers are a contract (tests/package/test_structure.py).
 """
 from ._main import main
+
+__all__ = ["main"]

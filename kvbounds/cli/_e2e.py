@@ -13,6 +13,8 @@ written under the output directory's lock, as ``check`` writes them.
 from __future__ import annotations
 
 import sys
+from kvbounds.core import ResultStore, StoreError
+from kvbounds.core import ResultStore
 
 # the RULER-style tasks (kvbounds.e2e.ruler.KINDS), named here so that the parser does not import the harness
 RULER = ["niah_single", "niah_multikey", "niah_multivalue", "vt", "cwe"]
@@ -151,7 +153,6 @@ def dedupe(args) -> list[str]:
 
 
 def run(args) -> int:
-    from kvbounds.core import ResultStore, StoreError
     from kvbounds.traces import qwen
     from kvbounds.traces.hf_capture import ModelUnavailable
     if qwen.is_name(args.model):
@@ -179,7 +180,6 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from kvbounds.core import ResultStore
     from kvbounds.run import Trial, execute_trial
     from kvbounds.e2e import profile_grid
     from kvbounds.e2e import leaderboard_rows, timing_rows

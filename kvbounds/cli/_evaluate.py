@@ -8,6 +8,8 @@ is a `kvbounds check` store), nothing but resumable records written; 1 for an un
 from __future__ import annotations
 
 import sys
+from kvbounds.algorithms.validation import InputError
+from kvbounds.core import StoreError, StoreOfOtherCommand
 
 
 def add_parser(sub) -> None:
@@ -38,9 +40,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from kvbounds.algorithms.validation import InputError
     from kvbounds.evaluation import CARD_FILE, JSON_FILE, default_out, evaluate
-    from kvbounds.core import StoreError, StoreOfOtherCommand
     from kvbounds.run import Terminated, sigterm_raises
     out = args.out or default_out(args.spec)
     if args.workers is not None and args.workers < 1:

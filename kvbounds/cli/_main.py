@@ -16,6 +16,13 @@ import textwrap
 from kvbounds import __version__
 from kvbounds.claims import CLAIMS, get_claim
 from kvbounds.run import PROFILES
+from kvbounds.core import ResultStore
+from kvbounds.claims import cite, papers_in
+from kvbounds.core import ResultStore, StoreError, StoreOfOtherCommand
+from kvbounds.algorithms.arrays import BACKENDS, why_unavailable
+from kvbounds.core import duration
+from kvbounds.core import OutputRefused, check_output
+from kvbounds.core import StoreError
 
 WIDTH = 100
 
@@ -33,7 +40,6 @@ def _resolve(ids) -> list[str] | None:
 
 
 def _record_counts(out_dir) -> dict[str, int]:
-    from kvbounds.core import ResultStore
     done: dict[str, int] = {}
     if out_dir:
         for r in ResultStore(out_dir).load():
@@ -63,7 +69,6 @@ def _cmd_show(args) -> int:
     ids = _resolve([args.claim])
     if ids is None:
         return 2
-    from kvbounds.claims import cite, papers_in
     from kvbounds.report import source_path
     c = CLAIMS[ids[0]]
     print(f"{c.id}  ({c.kind}; {c.family})\n")
@@ -77,7 +82,6 @@ def _cmd_show(args) -> int:
         from kvbounds.run import PROFILES, profile_trials
         mod = c.check_module()
         print("trials:  " + " · ".join(f"{p} {len(profile_trials(mod, p))}" for p in PROFILES))
-    from kvbounds.core import ResultStore
     recs = [r for r in ResultStore(args.out).load() if r.claim == c.id]
     if not recs:
         print(f"verdict: not run (no records in {args.out}/results.jsonl; `kvbounds check {c.id} --out {args.out}`)")
@@ -114,7 +118,6 @@ def _cmd_check(args) -> int:
     """Run the checks, then print the verdict of each claim run. Ctrl-C or SIGTERM: one line saying
     how to resume, exit 130 / 143. An unusable --out (read-only, a file, full disk, another `check`
     writing there): one line, exit 1; the trials already written stay valid."""
-    from kvbounds.core import ResultStore, StoreError, StoreOfOtherCommand
     from kvbounds.claims import checked_claims, get_claim
     from kvbounds.report import build_verdicts
     from kvbounds.run import Terminated, profile_trials, run_checks, sigterm_raises
@@ -125,7 +128,6 @@ def _cmd_check(args) -> int:
         return 2
     if not args.claims and args.profile == "gpu":   # the gpu profile holds the scale sweeps of a few checks only
         args.claims = [c.id for c in checked_claims() if profile_trials(c.check_module(), "gpu")]
-    from kvbounds.algorithms.arrays import BACKENDS, why_unavailable
     if args.backend in BACKENDS:                  # an unknown name is run_checks' error (exit 2 below)
         why = why_unavailable(args.backend)
         if why is not None:                       # refuse before any trial runs (not one error record per trial)
@@ -193,7 +195,6 @@ def _executor(scheduler: str | None):
 def _timing_table(run: dict) -> str:
     """This run's time per claim, slowest first: wall clock from its first trial's start to its last trial's end
     (claims overlap on several workers) and the seconds summed over its trials."""
-    from kvbounds.core import duration
     rows = sorted(run["claims"].items(), key=lambda kv: -kv[1]["cpu_s"])
     lines = [f"time of this run: wall {duration(run['wall_s'])}, {duration(run['cpu_s'])} summed over "
              f"{run['trials']} trial(s) on {run['workers']} worker(s); per claim (slowest first):"]
@@ -205,8 +206,6 @@ def _timing_table(run: dict) -> str:
 def _cmd_report(args) -> int:
     """Exit 2 with one line, before anything is written, when an output path (``--markdown``, or report.html /
     summary.json as links) is a file the result store owns (kvbounds.core._output_files)."""
-    from kvbounds.core import OutputRefused, check_output
-    from kvbounds.core import ResultStore
     from kvbounds.report import ReportError, build_verdicts, render_terminal, write_report
     claims = None
     if args.claims:
@@ -287,7 +286,6 @@ def _traces_cli():
 
 
 def main(argv=None) -> int:
-    from kvbounds.core import StoreError
     try:
         return _main(argv)
     except StoreError as e:        # a store that cannot be read (results.jsonl a FIFO, a link out of the store): one line

@@ -11,3 +11,8 @@ from ._progress import Progress, append_run, duration, read_runs
 from ._records import (DEFERRED, FIGURES_DIR, REPORT_FILES, RESULTS_FILE, STORE_FILE, Record, ResultStore,
                        StoreError, StoreOfOtherCommand, canonical, jsonable, special_kind, store_writer, trial_key)
 from ._trials import make_record, pick, unit_directions
+
+__all__ = ["OutputRefused", "check_output", "check_output_dir", "special_file", "store_file", "write_output",
+           "Progress", "append_run", "duration", "read_runs", "DEFERRED", "FIGURES_DIR", "REPORT_FILES", "RESULTS_FILE",
+           "STORE_FILE", "Record", "ResultStore", "StoreError", "StoreOfOtherCommand", "canonical", "jsonable",
+           "special_kind", "store_writer", "trial_key", "make_record", "pick", "unit_directions"]

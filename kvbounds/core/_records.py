@@ -29,6 +29,7 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
+from kvbounds.claims import cite
 
 BOUND_KINDS = ("a-priori", "fitted", "certificate", "exact", "shape")
 RESULTS_FILE = "results.jsonl"
@@ -169,7 +170,6 @@ LEGACY_CHECKS = {"buckets proof001": "buckets proof", "erased share proof001": "
 def _name_papers(d: dict) -> None:
     """Records written before the papers were named cite them by an old three-digit label: map their check name,
     source and extra's strings to the papers' short names on read (params, and so trial keys, unchanged)."""
-    from kvbounds.claims import cite
     if isinstance(d.get("check"), str):
         d["check"] = LEGACY_CHECKS.get(d["check"], cite(d["check"]))
     if isinstance(d.get("source"), str):

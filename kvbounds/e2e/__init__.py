@@ -16,10 +16,13 @@ if TYPE_CHECKING:   # what static tools (mypy, jedi) read
     from ._comparisons import call
     from ._checks import SETTING_WORDS, add_curves, claim_trials, profile_grid, reproduction_verdict
     from ._falsifiers import window_effects, window_rows
+    from ._h2o import h2o_prefill
     from ._kvpress_answers import check_pipeline_call, pipeline, pipeline_class, weighted_answers
+    from ._layer_stacks import (balancekv_layers, fitted_layers_as_heads, layers_as_heads, middle_traversal_layers,
+                                prefix_traversal_layers, released_layers)
     from ._leaderboard import first_retrieval, leaderboard_rows, row, t_interval, tied, timing_rows
     from ._method_names import CONTROLS, DEFAULT_METHODS, KVPRESS, OURS
-    from ._methods import budget_problem, compress_layer, compress_ours
+    from ._methods import budget_problem, compress_kvpress_prefill, compress_layer, compress_ours
     from ._model import LoadedModel, load_model, model_context
     from ._trial import hf_missing, run_cell_trial, trial_model
     from ._weighted_cache import ModelNotWeighted, WeightedCache, WeightedLayer, visible_tokens
@@ -40,6 +43,13 @@ _NAMES = {
     'pipeline': '._kvpress_answers',
     'pipeline_class': '._kvpress_answers',
     'weighted_answers': '._kvpress_answers',
+    'h2o_prefill': '._h2o',
+    'balancekv_layers': '._layer_stacks',
+    'fitted_layers_as_heads': '._layer_stacks',
+    'layers_as_heads': '._layer_stacks',
+    'middle_traversal_layers': '._layer_stacks',
+    'prefix_traversal_layers': '._layer_stacks',
+    'released_layers': '._layer_stacks',
     'first_retrieval': '._leaderboard',
     'leaderboard_rows': '._leaderboard',
     'row': '._leaderboard',
@@ -51,6 +61,7 @@ _NAMES = {
     'KVPRESS': '._method_names',
     'OURS': '._method_names',
     'budget_problem': '._methods',
+    'compress_kvpress_prefill': '._methods',
     'compress_layer': '._methods',
     'compress_ours': '._methods',
     'LoadedModel': '._model',
@@ -64,6 +75,8 @@ _NAMES = {
     'WeightedLayer': '._weighted_cache',
     'visible_tokens': '._weighted_cache',
 }
+
+__all__ = sorted(_NAMES)
 
 
 def __getattr__(name):

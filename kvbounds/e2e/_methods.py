@@ -21,6 +21,7 @@ shared exact prefill (exactly what kvpress's forward hook does after each attent
 from __future__ import annotations
 
 import math
+from functools import cache
 
 import numpy as np
 
@@ -31,7 +32,7 @@ from kvbounds.algorithms.equal_memory import (MEMORY_TOLERANCE, balance_budgets,
                                               check_sizes, fit_to_floats)
 from kvbounds.algorithms.validation import InputError, check_int, check_rng
 
-from ._method_names import CONTROLS, DEFAULT_METHODS, KVPRESS, NEEDS_INPUTS, NEEDS_SCORES, OURS, PRESSES, RANDOMIZED
+from . import _method_names as method_lists
 
 
 def _check_method(method) -> str:
@@ -98,9 +99,9 @@ def make_press(method: str, budget: float, seed: int, ratio: float | None = None
         return press
     import kvpress
     name = method.split(":", 1)[1] if ":" in method else method
-    if name not in PRESSES:
-        raise InputError(f"unknown kvpress method {method!r}; choose from {', '.join(KVPRESS)}")
-    cls = getattr(kvpress, PRESSES[name])
+    if name not in method_lists.PRESSES:
+        raise InputError(f"unknown kvpress method {method!r}; choose from {', '.join(method_lists.KVPRESS)}")
+    cls = getattr(kvpress, method_lists.PRESSES[name])
     kw = dict(compression_ratio=r)
     if name == "random":
         kw["seed"] = int(seed)
@@ -179,11 +180,29 @@ WHERE = ("host", "device")
 # Methods of ours that cannot run on torch tensors, with the reason (each entry's ``host_only``):
 # compress_all(where="device") gives them the host path. Empty: every method of ours runs on torch tensors
 # (tests/e2e/test_e2e_device.py tries each on torch:cpu).
-HOST_ONLY: dict[str, str] = {m.name: m.host_only for m in registry.methods() if m.host_only}
 # Device-path methods that still read a few small arrays on the host inside modules the harness does not own (no
 # copy of K or V; at most one integer per token and head; each entry's ``device_host_reads``). Everything else stays
 # on the device.
-DEVICE_HOST_COPIES: dict[str, str] = {m.name: m.device_host_reads for m in registry.methods() if m.device_host_reads}
+# Both, and the method lists of kvbounds.e2e._method_names, are read from the registry when first asked for (PEP
+# 562): the registry's methods name this module's functions, so it must not read the registry while it is imported.
+@cache
+def _host_only() -> dict[str, str]:
+    return {m.name: m.host_only for m in registry.methods() if m.host_only}
+
+
+@cache
+def _device_host_copies() -> dict[str, str]:
+    return {m.name: m.device_host_reads for m in registry.methods() if m.device_host_reads}
+
+
+def __getattr__(name):
+    if name == "HOST_ONLY":
+        return _host_only()
+    if name == "DEVICE_HOST_COPIES":
+        return _device_host_copies()
+    if name in method_lists.__all__:
+        return getattr(method_lists, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _on_kvpress(method: str) -> bool:
@@ -198,7 +217,7 @@ def runs_on(method: str, where: str = "host") -> str:
         raise InputError(f"where must be one of {WHERE}, got {where!r}")
     if _on_kvpress(method):
         return "device"
-    return "host" if where == "host" or method in HOST_ONLY else "device"
+    return "host" if where == "host" or method in _host_only() else "device"
 
 
 def path_note(method: str, where: str = "host") -> str:
@@ -209,9 +228,9 @@ def path_note(method: str, where: str = "host") -> str:
         return "torch press on the device; " + ("output kept there" if where == "device" else
                                                  "output copied to the host (numpy) and back")
     if path == "host":
-        why = f" ({HOST_ONLY[method]})" if where == "device" and method in HOST_ONLY else ""
+        why = f" ({_host_only()[method]})" if where == "device" and method in _host_only() else ""
         return f"host: numpy float32 copies of K, V{why}"
-    extra = DEVICE_HOST_COPIES.get(method)
+    extra = _device_host_copies().get(method)
     return "device: torch float32 K, V, cache kept there" + (f"; host reads: {extra}" if extra else "")
 
 

@@ -29,6 +29,10 @@ from kvbounds import methods as registry
 
 from . import _method_names as N
 
+__all__ = ["PAPERS_MAIN", "CURVE_BUDGETS", "QWEN", "CURVE_METHODS", "RULER_METHODS", "QUICK_METHODS", "SWEEP_METHODS",
+           "SWEEP_LENGTHS", "SWEEP_DEPTHS", "SWEEP_INSTANCES", "RULER", "CURVE_INSTANCES", "EXACT_ONLY", "FULL",
+           "QUICK", "LINES", "CONT", "window_of", "trials", "claim_records"]
+
 # the papers' main variants, from the method registry: BalanceKV's pseudocode and released walk, greedy k-center and
 # SubGen's estimator
 _BKV, _SG = registry.variants("BalanceKV"), registry.variants("SubGen/ClusterGen")

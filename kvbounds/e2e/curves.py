@@ -28,6 +28,9 @@ from scipy import stats
 
 from . import _comparisons as CMP
 
+__all__ = ["CLAIMS", "POWER_FLOOR", "MARGINS", "BASELINES", "EXACT", "panel_key", "score", "units", "metric", "points",
+           "exact_scores", "decisions", "timing", "decision_words"]
+
 CLAIMS = ("BKV.e2e", "SG.e2e", "E2E")
 POWER_FLOOR = 0.9
 # equivalence margins of "tied" (a choice, stated with every call): 20 points of exact match (the battery's 20%

@@ -33,6 +33,9 @@ import numpy as np
 
 from ._tasks import Task, _answer_task, _filler
 
+__all__ = ["KINDS", "NIAH_INTRO", "NEEDLES", "CWE_COUNTS", "CWE_RARE", "vocabulary", "niah_task", "vt_task", "cwe_task",
+           "make"]
+
 KINDS = ("niah_single", "niah_multikey", "niah_multivalue", "vt", "cwe")
 NIAH_INTRO = ("Some special magic numbers are hidden within the following text. Make sure to memorize it. I will "
               "quiz you about the numbers afterwards.\n")

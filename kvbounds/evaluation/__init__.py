@@ -7,3 +7,5 @@ kvbounds.algorithms; the layers are a contract (tests/package/test_structure.py)
 """
 from ._evaluate import CARD_FILE, JSON_FILE, EvaluationError, default_out, evaluate
 from ._streams import compare_on_streams
+
+__all__ = ["CARD_FILE", "JSON_FILE", "EvaluationError", "default_out", "evaluate", "compare_on_streams"]

@@ -10,6 +10,8 @@ import json
 import math
 import re
 from pathlib import Path
+from kvbounds.core import write_output
+from kvbounds.core import jsonable
 
 from ._card_parts import WORDS as WORD_TONES
 
@@ -273,8 +275,6 @@ says "leaning" on the interval's side (never "worse" beside an interval containi
 
 def write_outputs(out, result: dict) -> tuple[Path, Path]:
     """evaluation.json and evaluation.html in ``out``, each atomically."""
-    from kvbounds.core import write_output
-    from kvbounds.core import jsonable
     j = write_output(Path(out) / JSON_FILE, json.dumps(jsonable(result), indent=1, sort_keys=True) + "\n",
                      stores=[out])
     h = write_output(Path(out) / CARD_FILE, render_card(result), stores=[out])

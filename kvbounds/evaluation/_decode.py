@@ -22,6 +22,9 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.validation import InputError
+from kvbounds.algorithms.compressed_kv import CompressedKV
+from kvbounds.core import make_record
+from kvbounds.core import ResultStore
 
 CLAIM = "evaluate"
 CHECK = "decode"
@@ -62,8 +65,6 @@ def _positions(kept_keys: np.ndarray, K: np.ndarray, pool: np.ndarray) -> np.nda
 
 def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
     from kvbounds import battery
-    from kvbounds.algorithms.compressed_kv import CompressedKV
-    from kvbounds.core import make_record
     from kvbounds.streams import make_stream
     from ._spec import resolve
     from kvbounds.battery import relative_error

@@ -11,6 +11,7 @@ lock); the result is the leaderboard's tables (:func:`kvbounds.e2e.leaderboard_r
 from __future__ import annotations
 
 import sys
+from kvbounds.core import ResultStore
 
 __all__ = ["COMPARE", "TASKS", "e2e_trials", "run_e2e", "run_board"]
 
@@ -61,7 +62,6 @@ def run_board(resolved, *, profile: str, ratio: float, seed: int, out, progress:
     {"skipped": why} when the model or its packages are missing here."""
     from kvbounds.e2e import leaderboard_rows
     from kvbounds.e2e import hf_missing
-    from kvbounds.core import ResultStore
     from kvbounds.report import board_table
     from kvbounds.run import execute_trial_or_error
     why = hf_missing()

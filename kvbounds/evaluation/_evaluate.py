@@ -33,6 +33,7 @@ from kvbounds.algorithms.validation import InputError, check_choice, check_int
 
 from . import _streams as ES
 from ._card import CARD_FILE, JSON_FILE
+from kvbounds.core import ResultStore
 
 __all__ = ["EvaluationError", "evaluate", "summary", "calls_of", "regime", "default_out", "check_arguments",
            "stream_words", "JSON_FILE", "CARD_FILE"]
@@ -208,7 +209,6 @@ def evaluate(spec: str, *, ratio: float = 0.75, profile: str = "quick", e2e: boo
     ``out``)."""
     from ._card import write_outputs
     from ._spec import check_ratio, resolve
-    from kvbounds.core import ResultStore
     from kvbounds.run import run_trials
     check_arguments(profile=profile, e2e=e2e, decode=decode, out=out, workers=workers, seed=seed, progress=progress,
                     force=force)

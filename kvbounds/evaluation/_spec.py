@@ -30,6 +30,7 @@ import sys
 from typing import Callable
 
 from kvbounds.algorithms.validation import InputError
+from kvbounds.e2e import compress_kvpress_prefill
 
 __all__ = ["SpecError", "Resolved", "resolve", "resolve_object", "check_ratio", "CONTRACT"]
 
@@ -164,7 +165,7 @@ def _register(name: str, compress, label: str, *, press: str = "", make_press=No
         if old.source != source or old.label != label:
             raise SpecError(f"a different method is registered as {name!r}")
         return old
-    prefill = "kvbounds.e2e._methods:compress_kvpress_prefill" if make_press is not None else None
+    prefill = compress_kvpress_prefill if make_press is not None else None
     return register(Method(name, compress, role="baseline", source=source, label=label, press=press,
                            needs_queries=True, compress_prefill=prefill, make_press=make_press,
                            requires="kvpress" if make_press is not None else ""))

@@ -37,6 +37,9 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.validation import InputError
+from kvbounds.algorithms.validation import check_int
+from kvbounds.algorithms.compressed_kv import CompressedKV
+from kvbounds.algorithms.validation import check_array, check_int, check_rng
 
 __all__ = ["PressError", "StreamLayer", "press_compressor", "run_press", "kept_tokens", "ratio_for", "is_press",
            "is_decoding_press"]
@@ -80,7 +83,6 @@ def is_decoding_press(obj) -> bool:
 def kept_tokens(floats: int, d: int, dv: int, n: int) -> int:
     """Tokens a press keeps within ``floats`` per head (a key of width d and a value of width dv each): at least
     1, at most n. Integers: floats >= 0; d, dv, n >= 1."""
-    from kvbounds.algorithms.validation import check_int
     floats = check_int(floats, "floats")
     d, dv, n = (check_int(x, name, minimum=1) for x, name in ((d, "d"), (dv, "dv"), (n, "n")))
     return max(1, min(floats // (d + dv), n))
@@ -89,7 +91,6 @@ def kept_tokens(floats: int, d: int, dv: int, n: int) -> int:
 def ratio_for(kept: int, n: int) -> float:
     """The compression ratio (kvpress's meaning: the fraction removed) at which kvpress keeps exactly ``kept`` of
     ``n`` tokens: int(n (1 - ratio)) = kept (the half token keeps float rounding off the boundary)."""
-    from kvbounds.algorithms.validation import check_int
     kept, n = check_int(kept, "kept"), check_int(n, "n", minimum=1, maximum=2**40)
     if not 1 <= kept <= n:
         raise InputError(f"kept must lie in [1, n = {n}], got {kept}")
@@ -215,8 +216,6 @@ def press_compressor(make, *, name: str = ""):
     function of the compression ratio returning a press instance): it keeps the tokens ``floats`` hold
     (:func:`kept_tokens`), weight 1. Needs the stream's queries ``Q`` (K's shape, or (query heads, n, d))."""
     def compress(K, V, floats, rng, *, sink=0, window=0, block_size=64, Q=None):
-        from kvbounds.algorithms.compressed_kv import CompressedKV
-        from kvbounds.algorithms.validation import check_array, check_int, check_rng
         if Q is None:
             raise InputError(f"{name or 'the press'} needs the stream's queries Q")
         check_rng(rng)

@@ -27,6 +27,10 @@ import numpy as np
 
 from kvbounds.algorithms.validation import InputError, check_choice
 from kvbounds.battery import relative_error
+from kvbounds.algorithms.validation import check_array
+from kvbounds.algorithms.compressed_kv import CompressedKV
+from kvbounds.core import make_record
+from kvbounds.algorithms.validation import check_int, check_probability
 
 CLAIM = "evaluate"
 CHECK = "battery"
@@ -83,7 +87,6 @@ def in_canonical_order(c):
     """The cache with its tokens sorted (by key, then value, then weights): a cache is a set of weighted tokens, so
     two caches holding the same ones (a press returns them in its top-k order, a control in position order) give
     bit-identical estimates (the same sums in the same order), and are called tied without float noise."""
-    from kvbounds.algorithms.compressed_kv import CompressedKV
     keys, values = np.asarray(c.keys), np.asarray(c.values)
     if keys.shape[-2] < 2:
         return c
@@ -120,7 +123,6 @@ def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
     """The records of one stream: one per fraction (the module docstring). The stream and every draw come from
     ``params["stream_seed"]`` (the runner's trial ``seed`` is not used: it depends on the SPEC)."""
     from kvbounds import battery
-    from kvbounds.core import make_record
     from ._spec import resolve
     if not isinstance(params, dict) or "spec" not in params:
         raise InputError("params must be a dict of an evaluate trial (spec, family, rep, n, queries, d, fractions)")
@@ -173,10 +175,8 @@ def compare_on_streams(method, control: str, streams, *, fraction: float = 0.25,
     and ``smallest_loss`` (the smallest stream, by n then d, on which the method's error was not below the
     control's; "" when none)."""
     from kvbounds import battery
-    from kvbounds.algorithms.validation import check_int, check_probability
     from kvbounds.battery import power_vs_controls
     from ._spec import resolve_object
-    from kvbounds.core import make_record
     from kvbounds.streams import KVStream
     check_choice(control, "control", tuple(c for c in battery.CONTROLS if c != "ablation"))
     check_probability(alpha, "alpha")

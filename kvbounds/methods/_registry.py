@@ -9,31 +9,37 @@ KV head (keys, values and log-weights, as :func:`kvbounds.algorithms.compressed_
 one budget unit from a press down to the algorithm); the first ``sink`` and last ``window`` tokens kept exactly;
 every random draw from the numpy Generator ``rng`` (the same seed, the same cache on every backend); ``Q`` the
 layer's queries (K's shape) for methods with ``needs_queries``. The floats it holds are ``memory_floats`` of what it
-returns. The package's own methods implement it in :mod:`kvbounds.algorithms.equal_memory`.
+returns.
+
+The package's methods are the modules of :mod:`kvbounds.catalog`, one per method: each holds its contract function
+and its entry (``METHOD``), whose fields are real references (its ``compress``, stacked and prefill forms). The
+registry imports that package by name on its first use (:data:`CATALOG`: it sits above the rooms its methods call,
+so no static import reaches it from here) and registers what it collects, in its order.
 
 Everything that lists methods reads this registry: the end-to-end harness's method lists and their families
 (:mod:`kvbounds.e2e`), its dispatch (:mod:`kvbounds.e2e`), the leaderboard's families, the
-presses of :mod:`kvbounds.presses`, the end-to-end claims' variants, the README's method table (tested against it).
-NVIDIA kvpress's presses enter through one adapter: each ``kvpress:<name>`` entry names its press class and runs
-through :func:`kvbounds.e2e._methods.compress_kvpress`.
+presses of :mod:`kvbounds.presses` (one class per press an entry names), the end-to-end claims' variants, the
+README's method table (tested against it). NVIDIA kvpress's presses enter through one adapter: each
+``kvpress:<name>`` entry names its press class and runs through :func:`kvbounds.e2e.compress_kvpress_prefill`.
 
-Adding a method (docs/EXTENDING.md): a module with its ``compress`` function and its ``register(Method(...))``
-call. In ``kvbounds/algorithms/`` it is imported on the registry's first use (:func:`load_algorithm_modules`);
-outside the package, the entry-point group ``kvbounds.methods`` names it (a distribution's
-``[project.entry-points."kvbounds.methods"]``: each value names a module). The package's first methods are the
-entries of :data:`BUILTIN`.
-
-This module imports nothing heavy: entries name their functions as ``"module:function"``, imported on first call.
+Adding a method (docs/EXTENDING.md): a module with its ``compress`` function and its ``METHOD = Method(...)``. In
+``kvbounds/catalog/`` it is found when the package is imported; outside the package, the entry-point group
+``kvbounds.methods`` names it (a distribution's ``[project.entry-points."kvbounds.methods"]``: each value names a
+module, or a :class:`Method`). ``register(Method(...))`` at run time adds one too.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import importlib
-from typing import Callable, Iterable
+import warnings
+from importlib.metadata import entry_points
+from typing import Callable
+
+from kvbounds.algorithms.validation import InputError
 
 __all__ = ["Method", "register", "get_method", "methods", "names", "variants", "press_method", "leaderboard_family",
-           "load_entry_points", "load_algorithm_modules", "method_table", "BUILTIN", "VARIANT_WORDS", "variant_words"]
+           "load_entry_points", "module_methods", "method_table", "VARIANT_WORDS", "variant_words"]
 
 ROLES = ("method", "baseline", "control", "ablation")
 SOURCES = ("kvbounds", "kvpress", "external")
@@ -43,7 +49,8 @@ SOURCES = ("kvbounds", "kvpress", "external")
 class Method:
     """One compression method.
 
-    ``compress``: its contract function (the module docstring), a callable or ``"module:function"``; None for a
+    ``compress``: its contract function (the module docstring), a callable (or, for a plugin that defers an
+    import, ``"module:function"``, imported on first call); None for a
     method that only runs on a model's prefill (``compress_prefill``: kvpress's presses).
     ``role``: ``"method"`` (an algorithm of the papers under test), ``"baseline"``, ``"control"`` (a null control:
     a method that must not be found better than another) or ``"ablation"`` (a method with its core ingredient
@@ -69,7 +76,7 @@ class Method:
     ``make_press``: for a kvpress press that is not one of kvpress's own entries (a press of one's own, registered by
     ``kvbounds evaluate module:NAME``): ``ratio -> press instance`` at kvpress's compression ratio; the end-to-end
     harness runs it inside the model as it runs kvpress's presses (``compress_prefill`` =
-    :func:`kvbounds.e2e._methods.compress_kvpress_prefill`).
+    :func:`kvbounds.e2e.compress_kvpress_prefill`).
     """
     name: str
     compress: Callable | str | None = None
@@ -121,6 +128,7 @@ def _resolve(ref):
 
 _METHODS: dict[str, Method] = {}
 _LOADED = False
+_LOADING = False
 
 
 def register(method: Method, *, replace: bool = False) -> Method:
@@ -136,51 +144,52 @@ def register(method: Method, *, replace: bool = False) -> Method:
 
 
 def load_entry_points(group: str = "kvbounds.methods") -> list[str]:
-    """Import the modules the installed distributions name in the entry-point group (their imports register their
-    methods). Returns the names of those that failed, each with its error; the registry stays usable."""
-    from importlib.metadata import entry_points
+    """Register the methods the installed distributions name in the entry-point group: each value names a module
+    (its ``METHOD`` / ``METHODS``, as a module of :mod:`kvbounds.catalog` has, or the ``register`` calls its import
+    makes) or a :class:`Method`. Returns the names of those that failed, each with its error; the registry stays
+    usable."""
     failed = []
     for ep in entry_points(group=group):
         try:
             obj = ep.load()
-            if isinstance(obj, Method):
-                register(obj)
+            found = (obj,) if isinstance(obj, Method) else module_methods(obj)
+            for m in found:
+                register(m)
         except Exception as e:  # noqa: BLE001 - one broken plugin must not take the registry down
             failed.append(f"{ep.name} ({ep.value}): {type(e).__name__}: {e}")
     return failed
 
 
-def load_algorithm_modules() -> list[str]:
-    """Import the modules of :mod:`kvbounds.algorithms` that register their own method (their source calls
-    ``register(Method(``), so that a method added to the package is its module alone (the package's first methods are
-    :data:`BUILTIN`). Returns the modules imported; one that fails to import is skipped with a warning."""
-    import warnings
-    from pathlib import Path
-    pkg = importlib.import_module("kvbounds.algorithms")
-    done = []
-    for folder in list(pkg.__path__):
-        for path in sorted(Path(folder).glob("*.py")):
-            if "register(Method(" not in path.read_text(encoding="utf-8", errors="replace"):
-                continue
-            name = f"{pkg.__name__}.{path.stem}"
-            try:
-                importlib.import_module(name)
-                done.append(name)
-            except Exception as e:  # noqa: BLE001 - one broken module must not take the registry down
-                warnings.warn(f"kvbounds.methods: {name} failed to import: {e!r}")
-    return done
+def module_methods(module) -> tuple[Method, ...]:
+    """The entries a method module defines: its ``METHOD`` and the members of its ``METHODS`` (found by isinstance,
+    as :mod:`kvbounds.catalog` finds the package's own)."""
+    one = getattr(module, "METHOD", None)
+    many = tuple(getattr(module, "METHODS", ()))
+    return tuple(m for m in ((one,) if one is not None else ()) + many if isinstance(m, Method))
+
+
+# The catalog of the package's own methods, imported by name on the registry's first use: its modules name
+# functions of rooms above this one (the end-to-end harness's stacked and prefill forms, the battery's ablations), so
+# no static import may reach it from here (the layers, pyproject.toml [tool.importlinter]).
+CATALOG = "kvbounds.catalog"
 
 
 def _ensure_loaded() -> None:
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        import warnings
-        for m in BUILTIN:
+    global _LOADED, _LOADING
+    if _LOADED:
+        return
+    if _LOADING:
+        raise RuntimeError("kvbounds.methods was asked for a method while the catalog was loading: a module that "
+                           f"{CATALOG} imports reads the registry when it is imported (read it inside a function)")
+    _LOADING = True
+    try:
+        for m in importlib.import_module(CATALOG).METHODS:
             register(m)
-        load_algorithm_modules()
         for why in load_entry_points():
             warnings.warn(f"kvbounds.methods: an entry point failed to load: {why}")
+        _LOADED = True
+    finally:
+        _LOADING = False
 
 
 def methods(**where) -> list[Method]:
@@ -202,7 +211,6 @@ def get_method(name: str) -> Method:
     _ensure_loaded()
     if isinstance(name, str) and name in _METHODS:
         return _METHODS[name]
-    from kvbounds.algorithms.validation import InputError
     if not isinstance(name, str):
         raise InputError(f"method must be a method name (str), got {type(name).__name__}")
     close = difflib.get_close_matches(name, list(_METHODS), n=3, cutoff=0.6)
@@ -271,104 +279,16 @@ def leaderboard_family(name: str) -> str:
     return "ours" if m.role == "method" and m.source == "kvbounds" else "baselines"
 
 
-def method_table() -> str:
-    """The registry as a markdown table (the README's method table is this text, tests/methods/test_methods.py)."""
+def method_table(sources: tuple[str, ...] = ("kvbounds", "kvpress")) -> str:
+    """The registry's methods of ``sources`` as a markdown table (the README's method table is this text for the
+    package's own and kvpress's, tests/methods/test_methods.py; a third party's, ``source="external"``, is not in it,
+    so adding one changes no committed document)."""
     rows = ["| method | role | algorithm (variant) | randomized | press | what it keeps |",
             "| --- | --- | --- | --- | --- | --- |"]
-    for m in methods():
+    for m in (m for m in methods() if m.source in sources):
         alg = f"{m.algorithm} ({m.variant})" if m.algorithm else ""
         options = ", ".join(f"{k}={v}" for k, v in m.press_options)
         press = f"`{'kvpress.' if m.source == 'kvpress' else ''}{m.press}`" if m.press else ""
         press += f" ({options})" if press and options else ""
         rows.append(f"| `{m.name}` | {m.role} | {alg} | {'yes' if m.randomized else ''} | {press} | {m.label} |")
     return "\n".join(rows)
-
-
-# ------------------------------------------------------------------ the package's own methods and kvpress's presses
-_EM = "kvbounds.algorithms.equal_memory:"
-_LS = "kvbounds.e2e._layer_stacks:"
-_FIT = "; memory_floats: the log-weights (one per token and head), to fit the budget (equal memory)"
-_KC = "greedy k-center's radii and cluster labels (kcenter.greedy_k_center, recent_plus_centers)"
-_AB = "kvbounds.battery._ablations:"
-_HOST = "an ablation of the battery (kvbounds.battery._ablations): numpy only"
-
-
-def _kvpress(name: str, press: str, **kw) -> Method:
-    return Method(f"kvpress:{name}", compress_prefill="kvbounds.e2e._methods:compress_kvpress_prefill",
-                  role="baseline", source="kvpress", press=press, label=f"NVIDIA kvpress's {press}",
-                  requires="kvpress", **kw)
-
-
-BUILTIN: tuple[Method, ...] = (
-    Method("streaming_llm", _EM + "streaming_llm", role="baseline",
-           label="StreamingLLM: the first sink tokens and the most recent ones (Xiao et al. 2023)"),
-    Method("uniform", _EM + "uniform", role="baseline", randomized=True, press="UniformPress",
-           label="sink and window exact, the middle sampled uniformly, weight n_mid / kept"),
-    Method("kcenter", _EM + "kcenter", algorithm="SubGen/ClusterGen", variant="kcenter", paper="ClusterGen",
-           compress_layers=_LS + "layers_as_heads", press="KCenterPress", press_options=(("cluster_sized", False),),
-           label="greedy k-center of the keys plus the recent window, weights 1 (ClusterGen Sec. 4.1)",
-           device_host_reads=_KC, ablation="kcenter_random"),
-    Method("kcenter_sized", _EM + "kcenter_sized", algorithm="SubGen/ClusterGen", variant="kcenter_sized",
-           paper="ClusterGen", compress_layers=_LS + "prefix_traversal_layers", press="KCenterPress",
-           press_options=(("cluster_sized", True),),
-           label="greedy k-center, each centre weighted by its cluster's size", device_host_reads=_KC + _FIT,
-           ablation="kcenter_sized_random"),
-    Method("balancekv", _EM + "balancekv", algorithm="BalanceKV", variant="pseudocode", paper="BalanceKV-NeurIPS",
-           randomized=True, compress_layers=_LS + "balancekv_layers", press="BalanceKVPress",
-           label="blockwise BalanceKV, the paper's pseudocode (BalanceKV-NeurIPS App. B.1)",
-           device_host_reads="the walk's FAIL flags, one bool per head and level (block_walk.panel_walk)",
-           ablation="balancekv_coin"),
-    Method("balancekv_released", _EM + "balancekv_released", algorithm="BalanceKV", variant="released",
-           paper="BalanceKV-NeurIPS", randomized=True, compress_layers=_LS + "released_layers",
-           press="BalanceKVReleasedPress", label="BalanceKV as the authors released it (their walk)",
-           ablation="balancekv_released_coin"),
-    Method("subgen", _EM + "subgen", algorithm="SubGen/ClusterGen", variant="subgen", paper="SubGen", randomized=True,
-           compress_layers=_LS + "middle_traversal_layers", press="SubGenPress",
-           label="SubGen's estimator: cluster representatives for the denominator, l2-sampled values (SubGen Alg. 1)",
-           device_host_reads="greedy k-center's radii (kcenter.greedy_k_center)" + _FIT, ablation="subgen_uniform"),
-    Method("subspace", _EM + "subspace", algorithm="Subspace/FD", variant="subspace", paper="Subspace-FD-draft",
-           compress_layers=_LS + "fitted_layers_as_heads", press="SubspacePress",
-           label="top-r projection of the middle keys and values (Subspace-FD-draft)", device_host_reads=_FIT[2:],
-           ablation="subspace_sketch"),
-    Method("h2o", _EM + "h2o", role="baseline", needs_queries=True, needs_scores=True,
-           compress_prefill="kvbounds.e2e._h2o:h2o_prefill", press="H2OPress",
-           label="H2O: heavy hitters by accumulated attention plus recent tokens (Zhang et al. 2023)"),
-    Method("kernel_thinning", _EM + "kernel_thinning", role="baseline", randomized=True, requires="goodpoints",
-           press="KernelThinningPress", label="sink and window exact, the middle by kernel thinning (goodpoints)"),
-    Method("uniform_control", _EM + "uniform", role="control", control_of="uniform", randomized=True,
-           label="uniform sampling again from its own random stream: the end-to-end checks' null control"),
-    # the ablations (role "ablation": the battery's control for each method above, kvbounds.battery._ablations)
-    Method("balancekv_coin", _AB + "balancekv_coin", role="ablation", randomized=True,
-           label="the pseudocode's ablation: its walk with fair coins (random halving), the same blocks and cut"),
-    Method("balancekv_released_coin", _AB + "balancekv_released_coin", role="ablation", randomized=True,
-           label="the released walk's ablation: gamma = 0 (random signs), the same cut and estimator"),
-    Method("subgen_uniform", _AB + "subgen_uniform", role="ablation", randomized=True, host_only=_HOST,
-           label="SubGen's ablation: its split of floats, uniform draws for its cluster and l2 samples"),
-    Method("subspace_sketch", _AB + "subspace_sketch", role="ablation", randomized=True, host_only=_HOST,
-           label="the subspace method's ablation: bases of the same rank from a Gaussian random projection of the "
-                 "middle (found by chance from the data)"),
-    Method("subspace_random", _AB + "subspace_random", role="ablation", randomized=True, host_only=_HOST,
-           label="a weaker subspace control, kept for reference: data-blind random bases of the same rank"),
-    Method("kcenter_random", _AB + "kcenter_random", role="ablation", randomized=True, host_only=_HOST,
-           label="k-center's ablation: random centres, the same window, weights 1"),
-    Method("kcenter_sized_random", _AB + "kcenter_sized_random", role="ablation", randomized=True, host_only=_HOST,
-           label="sized k-center's ablation: random centres weighted by their nearest-centre clusters' sizes"),
-    _kvpress("streaming_llm", "StreamingLLMPress"),
-    _kvpress("snapkv", "SnapKVPress"),
-    _kvpress("pyramidkv", "PyramidKVPress"),
-    _kvpress("knorm", "KnormPress"),
-    _kvpress("tova", "TOVAPress"),
-    _kvpress("expected_attention", "ExpectedAttentionPress"),
-    _kvpress("random", "RandomPress", randomized=True),
-)
-
-
-def _check_names(ms: Iterable[Method]) -> None:
-    seen = set()
-    for m in ms:
-        if m.name in seen:
-            raise ValueError(f"method {m.name!r} listed twice")
-        seen.add(m.name)
-
-
-_check_names(BUILTIN)

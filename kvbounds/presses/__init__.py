@@ -5,19 +5,24 @@ Its modules are private (a leading underscore); this __init__ names what the roo
 kvbounds.methods, kvbounds.algorithms; the layers are a contract (tests/package/test_structure.py).
 """
 # The room's modules load on first use of a name (PEP 562): every press needs torch, transformers and (for
-# kvpress's) kvpress.
+# kvpress's) kvpress. The kvpress press classes of our methods are built from the method registry (one per press a
+# registered method names, kvbounds.presses._kvpress), so a new method's press is found here by its name.
 import importlib
 from typing import TYPE_CHECKING
 
+from kvbounds import methods as registry
+
 if TYPE_CHECKING:   # what static tools (mypy, jedi) read
-    from ._kvpress import BalanceKVPress, pipeline, weighted_answers
+    from ._kvpress import PRESSES, KVBoundsPress, pipeline, press_class, weighted_answers
     from ._streaming.certificate import ErrorBar
     from ._streaming.generate import cache_keyword, generate
     from ._streaming.press import StreamingPress, log_weights, weighted_output
     from ._streaming.presses import StreamingBalanceKVPress, StreamingSubGenPress
 
 _NAMES = {
-    'BalanceKVPress': '._kvpress',
+    'KVBoundsPress': '._kvpress',
+    'PRESSES': '._kvpress',
+    'press_class': '._kvpress',
     'pipeline': '._kvpress',
     'weighted_answers': '._kvpress',
     'ErrorBar': '._streaming.certificate',
@@ -30,14 +35,24 @@ _NAMES = {
     'StreamingSubGenPress': '._streaming.presses',
 }
 
+__all__ = sorted(_NAMES)
+
+
+def _press_names() -> list[str]:
+    """The kvpress press classes of our registered methods (each one's ``press``), built by ._kvpress."""
+    return list(dict.fromkeys(m.press for m in registry.methods(source="kvbounds") if m.press))
+
 
 def __getattr__(name):
-    if name not in _NAMES:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    module = _NAMES.get(name) or ("._kvpress" if name in _press_names() else None)
+    if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_NAMES[name], __name__), name)
+    value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_NAMES))
+    return sorted(set(globals()) | set(_NAMES) | set(_press_names()))

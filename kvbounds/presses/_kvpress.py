@@ -52,10 +52,6 @@ from kvbounds.e2e import register, require_weighted_attention, use_weighted_atte
 from kvbounds.e2e import ModelNotWeighted, WeightedCache, WeightedLayer
 from kvbounds.e2e import visible_tokens
 
-__all__ = ["KVBoundsPress", "BalanceKVPress", "BalanceKVReleasedPress", "SubGenPress", "SubspacePress",
-           "UniformPress", "KCenterPress", "H2OPress", "KernelThinningPress", "PRESSES", "WeightedLayer",
-           "WeightedCache", "ModelNotWeighted", "use_weighted_attention", "pipeline", "weighted_answers"]
-
 register()
 
 
@@ -170,16 +166,14 @@ def press_class(name: str) -> type[KVBoundsPress]:
     return cls
 
 
-BalanceKVPress = press_class("BalanceKVPress")
-BalanceKVReleasedPress = press_class("BalanceKVReleasedPress")
-SubGenPress = press_class("SubGenPress")
-SubspacePress = press_class("SubspacePress")
-UniformPress = press_class("UniformPress")
-KernelThinningPress = press_class("KernelThinningPress")
-KCenterPress = press_class("KCenterPress")
-H2OPress = press_class("H2OPress")
+# One class per press a registered method of ours names (its ``press`` field), built from the registry in one loop:
+# a method module of kvbounds.catalog that names a new press gets its class here, and kvbounds.presses names it.
+# PRESSES: the end-to-end method each press runs by default -> its class.
+PRESSES: dict[str, type[KVBoundsPress]] = {}
+for _press in dict.fromkeys(m.press for m in registry.methods(source="kvbounds") if m.press):
+    globals()[_press] = press_class(_press)
+    PRESSES[globals()[_press]().method] = globals()[_press]
+del _press
 
-# the end-to-end method each press runs by default -> its class
-PRESSES: dict[str, type[KVBoundsPress]] = {cls().method: cls for cls in (
-    BalanceKVPress, BalanceKVReleasedPress, SubGenPress, SubspacePress, UniformPress, KCenterPress, H2OPress,
-    KernelThinningPress)}
+__all__ = ["KVBoundsPress", "press_class", "PRESSES", "WeightedLayer", "WeightedCache", "ModelNotWeighted",
+           "use_weighted_attention", "pipeline", "weighted_answers"] + [cls.__name__ for cls in PRESSES.values()]

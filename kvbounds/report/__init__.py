@@ -10,3 +10,6 @@ from ._glance import dimensions
 from ._leaderboard import board_table
 from ._report import ReportError, build_verdicts, headline, render_terminal, source_path, write_report
 from ._words import what_the_records_show
+
+__all__ = ["dimensions", "board_table", "ReportError", "build_verdicts", "headline", "render_terminal", "source_path",
+           "write_report", "what_the_records_show"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from pathlib import Path
+from kvbounds.core import write_output
 
 MAX_PANELS = 6
 
@@ -118,7 +119,6 @@ def draw_board(rows: list[dict], path: Path) -> bool:
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    from kvbounds.core import write_output
 
     pts: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     fams: dict[str, str] = {}

@@ -16,6 +16,8 @@ from kvbounds.algorithms.validation import check_int
 from kvbounds.core import Record, canonical
 from ._words import check_text
 from kvbounds.verdict import Verdict
+from kvbounds.core import trial_key
+from kvbounds.core import duration, read_runs
 
 
 def one_line(s: str, n: int) -> str:
@@ -72,7 +74,6 @@ def git_commit() -> str:
 def infer_profile(records: Sequence[Record]) -> str:
     """The smallest profile whose trials produced every record (records store their trial's key, not the
     profile): a record's key is one of the profile's trial keys for its claim, seed and backend."""
-    from kvbounds.core import trial_key
     from kvbounds.run import PROFILES, profile_trials
     runs = {(r.claim, r.seed, r.backend) for r in records if r.claim in registry.CLAIMS}
     keys = {r.key for r in records if r.claim in registry.CLAIMS}
@@ -107,7 +108,6 @@ def trial_seconds(records: Sequence[Record]) -> float:
 def run_metadata(records: Sequence[Record], verdicts: dict[str, Verdict], out_dir: Path) -> dict:
     """Package, profile, seeds, backends; the wall time of the runs that wrote ``out_dir`` (from its
     ``runs.jsonl``, one line per ``kvbounds check``) and the CPU time summed over the trials of the records."""
-    from kvbounds.core import duration, read_runs
     runs = read_runs(out_dir)
     run_file = out_dir / "run.json"       # older layout: one run's duration_s
     if not runs and run_file.exists():

@@ -14,6 +14,7 @@ from typing import Sequence
 
 from kvbounds.verdict import DOING_NOTHING
 from kvbounds.verdict import call_words, fmt, headline_calls, versus_doing_nothing
+from kvbounds.claims import CLAIMS
 
 COLUMNS = ("StreamingLLM", "ablation", "doing nothing")
 TONES = {"better": "good", "leaning better": "good", "tied": "warn", "leaning worse": "bad", "worse": "bad",
@@ -39,7 +40,6 @@ def _unit(v, family: str) -> str:
 def first_table(verdicts: dict) -> dict | None:
     """The first table's data: ``columns`` and ``claims``, each {claim, algorithm, rows}, a row {family, unit,
     n, fraction, cells (3)}; None when no verdict has calls."""
-    from kvbounds.claims import CLAIMS
     claims = []
     for cid, v in verdicts.items():
         calls = headline_calls(getattr(v, "power_calls", None) or [])     # the practitioner's metric where present

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
+from kvbounds.algorithms.validation import InputError
 
 BUDGETS = (0.25, 0.5)
 STANDARD = {"streaming_llm": "StreamingLLM", "uniform": "uniform"}
@@ -49,7 +50,6 @@ def _real(x) -> bool:
 def check_value(v: dict | None, name: str = "the value") -> None:
     """A value dict as :func:`fmt` reads it: None, or {"value": a finite number, "ci": [low,
     high] of finite numbers or None}; anything else is an InputError naming ``name`` and the field."""
-    from kvbounds.algorithms.validation import InputError
     if v is None:
         return
     if not isinstance(v, dict) or not _real(v.get("value")):
@@ -150,7 +150,6 @@ def method_words(name: str) -> str:
 
 def per_token_ms(timing: list[dict]) -> dict[str, dict]:
     """method -> {"compress": ms per token, "prefill": ms per token}, averaged over the timed windows."""
-    from kvbounds.algorithms.validation import InputError
     acc: dict = defaultdict(lambda: [0.0, 0.0, 0])
     for i, t in enumerate(timing or []):
         if not isinstance(t, dict) or not isinstance(t.get("method"), str):

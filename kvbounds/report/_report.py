@@ -33,6 +33,7 @@ from ._summary import group_by_kind, summary_dict, summary_extras, summary_json,
 from ._glance import DIMENSIONS, GLANCE_LABELS, LEGACY_STATEMENT, at_a_glance, dimensions, glance_category, glance_split
 from kvbounds.verdict import (FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, NO_CHECK, NOT_REFUTED, NOT_RUN, VACUOUS,
                               Verdict, finalize)
+from kvbounds.core import store_writer
 
 FIG_DIR = FIGURES_DIR
 MAX_FIGURES = 2          # per claim card
@@ -353,7 +354,6 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
 def refuse_evaluate_store(out: Path) -> None:
     """ReportError when ``out`` is a ``kvbounds evaluate`` store: the report reads and writes `kvbounds check` stores
     only (an evaluation has its own card, evaluation.html)."""
-    from kvbounds.core import store_writer
     if store_writer(out) == "evaluate":
         raise ReportError(f"{out} is a `kvbounds evaluate` store (its card is {out / 'evaluation.html'}); `kvbounds "
                           "report` reads the stores `kvbounds check` writes")

@@ -9,6 +9,8 @@ import numbers
 from typing import Any, Sequence
 
 import numpy as np
+from kvbounds.claims import cite
+from kvbounds.claims import CLAIMS, cite
 
 # parameter names as a reader writes them
 SYMBOLS = {"eps": "ε", "delta": "δ", "ell": "ℓ", "l": "ℓ", "lam": "λ", "r_v": "r_V", "eps_sqrt_n": "ε√n",
@@ -155,7 +157,6 @@ def verdict_in_words(v) -> str:
     """What a claim's records show, in a sentence per verdict dimension that is set (the notebooks' closing text):
     read from the verdict, so it changes when the records do."""
     check_verdict(v)
-    from kvbounds.claims import cite
     parts = []
     statement = v.statement or ""
     fitted = v.fitted_constant.value if v.fitted_constant else (v.constant if v.constant_kind == "fitted" else None)
@@ -215,7 +216,6 @@ def verdict_in_words(v) -> str:
 def what_the_records_show(verdicts: dict, claims) -> str:
     """A markdown list, one line per claim: its source and :func:`verdict_in_words`."""
     check_verdicts(verdicts)
-    from kvbounds.claims import CLAIMS, cite
     lines = []
     for cid in claims:
         if cid in verdicts:

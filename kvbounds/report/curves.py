@@ -14,6 +14,11 @@ import math
 import sys
 from collections import defaultdict
 from pathlib import Path
+from kvbounds.core import write_output
+from kvbounds.core import ResultStore
+
+__all__ = ["COMMITTED", "FORMAT", "from_records", "curves_data", "panels", "draw", "exact_lines", "decision_lines",
+           "timing_lines", "depth_table", "BEGIN", "END", "readme_block", "splice_readme", "main"]
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "e2e_curves.json"
 FORMAT = 1
@@ -68,7 +73,6 @@ def draw(data: dict, path: Path) -> bool:
     from matplotlib.figure import Figure
 
     from kvbounds.methods import leaderboard_family
-    from kvbounds.core import write_output
     keys = panels(data)
     if not keys:
         return False
@@ -184,10 +188,8 @@ def splice_readme(text: str, block: str) -> str:
 def main(argv=None) -> int:
     """``python -m kvbounds.report.curves RESULTS_DIR OUT_JSON``: the compact form of a run's curves;
     ``python -m kvbounds.report.curves --readme README.md``: the README's block from the committed form."""
-    from kvbounds.core import ResultStore
     args = sys.argv[1:] if argv is None else argv
     if len(args) == 2 and args[0] == "--readme":
-        from kvbounds.core import write_output
         data = curves_data([])
         path = Path(args[1])
         try:
@@ -206,7 +208,6 @@ def main(argv=None) -> int:
     if data is None:
         print(f"kvbounds.report.curves: no curve records in {args[0]}", file=sys.stderr)
         return 2
-    from kvbounds.core import write_output
     write_output(Path(args[1]), json.dumps(data, indent=1, sort_keys=True) + "\n", own=True)
     return 0
 

@@ -25,6 +25,12 @@ from ._glossary import markdown_section
 from kvbounds.core import Record
 from ._words import check_text, check_verdicts, counterexample_in_words, params_in_words
 from kvbounds.verdict import Verdict
+from kvbounds.core import check_output, write_output
+from kvbounds.core import ResultStore
+from kvbounds.core import OutputRefused, check_output, write_output
+
+__all__ = ["anchor", "power_row", "answers_lines", "render_markdown", "write_markdown", "render_from_summary",
+           "FOUND_BEGIN", "FOUND_END", "found_block", "splice", "main"]
 
 # fields shown in the matrix or not meant for a reader; every other set field is rendered per claim
 _SHOWN_ELSEWHERE = {"claim", "status", "kind", "statement", "proof", "rate", "reproduction", "power", "headline",
@@ -202,8 +208,6 @@ def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], met
 def write_markdown(out_dir, path, claims=None) -> Path:
     """Markdown of the records in ``out_dir`` to ``path`` (ReportError as ``write_report`` when there are none;
     OutputRefused, before any work, when ``path`` is a file a result store owns: kvbounds.core._output_files)."""
-    from kvbounds.core import check_output, write_output
-    from kvbounds.core import ResultStore
     from ._report import ReportError, build_verdicts, refuse_evaluate_store
     from ._meta import leaderboard, run_metadata
     out = Path(out_dir)
@@ -292,8 +296,6 @@ def main(argv=None) -> int:
     path inside a result store other than OUT_DIR, or the command's own input: RESULTS.md = SUMMARY.json or
     README.md, README.md = the source) or README.md has no markers."""
     import sys
-    from kvbounds.core import OutputRefused, check_output, write_output
-    from kvbounds.core import ResultStore
     from ._report import ReportError, build_verdicts
     args = argv if argv is not None else sys.argv[1:]
     if len(args) not in (2, 3) or (len(args) == 3 and Path(args[0]).is_dir()):

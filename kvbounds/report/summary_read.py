@@ -20,6 +20,10 @@ from ._rows import (CALL_ROW, PAPER_ANSWER, POWER_SETTING_ROW, PRACTITIONER_ROW,
                     check_rows, fits_row, in_float_range, short_repr)
 from ._summary import SUMMARY_KEYS
 from kvbounds.verdict import Verdict
+from kvbounds.core import special_file
+from kvbounds.core import OutputRefused, check_output, write_output
+
+__all__ = ["check_summary_extras", "verdict_from_dict", "verdicts_from_summary", "load_summary", "compact", "main"]
 
 _NESTED = {"findings": vf.Finding, "errata": vf.Erratum, "reproductions": vf.Reproduction, "rate_info": vf.RateInfo,
            "proven_constant": vf.Constant, "fitted_constant": vf.Constant, "vacuity": vf.Vacuity}
@@ -172,7 +176,6 @@ def verdicts_from_summary(summary: dict) -> dict[str, Verdict]:
 def load_summary(path) -> dict:
     """summary.json as a dict; a file that cannot be read, is not JSON or holds no object is an InputError naming
     the file; so is one that is not a regular file (a FIFO is refused before it is opened: no read that blocks)."""
-    from kvbounds.core import special_file
     if not isinstance(path, (str, os.PathLike)):
         raise InputError(f"a summary's path must be a str or os.PathLike, got {short_repr(path)}")
     what = special_file(path)
@@ -209,7 +212,6 @@ def main(argv=None) -> int:
     if len(args) != 2:
         print("usage: python -m kvbounds.report.summary_read SUMMARY.json OUT.json", file=sys.stderr)
         return 2
-    from kvbounds.core import OutputRefused, check_output, write_output
     try:
         check_output(args[1], inputs=[args[0]])         # before any work: a device, a FIFO, a store, its own input
         summary = load_summary(args[0])

@@ -8,3 +8,6 @@ from ._cluster import dask_executor
 from ._runner import (PROFILES, Trial, execute_trial, execute_trial_or_error, expand, profile_trials, run_checks,
                       run_trials)
 from ._workers import Terminated, sigterm_raises
+
+__all__ = ["dask_executor", "PROFILES", "Trial", "execute_trial", "execute_trial_or_error", "expand", "profile_trials",
+           "run_checks", "run_trials", "Terminated", "sigterm_raises"]

@@ -33,6 +33,9 @@ from kvbounds.core import Record, ResultStore, canonical, trial_key
 from kvbounds.claims import Claim, get_claim
 from ._workers import (THREAD_VARS, Terminated, stop_now, default_executor, one_thread, sigterm_raises,
                        single_thread_process, single_thread_scope)
+from kvbounds.claims import CLAIMS
+from kvbounds.claims import checked_claims
+from kvbounds.algorithms.arrays import validate_backend
 
 PROFILES = ("smoke", "quick", "full", "gpu")
 
@@ -60,7 +63,6 @@ def trial_seed(seed: int, claim: str, params: dict) -> int:
 def profile_trials(mod, profile: str) -> list[dict]:
     """A check module's trial grid for ``profile``; the ``gpu`` profile holds only the scale sweeps of the
     claims whose registry entry sets ``gpu_profile`` (SB.discrepancy, MR.error, BKV.memory)."""
-    from kvbounds.claims import CLAIMS
     if profile == "gpu" and not (mod.CLAIM in CLAIMS and CLAIMS[mod.CLAIM].gpu_profile):
         return []
     return list(mod.trials(profile))
@@ -145,8 +147,6 @@ def run_checks(claim_ids: Iterable[str] | None, *, profile: str = "quick", seed:
     :class:`kvbounds.core.StoreError` (one-line message) before any trial runs when ``out`` is not
     writable or another run holds it, and when a write fails later (the trials written stay valid).
     ``timings``, when given, receives this run's line of ``DIR/runs.jsonl`` (wall and CPU time, per claim too)."""
-    from kvbounds.claims import checked_claims
-    from kvbounds.algorithms.arrays import validate_backend
     validate_backend(backend)
     claims = [get_claim(c) for c in claim_ids] if claim_ids else checked_claims()
     missing = [c.id for c in claims if not c.has_check]

@@ -29,6 +29,8 @@ _NAMES.update({name: "._power" for name in ("HELD_OUT", "POWER_CHECK", "PRACTITI
                                             "power_trials", "real_params", "real_texts", "stream",
                                             "streams_per_family", "window_for")})
 
+__all__ = sorted(_NAMES)
+
 
 def __getattr__(name):
     if name not in _NAMES:

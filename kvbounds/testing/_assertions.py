@@ -15,6 +15,7 @@ import numpy as np
 from kvbounds.algorithms.validation import InputError, check_array, check_real
 
 from kvbounds.streams import KVStream
+from kvbounds.algorithms.compressed_kv import CompressedKV
 
 __all__ = ["SCALES", "attention_error", "assert_attention_error", "assert_beats"]
 
@@ -28,7 +29,6 @@ SCALES = {
 
 
 def _estimate_of(estimate, query):
-    from kvbounds.algorithms.compressed_kv import CompressedKV
     if isinstance(estimate, CompressedKV):
         est = estimate.estimate(np.asarray(query, np.float64))
         what = "the CompressedKV's estimate"

@@ -28,6 +28,10 @@ import pytest
 
 from kvbounds.streams import REAL, SYNTHETIC
 
+__all__ = ["PROFILES", "SIZES", "FIXTURES", "pytest_addoption", "profile_of", "pytest_configure",
+           "pytest_collection_modifyitems", "pytest_terminal_summary", "kvbounds_profile", "kvbounds_stream",
+           "kvbounds_real_trace"]
+
 PROFILES = ("smoke", "quick", "full")
 # (n, d) of the kvbounds_stream / kvbounds_real_trace streams per profile
 SIZES = {"smoke": (64, 8), "quick": (256, 16), "full": (1024, 64)}

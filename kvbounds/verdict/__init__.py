@@ -20,3 +20,12 @@ from ._rules import (FAILS, GROWTH_TOL, HOLDS, HOLDS_FITTED, INCONCLUSIVE, MIN_I
                      erratum_from_finding, finalize, fitted_constant, mark, spread_words, standard_verdict)
 from ._statistics import canonical_order, growth, holm_adjust, loglog_slope
 from ._vacuity import decide_vacuity, not_every_norm
+
+__all__ = ["Constant", "Erratum", "FigureSpec", "Finding", "POWER_VALUES", "PROOF_VALUES", "RATE_VALUES",
+           "REPRODUCTION_VALUES", "RateInfo", "Reproduction", "STATEMENT_VALUES", "Vacuity", "Verdict", "Control",
+           "controls_from_records", "controls_rejected", "decide_power", "combine_reproductions", "reproduction_status",
+           "statement_from_reproduction", "FAILS", "GROWTH_TOL", "HOLDS", "HOLDS_FITTED", "INCONCLUSIVE",
+           "MIN_INSTANCES", "MIN_REDRAWS", "NOT_REFUTED", "NOT_RUN", "NO_CHECK", "VACUOUS", "counterexample", "decide",
+           "decide_rate", "decide_regime_rate", "erratum_from_finding", "finalize", "fitted_constant", "mark",
+           "spread_words", "standard_verdict", "canonical_order", "growth", "holm_adjust", "loglog_slope",
+           "significant_cells", "decide_vacuity", "not_every_norm"]

@@ -194,7 +194,7 @@ def test_a_registered_method_by_name_and_in_e2e(monkeypatch):
     from kvbounds.evaluation._spec import resolve
     registry.names()
     monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
-    registry.register(registry.Method("recent_only", "kvbounds.algorithms.equal_memory:streaming_llm",
+    registry.register(registry.Method("recent_only", "kvbounds.catalog.streaming_llm:compress",
                                       role="baseline", source="external", label="a third party's method"))
     r = resolve("recent_only")
     assert r.kind == "compressor" and r.name == "recent_only"

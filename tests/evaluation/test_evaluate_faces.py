@@ -18,7 +18,7 @@ from kvbounds.algorithms.validation import InputError
 from kvbounds.testing import assert_attention_error, assert_beats, make_stream
 
 MODULE = '''
-from kvbounds.algorithms.equal_memory import streaming_llm
+from kvbounds.catalog.streaming_llm import compress as streaming_llm
 
 
 def recent(K, V, floats, rng, *, sink, window, block_size=64, Q=None):
@@ -202,7 +202,7 @@ def test_a_numpy_compressor_is_judged_without_importing_kvpress_or_torch():
     makes kvpress load now (a fresh interpreter)."""
     import subprocess
     code = ("import sys\n"
-            "from kvbounds.algorithms.equal_memory import streaming_llm\n"
+            "from kvbounds.catalog.streaming_llm import compress as streaming_llm\n"
             "from kvbounds.testing import assert_beats, make_stream\n"
             "from kvbounds.evaluation._stream_press import is_press\n"
             "streams = [make_stream('concentrated', 48, 8, seed=i) for i in range(10)]\n"
