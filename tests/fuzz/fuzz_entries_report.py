@@ -129,7 +129,7 @@ def _summary_call(values, value):
                   rm.power_row(v.power_table[0]) if v.power_table else "", rp.source_path(cid)]
     words += [str(rg.at_a_glance(verdicts)), str(rg.glance_split(verdicts)), str(rpow.first_table(verdicts)),
               str(rpow.power_glance(verdicts)), str(rs.group_by_kind(rs.unique_findings(verdicts))),
-              rm.anchor(str(path[0])), "\n".join(rm.answers_lines(verdicts, answers, summary.get("practitioner")))]
+              rm.anchor(str(path[0])), "\n".join(rm.answers_lines(summary))]
     back = rs.summary_json(verdicts, {k: summary[k] for k in rs.SUMMARY_KEYS if k in summary and k != "findings"})
     sr.verdicts_from_summary(json.loads(back))          # what the report writes reads back
     return text, block, words, sr.compact(summary)
