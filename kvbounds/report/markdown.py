@@ -38,8 +38,14 @@ def anchor(cid: str) -> str:
 
 
 def _cell(text) -> str:
-    """One table cell: papers named, one line, pipes escaped."""
-    return " ".join(registry.cite(str(text)).split()).replace("|", "\\|")
+    """One table cell: papers named, one line, pipes escaped, and underscores and asterisks escaped (a formula's
+    subscript or product renders as written, not as emphasis)."""
+    return escape_math(" ".join(registry.cite(str(text)).split())).replace("|", "\\|")
+
+
+def escape_math(text: str) -> str:
+    """``text`` with ``_`` and ``*`` escaped, so that markdown renders a formula's characters as written."""
+    return text.replace("\\", "\\\\").replace("_", "\\_").replace("*", "\\*")
 
 
 def _value(v, depth: int = 0) -> list[str]:
