@@ -503,3 +503,26 @@ def markdown_lines(summary: dict, level: str = "###", base: str = RESULTS) -> li
         lines += [f"**{PAPERS[name]['title']}.** " + " ".join(sentences), ""]
     lines += [f"{level} Should I use it?", ""] + decision_lines(summary) + [""]
     return lines
+
+
+def html_answers(summary: dict) -> dict:
+    """The answers and the decision for the html report: {"papers": [(title, html)], "decision": [html],
+    "table": [decision dicts with words]}; claim ids link to their cards (``#claim-`` and the id, every character
+    but letters, digits, - and _ as _)."""
+    import html as _html
+
+    def to_html(text: str) -> str:
+        def card(m):
+            cid = m.group(1)
+            return f'<a href="#claim-{re.sub(r"[^A-Za-z0-9_-]", "_", cid)}">{cid}</a>'
+        return re.sub(r"\[([^\]]+)\]\(#claim-[^)]*\)", card, _html.escape(text, quote=False))
+    _BASE["base"], old = "", _BASE["base"]
+    try:
+        papers = [(PAPERS[name]["title"], to_html(" ".join(ss))) for name, ss in paper_answers(summary).items()]
+    finally:
+        _BASE["base"] = old
+    table = [dict(d, best_words=method_words(d["best"]), task_words=task_words(d["task"]),
+                  papers_words="; ".join(f"{method_words(m)}: {c}" for m, c in d["papers"]))
+             for d in decisions(summary)]
+    return {"papers": papers, "decision": [to_html(x) for x in decision_sentences(summary)], "table": table,
+            "lead": decision_lines(summary)[0]}
