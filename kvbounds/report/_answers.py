@@ -149,7 +149,7 @@ PAPERS = {
                        "worst-case attention error"),
         "released": ("The authors' released walk", "BKV.vs-uniform", "real SmolLM2 | released walk at temp 1",
                      "relative attention error (Fig. 1)"),
-        "inside": ("BKV.e2e", ("balancekv", "balancekv_released")),
+        "inside": ("BKV.e2e", True),      # (the experiment inside a model, whether it names its variants)
     },
     "SubGen and ClusterGen": {
         "title": "SubGen and ClusterGen (SubGen numbering; its Thm 1 is ClusterGen Thm 2.4)",
@@ -158,7 +158,7 @@ PAPERS = {
         "as_written": ("Alg. 1 as written", "SG.attention", "real SmolLM2",
                        "worst-case attention error"),
         "released": None,
-        "inside": ("SG.e2e", ("subgen", "kcenter", "kcenter_sized")),
+        "inside": ("SG.e2e", True),
     },
     "Subspace-FD-draft": {
         "title": "Subspace-FD-draft",
@@ -168,7 +168,7 @@ PAPERS = {
         "as_written": ("The static subspace as written", "SUB.output-error", "real SmolLM2",
                        "worst-case output error"),
         "released": None,
-        "inside": ("SUB.lowrank", ()),
+        "inside": ("SUB.lowrank", False),
     },
 }
 
@@ -275,8 +275,34 @@ def _versus(summary: dict, spec) -> str:
     return text + "."
 
 
-VARIANT_NAMES = {"pseudocode": "the pseudocode walk", "released": "the released walk", "subgen": "SubGen's estimator",
-                 "kcenter": "k-center", "kcenter_sized": "size-weighted k-center"}
+def method_words(method: str) -> str:
+    """A method's short name from the method registry (kvbounds.methods): "BalanceKV (released)", "H2O",
+    "uniform sampling (sensitivity control)"; a leaderboard's control row ("control: zeros") as its words."""
+    from kvbounds.methods import get_method
+    name = re.sub(r" \(the press's[^)]*\)", "", re.sub(r"^control: ", "", method))
+    try:
+        m = get_method(name)
+    except (KeyError, ValueError):
+        return {"uniform sample": "uniform sampling"}.get(name, name)
+    if m.algorithm and m.variant:
+        papers = m.algorithm.split("/")
+        same = [p for p in papers if p.lower() == m.variant.lower()]
+        if same:                                             # SubGen's own estimator
+            return same[0]
+        paper = papers[-1] if m.variant.startswith("kcenter") else papers[0]   # k-center: ClusterGen's
+        return f"{paper} ({m.variant.replace('kcenter', 'k-center').replace('_', ', ')})"
+    if name.startswith("uniform"):
+        return "uniform sampling" + (" (sensitivity control)" if m.role == "control" else "")
+    return m.label.split(":")[0].replace("NVIDIA kvpress's ", "kvpress ") if m.label else name
+
+
+def variant_words(variant: str) -> str:
+    """A reproduction's variant ("pseudocode", "released", a method's variant label) as a method's short name."""
+    from kvbounds.methods import methods
+    named = [m.name for m in methods() if m.variant == variant]
+    return method_words(named[0]) if named else variant
+
+
 REPRO_WORDS = {"reproduced": "reproduced", "partial": "partly reproduced", "not-reproduced": "not reproduced",
                "not-shown": "not shown", "n/a": "not run"}
 
@@ -298,10 +324,10 @@ def _inside(summary: dict, spec, rows: list[dict]) -> str:
         note = r.get("bound_note") or ""
         if note.startswith("evidence against"):
             notes.setdefault(re.sub(r" \([^()]*\)", "", note.split(": ", 1)[1]), []).append(
-                VARIANT_NAMES.get(r.get("variant"), r.get("variant") or ""))
+                variant_words(r.get("variant") or ""))
     if notes:
         text += ", " + "; ".join(
-            f"both walks {re.sub(r'^retrieves', 'retrieve', note)}" if len(vs) == 2 and "walk" in vs[0]
+            f"both walks {re.sub(r'^retrieves', 'retrieve', note)}" if len(vs) == 2 and "BalanceKV" in vs[0]
             else f"{' and '.join(vs)}: {note}" for note, vs in notes.items())
     elif not methods:
         k = sum(r.get("status") == "reproduced" for r in reps)
@@ -343,130 +369,6 @@ def paper_answers(summary: dict) -> dict[str, list[str]]:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# the decision map
-# ------------------------------------------------------------------------------------------------------------------
-
-def _higher_is_better(metric: str) -> bool:
-    return bool(re.search(r"exact match|log-likelihood", metric))
-
-
-def _as_count(metric: str, value: float | None, n) -> str:
-    if value is not None and "exact match" in metric and isinstance(n, int):
-        return f"{round(value * n)}/{n}"
-    return num(value)
-
-
-def decisions(summary: dict) -> list[dict]:
-    """Per (budget, task) where a method of the papers ran: {"budget", "task", "best", "best_value", "papers":
-    [(method, "tied" | "worse")], "all_lose": text or "", "exact": text}."""
-    rows = board(summary)
-    exact = {row_metric(r): r for r in rows if row_method(r) == "exact"}
-    cells: dict[tuple, list[dict]] = {}
-    for r in rows:
-        if row_method(r) in ("exact", "all methods") or row_value(r) is None:
-            continue
-        cells.setdefault((row_budget(r), row_metric(r)), []).append(r)
-    out = []
-    for (budget, metric), rs in cells.items():
-        papers = [r for r in rs if row_is_papers(r)]
-        best = next((r for r in rs if row_is_best(r)), None)
-        if not papers or best is None:
-            continue
-        up = _higher_is_better(metric)
-        ex = exact.get(metric)
-        lose = ""
-        if ex is not None and row_value(ex) is not None:
-            ev = row_value(ex)
-            top = max(row_value(r) for r in rs) if up else min(row_value(r) for r in rs)
-            if (top < ev) if up else (top > ev):
-                lose = (f"yes, {'at most' if up else 'at best'} "
-                        f"{_as_count(metric, top, row_n(best))} against {_as_count(metric, ev, row_n(ex))} uncompressed")
-        out.append({"budget": budget, "task": metric, "best": row_method(best),
-                    "best_value": _as_count(metric, row_value(best), row_n(best)),
-                    "papers": [(row_method(r), "best" if row_is_best(r) else "tied" if row_tied_with_best(r)
-                                else "worse") for r in papers], "all_lose": lose,
-                    "rivals": [row_method(r) for r in rs if not row_is_papers(r) and row_tied_with_best(r)]})
-    return out
-
-
-METHOD_WORDS = {"balancekv": "BalanceKV (pseudocode walk)", "balancekv_released": "BalanceKV (released walk)",
-                "kcenter": "ClusterGen's k-center", "kcenter_sized": "size-weighted k-center", "subgen": "SubGen",
-                "h2o": "H2O", "streaming_llm": "StreamingLLM", "uniform": "uniform sampling",
-                "uniform_control": "uniform sampling (sensitivity control)", "kvpress:snapkv": "SnapKV (kvpress)",
-                "kvpress:pyramidkv": "PyramidKV (kvpress)"}
-
-
-def method_words(method: str) -> str:
-    m = re.sub(r"^control: ", "", method)
-    m = re.sub(r" \(the press's[^)]*\)", "", m)
-    return METHOD_WORDS.get(m, {"uniform sample": "uniform sampling", "the press's ablation": "the press's ablation"
-                                }.get(m, m))
-
-
-def _task(metric: str) -> str:
-    return metric.split(", SmolLM2 generating")[0]
-
-
-TASK_WORDS = {"lines": "line retrieval", "passkey": "passkey", "ppl": "perplexity", "decode": "decode"}
-
-
-def task_words(metric: str) -> str:
-    """"passkey, question inside: exact match" -> "passkey (question inside, exact match)"."""
-    task, _, measure = metric.partition(": ")
-    name, _, setting = task.partition(", ")
-    measure = re.sub(r"answer |vs exact |\s*\(.*$|/.*$", "", measure).strip()
-    return f"{TASK_WORDS.get(name, name)} ({', '.join(x for x in (setting, measure) if x)})"
-
-
-def decision_sentences(summary: dict) -> list[str]:
-    """Per budget: what to use per task, whether a paper method is told apart from it, what all lose."""
-    by: dict[str, list[dict]] = {}
-    for d in decisions(summary):
-        by.setdefault(d["budget"], []).append(d)
-    out = []
-    for budget, ds in by.items():
-        uses: dict[str, list[str]] = {}
-        for d in ds:
-            uses.setdefault(method_words(d["best"]), []).append(task_words(d["task"]))
-        use = "; ".join(f"{m} for {' and '.join(dict.fromkeys(ts))}" for m, ts in uses.items())
-        paper_best = [(method_words(d["best"]), [method_words(r) for r in d["rivals"]]) for d in ds
-                      if any(c == "best" for _, c in d["papers"])]
-        better = "no method of the papers is best on any task"
-        if paper_best:
-            rivals = sorted({r for _, rs in paper_best for r in rs})
-            better = (f"{', '.join(dict.fromkeys(m for m, _ in paper_best))} (a paper's method) tops some task"
-                      + (f" but is not told apart from {', '.join(rivals)}" if rivals else ""))
-        lose = [f"{task_words(d['task'])}: {d['all_lose'].split(', ', 1)[-1]}" for d in ds
-                if d["all_lose"] and "exact match" in d["task"]]
-        text = f"At {budget}: use {use}; {better}"
-        if lose:
-            text += "; every method loses " + ", ".join(lose)
-        out.append(text + ".")
-    return out
-
-
-def decision_lines(summary: dict) -> list[str]:
-    """The decision map as markdown: a lead (profile, model, rule), one sentence per budget, one table row per
-    (budget, task)."""
-    ds = decisions(summary)
-    model = e2e_model(summary) or "the model"
-    lines = [f"From the {run_profile(summary)} profile's records: end-to-end tasks inside {model}, decode error with "
-             "SmolLM2 generating. \"Use\" is the top of the leaderboard among everything that ran. \"Tied\" means "
-             "its 95% interval overlaps the best's; \"worse\" means the intervals are apart.", ""]
-    lines += [f"- {s}" for s in decision_sentences(summary)] + [""]
-    lines += ["| memory | task (metric) | use | the papers' methods against it | all lose? |", "|---|---|---|---|---|"]
-    for d in ds:
-        papers = "; ".join(f"{method_words(m)}: {c}" for m, c in d["papers"])
-        lines.append(f"| {d['budget']} | {_escape(task_words(d['task']))} | {method_words(d['best'])} ({d['best_value']}) "
-                     f"| {papers} | {d['all_lose'] or 'no'} |")
-    return lines
-
-
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-# ------------------------------------------------------------------------------------------------------------------
 # checking sentences
 # ------------------------------------------------------------------------------------------------------------------
 
@@ -489,40 +391,3 @@ def sentence_numbers(text: str) -> list[str]:
     t = re.sub(r"\b[A-Z]{2,4}\.[\w-]+", "", t)            # claim ids
     t = re.sub(r"SmolLM2[-\w.]*|MiniLM[-\w]*|Q4_1", "", t)
     return re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?:/\d+)?", t)
-
-
-def markdown_lines(summary: dict, level: str = "###", base: str = RESULTS) -> list[str]:
-    """The per-paper answers, then the decision map; claim ids linked to their sections on ``base``."""
-    lines = [f"{level} What each paper's main theorems come to", ""]
-    _BASE["base"], old = base, _BASE["base"]
-    try:
-        answers = paper_answers(summary)
-    finally:
-        _BASE["base"] = old
-    for name, sentences in answers.items():
-        lines += [f"**{PAPERS[name]['title']}.** " + " ".join(sentences), ""]
-    lines += [f"{level} Should I use it?", ""] + decision_lines(summary) + [""]
-    return lines
-
-
-def html_answers(summary: dict) -> dict:
-    """The answers and the decision for the html report: {"papers": [(title, html)], "decision": [html],
-    "table": [decision dicts with words]}; claim ids link to their cards (``#claim-`` and the id, every character
-    but letters, digits, - and _ as _)."""
-    import html as _html
-
-    def to_html(text: str) -> str:
-        def card(m):
-            cid = m.group(1)
-            return f'<a href="#claim-{re.sub(r"[^A-Za-z0-9_-]", "_", cid)}">{cid}</a>'
-        return re.sub(r"\[([^\]]+)\]\(#claim-[^)]*\)", card, _html.escape(text, quote=False))
-    _BASE["base"], old = "", _BASE["base"]
-    try:
-        papers = [(PAPERS[name]["title"], to_html(" ".join(ss))) for name, ss in paper_answers(summary).items()]
-    finally:
-        _BASE["base"] = old
-    table = [dict(d, best_words=method_words(d["best"]), task_words=task_words(d["task"]),
-                  papers_words="; ".join(f"{method_words(m)}: {c}" for m, c in d["papers"]))
-             for d in decisions(summary)]
-    return {"papers": papers, "decision": [to_html(x) for x in decision_sentences(summary)], "table": table,
-            "lead": decision_lines(summary)[0]}

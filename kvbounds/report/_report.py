@@ -339,7 +339,7 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
     from ._paper_answers import paper_answers
     from ._glossary import TERMS, grouped
     from ._html import finish
-    from ._answers import html_answers
+    from ._decisions import html_answers
     from .markdown import as_summary
     import markupsafe
     read = html_answers(as_summary(verdicts, board, practitioner, meta))

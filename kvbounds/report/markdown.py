@@ -1,8 +1,9 @@
 """The report as markdown (``kvbounds report --markdown FILE``; ``make results-md`` writes docs/RESULTS.md): what was
 found first, from the same verdicts as the html report.
 
-    per paper         one paragraph per paper group (:mod:`kvbounds.report`)
-    should I use it?  the practitioner's table (:mod:`kvbounds.report`)
+    per paper         each paper's main theorems in plain sentences (:mod:`kvbounds.report._answers`)
+    should I use it?  the decision map per budget and task that ran (:mod:`kvbounds.report._decisions`), then the
+                      practitioner's table (each paper method against StreamingLLM and uniform sampling)
     at a glance       counts by statement (reproduction for empirical claims)
     verdict matrix    one row per registered claim: its dimensions, headline and one line of evidence
     findings          each finding once, with the claims it concerns (:func:`kvbounds.report._report.unique_findings`)
@@ -155,7 +156,7 @@ def as_summary(verdicts: dict[str, Verdict], board: list[dict] | None = None, pr
 def answers_lines(summary: dict, level: str = "##", glossary: str = "#glossary", base: str = "") -> list[str]:
     """The per-paper answers and the decision map (:mod:`kvbounds.report._answers`); ``glossary``: where the words
     are defined; ``base``: the page the claims' anchors are on ("" for this page)."""
-    from ._answers import markdown_lines
+    from ._decisions import markdown_lines
     lines = markdown_lines(summary, level, base)
     return lines[:2] + [f"The words (fitted constant, vacuous, tied, StreamingLLM, H2O, SnapKV, ...) are defined in the "
                         f"[glossary]({glossary}).", ""] + lines[2:]

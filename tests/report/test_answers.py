@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kvbounds.report import _answers as A
+from kvbounds.report import _decisions as D
 
 ROOT = Path(__file__).resolve().parents[2]
 SUMMARY = json.loads((ROOT / "docs" / "summary.json").read_text(encoding="utf-8"))
@@ -118,21 +119,21 @@ SYNTHETIC = {
 
 
 def test_the_decision_map_reads_the_leaderboard():
-    ds = A.decisions(SYNTHETIC)
+    ds = D.decisions(SYNTHETIC)
     assert len(ds) == 1, "a budget where no method of the papers ran is left out"
     d = ds[0]
     assert (d["budget"], d["best"], d["best_value"], d["papers"]) == ("25% of the cache", "streaming_llm", "2/4",
                                                                       [("balancekv", "tied")])
     assert d["all_lose"] == "yes, at most 2/4 against 4/4 uncompressed"
-    text = "\n".join(A.decision_lines(SYNTHETIC))
+    text = "\n".join(D.decision_lines(SYNTHETIC))
     assert "50%" not in text and "TinyModel" in text and "quick profile" in text
     assert "every method loses passkey (exact match): at most 2/4 against 4/4 uncompressed" in text
 
 
 def test_the_committed_decision_map_names_what_ran():
-    text = "\n".join(A.decision_lines(SUMMARY))
+    text = "\n".join(D.decision_lines(SUMMARY))
     assert "At 25% of the cache" in text and "50% of the cache" not in text
-    best = {(d["budget"], d["task"]): d["best"] for d in A.decisions(SUMMARY)}
+    best = {(d["budget"], d["task"]): d["best"] for d in D.decisions(SUMMARY)}
     for r in SUMMARY["leaderboard"]:
         if r.get("best") and (r["budget_label"], r["metric"]) in best:
             assert best[(r["budget_label"], r["metric"])] == r["method"]
