@@ -11,13 +11,15 @@ context, within the exact last window), so only the answer's tokens are fed afte
 and lengths are those where exact attention solves the task (>= 90%, :data:`kvbounds.e2e.curves.POWER_FLOOR`)
 for the model, measured (the report states exact attention's score on every cell; a cell below it is "no power"):
 
-* full (20 instances a curve cell): SmolLM2 at 2048 tokens: passkey with every method of :data:`CURVE_METHODS`,
-  the single needle and perplexity with :data:`RULER_FAST`; Qwen2.5-Coder-0.5B at 2048: line retrieval (32 lines)
-  with every method; every other RULER-style task on both models with exact attention alone (:data:`EXACT_ONLY`
-  instances: its score, "no power" below 90%); the needle-depth x context-length sweep (SmolLM2, single needle,
-  exact attention and :data:`SWEEP_METHODS` at 25% of the cache). The first grid (every method on every cell, Qwen's
-  perplexity, 5 exact-only instances) measured about 290 loaded wall s per SmolLM2 passkey instance, 84% of it
-  SubGen's estimator: 2.5 h on 2 cores for the grid, past the full profile's budget; this one is sized to ~1 h.
+* full (20 instances a curve cell): SmolLM2 at 2048 tokens: passkey and perplexity with every method of
+  :data:`CURVE_METHODS`, the single needle with :data:`RULER_METHODS`; Qwen2.5-Coder-0.5B at 2048: line retrieval
+  (32 lines) with every method; every other RULER-style task on both models with exact attention alone
+  (:data:`EXACT_ONLY` instances: its score, "no power" below 90%); the needle-depth x context-length sweep (SmolLM2,
+  single needle, exact attention and :data:`SWEEP_METHODS` at 25% of the cache). Measured on 2 loaded cores, a
+  SmolLM2 passkey instance takes 150-450 wall s, a Qwen line-retrieval instance 240-460 (a trial's fixed cost
+  dominates: the model, the exact prefill with the attention inputs captured; each method's compression and
+  scoring takes 0.2-3 s), so the grid is sized by its trial count (Qwen's perplexity curve left out, 3 exact-only
+  instances): 122 trials.
 * quick (smaller, and saying so: 4 instances a cell at 512 tokens, :data:`QUICK_METHODS`): SmolLM2 passkey and
   Qwen line retrieval (8 lines), so that the report's panels are drawn from a run of minutes.
 """
@@ -42,10 +44,6 @@ CURVE_METHODS = tuple(m for m in N.DEFAULT_METHODS if m not in ("kernel_thinning
                                                                  "kvpress:random"))
 # the needle tasks' and Qwen's perplexity curves: the papers' main variants against the strongest baselines
 RULER_METHODS = ("streaming_llm", "uniform", "h2o", "kvpress:snapkv", "kvpress:tova") + PAPERS_MAIN
-# the cells whose task is not one of SubGen's own (the needle, perplexity): RULER_METHODS less SubGen's estimator,
-# whose greedy k-center traversal and equal-memory fit took 84% of a passkey curve trial's time (3,717 of 4,440
-# loaded s over 15 instances); SubGen's curves are the passkey's and line retrieval's
-RULER_FAST = tuple(m for m in RULER_METHODS if m != _SG["subgen"])
 QUICK_METHODS = ("streaming_llm", "uniform", "h2o", "kvpress:snapkv") + PAPERS_MAIN
 SWEEP_METHODS = ("streaming_llm", "h2o", "kvpress:snapkv", _BKV["pseudocode"])
 SWEEP_LENGTHS = (1024, 2048, 4096)
@@ -59,13 +57,14 @@ EXACT_ONLY = 3          # instances of a RULER-style task a model does not solve
 # 2048 tokens (exact attention, question inside): SmolLM2 retrieves niah_single 3/3, niah_multikey 3/3, the
 # passkey's digits 3/3, niah_multivalue 0/3, vt 0/3, cwe 0/3; Qwen niah_single 2/2, niah_multikey 2/2, passkey 2/2,
 # lines (32) 5/5, niah_multivalue 0/2, vt 0/2, cwe 0/2
-# The full profile's e2e share is sized to ~1 h on 2 idle cores: the two retrieval tasks with every method (the
-# papers' claims' own tasks, one per model), the needle and perplexity with RULER_FAST; Qwen's perplexity curve left
-# out (its line retrieval is the second model's curve)
+# The full profile's e2e share is sized by its trial count: a trial's fixed cost (loading the model, the exact
+# prefill capturing the attention inputs, scoring exact attention) dominates it, the methods' compressions and
+# scorings being 0.2-3 s each (loaded, SmolLM2 passkey at 2048); Qwen's perplexity curve is left out (its line
+# retrieval is the second model's curve) and the exact-only tasks run 3 instances
 FULL = (("smollm2", "passkey", 2048, CURVE_INSTANCES, CURVE_METHODS),
         (QWEN, "lines", 2048, CURVE_INSTANCES, CURVE_METHODS),
-        ("smollm2", "niah_single", 2048, CURVE_INSTANCES, RULER_FAST),
-        ("smollm2", "ppl", 2048, CURVE_INSTANCES, RULER_FAST),
+        ("smollm2", "niah_single", 2048, CURVE_INSTANCES, RULER_METHODS),
+        ("smollm2", "ppl", 2048, CURVE_INSTANCES, CURVE_METHODS),
         ) + tuple((m, t, 2048, EXACT_ONLY, ()) for m in ("smollm2", QWEN) for t in RULER
                   if (m, t) != ("smollm2", "niah_single"))
 QUICK = (("smollm2", "passkey", 512, 4, QUICK_METHODS),
