@@ -75,6 +75,15 @@ def call_n(call: dict):
     return call.get("n")
 
 
+def call_units(call: dict) -> str:
+    """"20 streams" where the unit is an independent stream; else the count with what it counts ("80 cells of one
+    text": not independent, as the call's unit says)."""
+    unit = call.get("unit") or ""
+    if "stream" in unit and "independent" in unit:
+        return f"{call_n(call)} streams"
+    return f"{call_n(call)} cells of one text" if "one text" in unit else f"{call_n(call)} {unit or 'units'}"
+
+
 def call_metric(call: dict, default: str) -> str:
     """The metric a call was made on, in words: the practitioner's when the call says so, else the claim's own."""
     return PRACTITIONER_METRIC if call.get("metric") == "practitioner" else default
@@ -144,17 +153,17 @@ PAPERS = {
     "BalanceKV": {
         "title": "BalanceKV (BalanceKV-NeurIPS numbering)",
         "theorems": (("Thm 3.1", "BKV.attention"), ("Thm 3.3", "SB.discrepancy"), ("Thm 3.4", "MR.error"),
-                     ("Thm 3.2", "LB.index"), ("Thm 3.1 streamed in generation", "BKV.decode")),
+                     ("Thm 3.2", "LB.index"), ("Thm 3.1 in generation", "BKV.decode")),
         "as_written": ("Alg. 1 as written", "BKV.attention", "real SmolLM2",
                        "worst-case attention error"),
         "released": ("The authors' released walk", "BKV.vs-uniform", "real SmolLM2 | released walk at temp 1",
-                     "relative attention error (Fig. 1)"),
+                     "relative error (Fig. 1)"),
         "inside": ("BKV.e2e", True),      # (the experiment inside a model, whether it names its variants)
     },
     "SubGen and ClusterGen": {
         "title": "SubGen and ClusterGen (SubGen numbering; its Thm 1 is ClusterGen Thm 2.4)",
         "theorems": (("Thm 1", "SG.attention"), ("Lemma 1", "SG.reservoir"),
-                     ("Lemma 2", "SG.clusters"), ("Thm 1 streamed in generation", "SG.decode")),
+                     ("Lemma 2", "SG.clusters"), ("Thm 1 in generation", "SG.decode")),
         "as_written": ("Alg. 1 as written", "SG.attention", "real SmolLM2",
                        "worst-case attention error"),
         "released": None,
@@ -268,7 +277,7 @@ def _versus(summary: dict, spec) -> str:
     control, c = best
     text = (f"{who}, on {family.split(' | ')[0]} keys at equal memory: {_ratio(call_effect(c))} the "
             f"{call_metric(c, metric)} of {CONTROL_WORDS.get(control, control)}, the strongest baseline "
-            f"({call_word(c)}, {call_n(c)} streams)")
+            f"({call_word(c)}, {call_units(c)})")
     z = calls.get("zeros")
     if z is not None and call_word(z) == "worse":
         text += f"; zeros do better ({_ratio(call_effect(z))})"
@@ -341,7 +350,7 @@ def _errata_sentence(summary: dict, cids: list[str]) -> str:
         return "No proof step was found in error."
     n = sum(k for _, k in with_errata)
     names = ", ".join(f"{link(cid)} {k}" for cid, k in with_errata)
-    return f"Proof errata: {n} ({names}); the statements stand."
+    return f"Proof errata: {n} ({names}); statements stand."
 
 
 def paper_claims(name: str) -> list[str]:

@@ -42,7 +42,7 @@ def test_the_theorem_numbers_are_the_registry_s():
     from kvbounds import claims as registry
     for spec in A.PAPERS.values():
         for label, cid in spec["theorems"]:
-            head = label.split(" streamed")[0].split("'s ")[0]
+            head = label.split(" in generation")[0].split("'s ")[0]
             head = head.replace("Sec. 8", "Sec. 8").strip()
             assert head.split()[-1] in registry.CLAIMS[cid].source or head in registry.CLAIMS[cid].source, (cid, label)
 
