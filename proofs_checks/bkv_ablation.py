@@ -10,16 +10,18 @@ and ``released-t0.1`` (the authors' released walk as the Fig. 3 notebook calls i
 
 Records of a batch-size trial (one layer, one T, all b inside), per variant:
   * ``error <variant>``    measured = mean error at b, bound = mean error at the next smaller b (b_min: itself);
-                           holds = measured <= bound; one-sided Mann-Whitney p-values over seeds both ways;
-                           the walk diagnostic of the first seed;
+                           holds = measured <= bound; the walk diagnostic of the first seed; the step's call is
+                           the one rule's over the texts (:func:`bkv_variants.step_calls`: seeds and layers of one
+                           text are one unit);
   * ``runtime <variant>``  measured = median seconds of one selection (all KV heads) at b, bound = the same at
                            the next smaller b; holds = measured >= bound (extra["direction"] says so).
 Records of the ingredient trial (``ingredients=True``; one layer, one T, the largest b): ``ingredient <name>``:
 starting from the released recipe (temp 0.1, gamma 4, centring, kernel constant 0.025, weights carried into the
 kernel, released estimator) one ingredient is changed; measured = its mean error, bound = the recipe's;
-extra: uniform sampling's error, the share of the recipe's gain over uniform that the change loses
-((err - recipe) / (uniform - recipe)) and one-sided tests against the recipe. An ingredient "carries the gain"
-when changing it is significantly worse than the recipe (p < 0.05) and loses at least half of the gain.
+extra: uniform sampling's error and the share of the recipe's gain over uniform that the change loses
+((err - recipe) / (uniform - recipe)). An ingredient "carries the gain"
+when changing it is worse than the recipe by the one rule (at the unit, a text; seeds are not units) and loses
+at least half of the gain.
 """
 from __future__ import annotations
 
@@ -30,9 +32,8 @@ from kvbounds.verdict import NOT_RUN, FigureSpec, Finding, Verdict
 from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
-from .bkv_variants import (COIN_WORDS, INGREDIENTS, LABELS, SHORT, WORDS, combine, compare, finish, reproduction, run_variants,
-                           significant_counts,
-                           variant_name, version_findings, walk_summary)
+from .bkv_variants import (COIN_WORDS, INGREDIENTS, LABELS, SHORT, WORDS, combine, finish, reproduction, run_variants,
+                           step_calls, text_of, variant_name, version_findings, walk_summary)
 from .common import fallback_notes, make_record, pick
 from . import walk_cause
 
@@ -97,11 +98,10 @@ def run_trial(params: dict, seed: int, backend: str):
             err, perr = res["errors"][m].mean(axis=1), pres["errors"][m].mean(axis=1)
             tm, ptm = np.asarray(res["times"][m]), np.asarray(pres["times"][m])
             p = dict(params, block_size=b)
-            test = compare(err, perr) if pb != b else dict(p_less=None, p_greater=None, better=False, worse=False)
             recs.append(make_record(CLAIM, p, measured=err.mean(), bound=perr.mean(), holds=bool(err.mean() <= perr.mean()),
                                     bound_kind="exact", check=f"error {m}", trials=len(err),
                                     source=SOURCE + " (bound = error at the next smaller b)", method=m,
-                                    variant=LABELS[m], stats=mean_and_spread(err), previous_block=pb, **test,
+                                    variant=LABELS[m], stats=mean_and_spread(err), previous_block=pb,
                                     **walk_summary(res["diagnostics"].get(m, [])), **common,
                                     walk_cause=causes[b][walk_cause.VARIANT_KERNELS[m][0]]))
             recs.append(make_record(CLAIM, p, measured=float(np.median(tm)), bound=float(np.median(ptm)),
@@ -135,7 +135,7 @@ def _ingredient_trial(Q, K, V, meta, params, seeds, group):
                                        "recipe's error", ingredient=name, change=INGREDIENTS[name],
                                 stats=mean_and_spread(e), uniform=mean_and_spread(unif), recipe=mean_and_spread(base),
                                 gain=float(gain), gain_lost=float((e.mean() - base.mean()) / gain) if gain else None,
-                                ratio_to_uniform=float(e.mean() / unif.mean()), **compare(e, base),
+                                ratio_to_uniform=float(e.mean() / unif.mean()),
                                 **walk_summary(res["diagnostics"].get(name, [])), **common,
                                 **(dict(walk_cause=cause[kernel], walk_side=side, walk_rule=rule) if kernel else {})))
     return recs
@@ -174,7 +174,13 @@ def ingredient_walk_text(records) -> str:
 
 
 def ingredient_table(records) -> list[dict]:
-    """Per ingredient and cell: error, ratio to uniform, share of the gain lost, significance (for reports)."""
+    """Per ingredient and cell: error, ratio to uniform, share of the gain lost, and the one rule's call of the
+    changed recipe against the recipe at the unit, a text (:func:`step_calls`, Holm over the ingredients; the
+    same call on every row of one ingredient), for reports."""
+    ing = [r for r in records if r.check.startswith("ingredient ") and r.extra["ingredient"] != "recipe"]
+    names = sorted({r.extra["ingredient"] for r in ing})
+    calls = dict(zip(names, step_calls([(name, "recipe", [r for r in ing if r.extra["ingredient"] == name])
+                                        for name in names]))) if names else {}
     out = []
     for r in sorted((r for r in records if r.check.startswith("ingredient ")),
                     key=lambda r: (r.params["trace"], r.params["T"], list(INGREDIENTS).index(r.extra["ingredient"])
@@ -182,7 +188,8 @@ def ingredient_table(records) -> list[dict]:
         out.append(dict(trace=r.params["trace"], T=r.params["T"], ingredient=r.extra["ingredient"],
                         error=r.measured, sd=r.extra["stats"]["std"], recipe=r.bound,
                         uniform=r.extra["uniform"]["mean"], ratio_to_uniform=r.extra["ratio_to_uniform"],
-                        gain_lost=r.extra["gain_lost"], significantly_worse=bool(r.extra["worse"]),
+                        gain_lost=r.extra["gain_lost"], call=calls.get(r.extra["ingredient"], {}).get("call", ""),
+                        significantly_worse=calls.get(r.extra["ingredient"], {}).get("call") == "worse",
                         walk_is_coin=bool(r.extra.get("walk_is_coin"))))
     return out
 
@@ -236,18 +243,23 @@ def summarize(records) -> Verdict:
                if r.check == f"runtime {m}"}
         if not err:
             continue
-        cells = [dict(p_less=r.extra.get("p_less"), p_greater=r.extra.get("p_greater"), n=r.extra.get("seeds_per_trial"),
-                      gate=run[(r.params["trace"], r.params["T"], r.params["block_size"])].holds) for r in err]
-        rep = reproduction(m, cells, setup)
+        steps = sorted({(r.params["T"], r.extra["previous_block"], r.params["block_size"]) for r in err})
+        calls = step_calls([(f"T = {T}, b {pb} -> {b}", f"b = {pb}", [r for r in err if (r.params["T"],
+                            r.extra["previous_block"], r.params["block_size"]) == (T, pb, b)]) for T, pb, b in steps])
+        gates = [all(run[(r.params["trace"], T, b)].holds for r in err if (r.params["T"], r.params["block_size"]) ==
+                     (T, b)) for T, pb, b in steps]
+        rep = reproduction(m, calls, setup, gates)
         reps.append(rep)
         rt = [r for r in run.values() if r.extra["previous_block"] != r.params["block_size"]]
         coin = all(r.extra.get("walk_is_coin") for r in err) and m != "balance"
         texts.append(f"{WORDS[rep.status]} for the {variant_name(m)}" + (f" ({COIN_WORDS})" if coin else "")
-                     + f" in {significant_counts(cells)[0]}/{len(cells)} doubling steps (significant error drop, "
-                       "longer runtime)")
-        parts.append(f"{m}: error falls in {sum(r.holds for r in err)}/{len(err)} steps (significantly "
-                     f"{sum(bool(r.extra.get('better')) for r in err)}, significantly rises {sum(bool(r.extra.get('worse')) for r in err)}); "
-                     f"runtime rises in {sum(r.holds for r in rt)}/{len(rt)}")
+                     + f": error lower (the one rule) with longer runtime in "
+                       f"{sum(c['call'] == 'better' and g for c, g in zip(calls, gates))}/{len(calls)} doubling steps"
+                     + (f" ({rep.bound_note})" if rep.bound_note else ""))
+        parts.append(f"{m}: error falls in {sum(r.holds for r in err)}/{len(err)} (text, layer, step) cells (each "
+                     f"the mean over its seeds); per step over {len({text_of(r) for r in err})} text(s), the unit: "
+                     + "; ".join(f"{c['family']}: {c['call']}" for c in calls)
+                     + f"; runtime rises in {sum(r.holds for r in rt)}/{len(rt)}")
     cause_parts, cause_finding = walk_cause.blockwise_text(records, SWEEP_VARIANTS, SHORT,
                                                            lambda r: f"layer {r.extra.get('layer', '?')}")
     parts += cause_parts

@@ -31,11 +31,11 @@ from kvbounds.verdict import (FigureSpec, Finding, Verdict, decide, decide_rate,
 
 from kvbounds.battery import walk_probe
 from kvbounds.battery import method_floats, stream_floats
-from kvbounds.battery import power_vs_controls
+from kvbounds.battery import power_on_both_metrics
 
 from .common import dispatch, make_record, pick, unit_directions
 from .mr_error import checkpoints
-from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing_record, power_trials
+from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, held_out_errors, missing_record, power_trials
 from kvbounds.streams import stream as power_stream
 from . import walk_cause
 
@@ -180,9 +180,10 @@ def power_trial(params: dict, seed: int, backend: str):
     The ablation: BalanceKV with fair coins for the walk (signs="random", the same seed: the walk's own uniforms)."""
     n, t, eps, delta = (params[k] for k in ("n", "t", "eps", "delta"))
     try:
-        Q, K, V, r, note = power_stream(params, seed, scale_of_d=lambda d: 1 / math.sqrt(d))
+        ps = power_stream(params, seed, scale_of_d=lambda d: 1 / math.sqrt(d))
     except LookupError as e:
         return [missing_record(CLAIM, params, SOURCE, e)]
+    Q, K, V, r = ps.Q, ps.K, ps.V, ps.r
     d = K.shape[1]
     T = max(int(math.log2(n / t)), 0)
     make = lambda signs: BalanceKV(d, batch_size=t, levels=T, eps=eps, r=r * (1 + 1e-9), delta=delta,
@@ -212,16 +213,32 @@ def power_trial(params: dict, seed: int, backend: str):
             else:
                 bat.add("ablation", e)
     held = method_floats(bkv)
+    practitioner = held_out_errors("attention", lambda qs: _answers(bkv, qs, backend), K, V, ps.later, held,
+                                   np.random.default_rng(seed + 4), scale=1 / math.sqrt(d),
+                                   ablation_estimate=lambda qs: _answers(coin, qs, backend))
     return [battery_record(CLAIM, params, SOURCE, worst, bat.values(), method_floats=held,
                            stream_floats=stream_floats(n, d, V.shape[1]),
-                           controls_floats=dict(bat.floats, ablation=method_floats(coin)), stream=note,
-                           stored=bkv.num_stored(), r_stream=r, degenerate=degenerate)]
+                           controls_floats=dict(bat.floats, ablation=method_floats(coin)), stream=ps.note,
+                           stored=bkv.num_stored(), r_stream=r, degenerate=degenerate, unit=ps.unit,
+                           practitioner=practitioner)]
+
+
+def _answers(est, qs, backend) -> np.ndarray:
+    """The estimator's attention output for each query of ``qs`` (m, d); inf where its estimate is undefined."""
+    out = []
+    for q in qs:
+        try:
+            out.append(np.asarray(to_numpy(est.query(asarray(np.ascontiguousarray(q), backend))), np.float64))
+        except DegenerateEstimate:
+            out.append(None)
+    dv = next((len(o) for o in out if o is not None), 1)
+    return np.stack([o if o is not None else np.full(dv, math.inf) for o in out])
 
 
 def power_summary(records):
     """(TrivialPower, the records without the power sweep's) for :func:`summarize`."""
     pw = [r for r in records if r.check == POWER_CHECK]
-    return power_vs_controls(pw, setting=lambda r: r.params["family"], metric="eps_hat"), \
+    return power_on_both_metrics(pw, setting=lambda r: r.params["family"], metric="eps_hat"), \
         [r for r in records if r.check != POWER_CHECK]
 
 

@@ -17,7 +17,7 @@ import math
 from kvbounds.battery import walk_probe
 
 from . import walk_cause
-from .decode_stream import merge_ablation, run_forced, run_generation, trials  # noqa: F401 - the check's trials
+from .decode_stream import merge_ablation, prompt_unit, run_forced, run_generation, trials  # noqa: F401 - the trials
 from .decode_verdict import build_records, summarize as _summarize
 from .decode_verdict import decode_rows as leaderboard_rows  # noqa: F401 - its leaderboard table
 from kvbounds.streams import POWER_CHECK
@@ -43,7 +43,8 @@ def run_trial(params: dict, seed: int, backend: str):
         return 0.5 * math.log(d) + 2 * h["r"] ** 2 / math.sqrt(d) + math.log(max(1.0, math.log2(row["n"] / M)) / M)
 
     cert = press.walk_sums
-    recs = build_records(CLAIM, SOURCE, params, rows, "F", log_scale, middle=M, reductions=press.reductions,
+    recs = build_records(CLAIM, SOURCE, params, rows, "F", log_scale, unit=prompt_unit(params, seed), middle=M,
+                         reductions=press.reductions,
                          halvings=cert.halvings if cert else 0, uncertified=cert.uncertified if cert else 0,
                          norm_free=lambda row: norm_free(row["n"], row["d"], M))
     if halvings:          # what each layer's walk (on pair differences) had to balance, raw and centred

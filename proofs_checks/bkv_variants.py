@@ -19,16 +19,13 @@ import math
 import time
 
 import numpy as np
-from scipy import stats
 
 from kvbounds.algorithms.balance_kv_released import FIGURE_TEMP, compress_cache_released, expand_groups, theory_walk_c
 from kvbounds.battery import COIN_C
 from kvbounds.algorithms.blockwise_balance_kv import compress_cache
 from kvbounds.theory.empirical import mean_and_spread
-from kvbounds.verdict import (Finding, Reproduction, combine_reproductions, finalize, reproduction_status, holm_adjust,
+from kvbounds.verdict import (Finding, Reproduction, combine_reproductions, finalize, reproduction_status,
                               statement_from_reproduction)
-
-ALPHA = 0.05
 COIN_NOTE = "the walk is indistinguishable from random signs here; BalanceKV = stratified uniform sampling"
 COIN_TOL = 1e-3            # mean |p - 1/2| below this at every level, and no clipped p: a fair coin
 
@@ -195,47 +192,49 @@ def run_variants(Q, K, V, *, T, sink, window, block_size, seeds, group: int = 1,
             "budget": sink + window + ((n - sink - window) >> T)}
 
 
-def compare(v, u) -> dict:
-    """One-sided Mann-Whitney tests of per-seed mean errors v against u (less: v better)."""
-    v, u = np.asarray(v, float), np.asarray(u, float)
-    if len(v) < 2 or len(u) < 2:
-        return dict(p_less=None, p_greater=None, better=False, worse=False)
-    pl = float(stats.mannwhitneyu(v, u, alternative="less").pvalue)
-    pg = float(stats.mannwhitneyu(v, u, alternative="greater").pvalue)
-    return dict(p_less=pl, p_greater=pg, better=pl < ALPHA, worse=pg < ALPHA)
-
-
 def per_kv_head(err: np.ndarray, group: int) -> list[float]:
     """Mean error per KV head (its query-head group), averaged over seeds: err (seeds, H)."""
     H = err.shape[1]
     return [float(err[:, g * group:(g + 1) * group].mean()) for g in range(max(H // group, 1))]
 
 
-def significant_counts(cells: list[dict]) -> tuple[int, int]:
-    """(better, worse) over a variant's cells: each direction's one-sided p-values Holm-adjusted over the cells
-    (:func:`kvbounds.verdict.holm_adjust`); a cell with ``gate`` False (e.g. runtime did not rise) never counts
-    as better."""
-    adj_b = holm_adjust([c.get("p_less") for c in cells])
-    adj_w = holm_adjust([c.get("p_greater") for c in cells])
-    return (sum(p < ALPHA and c.get("gate", True) for p, c in zip(adj_b, cells)), sum(p < ALPHA for p in adj_w))
+def text_of(r) -> str:
+    """The unit of a record: the text it reads (its layers and the seeds inside it are one unit); the trace without
+    its layer for the default text."""
+    import re
+    return r.extra.get("unit") or re.sub(r":L\d+", "", str(r.params.get("trace", "")))
 
 
-def reproduction(variant: str, cells: list[dict], setup: str) -> Reproduction:
-    """One Reproduction from cells with p-values (verdict.reproduction_status, test-type): a cell counts as better
-    only with >= MIN_INSTANCES seeds (its ``n``, when given); too few seeds anywhere make a miss ``not-shown``."""
-    from kvbounds.verdict import MIN_INSTANCES
-    ns = [c.get("n") for c in cells]
-    small = [n for n in ns if n is not None and n < MIN_INSTANCES]
-    usable = [dict(c, gate=c.get("gate", True) and not (c.get("n") is not None and c["n"] < MIN_INSTANCES))
-              for c in cells]
-    b, w = significant_counts(usable)
-    st = reproduction_status(b, w, len(cells), kind="test", powered=not small)
-    note = (f"underpowered: {len(small)}/{len(cells)} cells with fewer than {MIN_INSTANCES} seeds"
-            if st == "not-shown" else "")
-    return Reproduction(variant, st, setup, f"{LABELS.get(variant, variant)}: significantly better in {b}/{len(cells)} "
-                        f"cells, significantly worse in {w}/{len(cells)} (one-sided Mann-Whitney, Holm-adjusted over "
-                        f"the {len(cells)} cells, p < {ALPHA}; a cell counts with >= {MIN_INSTANCES} seeds)",
-                        bound_note=note)
+def step_calls(cells: list[tuple]) -> list[dict]:
+    """The one rule's calls (:func:`kvbounds.verdict.paired_calls`, Holm over the cells given) of
+    [(family, control, records)]: each record's ``measured`` (the method, its seeds' mean) against its ``bound`` (the
+    reference), lower is better, per unit a text (:func:`text_of`; its layers summarised by their median)."""
+    from kvbounds.verdict import Comparison, paired_calls, per_unit
+    comps = []
+    for family, control, recs in cells:
+        m, b = (per_unit((text_of(r), value(r)) for r in recs) for value in (lambda r: r.measured, lambda r: r.bound))
+        keys = sorted(m)
+        comps.append(Comparison(family, control, [m[k] for k in keys], [b[k] for k in keys],
+                                reason="" if keys else "no records"))
+    return [c.as_dict() for c in paired_calls(comps, unit="distinct texts (seeds and layers averaged within)",
+                                              metric="practitioner")]
+
+
+def reproduction(variant: str, calls: list[dict], setup: str, gates=None) -> Reproduction:
+    """One Reproduction from a variant's calls (:func:`step_calls`; verdict.reproduction_status, test-type): a call
+    counts as better only where its ``gates`` entry is True (e.g. the runtime rose); a call not attainable with its
+    units makes a miss ``not-shown``."""
+    gates = list(gates) if gates is not None else [True] * len(calls)
+    b = sum(c["call"] == "better" and g for c, g in zip(calls, gates))
+    w = sum(c["call"] == "worse" for c in calls)
+    short = [c for c in calls if c["call"] == "not attainable"]
+    st = reproduction_status(b, w, len(calls), kind="test", powered=not short)
+    note = (f"underpowered: not attainable with {short[0]['n']} unit(s) (smallest p = {short[0]['smallest_p']:.2g})"
+            if short and st == "not-shown" else "")
+    units = sorted({c["n"] for c in calls})
+    return Reproduction(variant, st, setup, f"{LABELS.get(variant, variant)}: better in {b}/{len(calls)} cells, worse "
+                        f"in {w} (the one rule at the unit, a text: {'/'.join(map(str, units))} text(s), seeds and "
+                        f"layers averaged within; Holm over the {len(calls)} cells)", bound_note=note)
 
 
 def combine(reps) -> str:

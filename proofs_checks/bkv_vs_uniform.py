@@ -38,9 +38,8 @@ from kvbounds.theory.empirical import mean_and_spread
 from kvbounds.traces.real import layer_heads, real_or_synthetic_spec
 
 from .bkv_variants import (ABLATION_OVERRIDES, ABLATIONS, COIN_NOTE, COIN_WORDS, LABELS, SHORT, WORDS, combine,
-                           compare, exact_last, finish, per_kv_head, reproduction,
-                           significant_counts,
-                           run_variants, variant_name, version_findings, walk_summary)
+                           exact_last, finish, per_kv_head, run_variants, variant_name, version_findings,
+                           walk_summary)
 from .bkv_trivial import CAVEAT, mean_values_error, trivial_power
 from .common import dispatch, fallback_notes, make_record, pick
 from . import bkv_walk_share as walk_share, walk_cause
@@ -56,22 +55,34 @@ def _spec(model: str, layer: int, n: int) -> tuple[str, str | None]:
     return real_or_synthetic_spec(f"{model}:L{layer}:{n}", kind="gaussian")
 
 
+# The unit of replication is a text: quick and full read UNITS distinct texts of the corpus
+# (kvbounds.traces.corpus, the windows the power streams read), layers of one text one unit. Quick: 20 texts of 544
+# tokens, layer 2, T = 2 (a quarter of the middle kept), 4 seeds (~2 CPU s per text); full: 20 texts of 1056
+# tokens, layers 2, 8, 14, every T, 4 seeds. The paper's single long trace (4096 tokens at 256/256) costs ~50 CPU s
+# per (layer, T) cell: 20 texts of it are past the full profile's budget. Smoke: the cached default text (one unit).
+UNITS = {"quick": 20, "full": 20}
+
+
 def trials(profile: str) -> list[dict]:
-    model = pick(profile, smoke="minilm", quick="smollm2", full="smollm2")
-    # quick keeps the cached 2048-token trace at 128/128: the 4096-token trace at the paper's 256/256 costs about
-    # 4x the time per layer (and a second extraction on a cold cache), past the main job's budget on 2 cores
-    n = pick(profile, smoke=512, quick=2048, full=4096)
-    layers = pick(profile, smoke=[1], quick=[1, 5], full=[1, 2, 5, 15, 29])
-    sink = pick(profile, smoke=32, quick=128, full=256)
-    block = pick(profile, smoke=64, quick=128, full=256)
-    seeds = pick(profile, smoke=3, quick=10, full=10)
-    Ts = pick(profile, smoke=[1, 3], quick=[1, 2, 3, 4], full=[1, 2, 3, 4])
-    out = []
-    for l in layers:
-        spec, why = _spec(model, l, n)
-        out += [dict(trace=spec, T=T, sink=sink, window=sink, block_size=block, seeds=seeds,
-                     fallback=why or "") for T in Ts]
-    return out + walk_share.trials(profile)
+    if profile == "smoke":
+        spec, why = _spec("minilm", 1, 512)
+        return [dict(trace=spec, T=T, sink=32, window=32, block_size=64, seeds=3, fallback=why or "")
+                for T in (1, 3)] + walk_share.trials(profile)
+    from kvbounds.traces.real import available
+    from kvbounds.streams import REAL_LAYERS, real_texts
+    n = pick(profile, smoke=544, quick=544, full=1056)
+    layers = pick(profile, smoke=[2], quick=[2], full=[2, 8, 14])
+    sink = pick(profile, smoke=32, quick=32, full=64)
+    Ts = pick(profile, smoke=[2], quick=[2], full=[1, 2, 3, 4])
+    if available("smollm2"):        # without the model: the synthetic fallback's one trace (the verdict says so)
+        spec, why = _spec("smollm2", layers[0], n)
+        return [dict(trace=spec, T=T, sink=sink, window=sink, block_size=sink, seeds=4, fallback=why or "")
+                for T in Ts] + walk_share.trials(profile)
+    names = real_texts("real SmolLM2", n)[:UNITS["full" if profile in ("full", "gpu") else "quick"]]
+    extract = tuple(sorted(set(layers) | set(REAL_LAYERS["real SmolLM2"]["full" if profile == "full" else "quick"])))
+    return [dict(trace=f"smollm2:L{l}:{n}", text=name, layers=list(extract), T=T, sink=sink, window=sink,
+                 block_size=sink, seeds=4, fallback="") for name in names for l in layers for T in Ts] + \
+        walk_share.trials(profile)
 
 
 # ------------------------------------------------------------------------------- the experiment
@@ -156,8 +167,14 @@ def run_experiment(Q, K, V, *, T: int, sink: int, window: int, block_size: int, 
 
 
 def cell_trial(params: dict, seed: int, backend: str):
-    """One (layer, T) cell of the single-layer experiment: every method's error over seeds."""
-    Q, K, V, meta = layer_heads(params["trace"])
+    """One (text, layer, T) cell of the single-layer experiment: every method's error over seeds."""
+    if params.get("text"):         # a window of one distinct text of the corpus (the unit of replication)
+        from kvbounds.traces.corpus import layer_heads as text_layer_heads
+        spec = params["trace"].split(":")
+        Q, K, V, meta = text_layer_heads(spec[0], int(spec[1][1:]), int(spec[2]), params["text"],
+                                         params.get("layers", ()))
+    else:
+        Q, K, V, meta = layer_heads(params["trace"])
     group = int(meta.get("n_heads", 1) // meta.get("n_kv_heads", 1)) if meta.get("n_kv_heads") else 1
     T, sink, window = params["T"], params["sink"], params["window"]
     seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(params["seeds"])]
@@ -171,17 +188,17 @@ def cell_trial(params: dict, seed: int, backend: str):
     unif = np.asarray(errs["uniform"])
     common = dict(budget=res["budget"], n=int(K.shape[1]), heads=int(K.shape[0]), kv_heads=int(K.shape[0]) // group,
                   group=group, model=meta["model"], fallback=params.get("fallback", ""), uniform=mean_and_spread(unif),
-                  layer=meta.get("layer", -1),
+                  layer=meta.get("layer", -1), unit=f"text {params['text']}" if params.get("text") else
+                  f"text {meta.get('text_hash', params['trace'])[:12]}",
                   uniform_per_kv_head=per_kv_head(heads["uniform"], group) if "uniform" in heads else None)
     recs = []
     for name, vals in errs.items():
         if name.endswith("(failed)") or not vals:
             continue
         v = np.asarray(vals, dtype=float)
-        test = compare(v, unif) if name != "uniform" else dict(p_less=None, p_greater=None, better=False, worse=False)
         extra = dict(method=name, variant=LABELS.get(name, name), stats=mean_and_spread(v), per_seed=v.tolist(),
                      ratio=float(v.mean() / unif.mean()),
-                     seeds_per_trial=len(seeds), **test, **common)
+                     seeds_per_trial=len(seeds), **common)
         if name in heads:
             pk = per_kv_head(heads[name], group)
             extra.update(per_kv_head=pk, ratio_per_kv_head=[a / b for a, b in zip(pk, common["uniform_per_kv_head"])])
@@ -210,28 +227,54 @@ def setup_text(records) -> str:
     layers = sorted({r.extra.get("layer", -1) for r in records})
     ns = sorted({r.extra.get("n", 0) for r in records})
     sinks = sorted({r.params.get("sink") for r in records})
+    units = len({r.extra.get("unit") for r in records if r.extra.get("unit")})
     return (f"{'/'.join(models)} layers {layers}, n = {'/'.join(map(str, ns))}, sink = window = "
-            f"{'/'.join(map(str, sinks))} (paper: Llama-3.1-8B / Ministral-8B on TriviaQA, layers 1, 2, 5)")
+            f"{'/'.join(map(str, sinks))}, {units} distinct text(s) (the unit) (paper: Llama-3.1-8B / Ministral-8B on "
+            f"TriviaQA, layers 1, 2, 5)")
 
 
 def variant_cells(records, method: str) -> list[dict]:
-    return [dict(p_less=r.extra.get("p_less"), p_greater=r.extra.get("p_greater"), record=r,
-                 n=r.extra.get("seeds_per_trial"))
-            for r in records if r.check == f"error {method}"]
+    return [dict(record=r, n=r.extra.get("seeds_per_trial")) for r in records if r.check == f"error {method}"]
 
 
-def per_variant_text(reps, records) -> str:
-    """'not reproduced for the pseudocode walk at the theorem's c (= random halving) in 0/8 cells; reproduced for the
-    released walk (authors' code: ...) in 6/8 cells; ...' (the variants' words from the method registry)."""
+def per_variant_text(reps, records, calls_by_variant: dict) -> str:
+    """'not reproduced for the pseudocode walk at the theorem's c (= random halving): tied with uniform (1.01 [...],
+    11/20 wins); reproduced for the released walk (authors' code: ...): better than uniform (...); ...' (the variants'
+    words from the method registry; each call the one rule's against uniform at the unit, a text)."""
+    from kvbounds.verdict import call_words
     out = []
     for rep in reps:
         cells = variant_cells(records, rep.variant)
-        b = significant_counts(cells)[0]
         coin = cells and all(c["record"].extra.get("walk_is_coin") for c in cells) and rep.variant != "balance"
-        word = WORDS[rep.status]
-        out.append(f"{word} for the {variant_name(rep.variant)}" + (f" ({COIN_WORDS})" if coin else "")
-                   + f" in {b}/{len(cells)} cells")
+        calls = "; ".join(call_words(c) for c in calls_by_variant.get(rep.variant, []))
+        out.append(f"{WORDS[rep.status]} for the {variant_name(rep.variant)}" + (f" ({COIN_WORDS})" if coin else "")
+                   + (f": {calls}" if calls else ""))
     return "; ".join(out)
+
+
+def reproductions_at_the_unit(trivial, variants: dict, setup: str) -> tuple[list, dict]:
+    """(one Reproduction per variant, {variant: its calls against uniform}): the one rule's calls of the variant
+    against uniform sampling at the unit, a text (:func:`kvbounds.proofs_checks.bkv_trivial.trivial_power`), one per
+    memory setting T; reproduced / partial / reversed by :func:`kvbounds.verdict.reproduction_status` over those
+    settings; a miss is not-shown (underpowered) when a setting's call is not attainable with its units."""
+    from kvbounds.verdict import Reproduction, reproduction_status
+    reps, by = [], {}
+    for m, label in variants.items():
+        calls = [c for c in (trivial.calls if trivial else []) if c["control"] == "uniform"
+                 and c["family"].split(" | ")[1:2] == [label] and c["call"] != "not tested"]
+        if not calls:
+            continue
+        by[m] = calls
+        b, w = sum(c["call"] == "better" for c in calls), sum(c["call"] == "worse" for c in calls)
+        short = [c for c in calls if c["call"] == "not attainable"]
+        status = reproduction_status(b, w, len(calls), kind="test", powered=not short)
+        units = sorted({c["n"] for c in calls})
+        reps.append(Reproduction(m, status, setup, f"{LABELS.get(m, m)}: better than uniform in {b}/{len(calls)} "
+                                 f"memory settings, worse in {w} (the one rule at the unit, a text: "
+                                 f"{'/'.join(map(str, units))} texts)",
+                                 bound_note=(f"underpowered: not attainable with {short[0]['n']} unit(s) "
+                                             f"(smallest p = {short[0]['smallest_p']:.2g})" if short else "")))
+    return reps, by
 
 
 def kernel_thinning_text(kt, records) -> str:
@@ -258,17 +301,17 @@ def summarize(records) -> Verdict:
     findings, parts = list(version_findings(CLAIM)), []
     parts += fallback_notes(records)
     setup = setup_text(records)
-    reps = []
+    labels = {m: SHORT[m].replace("the ", "", 1) for m in BKV_VARIANTS}
+    trivial = trivial_power(CLAIM, records, labels, ABLATIONS)
+    reps, calls_by_variant = reproductions_at_the_unit(trivial, labels, setup)
     for m in BKV_VARIANTS:
         cells = variant_cells(records, m)
         if not cells:
             continue
-        reps.append(reproduction(m, cells, setup))
         ratios = [c["record"].ratio for c in cells]
-        nb, nw = significant_counts(cells)
-        parts.append(f"{m}: below uniform in {sum(c['record'].holds for c in cells)}/{len(cells)} cells, significantly "
-                     f"(Holm-adjusted) in {nb}/{len(cells)} (worse: {nw}); "
-                     f"ratio to uniform {min(ratios):.3g}..{max(ratios):.3g} (median {np.median(ratios):.3g})")
+        parts.append(f"{m}: below uniform in {sum(c['record'].holds for c in cells)}/{len(cells)} (text, layer, T) "
+                     f"cells (each the mean over its seeds); ratio to uniform {min(ratios):.3g}..{max(ratios):.3g} "
+                     f"(median {np.median(ratios):.3g})")
     for m in BKV_VARIANTS:
         cells = variant_cells(records, m)
         if len(cells) and all(c["record"].extra["stats"]["std"] == 0 and c["record"].trials > 1 for c in cells):
@@ -305,12 +348,11 @@ def summarize(records) -> Verdict:
             findings.append(Finding(CLAIM, "negative control not rejected",
                                     "BalanceKV without its 2^T weights was below uniform sampling: the comparison "
                                     "cannot tell a broken estimator apart here", c.params, kind="erratum"))
-    trivial = trivial_power(CLAIM, records, {m: SHORT[m].replace("the ", "", 1) for m in BKV_VARIANTS}, ABLATIONS)
     parts.append(f"against doing nothing ({CAVEAT}): " + trivial.detail if trivial else
                  "trivial controls (zeros, mean of values, recent window): not recorded (records from before issue 20)")
     if trivial and trivial.power != "n/a":
         power = "low" if "low" in (power, trivial.power) else "shown"
-    text = per_variant_text(reps, records)
+    text = per_variant_text(reps, records, calls_by_variant)
     main = [r for r in records if r.check == "error balance"]
     ratios = [r.measured / r.bound for r in main]
     v = Verdict(CLAIM, "", text + "; " + "; ".join(parts), findings=findings, figures=figs,

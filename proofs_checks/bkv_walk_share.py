@@ -8,19 +8,22 @@ estimator) tells the two apart only with the estimator held fixed, so this part 
 walk at temp 1, fair coins} x estimator {released, consistent (log w in both sums)} on the same cuts: per seed one
 selection of the walk and one of the coins from the same uniforms, each scored with both estimators.
 
-Unit: an independent text window, :data:`SETUP`'s ``windows`` non-overlapping windows of ``length`` tokens of one
-long SmolLM2 trace (``text_tokens`` tokens of the default text, a documentation corpus whose topics change every
-few hundred tokens; its layers ``layers`` only are extracted). Within a window the first ``sink`` tokens and the
-last ``window`` are exact, the middle is compressed by 2^-T (blocks of ``block_size``), and the metric is the
-practitioner's: the mean relative attention error over the last ``window`` queries (held out: they follow the
-compressed middle and attend to it causally), averaged over query heads, the layers and ``seeds`` seeds (never
-counted as units). One record per (window, T): ``measured`` the released walk's error, ``bound`` its ablation's,
-``extra["arms"]`` each arm's, ``extra["weight_sum"]`` each selection's middle weights summed over the middle's
-token count (the released estimator's numerator mass; 1 is consistent).
+Unit: an independent text window, the first ``length`` tokens of one distinct text of the corpus
+(:mod:`kvbounds.traces.corpus`: unit i reads text i of those long enough, :func:`kvbounds.streams.real_texts`;
+each record names its text), :data:`SETUP`'s ``units`` texts, read from the real-trace cache at the extraction
+window that holds them (the layers ``layers`` extracted together with the power streams'). Within a window the
+first ``sink`` tokens and the last ``window`` are exact, the middle is compressed by 2^-T (blocks of
+``block_size``), and the metric is the practitioner's: the mean relative attention error over the last ``window``
+queries (held out: they follow the compressed middle and attend to it causally), averaged over query heads, the
+layers and ``seeds`` seeds (never counted as units: layers and seeds of one text are one unit). One record per
+(text, T): ``measured`` the released walk's error, ``bound`` its ablation's, ``extra["arms"]`` each arm's,
+``extra["weight_sum"]`` each selection's middle weights summed over the middle's token count (the released
+estimator's numerator mass; 1 is consistent). The smoke profile cuts non-overlapping windows of one synthetic
+trace of i.i.d. Gaussian keys (independent draws).
 
-The calls (:func:`share_calls`): four paired comparisons per T over the windows, the package's rule for "better"
-(:mod:`kvbounds.battery`: signed-rank tests on log-ratios, two-sided, Holm over every comparison and T named in
-the text, the median ratio with its 95% interval):
+The calls (:func:`share_calls`): four paired comparisons per T over the windows, the one rule for "better"
+(:func:`kvbounds.verdict.paired_calls`: signed-rank tests on log-ratios, two-sided, Holm over every comparison and
+T named in the text, the effect with its 95% interval):
   * the walk against coins, released estimator (the battery's ablation: the released variant's "win");
   * the walk against coins, consistent estimator (the walk's own share);
   * the released estimator against the consistent one, at the walk and at the coins (the estimator's share).
@@ -49,46 +52,56 @@ COMPARISONS = (("walk, released estimator", "coin, released estimator", "the wal
                 "consistent one, at the walk"),
                ("coin, released estimator", "coin, consistent estimator", "the released estimator against the "
                 "consistent one, at the coins"))
+# quick: 20 texts of 384 tokens, layers 2 and 14 (cached with the power streams' quick layers), 4 seeds; full: the
+# same 20 texts, layers 2, 14 and 27, 10 seeds
 SETUP = {
-    "smoke": dict(model="synthetic", windows=3, length=192, layers=(1,), Ts=(1, 2), seeds=2, block_size=32, sink=16,
+    "smoke": dict(model="synthetic", units=3, length=192, layers=(1,), Ts=(1, 2), seeds=2, block_size=32, sink=16,
                   window=16),
-    "quick": dict(model="smollm2", windows=20, length=384, layers=(1, 5), Ts=(1, 2, 3), seeds=4, block_size=64,
+    "quick": dict(model="smollm2", units=20, length=384, layers=(2, 14), Ts=(1, 2, 3), seeds=4, block_size=64,
                   sink=32, window=32),
-    "full": dict(model="smollm2", windows=21, length=384, layers=(1, 5, 15), Ts=(1, 2, 3), seeds=10, block_size=64,
+    "full": dict(model="smollm2", units=20, length=384, layers=(2, 14, 27), Ts=(1, 2, 3), seeds=10, block_size=64,
                  sink=32, window=32),
 }
 WALK = "released-t1"          # the released variant: run_longbench.py's temp 1 (bkv_variants.VARIANTS)
 
 
 def text_spec(model: str, layer: int, tokens: int) -> str:
-    """The trace the windows are cut from: ``smollm2:L<layer>:<tokens>``, or a synthetic trace of that length."""
-    return f"synthetic:gaussian:{tokens}:16:{layer}" if model == "synthetic" else f"{model}:L{layer}:{tokens}"
+    """The synthetic trace the smoke profile's windows are cut from (``tokens`` long)."""
+    return f"synthetic:gaussian:{tokens}:16:{layer}"
 
 
 def trials(profile: str) -> list[dict]:
-    """One trial per text window (its layers, T levels and seeds inside it); the real model's fallback is the
-    synthetic trace of the same length (params name it)."""
+    """One trial per unit (its layers, T levels and seeds inside it): a distinct corpus text for the real model;
+    without the model, windows of the synthetic trace of the same length (params name why)."""
     s = dict(pick(profile, smoke=SETUP["smoke"], quick=SETUP["quick"], full=SETUP["full"]))
     model, why = s.pop("model"), "the smoke profile cuts its windows from a synthetic trace"
     if model != "synthetic":
         from kvbounds.traces.real import available
         why = available(model) or ""
         model = "synthetic" if why else model
-    tokens = s["windows"] * s["length"]
-    return [dict(sweep=SWEEP, model=model, text_tokens=tokens, trace=text_spec(model, s["layers"][0], tokens),
-                 fallback=why, index=i, **{k: (list(v) if isinstance(v, tuple) else v) for k, v in s.items()})
-            for i in range(s["windows"])]
+    s = {k: (list(v) if isinstance(v, tuple) else v) for k, v in s.items()}
+    if model == "synthetic":
+        tokens = s["units"] * s["length"]
+        return [dict(sweep=SWEEP, model=model, text_tokens=tokens, trace=text_spec(model, s["layers"][0], tokens),
+                     fallback=why, index=i, **s) for i in range(s["units"])]
+    from kvbounds.streams import REAL_LAYERS, real_texts
+    names = real_texts("real SmolLM2", s["length"])[:s["units"]]
+    extract = sorted(set(s["layers"]) | set(REAL_LAYERS["real SmolLM2"]["full" if profile == "full" else "quick"]))
+    return [dict(sweep=SWEEP, model=model, text=name, extract=extract, fallback="", index=i, **s)
+            for i, name in enumerate(names)]
 
 
 def _window(params: dict, layer: int):
-    """(Q, K, V, meta) of one window of one layer: tokens [index length, (index + 1) length) of the long trace,
-    whose chosen layers are extracted together on first use (one forward pass, not all 30 layers)."""
-    spec = text_spec(params["model"], layer, params["text_tokens"])
+    """(Q, K, V, meta) of one unit of one layer: the first ``length`` tokens of the unit's corpus text (its layers
+    extracted together on first use: one forward pass), or of the unit's window of the synthetic trace."""
+    n = params["length"]
     if params["model"] != "synthetic":
-        from kvbounds.traces.real import extract
-        extract(params["model"], params["text_tokens"], layers=list(params["layers"]))
-    Q, K, V, meta = layer_heads(spec)
-    sl = slice(params["index"] * params["length"], (params["index"] + 1) * params["length"])
+        from kvbounds.streams import window_for
+        from kvbounds.traces.corpus import layer_heads as text_heads
+        Q, K, V, meta = text_heads(params["model"], layer, window_for(n), params["text"], params["extract"])
+        return Q[:, :n], K[:, :n], V[:, :n], meta
+    Q, K, V, meta = layer_heads(text_spec(params["model"], layer, params["text_tokens"]))
+    sl = slice(params["index"] * n, (params["index"] + 1) * n)
     return Q[:, sl], K[:, sl], V[:, sl], meta
 
 
@@ -136,43 +149,45 @@ def run_trial(params: dict, seed: int, backend: str):
         recs.append(make_record(
             "BKV.vs-uniform", p, measured=arms[ARMS[0]], bound=arms[ARMS[1]], bound_kind="exact", check=CHECK,
             source=SOURCE + " (bound = the ablation's error: fair coins, the same cut and estimator)",
-            arms=arms, weight_sum=wsum, unit=f"text window {params['index']} (tokens "
-            f"{params['index'] * params['length']}..{(params['index'] + 1) * params['length'] - 1})",
+            arms=arms, weight_sum=wsum, unit=_unit(params),
             per_layer={str(l): per_layer[l][T][0] for l in params["layers"]}, seeds_per_unit=len(seeds),
             metric="mean relative attention error over the held-out later queries", model=params["model"]))
     return recs
 
 
+def _unit(params: dict) -> str:
+    """The unit in words: the corpus text (its first ``length`` tokens), or the synthetic trace's window."""
+    n = params["length"]
+    if params.get("text"):
+        return f"text {params['text']} (its first {n} tokens)"
+    return f"synthetic window {params['index']} (tokens {params['index'] * n}..{(params['index'] + 1) * n - 1})"
+
+
 # ------------------------------------------------------------------ the calls and their words
 def share_calls(records) -> list[dict]:
-    """Per (comparison, T), the call over the text windows (:mod:`kvbounds.battery`), Holm over all of them:
-    dicts of :class:`kvbounds.battery._power_calls.Call` with ``comparison`` (what it isolates), ``arm`` and ``against``."""
-    from kvbounds.battery import decide_call, two_sided_p
-    from kvbounds.verdict import holm_adjust
+    """Per (comparison, T), the one rule's call over the text windows (:func:`kvbounds.verdict.paired_calls`,
+    Holm over all of them, on the practitioner's metric): dicts of :class:`kvbounds.verdict.Call` with
+    ``comparison`` (what it isolates), ``arm`` and ``against``."""
+    from kvbounds.verdict import Comparison, paired_calls
     rs = [r for r in records if r.check == CHECK]
-    cells = []
+    cells, comps = [], []
     for T in sorted({r.params["T"] for r in rs}):
         by = sorted((r for r in rs if r.params["T"] == T), key=lambda r: r.params["index"])
         for arm, against, what in COMPARISONS:
-            a = [r.extra["arms"][arm] for r in by]
-            b = [r.extra["arms"][against] for r in by]
-            p, direction = two_sided_p(a, b)
-            cells.append((T, arm, against, what, a, b, p, direction))
-    adjusted = holm_adjust([c[6] for c in cells])
-    out = []
-    for (T, arm, against, what, a, b, _, direction), p in zip(cells, adjusted):
-        c = decide_call(f"T = {T}", against, 2.0 ** -T, a, b, p, direction, len(cells),
-                        unit="independent text windows").as_dict()
-        out.append(dict(c, comparison=what, arm=arm, against=against, T=T))
-    return out
+            cells.append((T, arm, against, what))
+            comps.append(Comparison(f"T = {T}", against, [r.extra["arms"][arm] for r in by],
+                                    [r.extra["arms"][against] for r in by], 2.0 ** -T))
+    calls = paired_calls(comps, unit="independent text windows", metric="practitioner")
+    return [dict(c.as_dict(), comparison=what, arm=arm, against=against, T=T)
+            for (T, arm, against, what), c in zip(cells, calls)]
 
 
 def _numbers(c: dict) -> str:
-    from kvbounds.battery import fmt
+    from kvbounds.verdict import fmt
     if c["call"] == "not tested":
         return c.get("reason") or "not tested"
     lo, hi = c["ci"]
-    return f"{fmt(c['ratio_median'])} [{fmt(lo)}, {fmt(hi)}], {c['wins']}/{c['n']} windows lower"
+    return f"{fmt(c['effect'])} [{fmt(lo)}, {fmt(hi)}], {c['wins']}/{c['n']} windows lower"
 
 
 def share_text(records) -> str:
@@ -195,8 +210,11 @@ def share_text(records) -> str:
     weights = (f"the released estimator's middle weights sum to {min(ws['walk']):.3g}-{max(ws['walk']):.3g} of the "
                f"middle's tokens with the walk and {min(ws['coin']):.3g}-{max(ws['coin']):.3g} with coins")
     layers = sorted({l for r in rs for l in r.params.get("layers", [])})
-    return (f"the released walk's win, walk and estimator apart ({n_units} independent text windows of "
-            f"{rs[0].params['length']} tokens, the unit; {seeds} seeds and layers {layers} averaged within each; "
+    n = rs[0].params["length"]
+    what = (f"distinct texts, the first {n} tokens of each" if rs[0].params.get("text") else
+            f"windows of {n} tokens of a synthetic trace")
+    return (f"the released walk's win, walk and estimator apart ({n_units} independent units: {what}; "
+            f"{seeds} seeds and layers {layers} averaged within each; "
             f"ratio = first / second, mean relative error over the {rs[0].params['window']} held-out later queries; "
             f"'better': the first's error lower; Holm over the {len(calls)} tests): " + " | ".join(parts) + f"; {weights}")
 

@@ -30,7 +30,9 @@ PROFILES = {  # prompt tokens, new tokens, target, interval, sink, window, check
     # quick: the press holds 48-64 of 224 tokens at the last checkpoint (21-29% of the history's floats; target 96
     # held 43-57%, no real compression)
     "quick": dict(prompt=128, new=96, target=48, interval=16, sink=4, window=16, every=32),
-    "full": dict(prompt=512, new=1024, target=256, interval=64, sink=4, window=32, every=64),
+    # full: 20 generations (the units) of the quick one's size: one of 512 + 1024 tokens cost ~10x a quick one, and 20
+    # of them are past the full profile's budget; the rate in n is not decided on a vacuous bound anyway
+    "full": dict(prompt=128, new=96, target=48, interval=16, sink=4, window=16, every=32),
 }
 FAMILY = "SmolLM2 greedy decode"
 FAMILIES = {"smollm2": FAMILY, "tiny": "tiny random Llama greedy decode (smoke: plumbing only)"}
@@ -44,9 +46,15 @@ def trial_params(profile: str) -> dict:
                                              full=PROFILES["full"]))
 
 
+GENERATIONS = {"smoke": 1, "quick": 1, "full": 20}     # generations from distinct prompts: the units
+
+
 def trials(profile: str) -> list[dict]:
-    """The trials of BKV.decode and SG.decode: one generation of the profile each."""
-    return [trial_params(profile)]
+    """The trials of BKV.decode and SG.decode: one generation each, :data:`GENERATIONS` of them (the unit of
+    replication: a generation from a distinct prompt; quick has one, so its calls are not attainable, full 20).
+    Generation i's prompt is the start of the corpus's text i (:mod:`kvbounds.traces.corpus`)."""
+    base = trial_params(profile)
+    return [dict(base, prompt_text=i) for i in range(GENERATIONS["full" if profile == "gpu" else profile])]
 
 
 @functools.lru_cache(maxsize=1)
@@ -74,12 +82,34 @@ def tiny_model():
     return LoadedModel(model=model, encode=encode, name="tiny random Llama")
 
 
-def prompt_tokens(lm, n: int, seed: int):
-    """``n`` token ids of the default real text (:func:`kvbounds.traces.real.default_text`) from a seeded start."""
+def prompt_tokens(lm, n: int, seed: int, text: int | None = None):
+    """``n`` token ids: the first ``n`` of the corpus's text number ``text`` (:func:`kvbounds.traces.corpus.texts`
+    of at least 4 n characters: distinct generations read distinct texts), or, for ``text`` None (older records),
+    of the default real text (:func:`kvbounds.traces.real.default_text`) from a seeded start."""
+    if text is not None:
+        from kvbounds.traces.corpus import text as corpus_text, texts
+        names = texts(min_chars=4 * n)
+        if not 0 <= text < len(names):
+            raise InputError(f"prompt text {text} is beyond the corpus's {len(names)} texts of {4 * n} characters")
+        ids = lm.encode(corpus_text(names[text]))
+        if len(ids) < n:
+            raise InputError(f"the corpus text {names[text]!r} has {len(ids)} tokens, fewer than the prompt's {n}")
+        return ids[:n]
     from kvbounds.traces.real import default_text
     ids = lm.encode(default_text())
     start = int(np.random.default_rng(seed).integers(0, max(len(ids) - n, 1)))
     return ids[start:start + n]
+
+
+def prompt_unit(params: dict, seed: int) -> str:
+    """The unit of replication of a generation: its prompt's text (the corpus's text number ``prompt_text``), or
+    for older params the seed of its start in the default text."""
+    if params.get("prompt_text") is None:
+        return f"generation (default text, seed {seed})"
+    from kvbounds.traces.corpus import texts
+    names = texts(min_chars=4 * params["prompt"])
+    i = params["prompt_text"]
+    return f"generation from {names[i] if 0 <= i < len(names) else i}"
 
 
 def _queries(module, kwargs):
@@ -163,7 +193,7 @@ class DecodeObserver:
             qn = float(np.linalg.norm(q[h]))
             row["heads"].append(dict(err=err, units=units, controls=ctl, cert=float(cert[h]), r=max(kmax[g], qn),
                                      kmax=kmax[g], vmax=vmax[g], qnorm=qn, cert_vacuous=bool(vac[h]),
-                                     estimate=float(estimate[h])))
+                                     estimate=float(estimate[h]), exact_norm=float(np.linalg.norm(exact))))
         self.rows.append(row)
 
 
@@ -176,7 +206,7 @@ def run_generation(press_cls, params: dict, seed: int, *, ablation=None, tokens:
     obs = DecodeObserver(params, seed, ablation)
     press = press_cls(target=params["target"], interval=params["interval"], sink=params["sink"],
                       window=params["window"], seed=seed, observer=obs, **press_kw)
-    ids = torch.as_tensor(np.asarray(prompt_tokens(lm, params["prompt"], seed))[None]).long()
+    ids = torch.as_tensor(np.asarray(prompt_tokens(lm, params["prompt"], seed, params.get("prompt_text")))[None]).long()
     torch.set_num_threads(1)
     out = generate(lm.model, press, ids, params["new"])
     if tokens is not None:

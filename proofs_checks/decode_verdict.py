@@ -5,11 +5,11 @@ Per (checkpoint n, layer) a ``shape`` record: measured = the worst head's error 
 theorem's error scale at the press's memory (a shape: the O~ hides constants and polylogs, so the verdict is
 ``holds-fitted`` with the fitted constant max measured/shape, labelled fitted); its extras keep the a-priori scale's
 logarithm, the press's live certificate beside the measured error (``certificate``: a separate field, never the
-bound) and each trivial estimator's error in the same units. Per layer a power record (the worst checkpoint of the
-method and of each control of the battery; :func:`kvbounds.battery.power_vs_controls`): the layers of one generation
-are the
-paired samples (they share the prompt and the generated text, so they are not independent streams; said in the
-verdict).
+bound) and each trivial estimator's error in the same units. Per layer a power record: the theorem's metric (the
+worst checkpoint of the method and of each control of the battery) and the practitioner's (the mean relative attention
+error of the generated tokens' queries, ``extra["practitioner"]``), each called by the one rule
+(:func:`kvbounds.battery.power_on_both_metrics`) at the unit of replication, a generation from a distinct prompt:
+the layers of one generation share the prompt and the generated text, so they are one unit (their median).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from kvbounds.battery import power_vs_controls
+from kvbounds.battery import power_on_both_metrics
 from kvbounds.verdict import growth
 from kvbounds.verdict import FigureSpec, Finding, decide, decide_rate, decide_vacuity, fitted_constant
 from kvbounds.verdict import not_every_norm
@@ -59,6 +59,7 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
                                f"{params.get('prompt')} + {params.get('new')} new tokens, target {params.get('target')})",
                                **extra)]
     norm = norm or (lambda h: h["r"])
+    unit_extra = {"unit": extra.pop("unit")} if "unit" in extra else {}
     out, per_layer = [], {}
     for row in rows:
         hs = row["heads"]
@@ -81,22 +82,52 @@ def build_records(claim: str, source: str, params: dict, rows, units: str, log_s
             estimate=[h.get("estimate", math.nan) for h in hs],
             est_covered=sum(h["err"] <= h.get("estimate", math.nan) * (1 + 1e-6) for h in hs),
             cert_undefined=cs["undefined"], **({"norm_free": norm_free(row)} if norm_free else {}), **extra))
-        best = per_layer.setdefault(row["layer"], dict(eps=0.0, ctl={}, stored=row["stored"], n=-1))
+        best = per_layer.setdefault(row["layer"], dict(eps=0.0, ctl={}, stored=row["stored"], n=-1, rel=[],
+                                                        rel_ctl={}))
         best["eps"] = max(best["eps"], max(eps))
         for k, v in ctl.items():
             best["ctl"][k] = max(best["ctl"].get(k, 0.0), v)
+        for h in hs:              # the practitioner's metric: each generated token's query, relative to ||Attn||
+            if "exact_norm" in h:
+                best["rel"].append(_relative(h["err"], h["exact_norm"]))
+                for k, v in h["controls"].items():
+                    best["rel_ctl"].setdefault(k, []).append(_relative(v, h["exact_norm"]))
         if row["n"] > best["n"]:          # the memory of the last checkpoint (the press's floats against the history's)
             best.update(n=row["n"], stored=row["stored"], floats=row.get("floats"), stream=row.get("stream_floats"),
                         controls_floats=row.get("controls_floats", {}))
     for layer, b in sorted(per_layer.items()):
         p = dict(params, layer=layer, family=FAMILIES.get(params.get("model"), FAMILY), sweep="power")
+        if b["rel"]:
+            extra_layer = dict(extra_layer_base(b))
+        else:
+            extra_layer = {}
         if b.get("floats") is not None and b.get("stream"):
             out.append(battery_record(claim, p, source, b["eps"], b["ctl"], method_floats=b["floats"],
                                       stream_floats=b["stream"], controls_floats=b["controls_floats"],
-                                      stored=b["stored"]))
+                                      stored=b["stored"], **extra_layer, **unit_extra))
         else:
-            out.append(power_record(claim, p, source, b["eps"], b["ctl"], stored=b["stored"]))
+            out.append(power_record(claim, p, source, b["eps"], b["ctl"], stored=b["stored"], **extra_layer,
+                                    **unit_extra))
     return out
+
+
+def _relative(err: float, norm: float) -> float:
+    """||est - exact|| / ||exact||: 0 for an exact zero output, inf for an error against a zero output."""
+    return err / norm if norm > 0 else (0.0 if err == 0 else math.inf)
+
+
+def extra_layer_base(b: dict) -> dict:
+    """A layer's practitioner's metric (``extra["practitioner"]``): the mean over its checkpoints and heads of the
+    relative attention error of the generated token's query against the compressed history, the method's and each
+    control's (the queries that follow the compressed context, as a user of the cache sees them)."""
+    return dict(practitioner=dict(metric="mean relative attention error of the generated tokens' queries",
+                                  kind="attention", queries=len(b["rel"]), method=float(np.mean(b["rel"])),
+                                  controls={k: float(np.mean(v)) for k, v in sorted(b["rel_ctl"].items())}))
+
+
+def generation_unit(r) -> str:
+    """A decode power record's unit: its generation (``extra["unit"]``; older records: the trial's seed)."""
+    return r.extra.get("unit") or f"generation (seed {r.seed})"
 
 
 def _model_name(records) -> str:
@@ -107,8 +138,9 @@ def _model_name(records) -> str:
 def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
     n_all = len(records)
     pw = [r for r in records if r.check == POWER_CHECK]
-    trivial = power_vs_controls(pw, setting=lambda r: r.params["family"], metric="eps_hat",
-                                unit="layers of one generation")
+    # the unit: a generation from a distinct prompt (its layers are one unit, their median); quick has one
+    trivial = power_on_both_metrics(pw, setting=lambda r: r.params["family"], metric="eps_hat",
+                                    unit="generations from distinct prompts", unit_of=generation_unit)
     rs = [r for r in records if r.check == SHAPE]
     parts, findings = [], []
     if rs:
@@ -183,8 +215,9 @@ def summarize(claim: str, records, *, scale_text: str, certificate_kind: str):
         parts.append(f"fitted constant C = {fitted.value:.3g} (labelled fitted)")
     for c in trivial.cells:
         if c.best:
-            parts.append(f"error / best trivial control ({c.best}) median {c.ratio:.3g} over {c.streams} layers "
-                         "(the layers of one generation: paired, not independent streams)")
+            parts.append(f"error / best trivial control ({c.best}) {c.ratio:.3g} on the {c.metric or 'theorem'}'s "
+                         f"metric over {c.units} generation(s) ({c.streams} layers; the layers of one generation are "
+                         "one unit)")
     parts.append(trivial.detail)
     figs = [FigureSpec("eps_hat vs n while SmolLM2 generates (the theorem's scale: in the legend)", x="n", check=SHAPE,
                        hue="layer", y="measured", show_bound=False, sweep="n")]
@@ -217,36 +250,48 @@ def _floats_per_layer_token(record) -> int:
 
 
 def decode_rows(records) -> list[dict]:
-    """Leaderboard rows of the decode-time claims: per claim one table, metric = the worst head's attention error
-    per (checkpoint, layer) in the theorem's units (lower is better), the streaming press against each trivial
-    estimator at the memory the press held (paired over (checkpoint, layer) cells for the ties)."""
+    """Leaderboard rows of the decode-time claims: per claim one table on the practitioner's metric (the mean relative
+    attention error of the generated tokens' queries against the compressed history, lower is better), the streaming
+    press against each trivial estimator at the memory the press held; one value per unit, a generation from a
+    distinct prompt (the mean over its layers), the row's value their mean with a t interval over the generations
+    (``units``: generation -> value, for the one rule's paired calls)."""
     from kvbounds.e2e import row as _row, t_interval as _t_interval, tied as _tied
     out = []
     for claim, press in PRESS_NAMES.items():
+        pw = [r for r in records if r.claim == claim and r.check == POWER_CHECK
+              and isinstance(r.extra.get("practitioner"), dict)]
         rs = [r for r in records if r.claim == claim and r.check == SHAPE]
-        if not rs:
+        if not pw or not rs:
             continue
-        cells = {(r.params["n"], r.params["layer"], r.seed): r for r in rs}
-        budget = float(np.median([r.extra["stored"] / r.params["n"] for r in cells.values()]))
-        stored = int(np.median([r.extra["stored"] for r in cells.values()]))
+        budget = float(np.median([r.extra["stored"] / r.params["n"] for r in rs]))
+        stored = int(np.median([r.extra["stored"] for r in rs]))
         floats = stored * 2 * len({r.params["layer"] for r in rs}) * _floats_per_layer_token(rs[0])
-        metric = f"decode: attention error / ({UNITS[claim]}), {_model_name(rs)} generating"
-        series = {press: {k: r.measured for k, r in cells.items()}}
+        metric = f"decode: relative attention error of the generated tokens' queries, {_model_name(rs)} generating"
+        by_unit = lambda f: {u: float(np.mean(v)) for u, v in _grouped(pw, f).items()}
+        series = {press: by_unit(lambda r: r.extra["practitioner"]["method"])}
         for c, name in CONTROL_NAMES.items():
-            series[name] = {k: r.extra["controls_eps"][c] for k, r in cells.items() if c in r.extra["controls_eps"]}
+            got = by_unit(lambda r, c=c: r.extra["practitioner"]["controls"].get(c))
+            if got:
+                series[name] = got
         rows = []
         for method, units in series.items():
             x = np.array(list(units.values()))
             row = _row(method, claim, budget, floats, metric, float(x.mean()), _t_interval(x), len(x),
-                       note=f"{stored} tokens per layer held (median), {len(x)} (checkpoint, layer) cells",
-                       units={str(k): v for k, v in units.items()})
+                       note=f"{stored} tokens per layer held (median), {len(x)} generation(s) from distinct prompts "
+                            f"(the unit; {len(pw)} layer records)", units=units)
             row["family"] = "ours" if method == press else "baselines"
             rows.append(row)
         rows.sort(key=lambda r: (r["value"], r["method"]))            # lower error is better
-        for i, r in enumerate(rows):
-            r["rank"], r["best"] = i + 1, i == 0
-            r["tied"] = i > 0 and _tied(rows[0]["_units"], r["_units"], rows[0], r)
-        for r in rows:
-            r.pop("_units", None)
+        _tied(rows)
         out += rows
+    return out
+
+
+def _grouped(records, value) -> dict:
+    """{generation: [value of each of its layer records]} (None values left out)."""
+    out: dict = {}
+    for r in records:
+        v = value(r)
+        if v is not None and not math.isnan(float(v)):
+            out.setdefault(generation_unit(r), []).append(float(v))
     return out

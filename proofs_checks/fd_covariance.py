@@ -39,7 +39,7 @@ from kvbounds.traces.synthetic import make_trace
 
 from kvbounds.battery import random_basis_sketch, random_projection_sketch
 from kvbounds.battery import method_floats, sketch_controls, stream_floats
-from kvbounds.battery import power_vs_controls
+from kvbounds.battery import power_on_both_metrics
 
 from .common import dispatch, make_record, pick
 from kvbounds.streams import POWER_CHECK, battery_record, streams_per_family
@@ -264,7 +264,7 @@ def summarize(records) -> Verdict:
     records = canonical_order(records)
     n_all = len(records)
     pw = [r for r in records if r.check == POWER_CHECK]
-    trivial = power_vs_controls(pw, setting=lambda r: r.params["kind"], metric="||A^T A - S^T S|| / ||A||_F^2")
+    trivial = power_on_both_metrics(pw, setting=lambda r: r.params["kind"], metric="||A^T A - S^T S|| / ||A||_F^2")
     records = [r for r in records if r.check != POWER_CHECK]
     figs = [FigureSpec("||A^T A - S^T S|| / min_r ||A-A_r||_F^2/(l-r) vs n", x="n", check="error<=bound", hue="kind",
                        y="ratio", logy=False),

@@ -32,7 +32,7 @@ from kvbounds.theory.frequent_directions import (covariance_bound_from_sv, covar
 
 from kvbounds.battery import random_basis, random_projection_sketch
 from kvbounds.battery import method_floats, sketch_controls, stream_floats
-from kvbounds.battery import power_vs_controls
+from kvbounds.battery import power_on_both_metrics
 
 from .common import dispatch, make_record, pick
 from kvbounds.streams import POWER_CHECK, battery_record, streams_per_family
@@ -131,7 +131,7 @@ def summarize(records) -> Verdict:
     records = canonical_order(records)
     n_all = len(records)
     pw = [r for r in records if r.check == POWER_CHECK]
-    trivial = power_vs_controls(pw, setting=lambda r: r.params["kind"], metric="||A(I-P)|| / ||A||")
+    trivial = power_on_both_metrics(pw, setting=lambda r: r.params["kind"], metric="||A(I-P)|| / ||A||")
     records = [r for r in records if r.check != POWER_CHECK]
     figs = [FigureSpec("||A(I-P)|| / bound vs n (draft and Theorem R)", x="n", hue="check", y="ratio", logy=False),
             FigureSpec("||A(I-P)|| / bound vs r", x="r", hue="check", y="ratio", logy=False)]

@@ -33,11 +33,11 @@ from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, decide, de
 from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rate_onset, rate_onset, walk_constant
 
 from kvbounds.battery import method_floats, stream_floats
-from kvbounds.battery import power_vs_controls
+from kvbounds.battery import power_on_both_metrics
 
 from .common import (deferred_record, dispatch, in_words, make_record, on_gpu, pick, unit_directions,
                      words_in_findings)
-from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing_record, power_trials
+from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, held_out_errors, missing_record, power_trials
 from kvbounds.streams import stream as power_stream
 
 CLAIM = "MR.error"
@@ -161,8 +161,8 @@ CHECK_WORDS = {"paper c": "(c as the paper states it)", "c=log": "(c = log(t/del
 
 def summarize(records) -> Verdict:
     n_all = len(records)
-    trivial = power_vs_controls([r for r in records if r.check == POWER_CHECK],
-                                setting=lambda r: r.params["family"], metric="eps_hat")
+    trivial = power_on_both_metrics([r for r in records if r.check == POWER_CHECK],
+                                    setting=lambda r: r.params["family"], metric="eps_hat")
     records = [r for r in records if r.check != POWER_CHECK]
     figs = [FigureSpec("eps_hat / shape vs t", x="t", hue="check", y="ratio", sweep="t"),
             FigureSpec("eps_hat / shape vs s (BalanceKV-NeurIPS has sqrt(s), BalanceKV-preprint does not)", x="s", hue="check", y="ratio"),
@@ -242,9 +242,10 @@ def power_trial(params: dict, seed: int, backend: str):
     MergeAndReduce with fair coins for the walk (signs="random", the same seed: the walk's own uniforms)."""
     n, t, delta = params["n"], params["t"], params["delta"]
     try:
-        Q, K, V, r, note = power_stream(params, seed, scale_of_d=lambda d: 1 / math.sqrt(d), dv=params["s"])
+        ps = power_stream(params, seed, scale_of_d=lambda d: 1 / math.sqrt(d), dv=params["s"])
     except LookupError as e:
         return [missing_record(CLAIM, params, SOURCE["BalanceKV-NeurIPS"], e)]
+    Q, K, V, r = ps.Q, ps.K, ps.V, ps.r
     d, s = K.shape[1], V.shape[1]
     T = max(int(math.log2(n / t)), 0)
     make = lambda signs: MergeAndReduce(d, s, t=t, T=T, delta=delta, rng=np.random.default_rng(seed + 7),
@@ -271,10 +272,20 @@ def power_trial(params: dict, seed: int, backend: str):
                 worst = max(worst, e)
             else:
                 bat.add(name, e)
+    numerators = lambda est: lambda qs: _numerators(est, qs, backend)
+    practitioner = held_out_errors("numerator", numerators(mr), K, V, ps.later, method_floats(mr),
+                                   np.random.default_rng(seed + 5), scale=1 / math.sqrt(d),
+                                   ablation_estimate=numerators(coin))
     return [battery_record(CLAIM, params, SOURCE["BalanceKV-NeurIPS"], worst, bat.values(),
                            method_floats=method_floats(mr), stream_floats=stream_floats(n, d, s),
-                           controls_floats=dict(bat.floats, ablation=method_floats(coin)), stream=note,
-                           stored=mr.num_stored(), r_stream=r)]
+                           controls_floats=dict(bat.floats, ablation=method_floats(coin)), stream=ps.note,
+                           stored=mr.num_stored(), r_stream=r, unit=ps.unit, practitioner=practitioner)]
+
+
+def _numerators(est, qs, backend) -> tuple[np.ndarray, np.ndarray]:
+    """The estimator's numerator sum for each query of ``qs`` (m, d) as (log-scales (m,), vectors (m, s))."""
+    out = [est.estimate(asarray(np.ascontiguousarray(q), backend)) for q in qs]
+    return np.array([float(m) for m, _ in out]), np.stack([np.asarray(to_numpy(u), np.float64) for _, u in out])
 
 
 run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

@@ -39,11 +39,11 @@ from kvbounds.traces.synthetic import make_trace
 
 from kvbounds.battery import split_uniform
 from kvbounds.battery import attention, method_floats, stream_floats
-from kvbounds.battery import power_vs_controls
+from kvbounds.battery import power_on_both_metrics
 
 from .common import dispatch, failure_rate_ok, make_record, pick
 from .mr_error import checkpoints
-from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing_record, power_trials
+from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, held_out_errors, missing_record, power_trials
 from kvbounds.streams import stream as power_stream
 from .sg_partition import run_stream, smallest_passing_constant, theorem_stream
 
@@ -189,8 +189,8 @@ def summarize(records) -> Verdict:
     and step time against d(mt+s) along n give the rate (flat in n)."""
     records = canonical_order(records)
     n_all = len(records)
-    trivial = power_vs_controls([r for r in records if r.check == POWER_CHECK],
-                                setting=lambda r: r.params["family"], metric="eps attained")
+    trivial = power_on_both_metrics([r for r in records if r.check == POWER_CHECK],
+                                    setting=lambda r: r.params["family"], metric="eps attained")
     pw = [r for r in records if r.check == POWER_CHECK]
     records = [r for r in records if r.check != POWER_CHECK]
     figs = [FigureSpec("failure rate of the attention bound vs lambda (claimed <= 0.01)", x="lam",
@@ -325,9 +325,10 @@ def power_trial(params: dict, seed: int, backend: str):
     uniform samples in place of its clusters and its l2 samples (kvbounds.battery.split_uniform)."""
     n = params["n"]
     try:
-        Q, K, V, r, note = power_stream(params, seed, scale_of_d=lambda d: 1.0)
+        ps = power_stream(params, seed, scale_of_d=lambda d: 1.0)
     except LookupError as e:
         return missing_record(CLAIM, params, SOURCE, e)
+    Q, K, V, r = ps.Q, ps.K, ps.V, ps.r
     d, dv = K.shape[1], V.shape[1]
     delta = clustering_radius(K, POWER_M)
     sg = SubGen(d, delta=delta, s=POWER_S, t=POWER_T, seed=seed + 1)
@@ -353,9 +354,16 @@ def power_trial(params: dict, seed: int, backend: str):
         z = to_numpy(sg.query(Qb[j - 1])).reshape(-1)
         worst = max(worst, float(np.linalg.norm(z - exact)) / scale)
     held = method_floats(sg)
+    den = sg.num_clusters() * (d * (1 + POWER_T) + 1)
+    ab = split_uniform(K, V, den, held - den, ab_rng)
+    answers = lambda qs: np.stack([np.asarray(to_numpy(sg.query(asarray(np.ascontiguousarray(q), backend))),
+                                              np.float64).reshape(-1) for q in qs])
+    practitioner = held_out_errors("attention", answers, K, V, ps.later, held, np.random.default_rng(seed + 5),
+                                   scale=1.0, ablation_estimate=lambda qs: attention(ab, qs, 1.0))
     return battery_record(CLAIM, params, SOURCE, worst, bat.values(), method_floats=held,
                           stream_floats=stream_floats(n, d, dv), controls_floats=dict(bat.floats, ablation=held),
-                          stream=note, clusters=sg.num_clusters(), delta=delta, r_stream=r)
+                          stream=ps.note, clusters=sg.num_clusters(), delta=delta, r_stream=r, unit=ps.unit,
+                          practitioner=practitioner)
 
 
 def memory_findings(power_records) -> list[Finding]:

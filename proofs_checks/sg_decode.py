@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from .decode_stream import run_generation, trials  # noqa: F401 - the check's trials
+from .decode_stream import prompt_unit, run_generation, trials  # noqa: F401 - the check's trials
 from .decode_verdict import build_records, summarize as _summarize
 from .decode_verdict import decode_rows as leaderboard_rows  # noqa: F401 - its leaderboard table
 
@@ -57,7 +57,7 @@ def run_trial(params: dict, seed: int, backend: str):
         a = 0.5 * (2 * float(radius[row["layer"]]) * query_norm(h) + math.log(math.log(row["n"])) - math.log(st.t))
         return float(np.logaddexp(a, 0.5 * math.log(row["d"] / st.s)))
 
-    return build_records(CLAIM, SOURCE, params, rows, "op", log_scale, norm=query_norm,
+    return build_records(CLAIM, SOURCE, params, rows, "op", log_scale, norm=query_norm, unit=prompt_unit(params, seed),
                          norm_free=lambda row: norm_free(row["n"], row["d"], st.t, st.s), clusters=st.m,
                          per_cluster=st.t, samples=st.s, radius=[float(x) for x in radius], reductions=press.reductions)
 

@@ -34,10 +34,12 @@ from kvbounds.theory.subgen import PARTITION_FAIL, partition_bound, partition_t,
 from kvbounds.battery import log_partition as battery_log_partition
 from kvbounds.battery import split_uniform
 from kvbounds.battery import stream_floats
-from kvbounds.battery import power_vs_controls
+from kvbounds.battery import power_on_both_metrics
 
 from .common import dispatch, failure_rate_ok, make_record, pick
-from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing_record, real_params, streams_per_family
+from .common import unit_directions
+from kvbounds.streams import (HELD_OUT, POWER_CHECK, StreamBattery, battery_record, held_out_errors, missing_record,
+                            real_params, streams_per_family)
 
 CLAIM = "SG.partition"
 SOURCE = "SubGen Thm 1 eq. (5) / ClusterGen Thm 2.4"
@@ -175,8 +177,8 @@ def summarize(records) -> Verdict:
     t = C eps^-2 e^(2 delta r) ln n."""
     records = canonical_order(records)
     n_all = len(records)
-    trivial = power_vs_controls([r for r in records if r.check == POWER_CHECK],
-                                setting=lambda r: r.params["family"], metric="|tau/Z - 1|")
+    trivial = power_on_both_metrics([r for r in records if r.check == POWER_CHECK],
+                                    setting=lambda r: r.params["family"], metric="|tau/Z - 1|")
     records = [r for r in records if r.check != POWER_CHECK]
     figs = [FigureSpec("failure rate of (5) vs C in t = C eps^-2 e^{2 delta r} ln n (claimed <= 0.005)", x="C",
                        check="t = C shape", hue="structure", logy=False)]
@@ -242,12 +244,15 @@ def power_trial(params: dict, seed: int, backend: str):
     fam = params["family"]
     if fam in ("adversarial", "ball"):
         K, _, Q = theorem_stream(rng, n, d, m, delta, r, structure=fam)
+        later = unit_directions(np.random.default_rng([seed, 5]), HELD_OUT, d) * r     # the queries' distribution
+        unit = f"draw {fam} #{params.get('rep', 0)} (seed {seed})"
     else:
         from kvbounds.streams import stream as power_stream
         try:
-            Qs, K, _, r, _ = power_stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1.0)
+            ps = power_stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1.0)
         except LookupError as e:
             return missing_record(CLAIM, params, SOURCE, e)
+        Qs, K, r, later, unit = ps.Q, ps.K, ps.r, ps.later, ps.unit
         Q, d, delta = Qs[rng.choice(n, 4, replace=False)], K.shape[1], clustering_radius(K, POWER_M)
     t = partition_t(1.0, params["delta"], params["r"], n, C=0.25)
     sg = run_stream(K, np.ones((n, 1)), d=d, delta=delta, s=1, t=t, R=1, seed=seed, backend=backend)
@@ -260,9 +265,14 @@ def power_trial(params: dict, seed: int, backend: str):
         ab = split_uniform(K, K[:, :0], held, 0, np.random.default_rng([seed, 4, qi]))
         bat.add("ablation", abs(math.expm1(float(battery_log_partition(ab, q, 1.0)) - float(log_z[qi]))))
     worst = float(np.abs(np.expm1(to_numpy(log_tau).reshape(-1) - log_z)).max())
+    ab = split_uniform(K, K[:, :0], held, 0, np.random.default_rng([seed, 6]))
+    practitioner = held_out_errors(
+        "partition", lambda qs: to_numpy(sg.query_parts(asarray(np.ascontiguousarray(qs), backend))[2]).reshape(-1),
+        K, K[:, :0], later, held, np.random.default_rng(seed + 5), scale=1.0,
+        ablation_estimate=lambda qs: battery_log_partition(ab, qs, 1.0))
     return battery_record(CLAIM, params, SOURCE, worst, bat.values(), method_floats=held,
                           stream_floats=stream_floats(n, d), controls_floats=dict(bat.floats, ablation=held), t=t,
-                          clusters=sg.num_clusters(), delta=delta)
+                          clusters=sg.num_clusters(), delta=delta, unit=unit, practitioner=practitioner)
 
 
 run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)

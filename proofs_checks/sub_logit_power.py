@@ -39,10 +39,10 @@ def _stream(params: dict, seed: int, rng):
     if fam in ("low_rank", "gaussian"):
         from kvbounds.traces.synthetic import make_trace
         tr = make_trace(fam, n=params["n"], d=params["d"], seed=rng, **({"rank": 8, "r": 4.0} if fam == "low_rank" else {}))
-        return tr.Q, tr.K, tr.V
+        return tr.Q, tr.K, tr.V, f"draw {fam} #{params.get('rep', 0)} (seed {seed})"
     from kvbounds.streams import stream
-    Q, K, V, _, _ = stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1 / math.sqrt(d))
-    return Q, K, V
+    ps = stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1 / math.sqrt(d), held_out=0)
+    return ps.Q, ps.K, ps.V, ps.unit
 
 
 def power_trial(claim: str, source: str, params: dict, seed: int):
@@ -78,7 +78,7 @@ def stream_trial(claim: str, source: str, params: dict, seed: int):
     from kvbounds.battery import stream_floats
     rng = np.random.default_rng(seed)
     try:
-        Q, K, V = _stream(params, seed, rng)
+        Q, K, V, unit_of_stream = _stream(params, seed, rng)
     except LookupError as e:
         return [missing_record(claim, params, source, e, gamma_choice=str(g)) for g in GAMMAS]
     n, d = K.shape
@@ -100,7 +100,7 @@ def stream_trial(claim: str, source: str, params: dict, seed: int):
         recs.append(battery_record(claim, params, source, worst(to_numpy(att.logits(qs))), controls,
                                    method_floats=held, stream_floats=stream_floats(n, d),
                                    controls_floats=dict(floats, ablation=held), gamma=float(att.gamma),
-                                   gamma_choice=str(g)))
+                                   gamma_choice=str(g), unit=unit_of_stream))
     return recs
 
 

@@ -8,17 +8,19 @@ holding the same floats (within 1%). One trial per window; one record per budget
 mean per-token NLL increase over exact attention on that window, ``bound`` = uniform sampling's (``exact``: holds =
 measured <= bound). The window is the unit: intervals and tests are over windows, not tokens.
 
-Reproduction row: "the subspace cache beats uniform sampling at equal memory", one cell per budget, a one-sided
-paired t-test over windows (:func:`kvbounds.e2e.window_effects`), Holm-adjusted over the budgets,
-:func:`kvbounds.verdict.reproduction_status` (test-type, >= 8 windows). A miss is ``not-reproduced`` only when the
-paired interval's half-width is below the memory effect (uniform at the smallest budget against the largest), else
-``not-shown``.
+Reproduction row: "the subspace cache beats uniform sampling at equal memory", one cell per budget, the one rule's
+call over the windows (:func:`kvbounds.verdict.paired_calls`: the signed-rank test on the paired differences of
+NLL increase, 0.01 nats per token the practical threshold, Holm over the budgets),
+:func:`kvbounds.verdict.reproduction_status` (test-type). A miss is ``not-reproduced`` only when the paired
+interval's half-width (:func:`kvbounds.e2e.falsifiers.window_effects`) is below the memory effect (uniform at the
+smallest budget against the largest), else ``not-shown``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from kvbounds.verdict import MIN_INSTANCES, Reproduction, holm_adjust, reproduction_status
+from kvbounds.verdict import Comparison, paired_calls
+from kvbounds.verdict import MIN_INSTANCES, Reproduction, reproduction_status
 
 from .common import make_record
 
@@ -64,6 +66,14 @@ def run_trial(params: dict, claim: str) -> list:
     return out
 
 
+def _comparison(subspace: dict, uniform: dict, budget: float) -> Comparison:
+    """The subspace's NLL increase against uniform's on their shared windows (lower is better; differences)."""
+    keys = sorted(set(subspace) & set(uniform))
+    return Comparison(f"@{budget:g}", "uniform", [subspace[k] for k in keys], [uniform[k] for k in keys], budget,
+                      reason="" if keys else "no shared window", scale="difference", lower_is_better=True,
+                      threshold=0.01)
+
+
 def reproduction(records) -> tuple[Reproduction | None, str]:
     """The row and one summary line, from the F1e records (None, "" when there are none)."""
     from kvbounds.e2e import window_effects
@@ -74,22 +84,24 @@ def reproduction(records) -> tuple[Reproduction | None, str]:
     by = {b: ({int(r.params["index"]): r.measured for r in rs if float(r.params["budget"]) == b},
               {int(r.params["index"]): r.bound for r in rs if float(r.params["budget"]) == b}) for b in budgets}
     eff = {b: window_effects(*by[b]) for b in budgets}
-    better = np.array(holm_adjust([eff[b]["p_better"] for b in budgets])) < ALPHA
-    worse = np.array(holm_adjust([eff[b]["p_worse"] for b in budgets])) < ALPHA
+    calls = {b: c for b, c in zip(budgets, paired_calls(
+        [_comparison(*by[b], b) for b in budgets], unit="windows of real text", metric="practitioner"))}
+    better = np.array([calls[b].call == "better" for b in budgets])
+    worse = np.array([calls[b].call == "worse" for b in budgets])
     n_min = min(e["n"] for e in eff.values())
     # the memory effect: uniform at the smallest budget against the largest, on shared windows
     lo, hi = by[budgets[0]][1], by[budgets[-1]][1]
     shared = sorted(set(lo) & set(hi))
     memory_effect = abs(float(np.mean([lo[k] - hi[k] for k in shared]))) if len(budgets) > 1 and shared else 0.0
-    half = max((e["diff_ci"][1] - e["diff_ci"][0]) / 2 for e in eff.values() if e["diff_ci"][0] is not None)
-    counted = int(sum(better)) if n_min >= MIN_INSTANCES else 0
+    half = max((c.ci[1] - c.ci[0]) / 2 for c in calls.values())      # inf where n holds no 95% interval
+    counted = int(sum(better))
     powered = n_min >= MIN_INSTANCES and half < memory_effect
     status = reproduction_status(counted, int(sum(worse)), len(budgets), kind="test", powered=powered)
     ranks = {float(r.params["budget"]): r.extra.get("rank") for r in rs}
     cells = [f"@{b:g} (rank {ranks[b]}): subspace {e['mean']:+.3g} nats/token [95% {e['ci'][0]:+.3g}, "
              f"{e['ci'][1]:+.3g}] (perplexity {100 * e['ppl_ci'][0]:+.1f}% .. {100 * e['ppl_ci'][1]:+.1f}%), minus "
-             f"uniform {e['diff']:+.3g} [{e['diff_ci'][0]:+.3g}, {e['diff_ci'][1]:+.3g}] (n={e['n']} windows, "
-             f"p {e['p_better']:.2g} better, {e['p_worse']:.2g} worse)" for b, e in eff.items()]
+             f"uniform {calls[b].effect:+.3g} [{calls[b].ci[0]:+.3g}, {calls[b].ci[1]:+.3g}] (n={e['n']} windows); "
+             f"the one rule: {calls[b].call} (Holm p {calls[b].p:.2g})" for b, e in eff.items()]
     verdict = ("beats uniform" if status == "reproduced" else "worse than uniform" if status == "reversed"
                else "no significant difference from uniform" if not any(better) and not any(worse) else "mixed")
     note = (f"effect bounded by the paired interval (half-width {half:.3g} < memory effect {memory_effect:.3g})"
@@ -97,6 +109,6 @@ def reproduction(records) -> tuple[Reproduction | None, str]:
                             f"{MIN_INSTANCES} windows)") if status in ("not-reproduced", "not-shown") else ""
     setup = (f"{rs[0].extra.get('model', 'SmolLM2-135M-Instruct')}, n = {rs[0].extra.get('n')}, "
              f"{n_min} windows of real text (the unit), every layer, first/last 32 tokens exact")
-    detail = f"{counted}/{len(budgets)} budgets significantly better, {int(sum(worse))} worse (Holm); " + "; ".join(cells)
+    detail = f"{counted}/{len(budgets)} budgets better, {int(sum(worse))} worse (the one rule, Holm); " + "; ".join(cells)
     line = f"F1e end to end at equal memory, per-window intervals: subspace {verdict} ({status}); " + "; ".join(cells)
     return Reproduction(VARIANT, status, setup, detail, bound_note=note), line

@@ -29,10 +29,11 @@ from kvbounds.theory.subspace import output_error_bound
 
 from kvbounds.battery import random_basis
 from kvbounds.battery import stream_floats
-from kvbounds.battery import power_vs_controls
+from kvbounds.battery import power_on_both_metrics
 
 from .common import make_record, pick
-from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, missing_record, real_params, streams_per_family
+from kvbounds.streams import (HELD_OUT, POWER_CHECK, StreamBattery, battery_record, held_out_errors, missing_record,
+                            real_params, streams_per_family)
 from .sub_logit_error import evaluate, settings, worst
 
 CLAIM = "SUB.output-error"
@@ -100,8 +101,8 @@ def summarize(records) -> Verdict:
     extremal construction shows the constant is attained and its halved version is the control."""
     records = canonical_order(records)
     n_all = len(records)
-    trivial = power_vs_controls([r for r in records if r.check == POWER_CHECK], setting=lambda r: r.params["family"],
-                                metric="||o - o^|| / max||v||")
+    trivial = power_on_both_metrics([r for r in records if r.check == POWER_CHECK],
+                                    setting=lambda r: r.params["family"], metric="||o - o^|| / max||v||")
     records = [r for r in records if r.check != POWER_CHECK]
     figs = [FigureSpec("||o - o^|| / stated bound (measured logit error), gamma = sqrt(r/d), static basis", x="r",
                        check="measured-linf sqrt(r/d) single", hue="kind", y="ratio"),
@@ -167,14 +168,17 @@ def power_trial(params: dict, seed: int, backend: str):
     rng = np.random.default_rng(seed)
     if fam in ("low_rank", "gaussian"):
         from kvbounds.traces.synthetic import make_trace
-        tr = make_trace(fam, n=n, d=params["d"], seed=rng, **({"rank": 8, "r": 4.0} if fam == "low_rank" else {}))
-        Q, K, V = tr.Q, tr.K, tr.V
+        tr = make_trace(fam, n=n + HELD_OUT, d=params["d"], seed=rng,
+                        **({"rank": 8, "r": 4.0} if fam == "low_rank" else {}))
+        Q, K, V, later = tr.Q[:n], tr.K[:n], tr.V[:n], tr.Q[n:]
+        unit = f"draw {fam} #{params.get('rep', 0)} (seed {seed})"
     else:
         from kvbounds.streams import stream as power_stream
         try:
-            Q, K, V, _, _ = power_stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1 / math.sqrt(d))
+            ps = power_stream(dict(params, family=fam), seed, scale_of_d=lambda d: 1 / math.sqrt(d))
         except LookupError as e:
             return missing_record(CLAIM, params, SOURCE, e)
+        Q, K, V, later, unit = ps.Q, ps.K, ps.V, ps.later, ps.unit
     d, dv = K.shape[1], V.shape[1]
     att = StaticSubspaceAttention.from_calibration(K[: n // 2], V[: n // 2], r=POWER_R, r_v=POWER_R).extend(K, V)
     ab_rng = np.random.default_rng(seed + 4)
@@ -188,6 +192,10 @@ def power_trial(params: dict, seed: int, backend: str):
         worst = max(worst, float(np.linalg.norm(to_numpy(att.attend(q)) - exact)) / vmax)
         bat.attention(q, K, V, held, 1 / math.sqrt(d), exact, vmax)
         bat.add("ablation", float(np.linalg.norm(to_numpy(coin.attend(q)) - exact)) / vmax)
+    answers = lambda est: lambda qs: np.stack([np.asarray(to_numpy(est.attend(q)), np.float64) for q in qs])
+    practitioner = held_out_errors("attention", answers(att), K, V, later, held, np.random.default_rng(seed + 5),
+                                   scale=1 / math.sqrt(d), ablation_estimate=answers(coin))
     return battery_record(CLAIM, params, SOURCE, worst, bat.values(), method_floats=held,
-                          stream_floats=stream_floats(n, d, dv), controls_floats=dict(bat.floats, ablation=held))
+                          stream_floats=stream_floats(n, d, dv), controls_floats=dict(bat.floats, ablation=held),
+                          unit=unit, practitioner=practitioner)
 

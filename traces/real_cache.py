@@ -99,9 +99,13 @@ def default_text() -> str:
 
 
 def read_text(text: str | os.PathLike | None) -> tuple[str, str]:
-    """(text, source label): the default corpus for None, else the file's contents."""
+    """(text, source label): the default corpus for None, one text of :mod:`kvbounds.traces.corpus` for
+    "corpus:<name>" (its label the name), else the file's contents."""
     if text is None or str(text) == DEFAULT_TEXT:
         return default_text(), DEFAULT_TEXT
+    if isinstance(text, str) and text.startswith("corpus:"):
+        from .corpus import text as corpus_text
+        return corpus_text(text), text
     p = Path(text)
     if not p.is_file():
         raise InputError(f"text file {str(p)!r} does not exist")

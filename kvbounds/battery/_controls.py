@@ -39,8 +39,9 @@ Estimates of a control's cache (also of a method's :class:`CompressedKV`): :func
 :func:`run` compresses with a method and builds every control at the floats it holds. :func:`sketch_controls` is
 the battery for a row sketch of a matrix A (Frequent Directions' covariance and subspace claims).
 
-The power rule that turns each claim's metric for the method and the controls into calls (better / tied / worse /
-not shown / not tested) is :func:`kvbounds.battery.power_vs_controls`.
+The power rule that turns each claim's metric for the method and the controls into calls (the one rule of
+:mod:`kvbounds.verdict`: better / leaning better / tied / leaning worse / worse / not attainable / not tested) is
+:func:`kvbounds.battery.power_vs_controls`.
 """
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ from kvbounds.algorithms.validation import InputError, check_array, check_int, c
 __all__ = ["N_SINK", "CONTROLS", "DOING_NOTHING", "LABELS", "zeros", "mean", "streaming_llm", "uniform",
            "CONTROL_FUNCTIONS", "controls", "run", "streaming_llm_indices", "uniform_indices", "ablation_of", "cache_floats", "method_floats", "stream_floats",
            "tokens_for",
-           "compression_problem", "attention", "numerator", "log_partition", "sketch_controls", "floats_record"]
+           "compression_problem", "attention", "numerator", "log_partition", "relative_error", "sketch_controls",
+           "floats_record"]
 
 N_SINK = 4
 CONTROLS = ("zeros", "mean", "streaming_llm", "uniform", "ablation")
@@ -175,7 +177,12 @@ def uniform(K, V, floats: int, rng, *, sink: int = 0, window: int = 0, block_siz
         return _cache(K, V, np.arange(n), np.zeros(n))
     tokens = tokens_for(floats, d, dv, weights=1)
     if tokens <= min(sink, n) + min(window, max(n - sink, 0)):
-        tokens = tokens_for(floats, d, dv)              # no middle sample: no weight float
+        # no room for a weighted middle sample: the first tokens and the most recent ones, no weight float, so
+        # never more floats than the method's (a weighted token would be the method's floats + 1)
+        m = min(tokens_for(floats, d, dv), n)
+        first = min(sink, m)
+        idx = np.concatenate([np.arange(first), np.arange(n - (m - first), n)]).astype(np.int64)
+        return _cache(K, V, idx, np.zeros(len(idx)))
     idx, logw = uniform_indices(n, tokens, rng, sink, window)
     return _cache(K, V, idx, logw)
 
@@ -383,6 +390,27 @@ def attention(c: CompressedKV, q, scale: float | None = None) -> np.ndarray:
     if not np.all(np.isfinite(out)):
         raise InputError("the attention estimate overflows float64 (a numerator without a matching denominator)")
     return out
+
+
+def relative_error(est: np.ndarray, exact: np.ndarray) -> float:
+    """The practitioner's metric: mean over queries of ||est - exact|| / ||exact|| (rows of (m, dv) arrays, or one
+    (dv,) row), in float64; inf where an estimate is not finite (undefined: the worst), or where exact attention is 0
+    and the estimate is not. Refused (InputError): arrays that are not real numpy arrays of one shape (>= 1
+    dimension), a non-finite exact."""
+    for x, name in ((est, "est"), (exact, "exact")):
+        if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu" or x.ndim < 1:
+            raise InputError(f"{name} must be a real numpy array (queries, dv) or (dv,), got "
+                             f"{getattr(x, 'dtype', type(x).__name__)} of shape {getattr(x, 'shape', None)}")
+    check_array(exact, "exact", ndim=exact.ndim)
+    if est.shape != exact.shape:
+        raise InputError(f"est {est.shape} and exact {exact.shape} must have one shape")
+    est, exact = est.astype(np.float64), exact.astype(np.float64)
+    if not np.all(np.isfinite(est)):
+        return math.inf
+    with np.errstate(over="ignore", invalid="ignore"):
+        num = np.linalg.norm(est - exact, axis=-1)
+    den = np.linalg.norm(exact, axis=-1)
+    return float(np.mean(np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, math.inf, 0.0))))
 
 
 # ------------------------------------------------------------------ the battery for a row sketch (FD)

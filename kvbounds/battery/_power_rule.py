@@ -16,11 +16,11 @@ A stream family that could not run at all (a real trace missing) is a record wit
 measurement. Records stored before the battery (control names ``mean_values``, ``recent``, ...) load and are
 called under their own labels.
 
-The rule (:func:`power_vs_controls`): per setting (a stream family, ...) and control, the three-way call of
-:mod:`kvbounds.battery` (better / tied / worse / not shown / not tested, with the median ratio, its 95%
-interval, the wins and the smallest detectable ratio), Holm over every (setting, control) of the claim
-(:func:`kvbounds.verdict.holm_adjust`, the shared rule). ``shown`` when every tested call is ``better``,
-``low`` otherwise, the headline naming the calls that are not.
+The rule (:func:`power_vs_controls`): per setting (a stream family, ...) and control, the one rule's call
+(:func:`kvbounds.verdict.paired_calls`: better / leaning better / tied / leaning worse / worse / not attainable /
+not tested, with the effect, its 95% interval, the wins and the smallest detectable effect) at the unit of
+replication (records of one unit summarised by their median), Holm over every (setting, control) of the claim.
+``shown`` when every tested call is ``better``, ``low`` otherwise, the headline naming the calls that are not.
 """
 from __future__ import annotations
 
@@ -29,17 +29,12 @@ import math
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
-from scipy import stats
 
-from kvbounds.algorithms.validation import (InputError, check_array, check_error, check_probability, check_real,
-                                            check_values)
-from ._power_calls import (EQUIVALENCE, MIN_STREAMS, call_words, control_order, decide_call, label, summary_words,
-                           two_sided_p)
+from kvbounds.algorithms.validation import InputError, check_array, check_error, check_probability, check_real
 from kvbounds.core import Record
-from kvbounds.verdict import canonical_order, holm_adjust
-
-from ._power_calls import LABELS as CONTROL_LABELS  # noqa: E402,F401 - the labels of every control name
-ALPHA = 0.05
+from kvbounds.verdict import (ALPHA, Comparison, call_words, canonical_order, control_order, holm_family_words,
+                              label, paired_calls, per_unit, summary_words)
+from kvbounds.verdict import LABELS as CONTROL_LABELS  # noqa: F401 - the labels of every control name
 
 
 # ------------------------------------------------------------------ the worst error over checkpoints
@@ -89,17 +84,19 @@ class PowerCell:
     """One setting (stream family, memory) of one claim: the method's and each control's metric over paired
     streams, and the call against each control (:mod:`kvbounds.battery`)."""
     setting: str
-    streams: int
+    streams: int                               # records with a method metric
     method: float                              # median of the method's metric
     controls: dict[str, float | None]          # median of each control's metric (None: could not run)
     p_adjusted: dict[str, float]               # Holm-adjusted two-sided p per control
     best: str = ""                             # the control with the smallest median
-    ratio: float = math.nan                    # median of method / best control over the streams
+    ratio: float = math.nan                    # the effect (method / best control) over the units
     ratio_ci: tuple[float, float] = (math.nan, math.nan)
     missing: str = ""                          # why the setting (or a control, or some streams) did not run
     fraction: float = math.nan                 # median of the method's floats / the whole stream's
-    unit: str = "independent streams"          # what the paired samples are (layers of one generation, ...)
+    unit: str = "independent streams"          # what a unit is (distinct text windows, generations, draws)
     calls: dict[str, dict] = dataclasses.field(default_factory=dict)   # control -> Call.as_dict()
+    units: int = 0                             # units of replication (the most any control was paired over)
+    metric: str = ""                           # the named metric of its calls (kvbounds.verdict.METRICS)
 
     def beaten(self, name: str, alpha: float = ALPHA) -> bool:
         c = self.calls.get(name)
@@ -120,23 +117,6 @@ class TrivialPower:
     def calls(self) -> list[dict]:
         """Every (setting, control) call of the claim, in setting then battery order."""
         return [cell.calls[n] for cell in self.cells for n in sorted(cell.calls, key=control_order)]
-
-
-def one_sided_p(method: Sequence[float], control: Sequence[float]) -> float | None:
-    """p of the Wilcoxon signed-rank test that the method's metric is below the control's (paired); None when
-    fewer than MIN_STREAMS pairs; 1 when every pair ties. Finite numbers only (InputError: NaN, Inf, lengths)."""
-    m, c = check_values(method, "method", allow_inf=False), check_values(control, "control", allow_inf=False)
-    if len(m) != len(c):
-        raise InputError(f"method and control must be paired, got {len(m)} and {len(c)} values")
-    if len(m) < MIN_STREAMS:
-        return None
-    diff = m - c
-    if not np.any(diff != 0):
-        return 1.0
-    a = np.abs(diff)
-    exact = len(np.unique(a)) == len(a) and np.all(a > 0) and len(a) <= 50   # else the normal approximation
-    return float(stats.wilcoxon(m, c, alternative="less", zero_method="zsplit",
-                                method="exact" if exact else "approx").pvalue)
 
 
 def _stored(x):
@@ -163,15 +143,22 @@ def _undefined(records: Sequence[Record], names: Sequence[str], value: Callable[
     return "; ".join(parts)
 
 
-def _pairs(records: Sequence[Record], name: str, value: Callable[[Record], float]) -> tuple[list, list]:
+def _pairs(records: Sequence[Record], name: str, value: Callable[[Record], float],
+           unit_of: Callable[[Record], Any]) -> tuple[list, list, list]:
+    """(units, the method's metric, the control's) with one number per unit: the records of one unit (seeds of a
+    randomized method, layers or heads of one text) summarised by their median (:func:`kvbounds.verdict.per_unit`),
+    units in a canonical order. A NaN on either side leaves the record out; inf (an undefined estimate) is worst."""
     ms, cs = [], []
     for r in records:
         c = _stored(r.extra.get("controls", {}).get(name))
         v = value(r)
-        if c is not None and not math.isnan(float(c)) and not math.isnan(v):   # inf (undefined estimate) is worst
-            ms.append(min(v, 1e300))
-            cs.append(min(float(c), 1e300))
-    return ms, cs
+        if c is not None and not math.isnan(float(c)) and not math.isnan(v):
+            u = unit_of(r)
+            ms.append((u, min(v, 1e300)))
+            cs.append((u, min(float(c), 1e300)))
+    m, c = per_unit(ms), per_unit(cs)
+    units = sorted(m, key=repr)
+    return units, [m[u] for u in units], [c[u] for u in units]
 
 
 def _fraction(records: Sequence[Record]) -> float:
@@ -190,18 +177,32 @@ def _not_compressing(records: Sequence[Record]) -> tuple[list[Record], str]:
     return out, (f"{len(skipped)}/{len(records)} stream(s) not tested ({worst.extra['not_tested']})")
 
 
+def _each_record(r: Record) -> tuple:
+    """The default unit: a record (its params and seed), for records that are each an independent stream."""
+    from kvbounds.core import canonical
+    return (canonical(r.params), r.seed)
+
+
 def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], Any],
                       value: Callable[[Record], float] = lambda r: r.measured, metric: str = "error",
-                      alpha: float = ALPHA, unit: str = "independent streams") -> TrivialPower:
-    """The calls of :mod:`kvbounds.battery` over ``records`` (the method's records carrying
-    ``extra["controls"]``, and ``extra["floats"]`` / ``extra["not_tested"]`` where they come from the battery),
-    grouped by ``setting(r)``; ``power`` is ``shown`` when every tested call is ``better``, ``low`` otherwise
-    (``note``: the headline's words), ``n/a`` with no tested call. ``unit``: what the paired samples are
-    ("independent streams", "layers of one generation", ...), carried by every cell and call. Order independent:
-    records are sorted canonically and the settings and controls by name."""
+                      alpha: float = ALPHA, unit: str | Callable[[str], str] = "independent streams",
+                      unit_of: Callable[[Record], Any] | None = None, named_metric: str = "") -> TrivialPower:
+    """The one rule's calls (:func:`kvbounds.verdict.paired_calls`) of the method against each control over
+    ``records`` (the method's records carrying ``extra["controls"]``, and ``extra["floats"]`` /
+    ``extra["not_tested"]`` where they come from the battery), grouped by ``setting(r)``, Holm over every (setting,
+    control) of the claim. ``unit_of(r)``: the record's unit of replication (records of one unit, such as the seeds
+    of a randomized method or the layers of one text, are summarised by their median and count once; default: each
+    record is its own unit), ``unit`` the unit in words (or a function of the setting giving them); ``metric``: the
+    metric in words for the detail,
+    ``named_metric`` its name on every call ("practitioner" or "theorem", :data:`kvbounds.verdict.METRICS`).
+    ``power`` is ``shown`` when every tested call is ``better``, ``low`` otherwise (``note``: the headline's
+    words), ``n/a`` with no tested call. Order independent: records are sorted canonically, units and settings by
+    name."""
     check_probability(alpha, "alpha")
-    if not callable(setting) or not callable(value):
-        raise InputError("setting and value must be functions of a record")
+    if not callable(setting) or not callable(value) or (unit_of is not None and not callable(unit_of)):
+        raise InputError("setting, value and unit_of must be functions of a record")
+    unit_of = unit_of or _each_record
+    unit_words = unit if callable(unit) else (lambda s, u=unit: u)
     records = list(records) if not isinstance(records, (str, bytes)) and hasattr(records, "__iter__") else None
     if records is None or not all(isinstance(r, Record) for r in records):
         raise InputError("records must be an iterable of Record")
@@ -219,10 +220,7 @@ def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], 
         groups.setdefault(str(setting(r)), []).append(r)
     if not groups:
         return TrivialPower("n/a", "no trivial controls recorded", "", [])
-    tests: list[tuple[str, str]] = []
-    pvals: list[float | None] = []
-    direction: dict[tuple, str] = {}
-    raw: dict[str, dict] = {}
+    comparisons, keys, info = [], [], {}
     for s, rs in sorted(groups.items()):
         ran = [r for r in rs if not r.extra.get("missing") and "controls" in r.extra]
         ran, skipped = _not_compressing(ran)
@@ -230,38 +228,85 @@ def power_vs_controls(records: Iterable[Record], *, setting: Callable[[Record], 
         names = sorted({k for r in rs if "controls" in r.extra for k in r.extra["controls"]}, key=control_order)
         miss = sorted({f"{label(k)}: {v}" for r in ran for k, v in r.extra.get("controls_missing", {}).items()})
         undefined = _undefined(ran, names, value)
-        raw[s] = dict(ran=ran, names=names, skipped=skipped, all=rs,
-                      missing="; ".join(why + ([skipped] if skipped else []) + miss + ([undefined] if undefined else [])))
+        missing = "; ".join(why + ([skipped] if skipped else []) + miss + ([undefined] if undefined else []))
+        frac = _fraction(ran) if ran else _fraction(rs)
+        info[s] = dict(ran=ran, names=names, missing=missing, fraction=frac)
         for name in names:
-            ms, cs = _pairs(ran, name, value)
-            if len(ms) >= MIN_STREAMS:
-                tests.append((s, name))
-                p, direction[(s, name)] = two_sided_p(ms, cs)
-                pvals.append(p)
-    adj = dict(zip(tests, holm_adjust(pvals))) if tests else {}
+            units, ms, cs = _pairs(ran, name, value, unit_of)
+            reason = "" if ms else (skipped or missing or "no records")
+            comparisons.append(Comparison(s, name, ms, cs, frac, reason))
+            keys.append((s, name, float(np.median(cs)) if cs else None))
+    calls = paired_calls(comparisons, alpha=alpha, metric=named_metric)
+    by_setting: dict[str, dict[str, dict]] = {}
+    meds: dict[str, dict[str, float | None]] = {}
+    for (s, name, med), c in zip(keys, calls):
+        by_setting.setdefault(s, {})[name] = dict(c.as_dict(), unit=unit_words(s))
+        meds.setdefault(s, {})[name] = med
     cells = []
-    for s, info in sorted(raw.items()):
-        ran, names = info["ran"], info["names"]
-        meds, calls = {}, {}
-        frac = _fraction(ran) if ran else _fraction(info["all"])
-        for name in names:
-            ms, cs = _pairs(ran, name, value)
-            meds[name] = float(np.median(cs)) if cs else None
-            reason = "" if ms else (info["skipped"] or info["missing"] or "no records")
-            calls[name] = decide_call(s, name, frac, ms, cs, adj.get((s, name), 1.0), direction.get((s, name), ""),
-                                      max(len(tests), 1), alpha, reason=reason, unit=unit).as_dict()
-        vals = [value(r) for r in ran if not math.isnan(value(r))]
-        cell = PowerCell(s, len(vals), float(np.median(vals)) if vals else math.nan, meds,
-                         {n: adj[(s, n)] for n in names if (s, n) in adj}, missing=info["missing"], fraction=frac,
-                         unit=unit, calls=calls)
-        avail = {n: v for n, v in meds.items() if v is not None}
+    for s, inf in sorted(info.items()):
+        cs = by_setting.get(s, {})
+        vals = [value(r) for r in inf["ran"] if not math.isnan(value(r))]
+        cell = PowerCell(s, len(vals), float(np.median(vals)) if vals else math.nan, meds.get(s, {}),
+                         {n: c["p"] for n, c in cs.items() if c["call"] != "not tested"}, missing=inf["missing"],
+                         fraction=inf["fraction"], unit=unit_words(s), calls=cs, metric=named_metric,
+                         units=max((c["n"] for c in cs.values()), default=0))
+        avail = {n: v for n, v in cell.controls.items() if v is not None}
         if avail and vals:
             cell.best = min(avail, key=lambda n: (avail[n], n))
-            c = calls[cell.best]
+            c = cs[cell.best]
             if c["call"] != "not tested":
-                cell.ratio, cell.ratio_ci = c["ratio_median"], tuple(c["ci"])
+                cell.ratio, cell.ratio_ci = c["effect"], tuple(c["ci"])
         cells.append(cell)
     return _decide(cells, metric, alpha)
+
+
+def practitioner_view(r: Record) -> Record | None:
+    """The record as the practitioner's metric sees it (``extra["practitioner"]``, :func:`kvbounds.proofs_checks.
+    power_streams.held_out_errors`): its measurement and controls replaced by theirs; None without one (a record of
+    a stream that did not run passes as it is)."""
+    p = r.extra.get("practitioner")
+    if r.extra.get("missing"):
+        return r
+    if not isinstance(p, dict) or not isinstance(p.get("controls"), dict):
+        return None
+    return dataclasses.replace(r, measured=float(_stored(p["method"])),
+                               extra={**r.extra, "controls": dict(p["controls"])})
+
+
+def stream_unit(r: Record) -> Any:
+    """A power record's unit of replication: ``extra["unit"]`` (a distinct text, a distinct draw), else the record."""
+    return r.extra.get("unit") or _each_record(r)
+
+
+def unit_words(setting: str) -> str:
+    """The unit of a power setting in words: a distinct text window on real keys, a distinct draw otherwise."""
+    return "distinct text windows" if "real" in str(setting).lower() else "independent draws"
+
+
+def power_on_both_metrics(records: Iterable[Record], *, setting: Callable[[Record], Any], metric: str,
+                          alpha: float = ALPHA, unit: str | Callable[[str], str] = unit_words,
+                          unit_of: Callable[[Record], Any] = stream_unit) -> TrivialPower:
+    """The calls on the practitioner's metric (the records' ``extra["practitioner"]``: the mean relative error over
+    held-out later queries; it decides ``power``, the note and every better / worse statement) beside those on the
+    theorem's (``value`` = the record's measurement, ``metric`` its words: the worst checkpoint of the current query,
+    in the theorem's units). Records without a practitioner's metric (older records, or a claim whose quantity has
+    none) give the theorem's calls alone. Each call names its metric (``metric``: "practitioner" / "theorem")."""
+    records = list(records) if not isinstance(records, (str, bytes)) and hasattr(records, "__iter__") else None
+    if records is None or not all(isinstance(r, Record) for r in records):
+        raise InputError("records must be an iterable of Record")
+    theorem = power_vs_controls(records, setting=setting, metric=metric, alpha=alpha, unit=unit, unit_of=unit_of,
+                                named_metric="theorem")
+    views = [v for v in (practitioner_view(r) for r in records) if v is not None]
+    if not any(not v.extra.get("missing") for v in views):
+        return theorem
+    words = next(r.extra["practitioner"].get("metric", "") for r in records
+                 if isinstance(r.extra.get("practitioner"), dict))
+    prac = power_vs_controls(views, setting=setting, metric=words, alpha=alpha, unit=unit, unit_of=unit_of,
+                             named_metric="practitioner")
+    if prac.power == "n/a":
+        return theorem
+    return TrivialPower(prac.power, f"practitioner's metric: {prac.detail} Theorem's metric: {theorem.detail}",
+                        prac.note, prac.cells + theorem.cells)
 
 
 def _fmt(x: float | None) -> str:
@@ -279,38 +324,37 @@ def _decide(cells: list[PowerCell], metric: str, alpha: float) -> TrivialPower:
             lines.append(f"{c.setting}: not tested ({why})")
             continue
         words = "; ".join(call_words(c.calls[n], family=False) for n in sorted(c.calls, key=control_order))
-        lines.append(f"{c.setting} ({c.streams} streams{frac}): method {metric} {_fmt(c.method)}; {words}"
-                     + (f"; missing: {c.missing}" if c.missing else ""))
+        lines.append(f"{c.setting} ({c.units} units: {c.unit}; {c.streams} records{frac}): method {metric} "
+                     f"{_fmt(c.method)}; {words}" + (f"; missing: {c.missing}" if c.missing else ""))
     if not tested:
         return TrivialPower("n/a", "controls: " + "; ".join(lines), "", cells)
     power = "shown" if all(c["call"] == "better" for c in tested) else "low"
-    rule = (f"two one-sided Wilcoxon signed-rank tests per (setting, control), Holm over {len(tested)} at {alpha:g}; "
-            f"tied: the 95% interval of the median ratio within [1/{EQUIVALENCE:g}, {EQUIVALENCE:g}]")
     words = summary_words(calls)
-    return TrivialPower(power, f"controls ({rule}): {words}. " + "; ".join(lines), words if power == "low" else "",
-                        cells)
+    return TrivialPower(power, f"controls ({holm_family_words(calls, alpha)}): {words}. " + "; ".join(lines),
+                        words if power == "low" else "", cells)
 
 
 def power_table_cells(table: Sequence[dict], alpha: float = ALPHA) -> list[list[str]]:
-    """A verdict's ``power_table`` as rows of strings (header first): per setting, the streams, the memory (% of
-    the stream's floats), the method's median metric beside each control's with its call (``*`` better: the method
-    significantly below it, Holm; ``!`` worse; ``=`` tied; no mark: not shown), and method / best control [95%].
-    Tables of older records (no calls) mark ``*`` from their adjusted p."""
+    """A verdict's ``power_table`` as rows of strings (header first): per setting, the units, the memory (% of
+    the stream's floats), the method's median metric beside each control's with its call (``*`` better, ``+``
+    leaning better, ``=`` tied, ``-`` leaning worse, ``!`` worse, ``?`` not attainable), and method / best control
+    (the effect with its 95% interval). Tables of older records (no calls) mark ``*`` from their adjusted p."""
     names = sorted({n for c in table for n in c["controls"]}, key=control_order)
-    rows = [["setting", "streams", "memory", "method"] + [label(n) for n in names] + ["method / best [95%]"]]
-    marks = {"better": "*", "worse": "!", "tied": "=", "not shown": "", "not tested": " (not tested)"}
+    rows = [["setting", "units", "memory", "method"] + [label(n) for n in names] + ["method / best [95%]"]]
+    marks = {"better": "*", "leaning better": "+", "tied": "=", "leaning worse": "-", "worse": "!",
+             "not attainable": "?", "not tested": " (not tested)"}
     for c in table:
         calls = c.get("calls") or {}
         frac = c.get("fraction", math.nan)
         mem = "" if frac is None or math.isnan(frac) else f"{100 * frac:.0f}%"
         if not c["p_adjusted"] and not any(x["call"] != "not tested" for x in calls.values()):
-            rows.append([c["setting"], str(c["streams"]), mem, "not tested: " + (c["missing"] or "no records")]
+            rows.append([c["setting"], str(c.get("units", c["streams"])), mem, "not tested: " + (c["missing"] or "no records")]
                         + [""] * (len(names) + 1))
             continue
         cells = [_fmt(c["controls"].get(n)) + (marks[calls[n]["call"]] if n in calls else
                                                 ("*" if c["p_adjusted"].get(n, 1.0) < alpha else "")) for n in names]
         lo, hi = c["ratio_ci"]
-        rows.append([c["setting"], str(c["streams"]), mem, _fmt(c["method"])] + cells +
+        rows.append([c["setting"], str(c.get("units", c["streams"])), mem, _fmt(c["method"])] + cells +
                     [f"{_fmt(c['ratio'])} vs {label(c['best'])} [{_fmt(lo)}, {_fmt(hi)}]"])
     return rows
 

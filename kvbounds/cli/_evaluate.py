@@ -65,7 +65,7 @@ def run(args) -> int:
 
 
 def print_result(result: dict) -> None:
-    from kvbounds.battery import call_words
+    from kvbounds.verdict import call_words
     print(f"{result['method']} ({result['kind']}), profile {result['profile']}, {result['streams']} streams; "
           f"at {100 * result['fraction']:.0f}% of the cache's floats: {result['headline']}")
     for fam in result["families"]:

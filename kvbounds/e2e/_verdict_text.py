@@ -93,9 +93,16 @@ def evidence_against(records, method: str, tasks, budgets, calls) -> list[str]:
     return out
 
 
+HEADS = {"better": "better than", "leaning better": "leaning better than", "tied": "tied with",
+         "not told apart": "not told apart from", "not attainable": "not attainable against",
+         "leaning worse": "leaning worse than"}
+
+
 def calls_text(calls) -> str:
-    """"better than H2O, SnapKV (lines, papers' setting); not shown better than uniform sampling (everywhere); worse
-    than ... (95% interval below zero ...)" from a variant's cells (setting, task, baseline, budget, call, mean)."""
+    """"better than H2O, SnapKV (lines, papers' setting); not told apart from uniform sampling (everywhere); worse
+    than ... (95% interval below zero ...)" from a variant's cells (setting, task, baseline, budget, call, effect):
+    the one rule's calls (:func:`kvbounds.verdict.paired_calls`; "not told apart": a tie that is no
+    equivalence)."""
     cells = sorted({(task, setting) for setting, task, *_ in calls})
     label = lambda task, setting: task if sum(t == task for t, _ in cells) == 1 else \
         f"{task}, {SHORT_SETTING.get(setting, setting)}"
@@ -103,7 +110,7 @@ def calls_text(calls) -> str:
     for setting, task, base, b, call, mean in calls:
         groups.setdefault((call, base), []).append((task, setting, mean))
     parts = []
-    for call in ("better", "not shown better", "worse"):
+    for call in ("better", "leaning better", "tied", "not told apart", "not attainable", "leaning worse", "worse"):
         by_where: dict = {}
         for (c, base), got in groups.items():
             if c != call:
@@ -119,7 +126,7 @@ def calls_text(calls) -> str:
                 parts.append(f"worse than {names} ({key}; 95% interval below zero, {size} nats lower "
                              "log-likelihood)")
             else:
-                parts.append(f"{call} than {names} ({key})")
+                parts.append(f"{HEADS[call]} {names} ({key})")
     return "; ".join(parts)
 
 

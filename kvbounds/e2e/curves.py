@@ -13,8 +13,8 @@ method x memory fraction (x redraw), every method on the instance's one exact pr
 * :func:`decisions`: per powered panel and method of the papers, the smallest memory at which the method is tied
   with exact attention (equivalent within :data:`MARGINS`), and at each memory its call against the strongest
   baseline there (the baseline with the best mean score among :data:`BASELINES` present at that memory: picked by
-  the data, which favours the baseline). Every call goes through :func:`kvbounds.e2e.comparisons.call` (paired
-  per instance; Bonferroni over the panel's calls of one kind, stated as ``tests``).
+  the data, which favours the baseline). Every call goes through :func:`kvbounds.e2e._comparisons.calls`, the one
+  rule for "better" (paired per instance; Holm over the panel's calls of one kind, stated as ``tests``).
 * :func:`timing`: per model and length, the end-to-end job's CPU seconds per instance (the prefill, every
   method's compression and scoring) and the prefill's share.
 """
@@ -149,7 +149,7 @@ def _papers_methods(methods) -> list[str]:
 
 def decisions(records) -> list[dict]:
     """Per powered panel and method of the papers (module docstring): ``matches_exact`` (the smallest memory
-    fraction at which the call against exact attention is ``tied``; None when none is), ``calls`` {memory: the call
+    fraction at which the call against exact attention is ``tied`` within the margin; None when none is), ``calls`` {memory: the call
     against the strongest baseline there, with ``baseline``}, ``versus_exact`` {memory: the call against exact}."""
     powered = {(s["model"], s["task"], s["n"], s["setting"]) for s in exact_scores(records) if s["powered"]}
     failed: dict = {}       # (panel, method, budget) -> why the method has no score there
@@ -165,14 +165,19 @@ def decisions(records) -> list[dict]:
         margin = MARGINS["ppl" if ppl else "match"]
         budgets = sorted({b for m, b in ms if m != EXACT})
         ours = _papers_methods(sorted({m for m, _ in ms}))
-        tests = max(1, len(ours) * len(budgets))
-        kw = dict(margin=margin, tests=tests, bounded=not ppl)
+        kw = dict(margin=margin, bounded=not ppl)
         exact = ms.get((EXACT, 1.0), {})
         strongest = {}
         for b in budgets:
             cands = [(float(np.mean(list(ms[(m, b)].values()))), m) for m in BASELINES if (m, b) in ms]
             if cands:
                 strongest[b] = max(cands, key=lambda c: (c[0], -BASELINES.index(c[1])))[1]
+        # two families per panel, each one Holm family of the one rule: against exact attention, and against the
+        # strongest baseline
+        ran = [(m, b) for m in ours for b in budgets if (m, b) in ms]
+        vs_exact_all = dict(zip(ran, CMP.calls([(ms[k], exact) for k in ran], **kw)))
+        against = [k for k in ran if k[1] in strongest]
+        vs_base_all = dict(zip(against, CMP.calls([(ms[k], ms[(strongest[k[1]], k[1])]) for k in against], **kw)))
         for m in ours:
             vs_exact, calls = {}, {}
             for b in budgets:
@@ -180,12 +185,12 @@ def decisions(records) -> list[dict]:
                     if (panel, m, b) in failed:
                         why = failed[(panel, m, b)]
                         calls[b] = dict(call="not attainable" if why.startswith("not attainable") else "not tested",
-                                        reason=why[:160], baseline=strongest.get(b, ""), n=0, tests=tests)
+                                        reason=why[:160], baseline=strongest.get(b, ""), n=0, tests=len(against))
                     continue
-                vs_exact[b] = CMP.call(ms[(m, b)], exact, **kw)
+                vs_exact[b] = vs_exact_all[(m, b)]
                 if b in strongest:
-                    calls[b] = dict(CMP.call(ms[(m, b)], ms[(strongest[b], b)], **kw), baseline=strongest[b])
-            tied = [b for b, c in vs_exact.items() if c["call"] == "tied"]
+                    calls[b] = dict(vs_base_all[(m, b)], baseline=strongest[b])
+            tied = [b for b, c in vs_exact.items() if c["call"] == "tied" and c.get("equivalent")]
             out.append(dict(model=panel[0], task=panel[1], n=panel[2], setting=panel[3], method=m, margin=margin,
                             matches_exact=min(tied) if tied else None, versus_exact=vs_exact, calls=calls))
     return out
@@ -212,7 +217,7 @@ def timing(records) -> list[dict]:
 
 def decision_words(d: dict) -> str:
     """One line per decision: "balancekv: ties exact attention from 50% of the cache; at 25%: worse than
-    StreamingLLM (-0.30 [-0.5, -0.1], n=20, Bonferroni over 12)"."""
+    StreamingLLM (-0.30 [-0.5, -0.1], n=20, Holm over 12)"."""
     head = (f"{d['method']}: ties exact attention from {100 * d['matches_exact']:.3g}% of the cache"
             if d["matches_exact"] is not None else f"{d['method']}: never tied with exact attention at the memories run")
     parts = []
@@ -223,5 +228,5 @@ def decision_words(d: dict) -> str:
             continue
         lo, hi = c["ci"]
         parts.append(f"at {100 * b:.3g}%: {c['call']} vs {c['baseline']} ({c['mean']:+.3g} [{lo:+.3g}, {hi:+.3g}], "
-                     f"n={c['n']}, Bonferroni over {c['tests']})")
+                     f"n={c['n']}, Holm over {c['tests']})")
     return head + ("; " + "; ".join(parts) if parts else "")

@@ -16,7 +16,16 @@ __all__ = ["write_outputs", "render_card", "report_style", "tone_of", "JSON_FILE
 JSON_FILE = "evaluation.json"
 CARD_FILE = "evaluation.html"
 
-TONES = {"better": "good", "worse": "bad", "tied": "none", "not shown": "warn", "not tested": "none"}
+TONES = {"better": "good", "leaning better": "good", "tied": "none", "leaning worse": "bad", "worse": "bad",
+         "not attainable": "warn", "not tested": "none"}
+
+
+# the one rule (kvbounds.verdict), as the card states it
+CALLS_WORDS = ("better / leaning better / tied / leaning worse / worse / not attainable / not tested per (family, "
+               "memory, control): the effect method / control (Hodges-Lehmann) [95% interval] and the streams won "
+               "(the one rule of kvbounds.verdict: a two-sided signed-rank test on the log-ratios at the unit, "
+               "Holm over each memory's pairs; leaning: significant before Holm, not after; tied: no difference "
+               "shown, or one within 5%).")
 
 
 def _version() -> str:
@@ -56,14 +65,14 @@ def _cell(c: dict) -> str:
     if c["call"] == "not tested":
         return f'<span class="chip none" title="{html.escape(c.get("reason", ""))}">not tested</span>'
     lo, hi = c["ci"]
-    title = (f"{c['wins']}/{c['n']} streams won; smallest detectable ratio {_num(c.get('detectable_ratio'))}; "
-             f"Holm-adjusted p {_num(c.get('p'))}")
+    title = (f"{c['wins']}/{c['n']} streams won; smallest detectable ratio beyond {_num(c.get('detectable'))} either "
+             f"way; Holm-adjusted p {_num(c.get('p'))} (smallest attainable {_num(c.get('smallest_p'))})")
     return (f'<span class="chip {TONES[c["call"]]}" title="{html.escape(title)}">{c["call"]}</span> '
-            f'{_num(c["ratio_median"])} <span class="note">[{_num(lo)}, {_num(hi)}] {c["wins"]}/{c["n"]}</span>')
+            f'{_num(c["effect"])} <span class="note">[{_num(lo)}, {_num(hi)}] {c["wins"]}/{c["n"]}</span>')
 
 
 def _calls_table(calls: list[dict], controls: list[str]) -> str:
-    from kvbounds.battery import label
+    from kvbounds.verdict import label
     rows = {}
     for c in calls:
         rows.setdefault((c["family"], c["fraction"]), {})[c["control"]] = c
@@ -92,7 +101,7 @@ def _e2e_block(e2e: dict) -> str:
 
 def render_card(result: dict) -> str:
     """evaluation.html for evaluation.json's content ``result``."""
-    from kvbounds.battery import label
+    from kvbounds.verdict import label
     __version__ = _version()
     calls = result["calls"]
     head = [c for c in calls if c["fraction"] == result["fraction"]]
@@ -128,9 +137,7 @@ weights counted alike). Metric: {html.escape(result['metric'])}.</div>
 <dl class="dl">
 <dt>method</dt><dd>{html.escape(result['label'])}</dd>
 <dt>regime</dt><dd class="dims">{fams}</dd>
-<dt>calls</dt><dd>better / tied / worse / not shown / not tested per (family, memory, control): the median ratio
-method / control [95% interval] and the streams won (two one-sided Wilcoxon signed-rank tests, Holm over each
-memory's pairs; tied: the interval within [1/1.2, 1.2]; not shown: neither).{_calls_table(calls, controls)}{missing}</dd>
+<dt>calls</dt><dd>{html.escape(CALLS_WORDS)}{_calls_table(calls, controls)}{missing}</dd>
 {dec}{_e2e_block(result.get('e2e') or {})}
 <dt>run</dt><dd>wall {t.get('wall_s', '-')} s; stream trials {_num(t.get('trials_cpu_s'))} CPU s on
 {t.get('workers', '-')} worker(s)</dd>

@@ -8,7 +8,7 @@ queries of the tokens buffered since its last compression (as ``DecodingPress`` 
 a decoding press's own ``compression_interval`` when SPEC is one). After each compression at history length t, the
 next ``interval`` queries (held out) read the cache, and every control of the battery is built on the whole history
 of t tokens at the floats the cache holds then. The stream's metric, for the method and each control, is the mean
-over these checkpoints of the relative attention error (:func:`kvbounds.evaluation._streams.relative_error`); the
+over these checkpoints of the relative attention error (:func:`kvbounds.battery.relative_error`); the
 calls are the power rule's (:func:`kvbounds.battery.power_vs_controls`, one setting per family).
 
 Presses only: a compressor with the method contract compresses a whole prefix, and a cache it returned (weighted
@@ -66,7 +66,8 @@ def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
     from kvbounds.core import make_record
     from kvbounds.streams import make_stream
     from ._spec import resolve
-    from ._streams import in_canonical_order, relative_error
+    from kvbounds.battery import relative_error
+    from ._streams import in_canonical_order
     from ._stream_press import ratio_for, run_press
     spec = resolve(params["spec"])
     if spec.make_press is None:
@@ -74,7 +75,9 @@ def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
     P, N, step = int(params["prompt"]), int(params["new"]), int(params["interval"])
     seed = int(params["stream_seed"])
     try:
-        s = make_stream(params["family"], P + N, int(params["d"]), seed=seed)
+        real = params["family"] in ("real SmolLM2", "real MiniLM")
+        s = make_stream(params["family"], P + N, int(params["d"]), seed=seed,
+                        unit=int(params["rep"]) if real and "rep" in params else None)
     except LookupError as e:
         return make_record(CLAIM, params, measured=math.nan, bound=math.nan, holds=True, bound_kind="shape",
                            check=CHECK, source=SOURCE, missing=str(e), family=params["family"])
@@ -116,8 +119,9 @@ def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
     m = float(np.mean(method))
     controls = {k: float(np.mean(v)) for k, v in ctl.items()}
     whole = battery.stream_floats(P, d, dv)
+    from ._streams import unit_of
     extra = dict(controls=controls, floats=battery.floats_record(target * (d + dv), whole), family=params["family"],
-                 checkpoints=len(method), target=target, note=s.note)
+                 checkpoints=len(method), target=target, note=s.note, unit=unit_of(params, s))
     return make_record(CLAIM, params, measured=m, bound=min(controls.values()), holds=m < min(controls.values()),
                        bound_kind="shape", check=CHECK, source=SOURCE, **extra)
 
@@ -126,8 +130,8 @@ def run_decode(resolved, *, profile: str, ratio: float, seed: int, out, workers=
                sys_path=()) -> dict:
     """Run (or resume) the decode trials; returns {"setup", "headline", "calls"} or {"skipped": why}. ``sys_path``:
     directories the worker processes put first on their module path (:func:`kvbounds.run.run_trials`)."""
-    from kvbounds.battery import power_vs_controls
-    from kvbounds.battery import summary_words
+    from kvbounds.battery import power_vs_controls, stream_unit, unit_words
+    from kvbounds.verdict import summary_words
     from kvbounds.core import ResultStore
     from kvbounds.run import Trial, run_trials
     if resolved.make_press is None:
@@ -146,7 +150,8 @@ def run_decode(resolved, *, profile: str, ratio: float, seed: int, out, workers=
     contents = ResultStore(out).read()
     records = [r for r in contents.records if r.key in keys]
     errors = [e.error for e in contents.errors if e.key in keys]
-    power = power_vs_controls(records, setting=lambda r: r.extra["family"], metric="relative attention error")
+    power = power_vs_controls(records, setting=lambda r: r.extra["family"], metric="relative attention error",
+                              unit=unit_words, unit_of=stream_unit, named_metric="practitioner")
     calls = [dict(c, held_fraction=c["fraction"], fraction=ps[0]["fraction"]) for c in power.calls]
     s = SETUP[profile]
     setup = (f"prompt {s['prompt']} tokens compressed to {100 * (1 - ratio):.0f}% of them, then {s['new']} tokens "

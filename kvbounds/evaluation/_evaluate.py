@@ -8,8 +8,9 @@ What it runs (``profile``: smoke, quick, full):
     :mod:`kvbounds.evaluation` (synthetic benign, concentrated, clustered, low rank, real SmolLM2, real
     MiniLM) at several memory fractions (quick: 10%, 25%, 50%, and 1 - ratio), memory counted the same way for the
     method and every control;
-  * per fraction, the calls of :func:`kvbounds.battery.power_vs_controls` (:mod:`kvbounds.battery`: better /
-    tied / worse / not shown / not tested, each with the median ratio method / control, its 95% interval, the win
+  * per fraction, the calls of :func:`kvbounds.battery.power_vs_controls` (:mod:`kvbounds.verdict`: better /
+    leaning better / tied / leaning worse / worse / not attainable / not tested, each with the effect method /
+    control (the Hodges-Lehmann estimate), its 95% interval, the win
     count and the smallest detectable ratio; Holm over the fraction's (family, control) pairs);
   * the regime curve: per family, the smallest fraction at which the method is better than every control, or
     "never in range";
@@ -104,13 +105,14 @@ def calls_of(records, fractions) -> tuple[list[dict], dict]:
     (Holm over its (family, control) pairs), setting = the family. Each call dict is
     :class:`kvbounds.battery._power_calls.Call`'s,
     with ``fraction`` the fraction asked and ``held_fraction`` the method's floats over the stream's."""
-    from kvbounds.battery import power_vs_controls
+    from kvbounds.battery import power_vs_controls, stream_unit, unit_words
     out, power = [], {}
     for f in fractions:
         rs = [r for r in records if abs(float(r.extra.get("fraction", -1)) - f) < 1e-9]
         if not rs:
             continue
-        p = power_vs_controls(rs, setting=lambda r: r.extra["family"], metric="relative attention error")
+        p = power_vs_controls(rs, setting=lambda r: r.extra["family"], metric="relative attention error",
+                              unit=unit_words, unit_of=stream_unit, named_metric="practitioner")
         power[f] = p
         for c in p.calls:
             out.append(dict(c, held_fraction=c["fraction"], fraction=f))
@@ -150,7 +152,8 @@ def regime(calls: list[dict], families, fractions) -> dict:
 def summary(resolved, records, *, profile, ratio, seed, fractions, families, extra=None) -> dict:
     """The content of evaluation.json (the README's "Evaluate your own method" names its fields)."""
     from kvbounds import battery
-    from kvbounds.battery import CALLS, summary_words
+    from kvbounds.verdict import CALLS
+    from kvbounds.verdict import summary_words
     calls, power = calls_of(records, fractions)
     headline_f = round(1.0 - ratio, 6)
     head = [c for c in calls if c["fraction"] == headline_f]

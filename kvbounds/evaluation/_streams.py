@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.validation import InputError, check_choice
+from kvbounds.battery import relative_error
 
 CLAIM = "evaluate"
 CHECK = "battery"
@@ -78,27 +79,6 @@ def trials(spec: str, profile: str, ratio: float | None = None, seed: int = 0) -
     return out
 
 
-def relative_error(est: np.ndarray, exact: np.ndarray) -> float:
-    """mean over queries of ||est - exact|| / ||exact|| (rows of (m, dv) arrays, or one (dv,) row), in float64; inf
-    where an estimate is not finite (undefined: the worst), or where exact attention is 0 and the estimate is not.
-    Refused (InputError): arrays that are not real numpy arrays of one shape (>= 1 dimension), a non-finite exact."""
-    from kvbounds.algorithms.validation import check_array
-    for x, name in ((est, "est"), (exact, "exact")):
-        if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu" or x.ndim < 1:
-            raise InputError(f"{name} must be a real numpy array (queries, dv) or (dv,), got "
-                             f"{getattr(x, 'dtype', type(x).__name__)} of shape {getattr(x, 'shape', None)}")
-    check_array(exact, "exact", ndim=exact.ndim)
-    if est.shape != exact.shape:
-        raise InputError(f"est {est.shape} and exact {exact.shape} must have one shape")
-    est, exact = est.astype(np.float64), exact.astype(np.float64)
-    if not np.all(np.isfinite(est)):
-        return math.inf
-    with np.errstate(over="ignore", invalid="ignore"):
-        num = np.linalg.norm(est - exact, axis=-1)
-    den = np.linalg.norm(exact, axis=-1)
-    return float(np.mean(np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, math.inf, 0.0))))
-
-
 def in_canonical_order(c):
     """The cache with its tokens sorted (by key, then value, then weights): a cache is a set of weighted tokens, so
     two caches holding the same ones (a press returns them in its top-k order, a control in position order) give
@@ -122,9 +102,18 @@ def stream_of(params: dict, seed: int):
     stream) with K, V, Q_ctx of shape (1, n, d) float64."""
     from kvbounds.streams import make_stream
     n, m = int(params["n"]), int(params["queries"])
-    s = make_stream(params["family"], n + m, int(params["d"]), seed=seed % (2**63))
+    real = params["family"] in ("real SmolLM2", "real MiniLM")
+    s = make_stream(params["family"], n + m, int(params["d"]), seed=seed % (2**63),
+                    unit=int(params["rep"]) if real and "rep" in params else None)
     K, V, Q = (x[None, :n].astype(np.float64) for x in (s.K, s.V, s.Q))
     return K, V, Q, s.Q[n:n + m], s
+
+
+def unit_of(params: dict, s) -> str:
+    """A stream's unit of replication: a distinct text for a real family (its note names it), else the draw."""
+    if params["family"] in ("real SmolLM2", "real MiniLM"):
+        return "text " + s.note.split(" ")[1] if " " in s.note else f"text {params['rep']}"
+    return f"draw {params['family']} #{params.get('rep', 0)}"
 
 
 def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
@@ -163,7 +152,7 @@ def run_trial(params: dict, seed: int = 0, backend: str = "numpy"):
         ctl = {name: relative_error(e, exact) for name, e in est.items()}
         floats_rec = battery.floats_record(held, whole, {k: battery.cache_floats(v) for k, v in caches.items()})
         extra = dict(controls=ctl, floats=floats_rec, fraction=f, family=params["family"], note=s.note,
-                     kept=int(c.keys.shape[-2]))
+                     kept=int(c.keys.shape[-2]), unit=unit_of(params, s))
         why = battery.compression_problem(held, whole)
         if why:
             extra["not_tested"] = why
@@ -178,9 +167,9 @@ def compare_on_streams(method, control: str, streams, *, fraction: float = 0.25,
     """The battery's call of ``method`` against one ``control`` at equal memory on the given KV streams (the
     engine of :func:`kvbounds.testing.assert_beats`): each stream's last ``queries`` tokens (default
     n // 8, at least 1) are the held-out queries, the rest the context compressed at ``fraction`` of its floats;
-    the metric is :func:`relative_error`; the call is the power rule's over the streams as one setting.
-    ``method``: a SPEC, a press or a compressor (:func:`kvbounds.evaluation._spec.resolve_object`). Returns the
-    call's dict (:class:`kvbounds.battery._power_calls.Call`) with ``method``, ``streams``, ``families``, ``detectable``
+    the metric is :func:`kvbounds.battery.relative_error`; the call is the power rule's over the streams as one setting.
+    ``method``: a SPEC, a press or a compressor (:func:`kvbounds.evaluation.resolve_object`). Returns the
+    call's dict (:class:`kvbounds.verdict.Call`) with ``method``, ``streams``, ``families``, ``detectable``
     and ``smallest_loss`` (the smallest stream, by n then d, on which the method's error was not below the
     control's; "" when none)."""
     from kvbounds import battery
@@ -234,4 +223,4 @@ def compare_on_streams(method, control: str, streams, *, fraction: float = 0.25,
     (call,) = [c for c in power.calls if c["control"] == control]
     smallest = min(losses, key=lambda s: (s.n, s.d, s.seed), default=None)
     return dict(call, method=spec.name, streams=len(streams), families=sorted({s.family for s in streams}),
-                detectable=call.get("detectable_ratio"), smallest_loss=smallest.describe() if smallest else "")
+                smallest_loss=smallest.describe() if smallest else "")

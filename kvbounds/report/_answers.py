@@ -76,12 +76,19 @@ def call_n(call: dict):
 
 
 def call_units(call: dict) -> str:
-    """"20 streams" where the unit is an independent stream; else the count with what it counts ("80 cells of one
-    text": not independent, as the call's unit says)."""
-    unit = call.get("unit") or ""
-    if "stream" in unit and "independent" in unit:
-        return f"{call_n(call)} streams"
-    return f"{call_n(call)} cells of one text" if "one text" in unit else f"{call_n(call)} {unit or 'units'}"
+    """The call's count with its unit, short: "20 texts" (distinct text windows, each a unit), "20 draws", "20
+    streams"; "80 cells of one text" where the cells are not independent (as the call's unit says)."""
+    unit, n = call.get("unit") or "", call_n(call)
+    if "one text" in unit:
+        return f"{n} cells of one text"
+    for word in ("text", "draw", "stream", "generation"):
+        if word in unit:
+            return f"{n} {word}s"
+    return f"{n} {unit or 'units'}"
+
+
+def call_metric_key(call: dict) -> str:
+    return call.get("metric") or "theorem"
 
 
 def call_metric(call: dict, default: str) -> str:
@@ -141,6 +148,7 @@ def e2e_model(summary: dict) -> str:
 # ------------------------------------------------------------------------------------------------------------------
 
 PRACTITIONER_METRIC = "mean error on held-out later queries"
+PRACTITIONER_SHORT = "mean error on later queries"
 CONTROL_WORDS = {"streaming_llm": "StreamingLLM", "recent": "the recent window", "uniform": "uniform sampling",
                  "ablation": "its ablation", "zeros": "returning zeros", "mean": "the mean of the values"}
 # the strongest baseline is chosen among these (zeros and the mean are sanity controls, named only when they win)
@@ -257,7 +265,11 @@ def _theorem_sentences(summary: dict, theorems) -> list[str]:
 
 
 def _calls_of(summary: dict, cid: str, family: str) -> dict[str, dict]:
-    return {c.get("control"): c for c in power_calls(summary, cid) if call_family(c) == family}
+    """The calls of one family, per control: on the practitioner's metric where the records carry it (the question is
+    whether to use the method), else on the theorem's."""
+    calls = [c for c in power_calls(summary, cid) if call_family(c) == family]
+    practical = [c for c in calls if call_metric_key(c) == "practitioner"]
+    return {c.get("control"): c for c in (practical or calls)}
 
 
 def _strongest(calls: dict[str, dict]) -> tuple[str, dict] | None:
@@ -275,8 +287,10 @@ def _versus(summary: dict, spec) -> str:
     if best is None:
         return ""
     control, c = best
-    text = (f"{who}, on {family.split(' | ')[0]} keys at equal memory: {_ratio(call_effect(c))} the "
-            f"{call_metric(c, metric)} of {CONTROL_WORDS.get(control, control)}, the strongest baseline "
+    measure = PRACTITIONER_SHORT if call_metric(c, metric) == PRACTITIONER_METRIC else metric
+    whose = CONTROL_WORDS.get(control, control)
+    text = (f"{who}, on {family.split(' | ')[0]} keys at equal memory: {_ratio(call_effect(c))} "
+            f"{whose + (chr(39) if whose.endswith('s') else chr(39) + 's')} {measure}, the strongest baseline "
             f"({call_word(c)}, {call_units(c)})")
     z = calls.get("zeros")
     if z is not None and call_word(z) == "worse":

@@ -127,17 +127,32 @@ TERMS: tuple[Term, ...] = (
     Term("exact attention", "The uncompressed cache: the reference every end-to-end score is compared with.",
          (r"exact attention",), CONTROLS),
     # ------------------------------------------------------------------ calls
-    Term("better / tied / worse", "The call of a method against one control, from paired streams (or instances): two "
-         "one-sided tests, Holm-adjusted over the claim's tests at 0.05, with the median ratio method / control and "
-         "its 95% interval. Better: significantly below the control; worse: significantly above it; tied: neither "
-         "test is significant and the interval lies within 20% of 1 (equivalent within 20%); \"not shown better\": "
-         "neither test is significant and the interval reaches past 20%, so the streams cannot tell the two apart "
-         "(\"leaning worse\" where the interval lies above 1). The interval is each call's own, the tests "
-         "adjusted over the claim: an interval that excludes 1 can go with a call that is not significant. "
-         "\"Not tested\": the method holds at least the whole stream, so that controls at equal memory would be "
-         "exact.",
-         (r"\bbetter\b", r"\btied\b", r"\bworse\b", r"not (?:shown|tested)"), CALLS,
-         ("better", "tied", "worse", "not-tested")),
+    Term("better / leaning better / tied / leaning worse / worse", "The one rule for every call of a method "
+         "against a baseline: a paired two-sided signed-rank test at the unit of replication, on the log-ratios "
+         "method / baseline (on the differences for scores such as log-likelihood or accuracy), Holm over the "
+         "claim's family of tests at 0.05, with the effect (Hodges-Lehmann) and its 95% interval. Better / worse: "
+         "significant after Holm, the effect beyond the practical threshold (an error ratio of 1.05 either way, or a "
+         "stated difference); leaning better / worse: significant before the correction (the interval excludes no "
+         "effect) but not after; tied: neither, or an effect inside the threshold (\"tied with\" when the whole "
+         "interval is inside it, \"not told apart from\" otherwise). Both directions are one rule.",
+         (r"\bbetter\b", r"\btied\b", r"\bworse\b", r"\bleaning\b", r"not told apart"), CALLS,
+         ("better", "leaning better", "tied", "leaning worse", "worse")),
+    Term("unit of replication", "What a call counts as independent: a distinct text window (real keys), a "
+         "distinct generation from a distinct prompt (decode), a distinct synthetic draw, a distinct task instance "
+         "(end to end). Seeds of a randomized method are averaged (their median) within a unit, never counted as "
+         "units; the layers and heads of one text are one unit.", (r"units? of replication", r"distinct texts?"),
+         CALLS),
+    Term("practitioner's metric", "The error a user of the cache sees: the mean relative attention error over "
+         "held-out later queries attending to the compressed context (or a task's score). It decides every better / "
+         "worse statement of the headlines, the per-paper answers and the practitioner's table. The theorem's metric "
+         "(the worst checkpoint of the current query, in the theorem's units) decides the bound checks; each call "
+         "names its metric.", (r"practitioner's metric", r"theorem's metric"), CALLS),
+    Term("not attainable", "Too few units for any call: even every unit one way could not reach a Holm-adjusted "
+         "p below 0.05 (the smallest attainable p, m 2^(1-n) for m tests and n units, is printed). Not evidence "
+         "either way; more independent units are needed.", (r"not attainable",), CALLS, ("not attainable",)),
+    Term("not tested", "No unit to compare: the baseline did not run, or the method holds at least the whole "
+         "stream's floats, so that every baseline at equal memory would be exact.", (r"not tested",), CALLS,
+         ("not-tested", "not tested")),
     # ------------------------------------------------------------------ variants
     Term("pseudocode walk", "BalanceKV as the papers' pseudocode states it, with the theorem's walk constant "
          "c = 30 log(n/δ). With that c every walk probability is 1/2 to ten digits on real keys: the walk is a fair "

@@ -22,6 +22,7 @@ import re
 from collections import Counter
 
 from kvbounds import claims as registry
+from kvbounds.verdict import headline_calls
 from ._words import check_text, check_verdicts
 
 MIN_WORDS, MAX_WORDS = 30, 200
@@ -174,12 +175,20 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+MIXED = {(False, False): "mixed, not shown better or worse than", (False, True): "mixed, not shown better than",
+         (True, False): "mixed, not shown worse than", (True, True): "mixed against"}
+
+
 def _call_phrases(by: dict[str, list[str]], counts: bool) -> str:
-    """"better than StreamingLLM and uniform sampling, mixed against its ablation (2 better, 1 worse)": the controls
-    with one call in every family grouped by that call, the others "mixed" (with counts when ``counts``)."""
-    heads = {"better": "better than", "worse": "worse than", "tied": "tied with", "not shown": "not shown better than"}
+    """"better than uniform sampling, mixed, not shown better than StreamingLLM (2 tied, 1 worse)": the controls
+    with one call in every family grouped by that call; the others "mixed", saying which direction no family showed
+    (symmetric: "not shown better than" when no family is better, "not shown worse than" when none is worse, "mixed
+    against" when both occur), with counts when ``counts``."""
+    heads = {"better": "better than", "leaning better": "leaning better than", "tied": "tied with",
+             "not told apart": "not told apart from", "leaning worse": "leaning worse than", "worse": "worse than",
+             "not attainable": "not attainable against"}
     same: dict[str, list[str]] = {}
-    mixed = []
+    mixed: dict[tuple, list[str]] = {}
     for k in STANDARD:
         if k not in by:
             continue
@@ -187,11 +196,12 @@ def _call_phrases(by: dict[str, list[str]], counts: bool) -> str:
         if len(c) == 1:
             same.setdefault(by[k][0], []).append(CONTROL_WORDS.get(k, k))
         else:
-            mixed.append(CONTROL_WORDS.get(k, k)
-                         + (" (" + ", ".join(f"{n} {w}" for w, n in sorted(c.items())) + ")" if counts else ""))
-    order = ("worse", "not shown", "tied", "better")
+            mixed.setdefault(("better" in c, "worse" in c), []).append(
+                CONTROL_WORDS.get(k, k) + (" (" + ", ".join(f"{n} {w}" for w, n in sorted(c.items())) + ")"
+                                           if counts else ""))
+    order = ("worse", "leaning worse", "not attainable", "not told apart", "tied", "leaning better", "better")
     out = [f"{heads[w]} {_and(same[w])}" for w in order if w in same]
-    return ", ".join(out + ([f"mixed against {_and(mixed)}"] if mixed else []))
+    return ", ".join(out + [f"{MIXED[k]} {_and(mixed[k])}" for k in MIXED if k in mixed])
 
 
 def _comparisons(group: dict, counts: bool = True) -> tuple[str, set[str], str]:
@@ -201,7 +211,9 @@ def _comparisons(group: dict, counts: bool = True) -> tuple[str, set[str], str]:
     whole = []
     for cid, v in group.items():
         algorithm = registry.CLAIMS[cid].family if cid in registry.CLAIMS else ""
-        for c in v.power_calls or []:
+        for c in headline_calls(v.power_calls or []):       # the practitioner's metric where the claim has it
+            if c.get("task"):            # an end-to-end cell: the experiments' sentence states those
+                continue
             if c["call"] == "not tested":
                 if "does not compress" in (c.get("reason") or "") and cid not in whole:
                     whole.append(cid)
@@ -211,17 +223,21 @@ def _comparisons(group: dict, counts: bool = True) -> tuple[str, set[str], str]:
             fam, _, suffix = c["family"].partition(" | ")
             name = short_variant(suffix, algorithm) if suffix else ""
             name = name or _claim_variant(cid) or (registry.CLAIMS[cid].algorithm if cid in registry.CLAIMS else cid)
-            cells.setdefault((name, _setting(fam)), {}).setdefault(c["control"], []).append(c["call"])
+            word = c["call"] if c["call"] != "tied" or c.get("equivalent") else "not told apart"
+            metric = "" if c.get("metric") == "practitioner" else " (theorem's metric)"
+            cells.setdefault((name, _setting(fam), metric), {}).setdefault(c["control"], []).append(word)
     clauses = []
-    for (name, setting), by in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1] != "synthetic")):
+    for (name, setting, metric), by in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1] != "synthetic",
+                                                                             kv[0][2])):
         where = "synthetic streams" if setting == "synthetic" else "real keys"
-        clauses.append(f"{name} on {where}: {_call_phrases(by, counts)}")
-    text = ("At equal memory (mixed: varies by family): " + "; ".join(clauses) + ".") \
+        clauses.append(f"{name} on {where}{metric}: {_call_phrases(by, counts)}")
+    text = ("At equal memory, on the practitioner's metric (mean error over held-out later queries) where the claim "
+            "has it (mixed: varies by family): " + "; ".join(clauses) + ".") \
         if clauses else \
         "No comparison at equal memory against StreamingLLM, uniform sampling or an ablation in these records."
     note = (f"Not compared ({', '.join(whole)}): at these sizes the method holds at least the whole stream's floats, "
             "so it does not compress." if whole else "")
-    return text, {n for n, _ in cells}, note
+    return text, {n for n, _, _ in cells}, note
 
 
 def _variants(group: dict, named: set[str]) -> str:
@@ -285,14 +301,3 @@ def paper_answers(verdicts: dict) -> dict[str, dict]:
         papers = [p for p in registry.PAPERS if re.search(rf"\b{re.escape(p)}\b", name)]
         out[name] = {"answer": answer(name, group), "claims": list(group), "papers": papers}
     return out
-
-
-def markdown_lines(answers: dict[str, dict], link: str = "") -> list[str]:
-    """Markdown: one bold-named paragraph per paper group."""
-    lines = []
-    for name, a in answers.items():
-        text = a["answer"]
-        if text.startswith(name):
-            text = text[len(name):].lstrip()
-        lines += [f"**{name}** {text}", ""]
-    return lines

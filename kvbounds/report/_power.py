@@ -12,20 +12,21 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from kvbounds.battery import DOING_NOTHING, call_words, fmt, versus_doing_nothing
+from kvbounds.verdict import DOING_NOTHING
+from kvbounds.verdict import call_words, fmt, headline_calls, versus_doing_nothing
 
 COLUMNS = ("StreamingLLM", "ablation", "doing nothing")
-TONES = {"better": "good", "worse": "bad", "tied": "warn", "not shown": "warn", "not tested": "none"}
-SHORT = {"better": "better", "worse": "worse", "tied": "tied", "not shown": "not shown", "not tested": "not tested"}
+TONES = {"better": "good", "leaning better": "good", "tied": "warn", "leaning worse": "bad", "worse": "bad",
+         "not attainable": "none", "not tested": "none"}
 
 
 def _cell(c: dict | None) -> dict:
     if c is None:
         return dict(text="-", tone="none", title="no such control for this claim")
-    text = SHORT[c["call"]] + (f" {fmt(c['ratio_median'])}" if c["call"] != "not tested" else "")
+    text = c["call"] + (f" {fmt(c['effect'])}" if c["call"] not in ("not tested", "not attainable") else "")
     title = call_words(c, family=False)
-    if c["call"] != "not tested" and not math.isnan(c.get("detectable_ratio", math.nan)):
-        title += f"; smallest detectable ratio at n = {c['n']}: {fmt(c['detectable_ratio'])}"
+    if c["call"] not in ("not tested", "not attainable") and not math.isnan(c.get("detectable", math.nan)):
+        title += f"; smallest detectable ratio at n = {c['n']}: beyond {fmt(c['detectable'])} either way"
     return dict(text=text, tone=TONES[c["call"]], title=title)
 
 
@@ -41,7 +42,7 @@ def first_table(verdicts: dict) -> dict | None:
     from kvbounds.claims import CLAIMS
     claims = []
     for cid, v in verdicts.items():
-        calls = getattr(v, "power_calls", None) or []
+        calls = headline_calls(getattr(v, "power_calls", None) or [])     # the practitioner's metric where present
         if not calls:
             continue
         groups: dict[str, dict[str, list[dict]]] = {}   # a setting "family | variant": one group per variant
@@ -71,7 +72,7 @@ def nothing_label(v) -> str:
     """The glance category's suffix from the calls against doing nothing (zeros, the mean): ", worse than doing
     nothing" when any is worse, ", not shown better than doing nothing" when none is worse but not all are better,
     "" when all are better or none was tested. Verdicts without calls (older records): their power note, as before."""
-    calls = getattr(v, "power_calls", None) or []
+    calls = headline_calls(getattr(v, "power_calls", None) or [])
     if not calls:
         return ", no better than doing nothing" if getattr(v, "power_note", "") else ""
     st = _status(calls, DOING_NOTHING)
@@ -84,9 +85,9 @@ def nothing_label(v) -> str:
 
 def power_glance(verdicts: dict) -> list[tuple[str, int, str]]:
     """The glance counts from the calls: of the claims tested against StreamingLLM, how many are better than it
-    somewhere, worse somewhere, neither (tied or not shown everywhere); and how many are worse than doing nothing
-    somewhere. (label, count, tone) like :func:`kvbounds.report._report.at_a_glance`'s."""
-    with_calls = {cid: v.power_calls for cid, v in verdicts.items() if getattr(v, "power_calls", None)}
+    somewhere, worse somewhere, neither (tied, leaning or not attainable everywhere); and how many are worse than doing nothing
+    somewhere. (label, count, tone) like :func:`kvbounds.report.at_a_glance`'s."""
+    with_calls = {cid: headline_calls(v.power_calls) for cid, v in verdicts.items() if getattr(v, "power_calls", None)}
     sl = {cid: _status(cs, ("streaming_llm",)) for cid, cs in with_calls.items()}
     sl = {cid: s for cid, s in sl.items() if s}
     if not with_calls:
@@ -97,7 +98,7 @@ def power_glance(verdicts: dict) -> list[tuple[str, int, str]]:
         out += [(f"of {n} claims tested against StreamingLLM: better somewhere", sum("better" in s for s in sl.values()),
                  "good"),
                 ("worse than StreamingLLM somewhere", sum("worse" in s for s in sl.values()), "bad"),
-                ("neither shown against StreamingLLM (tied or not shown)",
+                ("neither shown against StreamingLLM (tied, leaning or not attainable)",
                  sum(not ({"better", "worse"} & s) for s in sl.values()), "warn")]
     out.append(("worse than doing nothing somewhere",
                 sum("worse" in _status(cs, DOING_NOTHING) for cs in with_calls.values()), "bad"))

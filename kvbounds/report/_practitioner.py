@@ -1,14 +1,16 @@
 """Should I use it? One row per (method of the papers, task, budget) from the end-to-end records (the leaderboard's
-rows, :mod:`kvbounds.e2e`) and the decode-time checks, against exact attention and the better of the two
-standard baselines there (StreamingLLM or uniform sampling), with a one-word call and the compression time per token
-beside the prefill's.
+rows, :mod:`kvbounds.e2e.leaderboard`) and the decode-time checks, against exact attention and the better of the two
+standard baselines there (StreamingLLM or uniform sampling), with a call and the compression time per token beside
+the prefill's.
 
-The call: ``better`` / ``worse`` when the 95% intervals of the method and of the baseline do not overlap (a
-conservative rule: non-overlapping intervals imply a difference, overlapping ones do not rule one out), else ``not
-shown``; for decode error, the battery's paired call (:mod:`kvbounds.battery`, in the decode claim's verdict)
-against that baseline where the verdict carries one (``tied`` only from there: the intervals alone never show a
-tie). Budgets: 25% and 50% of the cache; a (method, budget) not run on this profile is listed in words, never left
-out silently. Only the question-after-the-prompt setting is tabled (the papers' setting is in the leaderboard).
+The call is the one rule's (:func:`kvbounds.verdict.paired_calls`): paired per instance (the unit: a distinct
+prompt or text window; a randomised method's redraws averaged within it by the leaderboard), the signed-rank test on
+the differences for scores where a ratio means nothing (log-likelihood, exact match, NLL increase; each metric's
+scale and practical threshold from :func:`kvbounds.verdict.rule_for`), Holm over every comparison of the table;
+better / leaning better / tied / leaning worse / worse / not attainable. For decode error, the decode claim's own
+call on the practitioner's metric (the same rule, in the claim's verdict). Budgets: 25% and 50% of the cache; a
+(method, budget) not run on this profile is listed in words, never left out silently. Only the
+question-after-the-prompt setting is tabled (the papers' setting is in the leaderboard).
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def _real(x) -> bool:
 
 
 def check_value(v: dict | None, name: str = "the value") -> None:
-    """A value dict as :func:`fmt` and :func:`interval_call` read it: None, or {"value": a finite number, "ci": [low,
+    """A value dict as :func:`fmt` reads it: None, or {"value": a finite number, "ci": [low,
     high] of finite numbers or None}; anything else is an InputError naming ``name`` and the field."""
     from kvbounds.algorithms.validation import InputError
     if v is None:
@@ -68,18 +70,21 @@ def fmt(v: dict | None) -> str:
     return f"{v['value']:.3g}" + (f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else "")
 
 
-def interval_call(method: dict | None, base: dict | None, lower_better: bool) -> str:
-    """better / worse when the two 95% intervals do not overlap, else not shown (module docstring)."""
-    check_value(method, "the method's value")
-    check_value(base, "the baseline's value")
-    if not method or not base or None in method["ci"] or None in base["ci"]:
-        return "not shown"
-    (mlo, mhi), (blo, bhi) = method["ci"], base["ci"]
-    if mhi < blo:
-        return "better" if lower_better else "worse"
-    if mlo > bhi:
-        return "worse" if lower_better else "better"
-    return "not shown"
+def _units(r: dict | None) -> dict:
+    u = (r or {}).get("units") or {}
+    return {str(k): float(v) for k, v in u.items() if _num(v) is not None}
+
+
+def comparison(method_row: dict | None, base_row: dict | None, metric: str, where: str, base_name: str):
+    """The one rule's comparison of a method's leaderboard row with a baseline's over their shared instances (the
+    rows' ``units``: instance -> score); ``reason`` says why not when they share none."""
+    from kvbounds.verdict import Comparison, rule_for
+    scale, lower, thr, bounded = rule_for(metric)
+    a, b = _units(method_row), _units(base_row)
+    keys = sorted(set(a) & set(b))
+    reason = "" if keys else ("no per-instance scores in these rows" if not (a and b) else "no shared instance")
+    return Comparison(where, base_name, [a[k] for k in keys], [b[k] for k in keys], reason=reason, scale=scale,
+                      lower_is_better=lower, threshold=thr, bounded=bounded)
 
 
 def _best(cands: list[tuple[str, dict]], lower_better: bool) -> tuple[str, dict] | None:
@@ -97,10 +102,40 @@ def _decode_claim(method: str, verdicts: dict) -> str:
     return ""
 
 
-def _paired_call(verdict, controls: tuple) -> str:
-    calls = [c for c in (getattr(verdict, "power_calls", None) or []) if c["control"] in controls
-             and c["call"] != "not tested"]
-    return calls[0]["call"] if calls else ""
+def _paired_call(verdict, controls: tuple) -> dict | None:
+    """The decode claim's call against the baseline (its practitioner's metric where it has one)."""
+    from kvbounds.verdict import headline_calls
+    calls = [c for c in headline_calls(getattr(verdict, "power_calls", None) or []) if c["control"] in controls]
+    return calls[0] if calls else None
+
+
+# a leaderboard metric -> the end-to-end claims' task whose calls are on the same score (the gain over exact attention)
+CLAIM_TASKS = {"ppl: NLL increase vs exact (nats/token)": "ppl", "passkey: answer log-likelihood (nats)": "passkey",
+               "lines: answer log-likelihood (nats)": "lines"}
+
+
+def _claim_call(verdicts: dict, method: str, metric: str, budget: float, baseline: str) -> dict | None:
+    """The end-to-end claim's own call of ``method`` against ``baseline`` on this task and budget, with the question
+    after the prompt (:func:`kvbounds.e2e.checks.cell_calls`), so that the table states the claim's call; None when no
+    verdict carries one (exact match, or a claim not run)."""
+    task = CLAIM_TASKS.get(metric)
+    for v in (verdicts or {}).values():
+        for c in getattr(v, "power_calls", None) or []:
+            if task and c.get("task") == task and c.get("method") == method and c.get("control") == baseline \
+                    and c.get("setting", "after") == "after" and abs(float(c.get("budget", -1)) - budget) < 1e-9:
+                return c
+    return None
+
+
+def _call_rows(rows: list[dict], comps: list) -> None:
+    """Each row's call (and its comparison's dict): the one rule over every comparison of the table, one Holm
+    family; a row without a baseline run is not tested."""
+    from kvbounds.verdict import paired_calls
+    live = [(r, c) for r, c in zip(rows, comps) if c is not None]
+    calls = paired_calls([c for _, c in live], unit="an instance: a distinct prompt or text window",
+                         metric="practitioner") if live else []
+    for (r, _), call in zip(live, calls):
+        r["call"], r["comparison"] = call.call, call.as_dict()
 
 
 def method_words(name: str) -> str:
@@ -150,7 +185,7 @@ def practitioner_table(board: list[dict] | None, verdicts: dict | None = None,
     by: dict = {}
     for r in board:
         by[(r.get("method"), r.get("metric"), _num(r.get("budget")))] = r
-    rows, not_run, notes = [], [], []
+    rows, not_run, notes, comps = [], [], [], []
     ours = sorted({r["method"] for r in board if r.get("metric") in TASKS and
                    (r.get("family") or leaderboard_family(r["method"])) == "ours"})
     for metric, task in TASKS.items():
@@ -164,17 +199,22 @@ def practitioner_table(board: list[dict] | None, verdicts: dict | None = None,
             continue
         exact = _value(by.get(("exact", metric, 1.0)))
         for b in BUDGETS:
-            base = _best([(STANDARD[k], _value(by.get((k, metric, b)))) for k in STANDARD], lower)
+            base = _best([(k, _value(by.get((k, metric, b)))) for k in STANDARD], lower)
             for m in methods:
                 mine = _value(by.get((m, metric, b)))
                 if mine is None:
                     continue
                 t = times.get(m, {})
+                name = STANDARD[base[0]] if base else "none run"
+                claim_call = _claim_call(verdicts, m, metric, b, base[0]) if base else None
+                comps.append(None if claim_call or not base else
+                             comparison(by.get((m, metric, b)), by.get((base[0], metric, b)), metric,
+                                        f"{m} | {task} | {100 * b:.0f}%", name))
                 rows.append(dict(method=m, variant=method_words(m), task=task, budget=f"{100 * b:.0f}%", value=mine,
-                                 exact=exact, baseline=base[0] if base else "none run",
-                                 baseline_value=base[1] if base else None,
-                                 call=interval_call(mine, base[1], lower) if base else "not shown",
+                                 exact=exact, baseline=name, baseline_value=base[1] if base else None,
+                                 call=claim_call["call"] if claim_call else "not tested", comparison=claim_call,
                                  compress_ms=t.get("compress"), prefill_ms=t.get("prefill")))
+    _call_rows(rows, comps)
     ran = {(r["method"], r["budget"]) for r in rows}
     for b in BUDGETS:
         missing = [m for m in ours if (m, f"{100 * b:.0f}%") not in ran]
@@ -185,36 +225,42 @@ def practitioner_table(board: list[dict] | None, verdicts: dict | None = None,
                            and r["method"] not in ("exact", "all methods")})
             not_run.append(f"at {100 * b:.0f}% of the cache no method of the papers ran on this profile"
                            + (f" (only {', '.join(only)}, the baselines' sensitivity control)" if only else ""))
-    from kvbounds.battery import MIN_STREAMS
-    small = sorted({int(r["value"]["n"]) for r in rows if r["value"].get("n")})
-    if small and small[0] < MIN_STREAMS:
-        span = f"{small[0]}" if len(small) == 1 else f"{small[0]}-{small[-1]}"
-        notes.append(f"the end-to-end calls read the intervals: {span} instances per cell, fewer than the "
-                     f"{MIN_STREAMS} pairs the battery's paired calls need")
+    own = [r["comparison"] for r in rows if r.get("comparison") and r["call"] != "not tested"
+           and not r["comparison"].get("task")]
+    if any(r.get("comparison") and r["comparison"].get("task") for r in rows):
+        notes.append("the end-to-end calls on perplexity and answer log-likelihood are the claims' own (BKV.e2e, "
+                     "SG.e2e: the one rule at the unit, an instance, on the gain over exact attention, Holm over each "
+                     "variant's cells; the effect: method minus baseline in nats, negative when worse)")
+    if own:
+        from kvbounds.verdict import holm_family_words
+        notes.append(f"the other end-to-end calls: {holm_family_words(own)} (exact match: 20 points, a tie of 0/1 "
+                     f"scores an equivalence only when the share of instances that could differ is that small)")
     rows += _decode_rows(board, verdicts)
     if any(r["task"].startswith("decode") for r in rows):
         notes.append("decode error is measured at the decode check's own memory (its budget column), where exact "
-                     "attention's error is 0; its call is the battery's paired test where the verdict carries one")
+                     "attention's error is 0; its call is the decode claim's own (the one rule at the unit, a "
+                     "generation from a distinct prompt, on the practitioner's metric)")
     if not rows:
         return None
     return {"rows": rows, "not_run": not_run, "notes": notes, "in_words": in_words(rows)}
 
 
 def in_words(rows: list[dict]) -> str:
-    """The table's answer in one sentence per budget: how many (method, task) rows are better / worse / not shown
-    against the better standard baseline, and which methods are better or worse where."""
+    """The table's answer in one sentence per budget: how many (method, task) rows are better / leaning better /
+    tied / leaning worse / worse / not attainable against the better standard baseline, and which methods are
+    better or worse where."""
     out = []
     for budget in dict.fromkeys(r["budget"] for r in rows):
         rs = [r for r in rows if r["budget"] == budget]
         n = Counter(r["call"] for r in rs)
         where = lambda call: sorted({f"{r['method']} ({r['task'].split(':')[0]})" for r in rs if r["call"] == call})
+        counts = ", ".join(f"{n[c]} {c}" for c in ("better", "leaning better", "tied", "leaning worse", "worse",
+                                                   "not attainable", "not tested") if n[c])
         text = (f"At {budget} of the memory, of {len(rs)} (method, task) comparisons with the better of StreamingLLM "
-                f"and uniform sampling, {n['better']} {'is' if n['better'] == 1 else 'are'} better, {n['worse']} worse "
-                f"and {n['not shown'] + n['tied']} not shown either way")
-        if where("better"):
-            text += f"; better: {', '.join(where('better'))}"
-        if where("worse"):
-            text += f"; worse: {', '.join(where('worse'))}"
+                f"and uniform sampling: {counts}")
+        for call in ("better", "worse"):
+            if where(call):
+                text += f"; {call}: {', '.join(where(call))}"
         out.append(text + ".")
     return " ".join(out)
 
@@ -235,14 +281,23 @@ def _decode_rows(board: list[dict], verdicts: dict) -> list[dict]:
             if mine is None:
                 continue
             cid = _decode_claim(r["method"], verdicts)
-            paired = _paired_call(verdicts[cid], DECODE_CONTROLS[base[0]]) if cid and base else ""
+            paired = _paired_call(verdicts[cid], DECODE_CONTROLS[base[0]]) if cid and base else None
             out.append(dict(method=r["method"], variant=cid and verdicts[cid].variant.replace("variant measured: ", ""),
                             task=metric, budget=f"{100 * _num(r['budget']):.0f}%", value=mine,
                             exact={"value": 0.0, "ci": [0.0, 0.0], "n": 0}, baseline=base[0] if base else "none run",
                             baseline_value=base[1] if base else None,
-                            call=paired or (interval_call(mine, base[1], True) if base else "not shown"),
+                            call=paired["call"] if paired else "not tested", comparison=paired,
                             compress_ms=None, prefill_ms=None))
     return out
+
+
+def _effect_words(r: dict) -> str:
+    """" (0.12 [0.05, 0.2], 8/8 wins)" of a row's comparison (the effect method vs baseline), "" without one."""
+    from kvbounds.verdict import numbers
+    c = r.get("comparison")
+    if not c or c.get("call") == "not tested":
+        return ""
+    return f" ({numbers(c, family=False)})"
 
 
 def markdown_lines(table: dict | None) -> list[str]:
@@ -250,14 +305,14 @@ def markdown_lines(table: dict | None) -> list[str]:
     if not table:
         return ["No end-to-end records in this run: run `make report` for the practitioner's table."]
     lines = [f"**In short**: {table['in_words']}", ""] if table.get("in_words") else []
-    lines += ["| method | task | budget | method [95% CI] | exact | best baseline [95% CI] | call | compress / prefill "
-              "(ms per token) |", "|---|---|---|---|---|---|---|---|"]
+    lines += ["| method | task | budget | method [95% CI] | exact | best baseline [95% CI] | call (effect [95% CI], "
+              "units) | compress / prefill (ms per token) |", "|---|---|---|---|---|---|---|---|"]
     for r in table["rows"]:
         ex = f"{r['exact']['value']:.3g}" if r["exact"] else "-"
         t = (f"{r['compress_ms']:.3g} / {r['prefill_ms']:.3g}" if r["compress_ms"] is not None else "not timed")
         task = r["task"].replace("|", "\\|")          # a norm's bars inside a table cell
         lines.append(f"| {r['method']} | {task} | {r['budget']} | {fmt(r['value'])} | {ex} | {r['baseline']} "
-                     f"{fmt(r['baseline_value'])} | **{r['call']}** | {t} |")
+                     f"{fmt(r['baseline_value'])} | **{r['call']}**{_effect_words(r)} | {t} |")
     lines.append("")
     words = {r["method"]: r["variant"] for r in table["rows"] if r["variant"]}
     if words:

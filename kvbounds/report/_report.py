@@ -142,7 +142,8 @@ def tone(value: str) -> str:
         return TONE[v]
     if v.startswith(("false", "fails", "not reproduced", "reversed")):
         return "bad"
-    if any(w in v for w in ("no better than", "worse than", "not shown better than", "tied with")):
+    if any(w in v for w in ("no better than", "worse than", "not shown better than", "tied with", "not told apart",
+                            "not attainable")):
         return "warn"                  # a hold that a control also earns (or beats) is no evidence of power
     if v.startswith(("holds", "reproduced", "bound holds")):
         return "good"

@@ -17,18 +17,18 @@ def short_repr(v) -> str:
 # ("num": a number, NaN and inf included; "pair": two numbers or nulls; a tuple of allowed strings: one of them; a
 # trailing "?": null allowed too; a leading "~": the reader has a default, the key may be absent); keys not named
 # here are not read and pass as they are
-CALL_ROW = {"call": ("better", "tied", "worse", "not shown", "not tested"), "control": "str", "family": "str",
-            "ci": "pair", "ratio_median": "num?", "n": "int", "wins": "int", "detectable_ratio": "~num?",
-            "reason": "~str?"}
+CALL_ROW = {"call": ("better", "leaning better", "tied", "leaning worse", "worse", "not attainable", "not tested"),
+            "control": "str", "family": "str", "ci": "pair", "effect": "num?", "n": "int", "wins": "int",
+            "smallest_p": "~num?", "detectable": "~num?", "reason": "~str?", "metric": "~str?", "scale": "~str?"}
 POWER_SETTING_ROW = {"setting": "str", "method": "~num?", "ratio": "~num?", "ratio_ci": "~pair?",
                      "controls": "~dict?", "calls": "~dict?", "best": "~str?"}
 BOARD_ROW = {"method": "str", "metric": "str", "budget": "~num?", "value": "~num?", "ci_low": "~num?",
              "ci_high": "~num?", "n": "~int?", "family": "~str?", "budget_label": "~str?", "memory_floats": "~int?",
-             "note": "~str?", "rank": "~int?", "tied": "~bool?", "best": "~bool?"}
+             "note": "~str?", "rank": "~int?", "tied": "~bool?", "best": "~bool?", "units": "~dict?"}
 VALUE_DICT = {"value": "num", "ci": "pair", "n": "~int?"}
 PRACTITIONER_ROW = {"method": "str", "variant": "str", "task": "str", "budget": "str", "value": VALUE_DICT,
                     "exact": VALUE_DICT, "baseline": "str", "baseline_value": VALUE_DICT, "call": "str",
-                    "compress_ms": "num?", "prefill_ms": "num?"}
+                    "compress_ms": "num?", "prefill_ms": "num?", "comparison": "~dict?"}
 PAPER_ANSWER = {"answer": "str", "claims": "list", "papers": "list"}
 _TYPES = {"str": (str,), "int": (int,), "num": (int, float), "bool": (bool,), "dict": (dict,), "list": (list,)}
 FLOAT_MAX = 1.7976931348623157e308

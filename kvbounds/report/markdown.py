@@ -105,9 +105,10 @@ def _claim_section(cid: str, v: Verdict, findings: list[dict]) -> list[str]:
         if f.name == "counterexample":                # in words, as the html report shows it
             val = "the smallest input, " + counterexample_in_words(val)
         elif f.name in ("power_calls", "power_table"):   # one line per call in words, per setting (its calls aside)
-            from kvbounds.battery import call_words
+            from kvbounds.verdict import call_words
             lines.append(f"- **{f.name.replace('_', ' ')}**:")
-            lines += ["  - " + _cell(call_words(x) if f.name == "power_calls" else power_row(x)) for x in val]
+            lines += ["  - " + _cell(call_words(x, metric=True) if f.name == "power_calls" else power_row(x))
+                      for x in val]
             continue
         elif f.name == "errata":
             val = [dict(dataclasses.asdict(e), smallest_input=params_in_words(e.smallest_input)) for e in val]
@@ -181,7 +182,11 @@ def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], met
         from ._practitioner import markdown_lines as table_lines
         lines += ["## Each paper method against StreamingLLM and uniform sampling", "",
                   "The practitioner's table: each method of the papers inside the model against exact attention and "
-                  "the better of StreamingLLM and uniform sampling (95% intervals over instances).", ""]
+                  "the better of StreamingLLM and uniform sampling (95% intervals over instances). The call is the one "
+                  "rule's, on the practitioner's metric (a task's score; for decode, the relative attention error of "
+                  "the generated tokens' queries): a paired test at the unit (an instance, a distinct prompt or text "
+                  "window; a generation), Holm over the stated family; **better** / **leaning better** / **tied** / "
+                  "**leaning worse** / **worse**, or **not attainable** with too few units.", ""]
         lines += table_lines(practitioner)
     lines += ["## At a glance", ""]
     lines += [f"- {n} {label}" for label, n, _ in at_a_glance(verdicts)] + [""]

@@ -17,13 +17,15 @@ from ._names import (BATTERY_FAMILIES, FAMILIES, MAX_DIM, MAX_TOKENS, REAL, REAL
 
 if TYPE_CHECKING:   # what static tools (mypy, jedi) read
     from ._families import KVStream, make_stream, real_available
-    from ._power import (POWER_CHECK, StreamBattery, battery_record, missing_record, power_record, power_trials,
-                         real_params, stream, streams_per_family)
+    from ._power import (HELD_OUT, POWER_CHECK, PRACTITIONER, REAL_LAYERS, StreamBattery, battery_record,
+                         held_out_errors, missing_record, power_record, power_trials, real_params, real_texts, stream,
+                         streams_per_family, window_for)
 
 _NAMES = {name: "._families" for name in ("KVStream", "make_stream", "real_available")}
-_NAMES.update({name: "._power" for name in ("POWER_CHECK", "StreamBattery", "battery_record", "missing_record",
-                                            "power_record", "power_trials", "real_params", "stream",
-                                            "streams_per_family")})
+_NAMES.update({name: "._power" for name in ("HELD_OUT", "POWER_CHECK", "PRACTITIONER", "REAL_LAYERS", "StreamBattery",
+                                            "battery_record", "held_out_errors", "missing_record", "power_record",
+                                            "power_trials", "real_params", "real_texts", "stream",
+                                            "streams_per_family", "window_for")})
 
 
 def __getattr__(name):

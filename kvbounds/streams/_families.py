@@ -21,9 +21,10 @@ Families (:data:`FAMILIES`; the first four and the real ones are those ``kvbound
                            exp-kernel exp(<k_i, k_j> / sqrt(d)) is near-diagonal (its off-diagonal share is 2e-7
                            at d = 16, n = 256; not at d <= 4, where random directions come close), attention peaked;
   * ``duplicated keys``    every key drawn from a pool of n/8 distinct keys (exact repeats), values all distinct;
-  * ``real SmolLM2`` / ``real MiniLM``  one (layer, head) of the model on its cached text, a window of n tokens (at
-                           most 2048 / 512; d is the model's, 64 / 32), chosen by the seed
-                           (:func:`kvbounds.streams._power.real_stream`); :func:`real_available` says why
+  * ``real SmolLM2`` / ``real MiniLM``  one (layer, head) of the model on the first n tokens of one distinct text of
+                           :mod:`kvbounds.traces.corpus` (at most 1056 / 544; d is the model's, 64 / 32), the text
+                           (``unit``) and the layer and head chosen by the seed
+                           (:func:`kvbounds.streams.real_stream`); :func:`real_available` says why
                            a model is missing (its streams then raise ``LookupError``).
 
 Every draw comes from ``numpy.random.default_rng(seed)``: the same (family, n, d, seed) gives the same stream.
@@ -37,8 +38,8 @@ import numpy as np
 
 from kvbounds.algorithms.validation import InputError, check_choice, check_int
 
-from ._names import (BATTERY_FAMILIES, FAMILIES, MAX_DIM, MAX_TOKENS, REAL, REAL_DIM,  # noqa: F401 (re-exported)
-                       REAL_TOKENS, SYNTHETIC)
+from ._names import (BATTERY_FAMILIES, DRAWN_TEXTS, FAMILIES, MAX_DIM, MAX_TOKENS, REAL,  # noqa: F401 (re-exported)
+                     REAL_DIM, REAL_TOKENS, SYNTHETIC)
 
 HUGE_LOGIT = 60.0          # ||k||^2 / sqrt(d) of the "huge norms" family (SmolLM2's keys: 40-79)
 OUTLIER_LOGIT = 2.0       # the logit share of the two outlier channels of the "outlier channels" family
@@ -123,11 +124,15 @@ def _values(rng, n, dv):
     return rng.standard_normal((n, dv)) / math.sqrt(dv)
 
 
-def make_stream(family: str, n: int, d: int = 16, seed: int = 0, *, dv: int | None = None) -> KVStream:
+def make_stream(family: str, n: int, d: int = 16, seed: int = 0, *, dv: int | None = None,
+                unit: int | None = None) -> KVStream:
     """The stream of ``family`` (one of :data:`FAMILIES`) with ``n`` tokens of head dimension ``d`` (ignored by the
-    real families: the model's) and value dimension ``dv`` (default d), drawn from ``seed``. Refused (InputError):
+    real families: the model's) and value dimension ``dv`` (default d), drawn from ``seed``. A real family reads the
+    first n tokens of one distinct text (:mod:`kvbounds.traces.corpus`): text number ``unit`` (distinct units read
+    distinct texts; None: one of the first :data:`DRAWN_TEXTS`, drawn from ``seed``, so that tests reuse a few
+    cached extractions), its layer and head drawn from ``seed``. Refused (InputError):
     an unknown family, n < 1 (n < 4 for ``concentrated``), d < 1 (d < 2 for ``concentrated``, odd d for ``rope``),
-    a real family's n beyond its cached text. A real family whose model is missing raises ``LookupError``."""
+    a real family's n beyond its texts. A real family whose model is missing raises ``LookupError``."""
     check_choice(family, "family", FAMILIES)
     n = check_int(n, "n", minimum=1, maximum=MAX_TOKENS)
     d = check_int(d, "d", minimum=1, maximum=MAX_DIM)
@@ -137,7 +142,8 @@ def make_stream(family: str, n: int, d: int = 16, seed: int = 0, *, dv: int | No
     if family in REAL:
         from ._power import real_stream
         check_int(n, "n", minimum=1, maximum=REAL_TOKENS[family])
-        Q, K, V, note = real_stream(family, rng, n)
+        unit = int(rng.integers(DRAWN_TEXTS)) if unit is None else check_int(unit, "unit", minimum=0)
+        Q, K, V, note, _ = real_stream(family, rng, n, unit=unit)
         return KVStream(family, seed, *(np.asarray(x, np.float64) for x in (Q, K, V)), note=note)
     if family == "concentrated":
         from ._power import GAP, HEAVY, concentrated_stream

@@ -11,16 +11,26 @@ Families (``FAMILIES``):
                            scale; less the clusters' noise along the query, ~0.05 GAP / sqrt(d) per key) over the
                            clusters: most of the softmax mass on a few tokens;
   * ``real SmolLM2`` / ``real MiniLM``  queries, keys and values of one (layer, query head) of the model on the
-                           cached text (``kvbounds.traces.real.layer_heads``), a random window of n tokens; each
-                           stream draws its layer, head and window from its seed (a sample on quick, more streams on
-                           full). A missing model gives a record that says so (``extra["missing"]``), never a crash.
+                           first tokens of one distinct text (:mod:`kvbounds.traces.corpus`): stream ``rep`` reads
+                           text ``rep``, so distinct streams are distinct texts (the unit of replication); the layer
+                           (of :data:`REAL_LAYERS`) and head are drawn from its seed. A missing model gives a record
+                           that says so (``extra["missing"]``), never a crash.
 
-Each stream is (Q, K, V, r) with r the largest key or query norm; queries are in the claim's own convention:
-``scale`` is the factor of <q, k> inside the exponential (1/sqrt(d) for BalanceKV, 1 for SubGen, whose real-trace
-queries are divided by sqrt(d) so that exp(<q', k>) is the model's attention).
+Each stream (:class:`PowerStream`) is the context (Q, K, V) of n tokens with r the largest key or query norm, the
+:data:`HELD_OUT` later queries that follow it (the practitioner's metric: they attend to the compressed context),
+and its unit; queries are in the claim's own convention: ``scale`` is the factor of <q, k> inside the exponential
+(1/sqrt(d) for BalanceKV, 1 for SubGen, whose real-trace queries are divided by sqrt(d) so that exp(<q', k>) is the
+model's attention).
+
+The practitioner's metric (:func:`held_out_errors`): after the method has compressed the n tokens, the mean over the
+later queries of ||estimate - exact|| / ||exact|| (attention: the claims' output; for the claims that bound a sum,
+its numerator or partition function), for the method and for each control of the battery built at the floats the
+method holds; it decides every "better than StreamingLLM / uniform" statement. The theorem's metric (the worst
+checkpoint of the current query, in the theorem's units) decides the bound checks.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -66,50 +76,87 @@ def power_trials(profile: str, base: dict, per_family: dict | None = None) -> li
 
 
 def real_params(family: str, profile: str) -> dict:
-    """A real family's head dimension and, on smoke and quick, the few layers its streams sample (loading a layer
-    costs more than a stream); on full every layer. Not a real family: {}."""
+    """A real family's head dimension and the layers its streams sample (:data:`REAL_LAYERS`: a few on smoke and
+    quick, more on full; extracting a layer costs more than a stream). Not a real family: {}."""
     check_choice(profile, "profile", PROFILE_NAMES)
     if not isinstance(family, str):
         raise InputError(f"family must be a string, got {family!r}")
     if family not in REAL:
         return {}
-    few = {"real SmolLM2": (2, 14, 27), "real MiniLM": (0, 3, 5)}[family]
     return dict(d={"real SmolLM2": 64, "real MiniLM": 32}[family],
-                **({} if profile in ("full", "gpu") else {"layers": few}))
+                layers=REAL_LAYERS[family]["full" if profile in ("full", "gpu") else "quick"])
+
+
+# the layers a real stream draws from (every profile extracts these for each text it reads)
+REAL_LAYERS = {"real SmolLM2": {"quick": (2, 14, 27), "full": (2, 8, 14, 20, 27)},
+               "real MiniLM": {"quick": (0, 3, 5), "full": (0, 1, 2, 3, 4, 5)}}
+# a real stream reads the first n + held-out tokens of one distinct text (kvbounds.traces.corpus), extracted once at
+# the smallest of these lengths that holds them (each text long enough under the model's tokenizer)
+WINDOWS = (544, 1056)
+HELD_OUT = 32           # held-out later queries of a power stream: the practitioner's metric
+
+
+def window_for(tokens: int) -> int:
+    """The extraction length that holds ``tokens`` tokens (:data:`WINDOWS`); InputError beyond the longest."""
+    check_int(tokens, "tokens", minimum=1)
+    for w in WINDOWS:
+        if tokens <= w:
+            return w
+    raise InputError(f"a real stream reads at most {WINDOWS[-1]} tokens of one text, got {tokens}")
+
+
+def real_texts(family: str, tokens: int) -> tuple[str, ...]:
+    """The distinct texts a real family's streams read at this length (:func:`kvbounds.traces.corpus.long_enough`
+    at :func:`window_for`): unit i reads text i."""
+    from kvbounds.traces.corpus import long_enough
+    check_choice(family, "family", tuple(REAL))
+    return long_enough(REAL[family][0], window_for(tokens))
 
 
 @functools.lru_cache(maxsize=8)
-def _layer(model: str, layer: int, n: int):
-    from kvbounds.traces.real import layer_heads
-    Q, K, V, _ = layer_heads(f"{model}:L{layer}:{n}")
-    return Q, K, V
+def _layer(model: str, layer: int, text: str, window: int, layers: tuple):
+    """(Q, K, V) float64 (heads, window, d) of one layer of ``model`` on the corpus text ``text``
+    (:func:`kvbounds.traces.corpus.layer_heads`), extracting ``layers`` together when missing."""
+    from kvbounds.traces.corpus import layer_heads
+    return layer_heads(model, layer, window, text, layers)[:3]
 
 
-def real_stream(family: str, rng: np.random.Generator, n: int, layers=None):
-    """(Q, K, V, note) of one random (layer, head, window) of the family's model, or raise ``LookupError`` with
-    the reason when the model is unavailable here. ``n`` in [1, the cached length]; ``layers``: None (any layer)
-    or a non-empty sequence of the model's layer indices."""
+def real_stream(family: str, rng: np.random.Generator, n: int, layers=None, *, unit: int | None = None,
+                held_out: int = 0):
+    """(Q, K, V, note, text) of one (layer, query head) of the family's model on the first n + ``held_out`` tokens
+    of one distinct text (:func:`real_texts`): text number ``unit`` (distinct units read distinct texts; None: a text
+    drawn from ``rng``), the layer drawn from ``layers`` (None: any of the family's :data:`REAL_LAYERS`) and the head
+    from ``rng``. Raises ``LookupError`` with the reason when the model is unavailable here, InputError for a unit
+    beyond the corpus (the message says how many texts there are). ``note`` names the text, layer and head."""
     from kvbounds.traces.real import MODEL_INFO, available
     check_choice(family, "family", tuple(REAL))
-    model, n_cached = REAL[family]
+    model = REAL[family][0]
     check_rng(rng)
-    check_int(n, "n", minimum=1, maximum=n_cached)
+    check_int(n, "n", minimum=1, maximum=WINDOWS[-1])
+    held_out = check_int(held_out, "held_out", minimum=0)
     n_layers = MODEL_INFO[model]["n_layers"]
     if layers is not None and (isinstance(layers, (str, bytes)) or not hasattr(layers, "__len__") or not len(layers)
                                or not all(isinstance(l, (int, np.integer)) and not isinstance(l, bool)
                                           and 0 <= l < n_layers for l in layers)):
         raise InputError(f"layers must be None or a non-empty sequence of layer indices in [0, {n_layers}), "
                          f"got {layers!r}")
+    window = window_for(n + held_out)
     why = available(model)
     if why:
         raise LookupError(why)
-    info = MODEL_INFO[model]
-    layer = int(rng.choice(layers)) if layers else int(rng.integers(info["n_layers"]))
-    head = int(rng.integers(info["n_heads"]))
-    Q, K, V = _layer(model, layer, n_cached)
-    start = int(rng.integers(0, n_cached - n + 1))
-    sl = slice(start, start + n)
-    return Q[head, sl], K[head, sl], V[head, sl], f"{model} L{layer} H{head} tokens {start}..{start + n - 1}"
+    names = real_texts(family, n + held_out)
+    if unit is None:
+        unit = int(rng.integers(len(names)))
+    unit = check_int(unit, "unit", minimum=0)
+    if unit >= len(names):
+        raise InputError(f"{family} has {len(names)} distinct texts of {window} tokens; unit {unit} is beyond them")
+    layers = tuple(int(l) for l in (layers or REAL_LAYERS[family]["full"]))
+    layer = int(rng.choice(layers))
+    head = int(rng.integers(MODEL_INFO[model]["n_heads"]))
+    Q, K, V = _layer(model, layer, names[unit], window, layers)
+    sl = slice(0, n + held_out)
+    return Q[head, sl], K[head, sl], V[head, sl], f"{model} {names[unit]} L{layer} H{head} tokens 0..{n - 1}", \
+        names[unit]
 
 
 def concentrated_stream(rng: np.random.Generator, n: int, d: int, scale: float, clusters: int = 4):
@@ -139,11 +186,28 @@ def concentrated_stream(rng: np.random.Generator, n: int, d: int, scale: float, 
     return Q, K, r
 
 
-def stream(params: dict, seed: int, *, scale_of_d, values: str = "gaussian", dv: int | None = None):
-    """(Q, K, V, r, note) for a power trial; ``scale_of_d(d)`` is the claim's logit scale. Raises
+@dataclasses.dataclass
+class PowerStream:
+    """A power trial's stream: the context (Q, K, V: the first n tokens, which the method compresses), r the largest
+    key or query norm over it, ``later`` the ``held_out`` queries that follow it (the practitioner's metric: they
+    attend to the compressed context), ``unit`` the unit of replication it belongs to (a distinct text for a real
+    family, a distinct draw otherwise) and ``note`` what it is."""
+    Q: np.ndarray
+    K: np.ndarray
+    V: np.ndarray
+    r: float
+    note: str
+    later: np.ndarray
+    unit: str
+
+
+def stream(params: dict, seed: int, *, scale_of_d, values: str = "gaussian", dv: int | None = None,
+           held_out: int = HELD_OUT) -> PowerStream:
+    """The :class:`PowerStream` of a power trial; ``scale_of_d(d)`` is the claim's logit scale. Raises
     ``LookupError`` (the reason) when a real family's model is missing. ``params``: ``family`` (one of FAMILIES),
-    ``n`` and ``d`` (integers >= 1; n >= HEAVY and d >= 2 for the concentrated family), optional ``r`` (> 0) and
-    ``layers``; ``values``: "gaussian" or "spread"."""
+    ``n`` and ``d`` (integers >= 1; n >= HEAVY and d >= 2 for the concentrated family), ``rep`` (the stream's
+    index: a real family's text), optional ``r`` (> 0) and ``layers``; ``values``: "gaussian" or "spread";
+    ``held_out``: the later queries drawn beyond the n tokens (the stream is drawn with n + held_out tokens)."""
     if not isinstance(params, dict) or not {"family", "n", "d"} <= params.keys():
         raise InputError(f"params must be a dict with 'family', 'n' and 'd', got {params!r}"[:200])
     check_choice(params["family"], "params['family']", FAMILIES)
@@ -155,33 +219,93 @@ def stream(params: dict, seed: int, *, scale_of_d, values: str = "gaussian", dv:
     n = check_int(params["n"], "params['n']", minimum=1, maximum=MAX_TOKENS)
     d = check_int(params["d"], "params['d']", minimum=1, maximum=MAX_DIM)
     dv = d if dv is None else check_int(dv, "dv", minimum=1, maximum=MAX_DIM)
+    m = check_int(held_out, "held_out", minimum=0, maximum=MAX_TOKENS)
+    rep = check_int(params.get("rep", 0), "params['rep']", minimum=0)
     rng = np.random.default_rng(seed)
+    norm = lambda X: float(np.linalg.norm(X[:n], axis=1).max())
     if fam in REAL:
-        Q, K, V, note = real_stream(fam, rng, n, params.get("layers"))
+        Q, K, V, note, text = real_stream(fam, rng, n, params.get("layers"), unit=rep, held_out=m)
         d_real = K.shape[1]
         if scale_of_d(d_real) == 1.0:      # SubGen's exp(<q, k>): q / sqrt(d) gives the model's attention
             Q = Q / math.sqrt(d_real)
-        r = float(max(np.linalg.norm(K, axis=1).max(), np.linalg.norm(Q, axis=1).max()))
-        return Q, K, V, r, note
+        return PowerStream(Q[:n], K[:n], V[:n], max(norm(K), norm(Q)), note, Q[n:n + m], f"text {text}")
+    unit = f"draw {fam} #{rep} (seed {seed})"
     if fam == "concentrated":
-        Q, K, r = concentrated_stream(rng, n, d, scale_of_d(d))
+        Q, K, r = concentrated_stream(rng, n + m, d, scale_of_d(d))
         note = f"{HEAVY} heavy tokens, logit gap about {GAP:g} (less the clusters' noise along the query)"
     elif fam == "synthetic benign" and params.get("benign") == "clustered":     # SubGen's own regime
         from kvbounds.traces.synthetic import make_trace
-        tr = make_trace("clustered", n=n, d=d, seed=rng, m=params.get("m", 4), r=1.0, spread=0.05)
-        return tr.Q, tr.K, tr.V, float(max(np.linalg.norm(tr.K, axis=1).max(), np.linalg.norm(tr.Q, axis=1).max())), \
-            f"clusterable keys (m = {params.get('m', 4)}, spread 0.05), r = 1"
+        tr = make_trace("clustered", n=n + m, d=d, seed=rng, m=params.get("m", 4), r=1.0, spread=0.05)
+        return PowerStream(tr.Q[:n], tr.K[:n], tr.V[:n], max(norm(tr.K), norm(tr.Q)),
+                           f"clusterable keys (m = {params.get('m', 4)}, spread 0.05), r = 1", tr.Q[n:], unit)
     elif fam == "synthetic benign":
         r = check_real(params.get("r", 1.0), "params['r']", minimum=0.0, strict=True)
-        Q, K = unit_directions(rng, n, d) * r, unit_directions(rng, n, d) * r
+        Q, K = unit_directions(rng, n + m, d) * r, unit_directions(rng, n + m, d) * r
         note = f"random unit keys and queries, r = {r:g}"
     else:
         raise ValueError(f"unknown stream family {fam!r}; one of {FAMILIES}")
     if values == "spread":
-        V = unit_directions(rng, n, dv) * (10.0 ** rng.uniform(-6, 0, n))[:, None]
+        V = unit_directions(rng, n + m, dv) * (10.0 ** rng.uniform(-6, 0, n + m))[:, None]
     else:
-        V = rng.standard_normal((n, dv)) / math.sqrt(dv)
-    return Q, K, V, float(r), note
+        V = rng.standard_normal((n + m, dv)) / math.sqrt(dv)
+    return PowerStream(Q[:n], K[:n], V[:n], float(r), note, Q[n:], unit)
+
+
+# the practitioner's metric per quantity (kvbounds.power_calls.METRICS names it "practitioner")
+PRACTITIONER = {"attention": "mean relative attention error over the held-out later queries",
+                "numerator": "mean relative error of the numerator sum over the held-out later queries",
+                "partition": "mean relative error of the partition function over the held-out later queries"}
+
+
+def _relative(kind: str, est, exact) -> float:
+    """mean over queries of the relative error of ``est`` against ``exact`` in the quantity's representation:
+    attention (m, dv) outputs; numerator (log-scales (m,), vectors (m, dv)) with the sum e^scale vector; partition
+    log Z (m,). inf where an estimate is undefined (the worst)."""
+    from kvbounds.battery import relative_error
+    if kind == "attention":
+        return relative_error(np.asarray(est, np.float64), np.asarray(exact, np.float64))
+    if kind == "partition":
+        with np.errstate(over="ignore", invalid="ignore"):
+            e = np.abs(np.expm1(np.asarray(est, np.float64) - np.asarray(exact, np.float64)))
+        return float(np.mean(np.where(np.isfinite(e), e, math.inf)))
+    (m, u), (mx, ux) = est, exact
+    with np.errstate(over="ignore", invalid="ignore"):
+        shift = np.where(np.asarray(m) == -math.inf, -math.inf, np.asarray(m, np.float64) - np.asarray(mx))
+        diff = np.exp(shift)[:, None] * np.asarray(u, np.float64) - np.asarray(ux, np.float64)
+        rel = np.linalg.norm(np.where(np.isfinite(diff), diff, math.inf), axis=-1) / np.linalg.norm(ux, axis=-1)
+    return float(np.mean(np.where(np.isnan(rel), math.inf, rel)))
+
+
+def held_out_errors(kind: str, method_estimate, K, V, later, floats: int, rng: np.random.Generator, *, scale: float,
+                    sink: int = 0, window: int = 0, ablation_estimate=None,
+                    names=("zeros", "mean", "streaming_llm", "uniform")) -> dict:
+    """The practitioner's metric of one stream (``extra["practitioner"]`` of its power record): after the method
+    compressed the context K, V (n tokens), the mean over the ``later`` queries (m, d) of the relative error of its
+    ``kind`` (attention, numerator or partition: :data:`PRACTITIONER`) against the exact one over the context, for
+    the method (``method_estimate(later)`` in the quantity's representation, :func:`_relative`), each control of
+    the battery at ``floats`` (the floats the method holds at the end, the same sink and window) and the ablation
+    (``ablation_estimate``, when given). Returns {metric, kind, queries, method, controls, floats}."""
+    from kvbounds import battery
+    check_choice(kind, "kind", tuple(PRACTITIONER))
+    later = np.asarray(later, np.float64)
+    if later.ndim != 2 or len(later) == 0:
+        raise InputError(f"later must be a (m >= 1, d) array of queries, got shape {later.shape}")
+    K, V = np.asarray(K, np.float64), np.asarray(V, np.float64)
+    Vk = K[:, :0] if kind == "partition" else V
+    caches = battery.controls(K, Vk, check_int(floats, "floats"), rng, sink=sink, window=window, names=names)
+    x = later @ K.T * scale
+    mx = x.max(-1)
+    w = np.exp(x - mx[:, None])
+    exact = {"attention": (w @ V) / w.sum(-1, keepdims=True), "numerator": (mx, w @ V),
+             "partition": mx + np.log(w.sum(-1))}[kind]
+    of = {"attention": lambda c: battery.attention(c, later, scale), "numerator": lambda c: battery.numerator(c, later, scale),
+          "partition": lambda c: battery.log_partition(c, later, scale)}[kind]
+    controls = {name: _relative(kind, of(c), exact) for name, c in caches.items()}
+    if ablation_estimate is not None:
+        controls["ablation"] = _relative(kind, ablation_estimate(later), exact)
+    return dict(metric=PRACTITIONER[kind], kind=kind, queries=int(len(later)),
+                method=_relative(kind, method_estimate(later), exact), controls=controls,
+                floats={name: battery.cache_floats(c) for name, c in caches.items()})
 
 
 def missing_record(claim: str, params: dict, source: str, error: Exception, **extra):

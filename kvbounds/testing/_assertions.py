@@ -100,17 +100,19 @@ def assert_beats(method, control: str, streams, *, fraction: float = 0.25, queri
     """Assert that ``method`` (a SPEC as ``kvbounds evaluate`` reads it: a registered name, ``kvpress:NAME``,
     ``module:NAME``, or a press / compressor object) is better than the battery's ``control`` at equal memory
     (``fraction`` of the stream's floats) on ``streams`` (KVStreams, at least the battery's minimum count):
-    the battery's three-way call must be "better". Returns the comparison (call, median ratio, interval, wins).
-    The message gives the call, the median of method error / control error with its 95% interval, the win
-    count, the smallest detectable ratio, the families and the smallest stream on which the method lost."""
+    the one rule's call (:func:`kvbounds.verdict.paired_calls`) must be "better". Returns the comparison
+    (call, effect, interval, wins). The message gives the call, the effect (method error / control error, the
+    Hodges-Lehmann estimate) with its 95% interval, the win count, the smallest detectable ratio, the families and
+    the smallest stream on which the method lost."""
     from kvbounds.evaluation import compare_on_streams
-    from kvbounds.battery import call_words, fmt
+    from kvbounds.verdict import call_words, fmt
     res = compare_on_streams(method, control, streams, fraction=fraction, queries=queries, alpha=alpha)
     if res["call"] != "better":
         lost = res.get("smallest_loss")
         raise AssertionError(
             f"{res['method']} is not better than {control} at {fraction:.0%} of the cache's floats: "
-            f"{call_words(res, family=False)} (median of method error / control error [95% interval], streams "
-            f"won); smallest detectable ratio at n = {res['streams']}: {fmt(res['detectable'])}; families "
+            f"{call_words(res, family=False)} (method error / control error [95% interval], streams "
+            f"won); smallest detectable ratio at n = {res['streams']}: beyond {fmt(res['detectable'])} either way; "
+            f"families "
             f"{', '.join(res['families'])}" + (f"; smallest stream it lost on: {lost}" if lost else ""))
     return res

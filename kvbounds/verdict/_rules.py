@@ -41,7 +41,7 @@ import numpy as np
 
 from kvbounds.core import Record
 from ._statistics import (GROWTH_TOL, Growth, canonical_order, data_seed, growth, holm_adjust, loglog_slope,
-                          record_sort_key, significant_cells)
+                          record_sort_key)
 from ._fields import (CLAIM_KINDS, FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, LEGACY_STATUS, NO_CHECK, NOT_REFUTED,
                       NOT_RUN, POWER_VALUES, PROOF_VALUES, RATE_VALUES, REPRODUCTION_VALUES, STATEMENT_VALUES, VACUOUS,
                       Constant, Erratum, FigureSpec, Finding, RateInfo, Reproduction, Vacuity, Verdict)

@@ -118,10 +118,3 @@ def holm_adjust(pvalues: Sequence[float | None]) -> list[float]:
         running = max(running, (len(ps) - rank) * ps[i])
         adj[i] = min(1.0, running)
     return adj.tolist()
-
-
-def significant_cells(p_better: Sequence[float | None], p_worse: Sequence[float | None],
-                      alpha: float = 0.05) -> tuple[int, int]:
-    """(better, worse) cell counts for :func:`reproduction_status` from per-cell one-sided p-values, each
-    direction Holm-adjusted over the cells (the shared multiple-testing rule of comparative empirical claims)."""
-    return (sum(p < alpha for p in holm_adjust(p_better)), sum(p < alpha for p in holm_adjust(p_worse)))

@@ -248,3 +248,16 @@ def test_the_subspace_method_is_ablated_by_a_sketch_of_its_data():
     assert sk.rank == blind.rank == 2 and bt.cache_floats(sk) == bt.cache_floats(blind)
     np.testing.assert_allclose(sk.keys, K, atol=1e-9 * np.abs(K).max())
     assert np.abs(blind.keys - K).max() > 1e-3 * np.abs(K).max()
+
+
+def test_the_uniform_control_never_holds_more_floats_than_the_method():
+    """A method that keeps one token (d + dv floats) left uniform one weighted token: the method's floats + 1. At
+    every budget, sink and window the uniform control now holds at most the floats it is given."""
+    rng = np.random.default_rng(0)
+    K, V = rng.standard_normal((40, 4)), rng.standard_normal((40, 3))
+    for sink, window in ((0, 0), (2, 3), (4, 0), (0, 5)):
+        for floats in range(0, 40 * 7 + 2):
+            c = bt.uniform(K, V, floats, rng, sink=sink, window=window)
+            assert bt.cache_floats(c) <= floats, (floats, sink, window, bt.cache_floats(c))
+    one = bt.uniform(K, V, 7, rng)                   # one token's floats: the most recent token, no weight
+    assert bt.cache_floats(one) == 7 and one.keys.shape[-2] == 1 and np.array_equal(one.keys[0], K[-1])

@@ -5,10 +5,12 @@ import random
 import numpy as np
 import pytest
 
-from kvbounds.battery._power_rule import MIN_STREAMS, power_table_lines, power_vs_controls
-from kvbounds.battery._power_calls import median_ci
+from kvbounds.battery import power_table_lines, power_vs_controls
 from kvbounds.core import Record
 from kvbounds.verdict import decide
+
+
+MIN_STREAMS = 10
 
 
 def rec(setting, rep, method, **controls):
@@ -59,10 +61,23 @@ def test_holm_over_settings_makes_power_harder_to_show():
     assert one.power == "shown" and many.power == "low"
 
 
-def test_fewer_than_ten_streams_is_not_tested():
-    p = power_vs_controls(synthetic(0.1, n=MIN_STREAMS - 1), setting=lambda r: r.params["family"])
-    assert p.power == "n/a" and "fewer than 10" in p.detail
-    assert {c["call"] for c in p.calls} == {"not tested"}
+def test_too_few_units_for_any_call_is_not_attainable():
+    # 4 settings x 2 controls = 8 tests; 5 units: even 5/5 wins give 8 x 2^-4 = 0.5 after Holm
+    p = power_vs_controls(synthetic(0.1, n=5, settings="abcd"), setting=lambda r: r.params["family"])
+    assert p.power == "low" and {c["call"] for c in p.calls} == {"not attainable"}
+    assert "not attainable against zeros with 5 units (smallest p = 0.5)" in p.detail
+
+
+def test_records_of_one_unit_count_once():
+    # 12 seeds on each of 10 texts: 10 units, each summarised by its median, never 120
+    recs = [Record("X.claim", dict(family="real", text=t, seed_index=s, sweep="power"), 0, "numpy",
+                   0.5 if t < 8 else 2.0, 1.0, True, bound_kind="shape", check="trivial controls",
+                   extra=dict(controls=dict(zeros=1.0))) for t in range(10) for s in range(12)]
+    p = power_vs_controls(recs, setting=lambda r: r.params["family"], unit_of=lambda r: r.params["text"],
+                          unit="distinct text windows")
+    (c,) = p.calls
+    assert c["n"] == 10 and c["wins"] == 8 and c["unit"] == "distinct text windows"
+    assert p.cells[0].units == 10 and p.cells[0].streams == 120
 
 
 def test_missing_family_is_reported_not_dropped():
@@ -92,11 +107,6 @@ def test_verdict_headline_says_no_better_than_doing_nothing():
         (f, n, "worse") for f in "ab" for n in ("zeros", "mean_values")}
 
 
-def test_median_ci_covers_the_median():
-    m, lo, hi = median_ci(np.arange(1.0, 11.0))
-    assert lo <= m <= hi and (lo, hi) == (2.0, 9.0)
-
-
 def test_an_undefined_estimate_counts_against_the_method():
     recs = [rec("a", i, math.inf if i < 3 else 0.01, zeros=1.0) for i in range(MIN_STREAMS)]
     p = power_vs_controls(recs, setting=lambda r: r.params["family"])
@@ -113,24 +123,29 @@ def test_a_hold_no_better_than_doing_nothing_is_not_green_in_the_glance():
     assert glance_category(Verdict("X.y", "", "s", statement="holds-fitted", power="shown")) == "hold with a fitted constant"
 
 
-def test_vs_uniform_pairs_each_seed_with_the_cell_controls_and_old_records_say_so():
-    """BKV.vs-uniform's comparison with the battery (proofs_checks/bkv_trivial.py): per-seed errors against zeros
-    (= 1), the mean of the values and StreamingLLM of the same cell; records without per-seed errors (stored before
-    issue 20) give None."""
+def test_vs_uniform_pairs_each_text_with_the_cell_controls_and_old_records_say_so():
+    """BKV.vs-uniform's comparison with the battery (proofs_checks/bkv_trivial.py) at the unit, a text: per (text,
+    layer, T) cell the variant's mean over its seeds against zeros (= 1), the mean of the values and StreamingLLM of
+    the same cell; the layers of one text one unit; records without per-seed errors (stored before issue 20) give
+    None."""
     from kvbounds.proofs_checks.bkv_trivial import trivial_power
-    from kvbounds.proofs_checks.common import make_record
+    from kvbounds.core import make_record
     recs = []
-    for T in (1, 2):
-        p = dict(trace="smollm2:L1:2048", T=T)
-        recs += [make_record("BKV.vs-uniform", p, measured=0.1, bound=0.2, check="error balance", model="smollm2",
-                             per_seed=[0.1 + 0.001 * i for i in range(6)]),
-                 make_record("BKV.vs-uniform", p, measured=0.9, bound=0.2, check="error mean_values", model="smollm2"),
-                 make_record("BKV.vs-uniform", p, measured=0.05, bound=0.2, check="error streaming_llm", model="smollm2")]
+    for text in range(12):
+        for layer in (1, 5):
+            p = dict(trace=f"smollm2:L{layer}:544", text=f"t{text}", T=2)
+            u = dict(model="smollm2", unit=f"text t{text}")
+            recs += [make_record("BKV.vs-uniform", p, measured=0.1, bound=0.2, check="error balance",
+                                 per_seed=[0.1 + 0.001 * i for i in range(6)], **u),
+                     make_record("BKV.vs-uniform", p, measured=0.9, bound=0.2, check="error mean_values", **u),
+                     make_record("BKV.vs-uniform", p, measured=0.05 + 0.001 * text, bound=0.2,
+                                 check="error streaming_llm", **u)]
     tp = trivial_power("BKV.vs-uniform", recs, {"balance": "pseudocode"})
     (cell,) = tp.table()
-    assert cell["setting"] == "real SmolLM2 | pseudocode" and cell["streams"] == 12
+    assert cell["setting"] == "real SmolLM2 | pseudocode" and cell["streams"] == 24 and cell["units"] == 12
     assert cell["best"] == "streaming_llm" and tp.power == "low" and "worse than StreamingLLM" in tp.note
-    assert cell["unit"] == "seeds x (layer, T) cells of one text"
+    assert cell["unit"] == "distinct texts" and {c["metric"] for c in tp.calls} == {"practitioner"}
+    assert {c["n"] for c in tp.calls} == {12}
     for r in recs:
         r.extra.pop("per_seed", None)
     assert trivial_power("BKV.vs-uniform", recs, {"balance": "pseudocode"}) is None
@@ -206,37 +221,38 @@ def one_call(recs):
     return c
 
 
-def test_a_clear_win_a_clear_loss_a_tie_and_an_underpowered_case():
+def test_a_clear_win_a_clear_loss_a_tie_and_an_undecided_case():
     win = one_call(paired([0.5] * 20))
     assert win["call"] == "better" and win["wins"] == 20 and win["n"] == 20
-    assert win["ratio_median"] == pytest.approx(0.5) and win["ci"][1] < 1
+    assert win["effect"] == pytest.approx(0.5, rel=1e-3) and win["ci"][1] < 1
     loss = one_call(paired([1.6 + 0.01 * (i % 3) for i in range(20)]))
     assert loss["call"] == "worse" and loss["wins"] == 0 and loss["ci"][0] > 1
-    # a tie: ratios symmetric around 1 within 5%: no direction, the interval inside [1/1.2, 1.2]
+    # a tie: ratios symmetric around 1 within 5%: no direction, the interval inside the 5% band
     tie = one_call(paired([1 + 0.05 * ((-1) ** i) * (i % 5) / 4 for i in range(20)]))
-    assert tie["call"] == "tied" and 1 / 1.2 <= tie["ci"][0] and tie["ci"][1] <= 1.2
-    # underpowered: 10 streams that scatter by 3x either way, a median below 1, neither test significant
+    assert tie["call"] == "tied" and tie["equivalent"]
+    # undecided: 10 streams that scatter by 3x either way: tied (no difference shown), not equivalent
     few = one_call(paired([0.3, 3.0, 0.4, 2.5, 0.5, 0.6, 2.0, 0.7, 0.8, 1.5]))
-    assert few["call"] == "not shown" and few["ci"][0] < 1 < few["ci"][1]
-    assert few["detectable_ratio"] < win["detectable_ratio"] <= 1
+    assert few["call"] == "tied" and not few["equivalent"] and few["ci"][0] < 1 < few["ci"][1]
+    assert few["detectable"] > win["detectable"] >= 1
 
 
 def test_call_words():
-    from kvbounds.battery import call_words
+    from kvbounds.verdict import call_words
     c = one_call(paired([1.16] * 9 + [0.9] * 21))
-    assert call_words(c) == "tied with StreamingLLM (f: 0.9 [0.9, 0.9], 21/30 wins)"
+    # 21/30 streams 10% better, 9 16% worse: the signed-rank test weighs the larger losses; no difference shown
+    assert call_words(c) == "not told apart from StreamingLLM (f: 1.02 [0.9, 1.02], 21/30 wins)"
     loss = one_call(paired([1.2 + 0.001 * i for i in range(30)]))
     assert call_words(loss).startswith("worse than StreamingLLM (f: 1.2") and "0/30 wins" in call_words(loss)
 
 
-def test_detectable_ratio_shrinks_towards_one_with_n_and_is_none_below_the_smallest_p():
-    from kvbounds.battery._power_calls import detectable_ratio
+def test_detectable_effect_shrinks_with_n_and_is_none_below_the_smallest_p():
+    from kvbounds.verdict import detectable
     rng = np.random.default_rng(0)
     logs = rng.normal(0, 0.5, 200)
-    r = [detectable_ratio(logs[:n], tests=16) for n in (10, 20, 40, 80, 160)]
-    assert all(a < b for a, b in zip(r, r[1:])) and r[-1] < 1
-    assert math.isnan(detectable_ratio(logs[:8], tests=16))     # 2^-8 > 0.05 / 32: no ratio is detectable
-    assert detectable_ratio(np.zeros(20), tests=4) == 1.0
+    r = [detectable(logs[:n], tests=16) for n in (10, 20, 40, 80, 160)]
+    assert all(a > b for a, b in zip(r, r[1:])) and r[-1] > 0
+    assert math.isnan(detectable(logs[:8], tests=16))     # 2^-8 > 0.05 / 32: no effect is detectable
+    assert detectable(np.zeros(20), tests=4) == 0.0
 
 
 def test_a_method_that_does_not_compress_is_not_tested():
@@ -258,13 +274,13 @@ def test_a_method_that_does_not_compress_is_not_tested():
 def test_the_glance_reads_the_calls():
     from kvbounds.report._report import glance_category
     from kvbounds.report._power import first_table, power_glance
-    from kvbounds.verdict._rules import Verdict
-    better = dict(family="f", control="zeros", fraction=0.2, call="better", ratio_median=0.5, ci=[0.4, 0.6], wins=20,
-                  n=20, detectable_ratio=0.8, reason="", p=0.001, unit="independent streams")
+    from kvbounds.verdict import Verdict
+    better = dict(family="f", control="zeros", fraction=0.2, call="better", effect=0.5, ci=[0.4, 0.6], wins=20,
+                  n=20, detectable=1.2, reason="", p=0.001, unit="independent streams")
     v = Verdict("X.y", "", "s", statement="holds-fitted", power="low", power_note="worse than StreamingLLM (...)",
-                power_calls=[better, dict(better, control="streaming_llm", call="worse", ratio_median=1.3)])
+                power_calls=[better, dict(better, control="streaming_llm", call="worse", effect=1.3)])
     assert glance_category(v) == "hold with a fitted constant"          # better than doing nothing: no suffix
-    v.power_calls.append(dict(better, control="mean", call="worse", ratio_median=2.0))
+    v.power_calls.append(dict(better, control="mean", call="worse", effect=2.0))
     assert glance_category(v) == "hold with a fitted constant, worse than doing nothing"
     counts = {label: n for label, n, _ in power_glance({"X.y": v})}
     assert counts["worse than StreamingLLM somewhere"] == 1 and counts["worse than doing nothing somewhere"] == 1

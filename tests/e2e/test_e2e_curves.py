@@ -1,4 +1,4 @@
-"""The end-to-end curves (kvbounds.e2e.curves) and the one paired call (kvbounds.e2e.comparisons.call), on
+"""The end-to-end curves (kvbounds.e2e.curves) and the one paired call (kvbounds.e2e._comparisons.call), on
 hand-made records whose answers are known."""
 import math
 
@@ -36,25 +36,35 @@ def retrieval(n_inst=20, exact_ok=20, methods=None):
 
 
 def test_call_words():
+    """The curves' calls are the one rule's (kvbounds.verdict.paired_calls, through comparisons.calls): the
+    signed-rank test on per-instance differences, Holm over the family passed, a tie within the margin."""
     same = {i: 1.0 for i in range(20)}
-    assert CMP.call(same, same, margin=0.1)["call"] == "tied"
+    c = CMP.call(same, same, margin=0.1)
+    assert c["call"] == "tied" and c["equivalent"]
     worse = {i: 0.0 for i in range(20)}
     assert CMP.call(worse, same, margin=0.1)["call"] == "worse"
     assert CMP.call(same, worse, margin=0.1)["call"] == "better"
     assert CMP.call({0: 1.0}, {0: 1.0}, margin=0.1)["call"] == "not tested"
-    # 5 misses in 20: mean -0.25, p = 0.022: worse alone, only leaning worse after Bonferroni over 40 tests
+    # 5 misses in 20: the signed-rank test on the 5 non-zero differences gives p = 2 / 2^5 = 0.0625: not
+    # significant, no difference shown, and no equivalence either
     some = {i: float(i >= 5) for i in range(20)}
-    c1, c40 = CMP.call(some, same, margin=0.1), CMP.call(some, same, margin=0.1, tests=40)
-    assert c1["call"] == "worse" and c1["ci"][1] < 0 and c40["call"] == "leaning worse"
-    assert c40["tests"] == 40 and c40["n"] == 20
+    c1 = CMP.call(some, same, margin=0.1)
+    assert c1["call"] == "tied" and not c1["equivalent"] and c1["p_raw"] == 2 / 2 ** 5
+    # 8 misses: p = 2 / 2^8, worse alone; leaning worse after Holm over a family of 40 (0.0078 x 40 = 0.31)
+    eight = {i: float(i >= 8) for i in range(20)}
+    assert CMP.call(eight, same, margin=0.1)["call"] == "worse"
+    c40 = CMP.calls([(eight, same)] + [(same, same)] * 39, margin=0.1)[0]
+    assert c40["call"] == "leaning worse" and c40["tests"] == 40 and c40["n"] == 20 and c40["p"] == 40 * 2 / 2 ** 8
     # equal on every instance: with scores in [0, 1], the difference is bounded by 1 - 0.025^(1/n) only
     four = {i: 0.0 for i in range(4)}
-    assert CMP.call(four, four, margin=0.2, bounded=True)["call"] == "not shown"      # 0.60 at n = 4
+    c4 = CMP.call(four, four, margin=0.2, bounded=True)
+    assert c4["call"] == "not attainable" and not c4["equivalent"]          # 4 units: 2^-3 > 0.05
     c20 = CMP.call(worse, worse, margin=0.2, bounded=True)
-    assert c20["call"] == "tied" and c20["ci"][1] == pytest.approx(1 - 0.025 ** (1 / 20))   # 0.17 at n = 20
+    assert c20["call"] == "tied" and c20["equivalent"] and c20["ci"][1] == pytest.approx(1 - 0.025 ** (1 / 20))
     one = {i: float(i >= 1) for i in range(20)}     # one miss: neither different nor within 10 points
-    assert CMP.call(one, same, margin=0.1)["call"] == "not shown"
-    assert CMP.call(one, same, margin=0.3)["call"] == "tied"
+    c = CMP.call(one, same, margin=0.1, bounded=True)
+    assert c["call"] == "tied" and not c["equivalent"] and c["ci"][0] < -0.1      # up to 25% could be missed
+    assert CMP.call(one, same, margin=0.3, bounded=True)["equivalent"]
 
 
 def test_exact_scores_and_power():

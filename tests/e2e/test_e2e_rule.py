@@ -57,9 +57,12 @@ def test_redraws_duplicates_and_power():
     assert out["cells"] == 2                          # PyramidKV = SnapKV here: one comparison, counted once
     assert out["better"] == 2 and out["worse"] == 0
     assert any("counted once" in d for d in out["details"])
-    # too few instances: significant or not, no cell counts and a miss is not-shown
-    few = C.compare(_records(gain, MIN_INSTANCES - 2), {"pseudocode": "balancekv"}, ["uniform"], ("passkey",))
+    # too few instances for the family: 6 instances, 2 cells: even 6/6 wins give 2 x 2^-5 = 0.0625 after Holm, so
+    # no cell can be called (not attainable) and a miss is not-shown
+    few = C.compare(_records(gain, MIN_INSTANCES - 2), {"pseudocode": "balancekv"}, ["uniform", "kvpress:snapkv"],
+                    ("passkey",))
     assert few["pseudocode"]["better"] == 0 and not few["pseudocode"]["powered"]
+    assert {c[4] for c in few["pseudocode"]["calls"]} == {"not attainable"}
     assert "underpowered" in few["pseudocode"]["note"]
 
 
@@ -190,3 +193,25 @@ def test_cells_below_zero_in_most_cells_are_evidence_against_and_budgets_say_who
     assert "worse than H2O, uniform sampling (passkey; 95% interval below zero" in C.calls_text(out["calls"])
     assert C.budgets_line(recs) == ("budget 0.25 of the cache's floats (every method); 0.5 for uniform sampling only "
                                     "(the sensitivity control: uniform with more floats)")
+
+
+def test_a_verdict_carries_each_cells_call_for_the_practitioners_table():
+    """The end-to-end verdict stores each cell's call (the one rule's dict, its task, setting, budget and method
+    named), and the practitioner's table states that call for its row, never a second rule's."""
+    from kvbounds.report._practitioner import practitioner_table
+    gain = {"balancekv": lambda i, d: -0.2 - 0.5 * (i % 2), "uniform": lambda i, d: 0.0,
+            "streaming_llm": lambda i, d: 0.1, "exact": lambda i, d: 0.0}
+    recs = _records(gain, 12)
+    for r in recs:
+        r.extra.update(hit=[True, True], memory_floats=100)
+    v = C.reproduction_verdict("BKV.e2e", recs, {"pseudocode": "balancekv"}, ["uniform", "streaming_llm"],
+                               ("passkey",))
+    calls = {(c["control"], c["task"], c["budget"]): c for c in v.power_calls}
+    assert set(calls) == {("uniform", "passkey", 0.25), ("streaming_llm", "passkey", 0.25)}
+    assert calls[("streaming_llm", "passkey", 0.25)]["call"] == "worse" and calls[("uniform", "passkey", 0.25)]["n"] == 12
+    from kvbounds.e2e import leaderboard_rows
+    board = [dict(r, family="ours" if r["method"] == "balancekv" else r["family"]) for r in leaderboard_rows(recs)]
+    t = practitioner_table(board, {"BKV.e2e": v}, [])
+    row = next(r for r in t["rows"] if r["task"].startswith("passkey: answer"))
+    assert row["baseline"] == "StreamingLLM" and row["comparison"] == calls[("streaming_llm", "passkey", 0.25)]
+    assert row["call"] == "worse"

@@ -154,13 +154,15 @@ def test_streaming_llm_press_is_tied_with_the_streaming_llm_control_everywhere(t
     import kvbounds
     res = kvbounds.evaluate("kvpress:StreamingLLMPress", profile="smoke", out=tmp_path, workers=1, progress=False)
     sl = [c for c in res["calls"] if c["control"] == "streaming_llm"]
-    assert len(sl) == 2 and all(c["call"] == "tied" and c["ratio_median"] == 1.0 and c["ci"] == [1.0, 1.0]
-                                and c["wins"] == 0 for c in sl), sl
+    assert len(sl) == 2 and all(c["call"] == "tied" and c["effect"] == 1.0 and c["ci"] == [1.0, 1.0]
+                                and c["wins"] == 0 and c["equivalent"] and c["metric"] == "practitioner"
+                                for c in sl), sl
     data = json.loads((tmp_path / "evaluation.json").read_text())
     assert data["method"] == "kvpress:streaming_llm" and "streaming_llm" in data["battery"]
-    assert set(data["call_vocabulary"]) == {"better", "tied", "worse", "not shown", "not tested"}
+    assert set(data["call_vocabulary"]) == {"better", "leaning better", "tied", "leaning worse", "worse",
+                                            "not attainable", "not tested"}
     for c in data["calls"]:
-        assert {"family", "control", "fraction", "call", "ratio_median", "ci"} <= set(c)
+        assert {"family", "control", "fraction", "call", "effect", "ci", "unit", "metric"} <= set(c)
         assert c["call"] in data["call_vocabulary"] and c["fraction"] == 0.25
     assert set(data["regime"]) == {"synthetic benign", "concentrated"}
     card = (tmp_path / "evaluation.html").read_text()
@@ -260,7 +262,7 @@ def test_regime_says_where_the_method_beats_every_control_and_where_not():
     from kvbounds.evaluation._evaluate import regime
     call = lambda fam, f, c, ctl="zeros": dict(family=fam, fraction=f, call=c, control=ctl)
     calls = [call("a", 0.1, "worse"), call("a", 0.25, "better"), call("a", 0.5, "better"),
-             call("b", 0.1, "better"), call("b", 0.25, "better"), call("b", 0.5, "not shown"),
+             call("b", 0.1, "better"), call("b", 0.25, "better"), call("b", 0.5, "tied"),
              call("c", 0.1, "tied"), call("c", 0.25, "not tested"), call("c", 0.5, "worse"),
              call("d", 0.1, "not tested")]
     out = regime(calls, ["a", "b", "c", "d"], [0.1, 0.25, 0.5])

@@ -108,32 +108,51 @@ def _check_split(out, K, V, den_floats, num_floats, rng, sink, window):
     return None
 
 
-# -- the three-way calls (kvbounds.battery._power_calls)
-# ----------------------------------------------------------------------
+# -- the one rule for "better" (kvbounds.verdict) and its words (kvbounds.verdict) ----------------------------
 def _pair_arrays(rng, cls):
     n = int(rng.integers(10, 16))
     return dict(method=np.abs(make_array(rng, (n,), cls)) + 1e-3, control=np.abs(make_array(rng, (n,), cls)) + 1e-3)
 
 
-def _call_call(method, control, tests, alpha):
-    from kvbounds.battery import _power_calls as pc
-    p, direction = pc.two_sided_p(method, control)
+def _rule_call(method, control, tests, alpha):
+    from kvbounds.verdict import _calls as pc
+    from kvbounds.verdict import _call_words as pw
     m, c = np.asarray(method, np.float64), np.asarray(control, np.float64)
-    call = pc.decide_call("f", "streaming_llm", 0.2, m, c, p, direction, tests, alpha)
-    d = call.as_dict()
-    return (d, pc.call_words(d), pc.summary_words([d, dict(d, control="zeros")]), pc.versus_doing_nothing([d]),
-            pc.detectable_ratio(pc.log_ratios(m, c), tests, alpha), pc.label("zeros"), pc.control_order("zeros"),
-            pc.numbers(d), pc.fmt(d["ratio_median"]))
+    floor = pc.smallest_p(len(m), tests)                     # the family's size is checked here first
+    units = pc.per_unit([(i % max(len(m) // 2, 1), float(v)) for i, v in enumerate(m)])
+    comps = [pc.Comparison("f", "streaming_llm", m, c, 0.2)] + [pc.Comparison("g", "zeros", c, m)] * (tests - 1)
+    calls = pc.paired_calls(comps, alpha=alpha, metric="practitioner")
+    d = [x.as_dict() for x in calls]
+    diff = pc.paired_calls([pc.Comparison("f", "uniform", m, c)], scale="difference", lower_is_better=False,
+                           threshold=0.0, alpha=alpha)[0].as_dict()
+    x = pc.effects(m, c)
+    return (d[0], diff, pw.call_words(d[0]), pw.summary_words(d), pw.versus_doing_nothing(d), pw.numbers(d[0]),
+            pw.head_words(d[0]), pw.metric_prefix(d), pw.holm_family_words(d, alpha), pw.fmt(d[0]["effect"]),
+            pc.signed_rank(x), pc.hodges_lehmann(x), floor, pc.detectable(x, tests, alpha),
+            pc.label("zeros"), pc.control_order("zeros"), pc.metric_words("theorem"), units, pc.Call.__name__,
+            pc.rule_for("passkey: answer log-likelihood (nats)"), len(pw.headline_calls(d)))
 
 
-def _check_call(out, method, control, tests, alpha):
-    d = out[0]
-    if d["call"] not in ("better", "tied", "worse", "not shown"):
-        return f"call {d['call']}"
-    lo, hi = d["ci"]
-    if not lo <= d["ratio_median"] <= hi:
-        return f"median {d['ratio_median']} outside [{lo}, {hi}]"
+def _check_rule(out, method, control, tests, alpha):
+    d, diff = out[0], out[1]
+    for c in (d, diff):
+        if c["call"] not in ("better", "leaning better", "tied", "leaning worse", "worse", "not attainable"):
+            return f"call {c['call']}"
+        lo, hi = c["ci"]
+        if not lo <= c["effect"] <= hi:
+            return f"effect {c['effect']} outside [{lo}, {hi}]"
+        if not 0 <= c["p_raw"] <= c["p"] <= 1:
+            return f"p {c['p_raw']} -> {c['p']}"
     return None
+
+
+def _rule_nonfinite_ok(out, **kw) -> bool:
+    """Documented non-finite fields only: a fraction not given (NaN), no detectable effect at this n (NaN), an
+    interval too wide for the units (+-inf; a ratio's ends 0 and inf); never a NaN effect or p."""
+    for c in out[:2]:
+        if any(not np.isfinite(c[k]) for k in ("p", "p_raw", "smallest_p")) or np.isnan(c["effect"]):
+            return False
+    return True
 
 
 # -- the battery along a stream (proofs_checks.power_streams) ---------------------------------------------------------
@@ -165,9 +184,9 @@ ENTRIES += [
           "+random_projection_sketch+sketch_basis", _kvq,
           dict(den_floats=30, num_floats=40, rng=RNG, sink=1, window=1), lambda K, V, q, **kw: _split_call(K, V, **kw),
           lambda out, K, V, q, **kw: _check_split(out, K, V, **kw), torch_ok=False),
-    Entry("decide_call+two_sided_p+detectable_ratio+log_ratios+call_words+summary_words+versus_doing_nothing",
-          _pair_arrays, dict(tests=4, alpha=0.05), _call_call, _check_call, torch_ok=False,
-          nonfinite_ok=lambda out, **kw: True if np.isfinite(out[0]["ratio_median"]) else False),
+    Entry("paired_calls+Comparison+Call+per_unit+effects+signed_rank+hodges_lehmann+smallest_p+detectable+call_words+"
+          "summary_words+head_words+metric_prefix+holm_family_words+metric_words", _pair_arrays, dict(tests=4, alpha=0.05),
+          _rule_call, _check_rule, torch_ok=False, nonfinite_ok=_rule_nonfinite_ok),
     Entry("StreamBattery+battery_record+streams_per_family", _kvq, dict(floats=50, scale=0.5),
           _stream_battery_call, torch_ok=False,      # an error that overflows is +inf (the worst), never NaN
           nonfinite_ok=lambda out, **kw: not any(np.isnan(v) for v in out[0].values())),

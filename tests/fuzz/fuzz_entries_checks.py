@@ -5,6 +5,7 @@ power-stream families (proofs_checks.power_streams) and the decode-time measurem
 certificates, metrics) come from the fuzzed arrays, so a NaN, an overflow or a wrong type reaches the helper."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -13,7 +14,6 @@ import numpy as np
 from fuzz_harness import RNG, Entry, make_array
 
 from kvbounds.battery import _power_rule as ctl
-from kvbounds.battery import _power_calls as power_calls
 from kvbounds.proofs_checks import decode_stream as ds
 from kvbounds.proofs_checks import decode_verdict as dv
 from kvbounds.streams import _power as ps
@@ -48,24 +48,6 @@ def _check_add_all(out, exact, est, scale):
     return None if math.isclose(out["uniform"], want, rel_tol=1e-6, abs_tol=1e-300) else f"{out} vs {want}"
 
 
-def _sample(rng, cls):
-    return dict(x=make_array(rng, (int(rng.integers(1, 30)),), cls))
-
-
-def _check_median_ci(out, x, conf):
-    med, lo, hi = out
-    return None if lo <= med <= hi and med == np.median(np.asarray(x, np.float64)) else f"{out} for median {np.median(x)}"
-
-
-def _paired(rng, cls):
-    n = int(rng.integers(8, 16))
-    return dict(method=make_array(rng, (n,), cls), control=make_array(rng, (n,), cls))
-
-
-def _check_p(out, method, control):
-    return None if out is None or 0 <= out <= 1 else f"p = {out}"
-
-
 def _power_arrays(rng, cls):
     n = int(rng.integers(8, 14))
     return dict(method=np.abs(make_array(rng, (n,), cls)), zeros=np.abs(make_array(rng, (n,), cls)),
@@ -94,9 +76,19 @@ def _power_call(method, zeros, mean_values, alpha):
             for i in range(len(m))]
     p = ctl.power_vs_controls(recs, setting=lambda r: r.params["family"], value=lambda r: r.extra["m"], alpha=alpha)
     from kvbounds.report._power import first_table, power_glance
+    from kvbounds.verdict import headline_calls
     v = SimpleNamespace(power_table=p.table(), power_calls=p.calls)
     table = (first_table({"X.claim": v}), power_glance({"X.claim": v}))
-    return p.power, p.detail, ctl.power_table_cells(p.table(), alpha), ctl.power_table_lines(p.table()), str(table)
+    # the same values as a check stores both metrics: the measurement (theorem's) and extra["practitioner"]
+    both = [dataclasses.replace(r, measured=r.extra["m"] if isinstance(r.extra["m"], (int, float)) else 0.0,
+                                extra=dict(r.extra, unit=f"draw {i // 2}", practitioner=dict(
+                                    method=r.extra["m"], controls=r.extra["controls"])))
+            for i, r in enumerate(recs)]
+    b = ctl.power_on_both_metrics(both, setting=lambda r: r.params["family"], metric="m", alpha=alpha)
+    views = [ctl.practitioner_view(r) for r in both]
+    return (p.power, p.detail, ctl.power_table_cells(p.table(), alpha), ctl.power_table_lines(p.table()), str(table),
+            b.power, len(headline_calls(b.calls)), [ctl.stream_unit(r) for r in both], ctl.unit_words("real x"),
+            len(views))
 
 
 def _check_power(out, method, zeros, mean_values, alpha):
@@ -116,8 +108,32 @@ def _check_stream(out, n, d, scale, clusters, rng):
 
 
 def _stream_call(family, n, d, seed, values, dv_):
-    return ps.stream(dict(family=family, n=n, d=d), seed, scale_of_d=lambda d: 1 / math.sqrt(d), values=values,
-                     dv=dv_)
+    s = ps.stream(dict(family=family, n=n, d=d), seed, scale_of_d=lambda d: 1 / math.sqrt(d), values=values,
+                  dv=dv_, held_out=4)                     # a PowerStream: the context and the held-out queries
+    return s.Q, s.K, s.V, s.r, s.later, s.unit, ps.window_for(n + 4)
+
+
+def _held_out_arrays(rng, cls):
+    n, d, dv = int(rng.integers(2, 12)), int(rng.integers(1, 5)), int(rng.integers(1, 4))
+    return dict(K=make_array(rng, (n, d), cls), V=make_array(rng, (n, dv), cls),
+                later=make_array(rng, (int(rng.integers(1, 5)), d), cls))
+
+
+def _held_out_call(K, V, later, floats, kind, scale):
+    """held_out_errors with the uniform control's own cache as the method (its estimate in each representation)."""
+    from kvbounds.battery import _controls as battery
+    K, V = np.asarray(K), np.asarray(V)
+    c = battery.uniform(K, V, floats, np.random.default_rng(0))
+    est = {"attention": lambda qs: battery.attention(c, qs, scale), "numerator": lambda qs: battery.numerator(c, qs, scale),
+           "partition": lambda qs: battery.log_partition(c, qs, scale)}.get(kind, lambda qs: None)
+    return ps.held_out_errors(kind, est, K, V, later, floats, np.random.default_rng(1), scale=scale)
+
+
+def _check_held_out(out, K, V, later, floats, kind, scale):
+    values = [out["method"], *out["controls"].values()]
+    if any(math.isnan(v) or v < 0 for v in values):
+        return f"a NaN or negative error: {out}"
+    return None if set(out["controls"]) == {"zeros", "mean", "streaming_llm", "uniform"} else f"{out['controls']}"
 
 
 def _power_record_call(controls, measured, claim):
@@ -185,15 +201,20 @@ def _decode_call(err, unit, cert, controls, units, log_scale):
     rows = [dict(n=n, layer=layer, stored=16, d=4, kv_heads=1, heads=heads) for n in (64, 96) for layer in (0, 1)]
     import copy
     rows = ds.merge_ablation(rows, copy.deepcopy(rows), units)      # the ablation run's rows: here the same errors
-    recs = dv.build_records("BKV.decode", "src", ds.trial_params("smoke"), rows, units, lambda row, h: log_scale)
+    for row in rows:                      # each head's ||Attn||: the practitioner's metric (extra_layer_base)
+        for h in row["heads"]:
+            h["exact_norm"] = 1.0
+    recs = dv.build_records("BKV.decode", "src", ds.trial_params("smoke"), rows, units, lambda row, h: log_scale,
+                            unit="generation 0")
     v = dv.summarize("BKV.decode", recs, scale_text="s", certificate_kind="c")
-    return [(r.measured, r.bound) for r in recs], v.summary, dv.decode_rows(recs)
+    return [(r.measured, r.bound) for r in recs], v.summary, dv.decode_rows(recs), \
+        [dv.generation_unit(r) for r in recs], [dv.extra_layer_base(dict(rel=[0.1], rel_ctl={"zeros": [1.0]}))]
 
 
 def _decode_nonfinite_ok(out, **kw):
     """Documented non-finite values: an error of +inf (a positive error at a zero unit) and the leaderboard's
     interval of a method whose cells are all inf or all equal (n/a)."""
-    pairs, _, board = out
+    pairs, _, board, *_ = out
     return all(not math.isnan(m) for m, _ in pairs) and all(
         not math.isnan(b) or math.isinf(m) for m, b in pairs)
 
@@ -204,9 +225,6 @@ ENTRIES = [
     Entry("WorstError.add_all", lambda r, c: dict(exact=make_array(r, (3,), c), est=make_array(r, (3,), c)),
           dict(scale=1.0), _add_all_call, _check_add_all, torch_ok=False,
           nonfinite_ok=lambda out, **kw: not any(math.isnan(v) for v in out.values())),     # inf: undefined
-    Entry("median_ci", _sample, dict(conf=0.95), power_calls.median_ci, _check_median_ci, torch_ok=False,
-          nonfinite_ok=lambda out, **kw: not any(math.isnan(v) for v in out)),      # +-inf values: an inf median
-    Entry("one_sided_p", _paired, {}, ctl.one_sided_p, _check_p, torch_ok=False),
     Entry("power_vs_controls+power_table_cells+power_table_lines+first_table+power_glance", _power_arrays,
           dict(alpha=0.05), _power_call, _check_power, torch_ok=False),
     Entry("not_applicable", lambda r, c: {}, dict(reason="an exact identity"), ctl.not_applicable),
@@ -216,6 +234,9 @@ ENTRIES = [
                                                         dv_=None), _stream_call),
     Entry("stream[synthetic benign]", lambda r, c: {}, dict(family="synthetic benign", n=30, d=4, seed=1,
                                                             values="spread", dv_=3), _stream_call),
+    Entry("held_out_errors", _held_out_arrays, dict(floats=12, kind="attention", scale=0.5), _held_out_call,
+          _check_held_out, torch_ok=False,
+          nonfinite_ok=lambda out, **kw: not any(math.isnan(v) for v in [out["method"], *out["controls"].values()])),
     Entry("power_trials+real_params", lambda r, c: {}, dict(profile="smoke", family="real MiniLM"),
           lambda profile, family: (ps.power_trials(profile, {"n": 64}), ps.real_params(family, profile))),
     Entry("power_record+missing_record", _errors, dict(measured=0.5, claim="X.claim"),

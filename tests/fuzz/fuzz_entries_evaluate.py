@@ -12,7 +12,9 @@ from fuzz_harness import RNG, Entry, make_array
 from kvbounds.algorithms.compressed_kv import CompressedKV
 from kvbounds.e2e._methods import needs_inputs
 from kvbounds.evaluation._spec import check_ratio, resolve
-from kvbounds.evaluation._streams import in_canonical_order, relative_error
+from kvbounds.battery import relative_error
+from kvbounds.evaluation import _streams as ES
+from kvbounds.evaluation._streams import in_canonical_order
 from kvbounds.evaluation._stream_press import kept_tokens, press_compressor, ratio_for
 from kvbounds.testing import attention_error, make_stream
 from kvbounds.streams import FAMILIES
@@ -160,6 +162,9 @@ ENTRIES = [_stream_entry(f) for f in FAMILIES if not f.startswith("real")] + [
     Entry("relative_error", _rel_arrays, {}, lambda est, exact: relative_error(np.asarray(est), np.asarray(exact)),
           _check_rel, nonfinite_ok=lambda out, **kw: True, torch_ok=False),
     Entry("in_canonical_order", _cache_arrays, {}, _canon_call, _check_canon, torch_ok=False),
+    Entry("unit_of", lambda r, c: {}, dict(family="concentrated", rep=3),      # a stream's unit of replication
+          lambda family, rep: ES.unit_of(dict(family=family, rep=rep), make_stream(family, 12, 4, seed=rep)),
+          lambda out, family, rep: None if out == f"draw {family} #{rep}" else f"unit {out!r}"),
     Entry("press_compressor[KnormPress]+run_press", _press_arrays, dict(floats=8, rng=RNG), _knorm_call, _check_knorm,
           torch_ok=False),
     Entry("kept_tokens+ratio_for", lambda r, c: {}, dict(floats=300, d=4, dv=4, n=64),

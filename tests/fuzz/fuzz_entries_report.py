@@ -119,7 +119,7 @@ def _summary_call(values, value):
     text, block = rm.render_from_summary(summary)
     answers = pa.paper_answers(verdicts)
     words = [rw.what_the_records_show(verdicts, list(verdicts)), rp.render_terminal(verdicts),
-             "\n".join(pa.markdown_lines(answers)), rm.splice(f"a\n{rm.FOUND_BEGIN}\n{rm.FOUND_END}\n", block)]
+             "\n".join(a["answer"] for a in answers.values()), rm.splice(f"a\n{rm.FOUND_BEGIN}\n{rm.FOUND_END}\n", block)]
     for cid, v in verdicts.items():
         head = rp.headline(v)
         words += [rw.verdict_in_words(v), rp.evidence(v), rp.one_line(v.summary), chips.define(head),
@@ -251,21 +251,27 @@ def _as_value(a):
     return {"value": xs[0], "ci_low": lo, "ci_high": hi, "n": 8}
 
 
-def _interval_call(method, base, lower_better):
+def _practitioner_call(method, base, lower_better):
     rows = []
     for name, a in (("balancekv", method), ("streaming_llm", base), ("uniform", base), ("exact", base)):
         for budget in (0.25, 0.5, 1.0):
-            rows.append(dict(_as_value(a), method=name, metric="ppl: NLL increase vs exact (nats/token)",
+            v = _as_value(a)
+            units = {f"i{k}": v["value"] + 0.01 * k for k in range(8)} if isinstance(v["value"], float) else {}
+            rows.append(dict(v, method=name, metric="ppl: NLL increase vs exact (nats/token)", units=units,
                              budget=budget, family="ours" if name == "balancekv" else "baselines"))
     timing = [dict(method="balancekv", n=64, compress_s=_as_value(method)["value"], prefill_s=0.1, count=2)]
     table = pr.practitioner_table(rows, {}, timing)
     m, b = ({"value": r["value"], "ci": [r["ci_low"], r["ci_high"]], "n": 8} for r in (rows[0], rows[3]))
-    return (pr.interval_call(m, b, lower_better), pr.fmt(m), pr.fmt(b), pr.per_token_ms(timing),
-            pr.markdown_lines(table), pr.in_words(table["rows"]) if table else "", pr.method_words("balancekv"))
+    for v, name in ((m, "the method's value"), (b, "the baseline's value")):
+        pr.check_value(v, name)
+    c = pr.comparison(rows[0], rows[3], rows[0]["metric"], "balancekv | ppl | 25%", "StreamingLLM")
+    return (table["rows"][0]["call"] if table else "not tested", pr.fmt(m), pr.fmt(b), pr.per_token_ms(timing),
+            pr.markdown_lines(table), pr.in_words(table["rows"]) if table else "", pr.method_words("balancekv"),
+            c.reason)
 
 
 def _check_interval(out, method, base, lower_better):
-    if out[0] not in ("better", "worse", "not shown"):
+    if out[0] not in ("better", "leaning better", "tied", "leaning worse", "worse", "not attainable", "not tested"):
         return f"call {out[0]!r}"
     return _no_nan_text([out[1], out[2], "\n".join(out[4]), out[5]])
 
@@ -347,8 +353,8 @@ ENTRIES = [
     Entry("number+value_in_words+params_in_words+spread_words+counterexample_in_words", _values,
           dict(key="eps", params={"n": 4, "eps": 0.1}, spread=(0.5, 1.0), cx={"measured": 1.0, "bound": 0.5}),
           _number_call, _check_number, torch_ok=False),
-    Entry("practitioner_table+interval_call+fmt+check_value+per_token_ms+in_words+method_words", _interval_arrays,
-          dict(lower_better=True), _interval_call, _check_interval, torch_ok=False),
+    Entry("practitioner_table+comparison+fmt+check_value+per_token_ms+in_words+method_words", _interval_arrays,
+          dict(lower_better=True), _practitioner_call, _check_interval, torch_ok=False),
     Entry("short_variant+term_for+define+anchor+one_line+param_label+tone+card_tone+source_path+check_text+grouped+"
           "markdown_section+Term+short_repr",
           _text_arrays, dict(algorithm="SubGen", word="holds-fitted", n=20), _words_call, _check_words,

@@ -139,8 +139,8 @@ NOT_ENTRY_POINTS = {
     "window_effects",
     # e2e: compress_all's stacked host path on a prefill (tests/e2e/test_e2e_layers.py: equal to layer by layer)
     "compress_stacked",
-    # e2e: functions of Record lists and claim tables (no arrays; tests/e2e/test_e2e_controls.py, test_e2e.py)
-    "hf_missing", "claim_trials", "profile_grid", "units", "paired_compare", "controls", "setup_line",
+    # e2e: functions of Record lists and claim tables (no arrays, or dicts of floats the one rule checks; tests/e2e/test_e2e_controls.py, test_e2e.py)
+    "hf_missing", "claim_trials", "profile_grid", "units", "paired_compare", "unit_comparison", "controls", "setup_line",
     "skipped_notes", "compare", "reproduction_verdict", "leaderboard_rows", "timing_rows",
     # e2e: the transformers registration hook (no arguments) and the `kvbounds e2e` CLI (tests/e2e/test_e2e.py)
     "register", "add_parser", "run",
@@ -188,13 +188,19 @@ NOT_ENTRY_POINTS = {
     # argument checks in tests/battery/test_controls.py), the decode observer and the generation it measures (a loaded
     # model and a press; tests/proofs_checks/test_decode_checks.py and the smoke run of BKV.decode / SG.decode)
     "real_stream", "DecodeObserver", "run_generation", "run_forced",
+    # the distinct texts a real family reads and a generation's prompt text (the corpus and a model's tokenizer:
+    # seconds; tests/test_corpus.py), and the power trials' stream (a data holder, made by stream: its entries)
+    "real_texts", "prompt_unit", "PowerStream",
     # the decode checks' model and prompt (a loaded model; used by benchmarks/walk_cause.py and the streaming bench)
     "decode_model", "tiny_model", "prompt_tokens",
-    # the power rule's data holder (made by decide_call: its entry)
-    "Call",
+    # the one rule's data holders (made by paired_calls: its entry)
+    "Call", "Comparison",
     # e2e: the verdicts' words from Record lists (evidence against, per-variant calls, the budgets each method ran)
     # and from method names (the registry's words; an unknown name stays as it is; tests/e2e/test_e2e_rule.py)
     "budgets_line", "retrieval_counts", "evidence_against", "calls_text", "short_name", "variant_label",
+    # e2e: a variant's calls as its verdict stores them (compare()'s output; tests/test_calls_agree.py and
+    # tests/test_e2e_rule.py)
+    "cell_calls",
     # e2e: a model's context length read from its configuration files, and the CLI's removal of repeated
     # --methods / --budgets (parsed arguments, no arrays; tests/e2e/test_e2e_cli.py)
     "model_context", "dedupe",
@@ -214,7 +220,8 @@ NOT_ENTRY_POINTS = {
 # subpackages): add a name here, and its entries in a tests/fuzz_entries*.py file, to cover a new surface.
 PACKAGES = ("kvbounds.algorithms", "kvbounds.gpu", "kvbounds.e2e", "kvbounds.presses._kvpress",
             "kvbounds.battery._power_rule", "kvbounds.battery._controls", "kvbounds.battery._ablations",
-            "kvbounds.battery._power_calls", "kvbounds.streams._power", "kvbounds.proofs_checks.decode_stream",
+            "kvbounds.verdict._calls", "kvbounds.verdict._call_words", "kvbounds.streams._power",
+            "kvbounds.proofs_checks.decode_stream",
             "kvbounds.proofs_checks.decode_verdict", "kvbounds.presses._streaming", "kvbounds.testing",
             "kvbounds.streams._families", "kvbounds.evaluation._stream_press", "kvbounds.evaluation._evaluate",
             "kvbounds.evaluation._spec", "kvbounds.evaluation._streams", "kvbounds.evaluation._decode",

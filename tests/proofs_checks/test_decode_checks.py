@@ -29,16 +29,45 @@ def rows(method_err: float, layers: int = 12, seed: int = 0):
     return out
 
 
+def generations(method_err: float, k: int, units: str = "F", **kw) -> list:
+    """The records of ``k`` generations (distinct prompts: the units), each from its own rows."""
+    return [r for g in range(k) for r in build_records("BKV.decode", "src", dict(trial_params("quick"), prompt_text=g),
+                                                       rows(method_err, seed=g), units, lambda row, h: math.log(0.5),
+                                                       unit=f"generation from text {g}", **kw)]
+
+
 def test_records_and_verdict():
-    rs = build_records("BKV.decode", "src", trial_params("quick"), rows(0.01), "F", lambda row, h: math.log(0.5))
+    rs = generations(0.01, 20)
     shape = [r for r in rs if r.check == SHAPE]
     power = [r for r in rs if r.check == POWER_CHECK]
-    assert len(shape) == 48 and len(power) == 12 and all(r.params["family"] == FAMILY for r in power)
+    assert len(shape) == 20 * 48 and len(power) == 20 * 12 and all(r.params["family"] == FAMILY for r in power)
     assert all(r.bound == 0.5 and r.bound_kind == "shape" and r.extra["cert_covered"] == 3 for r in shape)
     v = summarize("BKV.decode", rs, scale_text="s", certificate_kind="a bound")
     assert v.statement == "holds-fitted" and v.fitted_constant.kind == "fitted"
-    assert "covers the measured error in 144/144" in v.summary and v.power == "shown"
+    assert "covers the measured error in 2880/2880" in v.summary and v.power == "shown"
     assert "best trivial control (recent)" in v.summary
+    # the unit is a generation: 20 of them, each the median over its 12 layers, on the theorem's metric
+    assert {(c["n"], c["unit"], c["metric"]) for c in v.power_calls} == {
+        (20, "generations from distinct prompts", "theorem")}
+
+
+def test_one_generation_makes_no_call():
+    """The layers of one generation are one unit: with one generation every call is not attainable."""
+    v = summarize("BKV.decode", generations(0.01, 1), scale_text="s", certificate_kind="a bound")
+    assert {c["call"] for c in v.power_calls} == {"not attainable"} and v.power == "low"
+    assert "not attainable against uniform with 1 unit (smallest p = 1)" in v.summary
+
+
+def test_the_practitioners_metric_is_the_generated_tokens_relative_error():
+    out = rows(0.01)
+    for row in out:
+        for h in row["heads"]:
+            h["exact_norm"] = 2.0
+    rs = build_records("BKV.decode", "src", trial_params("quick"), out, "F", lambda row, h: math.log(0.5), unit="g")
+    p = [r for r in rs if r.check == POWER_CHECK][0].extra["practitioner"]
+    layer0 = [h for row in out if row["layer"] == 0 for h in row["heads"]]
+    assert p["method"] == pytest.approx(np.mean([h["err"] / 2.0 for h in layer0]))
+    assert p["controls"]["uniform"] == pytest.approx(0.2) and p["queries"] == len(layer0)
 
 
 def test_a_scale_zeros_meets_is_vacuous_with_no_fitted_constant():
@@ -68,9 +97,10 @@ def test_claims_registered_with_profiles():
     for mod in (bkv_decode, sg_decode):
         c = get_claim(mod.CLAIM)
         assert c.check_module() is mod and c.bound_function() is not None and c.kind == "theorem"
-        assert mod.trials("full")[0]["prompt"] == 512 and mod.trials("full")[0]["new"] == 1024
+        full = mod.trials("full")        # 20 generations from distinct prompts (the units), one on quick
+        assert len(full) == 20 and sorted(t["prompt_text"] for t in full) == list(range(20))
+        assert len(mod.trials("quick")) == 1 and full[0]["prompt"] == PROFILES["full"]["prompt"]
         assert mod.trials("quick")[0]["model"] == "smollm2" and mod.trials("smoke")[0]["model"] == "tiny"
-    assert PROFILES["full"]["target"] == 256 and PROFILES["full"]["interval"] == 64
 
 
 # -- valid edge cases: a record that says what happened or an InputError naming the NaN --------------------------
@@ -224,3 +254,18 @@ def test_bkv_decode_is_vacuous_at_these_norms_only():
         "scale is at most " in v.headline
     onset = [bkv_decode.norm_free(n, 64, M)["from_norm"] for n in (160, 256)]
     assert f"it reaches 1 from r = {min(onset):.3g}..{max(onset):.3g}, and these cells' r is 5" in v.headline
+
+
+def test_each_generation_reads_its_own_text():
+    """Generation i's prompt is the start of the corpus's text i (distinct prompts: the units), named by its unit."""
+    import types
+    from kvbounds.proofs_checks.decode_stream import prompt_tokens, prompt_unit
+    from kvbounds.traces.corpus import text, texts
+    lm = types.SimpleNamespace(encode=lambda t: np.frombuffer(t.encode(), np.uint8).astype(np.int64))
+    a, b = prompt_tokens(lm, 64, 0, 0), prompt_tokens(lm, 64, 0, 1)
+    names = texts(min_chars=4 * 64)
+    assert bytes(a.astype(np.uint8)) == text(names[0]).encode()[:64] and not np.array_equal(a, b)
+    assert prompt_unit(dict(prompt=64, prompt_text=1), 5) == f"generation from {names[1]}"
+    assert prompt_unit(dict(prompt=64), 5) == "generation (default text, seed 5)"
+    with pytest.raises(Exception, match="beyond the corpus"):
+        prompt_tokens(lm, 64, 0, 10**6)

@@ -8,12 +8,12 @@ import pytest
 from kvbounds.algorithms.balance_kv import BalanceKV
 from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
 from kvbounds.algorithms.subgen import SubGen
-from kvbounds.battery._power_rule import MIN_STREAMS
 from kvbounds.proofs_checks import bkv_attention, mr_error, sg_attention
 from kvbounds.streams import POWER_CHECK
 from kvbounds.run._runner import trial_seed
 
 FAMILIES = ("synthetic benign", "concentrated")
+MIN_STREAMS = 10                 # streams (independent draws: the units) per family
 
 
 def power_records(mod, base):

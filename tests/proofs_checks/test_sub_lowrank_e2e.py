@@ -19,11 +19,15 @@ def _records(sub_shift: float, windows: int = 8, seed: int = 0):
     return out
 
 
-def test_window_effects_is_a_t_interval_over_windows():
+def test_window_effects_is_a_t_interval_over_windows_and_the_rules_paired_difference():
     e = window_effects({0: 0.1, 1: 0.2, 2: 0.3}, {0: 0.2, 1: 0.3, 2: 0.5})
     assert e["n"] == 3 and abs(e["mean"] - 0.2) < 1e-12 and e["ci"][0] < 0.2 < e["ci"][1]
-    assert abs(e["diff"] + 4 / 30) < 1e-12 and e["p_better"] < 0.5 < e["p_worse"]
     assert abs(e["ppl_ci"][0] - np.expm1(e["ci"][0])) < 1e-12
+    # differences -0.1, -0.1, -0.2: the Hodges-Lehmann estimate (median of the Walsh averages); 3 windows hold no
+    # 95% signed-rank interval (None: unbounded)
+    assert abs(e["diff"] + 0.125) < 1e-12 and e["diff_ci"] == (None, None)
+    many = window_effects({i: 0.1 * i for i in range(10)}, {i: 0.1 * i + 0.05 for i in range(10)})
+    assert abs(many["diff"] + 0.05) < 1e-9 and many["diff_ci"][0] <= -0.05 <= many["diff_ci"][1]
 
 
 def test_subspace_better_than_uniform_on_every_window_reproduces():
@@ -51,3 +55,4 @@ def test_sub_lowrank_summary_reports_the_end_to_end_falsifier():
 def test_quick_profile_has_eight_window_trials():
     tr = [t for t in sub_lowrank.trials("quick") if t["kind"] == "ppl-window"]
     assert len(tr) in (0, 8)        # 0 without the model package
+

@@ -126,11 +126,11 @@ def test_vs_uniform_sentences_read_the_records():
     cells = bu.run_trial(p, 1, "numpy")
     rng = np.random.default_rng(0)
     share = []
-    for i in range(12):                      # 12 windows: calls are made (>= 10 units)
+    for i in range(12):                      # 12 texts: calls are made (>= 10 units)
         walk = 0.1 + 0.01 * rng.random()
         arms = {ws.ARMS[0]: walk, ws.ARMS[1]: walk * 1.25, ws.ARMS[2]: walk * 0.98, ws.ARMS[3]: walk * 1.02}
         share.append(make_record("BKV.vs-uniform", dict(sweep=ws.SWEEP, index=i, T=2, length=384, window=32,
-                                                        layers=[1, 5]),
+                                                        layers=[2, 14], text=f"topic:t{i}"),
                                  measured=arms[ws.ARMS[0]], bound=arms[ws.ARMS[1]], check=ws.CHECK, arms=arms,
                                  weight_sum=dict(walk=0.95, coin=0.9), seeds_per_unit=4))
     v = bu.summarize(cells + share)
@@ -140,9 +140,10 @@ def test_vs_uniform_sentences_read_the_records():
     assert "nothing to balance at these norms" not in v.summary
     calls = {c["comparison"]: c for c in ws.share_calls(share)}
     ablation = calls[ws.COMPARISONS[0][2]]
-    assert ablation["call"] == "better" and abs(ablation["ratio_median"] - 0.8) < 1e-12
-    assert (f"T = 2: better ({ablation['ratio_median']:.3g} [{ablation['ci'][0]:.3g}, {ablation['ci'][1]:.3g}], "
+    assert ablation["call"] == "better" and abs(ablation["effect"] - 0.8) < 1e-8
+    assert (f"T = 2: better ({ablation['effect']:.3g} [{ablation['ci'][0]:.3g}, {ablation['ci'][1]:.3g}], "
             "12/12 windows lower)") in v.summary
     assert "the released estimator's middle weights sum to 0.95-0.95 of the middle's tokens with the walk" in v.summary
     share_finding = [f for f in v.findings if f.title.startswith("the released walk's win over its ablation")]
-    assert len(share_finding) == 1 and "12 independent text windows" in share_finding[0].detail
+    assert len(share_finding) == 1 and ("12 independent units: distinct texts, the first 384 tokens of each"
+                                     in share_finding[0].detail)

@@ -14,8 +14,8 @@ CX = {"params": {"n": 8}, "measured": 2.0, "bound": 1.0}
 
 
 def _call(family, control, call):
-    return dict(family=family, control=control, fraction=0.25, call=call, ratio_median=0.8, ci=[0.7, 0.9], wins=8,
-                n=10, detectable_ratio=0.7, reason="", p=0.01, unit="independent streams")
+    return dict(family=family, control=control, fraction=0.25, call=call, effect=0.8, ci=[0.7, 0.9], wins=8,
+                n=10, detectable=1.4, reason="", p=0.01, unit="independent streams", metric="practitioner")
 
 
 def verdicts() -> dict[str, Verdict]:
@@ -30,7 +30,7 @@ def verdicts() -> dict[str, Verdict]:
         "BKV.decode": Verdict("BKV.decode", "", "s", statement="vacuous", kind="theorem",
                               vacuity=Vacuity("vacuous at these norms", 90, 90, (103.0, 28.0, 280.0)),
                               power_calls=[_call("SmolLM2 greedy decode", "uniform", "better"),
-                                           _call("SmolLM2 greedy decode", "streaming_llm", "not shown")]),
+                                           _call("SmolLM2 greedy decode", "streaming_llm", "tied")]),
         "MR.error": Verdict("MR.error", "", "s", statement="holds-fitted", rate="not-reached", kind="theorem"),
         "BKV.e2e": Verdict("BKV.e2e", "", "s", kind="empirical", statement="inconclusive", reproduction="not-reproduced",
                            reproductions=[Reproduction("pseudocode", "not-reproduced", "SmolLM2",
@@ -52,11 +52,26 @@ def test_answers_bounded_and_say_what_the_verdicts_say():
     assert "SUB.cost (1)" in fd["answer"]                                  # the erratum, with its count
     assert "better than uniform sampling" in fd["answer"] and "worse than uniform sampling" in fd["answer"]
     assert "synthetic streams" in fd["answer"] and "real keys" in fd["answer"]
+    assert "on the practitioner's metric" in fd["answer"] and "(theorem's metric)" not in fd["answer"]
+    assert "not told apart from StreamingLLM" in bkv["answer"]          # a tie that is no equivalence, in words
     assert "vacuous at real norms: BKV.decode (doing nothing meets its bound in 90/90 cells" in bkv["answer"]
     assert "random halving" in bkv["answer"]                              # the variant, defined
     assert "departs from the paper" in bkv["answer"]                      # the streaming press, said to depart
     assert "MR.error" in bkv["answer"] and "rate not reached" in bkv["answer"]
     assert "BKV.e2e not reproduced" in bkv["answer"] and "0/80" in bkv["answer"]
+
+
+def test_the_answers_state_the_practitioners_calls_where_a_claim_has_them():
+    v = verdicts()
+    calls = v["FD.covariance"].power_calls
+    theorem = [dict(c, metric="theorem", call="tied", equivalent=True) for c in calls]
+    v["FD.covariance"] = dataclasses.replace(v["FD.covariance"], power_calls=calls + theorem)
+    fd = paper_answers(v)["Subspace-FD-draft"]["answer"]
+    assert "better than uniform sampling" in fd and "worse than uniform sampling" in fd      # the practitioner's
+    assert "tied with" not in fd                                        # never the theorem's beside them
+    only = dataclasses.replace(v["FD.covariance"], power_calls=theorem)
+    fd = paper_answers(dict(v, **{"FD.covariance": only}))["Subspace-FD-draft"]["answer"]
+    assert "(theorem's metric): tied with uniform sampling" in fd     # a claim with no other says which metric
 
 
 def test_the_words_change_when_a_verdict_changes():
@@ -89,3 +104,16 @@ def test_a_bound_vacuous_at_any_norm_is_said_so_with_its_term():
     assert "vacuous at any norm: SG.decode (sqrt(d/s) = 1.79 >= 1 alone, the most doing nothing errs in these " \
            "units)" in answer and "vacuous at real norms: SG.decode" not in answer
     assert dataclasses.replace(vac, any_norm="").any_norm == ""
+
+
+def test_mixed_calls_say_which_direction_no_family_showed():
+    """Issue 45 item 4: a variant whose calls against a control differ by family says the direction none showed
+    ("the released walk: better than uniform sampling, mixed, not shown better than StreamingLLM"), symmetrically."""
+    from kvbounds.report._paper_answers import _call_phrases
+    by = {"uniform": ["better", "better"], "streaming_llm": ["tied", "worse", "not told apart"]}
+    assert _call_phrases(by, counts=False) == "better than uniform sampling, mixed, not shown better than StreamingLLM"
+    assert _call_phrases({"streaming_llm": ["tied", "better"]}, counts=True) == \
+        "mixed, not shown worse than StreamingLLM (1 better, 1 tied)"
+    assert _call_phrases({"streaming_llm": ["tied", "leaning better"]}, counts=False) == \
+        "mixed, not shown better or worse than StreamingLLM"
+    assert _call_phrases({"streaming_llm": ["worse", "better"]}, counts=False) == "mixed against StreamingLLM"

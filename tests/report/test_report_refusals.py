@@ -27,7 +27,7 @@ def test_the_report_helpers_refuse_what_they_cannot_read():
     with pytest.raises(InputError, match="ci is"):
         pr.fmt({"value": 0.5, "ci": [float("nan"), 1.0]})
     with pytest.raises(InputError, match="the baseline's value"):
-        pr.interval_call({"value": 1.0, "ci": [0.0, 2.0]}, {"value": 1.0, "ci": [0.0, 2j]}, True)
+        pr.check_value({"value": 1.0, "ci": [0.0, 2j]}, "the baseline's value")
     with pytest.raises(InputError, match=r"timing row 0 \(balancekv\): compress_s is inf"):
         pr.per_token_ms([dict(method="balancekv", n=64, compress_s=float("inf"), prefill_s=0.1, count=2)])
     assert pr.fmt({"value": 0.227, "ci": [0.05, 0.404]}) == "0.227 [0.05, 0.404]"
