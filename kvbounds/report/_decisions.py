@@ -110,9 +110,9 @@ def decision_lines(summary: dict) -> list[str]:
     model = e2e_model(summary) or "the model"
     lines = [f"From the {run_profile(summary)} profile's records: end-to-end tasks inside {model}, decode error with "
              "SmolLM2 generating. \"Use\" is the top of the leaderboard among everything that ran. \"Not told apart\" "
-             "means not significantly different from the best (two-sided paired test over the same instances at "
-             "0.05, each method against the best once, no multiplicity correction); \"worse\" means significantly "
-             "worse.", ""]
+             "means the one rule calls it neither better nor worse than the best (tied, leaning or not attainable: a "
+             "paired test at the unit, Holm over the table's comparisons with the best); \"worse\" means it calls "
+             "it worse.", ""]
     lines += [f"- {s}" for s in decision_sentences(summary)] + [""]
     lines += ["| memory | task (metric) | use | the papers' methods against it | all lose? |", "|---|---|---|---|---|"]
     for d in ds:
