@@ -2,8 +2,11 @@
 PY      ?= python3.11
 VENV    ?= .venv
 BIN     := $(VENV)/bin
-OUT     ?= results
 PROFILE ?= quick
+# one directory per profile (a result store holds one profile's trials): results/ for quick, results-full/ for full
+OUT     ?= $(if $(filter quick,$(PROFILE)),results,results-$(PROFILE))
+# SCHEDULER=tcp://host:8786 or local:N runs the checks' trials on a dask cluster (`kvbounds check --scheduler`)
+SCHEDULER ?=
 STAMP   := $(VENV)/.installed
 # Empty: torch from the configured index (on Linux x86-64, PyPI's torch wheel pulls NVIDIA CUDA wheels too).
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU-only build instead.
@@ -26,17 +29,29 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e '.[dev,report,models,hf,kvpress,kt,dask]' torch==2.13.0
 	touch $(STAMP)
 
+# `make report`: the quick profile (the smoke run, <= 8 min on 2 cores); `make report PROFILE=full`: the full profile
+# (every check at its full size plus the scale sweeps past the rates' onsets and the end-to-end curves, <= 2 h on 2
+# cores), whose records the committed documents are rendered from. Interrupted: rerun the same command to resume;
+# OUT=DIR resumes a store made elsewhere. Its cost per part (README "The full profile"; CPU s measured loaded, wall
+# on 2 idle cores = CPU s / 2): the scale sweeps ~2860 CPU s (~24 min), every other check ~3820 CPU s (~32 min),
+# the two decode checks ~525 CPU s (~4.5 min): ~60 min but the end-to-end curves (their own <= 55 min).
 report: $(STAMP)
-	$(BIN)/kvbounds check --profile $(PROFILE) --out $(OUT)
+	$(BIN)/kvbounds check --profile $(PROFILE) --out $(OUT) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 	$(BIN)/kvbounds report --out $(OUT)
 
-# docs/RESULTS.md and the README's "What we found" from the records in $(OUT)/ (run `make report` first): the report
-# writes $(OUT)/summary.json, committed compactly as docs/summary.json, from which both documents are rendered (a test
-# checks that the committed documents are exactly what docs/summary.json renders to: tests/docs/test_results_md.py)
+# docs/RESULTS.md and the README's "What we found" from the full profile's records in $(FULL_OUT)/ (run `make report
+# PROFILE=full` first): the report writes $(FULL_OUT)/summary.json, committed compactly as docs/summary.json, from
+# which both documents are rendered (a test checks that the committed documents are exactly what docs/summary.json
+# renders to: tests/docs/test_results_md.py). The quick profile's summary, where `make report` left one in $(QUICK_OUT)/,
+# is committed beside it as docs/summary-quick.json (tests/docs/test_profiles_agree.py: the two do not contradict)
+FULL_OUT  ?= results-full
+QUICK_OUT ?= results
 results-md: $(STAMP)
-	$(BIN)/kvbounds report --out $(OUT)
-	$(BIN)/python -m kvbounds.report.summary_read $(OUT)/summary.json docs/summary.json
+	$(BIN)/kvbounds report --out $(FULL_OUT)
+	$(BIN)/python -m kvbounds.report.summary_read $(FULL_OUT)/summary.json docs/summary.json
 	$(BIN)/python -m kvbounds.report.markdown docs/summary.json README.md docs/RESULTS.md
+	if [ -s $(QUICK_OUT)/results.jsonl ]; then $(BIN)/kvbounds report --out $(QUICK_OUT) > /dev/null && \
+	  $(BIN)/python -m kvbounds.report.summary_read $(QUICK_OUT)/summary.json docs/summary-quick.json; fi
 
 # the notebooks extra (jupyterlab, nbconvert, ipykernel) in the same venv, once
 NB_STAMP := $(VENV)/.notebooks
@@ -87,4 +102,4 @@ bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(OUT)
+	rm -rf $(VENV) results results-full results-gpu

@@ -15,10 +15,14 @@ Verdict (shared rules of kvbounds.verdict): the bound is an O~(.), so the statem
 proven-constant reading (the walk's c = 30 log(ts/delta) in Thm 3.3's discrepancy, the proof's other factors with
 constant 1) is reported next to the fitted constant. eps_hat falling like t^-1/2 instead of t^-1 is a ``rate``
 ``not-reached``: below t* (theory.balancekv.merge_reduce_rate_onset) the walk is in its random-sign phase.
-The regime (t* ~ 3e5 at d = 8, s = 4, r = 1) is out of CPU reach. The ``gpu`` profile's ``t-large`` sweep
-(``kvbounds check MR.error --profile gpu --backend torch:cuda``; t = 2^10..2^17, n = 4t, d = 2, s = 1, r = 1, where
-t* ~ 1.9e4) balances each batch on Gram panels (O(64 t) memory) and decides the rate on t >= t*/2
-(verdict.decide_regime_rate); on a CPU backend its trials beyond t = CPU_T_MAX are deferred.
+The scale sweep (``t-scale``; :mod:`.scale_sweep`) decides the rate past the walk's onset t*
+(theory.balancekv.merge_reduce_rate_onset): each trial one unit (a stream of 4 max(t) tokens; at every batch size t,
+SCALE_RUNS runs of MergeAndReduce in lockstep on its first n = 4t tokens, T = 2, the walks on Gram panels shared by
+the runs: algorithms.merge_reduce_lockstep), with the runs on fair coins (signs="random", the ingredient's ablation,
+eps_hat ~ t^-1/2) against the same test. The full profile runs d = 2, s = 1, r = 1 (t* ~ 1.9e4) on a CPU to
+t = 2 t* = 3.8e4. At the small sweep's d = 8, s = 4 (t* ~ 2.5e5) one unit at 2 t* = 5e5 forms ~1.5e12 Gram entries
+(four batches of 5e5 tokens, two level-1 spans of 1e6: ~2 CPU hours per unit): the ``gpu`` profile
+(``--backend torch:cuda``) runs it, its units beyond CPU_T_MAX deferred on a CPU backend.
 """
 from __future__ import annotations
 
@@ -27,9 +31,10 @@ import math
 import numpy as np
 
 from kvbounds.algorithms.merge_and_reduce import MergeAndReduce
+from kvbounds.algorithms.merge_reduce_lockstep import merge_and_reduce_lockstep
 from kvbounds.algorithms.arrays import asarray, to_numpy
-from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, decide, decide_rate, decide_regime_rate,
-                              fitted_constant, growth)
+from kvbounds.verdict import (Constant, FigureSpec, Finding, Verdict, decide, decide_onset_rate, decide_rate,
+                              fitted_constant, growth, units_needed)
 from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rate_onset, rate_onset, walk_constant
 
 from kvbounds.battery import method_floats, stream_floats
@@ -37,18 +42,45 @@ from kvbounds.battery import power_on_both_metrics
 
 from .common import (deferred_record, dispatch, in_words, make_record, on_gpu, pick, unit_directions,
                      words_in_findings)
+from .scale_sweep import ScaleRate, Timer, combine, decide_scale, onset_sizes, scale_findings, size_params
 from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, held_out_errors, missing_record, power_trials
 from kvbounds.streams import stream as power_stream
 
 CLAIM = "MR.error"
 SOURCE = {"BalanceKV-NeurIPS": "BalanceKV-NeurIPS Thm 3.4", "BalanceKV-preprint": "BalanceKV-preprint Thm 3.3"}
-CPU_T_MAX = 1 << 15                 # largest t of the gpu profile's t-large sweep on a CPU backend (~40 s)
-LARGE_T = [1 << k for k in range(10, 18)]
+CPU_T_MAX = 1 << 16                 # largest t of a scale-sweep unit on a CPU backend (2^16: ~65 CPU s)
+# the scale sweep: sizes per (d, s) and profile (powers of two up to t*/2, then t*/2, t* and 2 t*), runs and queries
+# per size, and units. Runs: one run's eps_hat is about one batch's discrepancy over t, as noisy as one walk (per-unit
+# slopes over t = 1024..8192 from one run per size: sd 0.16-0.5); over 64 runs x 32 queries, sd 0.076 (3 units,
+# t = 1024..4096). Units: a power calculation (kvbounds.verdict.units_needed) on that spread, taken as 0.1 past the
+# onset (SCALE_PILOT_SD), for a 95% half-width of 0.09: the spectral model's slope past t*/2 and a growth of
+# GROWTH_TOL fall on either side
+_T_STAR = {(d, s): rate_onset(d, s, 1.0, 0.01) for d, s in ((2, 1), (8, 4))}
+# d = 2 on the gpu profile runs to 8 t*: on the full profile's t*/2..2 t* the exponent was -0.82 [-0.87, -0.77] over 8
+# units (undetermined: it straddles -1 + GROWTH_TOL), the per-unit local slope of eps_hat t per doubling falling 0.22,
+# 0.14 past t*/2 (this machine, loaded); at that pace the fit from t*/2 comes within GROWTH_TOL of -1 only with 8 t* in
+# it. One unit at 8 t* = 1.5e5 forms 16 x the Gram entries of one at 2 t* (~1200 CPU s): beyond CPU_T_MAX, deferred
+SCALE_SIZES = {"full": {(2, 1): onset_sizes(_T_STAR[2, 1])},
+               "gpu": {(2, 1): onset_sizes(_T_STAR[2, 1], factors=(0.5, 1, 2, 4, 8)),
+                       (8, 4): onset_sizes(_T_STAR[8, 4], first=1 << 12)}}
+SCALE_PILOT_SD = 0.1
+SCALE_RUNS, SCALE_DIRS = 64, 32     # runs (lockstep, shared Grams) and queries of norm r per size
+SCALE_UNITS = {"full": units_needed(SCALE_PILOT_SD, 0.09), "gpu": 24}
+LONG_SWEEPS = ("t-scale",)        # its units are long trials: the runner submits them first
+
+
+def scale_trials(profile: str) -> list[dict]:
+    """One trial per unit and (d, s) (:mod:`.scale_sweep`); none on smoke and quick."""
+    if profile not in SCALE_SIZES:
+        return []
+    return [dict(d=d, s=s, r=1.0, delta=0.01, c="paper", sweep="t-scale", runs=SCALE_RUNS, dirs=SCALE_DIRS,
+                 sizes=sizes, unit=u)
+            for (d, s), sizes in SCALE_SIZES[profile].items() for u in range(SCALE_UNITS[profile])]
 
 
 def trials(profile: str) -> list[dict]:
-    if profile == "gpu":   # the regime sweep: t* ~ 1.9e4 at d = 2, s = 1, r = 1
-        return [dict(n=4 * t, d=2, s=1, r=1.0, t=t, delta=0.01, sweep="t-large", c="paper") for t in LARGE_T]
+    if profile == "gpu":
+        return scale_trials(profile)
     base = dict(n=pick(profile, smoke=256, quick=2048, full=8192), d=8, s=4, r=1.0, t=32, delta=0.01)
     power = power_trials(profile, dict(base, n=pick(profile, smoke=128, quick=256, full=512), t=POWER_T, c="paper"))
     if profile == "smoke":
@@ -60,7 +92,7 @@ def trials(profile: str) -> list[dict]:
         for val in vals:
             for c in ("paper", "log"):
                 out.append(dict(base, **{key: val}, sweep=key, c=c))
-    return out + power
+    return out + power + scale_trials(profile)
 
 
 def stream(seed: int, n: int, d: int, s: int, r: float):
@@ -82,18 +114,14 @@ def exact_numerator_log(K, V, q, j):
     return float(m), (np.exp(logits - m)[:, None] * V[:j]).sum(0)
 
 
-def statement_trial(params: dict, seed: int, backend: str):
-    n, d, s, r, t, delta = (params[k] for k in ("n", "d", "s", "r", "t", "delta"))
-    if params["sweep"] == "t-large" and t > CPU_T_MAX and not on_gpu(backend):
-        return [deferred_record(CLAIM, params, source=SOURCE["BalanceKV-NeurIPS"], reason=f"4t tokens balanced in batches of t "
-                                f"(t^2/2 Gram entries per batch) beyond CPU_T_MAX = {CPU_T_MAX}: run with "
-                                "--backend torch:cuda")]
-    Q, K, V = stream(seed, n, d, s, r)
-    T = max(int(math.log2(n / t)), 0)
-    c = None if params["c"] == "paper" else math.log(t / delta)
-    mr = MergeAndReduce(d, s, t=t, T=T, delta=delta, rng=np.random.default_rng(seed + 7), r_key=r, c=c)
+def worst_eps(Q, K, V, mr: MergeAndReduce, backend: str, rng: np.random.Generator):
+    """Stream K, V through ``mr``; at the checkpoints (:func:`checkpoints`) the eps at which the stated bound holds
+    with equality, eps_j = ||sum_{i<=j} e^{<k_i,q_j>/sqrt d} v_i - z_j|| / (j e^{-r^2/sqrt d} max||v||).
+    Returns (max eps_j, its j, [(j, eps_j)])."""
+    n, d = K.shape
+    r = float(np.linalg.norm(K, axis=1).max())
     Kb, Vb, Qb = asarray(K, backend), asarray(V, backend), asarray(Q, backend)
-    cps = set(checkpoints(n, t, np.random.default_rng(seed + 3)))
+    cps = set(checkpoints(n, mr.t, rng))
     vmax = float(np.linalg.norm(V, axis=1).max())
     worst, worst_j, series = 0.0, 0, []
     for j in range(1, n + 1):
@@ -107,15 +135,82 @@ def statement_trial(params: dict, seed: int, backend: str):
         series.append((j, eps_j))
         if eps_j >= worst:
             worst, worst_j = eps_j, j
+    return worst, worst_j, series
+
+
+def lockstep_eps(K, V, Qs, levels: dict) -> np.ndarray:
+    """eps_hat of each lockstep run (algorithms.merge_reduce_lockstep) and query: the largest over the steps j of
+    ||sum_{i<=j} e^{<k_i,q>/sqrt d} v_i - z_j(q)|| / (j e^{-r^2/sqrt d} max_{i<=j}||v_i||), (runs, queries). For a
+    fixed query the error changes only at the steps j = t, 2t, ... (a new token enters C^0 with weight 1, exactly)
+    while the denominator grows, so the largest over every step is the largest over those steps: exact."""
+    d = K.shape[1]
+    r = float(np.linalg.norm(K, axis=1).max())
+    vnorm = np.linalg.norm(V, axis=1)
+    out = None
+    for j, L in sorted(levels.items()):
+        coef = 1.0 - np.where(L >= 0, np.exp2(np.maximum(L, 0)), 0.0)               # 1 - weight, (runs, j)
+        logits = Qs @ K[:j].T / math.sqrt(d)                                         # (queries, j)
+        shift = logits.max(axis=1, keepdims=True)
+        D = np.einsum("rj,mj,js->rms", coef, np.exp(logits - shift), V[:j])         # e^{-shift} x the error
+        err = np.log(np.maximum(np.linalg.norm(D, axis=-1), 1e-300)) + shift[:, 0]
+        eps = np.exp(err + math.log(merge_reduce_eps_implied(1.0, j, r, d, float(vnorm[:j].max()))))
+        out = eps if out is None else np.maximum(out, eps)
+    return out
+
+
+def _shape(version: str, t: int, s: int, r: float, d: int) -> float:
+    """eps's shape solved from each version's t-formula: sqrt(s) e^{2r^2/sqrt d}/t (NeurIPS) or e^{2r^2/sqrt d}/t."""
+    return math.exp(2 * r**2 / math.sqrt(d)) / t * (math.sqrt(s) if version == "BalanceKV-NeurIPS" else 1.0)
+
+
+def statement_trial(params: dict, seed: int, backend: str):
+    n, d, s, r, t, delta = (params[k] for k in ("n", "d", "s", "r", "t", "delta"))
+    Q, K, V = stream(seed, n, d, s, r)
+    T = max(int(math.log2(n / t)), 0)
+    c = None if params["c"] == "paper" else math.log(t / delta)
+    mr = MergeAndReduce(d, s, t=t, T=T, delta=delta, rng=np.random.default_rng(seed + 7), r_key=r, c=c)
+    worst, worst_j, series = worst_eps(Q, K, V, mr, backend, np.random.default_rng(seed + 3))
     recs = []
     for version in ("BalanceKV-NeurIPS", "BalanceKV-preprint"):
         if params["c"] == "log" and version == "BalanceKV-preprint":
             continue
-        shape = math.exp(2 * r**2 / math.sqrt(d)) / t * (math.sqrt(s) if version == "BalanceKV-NeurIPS" else 1.0)
-        recs.append(make_record(CLAIM, params, measured=worst, bound=shape, holds=True, bound_kind="shape",
-                                check=f"{version} {'paper c' if params['c'] == 'paper' else 'c=log'}",
+        recs.append(make_record(CLAIM, params, measured=worst, bound=_shape(version, t, s, r, d), holds=True,
+                                bound_kind="shape", check=f"{version} {'paper c' if params['c'] == 'paper' else 'c=log'}",
                                 source=SOURCE[version], worst_j=worst_j, T=T, fails=mr.fail_count,
                                 series_j=[a for a, _ in series], series_eps=[b for _, b in series]))
+    return recs
+
+
+def scale_trial(params: dict, seed: int, backend: str):
+    """One unit of the scale sweep: a stream of 4 max(t) tokens drawn once; at each batch size t, SCALE_RUNS runs of
+    MergeAndReduce (T = 2, the walk at the paper's c; algorithms.merge_reduce_lockstep: the runs' Grams shared) on
+    its first n = 4t tokens, each with its own coins, and the same runs on fair coins (the ablation). The record's
+    eps_hat: the (1 - delta)-quantile over runs x ``dirs`` queries of norm r of each run's eps_hat for that query (as
+    SB.discrepancy's over walks x queries), with the walks' CPU and wall seconds."""
+    d, s, r, delta, sizes, runs = (params[k] for k in ("d", "s", "r", "delta", "sizes", "runs"))
+    if max(sizes) > CPU_T_MAX and not on_gpu(backend):
+        return [deferred_record(CLAIM, dict(size_params(params, "t", max(sizes)), n=4 * max(sizes)),
+                                source=SOURCE["BalanceKV-NeurIPS"], reason=(
+            f"{runs} runs on 4t tokens balanced in batches of t (t^2/2 Gram entries per batch) beyond CPU_T_MAX = "
+            f"{CPU_T_MAX}: run with --backend torch:cuda"))]
+    _, K, V = stream(seed, 4 * max(sizes), d, s, r)
+    Qs = unit_directions(np.random.default_rng([seed, 1]), params["dirs"], d) * r
+    Kb, Vb = asarray(K, backend), asarray(V, backend)
+    recs = []
+    for k, t in enumerate(sorted(sizes)):
+        n, p = 4 * t, dict(size_params(params, "t", t), n=4 * t)
+        for signs, check in (("walk", "BalanceKV-NeurIPS paper c"), ("random", "random-signs")):
+            rngs = [np.random.default_rng([seed, k, u]) for u in range(runs)]
+            with Timer() as tm:
+                levels = merge_and_reduce_lockstep(Kb[:n], Vb[:n], t=t, T=2, delta=delta, rngs=rngs,
+                                                   r_key=r * (1 + 1e-9), signs=signs)
+            eps = lockstep_eps(K[:n], V[:n], Qs, levels)
+            recs.append(make_record(CLAIM, p, measured=float(np.quantile(eps, 1 - delta)),
+                                    bound=_shape("BalanceKV-NeurIPS", t, s, r, d), holds=True, bound_kind="shape",
+                                    check=check, control=signs == "random", source=SOURCE["BalanceKV-NeurIPS"],
+                                    T=2, trials=eps.size, median_eps=float(np.median(eps)), cpu_s=tm.cpu_s,
+                                    wall_s=tm.wall_s, statistic=f"(1 - delta)-quantile over {runs} runs x "
+                                                                f"{params['dirs']} queries"))
     return recs
 
 
@@ -127,31 +222,34 @@ def _proven_eps(p: dict) -> float:
     return walk_constant(t * s, delta) * math.sqrt(s) * math.exp(2 * r * r / math.sqrt(d)) / t
 
 
-def _regime(large, parts, figs, findings, rate):
-    """The gpu profile's t-large sweep: the O(1/t) rate decided on t >= t*/2 (verdict.decide_regime_rate, which
-    falls back on the sweep's whole range, then on the small sweep's reading)."""
+RATE_LABEL = "O(1/t) rate"
+
+
+def _onset(r) -> float:
+    return rate_onset(r.params["d"], r.params["s"], r.params["r"], r.params["delta"])
+
+
+def _top(r) -> float:
+    return merge_reduce_rate_onset(r.params["d"], r.params["s"], r.params["r"], r.params["delta"])["t_top_direction"]
+
+
+def _scale(records, parts, figs, controls, findings):
+    """The scale sweep (t-scale): per (d, s) the O(1/t) rate past t*/2 on eps_hat's exponent fitted per unit, the
+    bend, the time per size, and the fair-coin ablation against the same test. Returns the decisions."""
+    large = [r for r in records if r.params.get("sweep") == "t-scale"]
     if not large:
-        return rate
-    figs.insert(0, FigureSpec("eps_hat / shape vs t, gpu profile sweep (d = 2, s = 1)", x="t", check="BalanceKV-NeurIPS paper c",
-                              y="ratio", sweep="t-large"))      # the regime's evidence: drawn first
-    for g in growth(large, "t"):
-        parts.append(f"t-large (d = 2, s = 1): eps_hat ~ t^{g.slope - 1:.2f} [{g.lo - 1:.2f},{g.hi - 1:.2f}] over "
-                     f"t = {g.x_range[0]:g}..{g.x_range[1]:g}")
-    onset = lambda r: rate_onset(r.params["d"], r.params["s"], r.params["r"], r.params["delta"])
-    sets_in = f"t* = {onset(large[0]):.2g} at d = 2, s = 1, r = 1 (theory.balancekv.merge_reduce_rate_onset); " \
-              "decided on t >= t*/2"
-    got, info, tails = decide_regime_rate(large, "t", onset=onset, stated_exponent=-1.0, sets_in=sets_in,
-                                          label="O(1/t) regime", earlier=rate)
-    if not tails:
-        parts.append(f"O(1/t) regime ({sets_in.split(' (')[0]}) not measured: fewer than 3 sizes past t*/2")
-        return got, info
-    parts.append("BalanceKV-NeurIPS paper c past t*/2: " + "; ".join(g.text() for g in tails))
-    if got == "not-reached":
-        findings.append(Finding(CLAIM, f"O(1/t) rate not reached for t <= {tails[0].x_range[1]:g} past t*/2",
-                                f"eps_hat ~ t^{info.measured_exponent:.2f} (95% CI {info.ci[0]:.2f}..{info.ci[1]:.2f}) "
-                                f"on t = {tails[0].x_range[0]:g}..{tails[0].x_range[1]:g}. {sets_in}",
-                                tails[0].smallest, kind="rate"))
-    return got, info
+        return []
+    keys = sorted({(r.params["d"], r.params["s"]) for r in large})
+    figs[:0] = [FigureSpec(f"eps_hat / shape vs t (the walk, fair coins), scale sweep, d = {d}, s = {s}", x="t",
+                           hue="check", y="ratio", sweep="t-scale", where={"d": d, "s": s}) for d, s in keys]
+    decisions, ctl, texts = decide_scale(large, "t", main="BalanceKV-NeurIPS paper c", control="random-signs",
+                                         group=lambda r: f"{r.params['d']}, s = {r.params['s']}", onset=_onset,
+                                         top=_top, value=lambda r: r.ratio, stated_exponent=-1.0, label=RATE_LABEL,
+                                         words="d = ")
+    parts.extend(t for t in texts if t)
+    controls.extend(ctl)
+    findings.extend(scale_findings(CLAIM, decisions, large, "BalanceKV-NeurIPS paper c", "MergeAndReduce's O(1/t) rate"))
+    return decisions
 
 
 # the sub-checks' labels in the verdict's sentences: what each walk constant is
@@ -167,11 +265,12 @@ def summarize(records) -> Verdict:
     figs = [FigureSpec("eps_hat / shape vs t", x="t", hue="check", y="ratio", sweep="t"),
             FigureSpec("eps_hat / shape vs s (BalanceKV-NeurIPS has sqrt(s), BalanceKV-preprint does not)", x="s", hue="check", y="ratio"),
             FigureSpec("eps_hat / shape vs r", x="r", hue="check", y="ratio")]
-    findings, parts = [], []
+    findings, parts, controls = [], [], []
     swept = lambda key: (lambda r: r.params.get("sweep") == key)
     gs = {}
-    for check in sorted({r.check for r in records}):
-        rs = [r for r in records if r.check == check]
+    small = [r for r in records if r.params.get("sweep") != "t-scale"]
+    for check in sorted({r.check for r in small}):
+        rs = [r for r in small if r.check == check]
         parts.append(f"{check}: C = {max(r.ratio for r in rs):.3g} (median {np.median([r.ratio for r in rs]):.3g})")
         for key in ("t", "s", "r", "n"):
             for g in growth(rs, key, where=swept(key)):
@@ -211,20 +310,29 @@ def summarize(records) -> Verdict:
                    f"c = 30 log(t/delta) = {onset['c']:.3g}, R^2 = e^(r^2/sqrt d) max||v||^2 = {onset['R2']:.3g} "
                    f"(theory.balancekv.merge_reduce_rate_onset; the top direction saturates at t ~ "
                    f"{onset['t_top_direction']:.2g}). Below t* the walk acts like random signs, eps_hat ~ t^-1/2. "
-                   f"Out of CPU reach at t*; the gpu profile's t-large sweep (t <= {LARGE_T[-1]}, d = 2) runs on "
-                   f"--backend torch:cuda")
+                   f"The full profile's scale sweep runs d = 2, s = 1 past its t*; at this d the gpu profile does")
         if g is not None:
-            rate = decide_rate(g, stated_exponent=-1.0, sets_in=sets_in)
+            if g.x_range[1] < onset["t_star"]:
+                rate = decide_onset_rate(None, stated_exponent=-1.0, onset=onset["t_star"], largest=g.x_range[1],
+                                         param="t", label=RATE_LABEL, sets_in=sets_in, whole=g)
+            else:
+                rate = decide_rate(g, stated_exponent=-1.0, sets_in=sets_in)
             if rate[0] == "not-reached":
-                findings.append(Finding(CLAIM, f"O(1/t) rate not reached for t <= {g.x_range[1]:g}",
+                findings.append(Finding(CLAIM, f"O(1/t) rate not reached at d = {p0['d']} for t <= {g.x_range[1]:g}",
                                         f"eps_hat ~ t^{rate[1].measured_exponent:.2f} (95% CI "
                                         f"{rate[1].ci[0]:.2f}..{rate[1].ci[1]:.2f}), not t^-1; independent random signs "
                                         f"give t^-0.5. {sets_in}", g.smallest, kind="rate"))
-    rate = _regime([r for r in paper if r.params.get("sweep") == "t-large"], parts, figs, findings, rate)
+            small_key = f"{p0['d']}, s = {p0['s']} (the t sweep)"
+            decisions_small = [ScaleRate(small_key, onset["t_star"], onset["t_top_direction"], rate[0], rate[1], "", None)]
+        else:
+            decisions_small = []
+    decisions = _scale(records, parts, figs, controls, findings)
+    if decisions:
+        rate = combine(decisions + (decisions_small if paper else []))
     parts.append(trivial.detail)
     v = decide(CLAIM, records, summary=in_words("; ".join(parts), CHECK_WORDS), figures=figs,
                findings=words_in_findings(findings, CHECK_WORDS), rate=rate, proven=proven, fitted=fitted,
-               trivial=trivial)
+               trivial=trivial, controls=controls)
     v.n_records = n_all
     return v
 
@@ -288,4 +396,4 @@ def _numerators(est, qs, backend) -> tuple[np.ndarray, np.ndarray]:
     return np.array([float(m) for m, _ in out]), np.stack([np.asarray(to_numpy(u), np.float64) for _, u in out])
 
 
-run_trial = dispatch("sweep", {"power": power_trial}, default=statement_trial)
+run_trial = dispatch("sweep", {"power": power_trial, "t-scale": scale_trial}, default=statement_trial)

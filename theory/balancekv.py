@@ -11,7 +11,7 @@ import functools
 import math
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 WALK_C_FACTOR = 30.0          # proven: BalanceKV-NeurIPS Alg. 3 line 2, Alg. 2 line 3
 
@@ -116,19 +116,49 @@ def walk_saturation_steps(eigenvalue: float, c: float, R2: float) -> float:
     return c * R2 / (2.0 * eigenvalue)
 
 
-@functools.lru_cache(maxsize=32)
-def kernel_feature_spectrum(d: int, s: int, r: float, m: int = 800, seed: int = 0) -> tuple[float, ...]:
-    """Eigenvalues (descending) of E[y y^T] for SoftmaxBalance's vectors y = phi(k) (x) v (BalanceKV-NeurIPS Alg. 2), with
-    ||k|| = r uniform on the sphere and v ~ N(0, I_s/s) as in MR.error's stream, estimated as the spectrum of
-    the Gram matrix exp(<k_i,k_j>/sqrt d) <v_i,v_j> / m over m samples (same non-zero eigenvalues). [measured]"""
-    from kvbounds.algorithms.arrays import single_blas_thread
-    rng = np.random.default_rng(seed)
-    K = rng.standard_normal((m, d))
-    K *= r / np.linalg.norm(K, axis=1, keepdims=True)
-    V = rng.standard_normal((m, s)) / math.sqrt(s)
-    with single_blas_thread():    # deterministic and fast on a shared machine
-        lam = np.linalg.eigvalsh(np.exp(K @ K.T / math.sqrt(d)) * (V @ V.T) / m)[::-1]
-    return tuple(float(x) for x in lam[lam > 0])
+def harmonic_multiplicity(d: int, degree: int) -> int:
+    """Number of linearly independent spherical harmonics of this degree on the sphere S^(d-1) in R^d:
+    C(l + d - 1, d - 1) - C(l + d - 3, d - 1) (1 for l = 0; 2 for l >= 1 on the circle, d = 2). [exact]"""
+    if degree == 0:
+        return 1
+    return math.comb(degree + d - 1, d - 1) - (math.comb(degree + d - 3, d - 1) if degree >= 2 else 0)
+
+
+@functools.lru_cache(maxsize=64)
+def kernel_eigen_groups(d: int, s: int, r: float, *, tail: float = 1e-13) -> tuple[tuple[int, float, int], ...]:
+    """The eigenvalues of E[y y^T] for SoftmaxBalance's vectors y = phi(k) (x) v (BalanceKV-NeurIPS Alg. 2), with
+    ||k|| = r uniform on the sphere of R^d and v ~ N(0, I_s/s) independent of k (the streams of SB.discrepancy and
+    MR.error), as (degree l, eigenvalue, multiplicity), degree by degree until the remaining share of E||y||^2 is
+    below ``tail``. [exact]
+
+    Derivation. <phi(k), phi(k')> = exp(<k, k'>/sqrt d) = exp(a t) with a = r^2/sqrt d and t the cosine of the
+    angle, so E[phi phi^T] is the integral operator of the zonal kernel exp(a t) under the uniform probability on
+    the sphere. By the Funk-Hecke formula its eigenfunctions are the spherical harmonics, those of degree l with
+    the eigenvalue Gamma(d/2) (2/a)^(d/2-1) I_(l+d/2-1)(a) (I the modified Bessel function; on the circle, d = 2,
+    I_l(a)) and :func:`harmonic_multiplicity` (d, l) of them; the eigenvalues sum (with multiplicity) to
+    exp(a) = E||phi(k)||^2 (the generating function of the Gegenbauer polynomials at t = 1). With v independent of
+    k, E[y y^T] = E[phi phi^T] (x) E[v v^T] = E[phi phi^T] (x) I_s/s: each eigenvalue divided by s, its
+    multiplicity times s, total E||y||^2 = exp(a)."""
+    a = r * r / math.sqrt(d)
+    if a == 0:                     # a constant kernel: one direction (degree 0) holds everything
+        return ((0, 1.0 / s, s),)
+    total, out, held, degree = math.exp(a), [], 0.0, 0
+    while True:
+        lam = math.gamma(d / 2) * (2 / a) ** (d / 2 - 1) * float(special.iv(degree + d / 2 - 1, a))
+        mult = harmonic_multiplicity(d, degree) * s
+        out.append((degree, lam / s, mult))
+        held += lam * harmonic_multiplicity(d, degree)
+        degree += 1
+        if total - held <= tail * total or lam == 0.0 or degree > 200:
+            return tuple(out)
+
+
+@functools.lru_cache(maxsize=64)
+def kernel_feature_spectrum(d: int, s: int, r: float) -> tuple[float, ...]:
+    """The eigenvalues of E[y y^T] (:func:`kernel_eigen_groups`), each repeated by its multiplicity, descending
+    (the Bessel terms decrease in the degree for a fixed argument). [exact]"""
+    lam = [x for _, ev, mult in kernel_eigen_groups(d, s, r) for x in [ev] * mult]
+    return tuple(sorted(lam, reverse=True))
 
 
 @functools.lru_cache(maxsize=None)
@@ -141,13 +171,46 @@ def merge_reduce_rate_onset(d: int, s: int, r: float, delta: float, *, share: fl
     """Where MR.error's O(1/t) rate should set in: the batch size t at which the walk inside SoftmaxBalance
     has saturated the directions of E[y y^T] that hold ``share`` of E||y||^2 (below that, eps_hat falls like
     random signs, t^-1/2). Fixed point of t = c(t) R^2(t) / (2 lam_share) with c(t) = 30 log(t/delta) and
-    R^2(t) = e^{r^2/sqrt d} max||v||^2, max||v||^2 ~ the (1 - 1/t) quantile of chi^2_s/s. [estimate]"""
+    R^2(t) = e^{r^2/sqrt d} max||v||^2, max||v||^2 ~ the (1 - 1/t) quantile of chi^2_s/s; the eigenvalues are the
+    exact ones of :func:`kernel_eigen_groups` (``directions`` counts them, the top one included: at d = 4, s = 1
+    the degree-0 harmonic holds 62.6% of E||y||^2 and the four of degree 1 bring it to 93.5%, so 5 directions,
+    lam = 4 I_2(1/2) = 0.128). The walk's relaxation time c R^2/(2 lam) is a mean-field reading of Alg. 3
+    (:func:`walk_saturation_steps`), hence an estimate; the checks compare it with where the measured curve
+    bends. [estimate]"""
     lam = np.array(kernel_feature_spectrum(d, s, r))
     k = int(np.searchsorted(np.cumsum(lam) / lam.sum(), share))
+    t, c, R2 = _saturation_fixed_point(float(lam[k]), d, s, r, delta)
+    top = _saturation_fixed_point(float(lam[0]), d, s, r, delta)[0]
+    return dict(t_star=t, eigenvalue=float(lam[k]), directions=k + 1, c=c, R2=R2, t_top_direction=top,
+                gram_gb=8 * t * t / 1e9)
+
+
+def mean_field_discrepancy(n: int, d: int, s: int, r: float, delta: float) -> float:
+    """SB.discrepancy's D / shape as the mean-field reading of the walk predicts it, up to a constant factor: each
+    eigen-direction e of E[y y^T] (:func:`kernel_eigen_groups`) holds E<w, e>^2 = min(n lam, c R^2 / 2) (random signs
+    until it saturates, :func:`walk_saturation_steps`), and a query weighs it by lam, so D^2 ~ sum_e min(n lam_e,
+    c R^2/2) lam_e; divided by the shape's n-dependence log(ns/delta) max||v|| (c = 30 log(n/delta), R^2 =
+    e^{r^2/sqrt d} max||v||^2, max||v||^2 the (1 - 1/n) quantile of chi^2_s/s). Its log-log slope in n is what the
+    measured curve's should approach: ~0.5 while every direction is a random walk, ~ -1/(2 ln(n/delta)) once the
+    directions holding the mass are saturated. [estimate]"""
+    v2 = float(stats.chi2.ppf(1 - 1 / n, s)) / s
+    plateau = walk_constant(n, delta) * math.exp(r * r / math.sqrt(d)) * v2 / 2
+    D2 = sum(m * min(n * lam, plateau) * lam for _, lam, m in kernel_eigen_groups(d, s, r))
+    return math.sqrt(D2) / (math.log(n * s / delta) * math.sqrt(v2))
+
+
+def mean_field_slope(lo: float, hi: float, d: int, s: int, r: float, delta: float) -> float:
+    """The log-log slope of :func:`mean_field_discrepancy` between n = lo and n = hi (the model's exponent of D/shape
+    over a fit range). [estimate]"""
+    f = lambda n: math.log(mean_field_discrepancy(int(n), d, s, r, delta))
+    return (f(hi) - f(lo)) / math.log(hi / lo)
+
+
+def _saturation_fixed_point(lam: float, d: int, s: int, r: float, delta: float) -> tuple[float, float, float]:
+    """(t, c(t), R^2(t)) with t = c(t) R^2(t) / (2 lam): the steps after which the walk of a t-token call holds the
+    direction of eigenvalue lam at its plateau (see :func:`merge_reduce_rate_onset`)."""
     t = 1e3
     for _ in range(50):
         R2 = math.exp(r * r / math.sqrt(d)) * float(stats.chi2.ppf(1 - 1 / t, s)) / s
-        t = walk_saturation_steps(lam[k], walk_constant(int(t), delta), R2)
-    top = walk_saturation_steps(lam[0], walk_constant(int(t), delta), R2)
-    return dict(t_star=t, eigenvalue=float(lam[k]), directions=k + 1, c=walk_constant(int(t), delta), R2=R2,
-                t_top_direction=top, gram_gb=8 * t * t / 1e9)
+        t = walk_saturation_steps(lam, walk_constant(int(t), delta), R2)
+    return float(t), walk_constant(int(t), delta), R2

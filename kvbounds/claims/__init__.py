@@ -17,7 +17,9 @@ A check module exposes
                                        claim has ``gpu_profile``),
     ``run_trial(params, seed, backend) -> Record | list[Record]``,
     ``summarize(records) -> Verdict``  the claim-level verdict from all its records,
-and optionally ``leaderboard_rows(records) -> list[dict]``, its rows of the end-to-end leaderboard. Its records
+and optionally ``leaderboard_rows(records) -> list[dict]``, its rows of the end-to-end leaderboard, and
+``LONG_SWEEPS``, the values of ``params["sweep"]`` whose trials are long (a scale sweep's units: the runner submits
+them first, as it does every trial of a ``schedule_first`` claim). Its records
 cite the part of the claim's source each sub-check reads (``Record.source``); the claim's own source is the
 entry's. The recipe for a new claim: docs/EXTENDING.md.
 """
@@ -166,8 +168,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "e^{||q||^2/(2 sqrt d)} e^{max_i ||k_i||^2/(2 sqrt d)} max_i ||v_i||).",
           f"{_BN} Thm 3.3, Alg. 2; {_BP} Thm 3.2, Alg. 2",
           "kvbounds.theory.balancekv:softmax_balance_shape", "kvbounds.proofs_checks.sb_discrepancy", kind="theorem",
-          gpu=(True, "SoftmaxBalance (Gram panels, batched over repeats) on the backend's arrays; the gpu profile's"
-                     " walks with n > 2^16 run only on torch:cuda or cupy (deferred on a CPU backend)"),
+          gpu=(True, "SoftmaxBalance (Gram panels, batched over repeats) on the backend's arrays; the scale sweep's "
+                     "units with n > 2^17 (gpu profile) run only on torch:cuda or cupy (deferred on a CPU backend)"),
           gpu_profile=True),
     Claim("SB.cost", _BKV,
           "SoftmaxBalance on n keys in R^d with values in R^s runs in O((d+s) n^2) time and O((d+s) n) memory.",
@@ -183,8 +185,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "kvbounds.theory.balancekv:merge_reduce_error_bound", "kvbounds.proofs_checks.mr_error", kind="theorem",
           algorithm="MergeAndReduce",
           variant="BalanceKV:pseudocode",
-          gpu=(True, "MergeAndReduce on the backend; the gpu profile's t-large sweep (t > 2^15) runs only on "
-                     "torch:cuda or cupy (deferred on a CPU backend)"),
+          gpu=(True, "MergeAndReduce on the backend; the scale sweep's units with t > 2^16 (gpu profile) run only "
+                     "on torch:cuda or cupy (deferred on a CPU backend)"),
           gpu_profile=True),
     Claim("MR.memory", _BKV,
           "MergeAndReduce keeps at most log2(n/t) occupied cells, each with |C^i| <= t tokens; its total memory is "
@@ -208,9 +210,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           "with the one used in the proof, App. A.1).",
           f"{_BN} Thm 3.1, Alg. 1 line 8, App. A.1; {_BP} Thm 3.1",
           "kvbounds.theory.balancekv:balance_kv_memory_shape", "kvbounds.proofs_checks.bkv_memory", kind="cost",
-          gpu=(True, "BalanceKV (streaming) on the backend's arrays; the gpu profile's n sweep (to 2^20) runs on "
-                     "the host's numpy path (one token per step: launch-bound on a GPU), n > 2^16 deferred on a CPU"
-                     " backend"),
+          gpu=(True, "BalanceKV (streaming) on the backend's arrays; the scale sweep (to 2^17 on full, 2^20 on gpu) "
+                     "runs on the host's numpy path (one token per step: launch-bound on a GPU), units with n > 2^17 "
+                     "deferred on a CPU backend"),
           gpu_profile=True),
     Claim("BKV.vs-uniform", _BKV,
           "Empirical: at equal memory, BalanceKV's relative attention error ||z - Attn|| / ||Attn|| is lower than "
@@ -380,7 +382,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           algorithm="BalanceKV (streaming, in generation)",
           variant="BalanceKV:streaming",
           gpu=(False, 'SmolLM2 generates on the CPU with the streaming press (torch, batched over layers and heads);'
-                      ' the backend argument is ignored')),
+                      ' the backend argument is ignored'),
+          schedule_first=True),
     Claim("SG.decode", _SG,
           "SubGen while a real model generates: with each layer's cache maintained as a stream (online clusters "
           "with uniform samples, l2 samples of the values), at every step each layer's output satisfies "
@@ -392,7 +395,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
           algorithm="SubGen (streaming, in generation)",
           variant="SubGen/ClusterGen:streaming",
           gpu=(False, 'SmolLM2 generates on the CPU with the streaming press (torch, batched over layers and heads);'
-                      ' the backend argument is ignored')),
+                      ' the backend argument is ignored'),
+          schedule_first=True),
 ]}
 
 

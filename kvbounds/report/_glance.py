@@ -51,6 +51,7 @@ def at_a_glance(verdicts: dict[str, Verdict]) -> list[tuple]:
     order = {"bad": 0, "warn": 1, "good": 2, "none": 3}
     out = sorted(((h, n, tones.get(h, "warn")) for h, n in cnt.items()), key=lambda t: (order[t[2]], -t[1], t[0]))
     extra = [("with errata in a proof step", sum(dimensions(v)["proof"] == "errata" for v in verdicts.values())),
+             ("with a stated rate false past its onset", sum(dimensions(v)["rate"] == "false" for v in verdicts.values())),
              ("with a stated rate not reached", sum(dimensions(v)["rate"] == "not-reached" for v in verdicts.values())),
              ("with low power", sum(dimensions(v)["power"] == "low" for v in verdicts.values()))]
     from ._power import power_glance

@@ -46,7 +46,9 @@ TERMS: tuple[Term, ...] = (
     Term("false as stated", "A counterexample to the statement as written, with the paper's constants: a trial whose "
          "measurement exceeds a bound that is a number. Its smallest input is named and can be rerun from its "
          "parameters and seed; a corrected statement is given where one is proven or measured. An O(.) statement "
-         "read with constant 1 is never called false.", (r"false as stated",), VERDICT, ("false", "fails")),
+         "read with constant 1 is never called false. A stated rate is false as stated when, past the size where it "
+         "should set in (derived, and run to twice it or more), the exponent fitted per independent stream has a 95% "
+         "interval that excludes the stated one by more than the growth tolerance; the measured exponent is given.", (r"false as stated",), VERDICT, ("false", "fails")),
     Term("proven constant", "A constant that the paper states or its proof gives, e.g. the walk's c = 30 log(n/δ). A "
          "bound with proven constants is a number, so a measurement above it is a counterexample.",
          (r"proven constants?",), VERDICT),
@@ -83,8 +85,9 @@ TERMS: tuple[Term, ...] = (
          (r"errat(?:um|a)",), VERDICT, ("errata", "sound")),
     Term("rate observed / not reached", "A stated rate (O(1/t), O(log n), flat in n) is observed when measured / shape "
          "does not grow along the swept parameter in the range we ran (its log-log slope is not significantly "
-         "positive). Not reached: the ratio still grows at the largest sizes run, so the asymptotic rate has not set "
-         "in there. That is not a counterexample: an O(.) speaks of large sizes only.",
+         "positive). Not reached: where the size at which the rate should set in is derived (the walk's onset), that "
+         "size lies beyond the largest one run, and both are said; elsewhere the ratio still grows at the largest "
+         "sizes run. Neither is a counterexample: an O(.) speaks of large sizes only.",
          (r"rate not reached", r"regime not reached", r"not[- ]reached", r"rate observed"), VERDICT, ("observed", "not-reached")),
     Term("power", "Whether the check can tell right from wrong: shown when it rejects its negative controls "
          "(deliberately wrong inputs or bounds) and, for an error bound, the method does better than the battery "

@@ -130,10 +130,13 @@ def _statements(group: dict, full: bool, corrected_words: int) -> str:
 def _errata_rate(group: dict, full: bool) -> str:
     err = [(cid, len(v.errata)) for cid, v in group.items() if v.errata]
     slow = [cid for cid, v in group.items() if v.rate == "not-reached"]
+    wrong = [cid for cid, v in group.items() if v.rate == "false"]
     parts = []
     if err:
         parts.append("proof errata (the statements stand): " + (", ".join(f"{c} ({k})" for c, k in err) if full
                                                                       else _ids([c for c, _ in err], False)))
+    if wrong:
+        parts.append(f"stated rate false past its onset: {', '.join(wrong)}")
     if slow:
         parts.append(f"stated rate not reached in the tested range: {', '.join(slow)}")
     text = "; ".join(parts) + "."

@@ -182,7 +182,12 @@ def verdict_in_words(v) -> str:
         parts.append("no records in this run")
     rate = {"observed": "the ratio to the stated rate does not grow over the range run (rate observed)",
             "not-reached": "the ratio to the stated rate still grows at the largest sizes run (rate not reached: "
-                           "not a counterexample)"}.get(v.rate)
+                           "not a counterexample)",
+            "false": "past the size where the stated rate should set in, the measured exponent's interval excludes "
+                     "it (rate false as stated)"}.get(v.rate)
+    if v.rate == "not-reached" and v.rate_info is not None and v.rate_info.onset is not None:
+        rate = (f"the stated rate's onset ({v.rate_info.param}* ~ {v.rate_info.onset:.2g}) lies beyond the largest "
+                f"size run ({v.rate_info.largest:g}): rate not reached, not a counterexample")
     if rate:
         parts.append(rate)
     if v.proof == "errata":

@@ -74,10 +74,12 @@ def expand(claims: Sequence[Claim], profile: str, seed: int, backend: str) -> li
         mod = c.check_module()
         if mod is None:
             continue
-        # a claim whose trials are long (a real model's forward passes) sets schedule_first: its trials are
-        # submitted first, so the pool does not end on a tail of them with the other workers idle
-        dest = heavy if c.schedule_first else light
+        # a claim whose trials are long (a real model's forward passes) sets schedule_first, a check whose sweeps
+        # have long trials (the scale sweeps' units) names them in LONG_SWEEPS: those trials are submitted first, so
+        # the pool does not end on a tail of them with the other workers idle
+        long_sweeps = getattr(mod, "LONG_SWEEPS", ())
         for params in profile_trials(mod, profile):
+            dest = heavy if c.schedule_first or params.get("sweep") in long_sweeps else light
             dest.append(Trial(c.id, dict(params), seed, backend, c.check))
     return heavy + light
 

@@ -46,7 +46,7 @@ class FigureSpec:
 # most cells: it holds, and so does zeros; never reported as "holds" (kvbounds.verdict.decide_vacuity)
 STATEMENT_VALUES = ("holds", "holds-fitted", "vacuous", "false", "not-refuted", "inconclusive", "not-run", "no-check")
 PROOF_VALUES = ("sound", "errata", "n/a")
-RATE_VALUES = ("observed", "not-reached", "n/a")
+RATE_VALUES = ("observed", "false", "not-reached", "n/a")
 # not-reproduced: no qualifying cell and the cells had the power to see the effect (evidence against, the effect
 # bounded); not-shown: no qualifying cell, but the cells were underpowered (too few instances or redraws, or the
 # smallest detectable effect above the reference) - inconclusive, not evidence against (issue 21)
@@ -104,6 +104,9 @@ class RateInfo:
     ci: tuple[float, float]
     sets_in: str = ""               # where the stated rate should set in, and how that was estimated
     label: str = ""                 # e.g. "O(1/t) rate"; default from the stated exponent
+    onset: float | None = None      # the derived size past which the rate is decided (kvbounds.verdict, issue 47)
+    largest: float | None = None    # the largest size run
+    units: int = 0                  # independent streams the exponent's interval is over (0: points, bootstrap)
 
 
 @dataclasses.dataclass

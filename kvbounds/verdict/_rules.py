@@ -14,6 +14,9 @@ A verdict has separate dimensions, each decided by one rule of this module, the 
   * ``rate``       (:func:`decide_rate`) ``not-reached`` when the fitted constant grows along the swept
     parameter (the measured exponent falls short of the stated one) while no decisive bound fails;
     :class:`RateInfo` carries the tested range, exponents with a 95% interval and where the rate should set in.
+    Where the onset is derived (:func:`decide_onset_rate`), the rate is decided
+    past it: ``observed``, ``false`` (the measured exponent excludes the stated one), ``not-reached`` only when
+    the onset lies beyond the largest size run, ``n/a`` when the interval is too wide to tell.
   * ``power``      (:func:`decide_power`) ``low`` when a negative control is not rejected (including a
     control that also meets a bound too loose to tell it apart), ``shown`` when every control is rejected;
     for error-bound claims also against the trivial estimators (zeros, the mean of the values, a uniform sample
@@ -45,6 +48,7 @@ from ._statistics import (GROWTH_TOL, Growth, canonical_order, data_seed, growth
 from ._fields import (CLAIM_KINDS, FAILS, HOLDS, HOLDS_FITTED, INCONCLUSIVE, LEGACY_STATUS, NO_CHECK, NOT_REFUTED,
                       NOT_RUN, POWER_VALUES, PROOF_VALUES, RATE_VALUES, REPRODUCTION_VALUES, STATEMENT_VALUES, VACUOUS,
                       Constant, Erratum, FigureSpec, Finding, RateInfo, Reproduction, Vacuity, Verdict)
+from ._rate import rate_words
 from ._power import Control, controls_from_records, controls_rejected, decide_power  # noqa: F401
 from ._vacuity import TINY_CONSTANT, VACUOUS_SHARE, decide_vacuity, log_bound, trivial_error  # noqa: F401
 from ._reproduction import (MIN_INSTANCES, MIN_REDRAWS, PARTIAL_SHARE, REPRODUCTION_KINDS, combine_reproductions,
@@ -128,43 +132,6 @@ def decide_rate(g: Growth | None, *, stated_exponent: float, sets_in: str = "",
                     (stated_exponent + g.lo, stated_exponent + g.hi), sets_in,
                     label or rate_label(g.param, stated_exponent) + " rate")
     return ("not-reached" if g.grows else "observed" if g.hi <= GROWTH_TOL else "n/a"), info
-
-
-def decide_regime_rate(records: Iterable[Record], param: str, *, onset: Callable[[Record], float],
-                       stated_exponent: float, value: Callable[[Record], float] = lambda r: r.ratio,
-                       label: str = "", sets_in: str = "",
-                       earlier: tuple[str, RateInfo | None] | None = None) -> tuple[str, RateInfo | None, list[Growth]]:
-    """The rate past its onset: per onset value (records with the same ``onset(r)``, e.g. one dimension d), the
-    growth of ``value`` along ``param`` over the records with ``param >= onset / 2``, where a walk's drift has had
-    half the steps it needs (:func:`kvbounds.theory.balancekv.merge_reduce_rate_onset`). A tail counts with >= 2
-    sizes and >= 3 points (two points give no interval, see :func:`loglog_slope`). ``not-reached`` when any tail
-    grows, ``observed`` when every tail is flat; without a tail ``n/a``, or, given ``earlier`` (the rate a smaller
-    sweep decided), the whole range of the group with the earliest onset decides (it reaches further), unless it
-    is undetermined there and ``earlier`` is not: then ``earlier`` stands. Returns (rate, RateInfo, the tails'
-    growths; [] when no tail)."""
-    groups: dict[float, list[Record]] = {}
-    for r in canonical_order(records):
-        if param in r.params:
-            groups.setdefault(float(onset(r)), []).append(r)
-    tails = []
-    for on, rs in sorted(groups.items()):
-        tail = [r for r in rs if float(r.params[param]) >= on / 2]
-        for g in growth(tail, param, value=value, group=lambda r, on=on: f"{param} >= {on / 2:.3g}"):
-            if g.n_points >= 3:
-                tails.append(g)
-    kw = dict(stated_exponent=stated_exponent, sets_in=sets_in, label=label)
-    if not tails and earlier is None:
-        return "n/a", None, []
-    if not tails:
-        whole = [g for on, rs in sorted(groups.items()) for g in growth(rs, param, value=value, group=lambda r: on)]
-        if not whole:
-            return earlier[0], earlier[1], []
-        wide = decide_rate(whole[0], **kw)
-        return (*(wide if wide[0] != "n/a" or earlier[0] == "n/a" else earlier), [])
-    decided = [decide_rate(g, **kw) for g in tails]
-    states = [d[0] for d in decided]
-    rate = "not-reached" if "not-reached" in states else "observed" if all(x == "observed" for x in states) else "n/a"
-    return rate, decided[0][1], tails
 
 
 def mark(records: Iterable[Record], pred: Callable[[Record], bool], **extra) -> list[Record]:
@@ -255,7 +222,9 @@ def headline(v: Verdict) -> str:
     else:
         parts.append({"holds": "bound holds", "not-refuted": "not refuted", "inconclusive": "inconclusive",
                       "not-run": "not run", "no-check": "no check"}.get(v.statement, v.statement))
-    if v.rate_info is not None and v.rate != "n/a":
+    if v.rate_info is not None and v.rate_info.onset is not None:
+        parts.append(rate_words(v.rate, v.rate_info))
+    elif v.rate_info is not None and v.rate != "n/a":
         ri = v.rate_info
         what = ri.label or "stated rate"
         parts.append(f"{what} not reached for {ri.param} <= {ri.tested_range[1]:g}" if v.rate == "not-reached"

@@ -55,6 +55,39 @@ def test_panel_mode_matches_gram_mode(rng, shape, repeats, c):
     np.testing.assert_allclose(a.walk.max_abs_inner, b.walk.max_abs_inner, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("panel,chunk", [(5, 7), (8, 8), (16, 1000)])
+def test_panel_mode_in_column_chunks_matches_gram_mode(rng, monkeypatch, panel, chunk):
+    """The panel's later columns formed ``PANEL_CHUNK`` at a time (a chunk smaller than, equal to and larger than
+    the panel; a last chunk shorter than the rest): the gram path's signs and certificate, repeats included."""
+    import kvbounds.algorithms.softmax_balance as sb
+    monkeypatch.setattr(sb, "PANEL", panel)
+    monkeypatch.setattr(sb, "PANEL_CHUNK", chunk)
+    K, V = rng.standard_normal((2, 93, 4)), rng.standard_normal((2, 93, 1))
+    kw = dict(delta=0.01, c=3.0, repeats=3, on_fail="continue")
+    a = softmax_balance(K, V, rng=np.random.default_rng(5), **kw)
+    b = softmax_balance(K, V, rng=np.random.default_rng(5), memory="panel", **kw)
+    np.testing.assert_array_equal(a.signs, b.signs)
+    np.testing.assert_allclose(a.walk.max_abs_inner, b.walk.max_abs_inner, rtol=1e-12, atol=1e-15)
+
+
+def test_given_uniforms_are_the_walks_coins(rng):
+    """``uniforms`` given: the walk drawn from rng with the same numbers; nested prefixes of one stream with the
+    prefixes of one set of coins (the scale sweeps' common random numbers); bad coins are refused by name."""
+    K, V = rng.standard_normal((120, 4)), rng.standard_normal((120, 1))
+    u = np.random.default_rng(4).random((3, 120))
+    kw = dict(delta=0.01, repeats=3, on_fail="continue", memory="panel")
+    a = softmax_balance(K, V, rng=np.random.default_rng(4), **kw)
+    b = softmax_balance(K, V, rng=None, uniforms=u, **kw)
+    np.testing.assert_array_equal(a.signs, b.signs)
+    c = softmax_balance(K[:70], V[:70], rng=None, uniforms=np.ascontiguousarray(u[:, :70]), **kw)
+    ref = softmax_balance(K[:70], V[:70], rng=None, uniforms=u[:, :70].copy(), memory="gram",
+                          **{k: v for k, v in kw.items() if k != "memory"})
+    np.testing.assert_array_equal(c.signs, ref.signs)
+    for bad in (u[:, :60], u.astype(np.float32), np.full((3, 120), 1.0), u.tolist()):
+        with pytest.raises(InputError, match="uniforms"):
+            softmax_balance(K, V, rng=None, uniforms=bad, **kw)
+
+
 def test_panel_mode_backend_agreement(backend, rng):
     K, V = rng.standard_normal((200, 4)), rng.standard_normal((200, 1))
     kw = dict(delta=0.01, repeats=8, on_fail="continue", memory="panel")

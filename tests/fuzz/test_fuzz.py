@@ -102,6 +102,11 @@ def test_fuzz_entry_long(entry: Entry) -> None:
 # Everything else that a module of PACKAGES exports (its __all__, else every public function and class it defines)
 # must be called by an entry.
 NOT_ENTRY_POINTS = {
+    # the scale sweep's lockstep MergeAndReduce (its walk step and its driver): MR.error's scale sweep calls them on its
+    # own drawn stream; tests/algorithms/test_merge_reduce_lockstep.py checks them against MergeAndReduce step for step
+    "masked_walk", "merge_and_reduce_lockstep",
+    # the rendered block's run line (reached through the README block's rendering)
+    "run_line",
     # data holders and exceptions
     "InputError", "WalkFailed", "DegenerateEstimate", "WalkResult", "KCenterResult", "SoftmaxBalanceResult",
     "SubGenState", "Chunk", "OpCounter", "PublicCoins", "IndexInstance", "SlotBatch", "GroupAttention", "Trace",

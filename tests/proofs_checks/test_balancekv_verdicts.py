@@ -52,15 +52,15 @@ def test_sbw_balance_regime_shows_power():
     assert 0.5 < x["n_cross"] / x["n_star_theory"] < 2
 
 
-def test_mr_error_gpu_sweep_runs_on_torch_cpu_at_small_size():
+def test_mr_error_scale_sweep_runs_on_torch_cpu_at_small_size():
     if why_unavailable("torch:cpu"):
         pytest.skip("torch missing")
-    p = dict(n=64, d=2, s=1, r=1.0, t=16, delta=0.01, sweep="t-large", c="paper")
+    p = dict(d=2, s=1, r=1.0, delta=0.01, c="paper", sweep="t-scale", runs=3, dirs=2, sizes=[16], unit=0)
     a = mr_error.run_trial(dict(p), 5, "numpy")
     b = mr_error.run_trial(dict(p), 5, "torch:cpu")
-    assert [r.check for r in a] == [r.check for r in b] == ["BalanceKV-NeurIPS paper c", "BalanceKV-preprint paper c"]
+    assert [r.check for r in a] == [r.check for r in b] == ["BalanceKV-NeurIPS paper c", "random-signs"]
     assert abs(a[0].measured - b[0].measured) <= 1e-9 * max(1.0, a[0].measured)
-    big = mr_error.run_trial(dict(p, t=mr_error.CPU_T_MAX * 2, n=8 * mr_error.CPU_T_MAX), 5, "numpy")
+    big = mr_error.run_trial(dict(p, sizes=[16, mr_error.CPU_T_MAX * 2]), 5, "numpy")
     assert [r.check for r in big] == ["deferred"] and "torch:cuda" in big[0].extra["deferred"]
 
 
