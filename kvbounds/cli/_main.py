@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import textwrap
 
@@ -238,8 +239,58 @@ def _cmd_report(args) -> int:
     return 0
 
 
+# an example per command, shown under its --help (argparse's epilog)
+EXAMPLES = {
+    "list": "kvbounds list --brief\nkvbounds list --out results      # with each claim's record count",
+    "show": "kvbounds show BKV.attention",
+    "check": "kvbounds check --profile smoke SBW.balance\nkvbounds check --out results     # every claim, quick profile",
+    "report": "kvbounds report --out results --markdown RESULTS.md",
+    "traces": "kvbounds traces extract --model smollm2 --tokens 2048\nkvbounds traces list",
+    "extract": "kvbounds traces extract --model minilm --tokens 512 --layers 0,3",
+    "e2e": "kvbounds e2e --methods balancekv streaming_llm uniform --budgets 0.25 --tasks passkey --instances 4",
+    "evaluate": "kvbounds evaluate kvpress:SnapKVPress --profile smoke\nkvbounds evaluate mymodule:MyPress --e2e",
+}
+OPTION_HELP = {"--out": "the output directory (the record store)", "--seed": "the base random seed",
+               "--quiet": "no progress lines", "--cache-dir": "cache root (default: $KVBOUNDS_CACHE or "
+               "~/.cache/kvbounds)", "claim": "a claim id (kvbounds list names them)",
+               "--model": "the model to read", "claims": "claim ids (default: all)",
+               "--profile": "the trials' sizes: smoke (seconds), quick (the main job), full"}
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Description and examples as written; each option's default appended where its help does not say it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default is not None and action.default is not False and action.default != argparse.SUPPRESS \
+                and action.option_strings and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def plain(doc: str) -> str:
+    """A docstring without reST markup (``code`` -> code), for --help."""
+    return re.sub(r"``([^`]*)``", r"\1", doc or "")
+
+
+def finish_help(parser: argparse.ArgumentParser, name: str = "kvbounds") -> None:
+    """Every subcommand with an example (:data:`EXAMPLES`) and every option with help (:data:`OPTION_HELP` where its
+    module gave none) and its default, recursively."""
+    parser.formatter_class = HelpFormatter
+    parser.description = plain(parser.description)
+    if name in EXAMPLES:
+        parser.epilog = "example:\n" + textwrap.indent(EXAMPLES[name], "  ")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                finish_help(sub, sub_name)
+        elif action.help is None:
+            key = action.option_strings[0] if action.option_strings else action.dest
+            action.help = OPTION_HELP.get(key, "")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvbounds", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="kvbounds", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--version", action="version", version=f"kvbounds {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     pl = sub.add_parser("list", help="list the registered claims with their statements")
@@ -254,17 +305,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="smoke | quick (the main job) | full | gpu (the scale sweeps of SB.discrepancy, MR.error and "
                          "BKV.memory; on a CPU backend their largest trials are deferred)")
     pc.add_argument("--backend", default="numpy", help="numpy | torch | torch:cpu | torch:cuda | cupy")
-    pc.add_argument("--seed", type=int, default=0)
-    pc.add_argument("--out", default="results")
+    pc.add_argument("--seed", type=int, default=0, help="the base random seed (each trial's seed derives from it)")
+    pc.add_argument("--out", default="results", help="the record store: DIR/results.jsonl is appended to")
     pc.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     pc.add_argument("--scheduler", default=None, metavar="ADDRESS|local:N",
                     help="run the trials on a dask.distributed cluster: a scheduler's address (tcp://host:8786; its "
                          "workers one thread each) or local:N (a local cluster of N worker processes); needs the dask "
                          "extra")
-    pc.add_argument("--quiet", action="store_true")
+    pc.add_argument("--quiet", action="store_true", help="no progress lines")
     pr = sub.add_parser("report", help="turn the records into report.html + figures + terminal summary")
     pr.add_argument("claims", nargs="*", metavar="CLAIM_ID", help="only these claims (default: all)")
-    pr.add_argument("--out", default="results")
+    pr.add_argument("--out", default="results", help="the record store to read; report.html and summary.json go there")
     pr.add_argument("--markdown", metavar="FILE", default=None,
                     help="also write a markdown summary (verdict matrix, findings, every claim's verdict) to FILE")
     traces_cli = _traces_cli()
@@ -274,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     e2e_cli.add_parser(sub)
     from . import _evaluate as evaluation_cli   # `kvbounds evaluate SPEC` (any press or compressor against the battery)
     evaluation_cli.add_parser(sub)
+    finish_help(p)
     return p
 
 

@@ -83,7 +83,8 @@ def y_label(spec: FigureSpec, shaped: bool = False, mixed: bool = False) -> str:
     head = spec.title.split(" vs ")[0].strip()
     named = "/" in head and len(head) <= 40          # the title names the ratio ("eps_hat / shape", "error / uniform's error")
     if spec.y == "ratio" and shaped:
-        return f"{head} (its max: the fitted C)" if named else "measured / O(.) shape (its max: the fitted C)"
+        return f"{head} (its largest value is the fitted C)" if named else \
+            "measured / O(.) shape (its largest value is the fitted C)"
     if spec.y == "ratio":
         return f"{head} (1 = at the bound)" if named else "measured / bound (1 = at the bound)"
     return head if 0 < len(head) <= 60 else "measured (units of its bound)"
@@ -324,9 +325,12 @@ def draw_figure(spec: FigureSpec, records: Sequence[Record], path: Path,
         shaped_checks = sorted({k for k in main.loc[main["shaped"], "check"] if k in consts})
         for k in shaped_checks:
             colour = palette.get(cite(k), "0.35") if spec.hue == "check" else "0.35"
-            label = f"fitted C = {consts[k]:.3g}" + (f" ({cite(k)})" if len(shaped_checks) > 1 else " (max ratio)")
-            ax.axhline(consts[k], ls="--", lw=1.2, color=colour)
-            extra.append(Line2D([], [], ls="--", color=colour, label=label))
+            # the fitted C is the largest measured ratio by construction: drawn as that (dotted, thin), never as a
+            # bound the points could be seen to "hold" under
+            label = (f"largest measured ratio = {consts[k]:.3g} (the fitted C; not a bound)"
+                     + (f" ({cite(k)})" if len(shaped_checks) > 1 else ""))
+            ax.axhline(consts[k], ls=(0, (1, 2)), lw=0.9, color=colour)
+            extra.append(Line2D([], [], ls=(0, (1, 2)), color=colour, label=label))
     cx = _counterexample_point(counterexample, spec, records)
     if cx is not None:
         ax.plot([cx[0]], [cx[1]], marker="X", ms=11, color="#b71c1c", mec="white", mew=1.2, ls="none", zorder=5)

@@ -304,14 +304,3 @@ def paper_answers(verdicts: dict) -> dict[str, dict]:
         papers = [p for p in registry.PAPERS if re.search(rf"\b{re.escape(p)}\b", name)]
         out[name] = {"answer": answer(name, group), "claims": list(group), "papers": papers}
     return out
-
-
-def markdown_lines(answers: dict[str, dict], link: str = "") -> list[str]:
-    """Markdown: one bold-named paragraph per paper group."""
-    lines = []
-    for name, a in answers.items():
-        text = a["answer"]
-        if text.startswith(name):
-            text = text[len(name):].lstrip()
-        lines += [f"**{name}** {text}", ""]
-    return lines

@@ -341,8 +341,14 @@ def render_html(verdicts: dict[str, Verdict], records: Sequence[Record], figures
     from ._paper_answers import paper_answers
     from ._glossary import TERMS, grouped
     from ._html import finish
+    from ._decisions import html_answers
+    from .markdown import as_summary
+    import markupsafe
+    read = html_answers(as_summary(verdicts, board, practitioner, meta))
+    read["papers"] = [(t, markupsafe.Markup(h)) for t, h in read["papers"]]
+    read["decision"] = [markupsafe.Markup(h) for h in read["decision"]]
     return finish(_env().get_template("report.html.j2").render(
-        glossary=grouped(), answers=paper_answers(verdicts), practitioner=practitioner,
+        glossary=grouped(), answers=paper_answers(verdicts), practitioner=practitioner, read=read,
         nothing=first_table(verdicts),
         cards=cards, dims=DIMENSIONS, totals=_matrix_totals(verdicts), glance=at_a_glance(verdicts),
         groups=groups, n_findings=sum(len(fs) for fs in groups.values()), meta=meta or run_metadata(records, verdicts, Path(".")),

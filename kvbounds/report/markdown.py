@@ -1,8 +1,9 @@
 """The report as markdown (``kvbounds report --markdown FILE``; ``make results-md`` writes docs/RESULTS.md): what was
 found first, from the same verdicts as the html report.
 
-    per paper         one paragraph per paper group (:mod:`kvbounds.report`)
-    should I use it?  the practitioner's table (:mod:`kvbounds.report`)
+    per paper         each paper's main theorems in plain sentences (:mod:`kvbounds.report._answers`)
+    should I use it?  the decision map per budget and task that ran (:mod:`kvbounds.report._decisions`), then the
+                      practitioner's table (each paper method against StreamingLLM and uniform sampling)
     at a glance       counts by statement (reproduction for empirical claims)
     verdict matrix    one row per registered claim: its dimensions, headline and one line of evidence
     findings          each finding once, with the claims it concerns (:func:`kvbounds.report._report.unique_findings`)
@@ -44,8 +45,14 @@ def anchor(cid: str) -> str:
 
 
 def _cell(text) -> str:
-    """One table cell: papers named, one line, pipes escaped."""
-    return " ".join(registry.cite(str(text)).split()).replace("|", "\\|")
+    """One table cell: papers named, one line, pipes escaped, and underscores and asterisks escaped (a formula's
+    subscript or product renders as written, not as emphasis)."""
+    return escape_math(" ".join(registry.cite(str(text)).split())).replace("|", "\\|")
+
+
+def escape_math(text: str) -> str:
+    """``text`` with ``_`` and ``*`` escaped, so that markdown renders a formula's characters as written."""
+    return text.replace("\\", "\\\\").replace("_", "\\_").replace("*", "\\*")
 
 
 def _value(v, depth: int = 0) -> list[str]:
@@ -144,30 +151,31 @@ def _leaderboard(rows: list[dict] | None) -> list[str]:
     return lines
 
 
-def answers_lines(verdicts: dict[str, Verdict], papers: dict | None, practitioner: dict | None,
-                  level: str = "##", glossary: str = "#glossary") -> list[str]:
-    """The per-paper answers, then the practitioner's table (``papers``: summary.json's "papers"; None: from the
-    verdicts); ``glossary``: where the words are defined."""
-    from ._paper_answers import markdown_lines as paper_lines, paper_answers
-    from ._practitioner import markdown_lines as table_lines
-    papers = papers if papers is not None else paper_answers(verdicts)
-    return ([f"{level} What each paper's claims come to", "",
-             f"The words (fitted constant, vacuous, variant, ablation, better / leaning better / tied / not attainable) are defined in the "
-             f"[glossary]({glossary}).", ""] + paper_lines(papers)
-            + [f"{level} Should I use it?", "",
-               "Each method of the papers inside SmolLM2-135M-Instruct at 25% and 50% of the cache, against exact "
-               "attention and the better of StreamingLLM and uniform sampling there (95% intervals over instances). "
-               "The call is the one rule's, on the practitioner's metric (a task's score; for decode, the relative "
-               "attention error of the generated tokens' queries): a paired test at the unit (an instance, a distinct "
-               "prompt or text window; a generation), Holm over the stated family; **better** / **leaning better** / "
-               "**tied** / **leaning worse** / **worse**, or **not attainable** with too few units.", ""]
-            + table_lines(practitioner))
+def as_summary(verdicts: dict[str, Verdict], board: list[dict] | None = None, practitioner: dict | None = None,
+               run: dict | None = None) -> dict:
+    """summary.json's form of the verdicts and extras, as the answers read it (:mod:`kvbounds.report._answers`)."""
+    import json
+    from ._summary import summary_json
+    return json.loads(summary_json(verdicts, {"leaderboard": board or [], "practitioner": practitioner or {},
+                                              "run": run or {}}))
+
+
+def answers_lines(summary: dict, level: str = "##", glossary: str = "#glossary", base: str = "") -> list[str]:
+    """The per-paper answers and the decision map (:mod:`kvbounds.report._answers`); ``glossary``: where the words
+    are defined; ``base``: the page the claims' anchors are on ("" for this page)."""
+    from ._decisions import markdown_lines
+    lines = markdown_lines(summary, level, base)
+    return lines[:2] + [f"The words (fitted constant, vacuous, tied, StreamingLLM, H2O, SnapKV, ...) are defined in the "
+                        f"[glossary]({glossary}).", ""] + lines[2:]
 
 
 def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], meta: dict,
                     board: list[dict] | None = None, practitioner: dict | None = None,
-                    papers: dict | None = None) -> str:
+                    papers: dict | None = None, summary: dict | None = None) -> str:
     check_verdicts(verdicts)
+    if board:                       # the answers read the rows: an InputError naming the bad row comes first
+        from ._rows import check_board_rows
+        check_board_rows(board)
     from ._report import DIMENSIONS, at_a_glance, dimensions, evidence, headline, unique_findings
     findings = unique_findings(verdicts)
     lines = ["# kvbounds results", "",
@@ -175,7 +183,17 @@ def render_markdown(verdicts: dict[str, Verdict], records: Sequence[Record], met
              f"(kvbounds {meta.get('version', '')}, profile {meta.get('profile', '')}"
              + (f", {meta['duration']}" if meta.get("duration") else "") + "). Papers: "
              + "; ".join(f"{p.short} ({p.url or p.where})" for p in registry.PAPERS.values()) + ".", ""]
-    lines += answers_lines(verdicts, papers, practitioner)
+    lines += answers_lines(summary if summary is not None else as_summary(verdicts, board, practitioner, meta))
+    if practitioner:
+        from ._practitioner import markdown_lines as table_lines
+        lines += ["## Each paper method against StreamingLLM and uniform sampling", "",
+                  "The practitioner's table: each method of the papers inside the model against exact attention and "
+                  "the better of StreamingLLM and uniform sampling (95% intervals over instances). The call is the one "
+                  "rule's, on the practitioner's metric (a task's score; for decode, the relative attention error of "
+                  "the generated tokens' queries): a paired test at the unit (an instance, a distinct prompt or text "
+                  "window; a generation), Holm over the stated family; **better** / **leaning better** / **tied** / "
+                  "**leaning worse** / **worse**, or **not attainable** with too few units.", ""]
+        lines += table_lines(practitioner)
     lines += ["## At a glance", ""]
     lines += [f"- {n} {label}" for label, n, _ in at_a_glance(verdicts)] + [""]
     lines += ["## Verdict matrix", "", "Every word of the verdicts is defined in the [glossary](#glossary).", "",
@@ -233,9 +251,8 @@ def render_from_summary(summary: dict, link: str = "docs/RESULTS.md") -> tuple[s
     verdicts = verdicts_from_summary(summary)
     run = summary.get("run") or {}
     board = summary.get("leaderboard") or None
-    text = render_markdown(verdicts, [], run, board, summary.get("practitioner"), summary.get("papers"))
-    return text, found_block(verdicts, link, papers=summary.get("papers"), practitioner=summary.get("practitioner"),
-                             run_meta=run)
+    text = render_markdown(verdicts, [], run, board, summary.get("practitioner"), summary.get("papers"), summary)
+    return text, found_block(verdicts, link, summary=summary, run_meta=run)
 
 
 # ------------------------------------------------------------------------------------------ README block
@@ -257,10 +274,10 @@ def run_line(run: dict | None) -> list[str]:
 
 
 def found_block(verdicts: dict[str, Verdict], link: str = "docs/RESULTS.md", n: int = 100, *,
-                papers: dict | None = None, practitioner: dict | None = None, run_meta: dict | None = None) -> str:
+                summary: dict | None = None, run_meta: dict | None = None) -> str:
     """The README's "What we found": the run it is rendered from (:func:`run_line`: the profile named), the
-    per-paper answers and the practitioner's table (:func:`answers_lines`), the counts (those that partition the
-    claims, then those that overlap), then every claim that was run, the false and not-reproduced ones first (claim,
+    per-paper answers and the decision map (:func:`answers_lines`), the counts (those that partition the claims,
+    then those that overlap), then every claim that was run, the false and not-reproduced ones first (claim,
     verdict, one line of evidence, link to its section of ``link``)."""
     check_verdicts(verdicts)
     from ._report import evidence, glance_split, headline, tone
@@ -271,7 +288,8 @@ def found_block(verdicts: dict[str, Verdict], link: str = "docs/RESULTS.md", n: 
               + "; ".join(f"{k} {label}" for label, k, _ in parts) + ".")
     if overlap:
         counts += " Across them (a claim can count in several): " + "; ".join(f"{k} {label}" for label, k, _ in overlap) + "."
-    lines = [FOUND_BEGIN, ""] + run_line(run_meta) + answers_lines(verdicts, papers, practitioner, "###", f"{link}#glossary") + [
+    summary = summary if summary is not None else as_summary(verdicts)
+    lines = [FOUND_BEGIN, ""] + run_line(run_meta) + answers_lines(summary, "###", f"{link}#glossary", link) + [
              "### Every claim", "", counts, "", "| claim | verdict | evidence |", "|---|---|---|"]
     for cid, v in run:
         lines.append(f"| [{cid}]({link}#{anchor(cid)}) | {_cell(headline(v))} | {_cell(evidence(v, n))} |")

@@ -119,7 +119,7 @@ def _summary_call(values, value):
     text, block = rm.render_from_summary(summary)
     answers = pa.paper_answers(verdicts)
     words = [rw.what_the_records_show(verdicts, list(verdicts)), rp.render_terminal(verdicts),
-             "\n".join(pa.markdown_lines(answers)), rm.splice(f"a\n{rm.FOUND_BEGIN}\n{rm.FOUND_END}\n", block)]
+             "\n".join(a["answer"] for a in answers.values()), rm.splice(f"a\n{rm.FOUND_BEGIN}\n{rm.FOUND_END}\n", block)]
     for cid, v in verdicts.items():
         head = rp.headline(v)
         words += [rw.verdict_in_words(v), rp.evidence(v), rp.one_line(v.summary), chips.define(head),
@@ -129,7 +129,7 @@ def _summary_call(values, value):
                   rm.power_row(v.power_table[0]) if v.power_table else "", rp.source_path(cid)]
     words += [str(rg.at_a_glance(verdicts)), str(rg.glance_split(verdicts)), str(rpow.first_table(verdicts)),
               str(rpow.power_glance(verdicts)), str(rs.group_by_kind(rs.unique_findings(verdicts))),
-              rm.anchor(str(path[0])), "\n".join(rm.answers_lines(verdicts, answers, summary.get("practitioner")))]
+              rm.anchor(str(path[0])), "\n".join(rm.answers_lines(summary))]
     back = rs.summary_json(verdicts, {k: summary[k] for k in rs.SUMMARY_KEYS if k in summary and k != "findings"})
     sr.verdicts_from_summary(json.loads(back))          # what the report writes reads back
     return text, block, words, sr.compact(summary)
