@@ -26,6 +26,8 @@ from .self_balancing_walk import walk_constant
 from .softmax_balance import _row_major as row_major
 from .validation import InputError, check_array, check_positive, check_probability
 
+__all__ = ["masked_walk", "merge_and_reduce_lockstep"]
+
 PANEL, CHUNK = 64, 2048
 
 

@@ -41,8 +41,8 @@ from .bkv_attention import formula_t, spread_values
 from .common import deferred_record, make_record, on_gpu, pick, unit_directions
 from .scale_sweep import Timer, size_params, time_text
 
-__all__ = ["CLAIM", "SOURCE", "RULE_NAME", "SHARE_STEP", "CPU_N_MAX", "LARGE_N", "trials", "erased_share", "run_trial",
-           "summarize"]
+__all__ = ["CLAIM", "SOURCE", "RULE_NAME", "SHARE_STEP", "CPU_N_MAX", "trials", "erased_share", "run_trial",
+           "summarize", "SCALE_SIZES", "SCALE_PILOT_SD", "SCALE_UNITS", "LONG_SWEEPS", "scale_trials", "scale_trial"]
 
 CLAIM = "BKV.memory"
 SOURCE = "BalanceKV-NeurIPS Thm 3.1, Alg. 1 line 8, A.1"

@@ -27,7 +27,7 @@ from kvbounds.battery import TrivialPower, power_vs_controls, stream_unit
 
 from .common import make_record
 
-__all__ = ["CONTROL_CHECKS", "CAVEAT", "UNIT", "mean_values_error", "family", "trivial_power"]
+__all__ = ["CONTROL_CHECKS", "CAVEAT", "mean_values_error", "family", "trivial_power", "METRIC", "cell"]
 
 CONTROL_CHECKS = {"mean": "error mean_values", "streaming_llm": "error streaming_llm"}
 CAVEAT = ("the unit is a text (its layers one unit, each side the mean over its seeds); zeros = relative error 1 by "

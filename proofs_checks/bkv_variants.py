@@ -29,8 +29,8 @@ from kvbounds.verdict import (Finding, Reproduction, combine_reproductions, fina
 
 __all__ = ["ALPHA", "COIN_NOTE", "COIN_TOL", "RELEASED", "VARIANTS", "LABELS", "SHORT", "REGISTRY_VARIANT",
            "variant_name", "COIN_WORDS", "WORDS", "RECIPE", "INGREDIENTS", "walk_summary", "ABLATIONS",
-           "ABLATION_OVERRIDES", "select", "causal_split", "head_errors", "exact_last", "run_variants", "compare",
-           "per_kv_head", "significant_counts", "reproduction", "combine", "finish", "version_findings"]
+           "ABLATION_OVERRIDES", "select", "causal_split", "head_errors", "exact_last", "run_variants", "per_kv_head",
+           "reproduction", "combine", "finish", "version_findings", "text_of", "step_calls"]
 
 ALPHA = 0.05
 COIN_NOTE = "the walk is indistinguishable from random signs here; BalanceKV = stratified uniform sampling"

@@ -46,8 +46,9 @@ from .scale_sweep import ScaleRate, Timer, combine, decide_scale, onset_sizes, s
 from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, held_out_errors, missing_record, power_trials
 from kvbounds.streams import stream as power_stream
 
-__all__ = ["CLAIM", "SOURCE", "CPU_T_MAX", "LARGE_T", "trials", "stream", "checkpoints", "exact_numerator_log",
-           "statement_trial", "CHECK_WORDS", "summarize", "POWER_T", "power_trial"]
+__all__ = ["run_trial", "CLAIM", "SOURCE", "CPU_T_MAX", "trials", "stream", "checkpoints", "exact_numerator_log",
+           "statement_trial", "CHECK_WORDS", "summarize", "POWER_T", "power_trial", "SCALE_SIZES", "SCALE_PILOT_SD",
+           "SCALE_UNITS", "LONG_SWEEPS", "scale_trials", "worst_eps", "lockstep_eps", "scale_trial", "RATE_LABEL"]
 
 CLAIM = "MR.error"
 SOURCE = {"BalanceKV-NeurIPS": "BalanceKV-NeurIPS Thm 3.4", "BalanceKV-preprint": "BalanceKV-preprint Thm 3.3"}

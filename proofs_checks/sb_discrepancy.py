@@ -40,8 +40,9 @@ from .common import deferred_record, dispatch, make_record, on_gpu, pick, unit_d
 from .scale_sweep import Timer, combine, decide_scale, onset_sizes, scale_figures, scale_findings, size_params
 from .common import in_words, words_in_findings
 
-__all__ = ["CLAIM", "SOURCE", "READING", "WALKS", "CPU_N_MAX", "LARGE_N", "trials", "run_trial", "CHECK_WORDS",
-           "summarize"]
+__all__ = ["run_trial", "CLAIM", "SOURCE", "READING", "WALKS", "CPU_N_MAX", "trials", "CHECK_WORDS", "summarize", "RATE_LABEL",
+           "SCALE_SIZES", "SCALE_PILOT_SD", "SCALE_UNITS", "LONG_SWEEPS", "scale_trials", "scale_trial",
+           "statement_trial"]
 
 CLAIM = "SB.discrepancy"
 SOURCE = "BalanceKV-NeurIPS Thm 3.3, Alg. 2"

@@ -24,6 +24,9 @@ from kvbounds.core import Record
 from kvbounds.verdict import (FIT_FROM, Control, FigureSpec, Finding, RateInfo, decide_onset_rate, flat_from,
                               unit_fit)
 
+__all__ = ["ScaleRate", "Timer", "onset_sizes", "size_params", "decide_scale", "time_text", "combine",
+           "scale_findings", "scale_figures"]
+
 
 @dataclasses.dataclass
 class ScaleRate:

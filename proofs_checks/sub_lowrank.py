@@ -49,9 +49,9 @@ from kvbounds.traces.real import MODEL_INFO, available, default_text, kv_heads, 
 from . import sub_lowrank_e2e as E2E
 from .common import fallback_notes, make_record, pick
 
-__all__ = ["CLAIM", "SOURCE", "CHUNK", "N_QUERIES", "ENERGY_THRESHOLD", "CORR_MIN", "PAIRED_ALPHA", "MODEL_NAMES",
-           "PAPER_SETUP", "ENERGY_CLAIMS", "trials", "top_basis", "fd_basis", "project_chunks", "attention",
-           "projected_errors", "run_trial", "reproductions", "FIRES", "summarize"]
+__all__ = ["CLAIM", "SOURCE", "CHUNK", "N_QUERIES", "ENERGY_THRESHOLD", "CORR_MIN", "MODEL_NAMES", "PAPER_SETUP",
+           "ENERGY_CLAIMS", "trials", "top_basis", "fd_basis", "project_chunks", "attention", "projected_errors",
+           "run_trial", "reproductions", "FIRES", "summarize"]
 
 CLAIM = "SUB.lowrank"
 SOURCE = "Subspace-FD-draft Sec. 1 (hypothesis), Sec. 11 (falsifiers), Sec. 12"

@@ -25,6 +25,8 @@ import warnings
 
 from kvbounds.algorithms.validation import InputError
 
+__all__ = ["PREFIX", "MODULES", "text", "texts", "text_sha256", "long_enough", "layer_heads"]
+
 PREFIX = "corpus:"
 # pure-Python stdlib modules whose documentation is long and the same on every platform (Python 3.11)
 MODULES = ("typing", "doctest", "inspect", "ast", "uuid", "statistics", "difflib", "logging", "pdb", "argparse",

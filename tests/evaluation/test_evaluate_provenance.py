@@ -15,11 +15,11 @@ import pytest
 from kvbounds.methods import _registry as registry
 
 COMPRESSOR = '''
-from kvbounds.algorithms.equal_memory import streaming_llm
+from kvbounds.algorithms import token_selection as ts
 
 
 def compress(K, V, floats, rng, *, sink, window, block_size=64, Q=None):
-    return streaming_llm(K, V, floats, rng, sink=sink, window=window, block_size=block_size, Q=Q)
+    return ts.StreamingLLM(sink=sink).compress(K, V, budget=floats // (2 * K.shape[-1]))
 '''
 
 
