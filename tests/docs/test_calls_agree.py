@@ -90,7 +90,7 @@ def test_readme_headlines_state_the_summarys_calls(verdicts):
         metric = next((k for k, w in SHORT_METRIC.items() if f"{w}: " in row), "")
         for head, control, family in re.findall(rf"(?:^|; |: )({HEAD_RE}) ([^(;|]+?) \(([^:;()]+(?:\\\|[^:;()]+)?): ",
                                                  row):
-            family = family.replace("\\|", "|")
+            family = family.replace("\\|", "|").replace("\\_", "_").replace("\\*", "*")
             key = (cid, family, LABEL_OF.get(control, control), metric or "theorem")
             alt = (cid, family, LABEL_OF.get(control, control), "practitioner")
             want = calls.get(key, calls.get(alt))
@@ -170,7 +170,9 @@ def test_evaluate_card_states_its_json_calls(tmp_path):
     kvbounds.evaluate("uniform", profile="smoke", out=tmp_path, workers=1, progress=False)
     data = json.loads((tmp_path / "evaluation.json").read_text())
     card = (tmp_path / "evaluation.html").read_text()
-    chips = re.findall(r'<span class="chip \w+" title="[^"]*">([a-z ]+)</span> ([-\d.e+inf]+)', card)
+    # the card's calls table: the one rule's word, then its effect (an error ratio) and interval
+    chips = re.findall(r'<span class="chip \w+" title="[^"]*">([a-z ]+)</span> <span class="note">ratio ([-\d.e+inf]+) \[',
+                       card)
     got = sorted((call, float(effect)) for call, effect in chips)
     want = sorted((c["call"], float(f"{c['effect']:.3g}")) for c in data["calls"] if c["call"] != "not tested")
     assert got == want and data["calls"] and {c["metric"] for c in data["calls"]} == {"practitioner"}
