@@ -63,28 +63,13 @@ def run_board(resolved, *, profile: str, ratio: float, seed: int, out, progress:
     from kvbounds.e2e import leaderboard_rows
     from kvbounds.e2e import hf_missing
     from kvbounds.report import board_table
-    from kvbounds.run import execute_trial_or_error
     why = hf_missing()
     if why:
         return {"skipped": f"end to end not run: {why}"}
     trials = e2e_trials(resolved.name, profile, ratio, seed, tag)
-    store = ResultStore(out, writer="evaluate")
-    with store.lock():
-        done = store.done_keys()
-        todo = list({t.key: t for t in trials if t.key not in done}.values())
-        if progress:
-            sys.stderr.write(f"kvbounds evaluate --e2e: {len(todo)} trial(s) to run ({len(trials) - len(todo)} "
-                             f"already in {store.path})\n")
-        for i, t in enumerate(todo):
-            recs = execute_trial_or_error(t)
-            store.append(recs)
-            if progress:
-                sys.stderr.write(f"  [{i + 1}/{len(todo)}] {t.claim} {t.params['task']} #{t.params['index']}"
-                                 + (f" failed: {recs[0].error}" if recs and recs[0].is_error else "") + "\n")
-    keys = {t.key for t in trials}
-    contents = store.read()
-    errors = [e for e in contents.errors if e.key in keys]
-    records = [r for r in contents.records if r.key in keys]
+    records, errors = run_missing(
+        trials, out, progress, "trial(s)",
+        lambda t: f"{t.claim} {t.params['task']} #{t.params['index']}")
     board = board_table(leaderboard_rows(records))
     rows, places = [], []
     for tab in board["tables"]:
@@ -103,3 +88,26 @@ def run_board(resolved, *, profile: str, ratio: float, seed: int, out, progress:
             "rows": rows, "references": board["references"], "collapsed": board["collapsed"],
             "skipped_rows": sorted({r.extra.get("error", "") for r in mine}),
             "errors": [e.error for e in errors]}
+
+
+def run_missing(trials, out, progress: bool, what: str, label) -> tuple[list, list]:
+    """Run the ``trials`` the evaluate store ``out`` does not hold yet (one lock, each trial's records appended as it
+    ends, a line per trial when ``progress``: ``label(trial)`` names it, ``what`` the kind counted), then return this
+    run's (records, error records) read back from the store."""
+    from kvbounds.run import execute_trial_or_error
+    store = ResultStore(out, writer="evaluate")
+    with store.lock():
+        done = store.done_keys()
+        todo = list({t.key: t for t in trials if t.key not in done}.values())
+        if progress:
+            sys.stderr.write(f"kvbounds evaluate --e2e: {len(todo)} {what} to run ({len(trials) - len(todo)} "
+                             f"already in {store.path})\n")
+        for i, t in enumerate(todo):
+            recs = execute_trial_or_error(t)
+            store.append(recs)
+            if progress:
+                sys.stderr.write(f"  [{i + 1}/{len(todo)}] {label(t)}"
+                                 + (f" failed: {recs[0].error}" if recs and recs[0].is_error else "") + "\n")
+    keys = {t.key for t in trials}
+    contents = store.read()
+    return [r for r in contents.records if r.key in keys], [e for e in contents.errors if e.key in keys]

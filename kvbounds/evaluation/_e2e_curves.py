@@ -19,8 +19,6 @@ rule, :func:`kvbounds.e2e.curves` through ``kvbounds.e2e._comparisons.call``; in
 """
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 __all__ = ["SETUP", "curve_trials", "run_curves", "curves_summary", "call"]
@@ -142,30 +140,17 @@ def run_curves(resolved, *, profile: str, ratio: float, seed: int, out, progress
                model: str = "smollm2") -> dict:
     """Run (or resume) the curve trials in the evaluation's store; returns :func:`curves_summary` with ``setup`` and
     ``errors``, or {"skipped": why} when the model or its packages are missing here."""
-    from kvbounds.core import ResultStore
     from kvbounds.e2e import hf_missing
-    from kvbounds.run import execute_trial_or_error
+
+    from ._e2e import run_missing
     why = hf_missing(model)
     if why:
         return {"skipped": f"RULER-style curves not run: {why}"}
     trials = curve_trials(resolved.name, profile, ratio, seed, model, tag)
-    store = ResultStore(out, writer="evaluate")
-    with store.lock():
-        done = store.done_keys()
-        todo = list({t.key: t for t in trials if t.key not in done}.values())
-        if progress:
-            sys.stderr.write(f"kvbounds evaluate --e2e: {len(todo)} RULER-style curve trial(s) on "
-                             f"{_model_name(model)} to run ({len(trials) - len(todo)} already in {store.path})\n")
-        for i, t in enumerate(todo):
-            recs = execute_trial_or_error(t)
-            store.append(recs)
-            if progress:
-                sys.stderr.write(f"  [{i + 1}/{len(todo)}] {t.params['task']} n={t.params['n']} #{t.params['index']}"
-                                 + (f" depth {t.params['depth']:g}" if "depth" in t.params else "")
-                                 + (f" failed: {recs[0].error}" if recs and recs[0].is_error else "") + "\n")
-    keys = {t.key for t in trials}
-    contents = store.read()
-    records = [r for r in contents.records if r.key in keys]
+    records, errors = run_missing(
+        trials, out, progress, f"RULER-style curve trial(s) on {_model_name(model)}",
+        lambda t: f"{t.params['task']} n={t.params['n']} #{t.params['index']}"
+                  + (f" depth {t.params['depth']:g}" if "depth" in t.params else ""))
     s = SETUP[profile]
     setup = (f"{_model_name(model)}; RULER-style tasks ({', '.join(s['tasks'] or ('every kind',))}) at {s['n']} "
              f"tokens, "
@@ -174,4 +159,4 @@ def run_curves(resolved, *, profile: str, ratio: float, seed: int, out, progress
              + (f"; needle-depth sweep: lengths {', '.join(map(str, s['lengths']))} x depths "
                 f"{', '.join(f'{d:g}' for d in s['depths'])} at ratio {ratio:g}" if s["lengths"] else ""))
     return dict(curves_summary(records, resolved.name), setup=setup, model=_model_name(model),
-                errors=[e.error for e in contents.errors if e.key in keys])
+                errors=[e.error for e in errors])
