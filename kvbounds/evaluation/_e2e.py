@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from kvbounds.core import ResultStore
 
-__all__ = ["COMPARE", "TASKS", "e2e_trials", "run_e2e", "run_board", "run_missing"]
+__all__ = ["COMPARE", "TASKS", "e2e_trials", "run_e2e", "run_board"]
 
 # the papers' methods (BalanceKV, SubGen, k-center, subspace), the plain baselines and kvpress's presses
 COMPARE = ("balancekv", "subgen", "kcenter", "subspace", "uniform", "streaming_llm", "kvpress:streaming_llm",
