@@ -186,7 +186,7 @@ def _curves_block(cv: dict) -> str:
     calls = "".join(f"<li>{html.escape(c['task'])} at ratio {c['ratio']:g}: {c['call']} vs "
                     f"{html.escape(c['baseline'])} "
                     f"({_num(c['mean'])} [{_num(c['ci'][0])}, {_num(c['ci'][1])}] exact match, {c['n']} instances of {c['length']} tokens, "
-                    f"Bonferroni over {c['tests']})</li>" for c in cv.get("calls", []))
+                    f"Holm over {c['tests']})</li>" for c in cv.get("calls", []))
     timing = "".join(f"<tr><td>{html.escape(m)}</td><td>{t['compress_s']:.3g}</td><td>{t['score_s']:.3g}</td>"
                      f"<td>{t['records']}</td></tr>" for m, t in cv.get("timing", {}).items())
     pre = "; ".join(f"n = {t['n']}: {t['seconds']:.3g} CPU s per instance, prefill {100 * t['prefill_share']:.0f}%"

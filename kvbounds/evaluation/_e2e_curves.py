@@ -65,7 +65,7 @@ def curve_trials(method: str, profile: str, ratio: float, seed: int, model: str 
 
 def call(method_units: dict, other_units: dict, *, tests: int) -> dict:
     """The one call of the SPEC's method against a baseline on a task (exact match, instances as units): the e2e
-    curves' paired rule (``kvbounds.e2e._comparisons.call``, margin 0.2 of exact match, Bonferroni over ``tests``).
+    curves' paired rule (``kvbounds.e2e._comparisons.call``, margin 0.2 of exact match, Holm over ``tests``).
     Kept behind this one function so the package's one rule for "better" replaces it in one place."""
     from kvbounds.e2e import call as paired
     from kvbounds.e2e import curves

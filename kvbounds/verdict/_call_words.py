@@ -28,7 +28,11 @@ def numbers(c: dict, family: bool = True) -> str:
     if c["call"] == "not tested":
         return where + (c.get("reason") or "not tested")
     lo, hi = c["ci"]
-    return f"{where}{_effect(c, c['effect'])} [{_effect(c, lo)}, {_effect(c, hi)}], {c['wins']}/{c['n']} wins"
+    out = f"{where}{_effect(c, c['effect'])} [{_effect(c, lo)}, {_effect(c, hi)}], {c['wins']}/{c['n']} wins"
+    elo, ehi = c.get("equivalence_ci") or (lo, hi)
+    if c["call"] == "tied" and c.get("equivalent") and (elo, ehi) != (lo, hi):
+        out += f", equivalence judged on [{_effect(c, elo)}, {_effect(c, ehi)}]"    # bounded scores: widened
+    return out
 
 
 def head_words(c: dict) -> str:

@@ -88,9 +88,10 @@ class Comparison:
     baseline's name; ``reason``: why it is not tested (then the values may be empty). ``scale``,
     ``lower_is_better``, ``threshold``: this comparison's own, where a family mixes metrics (None: the family's,
     :func:`paired_calls`' arguments; :func:`rule_for` gives a metric's); ``bounded``: scores in [0, 1] (exact match,
-    accuracy), whose interval reaches at least the Clopper-Pearson upper ends of the shares of units where the
-    method scored lower and higher (the rank test's interval is too tight on 0/1 scores: with every unit equal it is
-    [0, 0], where n units only bound the share that could differ by 1 - (alpha/2)^(1/n))."""
+    accuracy), whose equivalence is judged on an interval that reaches at least the Clopper-Pearson upper ends of the
+    shares of units where the method scored lower and higher (the rank test's interval is too tight for that on 0/1
+    scores: with every unit equal it is [0, 0], where n units only bound the share that could differ by
+    1 - (alpha/2)^(1/n)); the call's own ``ci`` stays the rank test's."""
     family: str
     control: str
     method: Sequence[float]
@@ -132,7 +133,11 @@ class Call:
     baseline on the ratio scale, a difference method - baseline on the difference scale) and ``ci`` its 95%
     interval; ``p``: the Holm-adjusted two-sided p over ``tests`` comparisons, ``p_raw`` before the correction;
     ``smallest_p``: the smallest adjusted p n units could give; ``detectable``: the smallest effect (a ratio factor
-    >= 1 either way, or a difference) the test would call with 80% power at this n (NaN: none)."""
+    >= 1 either way, or a difference) the test would call with 80% power at this n (NaN: none); ``equivalence_ci``:
+    the interval ``equivalent`` is judged on (the whole of it within the threshold): ``ci`` itself, or for bounded
+    scores (:class:`Comparison`) ``ci`` widened to the Clopper-Pearson ends of the shares of units lower and
+    higher, so a call and the interval printed beside it always agree (a "worse" never sits beside an interval
+    reaching past 0)."""
     family: str
     control: str
     fraction: float
@@ -153,10 +158,12 @@ class Call:
     unit: str = "independent streams"
     metric: str = ""
     reason: str = ""
+    equivalence_ci: tuple = (math.nan, math.nan)
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["ci"] = list(self.ci)
+        d["equivalence_ci"] = list(self.equivalence_ci)
         return d
 
 
@@ -342,13 +349,16 @@ def paired_calls(comparisons: Sequence[Comparison], *, scale: str = "ratio", low
             call = "leaning " + direction
         else:
             call = "tied"
+        elo, ehi = lo, hi
         if c.bounded and scale_i == "difference":    # the shares of units lower / higher bound the difference
-            lo, hi = min(lo, -_cp_upper(int(np.sum(x < 0)), n, alpha)), max(hi, _cp_upper(int(np.sum(x > 0)), n, alpha))
-        equivalent = bool(-band <= lo and hi <= band)
+            elo = min(lo, -_cp_upper(int(np.sum(x < 0)), n, alpha))
+            ehi = max(hi, _cp_upper(int(np.sum(x > 0)), n, alpha))
+        equivalent = bool(-band <= elo and ehi <= band)
         if not low_i:                                  # back to the metric's orientation: method - baseline
-            est, lo, hi = -est, -hi, -lo
+            est, lo, hi, elo, ehi = -est, -hi, -lo, -ehi, -elo
         to_effect = (lambda v: float(math.exp(max(min(v, 700.0), -700.0)))) if scale_i == "ratio" else float
         out.append(Call(call=call, effect=to_effect(est), ci=(to_effect(lo), to_effect(hi)),
+                        equivalence_ci=(to_effect(elo), to_effect(ehi)),
                         wins=int(np.sum(x < 0)), losses=int(np.sum(x > 0)), n=n, p=float(adj[i]), p_raw=two[i],
                         tests=m, smallest_p=floor, detectable=_detectable(x, m, alpha, scale_i),
                         equivalent=equivalent, **base))

@@ -188,12 +188,27 @@ def test_bounded_scores_are_never_called_equivalent_on_too_few_units():
     same, one_miss = np.ones(20), np.r_[0.0, np.ones(19)]
     kw = dict(scale="difference", lower_is_better=False)
     eq = paired_calls([Comparison("f", "x", same, same, bounded=True, threshold=0.2)], **kw)[0]
-    assert eq.call == "tied" and eq.equivalent and eq.ci[1] == pytest.approx(1 - 0.025 ** (1 / 20))
+    assert eq.call == "tied" and eq.equivalent and eq.equivalence_ci[1] == pytest.approx(1 - 0.025 ** (1 / 20))
+    assert tuple(eq.ci) == (0.0, 0.0)                                    # the call's own interval: the rank test's
     assert not paired_calls([Comparison("f", "x", same, same, bounded=True, threshold=0.1)], **kw)[0].equivalent
     miss = paired_calls([Comparison("f", "x", one_miss, same, bounded=True, threshold=0.2)], **kw)[0]
-    assert miss.call == "tied" and not miss.equivalent and miss.ci[0] == pytest.approx(-stats.beta.ppf(0.975, 2, 19))
+    assert miss.call == "tied" and not miss.equivalent
+    assert miss.equivalence_ci[0] == pytest.approx(-stats.beta.ppf(0.975, 2, 19))
     unbounded = paired_calls([Comparison("f", "x", one_miss, same, threshold=0.2)], **kw)[0]
     assert unbounded.equivalent                                          # the rank interval alone: [0, 0]
     from kvbounds.verdict import rule_for
     assert rule_for("passkey: exact match") == ("difference", False, 0.2, True)
     assert rule_for("decode: relative attention error") == ("ratio", True, 1.05, False)
+
+
+def test_a_call_on_bounded_scores_prints_the_interval_it_was_made_on():
+    """0/1 scores, the method lower on 12 of 20 units and never higher: "worse", and the interval beside it (the
+    rank test's) lies below 0; the Clopper-Pearson widening, which only judges equivalence, does not reach the
+    printed interval (a "worse" beside an interval reaching past 0 was the defect)."""
+    from kvbounds.verdict import call_words
+    method, base = np.r_[np.zeros(12), np.ones(8)], np.ones(20)
+    c = paired_calls([Comparison("passkey", "StreamingLLM", method, base, bounded=True, threshold=0.2)],
+                     scale="difference", lower_is_better=False)[0]
+    assert c.call == "worse" and c.ci[1] < 0 and not c.equivalent
+    assert c.equivalence_ci[1] > 0 >= c.ci[1]                # the widened interval reaches the zero share's bound
+    assert "equivalence judged" not in call_words(c.as_dict())
