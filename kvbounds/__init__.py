@@ -69,6 +69,30 @@ def _install_finder() -> None:
 _install_finder()
 
 
+def _lazy_face(module: str, names: dict, more=lambda: ()):
+    """A room's face that loads its private modules on first use of a name (PEP 562): ``(__getattr__, __dir__)``
+    for the room ``module`` whose ``names`` map each public name to the module holding it (relative to the room,
+    "._model", or absolute); ``more()``: further names found at run time (the presses the method registry names),
+    all held by ``more.home``. A loaded name is kept in the room's globals. Here, in the package root, so that the
+    rooms whose faces must stay light (the pytest plugin's imports load no numpy) share one copy."""
+    import importlib
+
+    def __getattr__(name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        home = names.get(name) or (getattr(more, "home", None) if name in more() else None)
+        if home is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(home, module), name)
+        setattr(_sys.modules[module], name, value)
+        return value
+
+    def __dir__():
+        return sorted(set(vars(_sys.modules[module])) | set(names) | set(more()))
+
+    return __getattr__, __dir__
+
+
 def __getattr__(name):
     """``kvbounds.evaluate(SPEC, ...)``: :func:`kvbounds.evaluation.evaluate`, imported on first use (importing
     kvbounds stays light)."""

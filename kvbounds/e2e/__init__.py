@@ -8,7 +8,7 @@ are a contract (tests/package/test_structure.py).
 """
 # The room's modules load on first use of a name (PEP 562): the weighted cache needs torch and transformers (the hf
 # extra), and the command line reads the method names without loading the compressors.
-import importlib
+from kvbounds import _lazy_face
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # what static tools (mypy, jedi) read
@@ -78,14 +78,4 @@ _NAMES = {
 
 __all__ = sorted(_NAMES)
 
-
-def __getattr__(name):
-    if name not in _NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_NAMES[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_NAMES))
+__getattr__, __dir__ = _lazy_face(__name__, _NAMES)

@@ -7,10 +7,9 @@ kvbounds.methods, kvbounds.algorithms; the layers are a contract (tests/package/
 # The room's modules load on first use of a name (PEP 562): every press needs torch, transformers and (for
 # kvpress's) kvpress. The kvpress press classes of our methods are built from the method registry (one per press a
 # registered method names, kvbounds.presses._kvpress), so a new method's press is found here by its name.
-import importlib
 from typing import TYPE_CHECKING
 
-from kvbounds import methods as registry
+from kvbounds import _lazy_face, methods as registry
 
 if TYPE_CHECKING:   # what static tools (mypy, jedi) read
     from ._kvpress import PRESSES, KVBoundsPress, pipeline, press_class, weighted_answers
@@ -43,16 +42,5 @@ def _press_names() -> list[str]:
     return list(dict.fromkeys(m.press for m in registry.methods(source="kvbounds") if m.press))
 
 
-def __getattr__(name):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    module = _NAMES.get(name) or ("._kvpress" if name in _press_names() else None)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_NAMES) | set(_press_names()))
+_press_names.home = "._kvpress"
+__getattr__, __dir__ = _lazy_face(__name__, _NAMES, _press_names)

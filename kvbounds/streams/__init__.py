@@ -9,7 +9,7 @@ Its modules are private (a leading underscore); this __init__ names what the roo
 kvbounds.battery, kvbounds.core, kvbounds.traces, kvbounds.algorithms; the layers are a contract
 (tests/package/test_structure.py).
 """
-import importlib
+from kvbounds import _lazy_face
 from typing import TYPE_CHECKING
 
 from ._names import (BATTERY_FAMILIES, FAMILIES, FAMILY_WORDS, MAX_DIM, MAX_TOKENS, REAL,  # noqa: F401
@@ -31,14 +31,4 @@ _NAMES.update({name: "._power" for name in ("HELD_OUT", "POWER_CHECK", "PRACTITI
 
 __all__ = sorted(_NAMES)
 
-
-def __getattr__(name):
-    if name not in _NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_NAMES[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_NAMES))
+__getattr__, __dir__ = _lazy_face(__name__, _NAMES)

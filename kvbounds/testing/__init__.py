@@ -12,7 +12,7 @@ Its modules ``strategies`` and ``plugin`` are public (the plugin is an entry poi
 __init__. It may import kvbounds.evaluation, kvbounds.streams, kvbounds.battery and kvbounds.algorithms; the layers
 are a contract (tests/package/test_structure.py).
 """
-import importlib as _importlib
+from kvbounds import _lazy_face
 
 __all__ = ["KVStream", "make_stream", "real_available", "FAMILIES", "BATTERY_FAMILIES", "SCALES",
            "assert_attention_error", "assert_beats", "attention_error"]
@@ -21,14 +21,4 @@ _HOME = {"KVStream": "kvbounds.streams", "make_stream": "kvbounds.streams", "rea
          "assert_attention_error": f"{__name__}._assertions", "assert_beats": f"{__name__}._assertions",
          "attention_error": f"{__name__}._assertions"}
 
-
-def __getattr__(name):
-    if name in _HOME:
-        value = getattr(_importlib.import_module(_HOME[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy_face(__name__, _HOME)
