@@ -1,6 +1,7 @@
 """The runner: resume, error records, the output-directory lock, write errors, progress, verdicts; and,
 in subprocesses, what happens to the pool when the main process is killed, interrupted or had torch."""
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import errno
 import os
@@ -283,7 +284,8 @@ def test_cli_records_identical_for_one_and_two_workers(tmp_path):
 
 # ------------------------------------------------------- the pool and its parent (subprocesses)
 DRIVER = '''
-import sys
+import faulthandler, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)     # a hang's stacks, on request (see _communicate)
 from kvbounds.claims import CLAIMS, Claim
 for arg in sys.argv:
     if arg.startswith("FAKE."):
@@ -355,6 +357,21 @@ def _wait_gone(pids, timeout=HANG / 2):
     return [p for p in pids if not _gone(p)]
 
 
+def _communicate(proc):
+    """proc.communicate(timeout=HANG); on a hang, the failure shows where every thread of the main process waits
+    (the driver's faulthandler dumps them on SIGUSR1), so a rare hang is diagnosable from one CI log."""
+    try:
+        return proc.communicate(timeout=HANG)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(2)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"the main process did not exit within {HANG:g} s; its threads:\n{err[-6000:]}")
+
+
 def _cleanup(proc, pids=()):
     for pid in pids:
         if not _gone(pid):
@@ -375,7 +392,7 @@ def test_workers_die_with_the_main_process(tmp_path, sig):
             os.killpg(proc.pid, sig)          # Ctrl-C on a terminal: the whole foreground process group
         else:
             os.kill(proc.pid, sig)
-        out, err = proc.communicate(timeout=HANG)
+        out, err = _communicate(proc)
         assert _wait_gone(pids) == [], "pool workers outlived the main process"
         if sig != signal.SIGKILL:
             assert proc.returncode == {signal.SIGTERM: 143, signal.SIGINT: 130}[sig]
