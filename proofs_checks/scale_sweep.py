@@ -24,8 +24,8 @@ from kvbounds.core import Record
 from kvbounds.verdict import (FIT_FROM, Control, FigureSpec, Finding, RateInfo, decide_onset_rate, flat_from,
                               unit_fit)
 
-__all__ = ["ScaleRate", "Timer", "onset_sizes", "size_params", "decide_scale", "time_text", "combine",
-           "scale_findings", "scale_figures"]
+__all__ = ["ScaleRate", "Timer", "onset_sizes", "size_params", "decide_scale", "local_slopes", "needed_size", "cpu_at",
+           "time_text", "combine", "scale_findings", "scale_figures"]
 
 
 @dataclasses.dataclass
@@ -99,6 +99,22 @@ def decide_scale(records: Sequence[Record], param: str, *, main: str, control: s
         rate, info = decide_onset_rate(fit, stated_exponent=stated_exponent, onset=on, largest=largest, param=param,
                                        label=label, sets_in=sets_in, whole=whole)
         bend, bfit = flat_from(mains, param, value=value)
+        still = ""
+        if rate == "n/a" and bend is None:
+            # past the derived onset the curve still bends at its end, its local slope falling: the regime has not
+            # set in by the largest size; not reached, with the size a decision needs and what reaching it costs
+            # (a local slope that is not falling names no such size: undetermined stays)
+            local = local_slopes(mains, param, value=value)
+            needed = needed_size(local, largest)
+            cost = cpu_at(mains, param, needed) if needed is not None else None
+            if needed is not None:
+                rate, info = "not-reached", dataclasses.replace(info, needed=needed, needed_cpu_s=cost)
+            still = ("; its local slope per pair of sizes "
+                     + ", ".join(f"{s:+.2f} ({param} = {a:g}..{b:g})" for a, b, s in local[-3:])
+                     + (f" falls toward flat near {param} ~ {needed:.2g} ({needed / on:.2g} {param}*"
+                        + (f", ~{float(f'{cost:.2g}'):g} CPU s a unit at that size, from the measured time per size"
+                           if cost else "")
+                        + ")" if needed is not None else ": not falling, so no size can be named where it sets in"))
         ex = f"exponent {info.measured_exponent:.2f} [{info.ci[0]:.2f}, {info.ci[1]:.2f}] (stated {stated_exponent:g}"
         if model is not None and fit is not None:
             ex += f"; the mean-field model's {stated_exponent + model(*fit.x_range, mains[0]):+.2f} over the same range"
@@ -110,7 +126,7 @@ def decide_scale(records: Sequence[Record], param: str, *, main: str, control: s
         bend_text = (f"the measured curve is flat from {param} = {bend:g} on ({bfit.text()}), "
                      + ("at or before" if bend <= on else "after") + f" the derived onset {on:.2g} "
                      f"(top direction {tp:.2g})") if bend is not None else \
-            f"the measured curve does not turn flat within {param} <= {largest:g} (derived onset {on:.2g})"
+            f"the measured curve does not turn flat within {param} <= {largest:g} (derived onset {on:.2g}){still}"
         parts += [text, bend_text, time_text(mains, param)]
         rand = [r for r in recs if control is not None and r.check == control and float(r.params[param]) >= FIT_FROM * on]
         rfit = unit_fit(rand, param, value=value, group=f"{control}, {name}") if fit is not None else None
@@ -120,6 +136,46 @@ def decide_scale(records: Sequence[Record], param: str, *, main: str, control: s
                                     f"{stated_exponent + rfit.hi:.2f}] over {rfit.units} units"))
         out.append(ScaleRate(key, on, tp, rate, info, text, bend))
     return out, controls, parts
+
+
+def local_slopes(records: Sequence[Record], param: str, *, value: Callable[[Record], float]) -> list[tuple]:
+    """[(a, b, slope)]: the per-unit log-log slope over each pair of consecutive sizes a < b (mean over units)."""
+    xs = sorted({float(r.params[param]) for r in records})
+    out = []
+    for a, b in zip(xs, xs[1:]):
+        f = unit_fit([r for r in records if a <= float(r.params[param]) <= b], param, value=value)
+        if f is not None:
+            out.append((a, b, f.slope))
+    return out
+
+
+def needed_size(local: Sequence[tuple], largest: float) -> float | None:
+    """Where a curve still bending at ``largest`` turns flat, at the pace its local slope falls: the last two local
+    slopes give the fall per doubling of the size, and the size is ``largest`` doubled until the slope, so
+    continued, reaches 0. None when the slope is not falling (or fewer than two local slopes)."""
+    if len(local) < 2:
+        return None
+    (a0, b0, s0), (a1, b1, s1) = local[-2], local[-1]
+    fall = (s0 - s1) / max(math.log2(math.sqrt(a1 * b1) / math.sqrt(a0 * b0)), 1e-9)
+    if not fall > 0:
+        return None
+    return float(largest * 2 ** max(1, math.ceil(s1 / fall)))
+
+
+def cpu_at(records: Sequence[Record], param: str, size: float) -> float | None:
+    """A unit's CPU seconds at ``size``, extrapolated from the median time of the two largest sizes measured (their
+    growth per doubling, continued); None without two timed sizes."""
+    by: dict[float, list] = {}
+    for r in records:
+        if "cpu_s" in r.extra:
+            by.setdefault(float(r.params[param]), []).append(float(r.extra["cpu_s"]))
+    if len(by) < 2:
+        return None
+    (xp, tp), (xl, tl) = [(x, float(np.median(by[x]))) for x in sorted(by)[-2:]]
+    if not (tp > 0 and tl > 0):
+        return None
+    growth = (tl / tp) ** (1 / math.log2(xl / xp))
+    return float(tl * growth ** math.log2(size / xl))
 
 
 def time_text(records: Sequence[Record], param: str) -> str:
@@ -163,15 +219,20 @@ def combine(decisions: Sequence[ScaleRate]) -> tuple[str, RateInfo | None]:
 
 def scale_findings(claim: str, decisions: Sequence[ScaleRate], records: Sequence[Record], main: str,
                    what: str) -> list[Finding]:
-    """A finding per decided group: the rate observed or false past its onset, with the measured exponent."""
+    """A finding per decided group: the rate observed or false past its onset, with the measured exponent, or not
+    reached past it (the measured curve still bending at the largest size: the derived onset is too early)."""
     out = []
     for x in decisions:
-        if x.rate not in ("observed", "false"):
-            continue
         ri = x.info
+        past = ri is not None and ri.largest is not None and ri.largest >= x.onset
+        if x.rate not in ("observed", "false") and not (x.rate == "not-reached" and past):
+            continue
         first = min((r for r in records if r.check == main), key=lambda r: float(r.params[ri.param]))
-        title = (f"{what} {'holds' if x.rate == 'observed' else 'is false as stated'} past the onset "
-                 f"({ri.param} up to {ri.largest:g} = {ri.largest / x.onset:.2g} {ri.param}*)")
+        upto = f"{ri.param} up to {ri.largest:g} = {ri.largest / x.onset:.2g} {ri.param}*"
+        title = (f"{what} {'holds' if x.rate == 'observed' else 'is false as stated'} past the onset ({upto})"
+                 if x.rate != "not-reached" else
+                 f"{what} has not set in by {ri.param} = {ri.largest:g} = {ri.largest / x.onset:.2g} {ri.param}*, past "
+                 f"the derived onset: the measured curve still bends there")
         out.append(Finding(claim, title, f"{x.text}; {ri.sets_in}", dict(first.params), kind="rate"))
     return out
 

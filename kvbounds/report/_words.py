@@ -186,7 +186,12 @@ def verdict_in_words(v) -> str:
                            "not a counterexample)",
             "false": "past the size where the stated rate should set in, the measured exponent's interval excludes "
                      "it (rate false as stated)"}.get(v.rate)
-    if v.rate == "not-reached" and v.rate_info is not None and v.rate_info.onset is not None:
+    ri = v.rate_info
+    if v.rate == "not-reached" and ri is not None and ri.onset is not None and (ri.largest or 0) >= ri.onset:
+        rate = (f"past the stated rate's derived onset ({ri.param}* ~ {ri.onset:.2g}) the measured curve still bends "
+                f"at the largest size run ({ri.largest:g}): rate not reached, not a counterexample"
+                + (f"; deciding needs {ri.param} ~ {ri.needed:.2g}" if ri.needed else ""))
+    elif v.rate == "not-reached" and v.rate_info is not None and v.rate_info.onset is not None:
         rate = (f"the stated rate's onset ({v.rate_info.param}* ~ {v.rate_info.onset:.2g}) lies beyond the largest "
                 f"size run ({v.rate_info.largest:g}): rate not reached, not a counterexample")
     if rate:

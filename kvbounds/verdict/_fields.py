@@ -107,6 +107,11 @@ class RateInfo:
     onset: float | None = None      # the derived size past which the rate is decided (kvbounds.verdict, issue 47)
     largest: float | None = None    # the largest size run
     units: int = 0                  # independent streams the exponent's interval is over (0: points, bootstrap)
+    # not reached past the derived onset (the measured curve still bends at the largest size): the size a decision
+    # needs (where the curve's falling local slope reaches flat) and a unit's CPU seconds to reach it, extrapolated
+    # from the measured time per size
+    needed: float | None = None
+    needed_cpu_s: float | None = None
 
 
 @dataclasses.dataclass

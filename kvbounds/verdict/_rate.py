@@ -11,8 +11,12 @@ units comes from :func:`units_needed`, a power calculation on a pilot's spread o
   * ``observed``     past the onset the interval of the exponent lies within GROWTH_TOL of the stated one;
   * ``false``        past the onset the interval excludes the stated exponent by more than GROWTH_TOL: the rate is
                      false as stated, and the measured exponent is the one the data support;
-  * ``not-reached``  the onset lies beyond the largest size run (both numbers are said);
-  * ``n/a``          past the onset, but the interval straddles GROWTH_TOL: underpowered (its width is said).
+  * ``not-reached``  the onset lies beyond the largest size run (both numbers are said), or past it the interval
+                     straddles GROWTH_TOL while the measured curve still bends at the largest size run (its local
+                     slope not yet flat: the regime has not set in where the derivation puts it), with the size a
+                     decision needs and its cost (:func:`kvbounds.proofs_checks.scale_sweep.decide_scale`);
+  * ``n/a``          past the onset, the curve flat at its end, but the interval straddles GROWTH_TOL: underpowered
+                     (its width is said).
 Public through :mod:`kvbounds.verdict`.
 """
 from __future__ import annotations
@@ -150,14 +154,26 @@ def decide_onset_rate(fit: UnitFit | None, *, stated_exponent: float, onset: flo
     return ("false" if fit.grows else "observed" if fit.flat else "n/a"), info
 
 
+def needed_words(ri: RateInfo) -> str:
+    """"; deciding needs t ~ 1.5e+05, ~940 CPU s a unit at that size" (empty without an estimate)."""
+    if ri.needed is None:
+        return ""
+    cost = (f", ~{float(f'{ri.needed_cpu_s:.2g}'):g} CPU s a unit at that size" if ri.needed_cpu_s is not None
+            else "")
+    return f"; deciding needs {ri.param} ~ {ri.needed:.2g}{cost}"
+
+
 def rate_words(rate: str, ri: RateInfo) -> str:
     """The rate in the headline's words: observed / false as stated / not reached / undetermined, with the numbers."""
     p, what = ri.param, ri.label or "stated rate"
     on = f"{p}* ~ {ri.onset:.2g}" if ri.onset is not None else ""
-    if rate == "not-reached":
-        return f"{what} not reached: onset {on} beyond the largest {p} = {ri.largest:g}"
     measured = f"{p}^{ri.measured_exponent:.2f} [{ri.ci[0]:.2f}, {ri.ci[1]:.2f}]"
     span = f"{p} = {ri.tested_range[0]:g}..{ri.tested_range[1]:g}, {ri.units} units"
+    if rate == "not-reached" and ri.onset is not None and ri.largest is not None and ri.largest >= ri.onset:
+        return (f"{what} not reached: past the derived onset {on} the measured curve still bends at the largest "
+                f"{p} = {ri.largest:g} ({measured}, {span}){needed_words(ri)}")
+    if rate == "not-reached":
+        return f"{what} not reached: onset {on} beyond the largest {p} = {ri.largest:g}"
     if rate == "false":
         return f"{what} false as stated past {on}: measured {measured} ({span})"
     if rate == "observed":

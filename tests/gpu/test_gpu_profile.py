@@ -169,7 +169,10 @@ def test_scale_rate_decided_past_a_reached_onset(cid, monkeypatch):
     recs = _units(cid, SMALL[cid], 4)
     monkeypatch.setattr(mod, "_onset", lambda r: 100.0 if cid == "SB.discrepancy" else 40.0)
     v = mod.summarize(recs)
-    assert v.rate in ("observed", "false", "n/a") and v.rate_info.units == 4 and v.rate_info.onset in (100.0, 40.0)
+    assert v.rate in ("observed", "false", "n/a", "not-reached") and v.rate_info.units == 4
+    assert v.rate_info.onset in (100.0, 40.0) and v.rate_info.largest >= v.rate_info.onset
+    if v.rate == "not-reached":         # past the onset: only a curve still bending, with the size a decision needs
+        assert "does not turn flat" in v.summary and v.rate_info.needed > v.rate_info.largest
     assert "random-signs vs the rate test past 0.5" in v.power_detail
     assert "time per size" in v.summary and ("flat from" in v.summary or "does not turn flat" in v.summary)
 
