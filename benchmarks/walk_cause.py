@@ -31,6 +31,7 @@ import numpy as np
 from kvbounds.algorithms import walk_diagnostics as wd
 from kvbounds.algorithms.arrays import single_blas_thread
 from kvbounds.algorithms.self_balancing_walk import walk_constant
+from kvbounds.core import OutputRefused, check_output, write_output
 
 COLS = ("key_energy", "key_distance", "offdiag_share", "cosine_offdiag_share", "max_coherence", "theorem_equal_random",
         "theorem_mean_abs_p_dev", "theorem_disc_ratio", "released_equal_random", "released_disc_ratio",
@@ -133,7 +134,8 @@ def table_rows(name, res):
 @single_blas_thread()     # as the checks run (one BLAS thread: on a loaded machine, threads spin)
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, type=_output_path,
+                    help="write the results as JSON here (checked before any work: never a device, FIFO or store)")
     ap.add_argument("--skip", default="")
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--quick-decode", action="store_true", help="the tiny random model instead of SmolLM2")
@@ -208,8 +210,17 @@ def main():
               + " / ".join(f"{x:.3g}" for x in cen) + " |")
     print("CPU seconds:", {k: round(v, 1) for k, v in times.items()}, "total", round(time.process_time() - t0, 1))
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(dict(results=out, cpu_seconds=times, energy=ENERGY), f, default=_json, indent=1)
+        write_output(a.json, json.dumps(dict(results=out, cpu_seconds=times, energy=ENERGY), default=_json, indent=1))
+
+
+def _output_path(value: str) -> str:
+    """``--json``: refused by argparse before any work (exit 2, naming it) where it is a device, a FIFO, a socket, a
+    directory or a result store's file (:func:`kvbounds.core.check_output`); written atomically."""
+    try:
+        check_output(value)
+    except OutputRefused as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
 
 
 def _merge(summaries):

@@ -324,6 +324,11 @@ def test_a_benchmarks_out_is_checked_before_any_work(tmp_path):
         assert r.returncode == 2 and "argument --out" in r.stderr and words in r.stderr, r.stderr
         assert "wrote" not in r.stdout
     assert stat_is_fifo(tmp_path / "fifo.json")
+    # walk_cause's --json likewise (it wrote with a plain open() before)
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "walk_cause.py"), "--json", str(tmp_path / "fifo.json")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "argument --json" in r.stderr and "FIFO" in r.stderr, r.stderr
+    assert stat_is_fifo(tmp_path / "fifo.json")
 
 
 def stat_is_fifo(p) -> bool:
