@@ -256,12 +256,39 @@ def _theorem_sentences(summary: dict, theorems) -> list[str]:
             phrase = (_PLURAL.get(first, first) + " " + rest).replace("a fitted constant (the largest measured ratio)",
                                                                       "fitted constants (largest measured ratios)")
         out.append(f"{subject} {phrase}.")
+    past = [_past_onset(cid, *rate(summary, cid)) for _, cid in theorems]
+    past = [p for p in past if p]
+    if past:
+        out.append("Stated rates past their derived onsets: " + "; ".join(past) + ".")
     slow = [(cid, rate(summary, cid)[1]) for _, cid in theorems if rate(summary, cid)[0] == "not-reached"]
     slow = [f"{link(cid)} ({info.get('param', 'n')} <= {num(info['tested_range'][1])})" for cid, info in slow
-            if info.get("tested_range")]
+            if info.get("tested_range") and not _reached(info)]
     if slow:
         out.append("Rates not reached: " + ", ".join(slow) + ".")
     return out
+
+
+def _reached(info: dict) -> bool:
+    return info.get("onset") is not None and (info.get("largest") or 0) >= info["onset"]
+
+
+def _past_onset(cid: str, st: str, info: dict) -> str:
+    """A rate decided past its derived onset, in a few words: "SB.discrepancy holds to n = 110656 (2 n*)", "MR.error
+    not reached, still bending at t = 38336 (2 t*; deciding needs t ~ 1.5e+05)"; "" where the onset was not reached."""
+    if st not in ("observed", "false", "not-reached", "n/a") or not _reached(info):
+        return ""
+    p, big = info.get("param", "n"), info["largest"]
+    at = f"{p} = {num(big)} ({big / info['onset']:.2g} {p}*"
+    lo, hi = info.get("ci") or (None, None)
+    exp = f"exponent {info['measured_exponent']:.2f} [{lo:.2f}, {hi:.2f}], stated {info['stated_exponent']:g}"
+    if st == "observed":
+        return f"{link(cid)} holds to {at}; {exp})"
+    if st == "false":
+        return f"{link(cid)} is false as stated to {at}; {exp})"
+    if st == "n/a":
+        return f"{link(cid)} undetermined to {at}; {exp})"
+    needs = f"; deciding needs {p} ~ {info['needed']:.2g}" if info.get("needed") else ""
+    return f"{link(cid)} not reached, still bending at {at}{needs})"
 
 
 def _calls_of(summary: dict, cid: str, family: str) -> dict[str, dict]:
