@@ -63,8 +63,9 @@ def _cp(k: int, n: int) -> tuple[float, float]:
 
 
 def row(method, source, budget, mem, metric, value, ci=(None, None), n=0, note="", units=None):
+    value = None if value is None or math.isnan(float(value)) else float(value)     # a skipped cell: no value (null)
     return dict(method=method, source=source, budget=float(budget), memory_floats=int(mem), metric=metric,
-                value=float(value), ci_low=ci[0], ci_high=ci[1], n=int(n), note=note, family=family(method),
+                value=value, ci_low=ci[0], ci_high=ci[1], n=int(n), note=note, family=family(method),
                 budget_label=budget_label(float(budget)), rank=None, best=False, tied=False,
                 units={str(k): float(v) for k, v in (units or {}).items()})
 
@@ -136,7 +137,7 @@ def leaderboard_rows(records) -> list[dict]:
                          "pyramid does not fit the context")
     for (method, source, budget), why in sorted(skipped.items()):
         if not any(r["method"] == method and r["budget"] == budget for r in rows):
-            rows.append(row(method, source, budget, 0, "skipped", float("nan"), note=why))
+            rows.append(row(method, source, budget, 0, "skipped", None, note=why))
     return rows + check_rows(records)
 
 

@@ -60,10 +60,10 @@ def test_call_words():
     c4 = CMP.call(four, four, margin=0.2, bounded=True)
     assert c4["call"] == "not attainable" and not c4["equivalent"]          # 4 units: 2^-3 > 0.05
     c20 = CMP.call(worse, worse, margin=0.2, bounded=True)
-    assert c20["call"] == "tied" and c20["equivalent"] and c20["ci"][1] == pytest.approx(1 - 0.025 ** (1 / 20))
+    assert c20["call"] == "tied" and c20["equivalent"] and c20["equivalence_ci"][1] == pytest.approx(1 - 0.025 ** (1 / 20))
     one = {i: float(i >= 1) for i in range(20)}     # one miss: neither different nor within 10 points
     c = CMP.call(one, same, margin=0.1, bounded=True)
-    assert c["call"] == "tied" and not c["equivalent"] and c["ci"][0] < -0.1      # up to 25% could be missed
+    assert c["call"] == "tied" and not c["equivalent"] and c["equivalence_ci"][0] < -0.1     # up to 25% could be missed
     assert CMP.call(one, same, margin=0.3, bounded=True)["equivalent"]
 
 

@@ -215,3 +215,15 @@ def test_a_verdict_carries_each_cells_call_for_the_practitioners_table():
     row = next(r for r in t["rows"] if r["task"].startswith("passkey: answer"))
     assert row["baseline"] == "StreamingLLM" and row["comparison"] == calls[("streaming_llm", "passkey", 0.25)]
     assert row["call"] == "worse"
+
+
+def test_a_skipped_cell_has_no_value_and_its_summary_reads_back():
+    """A cell the method could not run (its memory above the budget) is a row with value null, never NaN: summary.json
+    has no literal for NaN, and summary_read refused the full run's 'nan' (leaderboard[548])."""
+    import json
+    from kvbounds.core import jsonable
+    from kvbounds.e2e._leaderboard import row
+    from kvbounds.report._rows import check_board_rows
+    skipped = row("subgen", "kvbounds", 0.75, 0, "skipped", None, note="not attainable: more entries than tokens")
+    assert skipped["value"] is None and row("x", "", 0.5, 1, "m", float("nan"))["value"] is None
+    check_board_rows(json.loads(json.dumps(jsonable([skipped]))))
