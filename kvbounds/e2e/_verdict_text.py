@@ -80,11 +80,15 @@ def evidence_against(records, method: str, tasks, budgets, calls) -> list[str]:
         if task == "ppl":
             continue
         ke, ne = retrieval_counts(records, "exact", task, None)
-        for b in budgets:
+        apart = []                  # (budget, k, n, the upper end of the method's 95% interval)
+        for b in sorted(budgets):
             km, nm = retrieval_counts(records, method, task, b)
             if ne and nm and clopper_pearson(ke, ne)[0] > clopper_pearson(km, nm)[1]:
-                out.append(f"retrieves the {task} answer in {km}/{nm} (95% CI up to {clopper_pearson(km, nm)[1]:.0%})"
-                           f" where exact attention retrieves {ke}/{ne}")
+                apart.append((b, km, nm, clopper_pearson(km, nm)[1]))
+        if apart:                   # one phrase per task, each memory named: "in 0/20, 6/20 at 10, 50% of the cache"
+            out.append(f"retrieves the {task} answer in {', '.join(f'{k}/{n}' for _, k, n, _ in apart)} at "
+                       f"{', '.join(f'{100 * b:.3g}' for b, *_ in apart)}% of the cache (95% CI up to "
+                       f"{max(h for *_, h in apart):.0%}) where exact attention retrieves {ke}/{ne}")
     worse = [c for c in calls if c[4] == "worse"]
     if calls and len(worse) > len(calls) / 2:
         lo, hi = min(-c[5] for c in worse), max(-c[5] for c in worse)
