@@ -170,7 +170,7 @@ def test_a_method_that_never_retrieves_where_exact_attention_does_is_evidence_ag
     v = C.reproduction_verdict("BKV.e2e", recs, {"pseudocode": "balancekv"}, ["uniform"], ("passkey",))
     rep = v.reproductions[0]
     assert rep.status == "not-reproduced" and rep.bound_note.startswith("evidence against: retrieves the passkey answer "
-                                                                         "in 0/80 (95% CI up to 5%) where exact")
+                                                                         "in 0/80 at 25% of the cache (95% CI up to 5%) where exact")
     assert "pseudocode walk at the theorem's c (= random halving): " in v.variant
     assert "exact attention retrieves the passkey answer in 16/16" in v.variant
     # a method that retrieves as often as exact attention: no such evidence
