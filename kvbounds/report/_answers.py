@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+from kvbounds.e2e.curve_grid import CURVE_BUDGETS
+
 # ------------------------------------------------------------------------------------------------------------------
 # accessors: the only places that know summary.json's field names
 # ------------------------------------------------------------------------------------------------------------------
@@ -256,10 +258,7 @@ def _theorem_sentences(summary: dict, theorems) -> list[str]:
             phrase = (_PLURAL.get(first, first) + " " + rest).replace("a fitted constant (the largest measured ratio)",
                                                                       "fitted constants (largest measured ratios)")
         out.append(f"{subject} {phrase}.")
-    past = [_past_onset(cid, *rate(summary, cid)) for _, cid in theorems]
-    past = [p for p in past if p]
-    if past:
-        out.append("Stated rates past their derived onsets: " + "; ".join(past) + ".")
+    out += [p for p in (_past_onset(cid, *rate(summary, cid)) for _, cid in theorems) if p]
     slow = [(cid, rate(summary, cid)[1]) for _, cid in theorems if rate(summary, cid)[0] == "not-reached"]
     slow = [f"{link(cid)} ({info.get('param', 'n')} <= {num(info['tested_range'][1])})" for cid, info in slow
             if info.get("tested_range") and not _reached(info)]
@@ -273,22 +272,23 @@ def _reached(info: dict) -> bool:
 
 
 def _past_onset(cid: str, st: str, info: dict) -> str:
-    """A rate decided past its derived onset, in a few words: "SB.discrepancy holds to n = 110656 (2 n*)", "MR.error
-    not reached, still bending at t = 38336 (2 t*; deciding needs t ~ 1.5e+05)"; "" where the onset was not reached."""
+    """A rate decided past its derived onset, one short sentence: "SB.discrepancy's stated rate holds past its derived
+    onset, to n = 110656 (2 n*).", "MR.error's is not reached: still bending at t = 38336 (2 t*); deciding needs t ~
+    1.5e+05."; "" where the onset was not reached (the exponents are in RESULTS.md)."""
     if st not in ("observed", "false", "not-reached", "n/a") or not _reached(info):
         return ""
     p, big = info.get("param", "n"), info["largest"]
-    at = f"{p} = {num(big)} ({big / info['onset']:.2g} {p}*"
-    lo, hi = info.get("ci") or (None, None)
-    exp = f"exponent {info['measured_exponent']:.2f} [{lo:.2f}, {hi:.2f}], stated {info['stated_exponent']:g}"
+    at = f"{p} = {num(big)} ({big / info['onset']:.2g} {p}*)"
+    head = f"{link(cid)}'s stated rate"
     if st == "observed":
-        return f"{link(cid)} holds to {at}; {exp})"
+        return f"{head} holds past its derived onset, to {at}."
     if st == "false":
-        return f"{link(cid)} is false as stated to {at}; {exp})"
+        return (f"{head} is false as stated past its derived onset, to {at}: measured exponent "
+                f"{info['measured_exponent']:.2f}, stated {info['stated_exponent']:g}.")
     if st == "n/a":
-        return f"{link(cid)} undetermined to {at}; {exp})"
+        return f"{head} is undetermined past its derived onset, to {at}."
     needs = f"; deciding needs {p} ~ {info['needed']:.2g}" if info.get("needed") else ""
-    return f"{link(cid)} not reached, still bending at {at}{needs})"
+    return f"{head} is not reached: still bending at {at}{needs}."
 
 
 def _calls_of(summary: dict, cid: str, family: str) -> dict[str, dict]:
@@ -353,6 +353,11 @@ def variant_words(variant: str) -> str:
     return method_words(named[0]) if named else variant
 
 
+# an end-to-end miss as kvbounds.e2e words it: "retrieves the passkey answer in 0/20, 6/20 at 10, 50% of the cache
+# (95% CI up to 39%) where exact attention retrieves 20/20"
+_MISS = re.compile(r"retrieves the (.+?) answer in ([\d/, ]+) at ([\d., ]+)% of the cache \(95% CI up to \d+%\) where "
+                   r"exact attention retrieves (\d+)/(\d+)")
+
 REPRO_WORDS = {"reproduced": "reproduced", "partial": "partly reproduced", "not-reproduced": "not reproduced",
                "not-shown": "not shown", "n/a": "not run"}
 
@@ -370,13 +375,33 @@ def _inside(summary: dict, spec, rows: list[dict]) -> str:
             models.append(m)
     text = f"Inside {' and '.join(models[:2]) or 'a model'} ({link(cid)}, {status})"
     notes: dict[str, list[str]] = {}
+    misses: dict[tuple, list] = {}       # (task, memories, exact) -> [(variant, the most it retrieves)]
     for r in reps:
         note = r.get("bound_note") or ""
-        if note.startswith("evidence against"):
+        if not note.startswith("evidence against"):
+            continue
+        miss = _MISS.search(note)
+        if miss:
+            task, counts, at, ke, ne = miss.groups()
+            best = max((tuple(map(int, c.split("/"))) for c in counts.split(", ")), key=lambda kn: kn[0] / kn[1])
+            misses.setdefault((task, at, f"{ke}/{ne}"), []).append((variant_words(r.get("variant") or ""), best))
+        else:
             notes.setdefault(re.sub(r" \([^()]*\)", "", note.split(": ", 1)[1]), []).append(
                 variant_words(r.get("variant") or ""))
+    for (task, at, exact), got in misses.items():    # one phrase per task: the most any variant retrieves
+        vs = [v for v, _ in got]
+        k, n = max((kn for _, kn in got), key=lambda kn: kn[0] / kn[1])
+        memories = at.split(", ")
+        grid = [f"{100 * b:.3g}" for b in CURVE_BUDGETS]
+        run = len(memories) > 1 and all(m in grid for m in memories) and \
+            grid[grid.index(memories[0]):grid.index(memories[-1]) + 1] == memories
+        where = f"{memories[0]}-{memories[-1]}%" if run else f"{', '.join(memories)}%"     # a range only without gaps
+        who = "both walks" if len(vs) == 2 and "BalanceKV" in vs[0] else " and ".join(vs)
+        notes[f"at {where} of the cache {who} retrieve{'s' if len(vs) == 1 else ''} the {task} answer in at most "
+              f"{k}/{n} where exact attention retrieves {exact}"] = []
     if notes:
         text += ", " + "; ".join(
+            note if not vs else
             f"both walks {re.sub(r'^retrieves', 'retrieve', note)}" if len(vs) == 2 and "BalanceKV" in vs[0]
             else f"{' and '.join(vs)}: {note}" for note, vs in notes.items())
     elif not methods:

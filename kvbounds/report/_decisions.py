@@ -34,9 +34,9 @@ def decisions(summary: dict) -> list[dict]:
     for r in rows:
         if row_method(r) in ("exact", "all methods") or row_value(r) is None:
             continue
-        cells.setdefault((row_budget(r), row_metric(r)), []).append(r)
+        cells.setdefault((row_budget(r), row_metric(r), _table(r)), []).append(r)
     out = []
-    for (budget, metric), rs in cells.items():
+    for (budget, metric, table), rs in cells.items():
         papers = [r for r in rs if row_is_papers(r)]
         best = next((r for r in rs if row_is_best(r)), None)
         if not papers or best is None:
@@ -50,12 +50,24 @@ def decisions(summary: dict) -> list[dict]:
             if (top < ev) if up else (top > ev):
                 lose = (f"yes, {'at most' if up else 'at best'} "
                         f"{_as_count(metric, top, row_n(best))} against {_as_count(metric, ev, row_n(ex))} uncompressed")
-        out.append({"budget": budget, "task": metric, "best": row_method(best),
+        out.append({"budget": budget, "task": metric, "table": table, "best": row_method(best),
                     "best_value": _as_count(metric, row_value(best), row_n(best)),
                     "papers": [(row_method(r), "best" if row_is_best(r) else "tied" if row_tied_with_best(r)
                                 else "worse") for r in papers], "all_lose": lose,
                     "rivals": [row_method(r) for r in rs if not row_is_papers(r) and row_tied_with_best(r)]})
     return out
+
+
+def _table(row: dict) -> str:
+    """The table a row ranks in, where a claim's check adds its own (BKV.decode and SG.decode each rank their own
+    generation's methods under the same metric): the claim id; "" for the end-to-end tables."""
+    source = row.get("source") or ""
+    return source if re.fullmatch(r"[A-Z]+\.[\w-]+", source) else ""
+
+
+def task_of(d: dict) -> str:
+    """A decision's task in words, with the claim whose run it is where a claim's check ranks its own table."""
+    return task_words(d["task"]) + (f" in {d['table']}'s run" if d.get("table") else "")
 
 
 CALL_WORDS = {"tied": "not told apart", "best": "best", "worse": "worse"}
@@ -85,7 +97,7 @@ def decision_sentences(summary: dict) -> list[str]:
     for budget, ds in by.items():
         uses: dict[str, list[str]] = {}
         for d in ds:
-            uses.setdefault(method_words(d["best"]), []).append(task_words(d["task"]))
+            uses.setdefault(method_words(d["best"]), []).append(task_of(d))
         use = "; ".join(f"{m} for {' and '.join(dict.fromkeys(ts))}" for m, ts in uses.items())
         paper_best = [(method_words(d["best"]), [method_words(r) for r in d["rivals"]]) for d in ds
                       if any(c == "best" for _, c in d["papers"])]
@@ -94,7 +106,7 @@ def decision_sentences(summary: dict) -> list[str]:
             rivals = sorted({r for _, rs in paper_best for r in rs})
             better = (f"{', '.join(dict.fromkeys(m for m, _ in paper_best))} (a paper's method) tops some task"
                       + (f" but is not told apart from {', '.join(rivals)}" if rivals else ""))
-        lose = [f"{task_words(d['task'])}: {d['all_lose'].split(', ', 1)[-1]}" for d in ds
+        lose = [f"{task_of(d)}: {d['all_lose'].split(', ', 1)[-1]}" for d in ds
                 if d["all_lose"] and "exact match" in d["task"]]
         text = f"At {budget}: use {use}; {better}"
         if lose:
@@ -117,7 +129,7 @@ def decision_lines(summary: dict) -> list[str]:
     lines += ["| memory | task (metric) | use | the papers' methods against it | all lose? |", "|---|---|---|---|---|"]
     for d in ds:
         papers = "; ".join(f"{method_words(m)}: {CALL_WORDS.get(c, c)}" for m, c in d["papers"])
-        lines.append(f"| {d['budget']} | {_escape(task_words(d['task']))} | {method_words(d['best'])} ({d['best_value']}) "
+        lines.append(f"| {d['budget']} | {_escape(task_of(d))} | {method_words(d['best'])} ({d['best_value']}) "
                      f"| {papers} | {d['all_lose'] or 'no'} |")
     return lines
 
@@ -157,7 +169,7 @@ def html_answers(summary: dict) -> dict:
         papers = [(PAPERS[name]["title"], to_html(" ".join(ss))) for name, ss in paper_answers(summary).items()]
     finally:
         _BASE["base"] = old
-    table = [dict(d, best_words=method_words(d["best"]), task_words=task_words(d["task"]),
+    table = [dict(d, best_words=method_words(d["best"]), task_words=task_of(d),
                   papers_words="; ".join(f"{method_words(m)}: {CALL_WORDS.get(c, c)}" for m, c in d["papers"]))
              for d in decisions(summary)]
     return {"papers": papers, "decision": [to_html(x) for x in decision_sentences(summary)], "table": table,

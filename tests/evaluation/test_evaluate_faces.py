@@ -157,7 +157,7 @@ def test_kv_streams_draws_odd_d_where_it_can_and_bounds_its_sizes():
     from kvbounds.testing.strategies import kv_streams
     seen = set()
 
-    @settings(max_examples=40, deadline=None, database=None)
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True)     # a fixed draw: no flake
     @given(kv_streams(min_d=5, max_d=5, max_n=16))
     def draw(stream):
         seen.add((stream.family, stream.d))
