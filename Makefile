@@ -29,12 +29,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e '.[dev,report,models,hf,kvpress,kt,dask]' torch==2.13.0
 	touch $(STAMP)
 
-# `make report`: the quick profile (the smoke run, <= 8 min on 2 cores); `make report PROFILE=full`: the full profile
-# (every check at its full size plus the scale sweeps past the rates' onsets and the end-to-end curves, <= 2 h on 2
-# cores), whose records the committed documents are rendered from. Interrupted: rerun the same command to resume;
-# OUT=DIR resumes a store made elsewhere. Its cost per part (README "The full profile"; CPU s measured loaded, wall
-# on 2 idle cores = CPU s / 2): the scale sweeps ~2860 CPU s (~24 min), every other check ~3820 CPU s (~32 min),
-# the two decode checks ~525 CPU s (~4.5 min): ~60 min but the end-to-end curves (their own <= 55 min).
+# `make report`: the quick profile (the smoke run: 4 min 16 s on 2 idle cores, measured); `make report PROFILE=full`: the
+# full profile (every check at its full size plus the scale sweeps past the rates' onsets and the end-to-end curves),
+# whose records the committed documents are rendered from. Interrupted: rerun the same command to resume; OUT=DIR
+# resumes a store made elsewhere. Its cost, measured by the run behind the committed documents (docs/reference.md "The
+# full profile"): 55 min wall on 2 idle cores for every check but the end-to-end curves (6,629 CPU s), and 2 h 10 min
+# for the curves (14,166 CPU s, on shared cores): about 3 hours in all, over the 2-hour target.
 report: $(STAMP)
 	$(BIN)/kvbounds check --profile $(PROFILE) --out $(OUT) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 	$(BIN)/kvbounds report --out $(OUT)
