@@ -65,6 +65,26 @@ def _table(row: dict) -> str:
     return source if re.fullmatch(r"[A-Z]+\.[\w-]+", source) else ""
 
 
+def _join_tasks(tasks: list[str]) -> str:
+    """Tasks in words, one task's measures together: "passkey (question inside, log-likelihood)" and "passkey (question
+    inside, exact match)" -> "passkey (question inside: log-likelihood, exact match)"."""
+    groups: dict[tuple, list[tuple]] = {}
+    for t in dict.fromkeys(tasks):
+        m = re.fullmatch(r"(.+?) \((?:(.+), )?([^,()]+)\)( in .+'s run)?", t)
+        key, measure = ((f"{m.group(1)}{m.group(4) or ''}", m.group(2) or ""), m.group(3)) if m else ((t, None), None)
+        groups.setdefault(key, []).append((measure, t))
+    out = []
+    for (task, setting), got in groups.items():
+        if len(got) == 1:                               # one measure: the task's words as they are
+            out.append(got[0][1])
+            continue
+        measures = [x for x, _ in got]
+        name, _, run = task.partition(" in ")
+        inner = f"{setting}: {', '.join(measures)}" if setting else ", ".join(measures)
+        out.append(f"{name} ({inner})" + (f" in {run}" if run else ""))
+    return " and ".join(out)
+
+
 def task_of(d: dict) -> str:
     """A decision's task in words, with the claim whose run it is where a claim's check ranks its own table."""
     return task_words(d["task"]) + (f" in {d['table']}'s run" if d.get("table") else "")
@@ -98,7 +118,7 @@ def decision_sentences(summary: dict) -> list[str]:
         uses: dict[str, list[str]] = {}
         for d in ds:
             uses.setdefault(method_words(d["best"]), []).append(task_of(d))
-        use = "; ".join(f"{m} for {' and '.join(dict.fromkeys(ts))}" for m, ts in uses.items())
+        use = "; ".join(f"{m} for {_join_tasks(ts)}" for m, ts in uses.items())
         paper_best = [(method_words(d["best"]), [method_words(r) for r in d["rivals"]]) for d in ds
                       if any(c == "best" for _, c in d["papers"])]
         better = "no method of the papers is best on any task"
@@ -172,5 +192,6 @@ def html_answers(summary: dict) -> dict:
     table = [dict(d, best_words=method_words(d["best"]), task_words=task_of(d),
                   papers_words="; ".join(f"{method_words(m)}: {CALL_WORDS.get(c, c)}" for m, c in d["papers"]))
              for d in decisions(summary)]
-    return {"papers": papers, "decision": [to_html(x) for x in decision_sentences(summary)], "table": table,
+    bold_head = lambda h: re.sub(r"^(At [^:]+:)", r"<b>\1</b>", h)     # the memory in bold, the sentence plain
+    return {"papers": papers, "decision": [bold_head(to_html(x)) for x in decision_sentences(summary)], "table": table,
             "lead": decision_lines(summary)[0]}

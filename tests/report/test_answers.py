@@ -145,3 +145,14 @@ def test_the_committed_decision_map_names_what_ran():
 def test_a_paper_without_records_says_so():
     text = A.paper_answers({"run": {"profile": "quick"}})
     assert all(v == ["None of its claims has records in this run; `make report` checks them all."] for v in text.values())
+
+
+def test_a_decision_names_one_tasks_measures_together():
+    """"passkey (question inside, log-likelihood)" and "passkey (question inside, exact match)" topped by one method
+    read as one task; a task with one measure, and a claim's own run, keep their words."""
+    tasks = ["passkey (question inside, log-likelihood)", "passkey (question inside, exact match)",
+             "perplexity (NLL increase)", "perplexity (perplexity)",
+             "decode (relative attention error, SmolLM2 generating) in BKV.decode's run"]
+    assert D._join_tasks(tasks) == ("passkey (question inside: log-likelihood, exact match) and perplexity (NLL "
+                                    "increase, perplexity) and decode (relative attention error, SmolLM2 generating)"
+                                    " in BKV.decode's run")
