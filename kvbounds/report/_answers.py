@@ -141,8 +141,10 @@ def run_profile(summary: dict) -> str:
 
 
 def e2e_model(summary: dict) -> str:
+    """The models the end-to-end claims ran inside, in words: "SmolLM2-135M-Instruct and Qwen2.5-Coder-0.5B-Instruct"."""
     setups = [r.get("setup") or "" for r in reproductions(summary, "BKV.e2e") + reproductions(summary, "SG.e2e")]
-    return next((s.split(" (")[0].split(",")[0] for s in setups if s), "")
+    models = list(dict.fromkeys(s.split(" (")[0].split(",")[0] for s in setups if s))
+    return " and ".join(models)
 
 
 # ------------------------------------------------------------------------------------------------------------------
