@@ -26,7 +26,7 @@ import os
 import sys
 import time
 import traceback
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from kvbounds.core import Progress, append_run, duration as _duration  # noqa: F401 (re-exported)
 from kvbounds.core import Record, ResultStore, canonical, trial_key
@@ -202,6 +202,24 @@ def _sweep(todo, store, executor, workers, progress, on_record, run=None, timing
                 timings.update(line)
 
 
+WAKE_S = 0.5     # the main thread wakes this often while it waits for trials
+
+
+def _as_completed(futures: dict) -> Iterator[cf.Future]:
+    """The futures as they finish (those that finish together in their trials' key order), waiting at most
+    :data:`WAKE_S` at a time: a Ctrl-C or SIGTERM the kernel hands to another thread of this process (the pool's
+    manager or queue feeder) is run by Python in the main thread only when it wakes, and ``cf.as_completed``'s
+    untimed wait could then sleep until a trial ends (the CI hang of test_workers_die_with_the_main_process[int],
+    whose stacks showed the main thread in as_completed after the SIGINT)."""
+    pending = set(futures)
+    while pending:
+        done, pending = cf.wait(pending, timeout=WAKE_S, return_when=cf.FIRST_COMPLETED)
+        batch = sorted(done, key=lambda f: futures[f].key)
+        del done
+        while batch:                # hold no reference to a future handed out (a cluster frees its result then)
+            yield batch.pop(0)
+
+
 def _run_all(todo, store, ex, own, progress, on_record, prog) -> list[Record]:
     """Submit every trial, store each one's records as it finishes; on any exit but a normal one
     (Ctrl-C, SIGTERM, a write error) cancel the rest and end our own pool's workers."""
@@ -209,7 +227,7 @@ def _run_all(todo, store, ex, own, progress, on_record, prog) -> list[Record]:
     futures: dict[cf.Future, Trial] = {}
     try:
         futures = {ex.submit(execute_trial_or_error, t): t for t in todo}
-        for fut in cf.as_completed(futures):
+        for fut in _as_completed(futures):
             trial = futures.pop(fut)
             try:
                 recs = fut.result()

@@ -489,3 +489,31 @@ def test_a_run_appends_its_wall_and_cpu_time_to_runs_jsonl(tmp_path, fake):
     assert len(per_trial) == 3 and trial_seconds(twice) == pytest.approx(sum(per_trial.values()))
     meta = run_metadata(recs, {}, out)
     assert meta["wall_s"] == pytest.approx(run["wall_s"], abs=0.1) and "1 `kvbounds check` run(s)" in meta["duration"]
+
+
+_TGKILL = {"x86_64": 234, "aarch64": 131}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine not in _TGKILL,
+                    reason="tgkill(2) by its Linux syscall number")
+def test_a_ctrl_c_the_kernel_hands_to_another_thread_still_ends_the_run(tmp_path):
+    """A process-directed SIGINT may be delivered to any thread that does not block it; delivered to the pool's
+    manager or queue-feeder thread, Python runs the handler only when the main thread wakes, and the untimed
+    cf.as_completed slept on (the CI hang: main thread in as_completed, 300 s after the Ctrl-C). Here the SIGINT goes
+    to a thread other than the main one on purpose: the run still ends within seconds, exit 130, workers gone."""
+    import ctypes
+    import platform
+    proc = _start(tmp_path, "slow", SLOW, "--workers", "2")
+    pids = []
+    try:
+        pids = _pids(tmp_path, 2, proc)
+        tids = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
+        assert tids, "the main process has no other thread"
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.syscall(_TGKILL[platform.machine()], proc.pid, tids[0], signal.SIGINT) == 0
+        t0 = time.monotonic()
+        out, err = _communicate(proc)
+        assert time.monotonic() - t0 < 60 and proc.returncode == 130, err
+        assert _wait_gone(pids) == [], "pool workers outlived the main process"
+    finally:
+        _cleanup(proc, pids)
