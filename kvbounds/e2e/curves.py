@@ -230,6 +230,7 @@ def decision_words(d: dict) -> str:
             parts.append(f"at {100 * b:.3g}%: {c['call']} ({why})")
             continue
         lo, hi = c["ci"]
-        parts.append(f"at {100 * b:.3g}%: {c['call']} vs {c['baseline']} ({c['mean']:+.3g} [{lo:+.3g}, {hi:+.3g}], "
+        mean, lo, hi = c["mean"] + 0.0, lo + 0.0, hi + 0.0        # + 0.0: -0 prints as +0
+        parts.append(f"at {100 * b:.3g}%: {c['call']} vs {c['baseline']} ({mean:+.3g} [{lo:+.3g}, {hi:+.3g}], "
                      f"n={c['n']}, Holm over {c['tests']})")
     return head + ("; " + "; ".join(parts) if parts else "")

@@ -34,13 +34,19 @@ def from_records(records, provenance: str) -> dict | None:
     dec = [dict(d, versus_exact={str(b): c for b, c in d["versus_exact"].items()},
                 calls={str(b): c for b, c in d["calls"].items()}) for d in curves.decisions(recs)]
     exact = curves.exact_scores(recs)
-    sizes = sorted({s["instances"] for s in exact})
+    pts = curves.points(recs)
+    # a curve cell: a task and length compressed by some method (not exact attention alone, not the depth sweep)
+    curve = {(p["model"], p["task"], p["n"]) for p in pts if p["method"] != "exact" and "@depth" not in p["task"]}
+    span = lambda xs: "-".join(map(str, sorted({min(xs), max(xs)})))
+    sizes = [s["instances"] for s in exact if (s["model"], s["task"], s["n"]) in curve]
+    rest = [s["instances"] for s in exact if (s["model"], s["task"], s["n"]) not in curve]
     if sizes:
-        few = sizes[0] < FULL_INSTANCES
-        provenance += (f"; {'-'.join(map(str, sorted({sizes[0], sizes[-1]})))} instances a cell"
+        provenance += (f"; {span(sizes)} instances a curve cell"
                        + (f" (fewer than the full profile's {FULL_INSTANCES}: a smaller run, its calls weaker)"
-                          if few else ""))
-    return dict(format=FORMAT, provenance=provenance, points=curves.points(recs), exact=exact,
+                          if min(sizes) < FULL_INSTANCES else ""))
+    if rest:
+        provenance += f"; {span(rest)} in a cell of exact attention alone or of the needle-depth sweep"
+    return dict(format=FORMAT, provenance=provenance, points=pts, exact=exact,
                 decisions=dec, timing=curves.timing(recs))
 
 
@@ -170,11 +176,22 @@ def readme_block(data: dict | None) -> str:
                           "draws the quick profile's.", "", END])
     lines = [BEGIN, "", f"From {data.get('provenance', '')}.", "", "Exact attention:", ""]
     lines += [f"- {x}" for x in exact_lines(data)]
+    told = [d for d in data["decisions"] if _any_call(d)]
     dec = [f"- {d['task']} [{d['model']}, n = {d['n']}] " + decision_words(dict(d, calls={
-        float(b): c for b, c in d["calls"].items() if float(b) in (0.25, 0.5)})) for d in data["decisions"]]
+        float(b): c for b, c in d["calls"].items() if float(b) in (0.25, 0.5)})) for d in told]
+    silent = len(data["decisions"]) - len(told)
+    if silent:
+        dec.append(f"- {silent} more (method, cell) pairs with no call: too few instances (the needle-depth sweep's "
+                   "one a cell)")
     lines += ["", "Read from the curves (calls at 25% and 50%; every memory in the report):", ""] + dec if dec else []
     lines += ["", "Time per instance:", ""] + [f"- {x}" for x in timing_lines(data)] + ["", END]
     return "\n".join(lines)
+
+
+def _any_call(d: dict) -> bool:
+    """A decision with something to say: tied with exact attention somewhere, or a call that was made."""
+    return d.get("matches_exact") is not None or any(c.get("call") not in ("not tested", None)
+                                                     for c in list(d["calls"].values()) + list(d["versus_exact"].values()))
 
 
 def splice_readme(text: str, block: str) -> str:

@@ -222,3 +222,16 @@ def test_readme_block_from_a_run():
     assert "- passkey [TinyModel, n = 2048]: 20/20" in block
     assert "balancekv: ties exact attention from 50% of the cache; at 25%: worse vs streaming_llm" in block
     assert "at 75%" not in block and "CPU s per instance" in block
+
+
+def test_the_readme_block_says_each_kind_of_cell_and_folds_the_ones_without_a_call():
+    """The committed curves' block: 20 instances a curve cell said as such (the cells of exact attention alone and of
+    the depth sweep are smaller by design, not "a smaller run"), the decisions with no call at all folded into one
+    line, and no "-0" in a number."""
+    import json
+    from kvbounds.report.curves import COMMITTED, readme_block
+    data = json.loads(COMMITTED.read_text(encoding="utf-8"))
+    assert "20 instances a curve cell" in data["provenance"] and "a smaller run" not in data["provenance"]
+    block = readme_block(data)
+    assert "not tested (fewer than 2 shared instances)" not in block and "pairs with no call" in block
+    assert "-0 [" not in block and "[-0," not in block
