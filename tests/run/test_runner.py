@@ -286,6 +286,9 @@ def test_cli_records_identical_for_one_and_two_workers(tmp_path):
 DRIVER = '''
 import faulthandler, signal, sys
 faulthandler.register(signal.SIGUSR1, all_threads=True)     # a hang's stacks, on request (see _communicate)
+# a terminal's foreground command: Ctrl-C raises KeyboardInterrupt. A test run started in the background by a shell
+# without job control inherits SIGINT ignored, which Python (rightly) keeps: `kvbounds check &` ignores Ctrl-C
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from kvbounds.claims import CLAIMS, Claim
 for arg in sys.argv:
     if arg.startswith("FAKE."):
