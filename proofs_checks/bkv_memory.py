@@ -38,8 +38,8 @@ from kvbounds.verdict import (Erratum, FigureSpec, Finding, Verdict, fitted_cons
 from kvbounds.theory.balancekv import balance_kv_bucket_count_bound, balance_kv_bucket_count_exact, balance_kv_memory_shape
 
 from .bkv_attention import formula_t, spread_values
-from .common import deferred_record, make_record, on_gpu, pick, unit_directions
-from .scale_sweep import Timer, size_params, time_text
+from .common import make_record, pick, unit_directions
+from .scale_sweep import Timer, deferred_unit, size_params, time_text
 
 __all__ = ["CLAIM", "SOURCE", "RULE_NAME", "SHARE_STEP", "CPU_N_MAX", "trials", "erased_share", "run_trial",
            "summarize", "SCALE_SIZES", "SCALE_PILOT_SD", "SCALE_UNITS", "LONG_SWEEPS", "scale_trials", "scale_trial"]
@@ -98,10 +98,11 @@ def scale_trial(params: dict, seed: int, backend: str):
     """One unit of the scale sweep: a stream of max(sizes) tokens drawn once, BalanceKV run on each prefix of n
     tokens (its t, T and erase threshold those of n); records per size with the run's CPU and wall seconds."""
     sizes, d, r = params["sizes"], params["d"], params["r"]
-    if max(sizes) > CPU_N_MAX and not on_gpu(backend):
-        return [deferred_record(CLAIM, size_params(params, "n", max(sizes)), source=SOURCE, reason=(
-            f"a stream of n tokens, one update each, beyond CPU_N_MAX = {CPU_N_MAX}: run with --profile gpu --backend "
-            "torch:cuda on the GPU machine (its cores run these trials in parallel)"))]
+    late = deferred_unit(CLAIM, params, "n", CPU_N_MAX, backend, source=SOURCE, reason=(
+        f"a stream of n tokens, one update each, beyond CPU_N_MAX = {CPU_N_MAX}: run with --profile gpu --backend "
+        "torch:cuda on the GPU machine (its cores run these trials in parallel)"))
+    if late:
+        return late
     rng = np.random.default_rng(seed)
     N = max(sizes)
     Q, K = unit_directions(rng, N, d) * r, unit_directions(rng, N, d) * r

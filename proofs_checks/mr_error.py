@@ -40,9 +40,9 @@ from kvbounds.theory.balancekv import merge_reduce_eps_implied, merge_reduce_rat
 from kvbounds.battery import method_floats, stream_floats
 from kvbounds.battery import power_on_both_metrics
 
-from .common import (deferred_record, dispatch, in_words, make_record, on_gpu, pick, unit_directions,
+from .common import (dispatch, in_words, make_record, pick, unit_directions,
                      words_in_findings)
-from .scale_sweep import ScaleRate, Timer, combine, decide_scale, onset_sizes, scale_findings, size_params
+from .scale_sweep import ScaleRate, Timer, combine, decide_scale, deferred_unit, onset_sizes, scale_findings, size_params
 from kvbounds.streams import POWER_CHECK, StreamBattery, battery_record, held_out_errors, missing_record, power_trials
 from kvbounds.streams import stream as power_stream
 
@@ -192,11 +192,11 @@ def scale_trial(params: dict, seed: int, backend: str):
     eps_hat: the (1 - delta)-quantile over runs x ``dirs`` queries of norm r of each run's eps_hat for that query (as
     SB.discrepancy's over walks x queries), with the walks' CPU and wall seconds."""
     d, s, r, delta, sizes, runs = (params[k] for k in ("d", "s", "r", "delta", "sizes", "runs"))
-    if max(sizes) > CPU_T_MAX and not on_gpu(backend):
-        return [deferred_record(CLAIM, dict(size_params(params, "t", max(sizes)), n=4 * max(sizes)),
-                                source=SOURCE["BalanceKV-NeurIPS"], reason=(
-            f"{runs} runs on 4t tokens balanced in batches of t (t^2/2 Gram entries per batch) beyond CPU_T_MAX = "
-            f"{CPU_T_MAX}: run with --backend torch:cuda"))]
+    late = deferred_unit(CLAIM, params, "t", CPU_T_MAX, backend, source=SOURCE["BalanceKV-NeurIPS"], n=4 * max(sizes),
+                         reason=(f"{runs} runs on 4t tokens balanced in batches of t (t^2/2 Gram entries per batch) "
+                                 f"beyond CPU_T_MAX = {CPU_T_MAX}: run with --backend torch:cuda"))
+    if late:
+        return late
     _, K, V = stream(seed, 4 * max(sizes), d, s, r)
     Qs = unit_directions(np.random.default_rng([seed, 1]), params["dirs"], d) * r
     Kb, Vb = asarray(K, backend), asarray(V, backend)

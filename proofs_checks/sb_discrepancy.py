@@ -36,8 +36,8 @@ from kvbounds.verdict import (Constant, Control, FigureSpec, Finding, Verdict, d
 from kvbounds.theory.balancekv import (log_softmax_balance_shape, mean_field_slope, merge_reduce_rate_onset,
                                        rate_onset, walk_constant)
 
-from .common import deferred_record, dispatch, make_record, on_gpu, pick, unit_directions
-from .scale_sweep import Timer, combine, decide_scale, onset_sizes, scale_figures, scale_findings, size_params
+from .common import dispatch, make_record, pick, unit_directions
+from .scale_sweep import Timer, combine, decide_scale, deferred_unit, onset_sizes, scale_figures, scale_findings, size_params
 from .common import in_words, words_in_findings
 
 __all__ = ["run_trial", "CLAIM", "SOURCE", "READING", "WALKS", "CPU_N_MAX", "trials", "CHECK_WORDS", "summarize", "RATE_LABEL",
@@ -111,10 +111,11 @@ def scale_trial(params: dict, seed: int, backend: str):
     c on the first n tokens with the first n coins, the same coins as fair signs (the random-signs control), and
     |C'|/|C|. Records per size, with the walks' CPU and wall seconds."""
     d, s, r, delta, reps, sizes = (params[k] for k in ("d", "s", "r", "delta", "reps", "sizes"))
-    if max(sizes) > CPU_N_MAX and not on_gpu(backend):
-        return [deferred_record(CLAIM, size_params(params, "n", max(sizes)), source=SOURCE, reason=(
-            f"{reps} walks of n steps (n^2/2 Gram entries each) beyond CPU_N_MAX = {CPU_N_MAX}: run with --backend "
-            "torch:cuda"))]
+    late = deferred_unit(CLAIM, params, "n", CPU_N_MAX, backend, source=SOURCE, reason=(
+        f"{reps} walks of n steps (n^2/2 Gram entries each) beyond CPU_N_MAX = {CPU_N_MAX}: run with --backend "
+        "torch:cuda"))
+    if late:
+        return late
     rng = np.random.default_rng(seed)
     N = max(sizes)
     K = unit_directions(rng, N, d) * r

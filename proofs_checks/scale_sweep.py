@@ -21,10 +21,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from kvbounds.core import Record
+from .common import deferred_record, on_gpu
 from kvbounds.verdict import (FIT_FROM, Control, FigureSpec, Finding, RateInfo, decide_onset_rate, flat_from,
                               unit_fit)
 
-__all__ = ["ScaleRate", "Timer", "onset_sizes", "size_params", "decide_scale", "local_slopes", "needed_size", "cpu_at",
+__all__ = ["ScaleRate", "Timer", "onset_sizes", "size_params", "deferred_unit", "decide_scale", "local_slopes", "needed_size", "cpu_at",
            "time_text", "combine", "scale_findings", "scale_figures"]
 
 
@@ -68,6 +69,17 @@ def size_params(params: dict, key: str, size: int) -> dict:
     """A record's params: the unit trial's (its ``sizes`` included, so that a deferred trial is matched by the
     record of its largest size measured elsewhere) with ``key`` = this size."""
     return dict(params, **{key: int(size)})
+
+
+def deferred_unit(claim: str, params: dict, key: str, limit: int, backend: str, *, source: str, reason: str,
+                  **extra) -> list[Record]:
+    """A scale-sweep unit too large for a CPU backend: [its one deferred record] (params: the unit's, ``key`` = its
+    largest size, plus ``extra``) when its largest size exceeds ``limit`` and the backend is not a GPU; [] when it
+    runs here. The three sweeps' units (SB.discrepancy, MR.error, BKV.memory) defer alike."""
+    top = max(params["sizes"])
+    if top <= limit or on_gpu(backend):
+        return []
+    return [deferred_record(claim, dict(size_params(params, key, top), **extra), source=source, reason=reason)]
 
 
 def decide_scale(records: Sequence[Record], param: str, *, main: str, control: str | None, group: Callable,
