@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, settings
 from threadpoolctl import threadpool_limits
 
 from kvbounds.algorithms.arrays import why_unavailable
+from kvbounds.methods import _registry as registry
 
 # One BLAS thread in every test process, as the runner gives every trial (kvbounds.run.execute_trial): the tests
 # that call a check's run_trial directly get the records' set-up, and two xdist workers do not oversubscribe 2 cores
@@ -49,6 +50,21 @@ def backend(request, monkeypatch):
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """``user_module(source, prefix)``: writes ``source`` as a module of a unique name (one per test) in the current
+    directory (tmp_path, first on sys.path) and returns its name; the method registry is restored after the test."""
+    def write(source: str, prefix: str) -> str:
+        name = f"{prefix}_{os.getpid()}_{abs(hash(str(tmp_path))) % 10**8}"
+        (tmp_path / f"{name}.py").write_text(source)
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        registry.names()                      # loaded first, so the copy restored after holds every method
+        monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
+        return name
+    return write
 
 
 @pytest.fixture(scope="session")

@@ -64,15 +64,9 @@ def not_a_compressor(x):
 
 
 @pytest.fixture
-def own_module(tmp_path, monkeypatch):
+def own_module(user_module):
     """A module of one's own (a unique name per test) in the current directory; the registry restored after."""
-    name = f"mymod_{os.getpid()}_{abs(hash(str(tmp_path))) % 10**8}"
-    (tmp_path / f"{name}.py").write_text(MY_PRESS)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    registry.names()                          # loaded first, so the copy restored after holds every method
-    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
-    return name
+    return user_module(MY_PRESS, "mymod")
 
 
 def _cli(*args):

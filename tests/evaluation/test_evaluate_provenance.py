@@ -12,7 +12,6 @@ import sys
 
 import pytest
 
-from kvbounds.methods import _registry as registry
 
 COMPRESSOR = '''
 from kvbounds.algorithms import token_selection as ts
@@ -24,14 +23,8 @@ def compress(K, V, floats, rng, *, sink, window, block_size=64, Q=None):
 
 
 @pytest.fixture
-def own_compressor(tmp_path, monkeypatch):
-    name = f"mycomp_{os.getpid()}_{abs(hash(str(tmp_path))) % 10**8}"
-    (tmp_path / f"{name}.py").write_text(COMPRESSOR)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    registry.names()
-    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
-    return name
+def own_compressor(user_module):
+    return user_module(COMPRESSOR, "mycomp")
 
 
 def _run(spec, out, capsys, **kw):
