@@ -23,7 +23,7 @@ import numpy as np
 from kvbounds.core import Record
 from .common import deferred_record, on_gpu
 from kvbounds.verdict import (FIT_FROM, Control, FigureSpec, Finding, RateInfo, decide_onset_rate, flat_from,
-                              unit_fit)
+                              unit_fit, window_fits)
 
 __all__ = ["ScaleRate", "Timer", "onset_sizes", "size_params", "deferred_unit", "decide_scale", "local_slopes", "needed_size", "cpu_at",
            "time_text", "combine", "scale_findings", "scale_figures"]
@@ -152,13 +152,7 @@ def decide_scale(records: Sequence[Record], param: str, *, main: str, control: s
 
 def local_slopes(records: Sequence[Record], param: str, *, value: Callable[[Record], float]) -> list[tuple]:
     """[(a, b, slope)]: the per-unit log-log slope over each pair of consecutive sizes a < b (mean over units)."""
-    xs = sorted({float(r.params[param]) for r in records})
-    out = []
-    for a, b in zip(xs, xs[1:]):
-        f = unit_fit([r for r in records if a <= float(r.params[param]) <= b], param, value=value)
-        if f is not None:
-            out.append((a, b, f.slope))
-    return out
+    return [(*f.x_range, f.slope) for f in window_fits(records, param, value=value, window=2) if f is not None]
 
 
 def needed_size(local: Sequence[tuple], largest: float) -> float | None:
@@ -177,25 +171,28 @@ def needed_size(local: Sequence[tuple], largest: float) -> float | None:
 def cpu_at(records: Sequence[Record], param: str, size: float) -> float | None:
     """A unit's CPU seconds at ``size``, extrapolated from the median time of the two largest sizes measured (their
     growth per doubling, continued); None without two timed sizes."""
-    by: dict[float, list] = {}
-    for r in records:
-        if "cpu_s" in r.extra:
-            by.setdefault(float(r.params[param]), []).append(float(r.extra["cpu_s"]))
+    by = _times(records, param)
     if len(by) < 2:
         return None
-    (xp, tp), (xl, tl) = [(x, float(np.median(by[x]))) for x in sorted(by)[-2:]]
+    (xp, tp), (xl, tl) = [(x, float(np.median([c for c, _ in by[x]]))) for x in sorted(by)[-2:]]
     if not (tp > 0 and tl > 0):
         return None
     growth = (tl / tp) ** (1 / math.log2(xl / xp))
     return float(tl * growth ** math.log2(size / xl))
 
 
-def time_text(records: Sequence[Record], param: str) -> str:
-    """'time per size (median over units; CPU s / wall s): n = 1024 0.1/0.2, ...' from the records' extra."""
+def _times(records: Sequence[Record], param: str) -> dict[float, list[tuple[float, float]]]:
+    """{size: [(CPU s, wall s) of each unit's record there]} from the records' extra."""
     by: dict[float, list] = {}
     for r in records:
         if "cpu_s" in r.extra:
-            by.setdefault(float(r.params[param]), []).append((r.extra["cpu_s"], r.extra["wall_s"]))
+            by.setdefault(float(r.params[param]), []).append((float(r.extra["cpu_s"]), float(r.extra["wall_s"])))
+    return by
+
+
+def time_text(records: Sequence[Record], param: str) -> str:
+    """'time per size (median over units; CPU s / wall s): n = 1024 0.1/0.2, ...' from the records' extra."""
+    by = _times(records, param)
     if not by:
         return ""
     cells = [f"{x:g} {np.median([c for c, _ in v]):.3g}/{np.median([w for _, w in v]):.3g}" for x, v in sorted(by.items())]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from kvbounds.claims import CLAIMS
+
 from ._answers import (PAPERS, RESULTS, _BASE, board, e2e_model, method_words, num, paper_answers, row_budget, row_is_best,
                        row_is_papers, row_method, row_metric, row_n, row_tied_with_best, row_value, run_profile)
 
@@ -62,7 +64,7 @@ def _table(row: dict) -> str:
     """The table a row ranks in, where a claim's check adds its own (BKV.decode and SG.decode each rank their own
     generation's methods under the same metric): the claim id; "" for the end-to-end tables."""
     source = row.get("source") or ""
-    return source if re.fullmatch(r"[A-Z]+\.[\w-]+", source) else ""
+    return source if source in CLAIMS else ""
 
 
 def _join_tasks(tasks: list[str]) -> str:

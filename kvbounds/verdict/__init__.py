@@ -13,7 +13,8 @@ from ._call_words import (SHORT_METRIC, call_words, fmt, head_words, headline_ca
 from ._fields import (Constant, Erratum, FigureSpec, Finding, POWER_VALUES, PROOF_VALUES, RATE_VALUES,
                       REPRODUCTION_VALUES, RateInfo, Reproduction, STATEMENT_VALUES, Vacuity, Verdict)
 from ._power import Control, controls_from_records, controls_rejected, decide_power
-from ._rate import FIT_FROM, UnitFit, decide_onset_rate, flat_from, rate_words, unit_fit, units_needed
+from ._rate import (FIT_FROM, UnitFit, decide_onset_rate, flat_from, rate_words, unit_fit, units_needed,
+                    window_fits)
 from ._reproduction import combine_reproductions, reproduction_status, statement_from_reproduction
 from ._rules import (FAILS, GROWTH_TOL, HOLDS, HOLDS_FITTED, INCONCLUSIVE, MIN_INSTANCES, MIN_REDRAWS, NOT_REFUTED,
                      NOT_RUN, NO_CHECK, VACUOUS, counterexample, decide, decide_rate,
@@ -28,7 +29,7 @@ __all__ = ["ALPHA", "CALLS", "DOING_NOTHING", "LABELS", "METRICS", "PRACTICAL_RA
            "versus_doing_nothing", "Constant", "Erratum", "FigureSpec", "Finding", "POWER_VALUES", "PROOF_VALUES",
            "RATE_VALUES", "REPRODUCTION_VALUES", "RateInfo", "Reproduction", "STATEMENT_VALUES", "Vacuity", "Verdict",
            "Control", "controls_from_records", "controls_rejected", "decide_power", "FIT_FROM", "UnitFit",
-           "decide_onset_rate", "flat_from", "rate_words", "unit_fit", "units_needed", "combine_reproductions",
+           "decide_onset_rate", "flat_from", "rate_words", "unit_fit", "units_needed", "window_fits", "combine_reproductions",
            "reproduction_status", "statement_from_reproduction", "FAILS", "GROWTH_TOL", "HOLDS", "HOLDS_FITTED",
            "INCONCLUSIVE", "MIN_INSTANCES", "MIN_REDRAWS", "NOT_REFUTED", "NOT_RUN", "NO_CHECK", "VACUOUS",
            "counterexample", "decide", "decide_rate", "erratum_from_finding", "finalize", "fitted_constant", "mark",

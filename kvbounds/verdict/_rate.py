@@ -112,6 +112,20 @@ def units_needed(sd: float, half_width: float, *, level: float = 0.95, most: int
     return most
 
 
+def window_fits(records: Iterable[Record], param: str, *, value: Callable[[Record], float] = lambda r: r.ratio,
+                unit: Callable[[Record], Any] = lambda r: r.params["unit"], window: int = 3) -> list[UnitFit | None]:
+    """The per-unit fit (:func:`unit_fit`) over each run of ``window`` consecutive sizes, smallest first (None where
+    fewer than two units fit): the curve's local slopes."""
+    recs = list(records)
+    xs = sorted({float(r.params[param]) for r in recs if param in r.params})
+    fits = []
+    for i in range(len(xs) - window + 1):
+        lo, hi = xs[i], xs[i + window - 1]
+        fits.append(unit_fit([r for r in recs if lo <= float(r.params.get(param, -1)) <= hi], param, value=value,
+                             unit=unit, group=f"{param} = {lo:g}..{hi:g}"))
+    return fits
+
+
 def flat_from(records: Iterable[Record], param: str, *, value: Callable[[Record], float] = lambda r: r.ratio,
               unit: Callable[[Record], Any] = lambda r: r.params["unit"], window: int = 3) -> tuple[float | None, UnitFit | None]:
     """Where the measured curve bends: the smallest size x from which every window of ``window`` consecutive sizes
@@ -120,11 +134,7 @@ def flat_from(records: Iterable[Record], param: str, *, value: Callable[[Record]
     averages the random-walk phase's ~0.3 with the plateau's ~0 and would call the curve flat too early."""
     recs = list(records)
     xs = sorted({float(r.params[param]) for r in recs if param in r.params})
-    fits = []
-    for i in range(len(xs) - window + 1):
-        lo, hi = xs[i], xs[i + window - 1]
-        fits.append(unit_fit([r for r in recs if lo <= float(r.params.get(param, -1)) <= hi], param, value=value,
-                             unit=unit, group=f"{param} = {lo:g}..{hi:g}"))
+    fits = window_fits(recs, param, value=value, unit=unit, window=window)
     start = None
     for i in range(len(fits) - 1, -1, -1):
         if fits[i] is None or not fits[i].flat:
