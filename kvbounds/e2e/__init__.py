@@ -26,6 +26,7 @@ if TYPE_CHECKING:   # what static tools (mypy, jedi) read
     from ._model import LoadedModel, load_model, model_context
     from ._trial import hf_missing, run_cell_trial, trial_model
     from ._weighted_cache import ModelNotWeighted, WeightedCache, WeightedLayer, visible_tokens
+    from ._verdict_text import MISS_PHRASE
 
 _NAMES = {
     'register': '._attention',
@@ -56,6 +57,7 @@ _NAMES = {
     't_interval': '._leaderboard',
     'tied': '._leaderboard',
     'timing_rows': '._leaderboard',
+    'MISS_PHRASE': '._verdict_text',
     'CONTROLS': '._method_names',
     'DEFAULT_METHODS': '._method_names',
     'KVPRESS': '._method_names',

@@ -4,6 +4,14 @@ miss "not reproduced" rather than "not shown", and per variant which baseline it
 worse than, in which task and setting."""
 from __future__ import annotations
 
+import re
+
+# a miss that is evidence against, as evidence_against words it, and the pattern its readers (the per-paper answers)
+# parse it back by: task, the counts, the memories, exact attention's count
+MISS_PHRASE = re.compile(r"retrieves the (.+?) answer in ([\d/, ]+) at ([\d., ]+)% of the cache \(95% CI up to \d+%\) "
+                         r"where exact attention retrieves (\d+)/(\d+)")
+
+
 def budgets_line(records) -> str:
     """The budgets run, each with the methods that ran at it: "budget 0.25 of the cache's floats (every method);
     0.5 for uniform only" (a budget listed is one every method listed ran at, or the line says which did)."""

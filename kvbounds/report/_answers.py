@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from kvbounds.e2e import MISS_PHRASE
 from kvbounds.e2e.curve_grid import CURVE_BUDGETS
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -355,11 +356,6 @@ def variant_words(variant: str) -> str:
     return method_words(named[0]) if named else variant
 
 
-# an end-to-end miss as kvbounds.e2e words it: "retrieves the passkey answer in 0/20, 6/20 at 10, 50% of the cache
-# (95% CI up to 39%) where exact attention retrieves 20/20"
-_MISS = re.compile(r"retrieves the (.+?) answer in ([\d/, ]+) at ([\d., ]+)% of the cache \(95% CI up to \d+%\) where "
-                   r"exact attention retrieves (\d+)/(\d+)")
-
 REPRO_WORDS = {"reproduced": "reproduced", "partial": "partly reproduced", "not-reproduced": "not reproduced",
                "not-shown": "not shown", "n/a": "not run"}
 
@@ -382,7 +378,7 @@ def _inside(summary: dict, spec, rows: list[dict]) -> str:
         note = r.get("bound_note") or ""
         if not note.startswith("evidence against"):
             continue
-        miss = _MISS.search(note)
+        miss = MISS_PHRASE.search(note)
         if miss:
             task, counts, at, ke, ne = miss.groups()
             best = max((tuple(map(int, c.split("/"))) for c in counts.split(", ")), key=lambda kn: kn[0] / kn[1])

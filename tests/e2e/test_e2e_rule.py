@@ -171,6 +171,8 @@ def test_a_method_that_never_retrieves_where_exact_attention_does_is_evidence_ag
     rep = v.reproductions[0]
     assert rep.status == "not-reproduced" and rep.bound_note.startswith("evidence against: retrieves the passkey answer "
                                                                          "in 0/80 at 25% of the cache (95% CI up to 5%) where exact")
+    from kvbounds.e2e import MISS_PHRASE                  # the per-paper answers read it back by this pattern
+    assert MISS_PHRASE.search(rep.bound_note).groups() == ("passkey", "0/80", "25", "16", "16")
     assert "pseudocode walk at the theorem's c (= random halving): " in v.variant
     assert "exact attention retrieves the passkey answer in 16/16" in v.variant
     # a method that retrieves as often as exact attention: no such evidence
