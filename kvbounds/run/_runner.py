@@ -206,15 +206,17 @@ WAKE_S = 0.5     # the main thread wakes this often while it waits for trials
 
 
 def _as_completed(futures: dict) -> Iterator[cf.Future]:
-    """The futures as they finish (those that finish together in their trials' key order), waiting at most
+    """The futures as they finish (those that finish together in the order they were submitted, so a trial that
+    ends a run, a Ctrl-C in a worker, is never passed by a later one finishing in the same wake), waiting at most
     :data:`WAKE_S` at a time: a Ctrl-C or SIGTERM the kernel hands to another thread of this process (the pool's
     manager or queue feeder) is run by Python in the main thread only when it wakes, and ``cf.as_completed``'s
     untimed wait could then sleep until a trial ends (the CI hang of test_workers_die_with_the_main_process[int],
     whose stacks showed the main thread in as_completed after the SIGINT)."""
+    order = {id(f): i for i, f in enumerate(futures)}     # ids, not the futures: no reference held here
     pending = set(futures)
     while pending:
         done, pending = cf.wait(pending, timeout=WAKE_S, return_when=cf.FIRST_COMPLETED)
-        batch = sorted(done, key=lambda f: futures[f].key)
+        batch = sorted(done, key=lambda f: order[id(f)])
         del done
         while batch:                # hold no reference to a future handed out (a cluster frees its result then)
             yield batch.pop(0)

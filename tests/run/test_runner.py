@@ -19,7 +19,7 @@ from kvbounds import claims as registry
 from kvbounds.cli import main
 from kvbounds.core._records import Record, ResultStore, StoreLocked, canonical
 from kvbounds.claims import CLAIMS, Claim, get_claim
-from kvbounds.run._runner import Progress, Trial, expand, run_checks, trial_seed
+from kvbounds.run._runner import Progress, Trial, _as_completed, expand, run_checks, trial_seed
 
 FAKE = '''
 import os, time
@@ -223,6 +223,18 @@ def test_ctrl_c_says_how_to_resume(tmp_path, fake, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "interrupted" in err and "rerun the same command to resume" in err
     assert len(ResultStore(tmp_path).load()) == 3                  # the trial finished before is kept
+
+
+def test_trials_finished_together_come_in_submission_order():
+    """A worker runs on after a trial raises (a Ctrl-C): the next trial can finish within the same wake, and
+    must not be stored before the one that ends the run (CI once stored 6 records, not 3, above)."""
+    futs = {}
+    for i in (0, 1, 2):
+        f = cf.Future()
+        futs[f] = Trial("X.y", {"i": i}, 0, "numpy")
+    for f in reversed(list(futs)):                     # finished in the reverse order, all before the first wake
+        f.set_result(None)
+    assert [futs[f].params["i"] for f in _as_completed(futs)] == [0, 1, 2]
 
 
 # ------------------------------------------------------------------------------------- progress
