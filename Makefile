@@ -33,8 +33,8 @@ $(STAMP): pyproject.toml
 # full profile (every check at its full size plus the scale sweeps past the rates' onsets and the end-to-end curves),
 # whose records the committed documents are rendered from. Interrupted: rerun the same command to resume; OUT=DIR
 # resumes a store made elsewhere. Its cost, measured by the run behind the committed documents (docs/reference.md "The
-# full profile"): 55 min wall on 2 idle cores for every check but the end-to-end curves (6,629 CPU s), and 2 h 10 min
-# for the curves (14,166 CPU s, on shared cores): about 3 hours in all, over the 2-hour target.
+# full profile"): 1 h 34 min wall on 2 idle cores (10,728 CPU s), within the 2-hour target: 55 min for every check
+# but the end-to-end curves (6,629 CPU s) and 39 min for the curves (4,099 CPU s).
 report: $(STAMP)
 	$(BIN)/kvbounds check --profile $(PROFILE) --out $(OUT) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 	$(BIN)/kvbounds report --out $(OUT)

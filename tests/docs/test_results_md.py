@@ -5,7 +5,7 @@
 * Slow (``-m slow``; not in CI's required path: a fresh run on another CPU may flip a test on its edge, e.g. a slope's
   interval, so the comparison is for a person to read): the quick profile run afresh into a temporary directory
   renders what the committed quick summary (docs/summary-quick.json) renders to, timing lines aside; a unified diff
-  is printed on a mismatch. (The committed documents come from the full profile, whose run takes ~2 hours.)
+  is printed on a mismatch. (The committed documents come from the full profile, whose run took 1 h 34 min on 2 cores.)
 """
 from __future__ import annotations
 
