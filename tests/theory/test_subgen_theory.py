@@ -14,7 +14,7 @@ from kvbounds.theory.subgen import (combination_factor, exact_cluster_slot_distr
 
 @given(w=st.lists(st.integers(0, 9), min_size=1, max_size=5), s=st.integers(1, 3))
 def test_propagated_reservoir_law_is_the_lemma(w, s):
-    """002 Lemma 1 symbolically: the pseudocode's law is the product of w_i / sum w over the slots."""
+    """SubGen's Lemma 1 symbolically: the pseudocode's law is the product of w_i / sum w over the slots."""
     if sum(w) == 0:
         return
     w = [Fraction(x) for x in w]
